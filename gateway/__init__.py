@@ -1,0 +1,26 @@
+"""Switchyard's runtime core, and the public API for channel plugins and the orchestrator."""
+
+from gateway.api import (
+    Channel,
+    ChannelContext,
+    DeliveryError,
+    DeliveryRecord,
+    FunctionSpec,
+    Handler,
+    HandlerContext,
+    Outbox,
+    PermanentError,
+    Sink,
+)
+from gateway.events import EventLog, now_ms, utc_now_iso
+from gateway.home import Home, atomic_write, safe_name
+from gateway.hookspecs import hookimpl
+from gateway.models import IncomingPayload, OutgoingPayload, split_send_file_tags
+from gateway.settings import ChannelProfile, ProviderSettings, Settings, SettingsError
+
+__all__ = [
+    "Channel", "ChannelContext", "ChannelProfile", "DeliveryError", "DeliveryRecord", "EventLog",
+    "FunctionSpec", "Handler", "HandlerContext", "Home", "IncomingPayload", "Outbox",
+    "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
+    "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso",
+]

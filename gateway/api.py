@@ -1,0 +1,110 @@
+"""The small interfaces between the gateway, channel plugins and the orchestrator."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from gateway.events import EventLog
+from gateway.home import Home
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.settings import ChannelProfile, Settings
+
+Sink = Callable[[IncomingPayload], Awaitable[Path]]
+"""Enqueues an incoming payload atomically (tmp + rename into `queue/incoming/`); returns its path."""
+
+
+class PermanentError(Exception):
+    """A failure that retrying cannot fix: the message goes to `failed/` at once with this reason."""
+
+
+class DeliveryError(Exception):
+    """A channel could not deliver an outgoing payload; the dispatcher retries it with backoff."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass
+class DeliveryRecord:
+    """What a channel reports after sending: the platform's message ids of each chunk sent."""
+
+    platform_ids: list[str] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """A running connection to one chat platform profile, returned by `switchyard_channels`."""
+
+    name: str
+    profile_id: str
+
+    async def start(self, sink: Sink) -> None:
+        """Connects and starts turning platform messages into incoming payloads via `sink`."""
+
+    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord | None:
+        """Delivers one outgoing payload; raises DeliveryError to have it retried."""
+
+    async def stop(self) -> None:
+        """Disconnects; called once at shutdown."""
+
+
+@dataclass
+class ChannelContext:
+    """What the gateway gives a channel plugin: its home, settings, event log and delivery state."""
+
+    home: Home
+    settings: Settings
+    profile: ChannelProfile
+    events: EventLog
+
+    @property
+    def files_dir(self) -> Path:
+        """Where downloaded attachments go (`<home>/files/<profile>/`)."""
+        return self.home.files / self.profile.id
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A function the selector may call through `command_invoke`, with a JSON-Schema for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    call: Callable[[dict[str, Any]], Awaitable[str] | str]
+
+
+class Handler(Protocol):
+    """What the worker calls for each claimed message (the orchestrator implements it)."""
+
+    async def start(self) -> None:
+        """Starts background work (e.g. the run executor)."""
+
+    async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
+        """Answers one message; raises to have it retried, PermanentError to dead-letter it."""
+
+    async def stop(self) -> None:
+        """Stops background work, leaving persisted state resumable."""
+
+
+class Outbox(Protocol):
+    """Writes outgoing payloads into `queue/outgoing/` (used for replies pushed later, e.g. run results)."""
+
+    def write(self, payload: OutgoingPayload) -> Path:
+        """Writes one payload atomically under its spec-002 name; returns the path."""
+
+
+@dataclass
+class HandlerContext:
+    """What the gateway gives the handler it builds: home, settings, events, outbox, queue figures."""
+
+    home: Home
+    settings: Settings
+    events: EventLog
+    outbox: Outbox
+    queue_stats: Callable[[], dict[str, Any]]
+    functions: list[FunctionSpec] = field(default_factory=list)

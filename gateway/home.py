@@ -1,0 +1,148 @@
+"""The home directory: where every folder lives, and the one way files are written into it."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_MAX_NAME_PART = 80
+
+
+def resolve_home(cli_home: str | os.PathLike[str] | None = None) -> Path:
+    """Chooses the home: `--home`, else `$SWITCHYARD_HOME`, else `~/.switchyard`."""
+    chosen = cli_home or os.environ.get("SWITCHYARD_HOME") or Path.home() / ".switchyard"
+    return Path(chosen).expanduser().resolve()
+
+
+def safe_name(part: str) -> str:
+    """Makes an id usable as one file-name component: no separators, no dots at the start."""
+    cleaned = _UNSAFE.sub("_", part).lstrip(".")[:_MAX_NAME_PART]
+    return cleaned or "_"
+
+
+def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Writes `data` to `path` through `<path>.tmp` and a rename, so readers never see half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if fsync:
+        fsync_dir(path.parent)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def fsync_dir(directory: Path) -> None:
+    """Flushes a directory entry change (a rename or unlink) to disk."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_within(path: Path, roots: list[Path]) -> bool:
+    """Tells whether `path`, with symlinks and `..` resolved, lies inside one of `roots`."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return False
+    return any(real.is_relative_to(root.resolve()) for root in roots)
+
+
+@dataclass(frozen=True)
+class Home:
+    """The paths of one Switchyard home directory."""
+
+    root: Path
+
+    @property
+    def settings_file(self) -> Path:
+        return self.root / "settings.yaml"
+
+    @property
+    def queue(self) -> Path:
+        return self.root / "queue"
+
+    @property
+    def incoming(self) -> Path:
+        return self.queue / "incoming"
+
+    @property
+    def processing(self) -> Path:
+        return self.queue / "processing"
+
+    @property
+    def outgoing(self) -> Path:
+        return self.queue / "outgoing"
+
+    @property
+    def failed(self) -> Path:
+        return self.queue / "failed"
+
+    @property
+    def sent(self) -> Path:
+        return self.queue / "sent"
+
+    @property
+    def state(self) -> Path:
+        """Bookkeeping kept beside the queue: attempt counts, answered ids, delivery records."""
+        return self.queue / "state"
+
+    @property
+    def files(self) -> Path:
+        return self.root / "files"
+
+    @property
+    def select_incoming(self) -> Path:
+        return self.root / "orchestrator" / "select" / "incoming"
+
+    @property
+    def select_results(self) -> Path:
+        return self.root / "orchestrator" / "select" / "results"
+
+    @property
+    def orchestrators(self) -> Path:
+        return self.root / "orchestrators"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def coordination(self) -> Path:
+        return self.root / "coordination"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def events_file(self) -> Path:
+        return self.logs / "events.jsonl"
+
+    def resolve(self, configured: str | os.PathLike[str]) -> Path:
+        """Resolves a path from settings: absolute as given, relative against the home."""
+        path = Path(configured).expanduser()
+        return path if path.is_absolute() else self.root / path
+
+    def create(self) -> None:
+        """Creates every folder of the layout (idempotent)."""
+        for folder in (
+            self.incoming, self.processing, self.outgoing, self.failed, self.sent, self.state,
+            self.files, self.select_incoming, self.select_results, self.orchestrators,
+            self.runs, self.coordination, self.logs,
+        ):
+            folder.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,87 @@
+"""Every hook of the `switchyard` plugin contract.
+
+Hooks are synchronous and cheap: they declare things (channels, functions, providers, the handler)
+or observe events. Runtime I/O lives on the objects they return, e.g. a Channel's `async send`.
+Call hooks with keyword arguments only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pluggy
+
+from gateway.api import Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+from gateway.home import Home
+from gateway.settings import ChannelProfile, Settings
+
+hookspec = pluggy.HookspecMarker("switchyard")
+hookimpl = pluggy.HookimplMarker("switchyard")
+
+BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
+
+
+# --- startup ---------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Channel | None:  # type: ignore[empty-body]
+    """Builds the Channel for a configured profile whose `type` this plugin owns.
+
+    Return None for profiles of other types. Raise to disable just this profile (the reason is
+    logged and shown by `switchyard status`).
+    Stops at the first non-None result.
+    """
+
+
+@hookspec
+def switchyard_channel_types() -> list[str]:  # type: ignore[empty-body]
+    """Names the channel types this plugin can build (shown by `status` and checked at start).
+
+    All implementations are called.
+    """
+
+
+@hookspec(firstresult=True)
+def switchyard_handler(context: HandlerContext) -> Handler | None:
+    """Builds the handler that answers claimed messages (the orchestrator provides it).
+
+    Stops at the first non-None result.
+    """
+
+
+@hookspec
+def switchyard_functions() -> list[FunctionSpec]:  # type: ignore[empty-body]
+    """Declares functions the selector may call through `command_invoke`.
+
+    All implementations are called; the lists are merged (a later duplicate name is ignored).
+    """
+
+
+@hookspec
+def switchyard_providers() -> dict[str, BuiltinProvider]:  # type: ignore[empty-body]
+    """Declares in-process providers by name: `async (prompt, request) -> answer`.
+
+    All implementations are called; a provider in settings.yaml with the same name wins.
+    """
+
+
+@hookspec
+def switchyard_status(home: Home, settings: Settings) -> dict[str, Any] | None:
+    """Adds sections to `switchyard status` (e.g. the orchestrator's active runs), read from disk.
+
+    Called by the CLI, also when no gateway is running. All implementations are called; the
+    returned mappings are merged.
+    """
+
+
+# --- observation -------------------------------------------------------------------------------
+
+
+@hookspec
+def switchyard_event(event: dict[str, Any]) -> None:
+    """Observes every event written to `logs/events.jsonl` (must not block or raise).
+
+    All implementations are called.
+    """

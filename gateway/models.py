@@ -1,0 +1,109 @@
+"""The queue payloads of spec 002: incoming and outgoing messages (camelCase, extra keys kept)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_FILE_TAG = re.compile(r"\[file:\s*([^\]]+)\]")
+_SEND_FILE_TAG = re.compile(r"\[send_file:\s*([^\]]+)\]")
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    def to_json(self) -> bytes:
+        """Serialises the payload as UTF-8 JSON, omitting optional keys that are unset."""
+        return self.model_dump_json(exclude_none=True).encode()
+
+
+class IncomingPayload(_Payload):
+    """A message from a person (or a program) waiting in `queue/incoming/`."""
+
+    channel: str = Field(min_length=1, max_length=64)
+    channelProfileId: str | None = Field(default=None, max_length=128)
+    sender: str = Field(default="", max_length=512)
+    senderId: str = Field(default="", max_length=256)
+    message: str
+    timestamp: int = Field(ge=0)
+    messageId: str = Field(min_length=1, max_length=256)
+    conversationId: str | None = Field(default=None, max_length=256)
+    files: list[str] = Field(default_factory=list)
+    workflowRunId: str | None = Field(default=None, max_length=128)
+    workflowStepId: str | None = Field(default=None, max_length=128)
+
+    @field_validator("channelProfileId", "conversationId", "workflowRunId", "workflowStepId")
+    @classmethod
+    def _empty_is_none(cls, value: str | None) -> str | None:
+        return value or None
+
+    @property
+    def conversation(self) -> str:
+        """The conversation this message belongs to: its conversationId, else its sender."""
+        return self.conversationId or self.senderId or self.sender
+
+    @property
+    def profile(self) -> str:
+        """The channel profile id, defaulting to the channel name."""
+        return self.channelProfileId or self.channel
+
+    def file_paths(self) -> list[str]:
+        """Every attachment path, from `files` and from `[file: …]` tags in the text."""
+        tagged = [m.strip() for m in _FILE_TAG.findall(self.message)]
+        return list(dict.fromkeys([*self.files, *tagged]))
+
+
+class OutgoingPayload(_Payload):
+    """A reply waiting in `queue/outgoing/` for its channel plugin."""
+
+    channel: str
+    channelProfileId: str | None = None
+    sender: str = ""
+    senderId: str | None = None
+    message: str
+    originalMessage: str = ""
+    timestamp: int
+    messageId: str
+    agent: str = ""
+    conversationId: str | None = None
+    files: list[str] = Field(default_factory=list)
+    workflowRunId: str | None = None
+    workflowStepId: str | None = None
+
+    @classmethod
+    def reply_to(
+        cls, incoming: IncomingPayload, text: str, *, agent: str, timestamp: int, **extra: Any
+    ) -> OutgoingPayload:
+        """Builds the reply to `incoming`, moving `[send_file: …]` tags into `files`."""
+        body, files = split_send_file_tags(text)
+        fields: dict[str, Any] = {
+            "channel": incoming.channel,
+            "channelProfileId": incoming.channelProfileId,
+            "sender": incoming.sender,
+            "senderId": incoming.senderId or None,
+            "message": body,
+            "originalMessage": incoming.message,
+            "timestamp": timestamp,
+            "messageId": incoming.messageId,
+            "agent": agent,
+            "conversationId": incoming.conversationId,
+            "files": files,
+            "workflowRunId": incoming.workflowRunId,
+            "workflowStepId": incoming.workflowStepId,
+        }
+        fields.update({k: v for k, v in extra.items() if v is not None})
+        return cls(**fields)
+
+    @property
+    def profile(self) -> str:
+        """The channel profile id, defaulting to the channel name."""
+        return self.channelProfileId or self.channel
+
+
+def split_send_file_tags(text: str) -> tuple[str, list[str]]:
+    """Removes `[send_file: /path]` tags from an answer and returns (text, paths)."""
+    paths = [m.strip() for m in _SEND_FILE_TAG.findall(text)]
+    body = _SEND_FILE_TAG.sub("", text).strip()
+    return body, paths

@@ -1,0 +1,314 @@
+"""The durable file queue: an in-memory index of `incoming/`, atomic claims, requeue, dead letters, recovery."""
+
+from __future__ import annotations
+
+import fcntl
+import heapq
+import itertools
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.events import utc_now_iso
+from gateway.home import Home, atomic_write, fsync_dir, safe_name
+
+log = logging.getLogger("switchyard.queue")
+
+STALE_TMP_SEC = 60
+
+
+@dataclass(order=True)
+class _Entry:
+    mtime_ns: int
+    name: str
+    not_before: float = field(default=0.0, compare=False)
+
+
+@dataclass
+class Claimed:
+    """A payload file moved into this worker's `processing/` folder, with its raw bytes."""
+
+    name: str
+    path: Path
+    data: bytes
+    order: tuple[int, str]
+    attempts: int
+    errors: list[str]
+
+
+class _Sequence:
+    """Sortable, unique names for files the gateway writes: nanosecond time plus a counter."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+
+    def prefix(self) -> str:
+        return f"{time.time_ns():020d}-{os.getpid()}-{next(self._counter):06d}"
+
+
+class FileQueue:
+    """Claims payloads from `incoming/` oldest first by (mtime, name), without rescanning the folder.
+
+    The index is fed by `notice(name)` (from a FolderWatch) and by `rescan()`; a claim is one
+    atomic rename into `processing/w<pid>/`, so two processes sharing a home never claim one file
+    twice. Attempt counts live in `queue/state/attempts/`, outside the payload, so a retried file
+    keeps its bytes untouched.
+    """
+
+    def __init__(self, home: Home, *, fsync: bool = True, max_payload_bytes: int = 1_048_576):
+        self.home = home
+        self.fsync = fsync
+        self.max_payload_bytes = max_payload_bytes
+        self._heap: list[_Entry] = []
+        self._waiting: list[tuple[float, _Entry]] = []
+        self._indexed: set[str] = set()
+        self._names = _Sequence()
+        self.worker_dir = home.processing / f"w{os.getpid()}"
+        self._attempts_dir = home.state / "attempts"
+        self._lock_fd = -1
+        self._with_attempts: set[str] = set()
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def open(self) -> list[str]:
+        """Creates the folders, takes this worker's lock and recovers what dead workers left behind.
+
+        Returns a line for each recovery action taken.
+        """
+        self.home.create()
+        self._attempts_dir.mkdir(parents=True, exist_ok=True)
+        self.worker_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.worker_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._with_attempts = {p.name.removesuffix(".json") for p in self._attempts_dir.iterdir()}
+        actions = self._recover()
+        self.rescan()
+        return actions
+
+    def close(self) -> None:
+        """Releases the worker lock; files still in processing are recovered by the next start."""
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _recover(self) -> list[str]:
+        actions: list[str] = []
+        now = time.time()
+        for entry in os.scandir(self.home.incoming):
+            if entry.name.endswith(".tmp") and now - entry.stat().st_mtime > STALE_TMP_SEC:
+                os.unlink(entry.path)
+                actions.append(f"removed stale {entry.name}")
+        for folder in self._dead_worker_dirs():
+            for entry in os.scandir(folder):
+                if entry.is_file() and entry.name.endswith(".json"):
+                    try:
+                        actions.append(self._return_to_incoming(Path(entry.path)))
+                    except FileNotFoundError:
+                        continue  # another starting worker recovered it first
+            if folder not in (self.worker_dir, self.home.processing):
+                (folder / ".lock").unlink(missing_ok=True)
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+        return actions
+
+    def _dead_worker_dirs(self) -> list[Path]:
+        """Our own folder plus every processing folder whose worker no longer holds its lock."""
+        dead = []
+        for entry in os.scandir(self.home.processing):
+            path = Path(entry.path)
+            if path == self.worker_dir:
+                dead.append(path)
+            elif entry.is_dir():
+                if _lock_is_free(path / ".lock"):
+                    dead.append(path)
+            elif entry.name.endswith(".json"):
+                dead.append(self.home.processing)
+        return list(dict.fromkeys(dead))
+
+    def _return_to_incoming(self, path: Path) -> str:
+        """Moves a recovered file back to incoming/; a name already there is resolved without loss."""
+        target = self.home.incoming / path.name
+        if target.exists():
+            if target.read_bytes() == path.read_bytes():
+                path.unlink()
+                return f"dropped {path.name} from processing: identical copy already in incoming"
+            target = self.home.incoming / f"{path.stem}.recovered-{self._names.prefix()}{path.suffix}"
+        os.rename(path, target)
+        return f"returned {path.name} to incoming as {target.name}"
+
+    # --- index ------------------------------------------------------------------------------
+
+    def rescan(self) -> None:
+        """Lists `incoming/` once and indexes every file not yet known (start-up, inotify overflow)."""
+        for entry in os.scandir(self.home.incoming):
+            if not entry.name.endswith(".tmp") and entry.name not in self._indexed:
+                self._add(entry.name, entry.stat().st_mtime_ns)
+
+    def notice(self, name: str) -> None:
+        """Indexes a file that just appeared in `incoming/` (called by the folder watch)."""
+        if name.endswith(".tmp") or name in self._indexed:
+            return
+        try:
+            mtime_ns = os.stat(self.home.incoming / name).st_mtime_ns
+        except FileNotFoundError:
+            return
+        self._add(name, mtime_ns)
+
+    def _add(self, name: str, mtime_ns: int, not_before: float = 0.0) -> None:
+        entry = _Entry(mtime_ns, name, not_before)
+        self._indexed.add(name)
+        if not_before > time.monotonic():
+            heapq.heappush(self._waiting, (not_before, entry))
+        else:
+            heapq.heappush(self._heap, entry)
+
+    def _promote_due(self) -> None:
+        now = time.monotonic()
+        while self._waiting and self._waiting[0][0] <= now:
+            heapq.heappush(self._heap, heapq.heappop(self._waiting)[1])
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the earliest backing-off file becomes eligible (None if none waits)."""
+        if not self._waiting:
+            return None
+        return max(0.0, self._waiting[0][0] - time.monotonic())
+
+    def has_ready(self) -> bool:
+        self._promote_due()
+        return bool(self._heap)
+
+    def depth(self) -> int:
+        """Files indexed in incoming/, including those waiting out a backoff."""
+        return len(self._indexed)
+
+    # --- claim and outcomes -----------------------------------------------------------------
+
+    def claim(self) -> Claimed | None:
+        """Claims the oldest eligible file by renaming it into processing/; None when none is ready."""
+        self._promote_due()
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            self._indexed.discard(entry.name)
+            source = self.home.incoming / entry.name
+            target = self.worker_dir / entry.name
+            try:
+                os.rename(source, target)
+            except FileNotFoundError:
+                continue  # claimed by another worker, or removed by hand
+            attempts, errors = self._read_attempts(entry.name)
+            try:
+                data = _read_capped(target, self.max_payload_bytes)
+            except OSError as exc:
+                data = b""
+                errors = [*errors, f"cannot read: {exc}"]
+            return Claimed(entry.name, target, data, (entry.mtime_ns, entry.name), attempts, errors)
+        return None
+
+    def complete(self, claimed: Claimed) -> None:
+        """Removes a claimed file after its replies were written."""
+        claimed.path.unlink(missing_ok=True)
+        self._forget_attempts(claimed.name)
+
+    def _forget_attempts(self, name: str) -> None:
+        if name in self._with_attempts:
+            self._with_attempts.discard(name)
+            (self._attempts_dir / f"{name}.json").unlink(missing_ok=True)
+
+    def requeue(self, claimed: Claimed, error: str, delay_s: float) -> int:
+        """Counts a failed attempt and returns the file to incoming/ untouched, eligible after `delay_s`."""
+        attempts = claimed.attempts + 1
+        record = {"attempts": attempts, "errors": [*claimed.errors, error][-20:]}
+        atomic_write(self._attempts_dir / f"{claimed.name}.json", json.dumps(record).encode(),
+                     fsync=self.fsync)
+        self._with_attempts.add(claimed.name)
+        os.rename(claimed.path, self.home.incoming / claimed.name)
+        self._add(claimed.name, claimed.order[0], time.monotonic() + delay_s)
+        return attempts
+
+    def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None) -> Path:
+        """Moves the original bytes to failed/ under the original name, with `<name>.error.json`."""
+        target = self.home.failed / claimed.name
+        if target.exists():
+            target = self.home.failed / f"{self._names.prefix()}-{claimed.name}"
+        report: dict[str, Any] = {
+            "file": target.name,
+            "reason": reason,
+            "attempts": attempts if attempts is not None else claimed.attempts,
+            "errors": claimed.errors,
+            "failed_at": utc_now_iso(),
+        }
+        atomic_write(target.with_name(target.name + ".error.json"),
+                     json.dumps(report, indent=2).encode(), fsync=self.fsync)
+        os.rename(claimed.path, target)
+        if self.fsync:
+            fsync_dir(self.home.failed)
+        self._forget_attempts(claimed.name)
+        return target
+
+    def _read_attempts(self, name: str) -> tuple[int, list[str]]:
+        if name not in self._with_attempts:
+            return 0, []
+        try:
+            record = json.loads((self._attempts_dir / f"{name}.json").read_bytes())
+            return int(record["attempts"]), list(record.get("errors", []))
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return 0, []
+
+    # --- writing payloads -------------------------------------------------------------------
+
+    def enqueue(self, data: bytes, *, hint: str = "msg") -> Path:
+        """Writes a payload into incoming/ atomically under a sortable, unique name."""
+        name = f"{self._names.prefix()}-{safe_name(hint)}.json"
+        path = self.home.incoming / name
+        atomic_write(path, data, fsync=self.fsync)
+        return path
+
+    def unique_prefix(self) -> str:
+        """A sortable, unique name prefix (time, pid, counter) for files the gateway writes."""
+        return self._names.prefix()
+
+
+def _read_capped(path: Path, limit: int) -> bytes:
+    """Reads at most `limit + 1` bytes, so an oversized payload is detected without loading it."""
+    with path.open("rb") as handle:
+        return handle.read(limit + 1)
+
+
+def _lock_is_free(lock_path: Path) -> bool:
+    try:
+        fd = os.open(lock_path, os.O_RDWR)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def queue_depths(home: Home) -> dict[str, int]:
+    """Counts payload files per queue folder (for `status` and diagnostics)."""
+    depths = {}
+    for name, folder in (("incoming", home.incoming), ("outgoing", home.outgoing),
+                         ("failed", home.failed), ("sent", home.sent)):
+        try:
+            depths[name] = sum(
+                1 for e in os.scandir(folder)
+                if e.name.endswith(".json") and not e.name.endswith(".error.json")
+            )
+        except FileNotFoundError:
+            depths[name] = 0
+    processing = 0
+    if home.processing.exists():
+        for _dirpath, _dirs, files in os.walk(home.processing):
+            processing += sum(1 for f in files if f.endswith(".json"))
+    depths["processing"] = processing
+    return depths

@@ -1,0 +1,141 @@
+"""settings.yaml: the models of every key, the embedded default, and loading with clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class SettingsError(Exception):
+    """settings.yaml (or orchestrator.yaml) is missing, unreadable or invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QueueSettings(_Strict):
+    max_concurrency: int = Field(default=8, ge=1, le=1024)
+    max_attempts: int = Field(default=5, ge=1)
+    backoff_initial_ms: int = Field(default=500, ge=0)
+    backoff_max_ms: int = Field(default=60000, ge=0)
+    poll_ms: int = Field(default=500, ge=10)
+    max_payload_bytes: int = Field(default=1_048_576, ge=256)
+    fsync: bool = True
+    duplicate_window_sec: int = Field(default=86400, ge=0)
+    sent_retention_days: float = Field(default=7, ge=0)
+    claim_ahead: int = Field(default=64, ge=1)
+
+
+class ProviderSettings(_Strict):
+    command: list[str] = Field(min_length=1)
+    input: Literal["stdin", "arg"] = "stdin"
+    timeout_sec: float = Field(default=300, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    max_output_bytes: int = Field(default=1_048_576, ge=1024)
+
+
+class OrchestratorRef(_Strict):
+    workspace: str
+
+
+class ChannelProfile(BaseModel):
+    """One configured channel; type-specific keys are kept as extras for the plugin to read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1, max_length=128)
+    type: str = Field(min_length=1)
+    orchestrator: str | None = None
+    allow_from: list[str] | None = None
+
+    def option(self, key: str, default: Any = None) -> Any:
+        """Reads a type-specific key (e.g. `interval_sec`), with a default."""
+        return (self.model_extra or {}).get(key, default)
+
+
+class FileSettings(_Strict):
+    extra_roots: list[str] = Field(default_factory=list)
+
+
+class Settings(_Strict):
+    queue: QueueSettings = Field(default_factory=QueueSettings)
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    orchestrators: dict[str, OrchestratorRef] = Field(
+        default_factory=lambda: {"main": OrchestratorRef(workspace="orchestrators/main")}
+    )
+    default_orchestrator: str = "main"
+    channels: list[ChannelProfile] = Field(default_factory=list)
+    files: FileSettings = Field(default_factory=FileSettings)
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Settings:
+        if self.default_orchestrator not in self.orchestrators:
+            raise ValueError(
+                f"default_orchestrator: {self.default_orchestrator!r} is not a key of orchestrators"
+            )
+        seen: set[str] = set()
+        for index, profile in enumerate(self.channels):
+            if profile.id in seen:
+                raise ValueError(f"channels.{index}.id: duplicate channel profile id {profile.id!r}")
+            seen.add(profile.id)
+            if profile.orchestrator and profile.orchestrator not in self.orchestrators:
+                raise ValueError(
+                    f"channels.{index}.orchestrator: {profile.orchestrator!r} is not a key of orchestrators"
+                )
+        return self
+
+    def orchestrator_for(self, profile_id: str | None) -> str:
+        """Maps a channel profile to its orchestrator id (else `default_orchestrator`)."""
+        for profile in self.channels:
+            if profile.id == profile_id and profile.orchestrator:
+                return profile.orchestrator
+        return self.default_orchestrator
+
+    def profile(self, profile_id: str) -> ChannelProfile | None:
+        """The channel profile with this id, if configured."""
+        return next((p for p in self.channels if p.id == profile_id), None)
+
+
+def describe_validation_error(error: ValidationError, source: str) -> str:
+    """Turns a pydantic error into lines naming each failing key, e.g. `queue.max_attempts: …`."""
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{key}: {message}" if not message.startswith(key) else message)
+    return f"{source}: " + "; ".join(lines)
+
+
+def parse_yaml_file(path: Path) -> dict[str, Any]:
+    """Reads a YAML mapping, raising SettingsError with the file name on any problem."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise SettingsError(f"{path}: file not found") from exc
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SettingsError(f"{path}: cannot read: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of keys at the top level")
+    return data
+
+
+def load_settings(path: Path | None) -> Settings:
+    """Loads settings.yaml; a missing file means the embedded default (console + built-in provider)."""
+    if path is None or not path.exists():
+        return default_settings()
+    try:
+        return Settings.model_validate(parse_yaml_file(path))
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc, str(path))) from exc
+
+
+def default_settings() -> Settings:
+    """The embedded default: a console channel and the built-in offline provider, no tokens."""
+    return Settings(channels=[ChannelProfile(id="console", type="console")])
