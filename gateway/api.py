@@ -15,6 +15,9 @@ from gateway.settings import ChannelProfile, Settings
 Sink = Callable[[IncomingPayload], Awaitable[Path]]
 """Enqueues an incoming payload atomically (tmp + rename into `queue/incoming/`); returns its path."""
 
+BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
+"""An in-process provider: `async (prompt, request) -> answer` (from the `switchyard_providers` hook)."""
+
 
 class PermanentError(Exception):
     """A failure that retrying cannot fix: the message goes to `failed/` at once with this reason."""
@@ -53,6 +56,13 @@ class Channel(Protocol):
         """Disconnects; called once at shutdown."""
 
 
+class Outbox(Protocol):
+    """Writes outgoing payloads into `queue/outgoing/` (used for replies pushed later, e.g. run results)."""
+
+    def write(self, payload: OutgoingPayload) -> Path:
+        """Writes one payload atomically under its spec-002 name; returns the path."""
+
+
 @dataclass
 class ChannelContext:
     """What the gateway gives a channel plugin: its home, settings, event log and delivery state."""
@@ -61,6 +71,7 @@ class ChannelContext:
     settings: Settings
     profile: ChannelProfile
     events: EventLog
+    outbox: Outbox
 
     @property
     def files_dir(self) -> Path:
@@ -91,13 +102,6 @@ class Handler(Protocol):
         """Stops background work, leaving persisted state resumable."""
 
 
-class Outbox(Protocol):
-    """Writes outgoing payloads into `queue/outgoing/` (used for replies pushed later, e.g. run results)."""
-
-    def write(self, payload: OutgoingPayload) -> Path:
-        """Writes one payload atomically under its spec-002 name; returns the path."""
-
-
 @dataclass
 class HandlerContext:
     """What the gateway gives the handler it builds: home, settings, events, outbox, queue figures."""
@@ -108,3 +112,4 @@ class HandlerContext:
     outbox: Outbox
     queue_stats: Callable[[], dict[str, Any]]
     functions: list[FunctionSpec] = field(default_factory=list)
+    builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)

@@ -25,6 +25,14 @@ BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
 # --- startup ---------------------------------------------------------------------------------
 
 
+@hookspec
+def switchyard_init(home: Home, settings: Settings) -> list[str] | None:
+    """Writes this plugin's starter files into a new home (never overwriting); returns the paths written.
+
+    Called by `switchyard init` and before `switchyard run` starts. All implementations are called.
+    """
+
+
 @hookspec(firstresult=True)
 def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Channel | None:  # type: ignore[empty-body]
     """Builds the Channel for a configured profile whose `type` this plugin owns.

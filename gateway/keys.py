@@ -84,6 +84,12 @@ class KeyScheduler(Generic[T]):
         self._busy.difference_update(keys)
         self.running -= 1
 
+    def drain_pending(self) -> list[T]:
+        """Removes and returns every claimed message that has not started (for shutdown)."""
+        items = [p.item for p in self._pending if p.item is not None]
+        self._pending.clear()
+        return items
+
     @property
     def pending_count(self) -> int:
         return sum(1 for p in self._pending if not p.held)

@@ -71,6 +71,7 @@ class FileQueue:
         self._attempts_dir = home.state / "attempts"
         self._lock_fd = -1
         self._with_attempts: set[str] = set()
+        self._vanished: list[tuple[int, str]] = []
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -200,6 +201,7 @@ class FileQueue:
             try:
                 os.rename(source, target)
             except FileNotFoundError:
+                self._vanished.append((entry.mtime_ns, entry.name))
                 continue  # claimed by another worker, or removed by hand
             attempts, errors = self._read_attempts(entry.name)
             try:
@@ -209,6 +211,11 @@ class FileQueue:
                 errors = [*errors, f"cannot read: {exc}"]
             return Claimed(entry.name, target, data, (entry.mtime_ns, entry.name), attempts, errors)
         return None
+
+    def take_vanished(self) -> list[tuple[int, str]]:
+        """Orders of indexed files that were gone when claimed (taken by another worker or by hand)."""
+        vanished, self._vanished = self._vanished, []
+        return vanished
 
     def complete(self, claimed: Claimed) -> None:
         """Removes a claimed file after its replies were written."""

@@ -27,7 +27,6 @@ class QueueSettings(_Strict):
     fsync: bool = True
     duplicate_window_sec: int = Field(default=86400, ge=0)
     sent_retention_days: float = Field(default=7, ge=0)
-    claim_ahead: int = Field(default=64, ge=1)
 
 
 class ProviderSettings(_Strict):
@@ -70,7 +69,7 @@ class Settings(_Strict):
     default_orchestrator: str = "main"
     channels: list[ChannelProfile] = Field(default_factory=list)
     files: FileSettings = Field(default_factory=FileSettings)
-    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    plugins: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check_references(self) -> Settings:

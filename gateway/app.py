@@ -1,0 +1,225 @@
+"""The composition root: builds the queue, worker, dispatcher, channels and handler, runs them, stops them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from gateway.answered import AnsweredIndex
+from gateway.api import Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+from gateway.dispatcher import Dispatcher
+from gateway.events import EventLog, utc_now_iso
+from gateway.home import Home, atomic_write
+from gateway.models import IncomingPayload
+from gateway.outbox import FileOutbox
+from gateway.queue import FileQueue, queue_depths
+from gateway.settings import Settings
+from gateway.watch import FolderWatch
+from gateway.worker import Worker
+
+log = logging.getLogger("switchyard")
+
+SHUTDOWN_GRACE_S = 10.0
+MAINTENANCE_INTERVAL_S = 60.0
+
+
+def configured_secrets(settings: Settings) -> list[str]:
+    """The values of every environment variable named by a `*_env` key of a channel profile."""
+    secrets = []
+    for profile in settings.channels:
+        for key, value in (profile.model_extra or {}).items():
+            if key.endswith("_env") and isinstance(value, str) and os.environ.get(value):
+                secrets.append(os.environ[value])
+    return secrets
+
+
+def allowed_file_roots(home: Home, settings: Settings) -> list[Path]:
+    """Folders whose files may be sent as attachments: files/, runs/, workspaces and extra roots."""
+    roots = [home.files, home.runs]
+    roots += [home.resolve(ref.workspace) for ref in settings.orchestrators.values()]
+    roots += [home.resolve(extra) for extra in settings.files.extra_roots]
+    return roots
+
+
+class Gateway:
+    """One running Switchyard process on one home."""
+
+    def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager):
+        self.home = home
+        self.settings = settings
+        self.pm = pm
+        home.create()
+        self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
+                               observers=[lambda event: pm.hook.switchyard_event(event=event)])
+        qs = settings.queue
+        self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)
+        self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
+                                      fsync=qs.fsync)
+        self.outbox = FileOutbox(home, self.events, allowed_roots=allowed_file_roots(home, settings),
+                                 fsync=qs.fsync)
+        self.channel_status: dict[str, dict[str, Any]] = {}
+        self.channels: list[Channel] = []
+        self.handler: Handler | None = None
+        self.worker: Worker | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._watches: list[FolderWatch] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started_at = utc_now_iso()
+
+    # --- start ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recovers the queue, starts the handler, the channels, the worker and the dispatcher."""
+        self.pm.hook.switchyard_init(home=self.home, settings=self.settings)
+        for action in self.queue.open():
+            self.events.emit("queue.recovered", reason=action)
+        self.answered.open()
+        self.handler = self._build_handler()
+        await self.handler.start()
+        self.channels = await self._start_channels()
+        qs = self.settings.queue
+        self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
+                             on_start=self._show_typing)
+        self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs)
+        self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
+        self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
+        self.queue.rescan()
+        self.dispatcher.rescan()
+        self._tasks.append(asyncio.create_task(self.worker.run(), name="worker"))
+        self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
+        self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
+                         watch=self._watches[0].mode)
+
+    def _build_handler(self) -> Handler:
+        functions: list[FunctionSpec] = []
+        for declared in self.pm.hook.switchyard_functions():
+            functions.extend(declared or [])
+        context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
+                                 outbox=self.outbox, queue_stats=self.queue_stats, functions=functions)
+        handler = self.pm.hook.switchyard_handler(context=context)
+        if handler is None:
+            raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")
+        return handler  # type: ignore[no-any-return]
+
+    async def _start_channels(self) -> list[Channel]:
+        started = []
+        for profile in self.settings.channels:
+            context = ChannelContext(home=self.home, settings=self.settings, profile=profile,
+                                     events=self.events, outbox=self.outbox)
+            try:
+                channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
+                if channel is None:
+                    raise RuntimeError(f"no installed plugin provides channel type {profile.type!r}")
+                await channel.start(self._sink)
+            except Exception as exc:
+                reason = self.events.redact(str(exc) or type(exc).__name__)
+                log.error("channel %s (%s) is disabled: %s", profile.id, profile.type, reason)
+                self.events.emit("channel.disabled", channel=profile.type, profile=profile.id, reason=reason)
+                self.channel_status[profile.id] = {"type": profile.type, "state": "disabled", "reason": reason}
+                continue
+            self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
+            started.append(channel)
+        return started
+
+    def _watch(self, folder: Path, on_name: Any, on_rescan: Any) -> None:
+        watch = FolderWatch(folder, on_name, on_rescan, poll_ms=self.settings.queue.poll_ms)
+        watch.start(force_polling=os.environ.get("SWITCHYARD_FORCE_POLLING") == "1")
+        self._watches.append(watch)
+
+    # --- wiring -----------------------------------------------------------------------------
+
+    async def _sink(self, payload: IncomingPayload) -> Path:
+        """Enqueues a channel's incoming payload (the `sink` every channel is started with)."""
+        path = self.queue.enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
+        self._on_incoming(path.name)
+        return path
+
+    def _on_incoming(self, name: str) -> None:
+        self.queue.notice(name)
+        if self.worker is not None:
+            self.worker.wake()
+
+    def _rescan_incoming(self) -> None:
+        self.queue.rescan()
+        if self.worker is not None:
+            self.worker.wake()
+
+    def _show_typing(self, message: IncomingPayload) -> None:
+        if self.dispatcher is None:
+            return
+        probe = self.dispatcher.channel_for_incoming(message)
+        typing = getattr(probe, "typing", None)
+        if typing is not None:
+            task = asyncio.create_task(typing(message.conversation), name=f"typing:{message.conversation}")
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def queue_stats(self) -> dict[str, Any]:
+        """Queue depths and worker figures (for diagnostics, `queue_stats` and `status`)."""
+        stats: dict[str, Any] = dict(queue_depths(self.home))
+        if self.worker is not None:
+            stats.update(running=self.worker.scheduler.running, pending=self.worker.scheduler.pending_count,
+                         processed=self.worker.processed)
+        return stats
+
+    async def _maintenance(self) -> None:
+        while True:
+            self._write_status()
+            if self.dispatcher is not None:
+                with suppress(OSError):
+                    self.dispatcher.prune_sent()
+            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+
+    def _write_status(self) -> None:
+        status = {"pid": os.getpid(), "started_at": self.started_at, "updated_at": utc_now_iso(),
+                  "watch": self._watches[0].mode if self._watches else "stopped",
+                  "channels": self.channel_status}
+        with suppress(OSError):
+            atomic_write(self.home.state / "gateway.json", json.dumps(status, indent=2).encode(), fsync=False)
+
+    # --- stop -------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stops intake, finishes or requeues in-flight work, delivers what it can, closes everything."""
+        started = time.monotonic()
+        incoming_watch, *other_watches = self._watches or [None]
+        if incoming_watch is not None:
+            incoming_watch.stop()
+        if self.worker is not None:
+            await self.worker.stop(SHUTDOWN_GRACE_S)
+        if self.handler is not None:
+            await self.handler.stop()
+        if self.dispatcher is not None:
+            await self.dispatcher.stop(max(1.0, SHUTDOWN_GRACE_S - (time.monotonic() - started)))
+        for watch in other_watches:
+            if watch is not None:
+                watch.stop()
+        for channel in self.channels:
+            try:
+                await asyncio.wait_for(channel.stop(), SHUTDOWN_GRACE_S)
+            except Exception as exc:
+                log.warning("channel %s did not stop cleanly: %s", channel.profile_id, exc)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.events.emit("gateway.stopped", pid=os.getpid())
+        self.answered.close()
+        self.queue.close()
+        self.events.close()
+        (self.home.state / "gateway.json").unlink(missing_ok=True)
+
+
+async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:
+    """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI)."""
+    await gateway.start()
+    try:
+        await stop.wait()
+    finally:
+        await gateway.stop()

@@ -1,0 +1,243 @@
+"""The `switchyard` command: init, run, send, status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gateway.app import Gateway, run_gateway
+from gateway.events import now_ms
+from gateway.home import Home, resolve_home
+from gateway.models import IncomingPayload
+from gateway.plugin_manager import build_plugin_manager
+from gateway.queue import FileQueue, queue_depths
+from gateway.settings import Settings, SettingsError, load_settings
+
+log = logging.getLogger("switchyard")
+
+
+def example_settings_text() -> str:
+    """The commented settings.example.yaml shipped with the package."""
+    return resources.files("gateway").joinpath("templates/settings.example.yaml").read_text("utf-8")
+
+
+def _settings_path(args: argparse.Namespace, home: Home) -> Path:
+    return Path(args.settings).expanduser().resolve() if args.settings else home.settings_file
+
+
+def _load(args: argparse.Namespace) -> tuple[Home, Settings]:
+    home = Home(resolve_home(args.home))
+    return home, load_settings(_settings_path(args, home))
+
+
+# --- init ------------------------------------------------------------------------------------
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Creates the home layout, settings.yaml and the default orchestrator workspace."""
+    home = Home(resolve_home(args.home))
+    home.create()
+    written = []
+    if not home.settings_file.exists():
+        home.settings_file.write_text(example_settings_text(), encoding="utf-8")
+        written.append(str(home.settings_file))
+    settings = load_settings(_settings_path(args, home))
+    pm = build_plugin_manager(settings)
+    for paths in pm.hook.switchyard_init(home=home, settings=settings):
+        written.extend(paths or [])
+    print(f"Switchyard home: {home.root}")
+    for path in written:
+        print(f"  wrote {path}")
+    print("Next: switchyard run" + (f" --home {home.root}" if args.home else ""))
+    return 0
+
+
+# --- run -------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Runs the gateway until SIGINT or SIGTERM; then finishes or requeues in-flight work and exits 0."""
+    home, settings = _load(args)
+    pm = build_plugin_manager(settings)
+    gateway = Gateway(home, settings, pm)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        log.info("switchyard running on %s (channels: %s)", home.root,
+                 ", ".join(p.id for p in settings.channels) or "none — processing dropped-in files only")
+        await run_gateway(gateway, stop)
+
+    asyncio.run(main())
+    log.info("switchyard stopped")
+    return 0
+
+
+# --- send ------------------------------------------------------------------------------------
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    """Drops one message into the queue, as a channel would; `--wait` prints the reply."""
+    home = Home(resolve_home(args.home))
+    home.create()
+    stamp = now_ms()
+    payload = IncomingPayload(
+        channel=args.channel, channelProfileId=args.profile, sender=args.sender,
+        senderId=args.sender_id or args.sender, message=args.text, timestamp=stamp,
+        messageId=args.message_id or f"cli-{time.time_ns()}", conversationId=args.conversation,
+        workflowRunId=args.run,
+    )
+    path = FileQueue(home, fsync=True).enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
+    print(f"queued {path.name}", file=sys.stderr)
+    if args.wait <= 0:
+        return 0
+    reply = wait_for_reply(home, payload.messageId, args.wait)
+    if reply is None:
+        print(f"no reply within {args.wait:g}s (is `switchyard run` running on {home.root}?)", file=sys.stderr)
+        return 1
+    print(reply.get("message", ""))
+    return 0
+
+
+def wait_for_reply(home: Home, message_id: str, timeout_s: float) -> dict[str, Any] | None:
+    """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for folder in (home.outgoing, home.sent):
+            for entry in os.scandir(folder):
+                if entry.name.endswith(".json") and message_id in entry.name:
+                    try:
+                        reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
+                    except (OSError, ValueError):
+                        continue
+                    if reply.get("messageId") == message_id:
+                        return reply
+        time.sleep(0.05)
+    return None
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+def gather_status(home: Home, settings: Settings) -> dict[str, Any]:
+    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
+    status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
+    status["gateway"] = _gateway_process(home)
+    status["dead_letters"] = _dead_letters(home, limit=5)
+    pm = build_plugin_manager(settings)
+    for section in pm.hook.switchyard_status(home=home, settings=settings):
+        status.update(section or {})
+    return status
+
+
+def _gateway_process(home: Home) -> dict[str, Any]:
+    try:
+        info: dict[str, Any] = json.loads((home.state / "gateway.json").read_bytes())
+    except (OSError, ValueError):
+        return {"running": False}
+    try:
+        os.kill(int(info["pid"]), 0)
+        info["running"] = True
+    except (OSError, KeyError, ValueError):
+        info["running"] = False
+    return info
+
+
+def _dead_letters(home: Home, *, limit: int) -> list[dict[str, Any]]:
+    reports = sorted(home.failed.glob("*.error.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    letters = []
+    for path in reports[:limit]:
+        try:
+            report = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        letters.append({"file": report.get("file"), "reason": report.get("reason"),
+                        "attempts": report.get("attempts"), "failed_at": report.get("failed_at")})
+    return letters
+
+
+def print_status(status: dict[str, Any]) -> None:
+    """Prints the status for a person."""
+    gateway = status["gateway"]
+    print(f"home: {status['home']}")
+    print(f"gateway: {'running, pid ' + str(gateway['pid']) if gateway.get('running') else 'not running'}")
+    for profile, info in gateway.get("channels", {}).items():
+        reason = f" — {info['reason']}" if info.get("reason") else ""
+        print(f"  channel {profile} ({info.get('type')}): {info.get('state')}{reason}")
+    print("queue: " + ", ".join(f"{name} {count}" for name, count in status["queue"].items()))
+    for letter in status["dead_letters"]:
+        print(f"  dead letter {letter['file']}: {letter['reason']}")
+    for run in status.get("runs", []):
+        print(f"run {run.get('runId')} ({run.get('workflowId')}): {run.get('state')}, "
+              f"step {run.get('currentStep') or '-'}")
+    if not status.get("runs"):
+        print("runs: none active")
+    for beat in status.get("heartbeats", []):
+        flag = "MISSED" if beat.get("missed") else "ok"
+        print(f"heartbeat {beat.get('profile')}: {flag}, last answer {beat.get('last_answer_at') or 'never'}"
+              f", round trip {beat.get('last_rtt_ms', '-')} ms")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    home, settings = _load(args)
+    status = gather_status(home, settings)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+    else:
+        print_status(status)
+    return 0
+
+
+# --- entry point -----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+    parser.add_argument("--home", help="home directory (default: $SWITCHYARD_HOME or ~/.switchyard)")
+    parser.add_argument("--settings", help="settings file (default: <home>/settings.yaml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("init", help="create the home, settings.yaml and the default orchestrator")
+    commands.add_parser("run", help="run the gateway (Ctrl-C to stop)")
+    send = commands.add_parser("send", help="queue a message as a channel would")
+    send.add_argument("text")
+    send.add_argument("--channel", default="console")
+    send.add_argument("--profile", help="channelProfileId")
+    send.add_argument("--conversation", default="cli", help="conversationId")
+    send.add_argument("--sender", default=os.environ.get("USER", "cli"))
+    send.add_argument("--sender-id")
+    send.add_argument("--message-id")
+    send.add_argument("--run", help="workflowRunId to address")
+    send.add_argument("--wait", type=float, default=0, help="seconds to wait for the reply and print it")
+    status = commands.add_parser("status", help="queue depths, dead letters, runs, heartbeat")
+    status.add_argument("--json", action="store_true")
+    return parser
+
+
+COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_status}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except SettingsError as exc:
+        print(f"switchyard: invalid settings: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Delivers `queue/outgoing/` through the channel that owns each payload; sent files go to `sent/`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+from collections import deque
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gateway.api import Channel, DeliveryError
+from gateway.events import EventLog, utc_now_iso
+from gateway.home import Home, atomic_write
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.settings import QueueSettings
+
+log = logging.getLogger("switchyard.dispatcher")
+
+MAX_PARALLEL_DELIVERIES = 16
+
+
+class Dispatcher:
+    """Sends each outgoing payload once, in order per conversation, retrying failures with backoff.
+
+    A payload whose channel has no running plugin stays in `outgoing/` (one warning per channel
+    profile) and is delivered by a later start that has the plugin.
+    """
+
+    def __init__(self, home: Home, channels: list[Channel], events: EventLog, settings: QueueSettings):
+        self.home = home
+        self.events = events
+        self.settings = settings
+        self._channels = {(c.name, c.profile_id): c for c in channels}
+        self._queues: dict[str, deque[str]] = {}
+        self._active: dict[str, asyncio.Task[None]] = {}
+        self._known: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
+        self._slots = asyncio.Semaphore(MAX_PARALLEL_DELIVERIES)
+        self._stopping = False
+        self.sent = 0
+
+    def channel_for(self, payload: OutgoingPayload) -> Channel | None:
+        """The running channel of this payload's channel and profile (or the only one of its type)."""
+        found = self._channels.get((payload.channel, payload.profile))
+        if found is None and payload.channelProfileId is None:
+            of_type = [c for (name, _), c in self._channels.items() if name == payload.channel]
+            found = of_type[0] if len(of_type) == 1 else None
+        return found
+
+    def channel_for_incoming(self, message: IncomingPayload) -> Channel | None:
+        """The running channel a message came in through (for its typing indicator)."""
+        return self._channels.get((message.channel, message.profile))
+
+    def rescan(self) -> None:
+        """Lists `outgoing/` and schedules every payload not yet known, oldest first."""
+        entries = [e for e in os.scandir(self.home.outgoing)
+                   if e.name.endswith(".json") and e.name not in self._known]
+        for entry in sorted(entries, key=lambda e: (e.stat().st_mtime_ns, e.name)):
+            self.notice(entry.name)
+
+    def notice(self, name: str) -> None:
+        """Schedules one payload file that appeared in `outgoing/`."""
+        if self._stopping or name in self._known or not name.endswith(".json"):
+            return
+        path = self.home.outgoing / name
+        try:
+            payload = OutgoingPayload.model_validate(json.loads(path.read_bytes()))
+        except FileNotFoundError:
+            return
+        except (ValueError, ValidationError) as exc:
+            self._quarantine(path, f"invalid outgoing payload: {exc}", attempts=0)
+            return
+        channel = self.channel_for(payload)
+        if channel is None:
+            self._warn_undeliverable(name, payload)
+            return
+        self._known.add(name)
+        key = f"{payload.channel}/{payload.profile}/{payload.conversationId or payload.senderId or ''}"
+        self._queues.setdefault(key, deque()).append(name)
+        if key not in self._active:
+            self._active[key] = asyncio.create_task(self._drain(key), name=f"deliver:{key}")
+
+    def _warn_undeliverable(self, name: str, payload: OutgoingPayload) -> None:
+        owner = (payload.channel, payload.profile)
+        if owner in self._warned:
+            return
+        self._warned.add(owner)
+        log.warning("no running channel for %s/%s: %s and later replies for it stay in outgoing/",
+                    *owner, name)
+        self.events.emit("outgoing.undeliverable", channel=payload.channel, profile=payload.profile,
+                         file=name, reason="no running channel plugin for this channel profile")
+
+    async def _drain(self, key: str) -> None:
+        queue = self._queues[key]
+        try:
+            while queue and not self._stopping:
+                async with self._slots:
+                    await self._deliver(queue[0])
+                queue.popleft()
+        finally:
+            self._active.pop(key, None)
+            if not queue:
+                self._queues.pop(key, None)
+
+    async def _deliver(self, name: str) -> None:
+        path = self.home.outgoing / name
+        attempts = 0
+        while not self._stopping:
+            try:
+                payload = OutgoingPayload.model_validate(json.loads(path.read_bytes()))
+            except FileNotFoundError:
+                self._known.discard(name)
+                return
+            channel = self.channel_for(payload)
+            assert channel is not None
+            started = time.perf_counter()
+            try:
+                record = await channel.send(payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                attempts += 1
+                if attempts >= self.settings.max_attempts:
+                    self._quarantine(path, f"delivery failed {attempts} time(s): {exc}", attempts)
+                    return
+                delay = _retry_delay(exc, attempts, self.settings)
+                self.events.emit("outgoing.retry", file=name, channel=payload.channel,
+                                 conversation=payload.conversationId, reason=str(exc),
+                                 attempt=attempts, backoff_ms=int(delay * 1000))
+                await asyncio.sleep(delay)
+                continue
+            self._move_to_sent(path)
+            self.sent += 1
+            self.events.emit("outgoing.sent", file=name, channel=payload.channel,
+                             conversation=payload.conversationId, messageId=payload.messageId,
+                             platform_ids=record.platform_ids if record else None,
+                             duration_ms=round((time.perf_counter() - started) * 1000, 2))
+            return
+
+    def _move_to_sent(self, path: Path) -> None:
+        target = self.home.sent / path.name
+        if target.exists():
+            target = self.home.sent / f"{time.time_ns()}-{path.name}"
+        os.rename(path, target)
+        self._known.discard(path.name)
+
+    def _quarantine(self, path: Path, reason: str, attempts: int) -> None:
+        target = self.home.failed / path.name
+        if target.exists():
+            target = self.home.failed / f"{time.time_ns()}-{path.name}"
+        report = {"file": target.name, "reason": reason, "attempts": attempts, "failed_at": utc_now_iso(),
+                  "source": "outgoing"}
+        atomic_write(target.with_name(target.name + ".error.json"), json.dumps(report, indent=2).encode(),
+                     fsync=self.settings.fsync)
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:
+            pass
+        self._known.discard(path.name)
+        self.events.emit("outgoing.failed", file=path.name, reason=reason, attempts=attempts)
+
+    def prune_sent(self) -> int:
+        """Deletes delivered payloads older than `sent_retention_days`; returns how many."""
+        cutoff = time.time() - self.settings.sent_retention_days * 86400
+        removed = 0
+        for entry in os.scandir(self.home.sent):
+            if entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed += 1
+        return removed
+
+    async def stop(self, grace_s: float) -> None:
+        """Lets deliveries in progress finish for `grace_s`; undelivered files stay in outgoing/."""
+        self._stopping = True
+        tasks = list(self._active.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> float:
+    """The platform's retry-after when it gave one, else jittered exponential backoff."""
+    if isinstance(exc, DeliveryError) and exc.retry_after is not None:
+        return exc.retry_after
+    base = settings.backoff_initial_ms * 2 ** (attempts - 1)
+    return min(base, settings.backoff_max_ms) / 1000 * random.uniform(0.8, 1.2)

@@ -1,0 +1,66 @@
+"""Writes outgoing payloads under their spec-002 names, refusing attachments outside the allowed roots."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from gateway.events import EventLog, now_ms
+from gateway.home import Home, atomic_write, is_within, safe_name
+from gateway.models import OutgoingPayload
+
+log = logging.getLogger("switchyard.outbox")
+
+
+def outgoing_name(payload: OutgoingPayload) -> str:
+    """`<messageId>.json` for heartbeat, `<channel>_<messageId>_<timestamp>.json` otherwise (made safe)."""
+    if payload.channel == "heartbeat":
+        return f"{safe_name(payload.messageId)}.json"
+    return f"{safe_name(payload.channel)}_{safe_name(payload.messageId)}_{payload.timestamp}.json"
+
+
+class FileOutbox:
+    """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files."""
+
+    def __init__(self, home: Home, events: EventLog, *, allowed_roots: list[Path], fsync: bool = True):
+        self.home = home
+        self.events = events
+        self.allowed_roots = allowed_roots
+        self.fsync = fsync
+        self._last_ms = 0
+        self._lock = threading.Lock()
+
+    def write(self, payload: OutgoingPayload) -> Path:
+        """Writes one payload atomically; a refused attachment is dropped and named in the text."""
+        payload = self._checked_files(payload)
+        with self._lock:
+            stamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
+            while True:
+                payload.timestamp = stamp
+                path = self.home.outgoing / outgoing_name(payload)
+                if payload.channel == "heartbeat" or not path.exists():
+                    break
+                stamp += 1
+            self._last_ms = stamp
+        atomic_write(path, payload.to_json(), fsync=self.fsync)
+        return path
+
+    def _checked_files(self, payload: OutgoingPayload) -> OutgoingPayload:
+        allowed, refused = [], []
+        for raw in payload.files:
+            path = Path(raw)
+            if path.is_absolute() and is_within(path, self.allowed_roots) and os.path.isfile(path):
+                allowed.append(str(path.resolve()))
+            else:
+                refused.append(raw)
+        if not refused:
+            return payload
+        for raw in refused:
+            self.events.emit("outgoing.file_refused", reason="outside the allowed folders or missing",
+                             path=raw, channel=payload.channel, conversation=payload.conversationId)
+        note = "\n".join(f"[file not sent: {raw} is outside the allowed folders or does not exist]"
+                         for raw in refused)
+        message = f"{payload.message}\n{note}" if payload.message else note
+        return payload.model_copy(update={"files": allowed, "message": message})

@@ -1,0 +1,151 @@
+"""The heartbeat channel: a periodic check-in that travels the whole loop and proves it is alive."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway import (
+    ChannelContext,
+    ChannelProfile,
+    DeliveryRecord,
+    FunctionSpec,
+    Home,
+    IncomingPayload,
+    OutgoingPayload,
+    Settings,
+    Sink,
+    atomic_write,
+    hookimpl,
+    now_ms,
+    safe_name,
+    utc_now_iso,
+)
+
+CHANNEL_TYPE = "heartbeat"
+OK = "HEARTBEAT_OK"
+MISS_GRACE_S = 5.0
+
+
+def state_path(home: Home, profile_id: str) -> Path:
+    """Where a heartbeat profile records its beats (read by `switchyard status`)."""
+    return home.state / "heartbeat" / f"{safe_name(profile_id)}.json"
+
+
+class HeartbeatChannel:
+    """Sends a heartbeat payload every `interval_sec` and records the round trip of each answer.
+
+    The answer lands in `outgoing/<messageId>.json` and is handed to `send` by the dispatcher.
+    An answer other than HEARTBEAT_OK is forwarded to the `notify` profile and conversation.
+    """
+
+    name = CHANNEL_TYPE
+
+    def __init__(self, profile: ChannelProfile, context: ChannelContext):
+        self.profile_id = profile.id
+        self.context = context
+        self.interval_s = float(profile.option("interval_sec", 60))
+        self.text = str(profile.option("message", "heartbeat"))
+        self.notify: dict[str, Any] | None = profile.option("notify")
+        self._path = state_path(context.home, profile.id)
+        self._state: dict[str, Any] = {"profile": profile.id, "interval_sec": self.interval_s,
+                                       "started_at": utc_now_iso(), "started_ms": now_ms(), "beats": 0}
+        self._outstanding: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, sink: Sink) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._save()
+        self._task = asyncio.create_task(self._beat(sink), name=f"heartbeat:{self.profile_id}")
+
+    async def _beat(self, sink: Sink) -> None:
+        while True:
+            stamp = now_ms()
+            message_id = f"hb-{safe_name(self.profile_id)}-{stamp}"
+            self._outstanding[message_id] = stamp
+            await sink(IncomingPayload(
+                channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender="heartbeat",
+                senderId="heartbeat", message=self.text, timestamp=stamp, messageId=message_id,
+                conversationId="heartbeat",
+            ))
+            self._state.update(beats=self._state["beats"] + 1, last_sent_at=utc_now_iso(), last_sent_ms=stamp)
+            self._save()
+            await asyncio.sleep(self.interval_s)
+
+    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
+        sent_ms = self._outstanding.pop(outgoing.messageId, outgoing.timestamp)
+        rtt_ms = max(0, now_ms() - sent_ms)
+        healthy = outgoing.message.strip().startswith(OK)
+        self._state.update(last_answer_at=utc_now_iso(), last_answer_ms=now_ms(), last_rtt_ms=rtt_ms,
+                           last_answer=outgoing.message[:200], healthy=healthy)
+        self._save()
+        if healthy:
+            self.context.events.emit("heartbeat.ok", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                     rtt_ms=rtt_ms, messageId=outgoing.messageId)
+        else:
+            self.context.events.emit("heartbeat.alert", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                     rtt_ms=rtt_ms, reason=outgoing.message[:200])
+            self._forward(outgoing)
+        return DeliveryRecord(platform_ids=[outgoing.messageId], detail={"rtt_ms": rtt_ms})
+
+    def _forward(self, outgoing: OutgoingPayload) -> None:
+        if not self.notify or not self.notify.get("profile"):
+            return
+        target = self.context.settings.profile(str(self.notify["profile"]))
+        if target is None:
+            return
+        self.context.outbox.write(OutgoingPayload(
+            channel=target.type, channelProfileId=target.id, sender="heartbeat",
+            message=f"Heartbeat {self.profile_id} answered: {outgoing.message}", originalMessage=self.text,
+            timestamp=now_ms(), messageId=f"{outgoing.messageId}-notify", agent=outgoing.agent,
+            conversationId=self.notify.get("conversationId"),
+        ))
+
+    def _save(self) -> None:
+        atomic_write(self._path, json.dumps(self._state, indent=2).encode(), fsync=False)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+def read_heartbeat(home: Home, profile: ChannelProfile) -> dict[str, Any]:
+    """A heartbeat profile's last recorded beat, with `missed` set when an answer is overdue."""
+    try:
+        state: dict[str, Any] = json.loads(state_path(home, profile.id).read_bytes())
+    except (OSError, ValueError):
+        return {"profile": profile.id, "missed": None, "note": "no beat recorded yet"}
+    interval_ms = float(state.get("interval_sec", 60)) * 1000
+    since = state.get("last_answer_ms") or state.get("started_ms") or 0
+    state["missed"] = now_ms() - since > 2 * interval_ms + MISS_GRACE_S * 1000
+    return state
+
+
+@hookimpl
+def switchyard_channel_types() -> list[str]:
+    return [CHANNEL_TYPE]
+
+
+@hookimpl
+def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> HeartbeatChannel | None:
+    return HeartbeatChannel(profile, context) if profile.type == CHANNEL_TYPE else None
+
+
+@hookimpl
+def switchyard_functions() -> list[FunctionSpec]:
+    return [FunctionSpec(
+        name="heartbeat_check",
+        description="Answers a heartbeat: HEARTBEAT_OK when the gateway and orchestrator are working.",
+        parameters={"type": "object", "properties": {}, "additionalProperties": False},
+        call=lambda arguments: OK,
+    )]
+
+
+@hookimpl
+def switchyard_status(home: Home, settings: Settings) -> dict[str, Any] | None:
+    beats = [read_heartbeat(home, p) for p in settings.channels if p.type == CHANNEL_TYPE]
+    return {"heartbeats": beats} if beats else None

@@ -1,0 +1,25 @@
+"""Shared fixtures: a fresh home per test, no proxies, no inherited Switchyard environment."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.home import Home
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*PROXY_VARIABLES, "SWITCHYARD_HOME", "SWITCHYARD_PLUGINS", "SWITCHYARD_FORCE_POLLING"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Home]:
+    created = Home(tmp_path / "home")
+    created.create()
+    yield created

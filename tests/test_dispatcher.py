@@ -1,0 +1,97 @@
+"""The dispatcher: delivery to the owning channel, order per conversation, retries, sent/, no owner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from gateway.dispatcher import Dispatcher
+from gateway.events import EventLog, read_events
+from gateway.home import Home
+from gateway.models import OutgoingPayload
+from gateway.outbox import FileOutbox
+from gateway.settings import QueueSettings
+from gateway.testing import FakeChannel, async_wait_until, make_incoming
+
+SETTINGS = QueueSettings(backoff_initial_ms=5, backoff_max_ms=20, max_attempts=3, fsync=False)
+
+
+def _reply(text: str, **fields) -> OutgoingPayload:
+    incoming = make_incoming(text, channel="fake", channelProfileId="fake", **fields)
+    return OutgoingPayload.reply_to(incoming, text, agent="a", timestamp=incoming.timestamp)
+
+
+def _setup(home: Home, *channels: FakeChannel) -> tuple[Dispatcher, FileOutbox]:
+    events = EventLog(home.events_file)
+    return Dispatcher(home, list(channels), events, SETTINGS), FileOutbox(home, events, allowed_roots=[home.files],
+                                                                          fsync=False)
+
+
+async def test_delivers_in_order_and_moves_to_sent(home: Home) -> None:
+    channel = FakeChannel()
+    dispatcher, outbox = _setup(home, channel)
+    names = [outbox.write(_reply(f"r{i}")).name for i in range(5)]
+    for name in names:
+        dispatcher.notice(name)
+    await async_wait_until(lambda: len(channel.sent) == 5)
+    assert [p.message for p in channel.sent] == [f"r{i}" for i in range(5)]
+    await async_wait_until(lambda: sorted(os.listdir(home.sent)) == sorted(names))
+    assert list(home.outgoing.iterdir()) == []
+
+
+async def test_a_slow_conversation_does_not_delay_another(home: Home) -> None:
+    channel = FakeChannel()
+    gate = asyncio.Event()
+
+    async def hold_slow(payload: OutgoingPayload) -> None:
+        if payload.conversationId == "slow":
+            await gate.wait()
+
+    channel.on_send = hold_slow
+    dispatcher, outbox = _setup(home, channel)
+    dispatcher.notice(outbox.write(_reply("stuck", conversationId="slow")).name)
+    dispatcher.notice(outbox.write(_reply("quick", conversationId="fast")).name)
+    await async_wait_until(lambda: [p.message for p in channel.sent] == ["quick"])
+    gate.set()
+    await async_wait_until(lambda: len(channel.sent) == 2)
+
+
+async def test_failed_delivery_is_retried_honouring_retry_after(home: Home) -> None:
+    channel = FakeChannel(fail_times=2, retry_after=0.01)
+    dispatcher, outbox = _setup(home, channel)
+    dispatcher.notice(outbox.write(_reply("persist")).name)
+    await async_wait_until(lambda: len(channel.sent) == 1)
+    events = [e for e in read_events(home.events_file) if e["event"] == "outgoing.retry"]
+    assert [e["backoff_ms"] for e in events] == [10, 10]
+
+
+async def test_delivery_that_keeps_failing_is_dead_lettered_not_dropped(home: Home) -> None:
+    channel = FakeChannel(fail_times=99)
+    dispatcher, outbox = _setup(home, channel)
+    name = outbox.write(_reply("never")).name
+    dispatcher.notice(name)
+    await async_wait_until(lambda: (home.failed / f"{name}.error.json").exists())
+    assert json.loads((home.failed / name).read_bytes())["message"] == "never"
+
+
+async def test_payload_without_a_running_channel_stays_with_one_warning(home: Home) -> None:
+    dispatcher, outbox = _setup(home, FakeChannel())
+    for i in range(3):
+        payload = _reply(f"x{i}").model_copy(update={"channel": "telegram", "channelProfileId": "tg"})
+        dispatcher.notice(outbox.write(payload).name)
+    assert len(list(home.outgoing.iterdir())) == 3
+    warnings = [e for e in read_events(home.events_file) if e["event"] == "outgoing.undeliverable"]
+    assert len(warnings) == 1
+
+
+async def test_prune_sent_removes_only_old_files(home: Home) -> None:
+    dispatcher, _ = _setup(home)
+    old, new = home.sent / "old.json", home.sent / "new.json"
+    old.write_text("{}")
+    new.write_text("{}")
+    long_ago = time.time() - 8 * 86400
+    os.utime(old, (long_ago, long_ago))
+    assert dispatcher.prune_sent() == 1
+    assert not old.exists() and new.exists()

@@ -1,0 +1,62 @@
+"""Ordering keys and the key scheduler."""
+
+from __future__ import annotations
+
+from gateway.keys import KeyScheduler, ordering_keys
+from gateway.testing import make_incoming
+
+
+def test_conversation_key_falls_back_to_sender() -> None:
+    message = make_incoming(channel="telegram", channelProfileId="tg", conversationId=None, senderId="42")
+    assert ordering_keys(message) == ("conv:telegram/tg/42",)
+
+
+def test_a_message_naming_a_run_holds_the_run_key_too() -> None:
+    message = make_incoming(workflowRunId="r1")
+    assert ordering_keys(message) == ("run:r1", "conv:console/console/c1")
+
+
+def test_same_key_starts_in_claim_order_one_at_a_time() -> None:
+    scheduler: KeyScheduler[str] = KeyScheduler(max_concurrency=8)
+    scheduler.add((2, "b"), ("conv:x",), "second")
+    scheduler.add((1, "a"), ("conv:x",), "first")
+    assert [item for _, item in scheduler.ready()] == ["first"]
+    assert list(scheduler.ready()) == []
+    scheduler.finish(("conv:x",))
+    assert [item for _, item in scheduler.ready()] == ["second"]
+
+
+def test_independent_keys_start_together_up_to_the_limit() -> None:
+    scheduler: KeyScheduler[str] = KeyScheduler(max_concurrency=2)
+    for index, key in enumerate(("conv:a", "conv:b", "conv:c")):
+        scheduler.add((index, key), (key,), key)
+    assert [item for _, item in scheduler.ready()] == ["conv:a", "conv:b"]
+    scheduler.finish(("conv:a",))
+    assert [item for _, item in scheduler.ready()] == ["conv:c"]
+
+
+def test_a_later_message_never_overtakes_an_earlier_one_sharing_any_key() -> None:
+    scheduler: KeyScheduler[str] = KeyScheduler(max_concurrency=8)
+    scheduler.add((1, "a"), ("run:r", "conv:x"), "run message")
+    scheduler.add((2, "b"), ("conv:x",), "same conversation")
+    scheduler.add((3, "c"), ("conv:y",), "other conversation")
+    assert [item for _, item in scheduler.ready()] == ["run message", "other conversation"]
+
+
+def test_a_held_place_blocks_its_keys_until_the_retry_is_claimed() -> None:
+    scheduler: KeyScheduler[str] = KeyScheduler(max_concurrency=8)
+    scheduler.hold((1, "a"), ("conv:x",))
+    scheduler.add((2, "b"), ("conv:x",), "later")
+    assert list(scheduler.ready()) == []
+    scheduler.add((1, "a"), ("conv:x",), "retried")
+    assert [item for _, item in scheduler.ready()] == ["retried"]
+    scheduler.finish(("conv:x",))
+    assert [item for _, item in scheduler.ready()] == ["later"]
+
+
+def test_releasing_a_hold_unblocks_the_key() -> None:
+    scheduler: KeyScheduler[str] = KeyScheduler(max_concurrency=8)
+    scheduler.hold((1, "a"), ("conv:x",))
+    scheduler.add((2, "b"), ("conv:x",), "later")
+    scheduler.release_hold((1, "a"))
+    assert [item for _, item in scheduler.ready()] == ["later"]

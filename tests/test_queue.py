@@ -1,0 +1,159 @@
+"""The file queue: claim order, atomic claims, requeue with bytes intact, dead letters, recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from gateway.home import Home
+from gateway.queue import FileQueue, queue_depths
+from gateway.testing import drop_incoming, make_incoming
+
+
+def _set_mtime(path, ns):
+    os.utime(path, ns=(ns, ns))
+
+
+def test_claims_oldest_first_by_mtime_then_name(home: Home) -> None:
+    base = time.time_ns()
+    for name, offset in (("c.json", 0), ("b.json", 0), ("a.json", 5_000_000)):
+        path = drop_incoming(home, make_incoming(name), name)
+        _set_mtime(path, base + offset)
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    claimed = [queue.claim().name for _ in range(3)]
+    assert claimed == ["b.json", "c.json", "a.json"]
+    assert queue.claim() is None
+
+
+def test_tmp_files_are_never_claimed(home: Home) -> None:
+    (home.incoming / "half.json.tmp").write_bytes(b"{")
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    queue.notice("half.json.tmp")
+    assert queue.claim() is None
+    assert (home.incoming / "half.json.tmp").exists()
+
+
+def test_claim_moves_the_file_into_this_workers_processing_folder(home: Home) -> None:
+    drop_incoming(home, make_incoming(), "one.json")
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    claimed = queue.claim()
+    assert claimed is not None
+    assert not (home.incoming / "one.json").exists()
+    assert claimed.path.parent == home.processing / f"w{os.getpid()}"
+    assert json.loads(claimed.data)["message"] == "hello"
+
+
+def test_requeue_keeps_bytes_and_counts_attempts_outside_the_payload(home: Home) -> None:
+    original = b'{"channel": "console", "message": "x", "timestamp": 1, "messageId": "m"}'
+    drop_incoming(home, original, "m.json")
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    claimed = queue.claim()
+    assert queue.requeue(claimed, "boom", delay_s=0) == 1
+    assert (home.incoming / "m.json").read_bytes() == original
+    again = queue.claim()
+    assert again.attempts == 1 and again.errors == ["boom"]
+    assert again.data == original
+
+
+def test_requeued_file_waits_out_its_backoff(home: Home) -> None:
+    drop_incoming(home, make_incoming(), "m.json")
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    queue.requeue(queue.claim(), "boom", delay_s=60)
+    assert queue.claim() is None
+    assert 59 < queue.next_due_in() <= 60
+
+
+def test_dead_letter_keeps_original_bytes_and_writes_the_reason(home: Home) -> None:
+    original = b"not json at all"
+    drop_incoming(home, original, "bad.json")
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    target = queue.dead_letter(queue.claim(), "not valid JSON", attempts=1)
+    assert target == home.failed / "bad.json"
+    assert target.read_bytes() == original
+    report = json.loads((home.failed / "bad.json.error.json").read_bytes())
+    assert report["reason"] == "not valid JSON" and report["attempts"] == 1
+
+
+def test_recovery_returns_files_of_a_dead_worker(home: Home) -> None:
+    dead = home.processing / "w999999"
+    dead.mkdir()
+    (dead / "left.json").write_bytes(make_incoming("left behind").to_json())
+    (home.processing / "flat.json").write_bytes(make_incoming("old layout").to_json())
+    queue = FileQueue(home, fsync=False)
+    actions = queue.open()
+    assert len(actions) == 2
+    assert sorted(p.name for p in home.incoming.iterdir()) == ["flat.json", "left.json"]
+    assert not dead.exists()
+
+
+def test_recovery_leaves_a_live_workers_files_alone(home: Home, tmp_path) -> None:
+    script = (
+        "import sys, time; sys.path.insert(0, '.');"
+        "from gateway.home import Home; from gateway.queue import FileQueue;"
+        f"q = FileQueue(Home(__import__('pathlib').Path({str(home.root)!r})), fsync=False); q.open();"
+        "(q.worker_dir / 'busy.json').write_text('{}'); print('ready', flush=True); time.sleep(30)"
+    )
+    other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "ready"
+        queue = FileQueue(home, fsync=False)
+        assert queue.open() == []
+        assert (home.processing / f"w{other.pid}" / "busy.json").exists()
+    finally:
+        other.kill()
+        other.wait()
+        other.stdout.close()
+
+
+def test_recovery_resolves_a_name_present_in_both_folders_without_loss(home: Home) -> None:
+    dead = home.processing / "w999998"
+    dead.mkdir()
+    (dead / "same.json").write_bytes(b'{"version": "processing"}')
+    (home.incoming / "same.json").write_bytes(b'{"version": "incoming"}')
+    (dead / "twin.json").write_bytes(b'{"identical": true}')
+    (home.incoming / "twin.json").write_bytes(b'{"identical": true}')
+    FileQueue(home, fsync=False).open()
+    contents = sorted(p.read_bytes() for p in home.incoming.iterdir())
+    assert contents == [b'{"identical": true}', b'{"version": "incoming"}', b'{"version": "processing"}']
+
+
+def test_stale_tmp_files_are_removed_at_start_and_fresh_ones_kept(home: Home) -> None:
+    stale = home.incoming / "old.json.tmp"
+    stale.write_bytes(b"{")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    fresh = home.incoming / "new.json.tmp"
+    fresh.write_bytes(b"{")
+    FileQueue(home, fsync=False).open()
+    assert not stale.exists() and fresh.exists()
+
+
+def test_two_queues_on_one_home_never_claim_the_same_file(home: Home) -> None:
+    for i in range(50):
+        drop_incoming(home, make_incoming(str(i)), f"{i:03d}.json")
+    first, second = FileQueue(home, fsync=False), FileQueue(home, fsync=False)
+    first.open()
+    first.worker_dir = home.processing / "w-first"
+    first.worker_dir.mkdir()
+    second.rescan()
+    second.worker_dir = home.processing / "w-second"
+    second.worker_dir.mkdir()
+    names = []
+    while (claimed := first.claim() or second.claim()) is not None:
+        names.append(claimed.name)
+    assert sorted(names) == [f"{i:03d}.json" for i in range(50)]
+
+
+def test_enqueue_names_sort_in_arrival_order(home: Home) -> None:
+    queue = FileQueue(home, fsync=False)
+    paths = [queue.enqueue(make_incoming(str(i)).to_json(), hint="console-x") for i in range(200)]
+    assert [p.name for p in paths] == sorted(p.name for p in paths)
+    assert queue_depths(home)["incoming"] == 200

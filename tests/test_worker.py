@@ -1,0 +1,274 @@
+"""The worker: ordering per key, concurrency across keys, retries, dead letters, invalid input, duplicates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from gateway.answered import AnsweredIndex
+from gateway.api import PermanentError
+from gateway.events import EventLog, read_events
+from gateway.home import Home
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.outbox import FileOutbox
+from gateway.queue import FileQueue
+from gateway.settings import QueueSettings
+from gateway.testing import async_wait_until, drop_incoming, make_incoming, read_json_files
+from gateway.worker import Worker, backoff_seconds
+
+Behaviour = Callable[[IncomingPayload], Awaitable[str]]
+
+
+class ScriptedHandler:
+    """Answers with `behaviour(message)`; records start/end order and the peak concurrency."""
+
+    def __init__(self, behaviour: Behaviour | None = None):
+        self.behaviour = behaviour or self._echo
+        self.log: list[tuple[str, str]] = []
+        self.active = 0
+        self.peak = 0
+
+    @staticmethod
+    async def _echo(message: IncomingPayload) -> str:
+        return f"echo: {message.message}"
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        self.log.append(("start", message.message))
+        try:
+            text = await self.behaviour(message)
+        finally:
+            self.active -= 1
+            self.log.append(("end", message.message))
+        return [OutgoingPayload.reply_to(message, text, agent="test", timestamp=message.timestamp)]
+
+
+@pytest.fixture
+def settings() -> QueueSettings:
+    return QueueSettings(max_concurrency=4, max_attempts=3, backoff_initial_ms=10, backoff_max_ms=40,
+                         fsync=False)
+
+
+class Harness:
+    def __init__(self, home: Home, handler: ScriptedHandler, settings: QueueSettings):
+        self.home = home
+        self.events = EventLog(home.events_file)
+        self.queue = FileQueue(home, fsync=False, max_payload_bytes=settings.max_payload_bytes)
+        self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
+        outbox = FileOutbox(home, self.events, allowed_roots=[home.files], fsync=False)
+        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.queue.open()
+        self.answered.open()
+        self.task = asyncio.create_task(self.worker.run())
+
+    def drop(self, payload, name: str) -> None:
+        drop_incoming(self.home, payload, name)
+        self.queue.notice(name)
+        self.worker.wake()
+
+    def replies(self) -> list[dict]:
+        return read_json_files(self.home.outgoing)
+
+    def event_names(self) -> list[str]:
+        return [e["event"] for e in read_events(self.home.events_file)]
+
+    async def stop(self) -> None:
+        await self.worker.stop(1.0)
+        assert self.task is not None
+        await self.task
+        self.answered.close()
+        self.queue.close()
+
+
+@pytest.fixture
+async def make_harness(home: Home, settings: QueueSettings) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
+    created: list[Harness] = []
+
+    async def build(handler: ScriptedHandler | None = None, **overrides) -> Harness:
+        harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides))
+        await harness.start()
+        created.append(harness)
+        return harness
+
+    yield build
+    for harness in created:
+        await harness.stop()
+
+
+async def test_a_message_gets_a_reply_and_leaves_the_queue(make_harness, home: Home) -> None:
+    harness = await make_harness()
+    harness.drop(make_incoming("hi", messageId="m1"), "m1.json")
+    replies = await async_wait_until(harness.replies)
+    assert replies[0]["message"] == "echo: hi" and replies[0]["originalMessage"] == "hi"
+    assert replies[0]["agent"] == "test" and replies[0]["conversationId"] == "c1"
+    await async_wait_until(lambda: not any(home.processing.rglob("*.json")))
+    assert list(home.incoming.iterdir()) == []
+
+
+async def test_messages_of_one_conversation_run_in_order_while_others_run_concurrently(make_harness) -> None:
+    gate = asyncio.Event()
+
+    async def slow_for_a(message: IncomingPayload) -> str:
+        if message.conversationId == "A":
+            await gate.wait()
+        return message.message
+
+    handler = ScriptedHandler(slow_for_a)
+    harness = await make_harness(handler)
+    for i in range(3):
+        harness.drop(make_incoming(f"A{i}", conversationId="A", messageId=f"a{i}"), f"0{i}-a.json")
+    for i in range(3):
+        harness.drop(make_incoming(f"B{i}", conversationId="B", messageId=f"b{i}"), f"1{i}-b.json")
+    await async_wait_until(lambda: len(harness.replies()) == 3)
+    assert sorted(r["message"] for r in harness.replies()) == ["B0", "B1", "B2"]
+    assert [m for kind, m in handler.log if kind == "start" and m.startswith("A")] == ["A0"]
+    gate.set()
+    await async_wait_until(lambda: len(harness.replies()) == 6)
+    a_events = [(kind, m) for kind, m in handler.log if m.startswith("A")]
+    assert a_events == [("start", "A0"), ("end", "A0"), ("start", "A1"), ("end", "A1"),
+                        ("start", "A2"), ("end", "A2")]
+
+
+async def test_concurrency_is_capped(make_harness) -> None:
+    release = asyncio.Event()
+
+    async def wait(message: IncomingPayload) -> str:
+        await release.wait()
+        return "ok"
+
+    handler = ScriptedHandler(wait)
+    harness = await make_harness(handler, max_concurrency=2)
+    for i in range(5):
+        harness.drop(make_incoming(conversationId=f"c{i}", messageId=f"m{i}"), f"{i}.json")
+    await async_wait_until(lambda: handler.active == 2)
+    release.set()
+    await async_wait_until(lambda: len(harness.replies()) == 5)
+    assert handler.peak == 2
+
+
+async def test_a_failure_is_retried_with_events_and_then_succeeds(make_harness, home: Home) -> None:
+    calls = []
+
+    async def flaky(message: IncomingPayload) -> str:
+        calls.append(message.message)
+        if len(calls) < 3:
+            raise RuntimeError("provider exploded")
+        return "finally"
+
+    harness = await make_harness(ScriptedHandler(flaky))
+    harness.drop(make_incoming("try", messageId="t"), "t.json")
+    replies = await async_wait_until(harness.replies)
+    assert replies[0]["message"] == "finally" and len(calls) == 3
+    names = harness.event_names()
+    assert names.count("job.failed.retryable") == 2 and names.count("job.requeued") == 2
+    assert list(home.failed.iterdir()) == []
+
+
+async def test_retry_keeps_the_conversation_order(make_harness) -> None:
+    failed_once: set[str] = set()
+
+    async def first_fails_once(message: IncomingPayload) -> str:
+        if message.message == "first" and "first" not in failed_once:
+            failed_once.add("first")
+            raise RuntimeError("transient")
+        return message.message
+
+    handler = ScriptedHandler(first_fails_once)
+    harness = await make_harness(handler)
+    harness.drop(make_incoming("first", messageId="1"), "1.json")
+    harness.drop(make_incoming("second", messageId="2"), "2.json")
+    await async_wait_until(lambda: len(harness.replies()) == 2)
+    successes = [m for kind, m in handler.log if kind == "end"]
+    assert successes == ["first", "first", "second"]
+
+
+async def test_dead_letter_after_max_attempts_keeps_bytes_and_apologises(make_harness, home: Home) -> None:
+    async def always_fails(message: IncomingPayload) -> str:
+        raise RuntimeError("still broken")
+
+    harness = await make_harness(ScriptedHandler(always_fails))
+    payload = make_incoming("doomed", messageId="d")
+    raw = payload.to_json()
+    harness.drop(raw, "d.json")
+    await async_wait_until(lambda: (home.failed / "d.json.error.json").exists())
+    assert (home.failed / "d.json").read_bytes() == raw
+    report = json.loads((home.failed / "d.json.error.json").read_bytes())
+    assert report["attempts"] == 3 and "still broken" in report["reason"] and len(report["errors"]) == 3
+    apology = (await async_wait_until(harness.replies))[0]
+    assert apology["messageId"] == "d" and "Sorry" in apology["message"]
+    assert "job.failed.final" in harness.event_names()
+
+
+async def test_permanent_error_dead_letters_at_once(make_harness, home: Home) -> None:
+    async def refuses(message: IncomingPayload) -> str:
+        raise PermanentError("unknown provider 'nope'")
+
+    harness = await make_harness(ScriptedHandler(refuses))
+    harness.drop(make_incoming(messageId="p"), "p.json")
+    await async_wait_until(lambda: (home.failed / "p.json.error.json").exists())
+    assert json.loads((home.failed / "p.json.error.json").read_bytes())["attempts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (json.dumps({"channel": "console", "message": "no id"}).encode(), "wrong schema"),
+        (json.dumps({"channel": "console", "message": "x" * 5000, "timestamp": 1, "messageId": "big"}).encode(),
+         "larger than queue.max_payload_bytes"),
+    ],
+)
+async def test_invalid_payloads_are_quarantined_and_the_worker_goes_on(
+    make_harness, home: Home, content: bytes, reason: str
+) -> None:
+    harness = await make_harness(max_payload_bytes=4096)
+    harness.drop(content, "bad.json")
+    harness.drop(make_incoming("after", messageId="ok"), "ok.json")
+    await async_wait_until(lambda: (home.failed / "bad.json.error.json").exists())
+    assert (home.failed / "bad.json").read_bytes() == content
+    assert reason in json.loads((home.failed / "bad.json.error.json").read_bytes())["reason"]
+    replies = await async_wait_until(harness.replies)
+    assert replies[0]["message"] == "echo: after"
+    assert "message.invalid" in harness.event_names()
+
+
+async def test_a_repeated_message_already_answered_is_skipped(make_harness) -> None:
+    handler = ScriptedHandler()
+    harness = await make_harness(handler)
+    harness.drop(make_incoming("once", messageId="same"), "1.json")
+    await async_wait_until(harness.replies)
+    harness.drop(make_incoming("once", messageId="same"), "2.json")
+    await async_wait_until(lambda: "message.duplicate" in harness.event_names())
+    assert len(harness.replies()) == 1 and handler.log.count(("start", "once")) == 1
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    settings = QueueSettings(backoff_initial_ms=500, backoff_max_ms=1500)
+    assert [backoff_seconds(n, settings) for n in (1, 2, 3, 4)] == [0.5, 1.0, 1.5, 1.5]
+
+
+async def test_stop_requeues_claimed_messages_that_had_not_started(make_harness, home: Home) -> None:
+    release = asyncio.Event()
+
+    async def hang(message: IncomingPayload) -> str:
+        await release.wait()
+        return "late"
+
+    harness = await make_harness(ScriptedHandler(hang), max_concurrency=1)
+    harness.drop(make_incoming("a", messageId="a", conversationId="x"), "a.json")
+    harness.drop(make_incoming("b", messageId="b", conversationId="x"), "b.json")
+    await async_wait_until(lambda: harness.worker.scheduler.running == 1)
+    await harness.worker.stop(0.05)
+    assert sorted(p.name for p in home.incoming.iterdir()) == ["a.json", "b.json"]
