@@ -12,6 +12,9 @@ from gateway.api import (
     PermanentError,
     Sink,
 )
+from gateway.access import AccessDecision, AccessPolicy
+from gateway.chunking import split_message
+from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
 from gateway.events import EventLog, now_ms, utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.hookspecs import hookimpl
@@ -19,6 +22,8 @@ from gateway.models import IncomingPayload, OutgoingPayload, split_send_file_tag
 from gateway.settings import ChannelProfile, ProviderSettings, Settings, SettingsError
 
 __all__ = [
+    "AccessDecision", "AccessPolicy", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
+    "delivery_key", "reply_parts", "split_message",
     "Channel", "ChannelContext", "ChannelProfile", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "IncomingPayload", "Outbox",
     "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import aiofiles
+
 from gateway.events import EventLog
-from gateway.home import Home
+from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
 
@@ -76,7 +79,15 @@ class ChannelContext:
     @property
     def files_dir(self) -> Path:
         """Where downloaded attachments go (`<home>/files/<profile>/`)."""
-        return self.home.files / self.profile.id
+        return self.home.files / safe_name(self.profile.id)
+
+    async def save_attachment(self, filename: str, data: bytes) -> Path:
+        """Stores a downloaded attachment under `files/<profile>/` with a unique, safe name."""
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+        path = self.files_dir / f"{time.time_ns()}-{safe_name(filename)}"
+        async with aiofiles.open(path, "wb") as handle:
+            await handle.write(data)
+        return path.resolve()
 
 
 @dataclass(frozen=True)

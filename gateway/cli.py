@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gateway.access import PairingStore
 from gateway.app import Gateway, run_gateway
 from gateway.events import now_ms
 from gateway.home import Home, resolve_home
@@ -199,6 +200,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- pair ------------------------------------------------------------------------------------
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    """Lists pending pairing codes, or approves one so its sender may talk to the bot."""
+    store = PairingStore(Home(resolve_home(args.home)))
+    if args.pair_command == "approve":
+        entry = store.approve(args.code)
+        if entry is None:
+            print(f"switchyard: no pending pairing code {args.code!r} (see `switchyard pair list`)",
+                  file=sys.stderr)
+            return 1
+        print(f"approved {entry['sender'] or entry['senderId']} ({entry['senderId']}) on {entry['profile']}")
+        return 0
+    data = store.read()
+    for code, entry in data["pending"].items():
+        print(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
+              f"since {entry['requested_at']}")
+    for profile, senders in data["approved"].items():
+        print(f"approved on {profile}: {', '.join(senders)}")
+    return 0
+
+
 # --- entry point -----------------------------------------------------------------------------
 
 
@@ -222,10 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--wait", type=float, default=0, help="seconds to wait for the reply and print it")
     status = commands.add_parser("status", help="queue depths, dead letters, runs, heartbeat")
     status.add_argument("--json", action="store_true")
+    pair = commands.add_parser("pair", help="admit senders with one-time pairing codes")
+    pair_commands = pair.add_subparsers(dest="pair_command", required=True)
+    pair_commands.add_parser("list", help="pending codes and approved senders")
+    approve = pair_commands.add_parser("approve", help="approve a pending code")
+    approve.add_argument("code")
     return parser
 
 
-COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_status}
+COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_status, "pair": cmd_pair}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,121 @@
+"""Helpers for channel plugins: resumable multi-part delivery and the thread → run index."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.api import DeliveryRecord
+from gateway.chunking import split_message
+from gateway.home import Home, atomic_write, safe_name
+from gateway.models import OutgoingPayload
+
+log = logging.getLogger("switchyard.delivery")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One platform message of a reply: a text chunk or one file."""
+
+    index: int
+    text: str | None = None
+    file: Path | None = None
+
+
+def reply_parts(outgoing: OutgoingPayload, limit: int) -> list[Part]:
+    """The text split at `limit` (code fences kept whole), then each file."""
+    texts = split_message(outgoing.message, limit)
+    parts = [Part(index, text=text) for index, text in enumerate(texts)]
+    parts += [Part(len(parts) + offset, file=Path(path)) for offset, path in enumerate(outgoing.files)]
+    return parts
+
+
+def delivery_key(outgoing: OutgoingPayload) -> str:
+    """Identifies one outgoing payload across restarts (its spec-002 name)."""
+    return f"{outgoing.channel}_{outgoing.messageId}_{outgoing.timestamp}"
+
+
+class DeliveryJournal:
+    """Records each part's platform message id as it is sent, so a restart in the middle of a
+    delivery continues after the last sent part instead of sending the whole reply again."""
+
+    def __init__(self, home: Home, profile_id: str):
+        self.folder = home.state / "delivery" / safe_name(profile_id)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{safe_name(key)}.json"
+
+    def sent_parts(self, key: str) -> dict[int, str]:
+        """Part index → platform message id, for the parts already sent."""
+        try:
+            raw = json.loads(self._path(key).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return {int(index): str(pid) for index, pid in raw.items()}
+
+    def record(self, key: str, index: int, platform_id: str) -> None:
+        sent = self.sent_parts(key)
+        sent[index] = platform_id
+        atomic_write(self._path(key), json.dumps(sent).encode(), fsync=True)
+
+    def forget(self, key: str) -> None:
+        """Drops the record once the whole payload is delivered."""
+        self._path(key).unlink(missing_ok=True)
+
+
+SendPart = Callable[[Part], Awaitable[str]]
+
+
+async def deliver_parts(
+    outgoing: OutgoingPayload, parts: list[Part], send_part: SendPart, journal: DeliveryJournal
+) -> DeliveryRecord:
+    """Sends the parts not yet sent, in order, journaling each platform id; returns all ids.
+
+    An exception from `send_part` (e.g. a DeliveryError after a 429) leaves the journal with the
+    parts sent so far; the dispatcher retries the payload and only the rest is sent.
+    """
+    key = delivery_key(outgoing)
+    sent = journal.sent_parts(key)
+    for part in parts:
+        if part.index in sent:
+            continue
+        platform_id = await send_part(part)
+        journal.record(key, part.index, platform_id)
+        sent[part.index] = platform_id
+    journal.forget(key)
+    return DeliveryRecord(platform_ids=[sent[p.index] for p in parts], detail={"parts": len(parts)})
+
+
+class RunThreads:
+    """Remembers which platform message or thread belongs to which workflow run, per profile, so a
+    reply in that thread (or to that message) carries the run's workflowRunId."""
+
+    def __init__(self, home: Home, profile_id: str, *, limit: int = 5000):
+        self.path = home.state / "threads" / f"{safe_name(profile_id)}.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.limit = limit
+        try:
+            self._map: dict[str, str] = json.loads(self.path.read_bytes())
+        except (OSError, ValueError):
+            self._map = {}
+
+    def remember(self, platform_ref: str, run_id: str) -> None:
+        """Associates a platform message id or thread id with a run."""
+        if self._map.get(platform_ref) == run_id:
+            return
+        self._map[platform_ref] = run_id
+        while len(self._map) > self.limit:
+            self._map.pop(next(iter(self._map)))
+        atomic_write(self.path, json.dumps(self._map).encode(), fsync=False)
+
+    def run_for(self, *platform_refs: Any) -> str | None:
+        """The run of the first reference that belongs to one (None when none does)."""
+        for ref in platform_refs:
+            if ref is not None and str(ref) in self._map:
+                return self._map[str(ref)]
+        return None

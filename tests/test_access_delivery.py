@@ -1,0 +1,66 @@
+"""Access control with pairing, and resumable multi-part delivery."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.access import AccessPolicy
+from gateway.cli import main
+from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, reply_parts
+from gateway.home import Home
+from gateway.models import OutgoingPayload
+from gateway.settings import ChannelProfile
+
+
+def test_without_rules_everyone_is_admitted(home: Home) -> None:
+    assert AccessPolicy(home, ChannelProfile(id="p", type="x")).check("anyone").allowed
+
+
+def test_allow_from_admits_only_listed_senders(home: Home) -> None:
+    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", allow_from=["1"]))
+    assert policy.check("1").allowed
+    refused = policy.check("2")
+    assert not refused.allowed and refused.reply is None
+
+
+def test_pairing_gives_one_code_and_approval_admits(home: Home, capsys) -> None:
+    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True))
+    first = policy.check("42", "Eve")
+    assert not first.allowed and first.reply is not None
+    code = first.reply.split("pairing code is ")[1].split(";")[0]
+    assert policy.check("42", "Eve").reply is None  # told once
+    assert main(["--home", str(home.root), "pair", "approve", code]) == 0
+    assert "approved Eve" in capsys.readouterr().out
+    assert policy.check("42").allowed
+    assert main(["--home", str(home.root), "pair", "approve", code]) == 1
+
+
+async def test_a_restart_mid_delivery_sends_only_the_remaining_parts(home: Home) -> None:
+    outgoing = OutgoingPayload(channel="x", message="\n".join(["word " * 30] * 5), timestamp=1, messageId="m")
+    parts = reply_parts(outgoing, 200)
+    assert len(parts) == 5
+    journal = DeliveryJournal(home, "p")
+    sent: list[int] = []
+
+    async def crash_after_two(part: Part) -> str:
+        if len(sent) == 2:
+            raise RuntimeError("process killed")
+        sent.append(part.index)
+        return f"id{part.index}"
+
+    with pytest.raises(RuntimeError):
+        await deliver_parts(outgoing, parts, crash_after_two, DeliveryJournal(home, "p"))
+
+    async def works(part: Part) -> str:
+        sent.append(part.index)
+        return f"id{part.index}"
+
+    record = await deliver_parts(outgoing, parts, works, journal)
+    assert sent == [0, 1, 2, 3, 4]
+    assert record.platform_ids == [f"id{i}" for i in range(5)]
+    assert journal.sent_parts("x_m_1") == {}
+
+
+def test_run_threads_survive_a_restart(home: Home) -> None:
+    RunThreads(home, "p").remember("thread-9", "r-1")
+    assert RunThreads(home, "p").run_for(None, "other", "thread-9") == "r-1"
