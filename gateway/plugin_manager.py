@@ -19,6 +19,10 @@ ENTRY_POINT_GROUP = "switchyard.plugins"
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.console",
     "plugins.heartbeat",
+    "plugins.telegram",
+    "plugins.discord",
+    "plugins.slack",
+    "plugins.whatsapp",
     "orchestrator.plugin",
 )
 

@@ -51,13 +51,16 @@ class ConsoleChannel:
 
     def _read_lines(self) -> None:
         assert self._loop is not None
-        for line in self._stdin:
-            text = line.rstrip("\n")
-            if text.strip():
-                try:
+        try:
+            for line in self._stdin:
+                text = line.rstrip("\n")
+                if text.strip():
                     self._loop.call_soon_threadsafe(self._submit, text)
-                except RuntimeError:
-                    return  # the loop has closed: the gateway is shutting down
+        except (RuntimeError, ValueError, OSError):
+            return  # the loop or stdin has closed: the gateway is shutting down
+        finally:
+            if self._stdin is not sys.stdin:
+                self._stdin.close()
 
     def _submit(self, text: str) -> None:
         assert self._sink is not None

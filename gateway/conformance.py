@@ -1,0 +1,282 @@
+"""The channel conformance kit: the same contract checks, run against any channel plugin and its fake server.
+
+A plugin's test module provides a `driver` fixture yielding a ChannelDriver for its fake server
+and subclasses ChannelConformance; pytest then runs every check below against that plugin:
+
+    class TestMyChannel(ChannelConformance):
+        @pytest.fixture
+        async def driver(self):
+            async with MyFakeServer() as server:
+                yield MyDriver(server)
+
+Checks: inbound payload shape and atomic write, outbound text, splitting at the platform limit
+with code fences intact, files both ways, a 429 then success, no duplicate after a restart in
+the middle of a delivery, the bot's own messages ignored, a sender outside `allow_from` ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.api import Channel, ChannelContext, DeliveryError
+from gateway.events import EventLog, now_ms
+from gateway.home import Home
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.outbox import FileOutbox
+from gateway.plugin_manager import build_plugin_manager
+from gateway.queue import FileQueue
+from gateway.settings import ChannelProfile, Settings
+
+
+@dataclass
+class SentItem:
+    """One message the fake platform received from the bot."""
+
+    conversation: str
+    text: str | None = None
+    filename: str | None = None
+    data: bytes | None = None
+    reply_to: str | None = None
+
+
+class ChannelDriver:
+    """What a plugin's tests implement to drive its fake platform server."""
+
+    type: str = ""
+    limit: int = 2000
+    conversation: str = "c1"  # the platform id of the chat the checks use
+    supports_files: bool = True
+    supports_rate_limit: bool = True
+    supports_own_messages: bool = True
+    supports_access_control: bool = True
+    splits_text: bool = True
+
+    def profile_options(self) -> dict[str, Any]:
+        """Type-specific profile keys pointing the plugin at the fake (base URLs, token_env, …)."""
+        return {}
+
+    def build_channel(self, profile: ChannelProfile, context: ChannelContext) -> Channel:
+        """Builds the channel the way the gateway does: through the plugin hook."""
+        channel: Channel | None = build_plugin_manager(context.settings).hook.switchyard_channels(
+            profile=profile, context=context)
+        assert channel is not None, f"no plugin builds channel type {profile.type!r}"
+        return channel
+
+    async def user_says(self, text: str, *, sender_id: str = "1001", sender: str = "Ada",
+                        file: tuple[str, bytes] | None = None) -> None:
+        """Makes the fake platform deliver a user's message (optionally with one file) to the bot."""
+        raise NotImplementedError
+
+    async def bot_says(self, text: str) -> None:
+        """Makes the fake platform deliver a message authored by the bot itself."""
+        raise NotImplementedError
+
+    def sent(self) -> list[SentItem]:
+        """Everything the bot sent to the fake platform so far, in order."""
+        raise NotImplementedError
+
+    def rate_limit_next(self, times: int, retry_after: float) -> None:
+        """Answers the next `times` send calls with HTTP 429 and this retry-after."""
+        raise NotImplementedError
+
+    def fail_next(self, times: int, after: int = 0) -> None:
+        """Answers `times` send calls with a server error, after letting `after` calls succeed."""
+        raise NotImplementedError
+
+
+@dataclass
+class ChannelRig:
+    """A channel of the driver's type started in a throwaway home, with a real queue as its sink."""
+
+    driver: ChannelDriver
+    root: Path
+    allow_from: list[str] | None = None
+    channel: Channel | None = None
+    context: ChannelContext | None = None
+    queue: FileQueue | None = None
+    paths: list[Path] = field(default_factory=list)
+
+    async def start(self) -> Channel:
+        home = Home(self.root)
+        home.create()
+        profile = ChannelProfile(id="conformance", type=self.driver.type, allow_from=self.allow_from,
+                                 **self.driver.profile_options())
+        settings = Settings(channels=[profile])
+        events = EventLog(home.events_file)
+        outbox = FileOutbox(home, events, allowed_roots=[home.files, self.root.parent], fsync=False)
+        self.context = ChannelContext(home=home, settings=settings, profile=profile, events=events,
+                                      outbox=outbox)
+        self.queue = FileQueue(home, fsync=False)
+        self.channel = self.driver.build_channel(profile, self.context)
+
+        async def sink(payload: IncomingPayload) -> Path:
+            assert self.queue is not None
+            path = self.queue.enqueue(payload.to_json(), hint=payload.messageId)
+            self.paths.append(path)
+            return path
+
+        await self.channel.start(sink)
+        return self.channel
+
+    def incoming(self) -> list[dict[str, Any]]:
+        """The payloads the channel wrote into incoming/, oldest first."""
+        assert self.context is not None
+        files = sorted(self.context.home.incoming.glob("*.json"))
+        return [json.loads(p.read_bytes()) for p in files]
+
+    async def stop(self) -> None:
+        if self.channel is not None:
+            await self.channel.stop()
+
+
+async def eventually(condition: Any, timeout: float = 10.0) -> Any:
+    """Polls `condition()` until truthy (returned) or fails at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.01)
+    return result
+
+
+async def send_like_the_dispatcher(channel: Channel, outgoing: OutgoingPayload, attempts: int = 5) -> None:
+    """Sends one payload, retrying DeliveryError after its retry_after, as the dispatcher does."""
+    for attempt in range(attempts):
+        try:
+            await channel.send(outgoing)
+            return
+        except DeliveryError as exc:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(exc.retry_after if exc.retry_after is not None else 0.05)
+
+
+def reply(text: str, conversation: str, **fields: Any) -> OutgoingPayload:
+    """An outgoing payload for the conformance profile."""
+    return OutgoingPayload(channel=fields.pop("channel", "x"), channelProfileId="conformance", sender="Ada",
+                           message=text, originalMessage="q", timestamp=now_ms(),
+                           messageId=f"m{time.time_ns()}", agent="conformance",
+                           conversationId=conversation, **fields)
+
+
+class ChannelConformance:
+    """The contract every channel plugin meets; subclass it and provide a `driver` fixture."""
+
+    @pytest.fixture
+    async def rig(self, driver: ChannelDriver, tmp_path: Path) -> AsyncIterator[ChannelRig]:
+        rig = ChannelRig(driver, tmp_path / "home")
+        await rig.start()
+        yield rig
+        await rig.stop()
+
+    async def test_inbound_message_becomes_a_complete_payload(self, rig: ChannelRig, driver: ChannelDriver) -> None:
+        before = now_ms()
+        await driver.user_says("hello there", sender_id="1001", sender="Ada")
+        payload = (await eventually(rig.incoming))[0]
+        assert payload["channel"] == driver.type
+        assert payload["channelProfileId"] == "conformance"
+        assert payload["message"] == "hello there"
+        assert payload["senderId"] == "1001" and payload["sender"]
+        assert payload["messageId"] and payload["conversationId"]
+        assert before - 60_000 <= payload["timestamp"] <= now_ms() + 60_000
+        assert rig.context is not None
+        assert not list(rig.context.home.incoming.glob("*.tmp"))
+
+    async def test_outgoing_text_reaches_the_conversation(self, rig: ChannelRig, driver: ChannelDriver) -> None:
+        assert rig.channel is not None
+        await send_like_the_dispatcher(rig.channel, reply("the answer", driver.conversation, channel=driver.type))
+        sent = await eventually(driver.sent)
+        assert [item.text for item in sent] == ["the answer"]
+        assert sent[0].conversation == driver.conversation
+
+    async def test_long_text_is_split_at_the_limit_keeping_code_fences(
+        self, rig: ChannelRig, driver: ChannelDriver
+    ) -> None:
+        if not driver.splits_text:
+            pytest.skip(f"{driver.type} has no length limit")
+        assert rig.channel is not None
+        code = "\n".join(f"value_{i} = {i}" for i in range(driver.limit // 6))
+        text = f"Result:\n```python\n{code}\n```\nThat is all."
+        await send_like_the_dispatcher(rig.channel, reply(text, driver.conversation, channel=driver.type))
+        texts = [item.text or "" for item in driver.sent()]
+        assert len(texts) >= 2
+        assert all(len(t) <= driver.limit for t in texts)
+        assert all(t.count("```") % 2 == 0 for t in texts)
+        assert texts[-1].endswith("That is all.")
+
+    async def test_files_travel_both_ways(self, rig: ChannelRig, driver: ChannelDriver, tmp_path: Path) -> None:
+        if not driver.supports_files:
+            pytest.skip(f"{driver.type} carries no files")
+        await driver.user_says("see attached", file=("notes.txt", b"inbound bytes"))
+        payload = (await eventually(rig.incoming))[0]
+        assert len(payload["files"]) == 1
+        saved = Path(payload["files"][0])
+        assert saved.is_absolute() and saved.read_bytes() == b"inbound bytes"
+        assert f"[file: {saved}]" in payload["message"]
+        outbound = tmp_path / "report.txt"
+        outbound.write_bytes(b"outbound bytes")
+        assert rig.channel is not None
+        await send_like_the_dispatcher(
+            rig.channel, reply("here you go", driver.conversation, channel=driver.type, files=[str(outbound)]))
+        files = [item for item in await eventually(driver.sent) if item.filename]
+        assert [(f.filename, f.data) for f in files] == [("report.txt", b"outbound bytes")]
+
+    async def test_rate_limit_is_waited_out_and_nothing_is_dropped(
+        self, rig: ChannelRig, driver: ChannelDriver
+    ) -> None:
+        if not driver.supports_rate_limit:
+            pytest.skip(f"{driver.type} has no rate limits")
+        driver.rate_limit_next(1, retry_after=0.2)
+        assert rig.channel is not None
+        await send_like_the_dispatcher(rig.channel, reply("patience", driver.conversation, channel=driver.type))
+        assert [item.text for item in driver.sent()] == ["patience"]
+
+    async def test_restart_mid_delivery_sends_no_duplicate(
+        self, rig: ChannelRig, driver: ChannelDriver, tmp_path: Path
+    ) -> None:
+        if not driver.supports_rate_limit:
+            pytest.skip(f"{driver.type} has no failing platform to interrupt")
+        text = "\n\n".join(f"paragraph {i} " + "x" * (driver.limit // 2) for i in range(3))
+        outgoing = reply(text, driver.conversation, channel=driver.type)
+        driver.fail_next(1, after=1)
+        assert rig.channel is not None
+        with pytest.raises(Exception):  # noqa: B017 - the platform error surfaces in whatever form
+            await rig.channel.send(outgoing)
+        await rig.stop()
+        restarted = ChannelRig(driver, rig.root)
+        await restarted.start()
+        assert restarted.channel is not None
+        await send_like_the_dispatcher(restarted.channel, outgoing)
+        await restarted.stop()
+        texts = [item.text for item in driver.sent()]
+        assert len(texts) == 3 and len(set(texts)) == 3
+        assert [t.split(" ")[1] for t in texts if t] == ["0", "1", "2"]
+
+    async def test_own_messages_are_ignored(self, rig: ChannelRig, driver: ChannelDriver) -> None:
+        if not driver.supports_own_messages:
+            pytest.skip(f"{driver.type} has no messages of its own")
+        await driver.bot_says("I am the bot")
+        await driver.user_says("I am a person")
+        await eventually(rig.incoming)
+        assert [p["message"] for p in rig.incoming()] == ["I am a person"]
+
+    async def test_a_sender_outside_allow_from_is_ignored(self, driver: ChannelDriver, tmp_path: Path) -> None:
+        if not driver.supports_access_control:
+            pytest.skip(f"{driver.type} has a single local user")
+        rig = ChannelRig(driver, tmp_path / "allow", allow_from=["1001"])
+        await rig.start()
+        try:
+            await driver.user_says("let me in", sender_id="666", sender="Mallory")
+            await driver.user_says("hi, it's me", sender_id="1001", sender="Ada")
+            await eventually(rig.incoming)
+            assert [p["message"] for p in rig.incoming()] == ["hi, it's me"]
+        finally:
+            await rig.stop()
