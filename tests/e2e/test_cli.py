@@ -1,0 +1,111 @@
+"""The CLI as a user meets it: init, the embedded default over the console, send --wait, status."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import SWITCHYARD, Switchyard
+
+pytestmark = pytest.mark.e2e
+
+
+def _read_line_containing(process: subprocess.Popen[str], needle: str, timeout: float) -> str:
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if selector.select(timeout=0.2):
+            line = process.stdout.readline()
+            if needle in line:
+                return line
+            if not line:
+                break
+    raise AssertionError(f"no line containing {needle!r} within {timeout}s")
+
+
+def test_quick_start_console_chat_with_no_settings_at_all(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env["SWITCHYARD_HOME"] = str(tmp_path / "fresh-home")
+    process = subprocess.Popen([SWITCHYARD, "run"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stdin is not None
+        process.stdin.write("hello switchyard\n")
+        process.stdin.flush()
+        line = _read_line_containing(process, "hello switchyard", 30)
+        assert "You said: hello switchyard" in line
+        process.stdin.write("/help\n")
+        process.stdin.flush()
+        assert "chat" in _read_line_containing(process, "chat", 30)
+        process.terminate()
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_init_writes_settings_and_orchestrator(switchyard: Switchyard) -> None:
+    result = switchyard.cli("init")
+    assert result.returncode == 0, result.stderr
+    assert switchyard.home.settings_file.exists()
+    assert (switchyard.home.orchestrators / "main" / "orchestrator.yaml").exists()
+    assert switchyard.cli("init").returncode == 0  # idempotent, overwrites nothing
+
+
+def test_send_wait_prints_the_reply(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    result = switchyard.cli("send", "hi from the cli", "--wait", "20")
+    assert result.returncode == 0, result.stderr
+    assert "write about hi from the cli" in result.stdout
+
+
+def test_status_reports_queue_dead_letters_runs_and_heartbeat(switchyard: Switchyard) -> None:
+    switchyard.configure({"channels": [{"id": "beat", "type": "heartbeat", "interval_sec": 1}]})
+    switchyard.start()
+    (switchyard.home.incoming / "bad.json").write_text("{oops")
+    switchyard.cli("send", "anything", "--wait", "20")
+    deadline = time.monotonic() + 20
+    while True:
+        status = json.loads(switchyard.cli("status", "--json").stdout)
+        beats = status.get("heartbeats") or [{}]
+        if status["dead_letters"] and beats[0].get("last_answer_at"):
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    assert status["gateway"]["running"] is True
+    assert status["gateway"]["channels"]["beat"]["state"] == "running"
+    assert set(status["queue"]) >= {"incoming", "processing", "outgoing", "failed", "sent"}
+    assert "not valid JSON" in status["dead_letters"][0]["reason"]
+    assert beats[0]["missed"] is False and beats[0]["last_rtt_ms"] >= 0
+    text = switchyard.cli("status").stdout
+    assert "gateway: running" in text and "heartbeat beat: ok" in text
+
+
+def test_invalid_settings_name_the_key_and_exit_2(switchyard: Switchyard) -> None:
+    switchyard.home.create()
+    switchyard.home.settings_file.write_text("queue: {max_attempts: zero}\n")
+    result = switchyard.cli("run")
+    assert result.returncode == 2
+    assert "queue.max_attempts" in result.stderr
+
+
+def test_a_channel_type_without_a_plugin_is_disabled_and_the_rest_runs(switchyard: Switchyard) -> None:
+    switchyard.configure({"channels": [{"id": "mystery", "type": "carrier-pigeon"}]})
+    switchyard.start()
+    status = json.loads(switchyard.cli("status", "--json").stdout)
+    assert status["gateway"]["channels"]["mystery"]["state"] == "disabled"
+    assert "carrier-pigeon" in status["gateway"]["channels"]["mystery"]["reason"]
+    assert switchyard.cli("send", "still working", "--wait", "20").returncode == 0

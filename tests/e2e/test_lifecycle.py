@@ -1,0 +1,182 @@
+"""Spec 002 end to end: `switchyard run` as a process, payload files in, outgoing files out."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from gateway.testing import drop_incoming, wait_until
+from tests.e2e.conftest import Switchyard, provider_calls
+
+pytestmark = pytest.mark.e2e
+
+OUTGOING_FIELDS = {"channel", "channelProfileId", "sender", "message", "originalMessage", "timestamp",
+                   "messageId", "agent", "conversationId", "files", "workflowRunId", "workflowStepId"}
+
+
+def test_a_dropped_message_is_answered_with_every_outgoing_field(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    sent = switchyard.send("hello there", channel="telegram", channelProfileId="tg-main", messageId="4242",
+                           conversationId="chat-7")
+    reply = switchyard.reply_to("4242")[0]
+    assert re.fullmatch(r"telegram_4242_\d+\.json", reply["_file"])
+    assert OUTGOING_FIELDS <= set(reply)
+    assert reply["message"].startswith("agent Reply answered: write about hello there")
+    assert reply["originalMessage"] == "hello there"
+    assert reply["agent"] == "writer"
+    assert (reply["channel"], reply["channelProfileId"], reply["conversationId"]) == ("telegram", "tg-main", "chat-7")
+    assert reply["workflowRunId"] and reply["workflowStepId"] == "Reply"
+    assert reply["sender"] == sent["sender"]
+    assert switchyard.stop() == 0
+    assert not list(switchyard.home.incoming.iterdir())
+    assert not list(switchyard.home.processing.rglob("*.json"))
+
+
+def test_selector_request_and_result_files_are_kept(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    switchyard.send("start chat please", messageId="sel-1")
+    switchyard.reply_to("sel-1")
+    request = json.loads(next(switchyard.home.select_incoming.glob("*.json")).read_text())
+    assert request["message"]["messageId"] == "sel-1"
+    assert {w["id"] for w in request["workflows"]} == {"chat", "build"}
+    assert {"list_workflows", "cancel_run", "queue_stats", "shout"} <= {f["name"] for f in request["availableFunctions"]}
+    result = json.loads(next(switchyard.home.select_results.glob("*.json")).read_text())
+    assert result["decision"]["action"] == "workflow_start"
+    assert result["exitCode"] == 0 and "durationMs" in result
+
+
+def test_heartbeat_reply_is_named_by_message_id(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    switchyard.send("heartbeat", channel="heartbeat", channelProfileId="beat", messageId="hb-1")
+    wait_until(lambda: (switchyard.home.outgoing / "hb-1.json").exists()
+               or (switchyard.home.sent / "hb-1.json").exists(), 20)
+
+
+def test_one_conversation_is_sequential_while_others_run_concurrently(switchyard: Switchyard, fake_log) -> None:
+    switchyard.configure()
+    switchyard.start()
+    for i in range(3):
+        switchyard.send(f"sleep 0.4 a{i}", conversationId="A", messageId=f"a{i}")
+        switchyard.send(f"sleep 0.4 b{i}", conversationId="B", messageId=f"b{i}")
+    for i in range(3):
+        switchyard.reply_to(f"a{i}")
+        switchyard.reply_to(f"b{i}")
+    calls = [c for c in provider_calls(fake_log) if c["kind"] in ("start", "end")]
+    for conversation in ("A", "B"):
+        mine = [c for c in calls if c["conversation"] == conversation]
+        assert [c["kind"] for c in mine] == ["start", "end"] * 3, "overlap within one conversation"
+        assert [c["text"].split()[-1] for c in mine[::2]] == [f"{conversation.lower()}{i}" for i in range(3)]
+    starts = {c["conversation"]: c["t"] for c in reversed(calls) if c["kind"] == "start"}
+    first_end_a = next(c["t"] for c in calls if c["kind"] == "end" and c["conversation"] == "A")
+    assert starts["B"] < first_end_a, "conversation B waited for conversation A"
+
+
+def test_forced_failures_are_requeued_with_events_then_answered(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    switchyard.send("fail-until 3", messageId="flaky")
+    reply = switchyard.reply_to("flaky")[0]
+    assert reply["agent"] == "writer"
+    retries = [e for e in switchyard.events("job.failed.retryable") if e.get("job_id", "").endswith("flaky.json")]
+    assert len(retries) == 2
+    assert len([e for e in switchyard.events("job.requeued") if e["job_id"].endswith("flaky.json")]) == 2
+    assert not list(switchyard.home.failed.iterdir())
+
+
+def test_dead_letter_after_max_attempts_keeps_bytes_and_apologises(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    path = switchyard.home.incoming / "doomed.json"
+    payload = {"channel": "console", "channelProfileId": "console", "sender": "Ada", "senderId": "u1",
+               "message": "always-fail", "timestamp": 1700000000000, "messageId": "doomed",
+               "conversationId": "c1", "customKey": {"kept": True}}
+    raw = json.dumps(payload, indent=3).encode()
+    drop_incoming(switchyard.home, raw, path.name)
+    wait_until(lambda: (switchyard.home.failed / "doomed.json.error.json").exists(), 20)
+    assert (switchyard.home.failed / "doomed.json").read_bytes() == raw
+    report = json.loads((switchyard.home.failed / "doomed.json.error.json").read_text())
+    assert report["attempts"] == 3 and "exit" in report["reason"].lower()
+    apology = switchyard.reply_to("doomed")[0]
+    assert "Sorry" in apology["message"]
+    assert switchyard.events("job.failed.final")
+
+
+def test_invalid_payloads_are_quarantined_and_the_worker_goes_on(switchyard: Switchyard) -> None:
+    switchyard.configure({"queue": {"max_payload_bytes": 2048, "fsync": False}})
+    switchyard.start()
+    drop_incoming(switchyard.home, b"{broken", "broken.json")
+    drop_incoming(switchyard.home, {"channel": "console"}, "schema.json")
+    drop_incoming(switchyard.home, b'{"message": "' + b"x" * 5000 + b'"}', "huge.json")
+    switchyard.send("still alive?", messageId="after-bad")
+    switchyard.reply_to("after-bad")
+    for name, reason in (("broken.json", "not valid JSON"), ("schema.json", "wrong schema"),
+                         ("huge.json", "max_payload_bytes")):
+        report = json.loads((switchyard.home.failed / f"{name}.error.json").read_text())
+        assert reason in report["reason"]
+    assert len(switchyard.events("message.invalid")) == 3
+
+
+def test_kill_9_during_processing_loses_nothing(switchyard: Switchyard, fake_log) -> None:
+    switchyard.configure()
+    switchyard.start()
+    ids = [f"k{i}" for i in range(6)]
+    for i, message_id in enumerate(ids):
+        switchyard.send(f"sleep 0.3 {message_id}", conversationId=f"conv{i % 2}", messageId=message_id)
+    wait_until(lambda: any(c["kind"] == "start" for c in provider_calls(fake_log)), 20)
+    switchyard.kill()
+    assert list(switchyard.home.processing.rglob("*.json")), "nothing was in flight when killed"
+    switchyard.start()
+    for message_id in ids:
+        switchyard.reply_to(message_id)
+    assert switchyard.stop() == 0
+    assert not list(switchyard.home.incoming.glob("*.json"))
+    assert not list(switchyard.home.failed.iterdir())
+    assert switchyard.events("queue.recovered")
+
+
+def test_sigterm_finishes_in_flight_work_and_exits_zero(switchyard: Switchyard, fake_log) -> None:
+    switchyard.configure()
+    switchyard.start()
+    switchyard.send("sleep 0.5 slowpoke", messageId="slow")
+    wait_until(lambda: any(c["kind"] == "start" for c in provider_calls(fake_log)), 20)
+    assert switchyard.stop() == 0
+    assert switchyard.replies("slow") or list(switchyard.home.incoming.glob("*.json"))
+    assert not list(switchyard.home.processing.rglob("*.json"))
+
+
+def test_a_repeated_message_id_is_answered_once(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    switchyard.send("once please", messageId="dup", channel="slack", channelProfileId="team")
+    switchyard.reply_to("dup")
+    switchyard.send("once please", messageId="dup", channel="slack", channelProfileId="team")
+    wait_until(lambda: switchyard.events("message.duplicate"), 20)
+    assert len(switchyard.replies("dup")) == 1
+
+
+def test_files_dropped_while_stopped_are_processed_at_start(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.send("waiting in line", messageId="early")
+    stale = switchyard.home.incoming / "crashed-writer.json.tmp"
+    stale.write_text("{")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    switchyard.start()
+    switchyard.reply_to("early")
+    assert not stale.exists()
+
+
+def test_without_channels_sigint_also_exits_zero(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    assert switchyard.process is not None
+    switchyard.process.send_signal(signal.SIGINT)
+    assert switchyard.process.wait(30) == 0
+    switchyard.process = None
