@@ -1,5 +1,6 @@
 """Switchyard's runtime core, and the public API for channel plugins and the orchestrator."""
 
+from gateway.access import AccessDecision, AccessPolicy
 from gateway.api import (
     Channel,
     ChannelContext,
@@ -12,7 +13,6 @@ from gateway.api import (
     PermanentError,
     Sink,
 )
-from gateway.access import AccessDecision, AccessPolicy
 from gateway.chunking import split_message
 from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
 from gateway.events import EventLog, now_ms, utc_now_iso

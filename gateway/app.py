@@ -189,9 +189,9 @@ class Gateway:
     async def stop(self) -> None:
         """Stops intake, finishes or requeues in-flight work, delivers what it can, closes everything."""
         started = time.monotonic()
-        incoming_watch, *other_watches = self._watches or [None]
-        if incoming_watch is not None:
-            incoming_watch.stop()
+        incoming_watch, other_watches = self._watches[:1], self._watches[1:]
+        for watch in incoming_watch:
+            watch.stop()
         if self.worker is not None:
             await self.worker.stop(SHUTDOWN_GRACE_S)
         if self.handler is not None:
@@ -199,8 +199,7 @@ class Gateway:
         if self.dispatcher is not None:
             await self.dispatcher.stop(max(1.0, SHUTDOWN_GRACE_S - (time.monotonic() - started)))
         for watch in other_watches:
-            if watch is not None:
-                watch.stop()
+            watch.stop()
         for channel in self.channels:
             try:
                 await asyncio.wait_for(channel.stop(), SHUTDOWN_GRACE_S)

@@ -137,12 +137,12 @@ class ChannelRig:
             await self.channel.stop()
 
 
-async def eventually(condition: Any, timeout: float = 10.0) -> Any:
+async def eventually(condition: Any, deadline_s: float = 10.0) -> Any:
     """Polls `condition()` until truthy (returned) or fails at the deadline."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + deadline_s
     while not (result := condition()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"condition not met within {deadline_s}s")
         await asyncio.sleep(0.01)
     return result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -157,10 +158,8 @@ class Dispatcher:
                   "source": "outgoing"}
         atomic_write(target.with_name(target.name + ".error.json"), json.dumps(report, indent=2).encode(),
                      fsync=self.settings.fsync)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.rename(path, target)
-        except FileNotFoundError:
-            pass
         self._known.discard(path.name)
         self.events.emit("outgoing.failed", file=path.name, reason=reason, attempts=attempts)
 
@@ -188,6 +187,6 @@ class Dispatcher:
 def _retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> float:
     """The platform's retry-after when it gave one, else jittered exponential backoff."""
     if isinstance(exc, DeliveryError) and exc.retry_after is not None:
-        return exc.retry_after
-    base = settings.backoff_initial_ms * 2 ** (attempts - 1)
+        return float(exc.retry_after)
+    base: int = settings.backoff_initial_ms * 2 ** (attempts - 1)
     return min(base, settings.backoff_max_ms) / 1000 * random.uniform(0.8, 1.2)

@@ -34,7 +34,7 @@ def switchyard_init(home: Home, settings: Settings) -> list[str] | None:
 
 
 @hookspec(firstresult=True)
-def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Channel | None:  # type: ignore[empty-body]
+def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Channel | None:
     """Builds the Channel for a configured profile whose `type` this plugin owns.
 
     Return None for profiles of other types. Raise to disable just this profile (the reason is

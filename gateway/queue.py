@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import heapq
 import itertools
@@ -112,10 +113,8 @@ class FileQueue:
                         continue  # another starting worker recovered it first
             if folder not in (self.worker_dir, self.home.processing):
                 (folder / ".lock").unlink(missing_ok=True)
-                try:
+                with contextlib.suppress(OSError):
                     folder.rmdir()
-                except OSError:
-                    pass
         return actions
 
     def _dead_worker_dirs(self) -> list[Path]:

@@ -52,15 +52,15 @@ def wait_until(condition: Callable[[], Any], timeout: float = 10.0, interval: fl
         time.sleep(interval)
 
 
-async def async_wait_until(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01) -> Any:
+async def async_wait_until(condition: Callable[[], Any], deadline_s: float = 10.0, interval: float = 0.01) -> Any:
     """`wait_until` for async tests: yields to the event loop between polls."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + deadline_s
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"condition not met within {deadline_s}s")
         await asyncio.sleep(interval)
 
 

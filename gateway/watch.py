@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -82,10 +83,8 @@ class FolderWatch:
 
     def _close_inotify(self) -> None:
         if self._inotify is not None:
-            try:
+            with contextlib.suppress(RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_reader(self._inotify.fileno())
-            except (RuntimeError, ValueError):
-                pass
             self._inotify.close()
             self._inotify = None
 

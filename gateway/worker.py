@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -35,7 +37,7 @@ class _Job:
 
 def backoff_seconds(attempts: int, settings: QueueSettings) -> float:
     """Exponential backoff after `attempts` failures: initial × 2^(attempts-1), capped."""
-    delay_ms = settings.backoff_initial_ms * 2 ** max(0, attempts - 1)
+    delay_ms: int = settings.backoff_initial_ms * 2 ** max(0, attempts - 1)
     return min(delay_ms, settings.backoff_max_ms) / 1000
 
 
@@ -95,10 +97,8 @@ class Worker:
             self._wakeup.clear()
             self._claim_and_start()
             timeout = self.queue.next_due_in()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except TimeoutError:
-                pass
 
     def _claim_and_start(self) -> None:
         self._start_ready()
@@ -131,9 +131,9 @@ class Worker:
         for keys, job in self.scheduler.ready():
             task = asyncio.create_task(self._process(job), name=f"message:{job.claimed.name}")
             self._tasks.add(task)
-            task.add_done_callback(lambda t, k=keys: self._finished(t, k))
+            task.add_done_callback(functools.partial(self._finished, keys=keys))
 
-    def _finished(self, task: asyncio.Task[None], keys: tuple[str, ...]) -> None:
+    def _finished(self, task: asyncio.Task[None], *, keys: tuple[str, ...]) -> None:
         self._tasks.discard(task)
         self.scheduler.finish(keys)
         if not task.cancelled() and task.exception() is not None:

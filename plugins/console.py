@@ -7,6 +7,7 @@ import getpass
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TextIO
 
 from gateway import (
@@ -41,7 +42,7 @@ class ConsoleChannel:
         self._conversation = profile.option("conversation_id", "console")
         self._sink: Sink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: set[asyncio.Future[object]] = set()
+        self._pending: set[asyncio.Future[Path]] = set()
 
     async def start(self, sink: Sink) -> None:
         self._sink = sink

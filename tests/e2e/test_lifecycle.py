@@ -26,11 +26,12 @@ def test_a_dropped_message_is_answered_with_every_outgoing_field(switchyard: Swi
                            conversationId="chat-7")
     reply = switchyard.reply_to("4242")[0]
     assert re.fullmatch(r"telegram_4242_\d+\.json", reply["_file"])
-    assert OUTGOING_FIELDS <= set(reply)
+    assert set(reply) >= OUTGOING_FIELDS
     assert reply["message"].startswith("agent Reply answered: write about hello there")
     assert reply["originalMessage"] == "hello there"
     assert reply["agent"] == "writer"
-    assert (reply["channel"], reply["channelProfileId"], reply["conversationId"]) == ("telegram", "tg-main", "chat-7")
+    assert (reply["channel"], reply["channelProfileId"]) == ("telegram", "tg-main")
+    assert reply["conversationId"] == "chat-7"
     assert reply["workflowRunId"] and reply["workflowStepId"] == "Reply"
     assert reply["sender"] == sent["sender"]
     assert switchyard.stop() == 0
@@ -46,7 +47,8 @@ def test_selector_request_and_result_files_are_kept(switchyard: Switchyard) -> N
     request = json.loads(next(switchyard.home.select_incoming.glob("*.json")).read_text())
     assert request["message"]["messageId"] == "sel-1"
     assert {w["id"] for w in request["workflows"]} == {"chat", "build"}
-    assert {"list_workflows", "cancel_run", "queue_stats", "shout"} <= {f["name"] for f in request["availableFunctions"]}
+    functions = {f["name"] for f in request["availableFunctions"]}
+    assert {"list_workflows", "cancel_run", "queue_stats", "shout"} <= functions
     result = json.loads(next(switchyard.home.select_results.glob("*.json")).read_text())
     assert result["decision"]["action"] == "workflow_start"
     assert result["exitCode"] == 0 and "durationMs" in result
