@@ -14,7 +14,7 @@ from typing import Any
 import pluggy
 
 from gateway.answered import AnsweredIndex
-from gateway.api import Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write
@@ -102,8 +102,12 @@ class Gateway:
         functions: list[FunctionSpec] = []
         for declared in self.pm.hook.switchyard_functions():
             functions.extend(declared or [])
+        providers: dict[str, BuiltinProvider] = {}
+        for declared in self.pm.hook.switchyard_providers():
+            providers.update(declared or {})
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
-                                 outbox=self.outbox, queue_stats=self.queue_stats, functions=functions)
+                                 outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
+                                 builtin_providers=providers)
         handler = self.pm.hook.switchyard_handler(context=context)
         if handler is None:
             raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")
@@ -117,7 +121,9 @@ class Gateway:
             try:
                 channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
                 if channel is None:
-                    raise RuntimeError(f"no installed plugin provides channel type {profile.type!r}")
+                    known = sorted({t for types in self.pm.hook.switchyard_channel_types() for t in types})
+                    raise RuntimeError(f"no installed plugin provides channel type {profile.type!r} "
+                                       f"(available: {', '.join(known)})")
                 await channel.start(self._sink)
             except Exception as exc:
                 reason = self.events.redact(str(exc) or type(exc).__name__)

@@ -12,14 +12,13 @@ from typing import Any
 
 import pluggy
 
-from gateway.api import Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
 from gateway.home import Home
 from gateway.settings import ChannelProfile, Settings
 
 hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")
 
-BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
 
 
 # --- startup ---------------------------------------------------------------------------------

@@ -16,35 +16,47 @@ from tests.e2e.conftest import SWITCHYARD, Switchyard
 pytestmark = pytest.mark.e2e
 
 
-def _read_line_containing(process: subprocess.Popen[str], needle: str, timeout: float) -> str:
-    assert process.stdout is not None
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if selector.select(timeout=0.2):
-            line = process.stdout.readline()
-            if needle in line:
-                return line
-            if not line:
-                break
-    raise AssertionError(f"no line containing {needle!r} within {timeout}s")
+class _LineReader:
+    """Reads a process's stdout line by line with a deadline (no buffered line is ever missed)."""
+
+    def __init__(self, process: subprocess.Popen[bytes]):
+        assert process.stdout is not None
+        self.fd = process.stdout.fileno()
+        self.buffer = b""
+
+    def line_containing(self, needle: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        selector = selectors.DefaultSelector()
+        selector.register(self.fd, selectors.EVENT_READ)
+        while True:
+            *lines, self.buffer = self.buffer.split(b"\n")
+            for index, raw in enumerate(lines):
+                if needle in raw.decode():
+                    self.buffer = b"\n".join([*lines[index + 1:], self.buffer])
+                    return raw.decode()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no line containing {needle!r} within {timeout}s")
+            if selector.select(timeout=0.2):
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    raise AssertionError(f"stdout closed before a line containing {needle!r}")
+                self.buffer += chunk
 
 
 def test_quick_start_console_chat_with_no_settings_at_all(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env["SWITCHYARD_HOME"] = str(tmp_path / "fresh-home")
     process = subprocess.Popen([SWITCHYARD, "run"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+                               stderr=subprocess.DEVNULL)
     try:
         assert process.stdin is not None
-        process.stdin.write("hello switchyard\n")
+        reader = _LineReader(process)
+        process.stdin.write(b"hello switchyard\n")
         process.stdin.flush()
-        line = _read_line_containing(process, "hello switchyard", 30)
-        assert "You said: hello switchyard" in line
-        process.stdin.write("/help\n")
+        assert "You said: hello switchyard" in reader.line_containing("hello switchyard", 30)
+        process.stdin.write(b"/help\n")
         process.stdin.flush()
-        assert "chat" in _read_line_containing(process, "chat", 30)
+        assert "chat" in reader.line_containing("chat", 30)
         process.terminate()
         assert process.wait(30) == 0
     finally:

@@ -1,0 +1,306 @@
+"""orchestrator.yaml: the models of every key, the embedded default, and loading with clear errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway.home import Home
+from gateway.settings import Settings, SettingsError, describe_validation_error, parse_yaml_file
+
+CONFIG_FILE = "orchestrator.yaml"
+UNSUPPORTED_STEP_KINDS = ("wait_for", "for_each", "input")
+
+DEFAULT_ORCHESTRATOR_YAML = """\
+# orchestrator.yaml: how this orchestrator answers messages.
+# Every provider named here is a key of `providers` in settings.yaml, or a built-in one:
+# `rules` (offline keyword rules) and `echo` (answers with its prompt).
+
+# The selector chooses one action per message: workflow_start, workflow_status,
+# diagnostics_investigate or command_invoke. `prompt` (optional) is a template file path.
+selector: {provider: rules}
+
+# The diagnostics agent answers "what went wrong?" questions from bounded context.
+diagnostics: {provider: rules}
+
+# A run that ends within this many seconds answers the message that started it;
+# a slower one is acknowledged at once and its result is sent later.
+reply_within_sec: 20
+
+# Agents: a provider plus a prompt template ({{message}}, {{input.X}}, {{steps.Step.output}}),
+# or the path of a template file relative to this workspace.
+agents:
+  echo: {provider: echo, prompt: "You said: {{message}}"}
+
+# Workflows: a description the selector reads and steps run in order.
+# A step is {id, agent: <agentId>} or {id, command: [argv...]} (never a shell string).
+workflows:
+  chat:
+    description: Reply to a chat message
+    steps:
+      - {id: Reply, agent: echo}
+  demo:
+    description: Run a two-step demo (an agent, then a command)
+    steps:
+      - {id: Echo, agent: echo}
+      - {id: Command, command: ["echo", "demo step ran"]}
+
+# Extra functions for command_invoke (list_workflows, cancel_run and queue_stats always exist).
+# Each runs its argv with the arguments as JSON on stdin and answers with its stdout:
+#   disk_usage:
+#     description: Show free disk space
+#     parameters: {type: object, properties: {}}
+#     command: ["df", "-h"]
+functions: {}
+
+# The built-in `rules` selector: a word of the message naming a keyword starts its workflow,
+# a message starting with a workflow id starts that workflow, anything else starts default_workflow.
+rules:
+  default_workflow: chat
+  keywords: {}
+"""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SelectorConfig(_Strict):
+    """`selector`: the provider that chooses an action, and an optional prompt template path."""
+
+    provider: str = Field(min_length=1)
+    prompt: str | None = None
+
+
+class DiagnosticsConfig(_Strict):
+    """`diagnostics`: the provider that investigates problems, and an optional prompt template path."""
+
+    provider: str = Field(min_length=1)
+    prompt: str | None = None
+
+
+class AgentConfig(_Strict):
+    """One agent: a provider and a prompt template (inline or a file in the workspace)."""
+
+    provider: str = Field(min_length=1)
+    prompt: str = "{{message}}"
+
+
+class StepConfig(_Strict):
+    """One workflow step: an agent run or a command (wait_for, for_each and input come later)."""
+
+    id: str = Field(min_length=1, max_length=128)
+    agent: str | None = None
+    command: list[str] | None = Field(default=None, min_length=1)
+    timeout_sec: float | None = Field(default=None, gt=0)
+    wait_for: Any = None
+    for_each: Any = None
+    input: Any = None
+    do: Any = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StepConfig:
+        for kind in UNSUPPORTED_STEP_KINDS:
+            if getattr(self, kind) is not None:
+                raise ValueError(f"step {self.id}: {kind} is not supported yet")
+        if (self.agent is None) == (self.command is None):
+            raise ValueError(f"step {self.id}: needs exactly one of `agent` or `command`")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """`agent` or `command`."""
+        return "agent" if self.agent is not None else "command"
+
+
+class WorkflowConfig(_Strict):
+    """One workflow: the description the selector reads, an optional input schema, its steps."""
+
+    description: str = ""
+    inputs: dict[str, Any] | None = None
+    steps: list[StepConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkflowConfig:
+        ids = [step.id for step in self.steps]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate step id {duplicates[0]!r}")
+        if self.inputs is not None:
+            _check_schema(self.inputs)
+        return self
+
+    def step(self, step_id: str) -> StepConfig | None:
+        """The step with this id, if the workflow has it."""
+        return next((s for s in self.steps if s.id == step_id), None)
+
+
+class FunctionConfig(_Strict):
+    """A declared function: argv that gets the arguments as JSON on stdin and answers on stdout."""
+
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    command: list[str] = Field(min_length=1)
+    timeout_sec: float = Field(default=60, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> FunctionConfig:
+        _check_schema(self.parameters)
+        return self
+
+
+class RulesConfig(_Strict):
+    """How the built-in `rules` selector maps messages to workflows."""
+
+    default_workflow: str | None = None
+    keywords: dict[str, str] = Field(default_factory=dict)
+
+
+class OrchestratorConfig(_Strict):
+    """The whole orchestrator.yaml."""
+
+    selector: SelectorConfig = Field(default_factory=lambda: SelectorConfig(provider="rules"))
+    diagnostics: DiagnosticsConfig = Field(default_factory=lambda: DiagnosticsConfig(provider="rules"))
+    reply_within_sec: float = Field(default=20, ge=0)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    workflows: dict[str, WorkflowConfig] = Field(default_factory=dict)
+    functions: dict[str, FunctionConfig] = Field(default_factory=dict)
+    rules: RulesConfig = Field(default_factory=RulesConfig)
+
+    def reference_problems(self, known_providers: set[str]) -> Iterator[str]:
+        """Every reference to an agent, workflow or provider that does not exist, as `key: problem`."""
+        for workflow_id, workflow in self.workflows.items():
+            for index, step in enumerate(workflow.steps):
+                if step.agent is not None and step.agent not in self.agents:
+                    yield (f"workflows.{workflow_id}.steps.{index}.agent: unknown agent {step.agent!r}; "
+                           f"agents: {_listing(self.agents)}")
+        for key, workflow_id in self._rule_targets():
+            if workflow_id not in self.workflows:
+                yield f"{key}: unknown workflow {workflow_id!r}; workflows: {_listing(self.workflows)}"
+        for key, provider in self.provider_references():
+            if provider not in known_providers:
+                yield f"{key}: unknown provider {provider!r}; known: {_listing(known_providers)}"
+
+    def _rule_targets(self) -> Iterator[tuple[str, str]]:
+        if self.rules.default_workflow is not None:
+            yield "rules.default_workflow", self.rules.default_workflow
+        for word, workflow_id in self.rules.keywords.items():
+            yield f"rules.keywords.{word}", workflow_id
+
+    def provider_references(self) -> Iterator[tuple[str, str]]:
+        """Every (key, provider name) the file mentions, for checking against known providers."""
+        yield "selector.provider", self.selector.provider
+        yield "diagnostics.provider", self.diagnostics.provider
+        for agent_id, agent in self.agents.items():
+            yield f"agents.{agent_id}.provider", agent.provider
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """An orchestrator's id, private workspace and parsed orchestrator.yaml."""
+
+    orchestrator_id: str
+    workspace: Path
+    config: OrchestratorConfig
+
+
+def _check_schema(schema: dict[str, Any]) -> None:
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ValueError(f"not a valid JSON Schema: {exc.message}") from exc
+
+
+def _listing(names: Any) -> str:
+    return ", ".join(sorted(names)) or "(none)"
+
+
+def parse_orchestrator_config(
+    data: dict[str, Any], source: str, known_providers: set[str]
+) -> OrchestratorConfig:
+    """Validates an orchestrator.yaml mapping, raising SettingsError that names the failing key."""
+    try:
+        config = OrchestratorConfig.model_validate(data)
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc, source)) from exc
+    problems = list(config.reference_problems(known_providers))
+    if problems:
+        raise SettingsError(f"{source}: " + "; ".join(problems))
+    return config
+
+
+def default_orchestrator_config(known_providers: set[str]) -> OrchestratorConfig:
+    """The embedded default configuration (built-in providers only)."""
+    data = yaml.safe_load(DEFAULT_ORCHESTRATOR_YAML)
+    return parse_orchestrator_config(data, "(embedded default orchestrator.yaml)", known_providers)
+
+
+def load_orchestrator_config(workspace: Path, known_providers: set[str]) -> OrchestratorConfig:
+    """Loads `<workspace>/orchestrator.yaml`; a missing file means the embedded default."""
+    path = workspace / CONFIG_FILE
+    if not path.exists():
+        return default_orchestrator_config(known_providers)
+    return parse_orchestrator_config(parse_yaml_file(path), str(path), known_providers)
+
+
+def write_default_orchestrator(workspace: Path) -> Path:
+    """Writes the default orchestrator.yaml into `workspace` unless one exists; returns its path."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    path = workspace / CONFIG_FILE
+    try:
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(DEFAULT_ORCHESTRATOR_YAML)
+    except FileExistsError:
+        pass
+    return path
+
+
+def read_template(value: str, workspace: Path) -> str:
+    """A prompt given inline, or read from a file when the value names one inside the workspace."""
+    if "\n" in value or "{{" in value or len(value) > 1024:
+        return value
+    candidate = workspace / value
+    return candidate.read_text(encoding="utf-8") if candidate.is_file() else value
+
+
+class ConfigCache:
+    """Loads each orchestrator's configuration once, reloading when orchestrator.yaml changes."""
+
+    def __init__(self, home: Home, settings: Settings, known_providers: set[str]):
+        self._home = home
+        self._settings = settings
+        self._known = known_providers
+        self._cache: dict[str, tuple[tuple[int, int] | None, LoadedConfig]] = {}
+
+    def workspace(self, orchestrator_id: str) -> Path:
+        """The private workspace of an orchestrator id, resolved against the home."""
+        ref = self._settings.orchestrators.get(orchestrator_id)
+        if ref is None:
+            raise SettingsError(f"unknown orchestrator {orchestrator_id!r}")
+        return self._home.resolve(ref.workspace)
+
+    def get(self, orchestrator_id: str) -> LoadedConfig:
+        """The current configuration of an orchestrator; raises SettingsError when it is invalid."""
+        workspace = self.workspace(orchestrator_id)
+        mtime = _stamp(workspace / CONFIG_FILE)
+        cached = self._cache.get(orchestrator_id)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        loaded = LoadedConfig(orchestrator_id, workspace, load_orchestrator_config(workspace, self._known))
+        self._cache[orchestrator_id] = (mtime, loaded)
+        return loaded
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_mtime_ns, stat.st_size

@@ -1,0 +1,134 @@
+"""The functions `command_invoke` may call (built-ins, orchestrator.yaml, plugins) and their checks."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+
+from gateway.api import FunctionSpec
+from orchestrator.config import FunctionConfig, LoadedConfig
+from orchestrator.executor import RunExecutor
+from orchestrator.providers import ProviderFailed, ProviderRunner
+from orchestrator.runs import RunStore
+
+FUNCTION_MAX_OUTPUT = 65536
+COMMANDS_HELP = "Commands: /status (this conversation's run), /cancel (stop it), /help (this list)."
+
+
+class FunctionRefused(Exception):
+    """A function call was refused: unknown function or invalid arguments (the message says which)."""
+
+
+def describe_argument_error(name: str, error: ValidationError, noun: str = "argument") -> str:
+    """Names the failing argument with its JSON path, e.g. `argument 'runId' ($.runId): 5 is not …`."""
+    path = ".".join(str(part) for part in error.absolute_path)
+    where = f"{noun} '{path}' ({error.json_path})" if path else f"{noun}s"
+    return f"{name}: {where}: {error.message}"
+
+
+def validate_arguments(spec: FunctionSpec, arguments: Any) -> dict[str, Any]:
+    """Checks arguments against the function's JSON Schema (Draft 2020-12); raises FunctionRefused."""
+    if not isinstance(arguments, dict):
+        raise FunctionRefused(f"{spec.name}: arguments must be a JSON object")
+    error = best_match(Draft202012Validator(spec.parameters).iter_errors(arguments))
+    if error is not None:
+        raise FunctionRefused(describe_argument_error(spec.name, error))
+    return arguments
+
+
+class FunctionRegistry:
+    """The available functions by name; the first one declared under a name wins."""
+
+    def __init__(self, specs: Iterable[FunctionSpec]):
+        self._specs: dict[str, FunctionSpec] = {}
+        for spec in specs:
+            self._specs.setdefault(spec.name, spec)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The `availableFunctions` of a selector request."""
+        return [{"name": s.name, "description": s.description, "parameters": s.parameters}
+                for s in self._specs.values()]
+
+    async def invoke(self, name: str, arguments: Any) -> str:
+        """Calls one function with validated arguments; raises FunctionRefused when it may not run."""
+        spec = self._specs.get(name)
+        if spec is None:
+            raise FunctionRefused(f"unknown function {name!r}; available: {', '.join(self._specs)}")
+        result = spec.call(validate_arguments(spec, arguments))
+        if inspect.isawaitable(result):
+            result = await result
+        return str(result)
+
+
+def workflow_listing(loaded: LoadedConfig) -> str:
+    """The workflows a user can start, with their descriptions, and the built-in commands."""
+    lines = ["Workflows you can start:"]
+    lines += [f"- {wid}: {w.description}" for wid, w in loaded.config.workflows.items()] or ["- (none)"]
+    return "\n".join([*lines, COMMANDS_HELP])
+
+
+def builtin_functions(
+    loaded: LoadedConfig, store: RunStore, executor: RunExecutor, queue_stats: Callable[[], dict[str, Any]]
+) -> list[FunctionSpec]:
+    """list_workflows, cancel_run and queue_stats, which every orchestrator has."""
+
+    def list_workflows(arguments: dict[str, Any]) -> str:
+        return workflow_listing(loaded)
+
+    async def cancel_run(arguments: dict[str, Any]) -> str:
+        return await cancel_text(store, executor, str(arguments["runId"]))
+
+    def stats(arguments: dict[str, Any]) -> str:
+        figures = queue_stats()
+        return "Queue:\n" + "\n".join(f"- {key}: {json.dumps(value)}" for key, value in figures.items())
+
+    return [
+        FunctionSpec("list_workflows", "List the workflows that can be started", {"type": "object"},
+                     list_workflows),
+        FunctionSpec("cancel_run", "Cancel a workflow run", {
+            "type": "object", "properties": {"runId": {"type": "string", "minLength": 1}},
+            "required": ["runId"], "additionalProperties": False,
+        }, cancel_run),
+        FunctionSpec("queue_stats", "Show how many messages wait in each queue folder", {"type": "object"},
+                     stats),
+    ]
+
+
+async def cancel_text(store: RunStore, executor: RunExecutor, run_id: str) -> str:
+    """Cancels a run and says what happened."""
+    before = store.load(run_id)
+    if before is None:
+        return f"no workflow run {run_id!r} found"
+    if before.finished:
+        return f"Run {run_id} (workflow {before.workflowId}) is already {before.state}; nothing to cancel."
+    after = await executor.cancel(run_id)
+    state = after.state if after else "unknown"
+    return f"Cancelled run {run_id} (workflow {before.workflowId})." if state == "cancelled" else (
+        f"Run {run_id} (workflow {before.workflowId}) ended as {state} before it could be cancelled.")
+
+
+def config_functions(loaded: LoadedConfig, runner: ProviderRunner) -> list[FunctionSpec]:
+    """The functions orchestrator.yaml declares: argv run with the arguments as JSON on stdin."""
+    return [FunctionSpec(name, fc.description, fc.parameters, _command_call(name, fc, loaded, runner))
+            for name, fc in loaded.config.functions.items()]
+
+
+def _command_call(
+    name: str, function: FunctionConfig, loaded: LoadedConfig, runner: ProviderRunner
+) -> Callable[[dict[str, Any]], Any]:
+    async def call(arguments: dict[str, Any]) -> str:
+        try:
+            result = await runner.run_command(
+                name, function.command, stdin=json.dumps(arguments), cwd=loaded.workspace,
+                timeout_sec=function.timeout_sec, max_output=FUNCTION_MAX_OUTPUT,
+            )
+        except ProviderFailed as exc:
+            return f"Function {name} failed: {exc}"
+        return result.stdout.strip() or f"Function {name} finished (no output)."
+
+    return call

@@ -1,0 +1,95 @@
+"""The Orchestrator: the handler the worker calls for each message (status fast path, commands, selector)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.api import BuiltinProvider, HandlerContext, PermanentError
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.settings import SettingsError
+from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
+from orchestrator.config import ConfigCache, LoadedConfig
+from orchestrator.diagnostics import Diagnostics
+from orchestrator.executor import SYSTEM_AGENT, RunExecutor
+from orchestrator.functions import cancel_text, workflow_listing
+from orchestrator.providers import ProviderRunner
+from orchestrator.rules import STATUS_WORDS, builtin_providers
+from orchestrator.runs import RunStore, conversation_key
+from orchestrator.selector import Selector, SelectorError
+from orchestrator.steps import StepRunner
+
+NO_INPUT_NOTE = "\n(this run does not take input)"
+UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
+
+
+class Orchestrator:
+    """Answers messages: run status at once, slash commands by rule, everything else via the selector."""
+
+    def __init__(
+        self, context: HandlerContext, *, providers: Mapping[str, BuiltinProvider] | None = None,
+        max_parallel_runs: int = 4,
+    ):
+        self._context = context
+        builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
+        self._runner = ProviderRunner(context.home, context.settings.providers, builtins)
+        self._configs = ConfigCache(context.home, context.settings, self._runner.known())
+        self._store = RunStore(context.home, fsync=context.settings.queue.fsync)
+        steps = StepRunner(self._runner, self._store, self._configs.get)
+        self._executor = RunExecutor(store=self._store, steps=steps, events=context.events,
+                                     outbox=context.outbox, max_parallel=max_parallel_runs)
+        self._selector = Selector(context.home, self._runner, context.events)
+        self._actions = Actions(
+            store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
+            diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),
+            plugin_functions=list(context.functions),
+        )
+
+    async def start(self) -> None:
+        """Resumes runs a previous process left unfinished."""
+        await self._executor.start()
+
+    async def stop(self) -> None:
+        """Stops run tasks; their state stays on disk and resumes at the next start."""
+        await self._executor.stop()
+
+    async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
+        """Answers one message with exactly one reply (results of slow runs are pushed later)."""
+        text = message.message.strip().lower()
+        if message.workflowRunId and text in STATUS_WORDS:
+            return [self._actions.run_snapshot(message, message.workflowRunId)]
+        command = text.split(maxsplit=1)[0] if text.startswith("/") else ""
+        if command in ("/status", "/progress"):
+            return [self._actions.workflow_status(message, agent=SYSTEM_AGENT)]
+        if command == "/cancel":
+            return [await self._cancel(message)]
+        if command == "/help":
+            return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
+        if message.workflowRunId:
+            return [self._actions.run_snapshot(message, message.workflowRunId, NO_INPUT_NOTE)]
+        return [await self._select(message, self._load(message))]
+
+    def _load(self, message: IncomingPayload) -> LoadedConfig:
+        orchestrator_id = self._context.settings.orchestrator_for(message.channelProfileId)
+        try:
+            return self._configs.get(orchestrator_id)
+        except SettingsError as exc:
+            self._context.events.emit("orchestrator.invalid", orchestrator=orchestrator_id, reason=str(exc))
+            raise PermanentError(f"orchestrator {orchestrator_id!r} is misconfigured: {exc}") from exc
+
+    async def _cancel(self, message: IncomingPayload) -> OutgoingPayload:
+        run = self._actions.resolve_run(message)
+        if run is None:
+            return reply(message, NO_ACTIVE_RUN, agent=SYSTEM_AGENT)
+        text = await cancel_text(self._store, self._executor, run.runId)
+        return reply(message, text, agent=SYSTEM_AGENT, run=self._store.load(run.runId))
+
+    async def _select(self, message: IncomingPayload, loaded: LoadedConfig) -> OutgoingPayload:
+        functions = self._actions.registry(loaded)
+        active = self._store.active_for(conversation_key(message))
+        request = self._selector.build_request(message, loaded, functions.describe(),
+                                               active.summary() if active else None)
+        try:
+            decision = await self._selector.decide(request, loaded)
+        except SelectorError as exc:
+            return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
+        return await self._actions.execute(decision, message, loaded, functions)

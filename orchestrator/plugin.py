@@ -1,0 +1,43 @@
+"""The orchestrator as a built-in plugin: the handler, the built-in providers, init files, status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import hookimpl
+from gateway.api import BuiltinProvider, HandlerContext
+from gateway.home import Home
+from gateway.settings import Settings
+from orchestrator.config import CONFIG_FILE, write_default_orchestrator
+from orchestrator.handler import Orchestrator
+from orchestrator.rules import builtin_providers
+from orchestrator.runs import RunStore
+
+
+@hookimpl
+def switchyard_handler(context: HandlerContext) -> Orchestrator:
+    """Builds the Orchestrator for the gateway's worker."""
+    return Orchestrator(context)
+
+
+@hookimpl
+def switchyard_providers() -> dict[str, BuiltinProvider]:
+    """Declares `echo` and `rules`, which run without any CLI installed."""
+    return builtin_providers()
+
+
+@hookimpl
+def switchyard_init(home: Home, settings: Settings) -> list[str]:
+    """Writes the default orchestrator.yaml into each orchestrator workspace that has none."""
+    written = []
+    for ref in settings.orchestrators.values():
+        workspace = home.resolve(ref.workspace)
+        if not (workspace / CONFIG_FILE).exists():
+            written.append(str(write_default_orchestrator(workspace)))
+    return written
+
+
+@hookimpl
+def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
+    """Lists the runs not yet finished, read from disk."""
+    return {"runs": [run.summary() for run in RunStore(home).unfinished()]}

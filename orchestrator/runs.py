@@ -1,0 +1,245 @@
+"""The run store: `runs/<runId>/state.json`, per-run events, the transition table, active runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.events import utc_now_iso
+from gateway.home import Home, atomic_write, safe_name
+from gateway.models import IncomingPayload
+
+log = logging.getLogger("switchyard.orchestrator.runs")
+
+RunStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+StepStatus = Literal["pending", "running", "completed", "failed"]
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"running", "failed", "cancelled"}),
+    "running": frozenset({"done", "failed", "cancelled"}),
+    "done": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+FINISHED = frozenset(state for state, targets in TRANSITIONS.items() if not targets)
+OUTPUT_CAP = 65536
+_MARKS = {"completed": "✓", "running": "▶", "pending": "·", "failed": "✗"}
+
+
+class IllegalTransition(Exception):
+    """A run was asked to move between states the transition table does not connect."""
+
+
+class StepState(BaseModel):
+    """One step's fragment of state.json."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: StepStatus = "pending"
+    kind: str | None = None
+    agent: str | None = None
+    startedAt: str | None = None
+    finishedAt: str | None = None
+    exitCode: int | None = None
+    durationMs: int | None = None
+    output: str | None = None
+    error: str | None = None
+    stderrTail: str | None = None
+
+
+class Conversation(BaseModel):
+    """Where a run's results go: the conversation of the message that started it."""
+
+    channel: str
+    channelProfileId: str | None = None
+    conversationId: str | None = None
+    senderId: str | None = None
+
+
+class RunState(BaseModel):
+    """The whole of `runs/<runId>/state.json`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    runId: str
+    workflowId: str
+    orchestratorId: str
+    state: RunStatus = "queued"
+    currentStep: str | None = None
+    createdAt: str = Field(default_factory=utc_now_iso)
+    updatedAt: str = Field(default_factory=utc_now_iso)
+    input: dict[str, Any] = Field(default_factory=dict)
+    message: dict[str, Any]
+    conversation: Conversation
+    steps: dict[str, StepState]
+    error: str | None = None
+    delivery: Literal["reply", "push"] | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Tells whether the run reached a final state."""
+        return self.state in FINISHED
+
+    def payload(self) -> IncomingPayload:
+        """The message that started the run."""
+        return IncomingPayload.model_validate(self.message)
+
+    def last_step(self) -> tuple[str, StepState] | None:
+        """The last step that ran (completed or failed), if any."""
+        ran = [(name, step) for name, step in self.steps.items() if step.status in ("completed", "failed")]
+        return ran[-1] if ran else None
+
+    def summary(self) -> dict[str, Any]:
+        """The few fields `status` and the selector request show."""
+        return {"runId": self.runId, "workflowId": self.workflowId, "state": self.state,
+                "currentStep": self.currentStep, "updatedAt": self.updatedAt}
+
+
+def run_id_for(message: IncomingPayload) -> str:
+    """A run id derived from the starting message, so a retried message finds its run again."""
+    when = datetime.fromtimestamp(message.timestamp / 1000, UTC).strftime("%Y%m%d-%H%M%S")
+    key = "\0".join([message.channel, message.profile, message.messageId, str(message.timestamp)])
+    return f"r-{when}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def conversation_key(message: IncomingPayload) -> str:
+    """The key of a conversation in the active-run association."""
+    return f"{message.channel}/{message.profile}/{message.conversation}"
+
+
+def snapshot(run: RunState) -> str:
+    """The progress text: run id, workflow, state, current step, and every step with its status."""
+    names = list(run.steps)
+    head = f"Run {run.runId} (workflow {run.workflowId}): {run.state}"
+    if not run.finished and run.currentStep in run.steps:
+        head += f", step {names.index(run.currentStep) + 1}/{len(names)} {run.currentStep}"
+    lines = [head]
+    for name, step in run.steps.items():
+        detail = f": {step.error}" if step.status == "failed" and step.error else ""
+        lines.append(f"  {_MARKS[step.status]} {name}{detail}")
+    return "\n".join(lines)
+
+
+class RunStore:
+    """Reads and writes runs on disk; every state change goes through the transition table."""
+
+    def __init__(self, home: Home, *, fsync: bool = True):
+        self._root = home.runs
+        self._fsync = fsync
+
+    @property
+    def active_file(self) -> Path:
+        """`runs/active.json`: which run is active in which conversation."""
+        return self._root / "active.json"
+
+    def folder(self, run_id: str) -> Path:
+        """The folder of one run (its state, events, request files and workspace)."""
+        return self._root / safe_name(run_id)
+
+    def load(self, run_id: str) -> RunState | None:
+        """The run with this id, or None when there is none (or the id is not a valid name)."""
+        if safe_name(run_id) != run_id:
+            return None
+        path = self.folder(run_id) / "state.json"
+        try:
+            return RunState.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValidationError) as exc:
+            log.error("cannot read %s: %s", path, exc)
+            return None
+
+    def save(self, run: RunState) -> RunState:
+        """Writes state.json atomically, stamping `updatedAt`."""
+        run = run.model_copy(update={"updatedAt": utc_now_iso()})
+        folder = self.folder(run.runId)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / "state.json", run.model_dump_json(indent=2).encode(), fsync=self._fsync)
+        return run
+
+    def create(self, run: RunState, key: str) -> RunState:
+        """Stores a new run and makes it the active run of its conversation."""
+        run = self.save(run)
+        self.append_event(run.runId, "run.created", workflowId=run.workflowId)
+        self.set_active(key, run.runId)
+        return run
+
+    def transition(self, run: RunState, state: RunStatus, **changes: Any) -> RunState:
+        """Moves a run to `state` (raising IllegalTransition if the table forbids it) and saves it."""
+        if state not in TRANSITIONS[run.state]:
+            raise IllegalTransition(f"run {run.runId}: {run.state} -> {state} is not allowed")
+        run = self.save(run.model_copy(update={"state": state, **changes}))
+        self.append_event(run.runId, "run.state", state=state, error=changes.get("error"))
+        if run.finished:
+            self.clear_active(run.runId)
+        return run
+
+    def update_step(self, run: RunState, step_id: str, **fields: Any) -> RunState:
+        """Changes fields of one step and saves the run (a checkpoint at a step boundary)."""
+        step = run.steps[step_id].model_copy(update=fields)
+        steps = {**run.steps, step_id: step}
+        changes: dict[str, Any] = {"steps": steps}
+        if fields.get("status") == "running":
+            changes["currentStep"] = step_id
+        run = self.save(run.model_copy(update=changes))
+        self.append_event(run.runId, "step." + str(step.status), step=step_id, exitCode=step.exitCode)
+        return run
+
+    def append_event(self, run_id: str, event: str, **fields: Any) -> None:
+        """Appends one line to the run's events.jsonl."""
+        record = {"ts": utc_now_iso(), "event": event, **{k: v for k, v in fields.items() if v is not None}}
+        path = self.folder(run_id) / "events.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+    def active_runs(self) -> dict[str, str]:
+        """The conversation key → run id association."""
+        try:
+            data = json.loads(self.active_file.read_bytes())
+        except (FileNotFoundError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def active_for(self, key: str) -> RunState | None:
+        """The unfinished run associated with a conversation, if any."""
+        run_id = self.active_runs().get(key)
+        run = self.load(run_id) if run_id else None
+        return run if run is not None and not run.finished else None
+
+    def set_active(self, key: str, run_id: str) -> None:
+        """Associates a conversation with a run."""
+        self._write_active({**self.active_runs(), key: run_id})
+
+    def clear_active(self, run_id: str) -> None:
+        """Removes every association pointing at a run (it ended)."""
+        active = self.active_runs()
+        remaining = {k: v for k, v in active.items() if v != run_id}
+        if remaining != active:
+            self._write_active(remaining)
+
+    def _write_active(self, active: dict[str, str]) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.active_file, json.dumps(active, indent=2).encode(), fsync=self._fsync)
+
+    def all_runs(self) -> list[RunState]:
+        """Every readable run, oldest first."""
+        if not self._root.is_dir():
+            return []
+        runs = [self.load(p.name) for p in self._root.iterdir() if (p / "state.json").is_file()]
+        return sorted((r for r in runs if r is not None), key=lambda r: (r.createdAt, r.runId))
+
+    def unfinished(self) -> list[RunState]:
+        """Runs still queued or running, oldest first."""
+        return [run for run in self.all_runs() if not run.finished]
+
+
+def cap_text(text: str, limit: int = OUTPUT_CAP) -> str:
+    """Cuts a long text to `limit` characters, saying so at the end."""
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters cut)"

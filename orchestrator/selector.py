@@ -1,0 +1,181 @@
+"""The selector phase: the request file, the prompt, the provider run, the result file, decision parsing."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.events import EventLog
+from gateway.home import Home, atomic_write
+from gateway.models import IncomingPayload
+from orchestrator.config import LoadedConfig, read_template
+from orchestrator.providers import ProviderFailed, ProviderResult, ProviderRunner
+from orchestrator.templates import render
+
+ACTIONS = ("workflow_start", "workflow_status", "diagnostics_investigate", "command_invoke")
+RAW_CAP = 65536
+PARSE_CAP = 262144
+
+DEFAULT_SELECTOR_PROMPT = """\
+You are the selector of a chat gateway. Read the user's message and choose exactly one action.
+Answer with one JSON object, one of:
+  {"action": "workflow_start", "workflowId": "<workflow id>", "input": {}}
+  {"action": "workflow_status"}
+  {"action": "diagnostics_investigate", "question": "<what to find out>"}
+  {"action": "command_invoke", "function": "<function name>", "arguments": {}}
+Use workflow_start only with a workflow listed below, and command_invoke only with a listed
+function and arguments that match its JSON Schema. The full request is JSON in the file named by
+the environment variable SWITCHYARD_REQUEST.
+
+Workflows:
+{{workflowList}}
+
+Functions:
+{{functionList}}
+
+Active run in this conversation: {{activeRunText}}
+
+Message from {{sender}}:
+{{text}}
+"""
+
+
+class SelectorError(Exception):
+    """The selector's answer held no usable decision."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A parsed selector decision and the request it answers."""
+
+    request_id: str
+    action: str
+    fields: dict[str, Any]
+
+
+def parse_decision(text: str) -> dict[str, Any]:
+    """Finds the decision in an answer: the last JSON object with a known `action`, bare or in prose."""
+    decoder = json.JSONDecoder()
+    text = text[-PARSE_CAP:]
+    found: dict[str, Any] | None = None
+    index = text.find("{")
+    while index != -1:
+        try:
+            value, end = decoder.raw_decode(text, index)
+        except ValueError:
+            index = text.find("{", index + 1)
+            continue
+        if isinstance(value, dict) and value.get("action") in ACTIONS:
+            found = value
+        index = text.find("{", end)
+    if found is None:
+        raise SelectorError("no JSON decision with an action")
+    return found
+
+
+def _list_workflows(workflows: list[dict[str, Any]]) -> str:
+    lines = []
+    for workflow in workflows:
+        inputs = f" (input: {json.dumps(workflow['inputs'])})" if workflow.get("inputs") else ""
+        lines.append(f"- {workflow['id']}: {workflow['description']}{inputs}")
+    return "\n".join(lines) or "(none)"
+
+
+def _list_functions(functions: list[dict[str, Any]]) -> str:
+    lines = [f"- {f['name']}: {f['description']} (arguments: {json.dumps(f['parameters'])})"
+             for f in functions]
+    return "\n".join(lines) or "(none)"
+
+
+def selector_prompt(template: str, request: dict[str, Any]) -> str:
+    """Fills the selector prompt template from the request."""
+    message = request["message"]
+    active = request.get("activeRun")
+    active_text = f"{active['runId']} ({active['workflowId']}, {active['state']})" if active else "none"
+    values = {
+        **request,
+        "text": message.get("message", ""),
+        "sender": message.get("sender") or message.get("senderId") or "the user",
+        "workflowList": _list_workflows(request["workflows"]),
+        "functionList": _list_functions(request["availableFunctions"]),
+        "activeRunText": active_text,
+    }
+    return render(template, values)
+
+
+class Selector:
+    """Asks the configured selector agent which action answers a message, keeping every exchange on disk."""
+
+    def __init__(self, home: Home, runner: ProviderRunner, events: EventLog):
+        self._home = home
+        self._runner = runner
+        self._events = events
+        self._sequence = itertools.count()
+
+    def new_request_id(self) -> str:
+        """A sortable, unique request id: UTC time, a counter and a random suffix."""
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        return f"{stamp}-{next(self._sequence):06d}-{secrets.token_hex(3)}"
+
+    def build_request(
+        self, message: IncomingPayload, loaded: LoadedConfig, functions: list[dict[str, Any]],
+        active_run: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The selector request (DESIGN "request file")."""
+        config = loaded.config
+        return {
+            "requestId": self.new_request_id(),
+            "orchestratorId": loaded.orchestrator_id,
+            "message": message.model_dump(mode="json", exclude_none=True),
+            "workflows": [{"id": wid, "description": w.description, "inputs": w.inputs}
+                          for wid, w in config.workflows.items()],
+            "availableFunctions": functions,
+            "activeRun": active_run,
+            "allowedActions": list(ACTIONS),
+            "rules": config.rules.model_dump(),
+        }
+
+    async def decide(self, request: dict[str, Any], loaded: LoadedConfig) -> Decision:
+        """Runs the selector on a request; raises SelectorError (bad answer) or ProviderFailed (bad run)."""
+        request_id = request["requestId"]
+        selector = loaded.config.selector
+        template = DEFAULT_SELECTOR_PROMPT
+        if selector.prompt:
+            template = read_template(selector.prompt, loaded.workspace)
+        prompt = selector_prompt(template, request)
+        request_file = self._home.select_incoming / f"{request_id}.json"
+        try:
+            result = await self._runner.run(selector.provider, prompt, request=request,
+                                            request_file=request_file, cwd=loaded.workspace)
+        except ProviderFailed as exc:
+            self._record(request_id, exc.result, None, str(exc))
+            raise
+        try:
+            decision = parse_decision(result.stdout)
+        except SelectorError as exc:
+            self._record(request_id, result, None, str(exc))
+            self._events.emit("selector.failed", request_id=request_id, reason=str(exc),
+                              duration_ms=result.duration_ms)
+            raise
+        self._record(request_id, result, decision, None)
+        self._events.emit("selector.decided", action=decision["action"], request_id=request_id,
+                          duration_ms=result.duration_ms, channel=request["message"].get("channel"))
+        return Decision(request_id, decision["action"], decision)
+
+    def _record(
+        self, request_id: str, result: ProviderResult, decision: dict[str, Any] | None, error: str | None
+    ) -> Path:
+        record = {
+            "requestId": request_id, "raw": result.stdout[:RAW_CAP], "decision": decision, "error": error,
+            "exitCode": result.exit_code, "durationMs": result.duration_ms, "timedOut": result.timed_out,
+            "stderrTail": result.stderr_tail or None,
+        }
+        path = self._home.select_results / f"{request_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(record, ensure_ascii=False, indent=2).encode(), fsync=False)
+        return path

@@ -1,0 +1,73 @@
+"""Helpers shared by orchestrator tests: a fake outbox, a polling wait, message factory."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.settings import ProviderSettings
+
+
+class FakeOutbox:
+    """Records pushed payloads instead of writing them into queue/outgoing/."""
+
+    def __init__(self) -> None:
+        self.payloads: list[OutgoingPayload] = []
+
+    def write(self, payload: OutgoingPayload) -> Path:
+        self.payloads.append(payload)
+        return Path(f"/fake/outgoing/{len(self.payloads)}.json")
+
+
+async def wait_until(predicate: Callable[[], Any], deadline_sec: float = 10.0) -> Any:
+    """Polls `predicate` until it returns something truthy or the deadline passes."""
+    deadline = time.monotonic() + deadline_sec
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.01)
+
+
+_ids = itertools.count(1)
+
+
+def make_message(text: str, **fields: Any) -> IncomingPayload:
+    """An incoming console message with a fresh messageId."""
+    number = next(_ids)
+    base: dict[str, Any] = {"channel": "console", "channelProfileId": "console", "sender": "Ada",
+                            "senderId": "ada", "message": text, "timestamp": 1_700_000_000_000 + number,
+                            "messageId": f"m{number}", "conversationId": "c1"}
+    return IncomingPayload(**{**base, **fields})
+
+
+class ScriptedSelector:
+    """A selector provider whose next answer the test writes (`answer(...)`)."""
+
+    def __init__(self, tmp_path: Path, script: Callable[[str, str], list[str]]):
+        self.answer_file = tmp_path / "selector_answer.txt"
+        self.calls_file = tmp_path / "selector_calls.txt"
+        argv = script("scripted_selector", """
+            import sys
+            sys.stdin.read()
+            with open(sys.argv[2], "a") as calls:
+                calls.write("call\\n")
+            print(open(sys.argv[1]).read())
+        """)
+        self.provider = ProviderSettings(command=[*argv, str(self.answer_file), str(self.calls_file)])
+
+    def answer(self, decision: dict[str, Any] | str) -> None:
+        text = decision if isinstance(decision, str) else json.dumps(decision)
+        self.answer_file.write_text(text, encoding="utf-8")
+
+    @property
+    def calls(self) -> int:
+        return len(self.calls_file.read_text().splitlines()) if self.calls_file.exists() else 0

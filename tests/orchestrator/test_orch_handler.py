@@ -1,0 +1,152 @@
+"""orchestrator/handler.py: the status fast path, slash commands, status precedence, orchestrator choice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from orch_helpers import FakeOutbox, ScriptedSelector, make_message
+
+from gateway.api import HandlerContext, PermanentError
+from gateway.events import EventLog
+from gateway.home import Home
+from gateway.settings import ChannelProfile, OrchestratorRef, QueueSettings, Settings
+from orchestrator import Orchestrator
+from orchestrator.runs import Conversation, RunState, RunStore, StepState, conversation_key
+
+NO_RUN = "no active workflow run found for this conversation"
+CONFIG = """
+    selector: {provider: sel}
+    agents: {a: {provider: echo}}
+    workflows:
+      build: {description: Build it, steps: [{id: Plan, agent: a}, {id: Test, command: [echo, ok]}]}
+"""
+
+
+def _store_run(home: Home, run_id: str, conversation_id: str) -> RunState:
+    message = make_message("build", conversationId=conversation_id)
+    run = RunState(runId=run_id, workflowId="build", orchestratorId="main", state="running", currentStep="Test",
+                   message=message.model_dump(mode="json"),
+                   conversation=Conversation(channel="console", conversationId=conversation_id),
+                   steps={"Plan": StepState(status="completed"), "Test": StepState(status="running")})
+    return RunStore(home, fsync=False).create(run, conversation_key(message))
+
+
+@pytest.fixture
+async def orchestrator(
+    selector: ScriptedSelector, make_context: Callable[..., HandlerContext],
+    write_config: Callable[[str], Path], start: Callable[..., Any],
+) -> Orchestrator:
+    write_config(CONFIG)
+    selector.answer({"action": "workflow_status"})
+    result: Orchestrator = await start(make_context({"sel": selector.provider}))
+    return result
+
+
+@pytest.mark.parametrize("text", ["status", " STATUS ", "Progress", "/status", "/PROGRESS"])
+async def test_status_fast_path_calls_no_provider_and_changes_nothing(
+    home: Home, selector: ScriptedSelector, orchestrator: Orchestrator, text: str
+) -> None:
+    run = _store_run(home, "r-a", "c1")
+    state_file = home.runs / "r-a" / "state.json"
+    before = state_file.read_bytes(), (home.runs / "active.json").read_bytes()
+    [answer] = await orchestrator.handle(make_message(text, workflowRunId="r-a"))
+    assert answer.message == "Run r-a (workflow build): running, step 2/2 Test\n  ✓ Plan\n  ▶ Test"
+    assert (answer.workflowRunId, answer.workflowStepId, answer.agent) == ("r-a", "Test", "switchyard")
+    assert not selector.calls_file.exists()
+    assert (state_file.read_bytes(), (home.runs / "active.json").read_bytes()) == before
+    assert list(home.select_incoming.iterdir()) == []
+    assert run.state == "running"
+
+
+async def test_status_fast_path_works_even_with_a_broken_orchestrator_yaml(
+    home: Home, orchestrator: Orchestrator, write_config: Callable[[str], Path]
+) -> None:
+    _store_run(home, "r-a", "c1")
+    write_config("selector: {provider: nowhere}\n")
+    [answer] = await orchestrator.handle(make_message("status", workflowRunId="r-a"))
+    assert answer.message.startswith("Run r-a (workflow build): running")
+
+
+async def test_status_precedence(home: Home, selector: ScriptedSelector, orchestrator: Orchestrator) -> None:
+    _store_run(home, "r-a", "c1")
+    _store_run(home, "r-b", "c2")
+    [named] = await orchestrator.handle(make_message("status", workflowRunId="r-b", conversationId="c1"))
+    assert named.message.startswith("Run r-b ")
+    [active] = await orchestrator.handle(make_message("/status", conversationId="c1"))
+    assert active.message.startswith("Run r-a ")
+    [none] = await orchestrator.handle(make_message("/status", conversationId="c3"))
+    assert none.message == NO_RUN and none.workflowRunId is None
+    assert selector.calls == 0
+    [selected] = await orchestrator.handle(make_message("how is it going?", conversationId="c3"))
+    assert (selected.message, selected.agent) == (NO_RUN, "selector")
+    [selected_active] = await orchestrator.handle(make_message("how is it going?", conversationId="c2"))
+    assert selected_active.message.startswith("Run r-b ")
+
+
+async def test_an_unknown_named_run_is_reported_not_replaced(home: Home, orchestrator: Orchestrator) -> None:
+    _store_run(home, "r-a", "c1")
+    [status] = await orchestrator.handle(make_message("/status", workflowRunId="r-ghost", conversationId="c1"))
+    assert status.message == "no workflow run 'r-ghost' found"
+    [cancel] = await orchestrator.handle(make_message("/cancel", workflowRunId="r-ghost", conversationId="c1"))
+    assert cancel.message == NO_RUN
+    assert RunStore(home).load("r-a").state == "running"  # type: ignore[union-attr]
+
+
+async def test_help_lists_workflows_without_a_provider(selector: ScriptedSelector, orchestrator: Orchestrator) -> None:
+    [answer] = await orchestrator.handle(make_message("/help"))
+    assert "- build: Build it" in answer.message and "/cancel" in answer.message
+    assert answer.agent == "switchyard" and selector.calls == 0
+
+
+async def test_message_to_a_run_without_input_steps(home: Home, orchestrator: Orchestrator) -> None:
+    _store_run(home, "r-a", "c1")
+    [answer] = await orchestrator.handle(make_message("main branch please", workflowRunId="r-a"))
+    assert answer.message.startswith("Run r-a (workflow build): running")
+    assert answer.message.endswith("\n(this run does not take input)")
+
+
+async def test_unknown_slash_command_goes_to_the_selector(
+    selector: ScriptedSelector, orchestrator: Orchestrator
+) -> None:
+    await orchestrator.handle(make_message("/deploy now"))
+    assert selector.calls == 1
+
+
+async def test_invalid_orchestrator_yaml_is_a_permanent_error(
+    orchestrator: Orchestrator, write_config: Callable[[str], Path]
+) -> None:
+    write_config("agents: {a: {provider: nowhere}}\n")
+    with pytest.raises(PermanentError, match="agents.a.provider: unknown provider 'nowhere'"):
+        await orchestrator.handle(make_message("hello"))
+
+
+async def test_channel_profile_selects_its_orchestrator(
+    home: Home, events: EventLog, outbox: FakeOutbox, start: Callable[..., Any]
+) -> None:
+    settings = Settings(
+        queue=QueueSettings(fsync=False),
+        orchestrators={"main": OrchestratorRef(workspace="orchestrators/main"),
+                       "ops": OrchestratorRef(workspace="ops-ws")},
+        channels=[ChannelProfile(id="pager", type="console", orchestrator="ops")],
+    )
+    (home.root / "ops-ws").mkdir()
+    (home.root / "ops-ws" / "orchestrator.yaml").write_text(
+        "agents: {a: {provider: echo}}\nworkflows: {restart: {description: Restart, steps: [{id: R, agent: a}]}}\n")
+    context = HandlerContext(home=home, settings=settings, events=events, outbox=outbox, queue_stats=dict)
+    orchestrator = await start(context)
+    [ops] = await orchestrator.handle(make_message("/help", channelProfileId="pager"))
+    [main] = await orchestrator.handle(make_message("/help", channelProfileId="console"))
+    assert "- restart: Restart" in ops.message and "restart" not in main.message
+    assert "- chat: Reply to a chat message" in main.message
+
+
+async def test_default_orchestrator_echoes_a_chat_message(
+    make_context: Callable[..., HandlerContext], start: Callable[..., Any]
+) -> None:
+    orchestrator = await start(make_context())
+    [answer] = await orchestrator.handle(make_message("hello [send_file: /tmp/x.txt]"))
+    assert answer.message == "You said: hello" and answer.files == ["/tmp/x.txt"]
+    assert answer.agent == "echo" and answer.workflowStepId == "Reply"

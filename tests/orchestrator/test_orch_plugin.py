@@ -1,0 +1,69 @@
+"""orchestrator/plugin.py: the hooks the gateway calls (handler, providers, init, status)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pluggy
+from orch_helpers import make_message
+
+import orchestrator.plugin
+from gateway import hookspecs
+from gateway.api import HandlerContext
+from gateway.home import Home
+from gateway.settings import Settings
+from orchestrator import Orchestrator
+from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.runs import Conversation, RunState, RunStore, StepState
+
+
+def _manager() -> pluggy.PluginManager:
+    manager = pluggy.PluginManager("switchyard")
+    manager.add_hookspecs(hookspecs)
+    manager.register(orchestrator.plugin)
+    return manager
+
+
+def test_handler_hook_builds_the_orchestrator(make_context: Callable[..., HandlerContext]) -> None:
+    assert isinstance(_manager().hook.switchyard_handler(context=make_context()), Orchestrator)
+
+
+async def test_provider_hook_declares_echo_and_rules() -> None:
+    [providers] = _manager().hook.switchyard_providers()
+    assert set(providers) == {"echo", "rules"}
+    assert await providers["echo"]("hi", {}) == "hi"
+
+
+def test_init_hook_writes_the_default_orchestrator_once(home: Home) -> None:
+    [written] = _manager().hook.switchyard_init(home=home, settings=Settings())
+    path = home.root / "orchestrators" / "main" / "orchestrator.yaml"
+    assert written == [str(path)] and path.read_text() == DEFAULT_ORCHESTRATOR_YAML
+    assert _manager().hook.switchyard_init(home=home, settings=Settings()) == [[]]
+
+
+def test_status_hook_lists_unfinished_runs(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    for run_id, state in (("r-1", "running"), ("r-2", "done")):
+        store.create(RunState(runId=run_id, workflowId="build", orchestratorId="main", state=state,  # type: ignore[arg-type]
+                              currentStep="Plan", message=make_message("x").model_dump(mode="json"),
+                              conversation=Conversation(channel="console"), steps={"Plan": StepState()}), "k")
+    [section] = _manager().hook.switchyard_status(home=home, settings=Settings())
+    [run] = section["runs"]
+    assert {k: run[k] for k in ("runId", "workflowId", "state", "currentStep")} == {
+        "runId": "r-1", "workflowId": "build", "state": "running", "currentStep": "Plan"}
+    assert "updatedAt" in run
+
+
+async def test_providers_from_the_context_are_usable(
+    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path], start: Callable[..., Any]
+) -> None:
+    async def shout(prompt: str, request: dict[str, Any]) -> str:
+        return prompt.upper()
+
+    write_config("agents: {a: {provider: shout, prompt: '{{message}}!'}}\n"
+                 "workflows: {chat: {steps: [{id: S, agent: a}]}}\nrules: {default_workflow: chat}\n")
+    orchestrator = await start(make_context(builtin_providers={"shout": shout}))
+    [answer] = await orchestrator.handle(make_message("hey"))
+    assert answer.message == "HEY!"

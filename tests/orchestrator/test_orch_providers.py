@@ -1,0 +1,150 @@
+"""orchestrator/providers.py: argv runs with stdin or arg, env, timeouts that kill the group, output caps."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from orch_helpers import wait_until
+
+from gateway.api import PermanentError
+from gateway.home import Home
+from gateway.settings import ProviderSettings
+from orchestrator.providers import ProviderFailed, ProviderRunner, run_process
+from orchestrator.rules import builtin_providers
+
+Script = Callable[[str, str], list[str]]
+
+REPORT = """
+    import json, os, sys
+    env = {k: v for k, v in os.environ.items() if k.startswith(("SWITCHYARD_", "EXTRA"))}
+    print(json.dumps({"argv": sys.argv[1:], "stdin": sys.stdin.read(), "cwd": os.getcwd(), "env": env}))
+"""
+
+
+def _runner(home: Home, **providers: ProviderSettings) -> ProviderRunner:
+    return ProviderRunner(home, providers, builtin_providers())
+
+
+async def _run(runner: ProviderRunner, name: str, tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
+    result = await runner.run(name, "the prompt", request={"q": 1}, request_file=tmp_path / "req" / "r.json",
+                              cwd=tmp_path / "ws", **kwargs)
+    return dict(json.loads(result.stdout))
+
+
+async def test_stdin_input_gets_the_prompt_on_stdin(home: Home, script: Script, tmp_path: Path) -> None:
+    runner = _runner(home, p=ProviderSettings(command=script("report", REPORT), input="stdin"))
+    seen = await _run(runner, "p", tmp_path)
+    assert seen["stdin"] == "the prompt"
+    assert seen["argv"] == []
+
+
+async def test_arg_input_appends_the_prompt_as_last_argument(
+    home: Home, script: Script, tmp_path: Path
+) -> None:
+    runner = _runner(home, p=ProviderSettings(command=[*script("report", REPORT), "-x"], input="arg"))
+    seen = await _run(runner, "p", tmp_path)
+    assert seen["argv"] == ["-x", "the prompt"]
+    assert seen["stdin"] == ""
+
+
+async def test_environment_request_file_and_cwd(home: Home, script: Script, tmp_path: Path) -> None:
+    runner = _runner(home, p=ProviderSettings(command=script("report", REPORT), env={"EXTRA_KEY": "v"}))
+    seen = await _run(runner, "p", tmp_path, env={"SWITCHYARD_RUN_ID": "r-1", "SWITCHYARD_STEP_ID": "Plan"})
+    env = seen["env"]
+    assert env["SWITCHYARD_HOME"] == str(home.root)
+    assert env["EXTRA_KEY"] == "v"
+    assert env["SWITCHYARD_RUN_ID"] == "r-1" and env["SWITCHYARD_STEP_ID"] == "Plan"
+    assert _read_json(env["SWITCHYARD_REQUEST"]) == {"q": 1}
+    assert seen["cwd"] == str(tmp_path / "ws")
+
+
+async def test_non_zero_exit_raises_provider_failed_with_stderr(
+    home: Home, script: Script, tmp_path: Path
+) -> None:
+    argv = script("fail", "import sys; print('partial'); sys.stderr.write('boom: bad token'); sys.exit(3)")
+    runner = _runner(home, p=ProviderSettings(command=argv))
+    with pytest.raises(ProviderFailed) as caught:
+        await _run(runner, "p", tmp_path)
+    assert not isinstance(caught.value, PermanentError)
+    assert caught.value.result.exit_code == 3
+    assert caught.value.result.stdout.strip() == "partial"
+    assert "exited with code 3: boom: bad token" in str(caught.value)
+
+
+async def test_unknown_provider_is_permanent(home: Home, tmp_path: Path) -> None:
+    with pytest.raises(PermanentError, match="unknown provider 'ghost'; known: echo, rules"):
+        await _runner(home).run("ghost", "x", request={}, request_file=tmp_path / "r.json", cwd=tmp_path)
+
+
+async def test_timeout_kills_the_whole_process_group(home: Home, script: Script, tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    argv = script("forker", f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(60)
+    """)
+    runner = _runner(home, p=ProviderSettings(command=argv, timeout_sec=1))
+    with pytest.raises(ProviderFailed) as caught:
+        await _run(runner, "p", tmp_path)
+    assert caught.value.result.timed_out
+    assert "timed out" in str(caught.value)
+    child = int(pid_file.read_text())
+    await wait_until(lambda: not _alive(child), deadline_sec=5)
+
+
+def _read_json(path: str) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().split()[2] != "Z"
+
+
+async def test_output_is_capped_while_a_flood_is_drained(tmp_path: Path) -> None:
+    flood = "import sys\nfor _ in range(200): sys.stdout.write('x' * 65536)\nsys.stderr.write('e' * 99999)"
+    result = await run_process([sys.executable, "-c", flood], stdin=None, env=dict(os.environ), cwd=tmp_path,
+                               timeout_sec=30, max_output=4096)
+    assert result.exit_code == 0 and not result.timed_out
+    assert result.truncated
+    assert len(result.stdout) == 4096
+    assert len(result.stderr_tail) <= 4096
+
+
+async def test_an_endless_flood_is_stopped_by_the_timeout_with_bounded_memory(tmp_path: Path) -> None:
+    flood = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
+    result = await run_process([sys.executable, "-c", flood], stdin=None, env=dict(os.environ), cwd=tmp_path,
+                               timeout_sec=1, max_output=4096)
+    assert result.timed_out and result.truncated
+    assert len(result.stdout) == 4096
+
+
+async def test_missing_executable_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+    result = await run_process(["/nonexistent/provider"], stdin=b"", env={}, cwd=tmp_path, timeout_sec=5,
+                               max_output=1024)
+    assert result.exit_code == 127 and "cannot start" in result.stderr_tail
+
+
+async def test_builtin_echo_answers_with_the_prompt(home: Home, tmp_path: Path) -> None:
+    runner = _runner(home)
+    result = await runner.run("echo", "hi there", request={}, request_file=tmp_path / "r.json", cwd=tmp_path)
+    assert result.stdout == "hi there" and result.exit_code == 0
+
+
+async def test_settings_provider_wins_over_builtin_with_same_name(
+    home: Home, script: Script, tmp_path: Path
+) -> None:
+    runner = _runner(home, echo=ProviderSettings(command=script("own", "print('mine')")))
+    result = await runner.run("echo", "x", request={}, request_file=tmp_path / "r.json", cwd=tmp_path)
+    assert result.stdout.strip() == "mine"

@@ -1,0 +1,106 @@
+"""orchestrator/runs.py: state.json, the transition table, run ids, snapshots, active runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from orch_helpers import make_message
+
+from gateway.home import Home
+from orchestrator.runs import (
+    TRANSITIONS,
+    Conversation,
+    IllegalTransition,
+    RunState,
+    RunStore,
+    StepState,
+    conversation_key,
+    run_id_for,
+    snapshot,
+)
+
+
+def _run(run_id: str = "r-1", **changes: object) -> RunState:
+    message = make_message("build it")
+    run = RunState(runId=run_id, workflowId="build", orchestratorId="main",
+                   message=message.model_dump(mode="json"),
+                   conversation=Conversation(channel="console", conversationId="c1"),
+                   steps={"Plan": StepState(), "Test": StepState(), "Deploy": StepState()})
+    return run.model_copy(update=changes)
+
+
+def test_state_json_shape(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    store.create(_run(), "console/console/c1")
+    data = json.loads((home.runs / "r-1" / "state.json").read_text())
+    assert {"runId", "workflowId", "state", "currentStep", "createdAt", "updatedAt", "input", "message",
+            "conversation", "steps"} <= set(data)
+    assert data["state"] == "queued"
+    assert data["conversation"] == {"channel": "console", "channelProfileId": None, "conversationId": "c1",
+                                    "senderId": None}
+    assert set(data["steps"]["Plan"]) >= {"status", "startedAt", "finishedAt", "exitCode", "output", "error"}
+    assert store.load("r-1") == RunState.model_validate(data)
+
+
+def test_transitions_follow_the_table(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    run = store.create(_run(), "k")
+    run = store.transition(run, "running")
+    run = store.transition(run, "done")
+    assert store.load("r-1").state == "done"  # type: ignore[union-attr]
+    with pytest.raises(IllegalTransition, match="done -> running is not allowed"):
+        store.transition(run, "running")
+
+
+@pytest.mark.parametrize("state", ["done", "failed", "cancelled"])
+def test_final_states_lead_nowhere(state: str) -> None:
+    assert TRANSITIONS[state] == frozenset()
+
+
+def test_queued_cannot_jump_to_done(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    with pytest.raises(IllegalTransition):
+        store.transition(store.create(_run(), "k"), "done")
+
+
+def test_run_id_is_derived_from_the_message() -> None:
+    message = make_message("hi", timestamp=1_700_000_000_000)
+    run_id = run_id_for(message)
+    assert run_id.startswith("r-20231114-221320-") and len(run_id) == len("r-20231114-221320-") + 8
+    assert run_id_for(message.model_copy()) == run_id
+    assert run_id_for(message.model_copy(update={"messageId": "other"})) != run_id
+
+
+def test_active_run_is_set_and_cleared_when_the_run_ends(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    key = conversation_key(make_message("x"))
+    run = store.create(_run(), key)
+    assert store.active_for(key).runId == "r-1"  # type: ignore[union-attr]
+    assert json.loads(store.active_file.read_text()) == {key: "r-1"}
+    store.transition(store.transition(run, "running"), "failed", error="boom")
+    assert store.active_for(key) is None
+    assert json.loads(store.active_file.read_text()) == {}
+
+
+def test_snapshot_names_run_workflow_state_and_each_step() -> None:
+    run = _run(state="running", currentStep="Test", steps={
+        "Plan": StepState(status="completed"), "Test": StepState(status="running"), "Deploy": StepState()})
+    assert snapshot(run) == "Run r-1 (workflow build): running, step 2/3 Test\n  ✓ Plan\n  ▶ Test\n  · Deploy"
+
+
+def test_snapshot_of_a_failed_step_shows_the_error() -> None:
+    run = _run(state="failed", currentStep="Plan", steps={"Plan": StepState(status="failed", error="exit 2")})
+    assert snapshot(run) == "Run r-1 (workflow build): failed\n  ✗ Plan: exit 2"
+
+
+def test_unsafe_run_ids_are_not_loaded(home: Home) -> None:
+    assert RunStore(home).load("../settings") is None
+
+
+def test_events_are_appended_per_run(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    run = store.create(_run(), "k")
+    store.update_step(store.transition(run, "running"), "Plan", status="running")
+    lines = (home.runs / "r-1" / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["run.created", "run.state", "step.running"]
