@@ -7,7 +7,6 @@ Call hooks with keyword arguments only.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pluggy
