@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -18,6 +19,7 @@ from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, 
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write
+from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload
 from gateway.outbox import FileOutbox
 from gateway.queue import FileQueue, queue_depths
@@ -86,8 +88,10 @@ class Gateway:
         await self.handler.start()
         self.channels = await self._start_channels()
         qs = self.settings.queue
+        locks = LockDirectory(self.home.coordination / "locks", holder=f"{socket.gethostname()}:{os.getpid()}",
+                              ttl_s=qs.lock_ttl_sec)
         self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
-                             on_start=self._show_typing)
+                             on_start=self._show_typing, locks=locks)
         self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs)
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
         self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
@@ -95,6 +99,7 @@ class Gateway:
         self.dispatcher.rescan()
         self._tasks.append(asyncio.create_task(self.worker.run(), name="worker"))
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
+        self._tasks.append(asyncio.create_task(self.worker.renew_locks(), name="renew-locks"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
                          watch=self._watches[0].mode)
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload
 
 T = TypeVar("T")
@@ -37,9 +38,11 @@ class KeyScheduler(Generic[T]):
     """
 
     max_concurrency: int
+    locks: LockDirectory | None = None
     _pending: list[_Pending[T]] = field(default_factory=list)
     _busy: set[str] = field(default_factory=set)
     running: int = 0
+    contended: bool = False  # a key was held by another process at the last `ready()`
 
     def add(self, order: tuple[int, str], keys: tuple[str, ...], item: T) -> None:
         """Adds a claimed message; a placeholder held for the same order is replaced in place."""
@@ -67,9 +70,11 @@ class KeyScheduler(Generic[T]):
         """Yields the messages that may start now and marks their keys busy."""
         blocked: set[str] = set()
         index = 0
+        self.contended = False
         while index < len(self._pending) and self.running < self.max_concurrency:
             pending = self._pending[index]
-            if pending.held or blocked.intersection(pending.keys) or self._busy.intersection(pending.keys):
+            if (pending.held or blocked.intersection(pending.keys) or self._busy.intersection(pending.keys)
+                    or not self._lock(pending.keys)):
                 blocked.update(pending.keys)
                 index += 1
                 continue
@@ -79,10 +84,30 @@ class KeyScheduler(Generic[T]):
             assert pending.item is not None
             yield pending.keys, pending.item
 
+    def _lock(self, keys: tuple[str, ...]) -> bool:
+        """Takes the cross-process locks of `keys` (all or none)."""
+        if self.locks is None:
+            return True
+        taken: list[str] = []
+        for key in keys:
+            if not self.locks.acquire(key):
+                for done in taken:
+                    self.locks.release(done)
+                self.contended = True
+                return False
+            taken.append(key)
+        return True
+
     def finish(self, keys: tuple[str, ...]) -> None:
         """Frees the keys of a message that finished (succeeded, failed or was requeued)."""
         self._busy.difference_update(keys)
         self.running -= 1
+        if self.locks is not None:
+            for key in keys:
+                self.locks.release(key)
+
+    def busy_keys(self) -> list[str]:
+        return sorted(self._busy)
 
     def drain_pending(self) -> list[T]:
         """Removes and returns every claimed message that has not started (for shutdown)."""

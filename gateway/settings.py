@@ -27,6 +27,7 @@ class QueueSettings(_Strict):
     fsync: bool = True
     duplicate_window_sec: int = Field(default=86400, ge=0)
     sent_retention_days: float = Field(default=7, ge=0)
+    lock_ttl_sec: float = Field(default=60, gt=0)
 
 
 class ProviderSettings(_Strict):

@@ -16,6 +16,7 @@ from gateway.answered import AnsweredIndex
 from gateway.api import Handler, Outbox, PermanentError
 from gateway.events import EventLog, now_ms
 from gateway.keys import KeyScheduler, ordering_keys
+from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import Claimed, FileQueue
 from gateway.settings import QueueSettings
@@ -23,6 +24,7 @@ from gateway.settings import QueueSettings
 log = logging.getLogger("switchyard.worker")
 
 MAX_PENDING = 10_000
+LOCK_RETRY_S = 0.05
 APOLOGY = (
     "Sorry, I could not process your message (\"{preview}\") after {attempts} attempt(s). "
     "It has been kept for the operator; please try again later."
@@ -73,6 +75,7 @@ class Worker:
         settings: QueueSettings,
         *,
         on_start: Callable[[IncomingPayload], None] | None = None,
+        locks: LockDirectory | None = None,
     ):
         self.queue = queue
         self.handler = handler
@@ -80,12 +83,21 @@ class Worker:
         self.answered = answered
         self.events = events
         self.settings = settings
-        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency)
+        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency, locks)
+        self._locks = locks
         self._on_start = on_start
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self.processed = 0
+
+    async def renew_locks(self) -> None:
+        """Keeps the locks of long-running messages from expiring (runs until cancelled)."""
+        if self._locks is None:
+            return
+        while True:
+            await asyncio.sleep(self._locks.ttl_s / 3)
+            self._locks.renew(self.scheduler.busy_keys())
 
     def wake(self) -> None:
         """Tells the loop that something changed (a new file, a finished job)."""
@@ -97,6 +109,8 @@ class Worker:
             self._wakeup.clear()
             self._claim_and_start()
             timeout = self.queue.next_due_in()
+            if self.scheduler.contended:  # another process holds a key: look again shortly
+                timeout = min(timeout or LOCK_RETRY_S, LOCK_RETRY_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
