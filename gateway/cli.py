@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pluggy
+
 from gateway.access import PairingStore
 from gateway.app import Gateway, run_gateway
 from gateway.events import now_ms
@@ -226,7 +228,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
 # --- entry point -----------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
     parser.add_argument("--home", help="home directory (default: $SWITCHYARD_HOME or ~/.switchyard)")
     parser.add_argument("--settings", help="settings file (default: <home>/settings.yaml)")
@@ -251,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     pair_commands.add_parser("list", help="pending codes and approved senders")
     approve = pair_commands.add_parser("approve", help="approve a pending code")
     approve.add_argument("code")
+    if pm is not None:
+        pm.hook.switchyard_cli(commands=commands)
     return parser
 
 
@@ -258,11 +262,15 @@ COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_st
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(build_plugin_manager()).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return COMMANDS[args.command](args)
+        if args.command in COMMANDS:
+            return COMMANDS[args.command](args)
+        home, settings = _load(args)
+        code: int = args.run(args, home, settings)
+        return code
     except SettingsError as exc:
         print(f"switchyard: invalid settings: {exc}", file=sys.stderr)
         return 2

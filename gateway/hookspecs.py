@@ -7,6 +7,7 @@ Call hooks with keyword arguments only.
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pluggy
@@ -70,6 +71,15 @@ def switchyard_providers() -> dict[str, BuiltinProvider]:  # type: ignore[empty-
     """Declares in-process providers by name: `async (prompt, request) -> answer`.
 
     All implementations are called; a provider in settings.yaml with the same name wins.
+    """
+
+
+@hookspec
+def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Adds subcommands to the `switchyard` CLI (e.g. `switchyard runs`).
+
+    Add a parser with `commands.add_parser(...)` and `set_defaults(run=callable)`; the callable
+    gets `(args, home, settings)` and returns the exit code. All implementations are called.
     """
 
 
