@@ -33,9 +33,9 @@ class FakeServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets
-        self.port = server.sockets[0].getsockname()[1]
+        addresses = self._runner.addresses
+        assert addresses, "the fake server did not bind"
+        self.port = int(addresses[0][1])
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -8,20 +8,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# This folder shares its name with the `orchestrator` package and pytest puts `tests/` on sys.path,
-# where the folder would be imported as a namespace package. A regular package found anywhere on
-# sys.path wins over a namespace one, so the project root is added (pyproject `pythonpath = ["."]`
-# would do the same for every test folder).
-sys.path.append(str(Path(__file__).resolve().parents[2]))
-
 import pytest  # noqa: E402
-from orch_helpers import FakeOutbox, ScriptedSelector  # noqa: E402
 
 from gateway.api import HandlerContext  # noqa: E402
 from gateway.events import EventLog  # noqa: E402
 from gateway.home import Home  # noqa: E402
 from gateway.settings import ProviderSettings, QueueSettings, Settings  # noqa: E402
 from orchestrator import Orchestrator  # noqa: E402
+from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector  # noqa: E402
 
 
 @pytest.fixture

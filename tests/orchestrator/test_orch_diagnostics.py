@@ -7,14 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orch_helpers import ScriptedSelector, make_message
-
 from gateway.api import HandlerContext
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.diagnostics import CONTEXT_CAP, gather_context
 from orchestrator.runs import Conversation, RunState, RunStore, StepState, conversation_key
+from tests.orchestrator.orch_helpers import ScriptedSelector, make_message
 
 DIAG = """
     import json, os, sys

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orch_helpers import FakeOutbox, ScriptedSelector, make_message, wait_until
 
 from gateway.api import HandlerContext
 from gateway.events import read_events
@@ -18,6 +17,7 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator import Orchestrator
 from orchestrator.runs import RunState, RunStore, run_id_for
+from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message, wait_until
 
 GATED = """
     import os, sys, time

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orch_helpers import ScriptedSelector, make_message
 
 from gateway.api import FunctionSpec, HandlerContext
 from orchestrator.functions import FunctionRefused, FunctionRegistry
+from tests.orchestrator.orch_helpers import ScriptedSelector, make_message
 
 SHOUT = "import json, sys; print(json.load(sys.stdin)['text'].upper())"
 CONFIG = f"""

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orch_helpers import FakeOutbox, ScriptedSelector, make_message
 
 from gateway.api import HandlerContext, PermanentError
 from gateway.events import EventLog
@@ -15,6 +14,7 @@ from gateway.home import Home
 from gateway.settings import ChannelProfile, OrchestratorRef, QueueSettings, Settings
 from orchestrator import Orchestrator
 from orchestrator.runs import Conversation, RunState, RunStore, StepState, conversation_key
+from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 
 NO_RUN = "no active workflow run found for this conversation"
 CONFIG = """

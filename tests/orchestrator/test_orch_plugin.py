@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pluggy
-from orch_helpers import make_message
 
 import orchestrator.plugin
 from gateway import hookspecs
@@ -17,6 +16,7 @@ from gateway.settings import Settings
 from orchestrator import Orchestrator
 from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
 from orchestrator.runs import Conversation, RunState, RunStore, StepState
+from tests.orchestrator.orch_helpers import make_message
 
 
 def _manager() -> pluggy.PluginManager:

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orch_helpers import wait_until
 
 from gateway.api import PermanentError
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.providers import ProviderFailed, ProviderRunner, run_process
 from orchestrator.rules import builtin_providers
+from tests.orchestrator.orch_helpers import wait_until
 
 Script = Callable[[str, str], list[str]]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from orch_helpers import make_message
 
 from gateway.home import Home
 from orchestrator.runs import (
@@ -19,6 +18,7 @@ from orchestrator.runs import (
     run_id_for,
     snapshot,
 )
+from tests.orchestrator.orch_helpers import make_message
 
 
 def _run(run_id: str = "r-1", **changes: object) -> RunState:

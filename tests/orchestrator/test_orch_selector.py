@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orch_helpers import make_message
 
 from gateway.api import HandlerContext
 from gateway.events import read_events
@@ -16,6 +15,7 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.rules import select_by_rules
 from orchestrator.selector import SelectorError, parse_decision
+from tests.orchestrator.orch_helpers import make_message
 
 Script = Callable[[str, str], list[str]]
 

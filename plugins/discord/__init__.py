@@ -1,0 +1,29 @@
+"""The Discord channel: a bot on the Discord gateway (discord.py), one bot token per profile.
+
+Profile keys: `token_env` (required: the environment variable holding the bot token),
+`api_base_url` (default https://discord.com/api/v10), `gateway_url` (default: discord.py's,
+wss://gateway.discord.gg/), `require_mention` (default false: in guild channels, only take messages
+that mention the bot, reply to it, or belong to a run's thread). discord.py keeps both URLs in
+process-wide class attributes, so two Discord profiles in one process share them: configure them
+on one profile only. discord.py is imported only when a Discord profile is built.
+"""
+
+from __future__ import annotations
+
+from gateway import Channel, ChannelContext, ChannelProfile, hookimpl
+
+CHANNEL_TYPE = "discord"
+
+
+@hookimpl
+def switchyard_channel_types() -> list[str]:
+    return [CHANNEL_TYPE]
+
+
+@hookimpl
+def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Channel | None:
+    if profile.type != CHANNEL_TYPE:
+        return None
+    from plugins.discord.channel import DiscordChannel  # imports discord.py, or raises naming the extra
+
+    return DiscordChannel(profile, context)

@@ -1,0 +1,372 @@
+"""The Discord channel object: login checks, a supervised gateway connection, resumable delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import aiofiles
+import aiohttp
+import yarl
+
+try:
+    with warnings.catch_warnings():
+        # discord.py imports the deprecated `audioop` for voice, which this channel never uses.
+        warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
+        import discord
+        import discord.gateway
+        import discord.http
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise RuntimeError("discord.py is not installed: pip install 'switchyard[discord]'") from exc
+
+from gateway import (
+    ChannelContext,
+    ChannelProfile,
+    DeliveryError,
+    DeliveryJournal,
+    DeliveryRecord,
+    OutgoingPayload,
+    Part,
+    RunThreads,
+    Sink,
+    deliver_parts,
+    reply_parts,
+)
+from plugins.discord import CHANNEL_TYPE
+from plugins.discord.inbound import Intake
+
+log = logging.getLogger("switchyard.discord")
+
+TEXT_LIMIT = 2000
+RATE_LIMIT_WAIT_MAX_S = 30.0  # discord.py waits out shorter 429s itself; longer ones raise RateLimited
+CLOSE_CODES = {
+    4004: "authentication failed",
+    4013: "invalid intents",
+    4014: "disallowed intents: enable the Message Content intent (developer portal → Bot)",
+}
+
+Target = discord.PartialMessageable | discord.DMChannel
+
+
+class DiscordChannel:
+    """One Discord bot: turns its messages into incoming payloads and posts replies as the bot."""
+
+    name = CHANNEL_TYPE
+    login_timeout_s = 30.0
+    ready_timeout_s = 10.0
+    reconnect_initial_s = 1.0
+    reconnect_max_s = 300.0
+    typing_timeout_s = 10.0
+    stop_timeout_s = 5.0
+
+    def __init__(self, profile: ChannelProfile, context: ChannelContext):
+        self.profile_id = profile.id
+        self._context = context
+        self._token_env = str(profile.option("token_env") or "")
+        self._api_base_url = profile.option("api_base_url")
+        self._gateway_url = profile.option("gateway_url")
+        self._threads = RunThreads(context.home, profile.id)
+        self._journal = DeliveryJournal(context.home, profile.id)
+        self._intake = Intake(context, self._threads, require_mention=bool(profile.option("require_mention")))
+        self._client: discord.Client | None = None
+        self._sink: Sink | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._handlers: set[asyncio.Task[object]] = set()
+        self._started = False
+        self._stopping = False
+        self._failures = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, sink: Sink) -> None:
+        """Logs in over REST, then connects to the gateway; raises when either is refused."""
+        token = self._token()
+        self._sink = sink
+        self._point_at_servers()
+        client = self._new_client()
+        await self._login(client, token)
+        self._client = client
+        self._supervisor = asyncio.create_task(self._supervise(client, token),
+                                               name=f"discord:{self.profile_id}:gateway")
+        self._supervisor.add_done_callback(self._supervisor_ended)
+        connected = asyncio.create_task(self._connected.wait(), name=f"discord:{self.profile_id}:ready")
+        try:
+            await asyncio.wait({self._supervisor, connected}, timeout=self.ready_timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            connected.cancel()
+        if self._supervisor.done():
+            await client.close()
+            reason = _describe(self._supervisor.exception(), self._token_env)
+            raise RuntimeError(f"discord profile {self.profile_id!r}: the gateway refused the bot: {reason}")
+        if not self._connected.is_set():
+            log.warning("discord profile %s: gateway not connected after %.0fs; still trying",
+                        self.profile_id, self.ready_timeout_s)
+        self._started = True
+
+    async def stop(self) -> None:
+        """Lets messages being taken in finish, then closes the connection."""
+        self._stopping = True
+        if self._handlers:
+            await asyncio.wait(set(self._handlers), timeout=self.stop_timeout_s)
+        if self._client is not None:
+            await self._client.close()
+        if self._supervisor is not None:
+            await asyncio.wait({self._supervisor}, timeout=self.stop_timeout_s)
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
+
+    def _supervisor_ended(self, task: asyncio.Task[None]) -> None:
+        if self._started and not task.cancelled() and task.exception() is not None:
+            log.error("discord profile %s: the connection supervisor died; no more messages will arrive",
+                      self.profile_id, exc_info=task.exception())
+
+    def _token(self) -> str:
+        if not self._token_env:
+            raise RuntimeError(f"discord profile {self.profile_id!r}: set token_env to the name of the "
+                               "environment variable that holds the bot token")
+        token = os.environ.get(self._token_env, "").strip()
+        if not token:
+            raise RuntimeError(f"discord profile {self.profile_id!r}: environment variable "
+                               f"{self._token_env} is not set (it must hold the bot token)")
+        return token
+
+    def _point_at_servers(self) -> None:
+        """Applies the configured URLs (process-wide in discord.py: shared by every Discord profile)."""
+        if self._api_base_url:
+            discord.http.Route.BASE = str(self._api_base_url).rstrip("/")
+        if self._gateway_url:
+            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(str(self._gateway_url))
+
+    def _new_client(self) -> discord.Client:
+        intents = discord.Intents.default()
+        intents.message_content = True
+        client = discord.Client(intents=intents, max_ratelimit_timeout=RATE_LIMIT_WAIT_MAX_S,
+                                allowed_mentions=discord.AllowedMentions(everyone=False, roles=False))
+
+        async def on_connect() -> None:
+            self._connected.set()
+            self._failures = 0
+
+        async def on_resumed() -> None:
+            self._failures = 0
+
+        async def on_message(message: discord.Message) -> None:
+            await self._take_in(client, message)
+
+        for handler in (on_connect, on_resumed, on_message):
+            client.event(handler)
+        return client
+
+    async def _login(self, client: discord.Client, token: str) -> None:
+        """Checks the token over REST (GET /users/@me); closes the client and raises when refused."""
+        try:
+            await asyncio.wait_for(client.login(token), self.login_timeout_s)
+        except discord.LoginFailure:
+            await client.close()
+            raise RuntimeError(f"discord profile {self.profile_id!r}: login failed: Discord rejected the "
+                               f"token in {self._token_env}") from None
+        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            await client.close()
+            raise RuntimeError(f"discord profile {self.profile_id!r}: login failed: "
+                               f"{_describe(exc, self._token_env)}") from None
+
+    # --- connection supervision ----------------------------------------------------------------
+
+    async def _supervise(self, client: discord.Client, token: str) -> None:
+        """Keeps the gateway connected: discord.py resumes blips itself; this restarts what it gives up on."""
+        while not self._stopping:
+            try:
+                await client.connect(reconnect=True)
+                reason = "the gateway connection ended"
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not self._started:
+                    raise
+                reason = _describe(exc, self._token_env)
+            await client.close()
+            if self._stopping:
+                return
+            client = await self._relogin(token, reason)
+
+    async def _relogin(self, token: str, reason: str) -> discord.Client:
+        """Waits a jittered, growing delay and logs in with a fresh client until that succeeds."""
+        while True:
+            self._failures += 1
+            ceiling = min(self.reconnect_max_s, self.reconnect_initial_s * 2 ** (self._failures - 1))
+            delay = ceiling * random.uniform(0.5, 1.0)
+            log.warning("discord profile %s disconnected (%s); reconnecting in %.1fs", self.profile_id,
+                        reason, delay)
+            self._context.events.emit("channel.reconnecting", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                      reason=reason, attempt=self._failures, backoff_ms=int(delay * 1000))
+            await asyncio.sleep(delay)
+            client = self._new_client()
+            try:
+                await self._login(client, token)
+            except asyncio.CancelledError:
+                await client.close()
+                raise
+            except Exception as exc:
+                await client.close()
+                reason = str(exc) or type(exc).__name__
+                continue
+            self._client = client
+            return client
+
+    async def _take_in(self, client: discord.Client, message: discord.Message) -> None:
+        """Runs the intake for one message, tracked so that stop() can let it finish."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            if client.user is not None and self._sink is not None:
+                await self._intake.receive(message, client.user, self._sink)
+        except Exception:
+            log.exception("discord profile %s: message %s could not be taken in", self.profile_id, message.id)
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+
+    # --- outbound ---------------------------------------------------------------------------------
+
+    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
+        """Posts the text in chunks of ≤ 2000 characters, then the files, the first part as a reply."""
+        client = self._client
+        if client is None or client.is_closed():
+            raise DeliveryError(f"discord profile {self.profile_id!r} is not connected")
+        target = await self._target(client, outgoing)
+        reference = self._reference(outgoing, target.id)
+        run_id = outgoing.workflowRunId
+
+        async def send_part(part: Part) -> str:
+            message = await self._post(target, part, reference if part.index == 0 else None)
+            if run_id:
+                self._threads.remember(str(message.id), run_id)
+            return str(message.id)
+
+        record = await deliver_parts(outgoing, reply_parts(outgoing, TEXT_LIMIT), send_part, self._journal)
+        if run_id:
+            self._remember_run(client, outgoing, target.id, run_id)
+        return record
+
+    def _remember_run(self, client: discord.Client, outgoing: OutgoingPayload, channel_id: int,
+                      run_id: str) -> None:
+        """Ties the user's message and, when the conversation is a thread, the thread to the run."""
+        if outgoing.messageId.isdigit():
+            self._threads.remember(outgoing.messageId, run_id)
+        if isinstance(client.get_channel(channel_id), discord.Thread):
+            self._threads.remember(str(channel_id), run_id)
+
+    async def typing(self, conversation: str) -> None:
+        """Shows "bot is typing…" in the conversation once (POST /channels/{id}/typing); never raises."""
+        client = self._client
+        if client is None or client.is_closed() or not conversation.isdigit():
+            return
+        channel = client.get_partial_messageable(int(conversation))
+
+        async def trigger() -> None:
+            await channel.typing()
+
+        try:
+            await asyncio.wait_for(trigger(), self.typing_timeout_s)
+        except Exception as exc:
+            log.warning("discord profile %s: typing indicator in %s failed: %s", self.profile_id,
+                        conversation, exc)
+
+    async def _target(self, client: discord.Client, outgoing: OutgoingPayload) -> Target:
+        """The channel or thread of the conversation, else a DM with the sender."""
+        conversation = outgoing.conversationId or ""
+        if conversation.isdigit():
+            return client.get_partial_messageable(int(conversation))
+        sender = outgoing.senderId or ""
+        if not sender.isdigit():
+            raise DeliveryError("no Discord channel (conversationId) or user (senderId) to send to")
+        try:
+            return await client.create_dm(discord.Object(int(sender)))
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise DeliveryError(f"cannot open a Discord DM with user {sender}: {exc}") from exc
+
+    def _reference(self, outgoing: OutgoingPayload, channel_id: int) -> discord.MessageReference | None:
+        """A reply reference to the user's message, unless it is known to be in another channel."""
+        if not outgoing.messageId.isdigit():
+            return None
+        message_id = int(outgoing.messageId)
+        seen_in = self._intake.channel_of(message_id)
+        if seen_in is not None and seen_in != channel_id:
+            return None
+        return discord.MessageReference(message_id=message_id, channel_id=channel_id, fail_if_not_exists=False)
+
+    async def _post(self, target: Target, part: Part,
+                    reference: discord.MessageReference | None) -> discord.Message:
+        """Posts one part, turning platform failures into DeliveryError (with retry_after on 429)."""
+        try:
+            try:
+                return await self._post_once(target, part, reference)
+            except discord.HTTPException as exc:
+                if reference is None or exc.status != 400:
+                    raise
+                log.info("discord refused the reply reference (%s); posting without it", exc)
+                return await self._post_once(target, part, None)
+        except discord.RateLimited as exc:
+            raise DeliveryError(f"Discord rate limit: retry in {exc.retry_after:.1f}s",
+                                retry_after=exc.retry_after) from exc
+        except discord.HTTPException as exc:
+            raise DeliveryError(f"Discord answered HTTP {exc.status}: {exc.text or exc.response.reason}",
+                                retry_after=_retry_after(exc)) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise DeliveryError(f"cannot reach Discord: {exc or type(exc).__name__}") from exc
+
+    async def _post_once(self, target: Target, part: Part,
+                         reference: discord.MessageReference | None) -> discord.Message:
+        replying: dict[str, Any] = {"reference": reference} if reference is not None else {}
+        if part.file is None:
+            return await target.send(part.text or "", **replying)
+        upload = await _read_upload(part.file)
+        if upload is None:
+            return await target.send(f"[file not sent: {part.file.name} cannot be read]", **replying)
+        return await target.send(file=upload, **replying)
+
+
+async def _read_upload(path: Path) -> discord.File | None:
+    """The file as an in-memory upload (read without blocking the loop), or None when unreadable."""
+    try:
+        async with aiofiles.open(path, "rb") as handle:
+            data = await handle.read()
+    except OSError as exc:
+        log.warning("discord: %s cannot be read and is not sent: %s", path, exc)
+        return None
+    return discord.File(io.BytesIO(data), filename=path.name)
+
+
+def _retry_after(exc: discord.HTTPException) -> float | None:
+    """The Retry-After of a 429 that discord.py stopped retrying."""
+    if exc.status != 429:
+        return None
+    try:
+        return float(exc.response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+
+
+def _describe(exc: BaseException | None, token_env: str) -> str:
+    """A one-line reason for a failed connection, without any secret."""
+    if isinstance(exc, discord.PrivilegedIntentsRequired):
+        return "the Message Content intent is not enabled for this bot (developer portal → Bot)"
+    if isinstance(exc, discord.ConnectionClosed):
+        meaning = CLOSE_CODES.get(exc.code or 0, "")
+        if exc.code == 4004:
+            meaning = f"{meaning}: check the token in {token_env}"
+        return f"gateway closed the connection with code {exc.code}" + (f" ({meaning})" if meaning else "")
+    if isinstance(exc, discord.HTTPException):
+        return f"HTTP {exc.status}: {exc.text or exc.response.reason}"
+    if exc is None:
+        return "the gateway connection ended"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,134 @@
+"""Turns Discord messages into incoming payloads: who may talk, attachments, and threads → workflow runs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import OrderedDict
+from pathlib import Path
+
+import aiohttp
+import discord
+
+from gateway import (
+    AccessDecision,
+    AccessPolicy,
+    ChannelContext,
+    IncomingPayload,
+    OutgoingPayload,
+    RunThreads,
+    Sink,
+    now_ms,
+)
+from plugins.discord import CHANNEL_TYPE
+
+log = logging.getLogger("switchyard.discord")
+
+SEEN_LIMIT = 10_000
+CONVERSATIONAL = frozenset({discord.MessageType.default, discord.MessageType.reply})
+
+
+class Intake:
+    """Admits or refuses the Discord messages of one profile and sinks admitted ones, in order per channel."""
+
+    def __init__(self, context: ChannelContext, threads: RunThreads, *, require_mention: bool):
+        self._context = context
+        self._profile_id = context.profile.id
+        self._access = AccessPolicy(context.home, context.profile)
+        self._threads = threads
+        self._require_mention = require_mention
+        self._seen: OrderedDict[int, int] = OrderedDict()
+        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
+
+    def channel_of(self, message_id: int) -> int | None:
+        """The channel a user's message came from, if it arrived since this process started."""
+        return self._seen.get(message_id)
+
+    async def receive(self, message: discord.Message, me: discord.ClientUser, sink: Sink) -> None:
+        """Handles one MESSAGE_CREATE: ignores bots and system messages, checks access, sinks the payload."""
+        if message.author.bot or message.author.id == me.id or message.type not in CONVERSATIONAL:
+            return
+        self._remember(message)
+        # Taken before the first await: discord.py starts one task per event in arrival order, so
+        # messages of a channel reach the sink in order even when one waits for a download.
+        channel_id = message.channel.id
+        lock, users = self._locks.get(channel_id, (asyncio.Lock(), 0))
+        self._locks[channel_id] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._admit(message, me, sink)
+        finally:
+            lock, users = self._locks[channel_id]
+            if users <= 1:
+                del self._locks[channel_id]
+            else:
+                self._locks[channel_id] = (lock, users - 1)
+
+    async def _admit(self, message: discord.Message, me: discord.ClientUser, sink: Sink) -> None:
+        run_id = self._threads.run_for(message.reference.message_id if message.reference else None,
+                                       message.channel.id)
+        if not self._addressed(message, me, run_id):
+            return
+        sender_id, sender = str(message.author.id), message.author.display_name
+        decision = await asyncio.to_thread(self._access.check, sender_id, sender)
+        if not decision.allowed:
+            await self._refuse(message, decision)
+            return
+        payload = await self._payload(message, me, run_id)
+        if payload is not None:
+            await sink(payload)
+
+    def _addressed(self, message: discord.Message, me: discord.ClientUser, run_id: str | None) -> bool:
+        """False for guild-channel chatter not meant for the bot, when `require_mention` is on."""
+        if not self._require_mention or run_id is not None or me.id in message.raw_mentions:
+            return True
+        if isinstance(message.channel, discord.DMChannel | discord.GroupChannel):
+            return True
+        replied = message.reference.resolved if message.reference else None
+        return isinstance(replied, discord.Message) and replied.author.id == me.id
+
+    async def _refuse(self, message: discord.Message, decision: AccessDecision) -> None:
+        conversation = str(message.channel.id)
+        self._context.events.emit("message.rejected", channel=CHANNEL_TYPE, profile=self._profile_id,
+                                  conversation=conversation, senderId=str(message.author.id),
+                                  reason=decision.reason)
+        if decision.reply:
+            answer = OutgoingPayload(
+                channel=CHANNEL_TYPE, channelProfileId=self._profile_id, sender=message.author.display_name,
+                senderId=str(message.author.id), message=decision.reply, originalMessage=message.content,
+                timestamp=now_ms(), messageId=str(message.id), agent="access", conversationId=conversation)
+            await asyncio.to_thread(self._context.outbox.write, answer)
+
+    async def _payload(self, message: discord.Message, me: discord.ClientUser,
+                       run_id: str | None) -> IncomingPayload | None:
+        files, notes = await self._download(message)
+        text = re.sub(rf"^\s*<@!?{me.id}>\s*", "", message.content)
+        text = "\n".join([line for line in [text, *notes] if line] + [f"[file: {path}]" for path in files])
+        if not text:
+            log.debug("discord message %s has neither text nor files; ignored", message.id)
+            return None
+        return IncomingPayload(
+            channel=CHANNEL_TYPE, channelProfileId=self._profile_id, sender=message.author.display_name,
+            senderId=str(message.author.id), message=text, timestamp=int(message.created_at.timestamp() * 1000),
+            messageId=str(message.id), conversationId=str(message.channel.id), files=[str(p) for p in files],
+            workflowRunId=run_id)
+
+    async def _download(self, message: discord.Message) -> tuple[list[Path], list[str]]:
+        """Saves each attachment under files/; a failed download becomes a note in the text."""
+        paths, notes = [], []
+        for attachment in message.attachments:
+            try:
+                data = await attachment.read()
+            except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+                log.warning("discord attachment %s of message %s not downloaded: %s",
+                            attachment.filename, message.id, exc)
+                notes.append(f"[file not downloaded: {attachment.filename}]")
+                continue
+            paths.append(await self._context.save_attachment(attachment.filename, data))
+        return paths, notes
+
+    def _remember(self, message: discord.Message) -> None:
+        self._seen[message.id] = message.channel.id
+        while len(self._seen) > SEEN_LIMIT:
+            self._seen.popitem(last=False)

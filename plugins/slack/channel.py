@@ -1,0 +1,238 @@
+"""The Slack channel: a workspace's messages become incoming payloads, replies go back to Slack."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiofiles
+
+from gateway import (
+    AccessDecision,
+    AccessPolicy,
+    ChannelContext,
+    DeliveryError,
+    DeliveryJournal,
+    DeliveryRecord,
+    IncomingPayload,
+    OutgoingPayload,
+    Part,
+    RunThreads,
+    Sink,
+    deliver_parts,
+    now_ms,
+    reply_parts,
+)
+from plugins.slack.config import SlackConfig
+from plugins.slack.inbound import BotIdentity, SlackMessage, person_message, run_ref, split_conversation
+
+if TYPE_CHECKING:
+    from plugins.slack.client import SlackApi
+    from plugins.slack.transport import HttpTransport, SocketTransport
+
+log = logging.getLogger("switchyard.slack")
+
+CHANNEL_TYPE = "slack"
+STOP_DRAIN_S = 5.0
+
+
+class SlackChannel:
+    """One Slack workspace profile, in Socket Mode or on the HTTP Events API.
+
+    Events are queued in arrival order and taken in by one named task, so a slow download never
+    reorders a conversation. The typing indicator is a reaction on the user's message (Slack has
+    no typing indicator for bots), removed again when the reply to that message is delivered.
+    """
+
+    name = CHANNEL_TYPE
+
+    def __init__(self, config: SlackConfig, context: ChannelContext):
+        self.profile_id = config.profile_id
+        self.config = config
+        self.context = context
+        self.transport: SocketTransport | HttpTransport | None = None
+        self._access = AccessPolicy(context.home, context.profile)
+        self._journal = DeliveryJournal(context.home, config.profile_id)
+        self._threads = RunThreads(context.home, config.profile_id)
+        self._api: SlackApi | None = None
+        self._bot = BotIdentity(user_id="")
+        self._sink: Sink | None = None
+        self._intake: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._intake_task: asyncio.Task[None] | None = None
+        self._latest: dict[str, tuple[str, str]] = {}
+        self._reacted: set[tuple[str, str]] = set()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, sink: Sink) -> None:
+        """Logs in with the bot token and starts receiving events; raises with a clear reason."""
+        self._sink = sink
+        bot_token = self._secret("bot_token_env")
+        socket_mode = self.config.mode == "socket"
+        second = self._secret("app_token_env" if socket_mode else "signing_secret_env")
+        try:
+            from plugins.slack.client import SlackApi
+            from plugins.slack.transport import HttpTransport, SocketTransport, build_app
+        except ImportError as exc:
+            raise RuntimeError("slack-bolt is not installed: pip install 'switchyard[slack]'") from exc
+        self._api = SlackApi(bot_token, self.config.api_base_url, token_env=self.config.bot_token_env)
+        self._bot = await self._api.login()
+        app = build_app(self._api.web, self._receive, None if socket_mode else second)
+        if socket_mode:
+            self.transport = SocketTransport(app, second, token_env=self.config.app_token_env, name=self.profile_id)
+        else:
+            self.transport = HttpTransport(app, host=self.config.http_listen, port=self.config.http_port,
+                                           path=self.config.http_path)
+        await self.transport.start()
+        self._intake_task = asyncio.create_task(self._take_in(), name=f"slack:{self.profile_id}:intake")
+        log.info("slack %s: connected as %s (%s mode)", self.profile_id, self._bot.user_id, self.config.mode)
+
+    def _secret(self, key: str) -> str:
+        value = self.config.secret(key)
+        self.context.events.add_secret(value)
+        return value
+
+    async def stop(self) -> None:
+        """Stops receiving, lets queued events finish for a few seconds, then stops the intake."""
+        if self.transport is not None:
+            await self.transport.stop()
+        if self._intake_task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._intake.join(), timeout=STOP_DRAIN_S)
+            self._intake_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._intake_task
+            self._intake_task = None
+
+    # --- inbound -----------------------------------------------------------------------------
+
+    async def _receive(self, event: dict[str, Any]) -> None:
+        self._intake.put_nowait(event)
+
+    async def _take_in(self) -> None:
+        """Turns queued events into incoming payloads, one at a time; a failure skips only that event."""
+        while True:
+            event = await self._intake.get()
+            try:
+                await self._take_in_one(event)
+            except Exception as exc:
+                log.exception("slack %s: could not take in message %s", self.profile_id, event.get("ts"))
+                self.context.events.emit("channel.error", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                         reason=f"inbound message {event.get('ts')}: {exc}")
+            finally:
+                self._intake.task_done()
+
+    async def _take_in_one(self, event: dict[str, Any]) -> None:
+        message = person_message(event, self._bot)
+        if message is None or self._api is None or self._sink is None:
+            return
+        sender = await self._api.user_name(message.user)
+        decision = self._access.check(message.user, sender)
+        if not decision.allowed:
+            self._reject(message, sender, decision)
+            return
+        lines = [message.text] if message.text else []
+        files: list[str] = []
+        for file in message.files:
+            saved = await self._save_file(file)
+            if saved is None:
+                lines.append(f"[file not downloaded: {_file_name(file)}]")
+            else:
+                files.append(str(saved))
+                lines.append(f"[file: {saved}]")
+        run_id = self._threads.run_for(run_ref(message.channel, message.thread_ts or "")) if message.in_thread else None
+        payload = IncomingPayload(
+            channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=message.user,
+            message="\n".join(lines), timestamp=message.timestamp_ms, messageId=message.ts,
+            conversationId=message.conversation, files=files, workflowRunId=run_id)
+        self._latest[message.conversation] = (message.channel, message.ts)
+        await self._sink(payload)
+
+    async def _save_file(self, file: dict[str, Any]) -> Path | None:
+        """Downloads one shared file into files/; its absolute path, or None when that failed."""
+        assert self._api is not None
+        try:
+            data = await self._api.download(file)
+        except Exception as exc:
+            log.warning("slack %s: file %s not downloaded: %s", self.profile_id, file.get("id"), exc)
+            return None
+        return await self.context.save_attachment(_file_name(file), data)
+
+    def _reject(self, message: SlackMessage, sender: str, decision: AccessDecision) -> None:
+        """Records a refused message and, when the policy says so, queues its answer (a pairing code)."""
+        self.context.events.emit("message.rejected", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                 conversation=message.conversation, senderId=message.user, reason=decision.reason)
+        if decision.reply:
+            self.context.outbox.write(OutgoingPayload(
+                channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=message.user,
+                message=decision.reply, originalMessage=message.text, timestamp=now_ms(),
+                messageId=message.ts, agent="switchyard", conversationId=message.conversation))
+
+    # --- outbound ----------------------------------------------------------------------------
+
+    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
+        """Posts the reply's text chunks, then its files, in the conversation (and thread) it names."""
+        api = self._api
+        if api is None:
+            raise DeliveryError(f"slack {self.profile_id} is not connected")
+        conversation = outgoing.conversationId or outgoing.senderId
+        if not conversation:
+            raise DeliveryError("the reply names neither a conversationId nor a senderId")
+        channel, thread_ts = split_conversation(conversation)
+        run_id = outgoing.workflowRunId
+        if run_id and thread_ts:
+            self._threads.remember(run_ref(channel, thread_ts), run_id)
+
+        async def send_part(part: Part) -> str:
+            if part.file is not None:
+                return await api.upload(channel, thread_ts, part.file.name, await _read(part.file))
+            ts = await api.post_message(channel, part.text or "", thread_ts)
+            if run_id:
+                self._threads.remember(run_ref(channel, ts), run_id)
+            return ts
+
+        parts = reply_parts(outgoing, self.config.text_limit)
+        record = await deliver_parts(outgoing, parts, send_part, self._journal)
+        await self._clear_typing(channel, outgoing.messageId)
+        return record
+
+    # --- typing ------------------------------------------------------------------------------
+
+    async def typing(self, conversation: str) -> None:
+        """Marks the conversation's latest message with the `typing_reaction` emoji (one call)."""
+        target = self._latest.get(conversation)
+        if not self.config.typing_reaction or target is None or self._api is None:
+            return
+        try:
+            await self._api.react(*target, self.config.typing_reaction)
+        except Exception as exc:
+            log.info("slack %s: typing reaction failed: %s", self.profile_id, exc)
+            return
+        self._reacted.add(target)
+
+    async def _clear_typing(self, channel: str, ts: str) -> None:
+        """Removes the typing reaction once the reply to that message is out (best effort)."""
+        if (channel, ts) not in self._reacted or self._api is None:
+            return
+        self._reacted.discard((channel, ts))
+        try:
+            await self._api.react(channel, ts, self.config.typing_reaction, remove=True)
+        except Exception as exc:
+            log.info("slack %s: removing the typing reaction failed: %s", self.profile_id, exc)
+
+
+def _file_name(file: dict[str, Any]) -> str:
+    """A shared file's name as the user gave it."""
+    return str(file.get("name") or file.get("title") or file.get("id") or "file")
+
+
+async def _read(path: Path) -> bytes:
+    """An attachment's bytes, read without blocking the event loop."""
+    try:
+        async with aiofiles.open(path, "rb") as handle:
+            return await handle.read()
+    except OSError as exc:
+        raise DeliveryError(f"cannot read attachment {path}: {exc.strerror}") from None

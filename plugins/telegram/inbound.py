@@ -1,0 +1,115 @@
+"""Turns a person's Telegram message into an incoming payload: access, attachments, run thread."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from gateway import (
+    AccessDecision,
+    AccessPolicy,
+    ChannelContext,
+    IncomingPayload,
+    OutgoingPayload,
+    RunThreads,
+    Sink,
+    now_ms,
+)
+from plugins.telegram.options import CHANNEL_TYPE
+from plugins.telegram.refs import conversation_id, message_ref
+
+if TYPE_CHECKING:
+    from telegram import Bot, Message
+
+log = logging.getLogger("switchyard.telegram")
+
+MEDIA_KINDS = ("document", "audio", "video", "voice", "video_note", "animation")
+
+
+class InboundMessages:
+    """Admits or refuses each message, downloads its files and hands the payload to the sink."""
+
+    def __init__(self, context: ChannelContext, threads: RunThreads, sink: Sink):
+        self.context = context
+        self.profile_id = context.profile.id
+        self.access = AccessPolicy(context.home, context.profile)
+        self.threads = threads
+        self.sink = sink
+
+    async def handle(self, bot: Bot, message: Message) -> Path | None:
+        """Enqueues one message; returns its queue file, or None when it is ignored or refused."""
+        user = message.from_user
+        if user is None or user.is_bot:
+            return None  # other bots, the bot itself, anonymous admins
+        text = _without_bot_mention(message.text or message.caption or "", bot.username)
+        attachments = _attachments(message)
+        if not text.strip() and not attachments:
+            return None  # stickers, service messages, polls, …
+        topic = message.message_thread_id if message.is_topic_message else None
+        conversation = conversation_id(message.chat_id, topic)
+        sender_id, sender = str(user.id), user.full_name or user.username or str(user.id)
+        decision = self.access.check(sender_id, sender)
+        if not decision.allowed:
+            self._refuse(message, conversation, sender_id, sender, decision)
+            return None
+        notes = [await self._download(bot, *attachment) for attachment in attachments]
+        reply = message.reply_to_message
+        payload = IncomingPayload(
+            channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=sender_id,
+            message="\n".join(line for line in (text, *(note for note, _ in notes)) if line),
+            timestamp=int(message.date.timestamp() * 1000),
+            messageId=message_ref(message.chat_id, message.message_id), conversationId=conversation,
+            files=[str(path) for _, path in notes if path is not None],
+            workflowRunId=self.threads.run_for(message_ref(message.chat_id, reply.message_id))
+            if reply is not None else None,
+        )
+        return await self.sink(payload)
+
+    async def _download(self, bot: Bot, kind: str, file_id: str, name: str | None) -> tuple[str, Path | None]:
+        """Saves one attachment; returns its `[file: …]` tag, or a note when it cannot be fetched."""
+        from telegram.error import TelegramError
+
+        try:
+            remote = await bot.get_file(file_id)
+            data = await remote.download_as_bytearray()
+        except (TelegramError, OSError, RuntimeError) as exc:
+            log.warning("telegram %s: cannot download a %s: %s", self.profile_id, kind, exc)
+            return f"[file not downloaded: {name or kind}: {exc}]", None
+        filename = name or f"{kind}{PurePosixPath(remote.file_path or '').suffix}"
+        path = await self.context.save_attachment(filename, bytes(data))
+        return f"[file: {path}]", path
+
+    def _refuse(self, message: Message, conversation: str, sender_id: str, sender: str,
+                decision: AccessDecision) -> None:
+        """Records the refusal and, when the policy says so (pairing), queues its reply."""
+        self.context.events.emit("message.rejected", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                 conversation=conversation, senderId=sender_id, reason=decision.reason)
+        if decision.reply:
+            self.context.outbox.write(OutgoingPayload(
+                channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=sender_id,
+                message=decision.reply, originalMessage=message.text or message.caption or "",
+                timestamp=now_ms(), messageId=message_ref(message.chat_id, message.message_id),
+                agent="switchyard", conversationId=conversation,
+            ))
+
+
+def _without_bot_mention(text: str, username: str | None) -> str:
+    """`/status@this_bot …` (how group members address a bot) becomes `/status …`."""
+    if not username:
+        return text
+    return re.sub(rf"^(/\w+)@{re.escape(username)}\b", r"\1", text, flags=re.IGNORECASE)
+
+
+def _attachments(message: Message) -> list[tuple[str, str, str | None]]:
+    """(kind, file_id, file name) of each file in the message; photos at their largest size."""
+    found: list[tuple[str, str, str | None]] = []
+    if message.photo:
+        largest = max(message.photo, key=lambda size: size.width * size.height)
+        found.append(("photo", largest.file_id, None))
+    for kind in MEDIA_KINDS:
+        media = getattr(message, kind)
+        if media is not None and all(media.file_id != seen for _, seen, _ in found):
+            found.append((kind, media.file_id, getattr(media, "file_name", None)))
+    return found

@@ -1,0 +1,314 @@
+"""A fake of the Discord REST API and gateway, just enough for discord.py 2.x to log in, chat and upload."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import BodyPartReader, WSMsgType, web
+
+from tests.fakes.base import FakeServer
+
+DISCORD_EPOCH_MS = 1_420_070_400_000
+MESSAGE_CONTENT_INTENT = 1 << 15
+BOT_ID = "900000000000000001"
+APPLICATION_ID = "900000000000000002"
+OWNER_ID = "900000000000000003"
+
+
+@dataclass
+class SentMessage:
+    """One message the bot posted: where, what, which files, and what it replied to."""
+
+    id: str
+    channel_id: str
+    content: str | None
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+    reply_to: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # discord.py reads a body as JSON only when the content type is exactly `application/json`.
+    return web.Response(body=json.dumps(data).encode(), status=status,
+                        headers={**(headers or {}), "Content-Type": "application/json"})
+
+
+class DiscordFakeServer(FakeServer):
+    """REST under `/api/v10`, the gateway websocket at `/gw`, attachment downloads at `/attachments/…`."""
+
+    def __init__(self, token: str = "fake-discord-token") -> None:
+        self.token = token
+        self.sent: list[SentMessage] = []
+        self.typing: list[str] = []
+        self.identifies: list[dict[str, Any]] = []
+        self.resumes = 0
+        self.dm_channels: dict[str, str] = {}
+        self.attachments: dict[str, bytes] = {}
+        self.rate_limited = 0
+        self.failed = 0
+        self._connections: dict[web.WebSocketResponse, int] = {}
+        self._counter = itertools.count(1)
+        self._rate_limits: list[float] = []
+        self._fail_times = 0
+        self._fail_after = 0
+        self._fail_status = 503
+        self._identify_close: list[int] = []
+        self.typing_status = 204
+        super().__init__()
+
+    # --- knobs the tests turn ----------------------------------------------------------------
+
+    @property
+    def api_base_url(self) -> str:
+        return f"{self.url}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gw"
+
+    def snowflake(self) -> str:
+        """A fresh, realistic Discord id (its timestamp is now)."""
+        return str(((int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22) | (next(self._counter) & 0x3FFFFF))
+
+    def rate_limit_next(self, times: int, retry_after: float) -> None:
+        """Answers the next `times` message posts with 429 and this retry-after (seconds)."""
+        self._rate_limits.extend([retry_after] * times)
+
+    def fail_next(self, times: int, after: int = 0, status: int = 503) -> None:
+        """Answers `times` message posts with `status` after letting `after` succeed.
+
+        discord.py retries 500, 502, 504 and 524 by itself (sleeping 1 s, 3 s, …); 503 reaches the caller.
+        """
+        self._fail_times, self._fail_after, self._fail_status = times, after, status
+
+    def close_on_identify(self, *codes: int) -> None:
+        """Closes the next gateway sessions with these close codes instead of answering READY."""
+        self._identify_close.extend(codes)
+
+    @property
+    def connected(self) -> int:
+        """How many gateway sessions are identified (or resumed) and receiving events."""
+        return len(self._connections)
+
+    async def wait_connected(self) -> None:
+        """Waits (up to 10 s) until at least one gateway session can receive events."""
+        deadline = time.monotonic() + 10.0
+        while not self._connections:
+            if time.monotonic() > deadline:
+                raise AssertionError("no discord.py client connected to the fake gateway")
+            await asyncio.sleep(0.01)
+
+    async def drop_connections(self, code: int = 4000) -> None:
+        """Closes every gateway session from the server side, as a network blip or Discord would."""
+        sockets = list(self._connections)
+        self._connections.clear()
+        for ws in sockets:
+            await ws.close(code=code)
+
+    # --- inbound events ------------------------------------------------------------------------
+
+    def user(self, user_id: str, name: str, *, bot: bool = False) -> dict[str, Any]:
+        return {"id": user_id, "username": name, "global_name": name, "discriminator": "0",
+                "avatar": None, "bot": bot}
+
+    def bot_user(self) -> dict[str, Any]:
+        return self.user(BOT_ID, "switchyard-bot", bot=True)
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Sends one DISPATCH event to every connected session."""
+        await self.wait_connected()
+        for ws in list(self._connections):
+            self._connections[ws] += 1
+            await ws.send_str(json.dumps({"op": 0, "t": event, "s": self._connections[ws], "d": data}))
+
+    async def message_create(self, channel_id: str, author: dict[str, Any], content: str, *,
+                             files: Sequence[tuple[str, bytes]] = (), guild_id: str | None = None,
+                             reply_to: str | None = None, mentions: Sequence[dict[str, Any]] = ()) -> str:
+        """Delivers a MESSAGE_CREATE as if `author` wrote `content` in `channel_id`; returns its id."""
+        message = self._message(channel_id, author, content, files=files, reply_to=reply_to)
+        message["mentions"] = list(mentions)
+        if guild_id is not None:
+            message["guild_id"] = guild_id
+        await self.dispatch("MESSAGE_CREATE", message)
+        return str(message["id"])
+
+    async def guild_create(self, guild_id: str, channel_id: str, thread_id: str) -> None:
+        """Makes a guild with one text channel and one active thread in it known to the bot."""
+        channel = {"id": channel_id, "type": 0, "name": "general", "position": 0, "guild_id": guild_id,
+                   "permission_overwrites": [], "nsfw": False, "parent_id": None}
+        thread = {"id": thread_id, "type": 11, "name": "a thread", "guild_id": guild_id,
+                  "parent_id": channel_id, "owner_id": "1001", "message_count": 0, "member_count": 1,
+                  "thread_metadata": {"archived": False, "auto_archive_duration": 1440, "locked": False,
+                                      "archive_timestamp": datetime.now(UTC).isoformat()}}
+        await self.dispatch("GUILD_CREATE", {
+            "id": guild_id, "name": "guild", "icon": None, "owner_id": OWNER_ID, "unavailable": False,
+            "member_count": 2, "large": False, "features": [], "roles": [], "emojis": [], "stickers": [],
+            "members": [], "voice_states": [], "presences": [], "channels": [channel], "threads": [thread],
+            "stage_instances": [], "guild_scheduled_events": [], "soundboard_sounds": [],
+            "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0,
+            "mfa_level": 0, "system_channel_flags": 0, "premium_tier": 0, "nsfw_level": 0,
+            "preferred_locale": "en-US", "afk_timeout": 300, "joined_at": datetime.now(UTC).isoformat()})
+
+    def _message(self, channel_id: str, author: dict[str, Any], content: str, *,
+                 files: Sequence[tuple[str, bytes]] = (), reply_to: str | None = None) -> dict[str, Any]:
+        attachments = []
+        for name, data in files:
+            attachment_id = self.snowflake()
+            self.attachments[attachment_id] = data
+            url = f"{self.url}/attachments/{channel_id}/{attachment_id}/{name}"
+            attachments.append({"id": attachment_id, "filename": name, "size": len(data), "url": url,
+                                "proxy_url": url, "content_type": "application/octet-stream"})
+        message: dict[str, Any] = {
+            "id": self.snowflake(), "type": 19 if reply_to else 0, "content": content,
+            "channel_id": channel_id, "author": author, "attachments": attachments, "embeds": [],
+            "mentions": [], "mention_roles": [], "mention_everyone": False, "pinned": False, "tts": False,
+            "timestamp": datetime.now(UTC).isoformat(), "edited_timestamp": None, "flags": 0,
+            "components": []}
+        if reply_to:
+            message["message_reference"] = {"message_id": reply_to, "channel_id": channel_id}
+        return message
+
+    # --- routes ----------------------------------------------------------------------------------
+
+    def setup_routes(self, app: web.Application) -> None:
+        app.router.add_get("/gw", self._gateway)
+        app.router.add_get("/api/v10/users/@me", self._me)
+        app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
+        app.router.add_post("/api/v10/users/@me/channels", self._create_dm)
+        app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
+        app.router.add_post("/api/v10/channels/{channel_id}/typing", self._trigger_typing)
+        app.router.add_get("/attachments/{channel_id}/{attachment_id}/{name}", self._attachment)
+
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bot {self.token}"
+
+    def _unauthorized(self) -> web.Response:
+        return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+
+    async def _me(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        return _json({**self.bot_user(), "flags": 0, "verified": True, "mfa_enabled": False})
+
+    async def _application(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        return _json({"id": APPLICATION_ID, "name": "switchyard", "description": "", "icon": None,
+                      "bot_public": True, "bot_require_code_grant": False, "verify_key": "00",
+                      "owner": self.user(OWNER_ID, "owner"), "flags": 0, "summary": ""})
+
+    async def _create_dm(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        recipient = str((await request.json())["recipient_id"])
+        channel_id = self.dm_channels.setdefault(recipient, self.snowflake())
+        return _json({"id": channel_id, "type": 1, "last_message_id": None,
+                      "recipients": [self.user(recipient, f"user{recipient}")]})
+
+    async def _trigger_typing(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        if self.typing_status >= 400:
+            return _json({"message": "Missing Permissions", "code": 50013}, status=self.typing_status)
+        self.typing.append(request.match_info["channel_id"])
+        self.changed.set()
+        return web.Response(status=204)
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        data = self.attachments.get(request.match_info["attachment_id"])
+        if data is None:
+            return web.Response(status=404)
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        if self._rate_limits:
+            return self._too_many_requests(self._rate_limits.pop(0))
+        if self._fail_times and self._fail_after <= 0:
+            self._fail_times -= 1
+            self.failed += 1
+            return _json({"message": "Service unavailable", "code": 0}, status=self._fail_status)
+        self._fail_after -= 1
+        payload, files = await self._read_post(request)
+        channel_id = request.match_info["channel_id"]
+        reference = payload.get("message_reference") or {}
+        reply_to = str(reference["message_id"]) if reference.get("message_id") else None
+        message = self._message(channel_id, self.bot_user(), payload.get("content") or "", reply_to=reply_to)
+        self.sent.append(SentMessage(id=message["id"], channel_id=channel_id, content=payload.get("content"),
+                                     files=files, reply_to=reply_to, payload=payload))
+        self.changed.set()
+        return _json(message, headers={"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4",
+                                       "X-RateLimit-Reset-After": "0.01", "X-RateLimit-Bucket": "messages"})
+
+    def _too_many_requests(self, retry_after: float) -> web.Response:
+        self.rate_limited += 1
+        # discord.py treats a 429 without a `Via` header as a Cloudflare ban, as the real API sends one.
+        headers = {"Retry-After": str(max(1, round(retry_after))), "X-RateLimit-Limit": "5",
+                   "X-RateLimit-Remaining": "0", "X-RateLimit-Reset-After": str(retry_after),
+                   "X-RateLimit-Bucket": "messages", "X-RateLimit-Scope": "user", "Via": "1.1 google"}
+        return _json({"message": "You are being rate limited.", "retry_after": retry_after, "global": False},
+                     status=429, headers=headers)
+
+    async def _read_post(self, request: web.Request) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+        """The JSON body, or the `payload_json` and `files[n]` parts of a multipart upload."""
+        if not request.content_type.startswith("multipart/"):
+            return await request.json(), []
+        payload: dict[str, Any] = {}
+        files: list[tuple[str, bytes]] = []
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                continue
+            if part.name == "payload_json":
+                payload = json.loads(await part.text())
+            elif part.name and part.name.startswith("files["):
+                files.append((part.filename or "", bytes(await part.read())))
+        return payload, files
+
+    # --- gateway ----------------------------------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}}))
+        try:
+            async for frame in ws:
+                if frame.type is WSMsgType.TEXT:
+                    await self._gateway_op(ws, json.loads(frame.data))
+        finally:
+            self._connections.pop(ws, None)
+        return ws
+
+    async def _gateway_op(self, ws: web.WebSocketResponse, message: dict[str, Any]) -> None:
+        op, data = message.get("op"), message.get("d") or {}
+        if op == 1:
+            await ws.send_str(json.dumps({"op": 11}))
+        elif op == 2:
+            self.identifies.append(data)
+            if data.get("token") != self.token:
+                await ws.close(code=4004, message=b"Authentication failed.")
+            elif self._identify_close:
+                await ws.close(code=self._identify_close.pop(0))
+            else:
+                await self._ready(ws)
+        elif op == 6:
+            self.resumes += 1
+            self._connections[ws] = int(data.get("seq") or 0) + 1
+            await ws.send_str(json.dumps({"op": 0, "t": "RESUMED", "s": self._connections[ws], "d": {}}))
+            self.changed.set()
+
+    async def _ready(self, ws: web.WebSocketResponse) -> None:
+        ready = {"v": 10, "user": {**self.bot_user(), "flags": 0, "verified": True, "mfa_enabled": False},
+                 "guilds": [], "session_id": f"session-{self.snowflake()}",
+                 "resume_gateway_url": self.gateway_url, "application": {"id": APPLICATION_ID, "flags": 0}}
+        self._connections[ws] = 1
+        await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": 1, "d": ready}))
+        self.changed.set()

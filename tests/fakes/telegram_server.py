@@ -1,0 +1,247 @@
+"""A fake Telegram Bot API: just enough for python-telegram-bot to poll, receive webhooks and send.
+
+Endpoints `POST /bot{token}/{method}` (form or multipart, values as strings) for getMe,
+deleteWebhook, setWebhook, getUpdates (long poll), sendMessage, sendDocument, sendChatAction and
+getFile, plus `GET /file/bot{token}/{path}` for downloads. While a webhook is set, updates are
+POSTed to it (with the secret-token header) and getUpdates answers 409, as the real API does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tests.fakes.base import FakeServer
+
+TOKEN = "424242:FAKE-bot-token-never-real"
+BOT_ID = 424242
+BOT_USER = {"id": BOT_ID, "is_bot": True, "first_name": "Switchyard", "username": "switchyard_test_bot",
+            "can_join_groups": True, "can_read_all_group_messages": False, "supports_inline_queries": False}
+SEND_METHODS = ("sendMessage", "sendDocument")
+
+
+@dataclass
+class Sent:
+    """One message the bot sent: its chat, text or file, and where it was threaded."""
+
+    chat: str
+    message_id: int
+    text: str | None = None
+    filename: str | None = None
+    data: bytes | None = None
+    reply_to: int | None = None
+    topic: int | None = None
+
+
+class FakeTelegram(FakeServer):
+    """Records what the bot sends and feeds it updates; can rate-limit, fail and drop polls."""
+
+    def __init__(self, token: str = TOKEN) -> None:
+        self.token = token
+        self.sent: list[Sent] = []
+        self.actions: list[tuple[str, str, int | None]] = []  # (chat, action, topic)
+        self.calls: list[str] = []
+        self.webhook: dict[str, str] | None = None
+        self.webhook_statuses: list[int] = []
+        self.files: dict[str, tuple[str, bytes]] = {}
+        self.migrated: dict[str, int] = {}
+        self.fail_polls = 0
+        self.fail_actions = 0
+        self._messages: dict[tuple[str, int], dict[str, Any]] = {}
+        self._next_message: dict[str, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
+        self._next_update = itertools.count(1)
+        self._next_file = itertools.count(1)
+        self._pending: list[dict[str, Any]] = []
+        self._arrived = asyncio.Condition()
+        self._rate_limited = 0
+        self._retry_after = 0.0
+        self._fail_after = 0
+        self._fail_times = 0
+        super().__init__()
+
+    def setup_routes(self, app: web.Application) -> None:
+        app.router.add_route("*", "/bot{token}/{method}", self._api)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
+
+    # --- test controls ------------------------------------------------------------------------
+
+    def rate_limit_next(self, times: int, retry_after: float) -> None:
+        """Answers the next `times` sends with 429 and this retry_after."""
+        self._rate_limited, self._retry_after = times, retry_after
+
+    def fail_next(self, times: int, after: int = 0) -> None:
+        """Answers `times` sends with HTTP 500, after letting `after` sends succeed."""
+        self._fail_times, self._fail_after = times, after
+
+    def message(self, chat: int, text: str = "", *, user_id: int = 1001, first_name: str = "Ada",
+                is_bot: bool = False, file: tuple[str, bytes] | None = None, photo: bytes | None = None,
+                reply_to: int | None = None, topic: int | None = None) -> dict[str, Any]:
+        """A message in `chat` from a user (or bot), stored so later messages can reply to it."""
+        key = str(chat)
+        message: dict[str, Any] = {
+            "message_id": next(self._next_message[key]), "date": int(time.time()),
+            "chat": _chat(chat), "from": {"id": user_id, "is_bot": is_bot, "first_name": first_name},
+        }
+        text_key = "caption" if file or photo else "text"
+        if text:
+            message[text_key] = text
+        if file is not None:
+            message["document"] = {**self._store(*file), "file_name": file[0]}
+        if photo is not None:
+            small = self._store("small.jpg", photo[:10])
+            large = self._store("large.jpg", photo)
+            message["photo"] = [{**small, "width": 90, "height": 60}, {**large, "width": 1280, "height": 853}]
+        if reply_to is not None:
+            message["reply_to_message"] = self._messages[(key, reply_to)]
+        if topic is not None:
+            message.update(message_thread_id=topic, is_topic_message=True)
+        self._messages[(key, message["message_id"])] = message
+        return message
+
+    async def deliver(self, message: dict[str, Any], *, secret: str | None = None) -> int:
+        """Hands one message to the bot as an update: POSTed to the webhook if set, else polled."""
+        update_id = next(self._next_update)
+        update = {"update_id": update_id, "message": message}
+        if self.webhook is not None:
+            headers = {"X-Telegram-Bot-Api-Secret-Token": secret or self.webhook.get("secret_token", "")}
+            async with aiohttp.ClientSession() as session, \
+                    session.post(self.webhook["url"], json=update, headers=headers) as response:
+                self.webhook_statuses.append(response.status)
+            return update_id
+        async with self._arrived:
+            self._pending.append(update)
+            self._arrived.notify_all()
+        return update_id
+
+    # --- the API ----------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        method = request.match_info["method"]
+        self.calls.append(method)
+        params: dict[str, Any] = dict(await request.post()) if request.can_read_body else {}
+        handler = getattr(self, f"_m_{method}", None)
+        if handler is None:
+            return _error(404, "Not Found")
+        if method in SEND_METHODS and (refusal := self._refusal()) is not None:
+            return refusal
+        result: web.Response = await handler(params)
+        return result
+
+    def _refusal(self) -> web.Response | None:
+        """The 429 or 500 the next send gets, when one was asked for."""
+        if self._rate_limited > 0:
+            self._rate_limited -= 1
+            return _error(429, f"Too Many Requests: retry after {self._retry_after:g}",
+                          parameters={"retry_after": self._retry_after})
+        if self._fail_after > 0:
+            self._fail_after -= 1
+        elif self._fail_times > 0:
+            self._fail_times -= 1
+            return _error(500, "Internal Server Error")
+        return None
+
+    async def _m_getMe(self, params: dict[str, Any]) -> web.Response:
+        return _ok(BOT_USER)
+
+    async def _m_deleteWebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook = None
+        return _ok(True)
+
+    async def _m_setWebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook = {"url": str(params["url"]), "secret_token": str(params.get("secret_token", ""))}
+        return _ok(True)
+
+    async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
+        if self.webhook is not None:
+            return _error(409, "Conflict: can't use getUpdates method while webhook is active")
+        if self.fail_polls > 0:
+            self.fail_polls -= 1
+            return _error(502, "Bad Gateway")
+        offset = int(params.get("offset") or 0)
+        async with self._arrived:
+            self._pending = [u for u in self._pending if u["update_id"] >= offset]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait_for(lambda: bool(self._pending)),
+                                       float(params.get("timeout") or 0))
+            return _ok(list(self._pending))
+
+    async def _m_sendMessage(self, params: dict[str, Any]) -> web.Response:
+        return self._record(params, text=str(params["text"]))
+
+    async def _m_sendDocument(self, params: dict[str, Any]) -> web.Response:
+        upload = params["document"]
+        return self._record(params, filename=upload.filename, data=upload.file.read())
+
+    async def _m_sendChatAction(self, params: dict[str, Any]) -> web.Response:
+        if self.fail_actions > 0:
+            self.fail_actions -= 1
+            return _error(500, "Internal Server Error")
+        topic = params.get("message_thread_id")
+        self.actions.append((str(params["chat_id"]), str(params["action"]), int(topic) if topic else None))
+        return _ok(True)
+
+    async def _m_getFile(self, params: dict[str, Any]) -> web.Response:
+        file_id = str(params["file_id"])
+        if file_id not in self.files:
+            return _error(400, "Bad Request: invalid file_id")
+        name, data = self.files[file_id]
+        return _ok({"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(data),
+                    "file_path": f"documents/{file_id}/{name}"})
+
+    async def _download(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return web.Response(status=401)
+        file_id = request.match_info["path"].split("/")[1]
+        return web.Response(body=self.files[file_id][1])
+
+    def _record(self, params: dict[str, Any], **content: Any) -> web.Response:
+        chat = str(params["chat_id"])
+        if chat in self.migrated:
+            return _error(400, "Bad Request: group chat was upgraded to a supergroup chat",
+                          parameters={"migrate_to_chat_id": self.migrated[chat]})
+        topic = int(params["message_thread_id"]) if params.get("message_thread_id") else None
+        reply = json.loads(params["reply_parameters"]) if params.get("reply_parameters") else {}
+        sent = Sent(chat=chat, message_id=next(self._next_message[chat]), reply_to=reply.get("message_id"),
+                    topic=topic, **content)
+        self.sent.append(sent)
+        message: dict[str, Any] = {"message_id": sent.message_id, "date": int(time.time()),
+                                   "chat": _chat(int(chat)), "from": BOT_USER}
+        if sent.text is not None:
+            message["text"] = sent.text
+        else:
+            message["document"] = {**self._store(sent.filename or "file", sent.data or b""),
+                                   "file_name": sent.filename}
+        if topic is not None:
+            message.update(message_thread_id=topic, is_topic_message=True)
+        self._messages[(chat, sent.message_id)] = message
+        self.changed.set()
+        return _ok(message)
+
+    def _store(self, name: str, data: bytes) -> dict[str, Any]:
+        file_id = f"f{next(self._next_file)}"
+        self.files[file_id] = (name, data)
+        return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(data)}
+
+
+def _chat(chat: int) -> dict[str, Any]:
+    return {"id": chat, "type": "private" if chat > 0 else "supergroup"}
+
+
+def _ok(result: Any) -> web.Response:
+    return web.json_response({"ok": True, "result": result})
+
+
+def _error(status: int, description: str, **extra: Any) -> web.Response:
+    return web.json_response({"ok": False, "error_code": status, "description": description, **extra},
+                             status=status)
