@@ -1,0 +1,96 @@
+"""The gateway in-process: channels wired to the queue, typing, disabled channels, event observers, secrets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gateway import hookimpl
+from gateway.app import Gateway
+from gateway.home import Home
+from gateway.plugin_manager import build_plugin_manager
+from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.testing import FakeChannel, async_wait_until
+
+
+class FakeChannelPlugin:
+    """Provides `fake` channels; a profile with `fail: true` fails at start with its token in the error."""
+
+    def __init__(self) -> None:
+        self.channels: dict[str, FakeChannel] = {}
+        self.events: list[dict[str, Any]] = []
+
+    @hookimpl
+    def switchyard_channels(self, profile: ChannelProfile, context: Any) -> FakeChannel | None:
+        if profile.type != "fake":
+            return None
+        if profile.option("fail"):
+            raise RuntimeError("login refused for token s3cr3t-t0ken")
+        channel = FakeChannel("fake", profile.id)
+        self.channels[profile.id] = channel
+        return channel
+
+    @hookimpl
+    def switchyard_event(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+
+@pytest.fixture
+async def running(home: Home, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Gateway, FakeChannelPlugin]]:
+    monkeypatch.setenv("FAKE_TOKEN", "s3cr3t-t0ken")
+    plugin = FakeChannelPlugin()
+    settings = Settings(
+        queue=QueueSettings(fsync=False),
+        channels=[ChannelProfile(id="f1", type="fake", token_env="FAKE_TOKEN"),
+                  ChannelProfile(id="broken", type="fake", fail=True, token_env="FAKE_TOKEN")],
+    )
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
+    await gateway.start()
+    yield gateway, plugin
+    await gateway.stop()
+
+
+async def test_a_channel_message_is_answered_through_the_same_channel(running) -> None:
+    gateway, plugin = running
+    channel = plugin.channels["f1"]
+    await channel.inject("hello gateway", conversationId="room")
+    sent = await async_wait_until(lambda: channel.sent)
+    assert sent[0].message == "You said: hello gateway" and sent[0].conversationId == "room"
+    assert channel.typing_calls == ["room"]
+
+
+async def test_a_failing_channel_is_disabled_without_leaking_its_token(running, home: Home) -> None:
+    gateway, plugin = running
+    assert gateway.channel_status["broken"]["state"] == "disabled"
+    assert "s3cr3t-t0ken" not in gateway.channel_status["broken"]["reason"]
+    assert gateway.channel_status["f1"]["state"] == "running"
+    disabled = [e for e in plugin.events if e["event"] == "channel.disabled"]
+    assert disabled and "***" in home.events_file.read_text()
+    assert "s3cr3t-t0ken" not in home.events_file.read_text()
+
+
+async def test_event_observers_see_every_event(running) -> None:
+    _, plugin = running
+    assert "gateway.started" in [e["event"] for e in plugin.events]
+
+
+async def test_status_file_lists_the_channels(running, home: Home) -> None:
+    status = json.loads((home.state / "gateway.json").read_text())
+    assert status["channels"]["f1"]["state"] == "running" and status["watch"] in ("inotify", "polling")
+
+
+async def test_polling_fallback_still_processes_dropped_files(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_FORCE_POLLING", "1")
+    plugin = FakeChannelPlugin()
+    settings = Settings(queue=QueueSettings(fsync=False, poll_ms=20), channels=[ChannelProfile(id="f1", type="fake")])
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
+    await gateway.start()
+    try:
+        await plugin.channels["f1"].inject("polled")
+        await async_wait_until(lambda: plugin.channels["f1"].sent)
+        assert gateway._watches[0].mode == "polling"
+    finally:
+        await gateway.stop()
