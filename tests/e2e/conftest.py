@@ -120,7 +120,7 @@ class Switchyard:
             lines = self.home.events_file.read_text().splitlines()
         except FileNotFoundError:
             return []
-        events = [json.loads(line) for line in lines if line.strip()]
+        events: list[dict[str, Any]] = [json.loads(line) for line in lines if line.strip()]
         return [e for e in events if name is None or e["event"] == name]
 
     def count_events(self, name: str) -> int:
