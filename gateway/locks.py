@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.home import safe_name
+
+UNREADABLE_GRACE_S = 60.0
 
 
 def _iso(moment: datetime) -> str:
@@ -76,32 +79,42 @@ class LockDirectory:
         path = self.path_for(resource)
         body = json.dumps({"resource": resource, **self._content()}).encode()
         for _ in range(2):
+            # The lock appears whole: link(2) is atomic and fails when the name exists, so no
+            # reader ever sees an empty lock file and mistakes it for a stale one.
+            fresh = path.with_name(f"{path.name}.{os.getpid()}.{time.time_ns()}.new")
+            fresh.write_bytes(body)
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.link(fresh, path)
             except FileExistsError:
                 current = self.read(path)
                 if current is not None and current.holder == self.holder:
                     return True
                 if current is not None and not current.stale:
                     return False
-                if not self._reclaim(path):
+                if current is not None and not self._reclaim(path, current):
                     return False
                 continue
-            try:
-                os.write(fd, body)
             finally:
-                os.close(fd)
+                fresh.unlink(missing_ok=True)
             return True
         return False
 
-    def _reclaim(self, path: Path) -> bool:
+    def _reclaim(self, path: Path, seen: LockInfo) -> bool:
+        """Moves the stale lock `seen` aside; puts the file back if it turned out to be a newer lock."""
         aside = path.with_name(f"{path.name}.reclaimed-{os.getpid()}-{time.time_ns()}")
         try:
             os.rename(path, aside)
         except FileNotFoundError:
             return True  # released meanwhile: try to create it again
-        aside.unlink(missing_ok=True)
-        return True
+        moved = self.read(aside)
+        try:
+            if moved is not None and moved != seen and not moved.stale:
+                with contextlib.suppress(FileExistsError):
+                    os.link(aside, path)
+                return False
+            return True
+        finally:
+            aside.unlink(missing_ok=True)
 
     def release(self, resource: str) -> None:
         """Drops the lock if this holder has it."""
@@ -123,6 +136,7 @@ class LockDirectory:
 
     @staticmethod
     def read(path: Path) -> LockInfo | None:
+        """A lock file's content; an unreadable one counts as held for a minute after it was written."""
         try:
             raw = json.loads(path.read_bytes())
             return LockInfo(str(raw["holder"]), str(raw["resource"]), str(raw["acquired_at"]),
@@ -130,13 +144,17 @@ class LockDirectory:
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
-            return LockInfo("?", "?", _iso(datetime.now(UTC)), _iso(datetime.fromtimestamp(0, UTC)), 0)
+            try:
+                written = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+            except FileNotFoundError:
+                return None
+            return LockInfo("?", "?", _iso(written), _iso(written + timedelta(seconds=UNREADABLE_GRACE_S)), 0)
 
     def clean_expired(self) -> list[str]:
         """Removes every stale lock file (retention); returns the resources freed."""
         freed = []
         for path in self.folder.glob("*.json"):
             current = self.read(path)
-            if current is not None and current.stale and self._reclaim(path):
+            if current is not None and current.stale and self._reclaim(path, current):
                 freed.append(current.resource)
         return freed
