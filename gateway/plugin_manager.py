@@ -23,6 +23,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.discord",
     "plugins.slack",
     "plugins.whatsapp",
+    "plugins.inbox",
     "orchestrator.plugin",
 )
 

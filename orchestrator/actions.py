@@ -10,10 +10,12 @@ from jsonschema.exceptions import best_match
 
 from gateway.api import FunctionSpec
 from gateway.events import now_ms
+from gateway.home import safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.config import LoadedConfig, WorkflowConfig
+from orchestrator.delivery import SYSTEM_AGENT, prompt_reply, result_reply
 from orchestrator.diagnostics import Diagnostics
-from orchestrator.executor import SYSTEM_AGENT, RunExecutor, result_reply
+from orchestrator.executor import RunExecutor
 from orchestrator.functions import (
     FunctionRefused,
     FunctionRegistry,
@@ -21,7 +23,9 @@ from orchestrator.functions import (
     config_functions,
     describe_argument_error,
 )
+from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
+from orchestrator.rules import STATUS_WORDS
 from orchestrator.runs import (
     Conversation,
     RunState,
@@ -29,35 +33,49 @@ from orchestrator.runs import (
     StepState,
     conversation_key,
     run_id_for,
-    snapshot,
 )
 from orchestrator.selector import Decision
+from orchestrator.status import snapshot
 
 SELECTOR_AGENT = "selector"
 DIAGNOSTICS_AGENT = "diagnostics"
 NO_ACTIVE_RUN = "no active workflow run found for this conversation"
+JOB_FIELDS = ("repo", "branch", "slug", "timestamp", "inbox_file", "source_timestamp", "metadata")
 
 
-def reply(message: IncomingPayload, text: str, *, agent: str, run: RunState | None = None) -> OutgoingPayload:
+def reply(
+    message: IncomingPayload, text: str, *, agent: str, run: RunState | None = None, **extra: Any
+) -> OutgoingPayload:
     """A reply to `message`, tagged with a run (its id and current step) when one is concerned."""
     return OutgoingPayload.reply_to(
         message, text, agent=agent, timestamp=now_ms(),
-        workflowRunId=run.runId if run else None, workflowStepId=run.currentStep if run else None,
+        workflowRunId=run.runId if run else None, workflowStepId=run.currentStep if run else None, **extra,
     )
 
 
 def new_run(
-    message: IncomingPayload, loaded: LoadedConfig, workflow_id: str, data: dict[str, Any]
+    message: IncomingPayload, loaded: LoadedConfig, workflow_id: str, data: dict[str, Any],
+    run_id: str | None = None, job: dict[str, Any] | None = None,
 ) -> RunState:
-    """A queued run of a workflow, started by `message`."""
+    """A queued run of a workflow, started by `message` (with spec-003 job fields from its channel)."""
     workflow = loaded.config.workflows[workflow_id]
+    run_id = run_id or run_id_for(message)
+    known = {k: v for k, v in (job or {}).items() if k in JOB_FIELDS and v is not None}
+    policy = loaded.config.retry_policy(workflow_id)
     return RunState(
-        runId=run_id_for(message), workflowId=workflow_id, orchestratorId=loaded.orchestrator_id, input=data,
+        runId=run_id, workflowId=workflow_id, orchestratorId=loaded.orchestrator_id, input=data,
         message=message.model_dump(mode="json", exclude_none=True),
         conversation=Conversation(channel=message.channel, channelProfileId=message.channelProfileId,
                                   conversationId=message.conversationId, senderId=message.senderId or None),
         steps={step.id: StepState(kind=step.kind, agent=step.agent) for step in workflow.steps},
+        job=JobInfo(job_id=run_id, max_retries=policy.max_retries, **known),
     )
+
+
+def channel_job(message: IncomingPayload) -> dict[str, Any]:
+    """The spec-003 job fields a channel attached to a message (the `job` extra key), if any."""
+    job = (message.model_extra or {}).get("job")
+    return job if isinstance(job, dict) else {}
 
 
 def input_problem(workflow_id: str, workflow: WorkflowConfig, data: Any) -> str | None:
@@ -126,18 +144,67 @@ class Actions:
         return await self._outcome_reply(message, run, loaded.config.reply_within_sec)
 
     async def _outcome_reply(
-        self, message: IncomingPayload, run: RunState, within_sec: float
+        self, message: IncomingPayload, run: RunState, within_sec: float, verb: str = "Started"
     ) -> OutgoingPayload:
         ended = await self._executor.outcome(run.runId, within_sec)
         if ended is None:
-            text = (f"Started run {run.runId} (workflow {run.workflowId}). I will post the result here "
+            text = (f"{verb} run {run.runId} (workflow {run.workflowId}). I will post the result here "
                     "when it finishes; send /status for its progress.")
             return reply(message, text, agent=SELECTOR_AGENT, run=run)
+        if ended.state == "waiting_input":
+            step = ended.steps[ended.currentStep or ""]
+            extra = step.model_extra or {}
+            if extra.get("promptDelivery") == "reply":
+                return prompt_reply(ended, ended.currentStep or "", str(extra.get("prompt", "")), to=message)
+            text = f"Run {ended.runId} (workflow {ended.workflowId}) is waiting for your answer (asked above)."
+            return reply(message, text, agent=SYSTEM_AGENT, run=ended)
         if ended.delivery == "push":
             text = (f"Run {ended.runId} (workflow {ended.workflowId}) already finished; its result was sent "
                     "to this conversation.")
             return reply(message, text, agent=SYSTEM_AGENT, run=ended)
-        return result_reply(ended)
+        return result_reply(ended, to=message)
+
+    def waiting_run(self, message: IncomingPayload) -> RunState | None:
+        """The run this message answers: its named run, or its conversation's run, waiting for input."""
+        if message.message.strip().lower() in STATUS_WORDS:
+            return None
+        run = self.resolve_run(message)
+        return run if run is not None and run.state == "waiting_input" else None
+
+    async def answer_input(self, message: IncomingPayload, run: RunState, loaded: LoadedConfig) -> OutgoingPayload:
+        """Resumes a run waiting for input with this message's text; replies with what comes next."""
+        resumed = self._executor.answer(run, message)
+        if resumed is None:
+            raise RuntimeError(f"run {run.runId} is busy in another process; the answer is retried")
+        return await self._outcome_reply(message, resumed, loaded.config.reply_within_sec, verb="Resumed")
+
+    async def reattach_answer(self, message: IncomingPayload, loaded: LoadedConfig) -> OutgoingPayload | None:
+        """For a retried message that already answered its conversation's run: the reply it should get."""
+        run = self._store.active_for(conversation_key(message))
+        if run is None or not any((s.model_extra or {}).get("answerMessageId") == message.messageId
+                                  for s in run.steps.values()):
+            return None
+        self._executor.submit(run.runId)
+        return await self._outcome_reply(message, run, loaded.config.reply_within_sec, verb="Resumed")
+
+    def start_job(self, message: IncomingPayload, loaded: LoadedConfig, workflow_id: str | None) -> OutgoingPayload:
+        """Starts a channel-authored job (the prompt inbox) with the message text as input; no selector."""
+        job = channel_job(message)
+        workflows = loaded.config.workflows
+        if workflow_id not in workflows:
+            text = f"cannot run job: workflow {workflow_id!r} is not defined; workflows: {', '.join(workflows)}"
+            return reply(message, text, agent=SYSTEM_AGENT, runState="failed_final", job=job)
+        assert workflow_id is not None
+        run_id = str(job.get("job_id") or "")
+        run_id = run_id if run_id and safe_name(run_id) == run_id else run_id_for(message)
+        run = self._store.load(run_id)
+        if run is None:
+            data = {"text": message.message, **{k: job[k] for k in JOB_FIELDS[:5] if job.get(k) is not None}}
+            run = new_run(message, loaded, workflow_id, data, run_id=run_id, job=job)
+            run = self._executor.begin(run, conversation_key(message), announced=bool(job.get("job_id")))
+        elif not run.finished:
+            self._executor.submit(run.runId)
+        return reply(message, f"Queued job {run.runId} (workflow {run.workflowId}).", agent=SYSTEM_AGENT, run=run)
 
     def resolve_run(self, message: IncomingPayload) -> RunState | None:
         """The run a message is about: the one its workflowRunId names, else its conversation's active run."""
@@ -150,14 +217,19 @@ class Actions:
         run = self.resolve_run(message)
         if run is None:
             return reply(message, NO_ACTIVE_RUN, agent=agent)
-        return reply(message, snapshot(run), agent=agent, run=run)
+        return reply(message, self.snapshot_text(run), agent=agent, run=run)
+
+    def snapshot_text(self, run: RunState) -> str:
+        """The run's progress snapshot with its last event."""
+        events = self._store.events(run.runId, limit=1)
+        return snapshot(run, events[-1] if events else None)
 
     def run_snapshot(self, message: IncomingPayload, run_id: str, note: str = "") -> OutgoingPayload:
         """The snapshot of one named run (the status fast path); advances nothing."""
         run = self._store.load(run_id)
         if run is None:
             return reply(message, f"no workflow run {run_id!r} found", agent=SYSTEM_AGENT)
-        return reply(message, snapshot(run) + note, agent=SYSTEM_AGENT, run=run)
+        return reply(message, self.snapshot_text(run) + note, agent=SYSTEM_AGENT, run=run)
 
     async def diagnostics_investigate(
         self, message: IncomingPayload, loaded: LoadedConfig, question: str, request_id: str

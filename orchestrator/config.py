@@ -8,20 +8,31 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError, describe_validation_error, parse_yaml_file
+from orchestrator.jobs import RetryPolicy
+from orchestrator.workflows import (
+    QueueDirs,
+    StepConfig,
+    WorkflowConfig,
+    check_schema,
+    coerce_version,
+    version_problems,
+)
+
+__all__ = ["StepConfig", "WorkflowConfig"]
 
 CONFIG_FILE = "orchestrator.yaml"
-UNSUPPORTED_STEP_KINDS = ("wait_for", "for_each", "input")
 
 DEFAULT_ORCHESTRATOR_YAML = """\
 # orchestrator.yaml: how this orchestrator answers messages.
 # Every provider named here is a key of `providers` in settings.yaml, or a built-in one:
 # `rules` (offline keyword rules) and `echo` (answers with its prompt).
+
+# Schema version of this file: 1.2 enables for_each.on_item_complete.
+version: 1.2
 
 # The selector chooses one action per message: workflow_start, workflow_status,
 # diagnostics_investigate or command_invoke. `prompt` (optional) is a template file path.
@@ -30,17 +41,35 @@ selector: {provider: rules}
 # The diagnostics agent answers "what went wrong?" questions from bounded context.
 diagnostics: {provider: rules}
 
-# A run that ends within this many seconds answers the message that started it;
-# a slower one is acknowledged at once and its result is sent later.
+# A run that ends (or asks a question) within this many seconds answers the message that started
+# it; a slower one is acknowledged at once and its result is sent later.
 reply_within_sec: 20
 
-# Agents: a provider plus a prompt template ({{message}}, {{input.X}}, {{steps.Step.output}}),
-# or the path of a template file relative to this workspace.
+# Retries (spec 003): a failed run is queued again up to max_retries times (a workflow may set its
+# own `max_retries`), after retry_backoff_sec, doubling per retry up to retry_backoff_max_sec.
+# A provider timeout or non-zero exit is retryable; a step with `on_failure: fatal`, or an
+# invalid definition (unknown agent, step gone from this file), fails the run at once.
+max_retries: 2
+retry_backoff_sec: 5
+retry_backoff_max_sec: 300
+
+# Agent task queues (spec 000), relative to this workspace: inbox/<agent>/*.task (written as .tmp,
+# then renamed), processed/{timestamp}/ and failed/{timestamp}/. The orchestrator never moves task
+# files itself; see `switchyard workspace --help`.
+queues: {inbox_dir: inbox, processed_dir: processed, failed_dir: failed, task_extension: .task}
+
+# Agents: a provider plus a prompt template ({{message}}, {{input.X}}, {{steps.Step.output}},
+# {{steps.Step.json.field}} for JSON outputs), or the path of a template file in this workspace.
 agents:
   echo: {provider: echo, prompt: "You said: {{message}}"}
 
-# Workflows: a description the selector reads and steps run in order.
-# A step is {id, agent: <agentId>} or {id, command: [argv...]} (never a shell string).
+# Workflows: a description the selector reads and steps run in order. A step is exactly one of
+#   {id, agent: <agentId>}  or  {id, provider: <name>, prompt: <template>}
+#   {id, command: [argv...]}                       (never a shell string; timeout_sec: 300)
+#   {id, wait_for: {glob, timeout_sec: 300, poll_ms: 500, min_count: 1}}   (exit 124 on timeout)
+#   {id, for_each: {items: <template or list> | glob: <pattern>, parallel: 1}, do: <agent/command>}
+#   {id, input: {prompt: <question>}}              (pauses until the conversation answers)
+# plus `on_failure: retry|fatal`. Paths and globs resolve against this workspace.
 workflows:
   chat:
     description: Reply to a chat message
@@ -51,6 +80,16 @@ workflows:
     steps:
       - {id: Echo, agent: echo}
       - {id: Command, command: ["echo", "demo step ran"]}
+#  review:
+#    description: Wait for QA task files, review each one, ask before publishing
+#    max_retries: 1
+#    steps:
+#      - {id: Wait, wait_for: {glob: "inbox/qa/*.task", timeout_sec: 300, poll_ms: 500}}
+#      - id: Review
+#        for_each: {glob: "inbox/qa/*.task", parallel: 2, on_item_complete: {}}  # moves to processed/{timestamp}/
+#        do: {provider: echo, prompt: "Reviewed {{item}}"}
+#      - {id: Ask, input: {prompt: "Publish {{steps.Review.output}}? (yes/no)"}}
+#      - {id: Publish, command: ["echo", "answer: {{steps.Ask.output}}"], on_failure: fatal}
 
 # Extra functions for command_invoke (list_workflows, cancel_run and queue_stats always exist).
 # Each runs its argv with the arguments as JSON on stdin and answers with its stdout:
@@ -93,55 +132,6 @@ class AgentConfig(_Strict):
     prompt: str = "{{message}}"
 
 
-class StepConfig(_Strict):
-    """One workflow step: an agent run or a command (wait_for, for_each and input come later)."""
-
-    id: str = Field(min_length=1, max_length=128)
-    agent: str | None = None
-    command: list[str] | None = Field(default=None, min_length=1)
-    timeout_sec: float | None = Field(default=None, gt=0)
-    wait_for: Any = None
-    for_each: Any = None
-    input: Any = None
-    do: Any = None
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> StepConfig:
-        for kind in UNSUPPORTED_STEP_KINDS:
-            if getattr(self, kind) is not None:
-                raise ValueError(f"step {self.id}: {kind} is not supported yet")
-        if (self.agent is None) == (self.command is None):
-            raise ValueError(f"step {self.id}: needs exactly one of `agent` or `command`")
-        return self
-
-    @property
-    def kind(self) -> str:
-        """`agent` or `command`."""
-        return "agent" if self.agent is not None else "command"
-
-
-class WorkflowConfig(_Strict):
-    """One workflow: the description the selector reads, an optional input schema, its steps."""
-
-    description: str = ""
-    inputs: dict[str, Any] | None = None
-    steps: list[StepConfig] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> WorkflowConfig:
-        ids = [step.id for step in self.steps]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate step id {duplicates[0]!r}")
-        if self.inputs is not None:
-            _check_schema(self.inputs)
-        return self
-
-    def step(self, step_id: str) -> StepConfig | None:
-        """The step with this id, if the workflow has it."""
-        return next((s for s in self.steps if s.id == step_id), None)
-
-
 class FunctionConfig(_Strict):
     """A declared function: argv that gets the arguments as JSON on stdin and answers on stdout."""
 
@@ -152,7 +142,7 @@ class FunctionConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> FunctionConfig:
-        _check_schema(self.parameters)
+        check_schema(self.parameters)
         return self
 
 
@@ -166,6 +156,11 @@ class RulesConfig(_Strict):
 class OrchestratorConfig(_Strict):
     """The whole orchestrator.yaml."""
 
+    version: str = "1.0"
+    max_retries: int = Field(default=0, ge=0, le=100)
+    retry_backoff_sec: float = Field(default=5, ge=0)
+    retry_backoff_max_sec: float = Field(default=300, ge=0)
+    queues: QueueDirs = Field(default_factory=QueueDirs)
     selector: SelectorConfig = Field(default_factory=lambda: SelectorConfig(provider="rules"))
     diagnostics: DiagnosticsConfig = Field(default_factory=lambda: DiagnosticsConfig(provider="rules"))
     reply_within_sec: float = Field(default=20, ge=0)
@@ -174,13 +169,27 @@ class OrchestratorConfig(_Strict):
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)
     rules: RulesConfig = Field(default_factory=RulesConfig)
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> str:
+        return coerce_version(value)
+
+    def retry_policy(self, workflow_id: str) -> RetryPolicy:
+        """The retry rules of a workflow: its own max_retries, else the file's."""
+        workflow = self.workflows.get(workflow_id)
+        own = workflow.max_retries if workflow is not None else None
+        return RetryPolicy(self.max_retries if own is None else own, self.retry_backoff_sec,
+                           self.retry_backoff_max_sec)
+
     def reference_problems(self, known_providers: set[str]) -> Iterator[str]:
         """Every reference to an agent, workflow or provider that does not exist, as `key: problem`."""
+        yield from version_problems(self.version, self.workflows)
         for workflow_id, workflow in self.workflows.items():
             for index, step in enumerate(workflow.steps):
-                if step.agent is not None and step.agent not in self.agents:
-                    yield (f"workflows.{workflow_id}.steps.{index}.agent: unknown agent {step.agent!r}; "
-                           f"agents: {_listing(self.agents)}")
+                for suffix, body in step.bodies():
+                    key = f"workflows.{workflow_id}.steps.{index}" + (f".{suffix}" if suffix else "")
+                    if body.agent is not None and body.agent not in self.agents:
+                        yield f"{key}.agent: unknown agent {body.agent!r}; agents: {_listing(self.agents)}"
         for key, workflow_id in self._rule_targets():
             if workflow_id not in self.workflows:
                 yield f"{key}: unknown workflow {workflow_id!r}; workflows: {_listing(self.workflows)}"
@@ -200,6 +209,12 @@ class OrchestratorConfig(_Strict):
         yield "diagnostics.provider", self.diagnostics.provider
         for agent_id, agent in self.agents.items():
             yield f"agents.{agent_id}.provider", agent.provider
+        for workflow_id, workflow in self.workflows.items():
+            for index, step in enumerate(workflow.steps):
+                for suffix, body in step.bodies():
+                    if body.provider is not None:
+                        key = f"workflows.{workflow_id}.steps.{index}" + (f".{suffix}" if suffix else "")
+                        yield f"{key}.provider", body.provider
 
 
 @dataclass(frozen=True)
@@ -209,13 +224,6 @@ class LoadedConfig:
     orchestrator_id: str
     workspace: Path
     config: OrchestratorConfig
-
-
-def _check_schema(schema: dict[str, Any]) -> None:
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise ValueError(f"not a valid JSON Schema: {exc.message}") from exc
 
 
 def _listing(names: Any) -> str:

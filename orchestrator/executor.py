@@ -1,210 +1,352 @@
-"""The background run executor: a named task per run, checkpoints per step, resume after a crash."""
+"""The background run executor: claims the oldest eligible job, runs its steps, resumes after a crash."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from dataclasses import dataclass, field
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from gateway.api import Outbox
-from gateway.events import EventLog, now_ms, utc_now_iso
-from gateway.models import OutgoingPayload
-from orchestrator.runs import RunState, RunStore, cap_text
-from orchestrator.steps import StepFailed, StepRunner
+from gateway.events import EventLog
+from gateway.home import Home
+from gateway.locks import LockDirectory
+from gateway.models import IncomingPayload
+from orchestrator.coordination import Coordination
+from orchestrator.delivery import SYSTEM_AGENT, Delivery, result_reply, result_text
+from orchestrator.jobs import is_due, seconds_until
+from orchestrator.lifecycle import Lifecycle
+from orchestrator.runs import RunState, RunStore
+from orchestrator.steps import StepFailed, StepOutcome, StepRunner
+from orchestrator.steps.base import Progress
+
+__all__ = ["SYSTEM_AGENT", "RunExecutor", "result_reply", "result_text"]
 
 log = logging.getLogger("switchyard.orchestrator.executor")
 
-SYSTEM_AGENT = "switchyard"
-_JOB_EVENTS = {"done": "job.succeeded", "failed": "job.failed.final", "cancelled": "job.cancelled"}
+IDLE_SEC = 1.0
+WATCH_SEC = 0.25
+RECLAIM_SEC = 15.0
+RETENTION_SEC = 3600.0
+CANCEL_WAIT_SEC = 10.0
+CANCEL_MARKER = "cancel.request"
 
 
-@dataclass
-class _Waiting:
-    """Messages waiting for a run's result to become their reply."""
-
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    count: int = 0
-
-
-def result_text(run: RunState) -> str:
-    """What a finished run tells the conversation: its answer, or why it failed or stopped."""
-    last = run.last_step()
-    if run.state == "done":
-        output = (last[1].output or "").strip() if last else ""
-        return output or f"Run {run.runId} (workflow {run.workflowId}) finished."
-    if run.state == "cancelled":
-        return f"Run {run.runId} (workflow {run.workflowId}) was cancelled."
-    where = f" at step {last[0]}" if last and last[1].status == "failed" else ""
-    return f"Run {run.runId} (workflow {run.workflowId}) failed{where}: {run.error or 'unknown error'}"
-
-
-def result_reply(run: RunState) -> OutgoingPayload:
-    """The payload carrying a finished run's result to the conversation that started it."""
-    last = run.last_step()
-    step_id = last[0] if last else run.currentStep
-    agent = (last[1].agent or last[0]) if last and run.state == "done" else SYSTEM_AGENT
-    return OutgoingPayload.reply_to(run.payload(), result_text(run), agent=agent, timestamp=now_ms(),
-                                    workflowRunId=run.runId, workflowStepId=step_id)
+def job_lock(run_id: str) -> str:
+    """The coordination lock a process holds while it executes a run (`run:<id>` is a message key)."""
+    return f"job:{run_id}"
 
 
 class RunExecutor:
-    """Runs workflow runs in the background and delivers each result exactly once (reply or push)."""
+    """Drains queued runs oldest first (spec 003), at most `max_parallel` at once, one process per run."""
 
-    def __init__(
-        self, *, store: RunStore, steps: StepRunner, events: EventLog, outbox: Outbox, max_parallel: int = 4
-    ):
+    def __init__(self, *, home: Home, store: RunStore, steps: StepRunner, events: EventLog, outbox: Outbox,
+                 max_parallel: int = 4, lock_ttl_sec: float = 60.0):
         self._store = store
         self._steps = steps
-        self._events = events
-        self._outbox = outbox
-        self._slots = asyncio.Semaphore(max_parallel)
+        self._max_parallel = max_parallel
+        owner = f"{socket.gethostname()}:{os.getpid()}"
+        self._locks = LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
+        self.coordination = Coordination(home)  # an index and mirrors: recover() rebuilds it
+        self.delivery = Delivery(store, outbox)
+        self.life = Lifecycle(store=store, steps=steps, events=events, coordination=self.coordination,
+                              delivery=self.delivery, owner=owner)
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._waiting: dict[str, _Waiting] = {}
         self._cancelled: set[str] = set()
+        self._wake = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Resumes unfinished runs (oldest first) and pushes results a crash left undelivered."""
-        for run in self._store.all_runs():
-            if not run.finished:
-                self.submit(run.runId)
-            elif run.delivery is None:
-                self._push(run)
+        """Recovers what a previous process left (interrupted runs, undelivered results), then drains."""
+        self.recover()
+        self._background = [asyncio.create_task(self._loop(), name="run-executor"),
+                            asyncio.create_task(self._watch(), name="run-watchdog")]
 
     async def stop(self) -> None:
-        """Cancels running tasks; their runs stay `running` on disk and resume at the next start."""
-        tasks = [task for task in self._tasks.values() if not task.done()]
-        for task in tasks:
+        """Stops claiming; interrupted runs go back to `queued` and resume at the next start."""
+        for task in self._background:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        running = list(self._tasks.values())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*self._background, *running, return_exceptions=True)
 
-    def begin(self, run: RunState, key: str) -> RunState:
-        """Stores a new run as the conversation's active run and starts executing it."""
+    def begin(self, run: RunState, key: str, *, announced: bool = False) -> RunState:
+        """Stores a new queued run as the conversation's active run and wakes the executor."""
         run = self._store.create(run, key)
-        self._emit("job.created", run)
-        self.submit(run.runId)
+        self.life.created(run, announced=announced)
+        self.wake()
         return run
 
+    def wake(self) -> None:
+        """Looks for eligible jobs now instead of after the idle sleep."""
+        self._wake.set()
+
     def submit(self, run_id: str) -> None:
-        """Starts a task for the run unless one is already executing it."""
-        task = self._tasks.get(run_id)
-        if task is None or task.done():
-            self._tasks[run_id] = asyncio.create_task(self._execute(run_id), name=f"run:{run_id}")
+        """Makes sure an unfinished run is being executed or waits in the queue (a retried message)."""
+        self.wake()
 
     async def outcome(self, run_id: str, timeout_sec: float) -> RunState | None:
-        """Waits for the run to end: the ended run if its result is the caller's reply, else None (pushed)."""
-        run = self._store.load(run_id)
-        if run is None or run.finished:
-            return run
-        waiting = self._waiting.setdefault(run_id, _Waiting())
-        waiting.count += 1
-        try:
-            await asyncio.wait_for(waiting.event.wait(), timeout_sec)
-        except TimeoutError:
-            pass
-        finally:
-            waiting.count -= 1
-            if not waiting.event.is_set() and waiting.count == 0:
-                self._waiting.pop(run_id, None)
-        return self._store.load(run_id) if waiting.event.is_set() else None
+        """Waits for the run to end or ask a question: the run if that became the caller's reply, else None."""
+        return await self.delivery.outcome(run_id, timeout_sec)
 
-    async def cancel(self, run_id: str) -> RunState | None:
-        """Stops a run (killing its processes) and marks it cancelled; returns the run as it is now."""
-        run = self._store.load(run_id)
-        if run is None or run.finished:
-            return run
-        task = self._tasks.get(run_id)
-        if task is not None and not task.done():
-            self._cancelled.add(run_id)
-            task.cancel()
-            await asyncio.wait([task])
-        else:
-            self._end_cancelled(run_id)
-        return self._store.load(run_id)
+    # --- the loop -----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                delay = self._claim_ready()
+            except Exception:
+                log.exception("claiming runs failed; trying again shortly")
+                delay = IDLE_SEC
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _claim_ready(self) -> float:
+        """Claims eligible queued runs, oldest first, while slots are free; returns how long to sleep."""
+        sleep = IDLE_SEC
+        for task in self.coordination.pending():
+            if len(self._tasks) >= self._max_parallel:
+                break
+            run_id = str(task["id"])
+            wait = seconds_until((task.get("context") or {}).get("next_retry_at"))
+            if run_id in self._tasks:
+                continue
+            if wait > 0:
+                sleep = min(sleep, wait)
+                continue
+            self._claim(run_id)
+        return max(sleep, 0.01)
+
+    def _claim(self, run_id: str) -> None:
+        """Takes the run's lock, checks it is still queued and due, marks it running, starts its task."""
+        if not self._locks.acquire(job_lock(run_id)):
+            return
+        try:
+            run = self._store.load(run_id)
+            if run is not None and run.state == "running":  # its process died: the lock was stale
+                self.life.interrupted(run, "recovered: the process running it is gone")
+                run = self._store.load(run_id)
+            if run is None or run.state != "queued":
+                if run is None or run.state != "failed":
+                    self.coordination.dequeue(run_id)
+                self._locks.release(job_lock(run_id))
+                return
+            if not is_due(run.job.next_retry_at):
+                self._locks.release(job_lock(run_id))
+                return
+            if self._marker(run_id).exists():
+                self._end_cancelled(run)
+                return
+            self.life.claimed(run)
+        except Exception:
+            self._locks.release(job_lock(run_id))
+            raise
+        self._tasks[run_id] = asyncio.create_task(self._execute(run_id), name=f"run:{run_id}")
 
     async def _execute(self, run_id: str) -> None:
         try:
-            async with self._slots:
-                await self._run_steps(run_id)
+            await self._run_steps(run_id)
         except asyncio.CancelledError:
-            if run_id not in self._cancelled:
+            run = self._store.load(run_id)
+            if run_id in self._cancelled:
+                if run is not None and not run.finished:
+                    self._end_cancelled(run)
+            else:
+                if run is not None and run.state == "running":
+                    self.life.interrupted(run, "interrupted: the gateway is stopping")
                 raise
-            self._end_cancelled(run_id)
         except Exception as exc:
             log.exception("run %s failed unexpectedly", run_id)
-            self._end_failed(run_id, f"internal error: {exc}")
+            run = self._store.load(run_id)
+            if run is not None and run.state == "running":
+                self.life.failed(run, f"internal error: {type(exc).__name__}: {exc}", "transient")
         finally:
             self._cancelled.discard(run_id)
+            self._locks.release(job_lock(run_id))
+            self._tasks.pop(run_id, None)
+            self.wake()
 
     async def _run_steps(self, run_id: str) -> None:
         run = self._store.load(run_id)
-        if run is None or run.finished:
+        if run is None or run.state != "running":
             return
-        if run.state == "queued":
-            run = self._store.transition(run, "running")
-            self._emit("job.running", run)
         for step_id in list(run.steps):
             if run.steps[step_id].status == "completed":
                 continue
-            run = self._store.update_step(
-                run, step_id, status="running", startedAt=utc_now_iso(), finishedAt=None, error=None,
-                exitCode=None, agent=self._steps.agent_of(run, step_id),
-            )
+            live = [run]
             try:
-                outcome = await self._steps.run(run, step_id)
+                if self._steps.kind_of(run, step_id) == "input":
+                    self.life.paused(run, step_id)
+                    return
+                live[0] = self.life.step_started(run, step_id)
+                outcome: StepOutcome = await self._steps.run(live[0], step_id, self._progress(live, step_id),
+                                                             self._handoff_env(live[0], step_id))
             except StepFailed as exc:
-                self._record_failure(run, step_id, exc)
+                self.life.step_failed(live[0], step_id, exc)
                 return
-            run = self._store.update_step(
-                run, step_id, status="completed", finishedAt=utc_now_iso(), exitCode=outcome.exit_code,
-                durationMs=outcome.duration_ms, output=cap_text(outcome.output),
-                stderrTail=outcome.stderr_tail or None,
-            )
-        self._finish(self._store.transition(run, "done"))
+            run = self.life.step_completed(live[0], step_id, outcome)
+        self.life.succeeded(run)
 
-    def _record_failure(self, run: RunState, step_id: str, exc: StepFailed) -> None:
-        result = exc.result
-        run = self._store.update_step(
-            run, step_id, status="failed", finishedAt=utc_now_iso(), error=str(exc),
-            exitCode=result.exit_code if result else None, stderrTail=result.stderr_tail if result else None,
-            output=cap_text(result.stdout) if result and result.stdout else None,
-        )
-        self._finish(self._store.transition(run, "failed", error=f"step {step_id}: {exc}"))
+    def _progress(self, live: list[RunState], step_id: str) -> Progress:
+        def save(fields: dict[str, object]) -> None:
+            live[0] = self._store.update_step(live[0], step_id, **fields)
+        return save
 
-    def _end_cancelled(self, run_id: str) -> None:
+    @staticmethod
+    def _handoff_env(run: RunState, step_id: str) -> dict[str, str]:
+        names = list(run.steps)
+        index = names.index(step_id)
+        previous = run.steps[names[index - 1]] if index > 0 else None
+        path = (previous.model_extra or {}).get("handoffPath") if previous is not None else None
+        return {"SWITCHYARD_HANDOFF": str(path)} if path else {}
+
+    # --- recovery, watchdog, retention -----------------------------------------------------------
+
+    def recover(self) -> None:
+        """Requeues runs whose process died, settles interrupted failures, re-sends undelivered results."""
+        for run in self._store.all_runs():
+            if run.finished and run.delivery is not None:
+                continue
+            with self._locked(run.runId) as held:
+                current = self._store.load(run.runId) if held else None
+                if current is not None:
+                    self._recover_one(current)
+        queued = {run.runId for run in self._store.unfinished() if run.state == "queued"}
+        for task in self.coordination.pending():
+            if task["id"] not in queued:
+                self.coordination.dequeue(str(task["id"]))
+        self._reclaim_orphans()
+
+    def _recover_one(self, run: RunState) -> None:
+        if run.finished:
+            if run.delivery is None:
+                self.delivery.push(run)
+        elif run.state == "running":
+            self.life.interrupted(run, "recovered after a restart: resuming from the last completed step")
+        elif run.state == "failed":
+            if run.delivery is not None:  # an older store's final failure, already delivered
+                self._store.transition(run, "failed_final")
+            else:
+                self.life.settle_failure(run)
+        elif run.state == "queued":
+            self.coordination.enqueue(self.life.task(run))
+        elif run.state == "waiting_input":
+            step = run.steps.get(run.currentStep or "")
+            if step is not None and not (step.model_extra or {}).get("promptDelivery"):
+                self.delivery.asked(run, run.currentStep or "", str((step.model_extra or {}).get("prompt", "")))
+
+    @contextlib.contextmanager
+    def _locked(self, run_id: str) -> Iterator[bool]:
+        """Holds the run's lock for a short section; yields False when another process holds it."""
+        if run_id in self._tasks:
+            yield False
+            return
+        held = self._locks.acquire(job_lock(run_id))
+        try:
+            yield held
+        finally:
+            if held:
+                self._locks.release(job_lock(run_id))
+
+    def _reclaim_orphans(self) -> None:
+        """Requeues runs listed as active whose executing process is gone (its lock went stale)."""
+        for entry in self.coordination.active():
+            run_id = str(entry.get("task_id"))
+            if run_id in self._tasks:
+                continue
+            with self._locked(run_id) as held:
+                run = self._store.load(run_id) if held else None
+                if run is not None and run.state == "running":
+                    self.life.interrupted(run, "recovered: the process running it is gone")
+                elif held:
+                    self.coordination.deactivate(run_id)
+        self.wake()
+
+    async def _watch(self) -> None:
+        """Acts on cancel requests from other processes, renews locks, reclaims orphans, applies retention."""
+        renewed = reclaimed = time.monotonic()
+        cleaned = 0.0
+        while True:
+            await asyncio.sleep(WATCH_SEC)
+            for run_id, task in list(self._tasks.items()):
+                if self._marker(run_id).exists() and run_id not in self._cancelled:
+                    self._cancelled.add(run_id)
+                    task.cancel()
+            now = time.monotonic()
+            if now - renewed > self._locks.ttl_s / 3:
+                renewed = now
+                self._locks.renew([job_lock(run_id) for run_id in self._tasks])
+            if now - reclaimed > RECLAIM_SEC:
+                reclaimed = now
+                self._reclaim_orphans()
+            if now - cleaned > RETENTION_SEC or not cleaned:
+                cleaned = now
+                await self._clean()
+
+    async def _clean(self) -> None:
+        try:
+            report = await asyncio.to_thread(self.coordination.clean)
+        except OSError as exc:
+            log.warning("coordination retention failed: %s", exc)
+            return
+        if any(report.values()):
+            log.info("coordination retention: %s", report)
+
+    # --- control ------------------------------------------------------------------------------
+
+    def _marker(self, run_id: str) -> Path:
+        return self._store.folder(run_id) / CANCEL_MARKER
+
+    def _end_cancelled(self, run: RunState) -> None:
+        self.life.cancelled(run)
+        self._marker(run.runId).unlink(missing_ok=True)
+
+    async def cancel(self, run_id: str) -> RunState | None:
+        """Stops a run (killing its processes, in this or another process) and marks it cancelled."""
         run = self._store.load(run_id)
         if run is None or run.finished:
-            return
-        for step_id, step in run.steps.items():
-            if step.status == "running":
-                run = self._store.update_step(run, step_id, status="failed", finishedAt=utc_now_iso(),
-                                              error="cancelled")
-        self._finish(self._store.transition(run, "cancelled", error="cancelled"))
+            return run
+        task = self._tasks.get(run_id)
+        if task is not None:
+            self._cancelled.add(run_id)
+            task.cancel()
+            await asyncio.wait([task])
+            return self._store.load(run_id)
+        with self._locked(run_id) as held:
+            current = self._store.load(run_id) if held else None
+            if current is not None and not current.finished and current.state != "running":
+                self._end_cancelled(current)
+                return self._store.load(run_id)
+        return await self._cancel_elsewhere(run_id)
 
-    def _end_failed(self, run_id: str, reason: str) -> None:
-        run = self._store.load(run_id)
-        if run is not None and not run.finished:
-            self._finish(self._store.transition(run, "failed", error=reason))
+    async def _cancel_elsewhere(self, run_id: str) -> RunState | None:
+        """Asks the process executing the run to cancel it (a marker file) and waits a little."""
+        marker = self._marker(run_id)
+        marker.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        deadline = time.monotonic() + CANCEL_WAIT_SEC
+        while time.monotonic() < deadline:
+            run = self._store.load(run_id)
+            if run is None or run.finished:
+                return run
+            await asyncio.sleep(WATCH_SEC)
+        return self._store.load(run_id)
 
-    def _finish(self, run: RunState) -> None:
-        """Delivers a finished run's result once: to a waiting message, else pushed to the conversation."""
-        self._emit(_JOB_EVENTS[run.state], run, reason=run.error)
-        waiting = self._waiting.pop(run.runId, None)
-        if waiting is not None:
-            self._store.save(run.model_copy(update={"delivery": "reply"}))
-            waiting.event.set()
-        else:
-            self._push(run)
-
-    def _push(self, run: RunState) -> None:
-        try:
-            self._outbox.write(result_reply(run))
-        except Exception:
-            log.exception("cannot push the result of run %s; it is retried at the next start", run.runId)
-            return
-        self._store.save(run.model_copy(update={"delivery": "push"}))
-
-    def _emit(self, event: str, run: RunState, *, reason: str | None = None) -> None:
-        conversation = run.conversation
-        self._events.emit(event, job_id=run.runId, state=run.state, workflow=run.workflowId,
-                          channel=conversation.channel, reason=reason,
-                          conversation=conversation.conversationId or conversation.senderId)
+    def answer(self, run: RunState, message: IncomingPayload) -> RunState | None:
+        """Resumes a run waiting for input with the message text; None when another process holds it."""
+        with self._locked(run.runId) as held:
+            current = self._store.load(run.runId) if held else None
+            if current is None:
+                return None
+            step_id = current.currentStep or ""
+            if current.state != "waiting_input" or current.steps.get(step_id) is None:
+                return current
+            resumed = self.life.answered(current, step_id, message.message, message.messageId,
+                                         message.sender or message.senderId)
+        self.wake()
+        return resumed

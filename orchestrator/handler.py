@@ -9,16 +9,19 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError
 from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
 from orchestrator.config import ConfigCache, LoadedConfig
+from orchestrator.delivery import SYSTEM_AGENT
 from orchestrator.diagnostics import Diagnostics
-from orchestrator.executor import SYSTEM_AGENT, RunExecutor
+from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
 from orchestrator.providers import ProviderRunner
 from orchestrator.rules import STATUS_WORDS, builtin_providers
 from orchestrator.runs import RunStore, conversation_key
 from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
+from orchestrator.taskqueue import ensure_queue_dirs
 
-NO_INPUT_NOTE = "\n(this run does not take input)"
+NOT_WAITING_NOTE = "\n(this run is not waiting for input)"
+INBOX_CHANNEL = "inbox"
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
 
 
@@ -35,8 +38,10 @@ class Orchestrator:
         self._configs = ConfigCache(context.home, context.settings, self._runner.known())
         self._store = RunStore(context.home, fsync=context.settings.queue.fsync)
         steps = StepRunner(self._runner, self._store, self._configs.get)
-        self._executor = RunExecutor(store=self._store, steps=steps, events=context.events,
-                                     outbox=context.outbox, max_parallel=max_parallel_runs)
+        queue = context.settings.queue
+        self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
+                                     outbox=context.outbox, max_parallel=max_parallel_runs,
+                                     lock_ttl_sec=queue.lock_ttl_sec)
         self._selector = Selector(context.home, self._runner, context.events)
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
@@ -45,7 +50,12 @@ class Orchestrator:
         )
 
     async def start(self) -> None:
-        """Resumes runs a previous process left unfinished."""
+        """Creates the agent task queues, resumes runs a previous process left unfinished, drains the queue."""
+        for orchestrator_id in self._context.settings.orchestrators:
+            try:
+                ensure_queue_dirs(self._configs.get(orchestrator_id))
+            except (SettingsError, OSError) as exc:
+                self._context.events.emit("orchestrator.invalid", orchestrator=orchestrator_id, reason=str(exc))
         await self._executor.start()
 
     async def stop(self) -> None:
@@ -54,6 +64,9 @@ class Orchestrator:
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with exactly one reply (results of slow runs are pushed later)."""
+        if message.channel == INBOX_CHANNEL:  # a prompt file is a job, never a command
+            loaded = self._load(message)
+            return [self._actions.start_job(message, loaded, self._profile_workflow(message, loaded))]
         text = message.message.strip().lower()
         if message.workflowRunId and text in STATUS_WORDS:
             return [self._actions.run_snapshot(message, message.workflowRunId)]
@@ -64,9 +77,20 @@ class Orchestrator:
             return [await self._cancel(message)]
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
+        loaded = self._load(message)
+        waiting = self._actions.waiting_run(message)
+        if waiting is not None:
+            return [await self._actions.answer_input(message, waiting, loaded)]
         if message.workflowRunId:
-            return [self._actions.run_snapshot(message, message.workflowRunId, NO_INPUT_NOTE)]
-        return [await self._select(message, self._load(message))]
+            return [self._actions.run_snapshot(message, message.workflowRunId, NOT_WAITING_NOTE)]
+        again = await self._actions.reattach_answer(message, loaded)
+        return [again if again is not None else await self._select(message, loaded)]
+
+    def _profile_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
+        """The workflow a channel profile names (`workflow:`), else the rules' default workflow."""
+        profile = self._context.settings.profile(message.profile)
+        named = profile.option("workflow") if profile is not None else None
+        return str(named) if named else loaded.config.rules.default_workflow
 
     def _load(self, message: IncomingPayload) -> LoadedConfig:
         orchestrator_id = self._context.settings.orchestrator_for(message.channelProfileId)

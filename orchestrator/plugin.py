@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from gateway import hookimpl
 from gateway.api import BuiltinProvider, HandlerContext
 from gateway.home import Home
 from gateway.settings import Settings
+from orchestrator.cli import add_commands
 from orchestrator.config import CONFIG_FILE, write_default_orchestrator
 from orchestrator.handler import Orchestrator
 from orchestrator.rules import builtin_providers
@@ -41,3 +43,9 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
     """Lists the runs not yet finished, read from disk."""
     return {"runs": [run.summary() for run in RunStore(home).unfinished()]}
+
+
+@hookimpl
+def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Adds `switchyard runs`, `switchyard coordination clean` and `switchyard workspace …`."""
+    add_commands(commands)

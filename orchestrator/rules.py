@@ -90,7 +90,7 @@ def diagnose_by_rules(request: dict[str, Any]) -> str:
     findings = [*_run_findings(run), *_queue_findings(context.get("queue")),
                 *_event_findings(context.get("events") or [])]
     options = ["Send /status to see the run's progress."] if run else []
-    if run and run.get("state") in ("queued", "running"):
+    if run and run.get("state") in ("queued", "running", "waiting_input"):
         options.append(f"Send /cancel to stop run {run.get('runId')}.")
     options.append("Send /help to list the workflows you can start.")
     lines = ["Findings:", *(f"- {f}" for f in findings), "Next steps:", *(f"- {o}" for o in options)]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -14,26 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.models import IncomingPayload
+from orchestrator.jobs import FINISHED, TRANSITIONS, IllegalTransition, JobInfo, JobState, check_transition
+
+__all__ = ["FINISHED", "TRANSITIONS", "IllegalTransition", "JobInfo", "RunState", "RunStore", "StepState"]
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
-RunStatus = Literal["queued", "running", "done", "failed", "cancelled"]
-StepStatus = Literal["pending", "running", "completed", "failed"]
-
-TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"running", "failed", "cancelled"}),
-    "running": frozenset({"done", "failed", "cancelled"}),
-    "done": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
-}
-FINISHED = frozenset(state for state, targets in TRANSITIONS.items() if not targets)
+StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
 OUTPUT_CAP = 65536
-_MARKS = {"completed": "✓", "running": "▶", "pending": "·", "failed": "✗"}
-
-
-class IllegalTransition(Exception):
-    """A run was asked to move between states the transition table does not connect."""
+EVENT_TAIL_BYTES = 8192
 
 
 class StepState(BaseModel):
@@ -70,7 +62,7 @@ class RunState(BaseModel):
     runId: str
     workflowId: str
     orchestratorId: str
-    state: RunStatus = "queued"
+    state: JobState = "queued"
     currentStep: str | None = None
     createdAt: str = Field(default_factory=utc_now_iso)
     updatedAt: str = Field(default_factory=utc_now_iso)
@@ -80,6 +72,7 @@ class RunState(BaseModel):
     steps: dict[str, StepState]
     error: str | None = None
     delivery: Literal["reply", "push"] | None = None
+    job: JobInfo = Field(default_factory=JobInfo)
 
     @property
     def finished(self) -> bool:
@@ -98,7 +91,11 @@ class RunState(BaseModel):
     def summary(self) -> dict[str, Any]:
         """The few fields `status` and the selector request show."""
         return {"runId": self.runId, "workflowId": self.workflowId, "state": self.state,
-                "currentStep": self.currentStep, "updatedAt": self.updatedAt}
+                "currentStep": self.currentStep, "updatedAt": self.updatedAt, "retries": self.job.retries}
+
+    def with_job(self, **fields: Any) -> RunState:
+        """A copy with some job fields changed."""
+        return self.model_copy(update={"job": self.job.model_copy(update=fields)})
 
 
 def run_id_for(message: IncomingPayload) -> str:
@@ -111,19 +108,6 @@ def run_id_for(message: IncomingPayload) -> str:
 def conversation_key(message: IncomingPayload) -> str:
     """The key of a conversation in the active-run association."""
     return f"{message.channel}/{message.profile}/{message.conversation}"
-
-
-def snapshot(run: RunState) -> str:
-    """The progress text: run id, workflow, state, current step, and every step with its status."""
-    names = list(run.steps)
-    head = f"Run {run.runId} (workflow {run.workflowId}): {run.state}"
-    if not run.finished and run.currentStep in run.steps:
-        head += f", step {names.index(run.currentStep) + 1}/{len(names)} {run.currentStep}"
-    lines = [head]
-    for name, step in run.steps.items():
-        detail = f": {step.error}" if step.status == "failed" and step.error else ""
-        lines.append(f"  {_MARKS[step.status]} {name}{detail}")
-    return "\n".join(lines)
 
 
 class RunStore:
@@ -170,10 +154,9 @@ class RunStore:
         self.set_active(key, run.runId)
         return run
 
-    def transition(self, run: RunState, state: RunStatus, **changes: Any) -> RunState:
+    def transition(self, run: RunState, state: JobState, **changes: Any) -> RunState:
         """Moves a run to `state` (raising IllegalTransition if the table forbids it) and saves it."""
-        if state not in TRANSITIONS[run.state]:
-            raise IllegalTransition(f"run {run.runId}: {run.state} -> {state} is not allowed")
+        check_transition(run.runId, run.state, state)
         run = self.save(run.model_copy(update={"state": state, **changes}))
         self.append_event(run.runId, "run.state", state=state, error=changes.get("error"))
         if run.finished:
@@ -185,10 +168,11 @@ class RunStore:
         step = run.steps[step_id].model_copy(update=fields)
         steps = {**run.steps, step_id: step}
         changes: dict[str, Any] = {"steps": steps}
-        if fields.get("status") == "running":
+        if fields.get("status") in ("running", "waiting"):
             changes["currentStep"] = step_id
         run = self.save(run.model_copy(update=changes))
-        self.append_event(run.runId, "step." + str(step.status), step=step_id, exitCode=step.exitCode)
+        if "status" in fields:
+            self.append_event(run.runId, "step." + str(step.status), step=step_id, exitCode=step.exitCode)
         return run
 
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
@@ -198,6 +182,21 @@ class RunStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+    def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The last `limit` events of a run (from the tail of its events.jsonl)."""
+        path = self.folder(run_id) / "events.jsonl"
+        try:
+            with path.open("rb") as handle:
+                handle.seek(max(0, path.stat().st_size - EVENT_TAIL_BYTES * max(1, limit // 10)))
+                lines = handle.read().splitlines()
+        except FileNotFoundError:
+            return []
+        found = []
+        for raw in lines[-limit:]:
+            with contextlib.suppress(ValueError):
+                found.append(json.loads(raw))
+        return found
 
     def active_runs(self) -> dict[str, str]:
         """The conversation key → run id association."""
@@ -215,14 +214,27 @@ class RunStore:
 
     def set_active(self, key: str, run_id: str) -> None:
         """Associates a conversation with a run."""
-        self._write_active({**self.active_runs(), key: run_id})
+        with self._active_lock():
+            self._write_active({**self.active_runs(), key: run_id})
 
     def clear_active(self, run_id: str) -> None:
         """Removes every association pointing at a run (it ended)."""
-        active = self.active_runs()
-        remaining = {k: v for k, v in active.items() if v != run_id}
-        if remaining != active:
-            self._write_active(remaining)
+        with self._active_lock():
+            active = self.active_runs()
+            remaining = {k: v for k, v in active.items() if v != run_id}
+            if remaining != active:
+                self._write_active(remaining)
+
+    @contextlib.contextmanager
+    def _active_lock(self) -> Iterator[None]:
+        """Serialises read-modify-write of active.json across processes sharing the home."""
+        self._root.mkdir(parents=True, exist_ok=True)
+        with (self._root / ".active.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _write_active(self, active: dict[str, str]) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
@@ -236,7 +248,7 @@ class RunStore:
         return sorted((r for r in runs if r is not None), key=lambda r: (r.createdAt, r.runId))
 
     def unfinished(self) -> list[RunState]:
-        """Runs still queued or running, oldest first."""
+        """Runs not yet in a final state, oldest first."""
         return [run for run in self.all_runs() if not run.finished]
 
 

@@ -15,7 +15,7 @@ from gateway.events import EventLog  # noqa: E402
 from gateway.home import Home  # noqa: E402
 from gateway.settings import ProviderSettings, QueueSettings, Settings  # noqa: E402
 from orchestrator import Orchestrator  # noqa: E402
-from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector  # noqa: E402
+from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector  # noqa: E402
 
 
 @pytest.fixture
@@ -106,3 +106,18 @@ def start(running: list[Orchestrator]) -> Callable[[HandlerContext], Any]:
 @pytest.fixture
 def selector(tmp_path: Path, script: Callable[[str, str], list[str]]) -> ScriptedSelector:
     return ScriptedSelector(tmp_path, script)
+
+
+@pytest.fixture
+def flow(
+    home: Home, outbox: FakeOutbox, make_context: Callable[..., HandlerContext],
+    write_config: Callable[[str], Path], start: Callable[..., Any],
+) -> Callable[..., Any]:
+    """Writes orchestrator.yaml and starts an orchestrator on it: `await flow(yaml, providers=…)`."""
+
+    async def build(config: str, providers: dict[str, ProviderSettings] | None = None) -> Flow:
+        write_config(config)
+        orchestrator = await start(make_context(providers))
+        return Flow(orchestrator, home.root, outbox)
+
+    return build

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gateway.events import read_events
+from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ProviderSettings
+from orchestrator.runs import RunState, RunStore
 
 
 class FakeOutbox:
@@ -71,3 +75,36 @@ class ScriptedSelector:
     @property
     def calls(self) -> int:
         return len(self.calls_file.read_text().splitlines()) if self.calls_file.exists() else 0
+
+
+PY = json.dumps(sys.executable)
+
+
+class Flow:
+    """An orchestrator started on a test home, with helpers to read runs and their job events."""
+
+    def __init__(self, orchestrator: Any, home: Path, outbox: FakeOutbox):
+        self.orchestrator = orchestrator
+        self.home = home
+        self.outbox = outbox
+        self.store = RunStore(Home(home), fsync=False)
+
+    async def send(self, text: str, **fields: Any) -> tuple[OutgoingPayload, IncomingPayload]:
+        message = make_message(text, **fields)
+        [answer] = await self.orchestrator.handle(message)
+        return answer, message
+
+    def run(self, run_id: str) -> RunState:
+        run = self.store.load(run_id)
+        assert run is not None, f"no run {run_id}"
+        return run
+
+    async def settled(self, run_id: str, deadline_sec: float = 15.0) -> RunState:
+        """Waits until the run is finished and its result delivered."""
+        await wait_until(lambda: (r := self.store.load(run_id)) is not None and r.finished and r.delivery,
+                         deadline_sec)
+        return self.run(run_id)
+
+    def job_events(self, run_id: str) -> list[dict[str, Any]]:
+        return [e for e in read_events(self.home / "logs" / "events.jsonl")
+                if e.get("job_id") == run_id and str(e.get("event", "")).startswith("job.")]

@@ -83,16 +83,9 @@ def test_settings_providers_are_known(write_config: Callable[[str], Path]) -> No
     assert load_orchestrator_config(path.parent, BUILTINS | {"claude"}).selector.provider == "claude"
 
 
-@pytest.mark.parametrize("kind", ["wait_for", "for_each", "input"])
-def test_later_step_kinds_are_not_supported_yet(write_config: Callable[[str], Path], kind: str) -> None:
-    message = _load(write_config, f"workflows: {{w: {{steps: [{{id: Wait, {kind}: {{x: 1}}}}]}}}}\n")
-    assert "workflows.w.steps.0" in message
-    assert f"step Wait: {kind} is not supported yet" in message
-
-
 def test_step_needs_exactly_one_kind(write_config: Callable[[str], Path]) -> None:
     message = _load(write_config, "workflows: {w: {steps: [{id: S}]}}\n")
-    assert "step S: needs exactly one of `agent` or `command`" in message
+    assert "step S: needs exactly one of agent, command, wait_for, for_each or input" in message
 
 
 def test_unknown_key_is_named(write_config: Callable[[str], Path]) -> None:

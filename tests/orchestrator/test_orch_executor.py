@@ -137,7 +137,9 @@ async def test_status_while_running_calls_no_provider(
     calls = rig.selector.calls
     [status] = await orchestrator.handle(make_message("/status"))
     run_id = run_id_for(message)
-    assert status.message == f"Run {run_id} (workflow build): running, step 1/2 Plan\n  ▶ Plan\n  · Test"
+    head, *lines = status.message.splitlines()
+    assert head.startswith(f"Run {run_id} (workflow build): running, step 1/2 Plan, elapsed ")
+    assert lines[:2] == ["  ▶ Plan", "  · Test"] and lines[2].startswith("Last event: step.running Plan")
     assert status.workflowRunId == run_id and status.workflowStepId == "Plan"
     assert rig.selector.calls == calls
     rig.gate.touch()
@@ -172,7 +174,7 @@ async def test_retry_after_a_crash_reattaches_in_a_new_process(
     await first.handle(message)
     await wait_until(rig.call_lines)
     await first.stop()
-    assert rig.state(run_id_for(message)).state == "running"
+    assert rig.state(run_id_for(message)).state == "queued"
     rig.gate.touch()
     write_config(config(within=30))
     second = await start(rig.context)
@@ -222,7 +224,8 @@ async def test_failed_step_fails_the_run_with_a_clear_reply(
     assert answer.message.startswith(f"Run {run_id} (workflow build) failed at step Test: ")
     assert "exited with code 2" in answer.message
     run = rig.state(run_id)
-    assert run.state == "failed" and run.steps["Test"].status == "failed" and run.steps["Test"].exitCode == 2
+    assert run.state == "failed_final" and run.steps["Test"].status == "failed"
+    assert run.steps["Test"].exitCode == 2
     assert run.steps["Test"].output == "tested planned: Plan for: build it\n"
     final = [e for e in read_events(rig.home.events_file) if e["event"] == "job.failed.final"]
     assert final[-1]["job_id"] == run_id and "exited with code 2" in final[-1]["reason"]

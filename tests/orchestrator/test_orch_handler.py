@@ -53,7 +53,9 @@ async def test_status_fast_path_calls_no_provider_and_changes_nothing(
     state_file = home.runs / "r-a" / "state.json"
     before = state_file.read_bytes(), (home.runs / "active.json").read_bytes()
     [answer] = await orchestrator.handle(make_message(text, workflowRunId="r-a"))
-    assert answer.message == "Run r-a (workflow build): running, step 2/2 Test\n  ✓ Plan\n  ▶ Test"
+    head, *lines = answer.message.splitlines()
+    assert head.startswith("Run r-a (workflow build): running, step 2/2 Test, elapsed ")
+    assert lines[:2] == ["  ✓ Plan", "  ▶ Test"] and lines[2].startswith("Last event: run.created")
     assert (answer.workflowRunId, answer.workflowStepId, answer.agent) == ("r-a", "Test", "switchyard")
     assert not selector.calls_file.exists()
     assert (state_file.read_bytes(), (home.runs / "active.json").read_bytes()) == before
@@ -101,11 +103,11 @@ async def test_help_lists_workflows_without_a_provider(selector: ScriptedSelecto
     assert answer.agent == "switchyard" and selector.calls == 0
 
 
-async def test_message_to_a_run_without_input_steps(home: Home, orchestrator: Orchestrator) -> None:
+async def test_message_to_a_run_not_waiting_for_input(home: Home, orchestrator: Orchestrator) -> None:
     _store_run(home, "r-a", "c1")
     [answer] = await orchestrator.handle(make_message("main branch please", workflowRunId="r-a"))
     assert answer.message.startswith("Run r-a (workflow build): running")
-    assert answer.message.endswith("\n(this run does not take input)")
+    assert answer.message.endswith("\n(this run is not waiting for input)")
 
 
 async def test_unknown_slash_command_goes_to_the_selector(

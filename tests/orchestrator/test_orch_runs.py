@@ -16,8 +16,8 @@ from orchestrator.runs import (
     StepState,
     conversation_key,
     run_id_for,
-    snapshot,
 )
+from orchestrator.status import snapshot
 from tests.orchestrator.orch_helpers import make_message
 
 
@@ -53,7 +53,7 @@ def test_transitions_follow_the_table(home: Home) -> None:
         store.transition(run, "running")
 
 
-@pytest.mark.parametrize("state", ["done", "failed", "cancelled"])
+@pytest.mark.parametrize("state", ["done", "failed_final", "cancelled"])
 def test_final_states_lead_nowhere(state: str) -> None:
     assert TRANSITIONS[state] == frozenset()
 
@@ -78,7 +78,7 @@ def test_active_run_is_set_and_cleared_when_the_run_ends(home: Home) -> None:
     run = store.create(_run(), key)
     assert store.active_for(key).runId == "r-1"  # type: ignore[union-attr]
     assert json.loads(store.active_file.read_text()) == {key: "r-1"}
-    store.transition(store.transition(run, "running"), "failed", error="boom")
+    store.transition(store.transition(store.transition(run, "running"), "failed", error="boom"), "failed_final")
     assert store.active_for(key) is None
     assert json.loads(store.active_file.read_text()) == {}
 
@@ -86,12 +86,14 @@ def test_active_run_is_set_and_cleared_when_the_run_ends(home: Home) -> None:
 def test_snapshot_names_run_workflow_state_and_each_step() -> None:
     run = _run(state="running", currentStep="Test", steps={
         "Plan": StepState(status="completed"), "Test": StepState(status="running"), "Deploy": StepState()})
-    assert snapshot(run) == "Run r-1 (workflow build): running, step 2/3 Test\n  ✓ Plan\n  ▶ Test\n  · Deploy"
+    assert snapshot(run).startswith("Run r-1 (workflow build): running, step 2/3 Test, elapsed ")
+    assert snapshot(run).endswith("\n  ✓ Plan\n  ▶ Test\n  · Deploy")
 
 
 def test_snapshot_of_a_failed_step_shows_the_error() -> None:
-    run = _run(state="failed", currentStep="Plan", steps={"Plan": StepState(status="failed", error="exit 2")})
-    assert snapshot(run) == "Run r-1 (workflow build): failed\n  ✗ Plan: exit 2"
+    run = _run(state="failed_final", currentStep="Plan", steps={"Plan": StepState(status="failed", error="exit 2")})
+    assert snapshot(run).startswith("Run r-1 (workflow build): failed_final, elapsed ")
+    assert snapshot(run).endswith("\n  ✗ Plan: exit 2")
 
 
 def test_unsafe_run_ids_are_not_loaded(home: Home) -> None:

@@ -1,0 +1,150 @@
+"""The orchestrator's CLI subcommands: `runs`, `coordination clean`, `workspace …` (via switchyard_cli)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.home import Home
+from gateway.settings import Settings, SettingsError, describe_validation_error, parse_yaml_file
+from orchestrator.config import CONFIG_FILE, LoadedConfig, OrchestratorConfig, default_orchestrator_config
+from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
+from orchestrator.rules import builtin_providers
+from orchestrator.runs import RunStore
+from orchestrator.status import listing_line, snapshot
+from orchestrator.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Adds `runs`, `coordination` and `workspace` to the `switchyard` parser."""
+    runs = commands.add_parser("runs", help="list workflow runs, or show one (`runs show ID`)")
+    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--active", action="store_true", help="only runs not yet finished")
+    runs_commands = runs.add_subparsers(dest="runs_command")
+    show = runs_commands.add_parser("show", help="one run: its snapshot, job fields and recent events")
+    show.add_argument("run_id")
+    show.add_argument("--json", action="store_true")
+    show.add_argument("--events", type=int, default=10, help="how many recent events to print")
+    runs.set_defaults(run=cmd_runs)
+
+    coordination = commands.add_parser("coordination", help="the spec-001 coordination directory")
+    coordination_commands = coordination.add_subparsers(dest="coordination_command", required=True)
+    clean = coordination_commands.add_parser("clean", help="apply retention: archive, old checkpoints, "
+                                                           "expired locks")
+    clean.add_argument("--archive-after-days", type=float, default=ARCHIVE_AFTER_DAYS)
+    clean.add_argument("--checkpoint-days", type=float, default=CHECKPOINT_RETENTION_DAYS)
+    clean.add_argument("--json", action="store_true")
+    coordination.set_defaults(run=cmd_coordination)
+
+    workspace = commands.add_parser("workspace", help="agent task queues in an orchestrator workspace")
+    workspace.add_argument("--orchestrator", help="orchestrator id (default: default_orchestrator)")
+    workspace_commands = workspace.add_subparsers(dest="workspace_command", required=True)
+    for name, what in (("clean-processed", "delete whole processed/{timestamp}/ partitions"),
+                       ("archive-processed", "pack whole processed/{timestamp}/ partitions into archive/")):
+        helper = workspace_commands.add_parser(name, help=f"{what} older than N days (never single items)")
+        helper.add_argument("--older-than-days", type=float, default=7.0)
+        helper.add_argument("--dry-run", action="store_true")
+    task = workspace_commands.add_parser("add-task", help="write inbox/<agent>/<name>.task (.tmp, then rename)")
+    task.add_argument("agent")
+    task.add_argument("name")
+    source = task.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text")
+    source.add_argument("--file", help="read the task from this file ('-' for stdin)")
+    workspace_commands.add_parser("init", help="create inbox/<agent>/, processed/ and failed/")
+    workspace.set_defaults(run=cmd_workspace)
+
+
+def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
+    """Lists runs oldest first, or shows one."""
+    store = RunStore(home, fsync=False)
+    if args.runs_command == "show":
+        return _show_run(store, args)
+    runs = store.unfinished() if args.active else store.all_runs()
+    if args.json:
+        print(json.dumps([{**run.summary(), "createdAt": run.createdAt, "job": run.job.model_dump(
+            exclude_none=True)} for run in runs], indent=2))
+        return 0
+    for run in runs:
+        print(listing_line(run))
+    if not runs:
+        print("no runs")
+    return 0
+
+
+def _show_run(store: RunStore, args: argparse.Namespace) -> int:
+    run = store.load(args.run_id)
+    if run is None:
+        print(f"switchyard: no run {args.run_id!r}", file=sys.stderr)
+        return 1
+    events = store.events(run.runId, limit=max(1, args.events))
+    if args.json:
+        print(json.dumps({"state": run.model_dump(mode="json"), "events": events}, indent=2, default=str))
+        return 0
+    print(snapshot(run, events[-1] if events else None))
+    print(f"state file: {store.folder(run.runId) / 'state.json'}")
+    job = run.job.model_dump(exclude_none=True, exclude_defaults=True)
+    if job:
+        print("job: " + ", ".join(f"{key}={value}" for key, value in job.items()))
+    for event in events:
+        detail = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("ts", "event") and v is not None)
+        print(f"  {event.get('ts')} {event.get('event')} {detail}".rstrip())
+    return 0
+
+
+def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -> int:
+    """Applies the spec-001 retention policy once."""
+    report: dict[str, Any] = Coordination(home).clean(archive_after_days=args.archive_after_days,
+                                                      checkpoint_days=args.checkpoint_days)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"checkpoints removed: {len(report['checkpoints_removed'])}, files archived: "
+          f"{len(report['archived'])}, expired locks freed: {len(report['locks_freed'])}")
+    for resource in report["locks_freed"]:
+        print(f"  freed lock {resource}")
+    return 0
+
+
+def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) -> LoadedConfig:
+    """An orchestrator's configuration for CLI helpers (provider names are not checked here)."""
+    chosen = orchestrator_id or settings.default_orchestrator
+    ref = settings.orchestrators.get(chosen)
+    if ref is None:
+        raise SettingsError(f"unknown orchestrator {chosen!r}; orchestrators: {', '.join(settings.orchestrators)}")
+    workspace = home.resolve(ref.workspace)
+    path = workspace / CONFIG_FILE
+    if not path.exists():
+        return LoadedConfig(chosen, workspace, default_orchestrator_config(set(builtin_providers())))
+    try:
+        config = OrchestratorConfig.model_validate(parse_yaml_file(path))
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc, str(path))) from exc
+    return LoadedConfig(chosen, workspace, config)
+
+
+def cmd_workspace(args: argparse.Namespace, home: Home, settings: Settings) -> int:
+    """Task-queue helpers; clean/archive act on whole `processed/{timestamp}/` partitions only."""
+    loaded = load_for_tools(home, settings, args.orchestrator)
+    if args.workspace_command == "init":
+        for folder in ensure_queue_dirs(loaded):
+            print(folder)
+        return 0
+    if args.workspace_command == "add-task":
+        text = args.text if args.text is not None else (
+            sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8"))
+        print(write_task(loaded, args.agent, args.name, text))
+        return 0
+    helper = clean_processed if args.workspace_command == "clean-processed" else archive_processed
+    done = helper(loaded, args.older_than_days, dry_run=args.dry_run)
+    verb = "would " if args.dry_run else ""
+    action = "remove" if helper is clean_processed else "archive into"
+    for path in done:
+        print(f"{verb}{action} {path}")
+    if not done:
+        print(f"no processed partition older than {args.older_than_days:g} day(s)")
+    return 0

@@ -1,0 +1,135 @@
+"""Delivers what a run tells its conversation exactly once: as the waiting message's reply, else pushed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from gateway.api import Outbox
+from gateway.events import now_ms
+from gateway.models import IncomingPayload, OutgoingPayload
+from orchestrator.runs import RunState, RunStore
+
+log = logging.getLogger("switchyard.orchestrator.delivery")
+
+SYSTEM_AGENT = "switchyard"
+POLL_SEC = 0.25
+
+
+def result_text(run: RunState) -> str:
+    """What a finished run tells the conversation: its answer, or why it failed or stopped."""
+    last = run.last_step()
+    if run.state == "done":
+        output = (last[1].output or "").strip() if last else ""
+        return output or f"Run {run.runId} (workflow {run.workflowId}) finished."
+    if run.state == "cancelled":
+        return f"Run {run.runId} (workflow {run.workflowId}) was cancelled."
+    error = run.error or "unknown error"
+    where = ""
+    if last and last[1].status == "failed":
+        where = f" at step {last[0]}"
+        error = error.removeprefix(f"step {last[0]}: ")
+    return f"Run {run.runId} (workflow {run.workflowId}) failed{where}: {error}"
+
+
+def result_reply(run: RunState, to: IncomingPayload | None = None) -> OutgoingPayload:
+    """The payload carrying a finished run's result, its final state (`runState`) and its `job` fields."""
+    last = run.last_step()
+    step_id = last[0] if last else run.currentStep
+    agent = (last[1].agent or last[0]) if last and run.state == "done" else SYSTEM_AGENT
+    return OutgoingPayload.reply_to(to or run.payload(), result_text(run), agent=agent, timestamp=now_ms(),
+                                    workflowRunId=run.runId, workflowStepId=step_id, runState=run.state,
+                                    job=run.job.model_dump(mode="json", exclude_none=True))
+
+
+def prompt_reply(run: RunState, step_id: str, prompt: str, to: IncomingPayload | None = None) -> OutgoingPayload:
+    """The payload asking the conversation an `input` step's question."""
+    text = f"{prompt}\n(run {run.runId} waits for your answer; reply in this conversation)"
+    return OutgoingPayload.reply_to(to or run.payload(), text, agent=SYSTEM_AGENT, timestamp=now_ms(),
+                                    workflowRunId=run.runId, workflowStepId=step_id, runState=run.state)
+
+
+def answerable(run: RunState) -> bool:
+    """Tells whether a run reached a point the conversation hears about: an end or a question."""
+    return run.finished or run.state == "waiting_input"
+
+
+@dataclass
+class _Waiting:
+    """Messages waiting for a run's result (or question) to become their reply."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    count: int = 0
+
+
+class Delivery:
+    """Hands a run's result or question to a waiting message, or pushes it; records which was done."""
+
+    def __init__(self, store: RunStore, outbox: Outbox):
+        self._store = store
+        self._outbox = outbox
+        self._waiting: dict[str, _Waiting] = {}
+
+    async def outcome(self, run_id: str, timeout_sec: float) -> RunState | None:
+        """Waits up to `timeout_sec` for the run to end or ask; returns it then, else None."""
+        run = self._store.load(run_id)
+        if run is None or self._settled(run):
+            return run
+        waiting = self._waiting.setdefault(run_id, _Waiting())
+        waiting.count += 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_sec
+        try:
+            while not waiting.event.is_set() and (remaining := deadline - loop.time()) > 0:
+                try:
+                    await asyncio.wait_for(waiting.event.wait(), min(POLL_SEC, remaining))
+                except TimeoutError:
+                    current = self._store.load(run_id)  # another process may have settled it
+                    if current is not None and self._settled(current):
+                        return current
+        finally:
+            waiting.count -= 1
+            if not waiting.event.is_set() and waiting.count == 0:
+                self._waiting.pop(run_id, None)
+        return self._store.load(run_id) if waiting.event.is_set() else None
+
+    @staticmethod
+    def _settled(run: RunState) -> bool:
+        if run.finished:
+            return run.delivery is not None
+        step = run.steps.get(run.currentStep or "")
+        return run.state == "waiting_input" and step is not None and bool((step.model_extra or {}).get(
+            "promptDelivery"))
+
+    def finished(self, run: RunState) -> RunState:
+        """Delivers a finished run's result once: to waiting messages, else pushed to the conversation."""
+        waiting = self._waiting.pop(run.runId, None)
+        if waiting is not None and waiting.count > 0:
+            run = self._store.save(run.model_copy(update={"delivery": "reply"}))
+            waiting.event.set()
+            return run
+        return self.push(run)
+
+    def push(self, run: RunState) -> RunState:
+        """Writes the result into the outbox and records `delivery: push` (retried at the next start)."""
+        try:
+            self._outbox.write(result_reply(run))
+        except Exception:
+            log.exception("cannot push the result of run %s; it is retried at the next start", run.runId)
+            return run
+        return self._store.save(run.model_copy(update={"delivery": "push"}))
+
+    def asked(self, run: RunState, step_id: str, prompt: str) -> RunState:
+        """Delivers an input step's question once: as a waiting message's reply, else pushed."""
+        waiting = self._waiting.pop(run.runId, None)
+        if waiting is not None and waiting.count > 0:
+            run = self._store.update_step(run, step_id, promptDelivery="reply")
+            waiting.event.set()
+            return run
+        try:
+            self._outbox.write(prompt_reply(run, step_id, prompt))
+        except Exception:
+            log.exception("cannot ask the question of run %s; it is retried at the next start", run.runId)
+            return run
+        return self._store.update_step(run, step_id, promptDelivery="push")

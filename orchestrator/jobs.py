@@ -1,0 +1,123 @@
+"""The job lifecycle of spec 003: states, the transition table, failure categories, retries and backoff."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JobState = Literal["queued", "running", "waiting_input", "done", "failed", "failed_final", "cancelled"]
+FailureCategory = Literal["retryable", "transient", "fatal"]
+
+# queued → running → done | failed → queued (retry) | failed_final, plus:
+# running → waiting_input → queued (an input step got its answer),
+# running → queued (the process stopped or died mid-run; resumed from the last completed step),
+# queued | running | waiting_input → cancelled (/cancel, cancel_run).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"running", "cancelled"}),
+    "running": frozenset({"done", "failed", "waiting_input", "queued", "cancelled"}),
+    "waiting_input": frozenset({"queued", "cancelled"}),
+    "failed": frozenset({"queued", "failed_final"}),
+    "done": frozenset(),
+    "failed_final": frozenset(),
+    "cancelled": frozenset(),
+}
+FINISHED = frozenset(state for state, targets in TRANSITIONS.items() if not targets)
+
+
+class IllegalTransition(Exception):
+    """A job was asked to move between states the transition table does not connect."""
+
+
+def check_transition(job_id: str, current: str, target: str) -> None:
+    """Raises IllegalTransition unless the table allows `current -> target`."""
+    if target not in TRANSITIONS.get(current, frozenset()):
+        raise IllegalTransition(f"run {job_id}: {current} -> {target} is not allowed")
+
+
+class JobInfo(BaseModel):
+    """The spec-003 job fields kept in state.json under `job` (snake_case, as the spec names them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str | None = None
+    retries: int = 0
+    max_retries: int = 0
+    next_retry_at: str | None = None
+    failure_reason: str | None = None
+    failure_category: FailureCategory | None = None
+    owner: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    duration_ms: int | None = None
+    repo: str | None = None
+    branch: str | None = None
+    slug: str | None = None
+    timestamp: str | None = None
+    inbox_file: str | None = None
+    source_timestamp: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how late a failed job is queued again."""
+
+    max_retries: int = 0
+    backoff_sec: float = 5.0
+    backoff_max_sec: float = 300.0
+
+    def allows(self, category: FailureCategory, retries: int) -> bool:
+        """Tells whether a failure of this category after `retries` retries is queued again."""
+        return category != "fatal" and retries < self.max_retries
+
+    def delay_sec(self, retries: int) -> float:
+        """The wait before retry number `retries + 1`: doubling from backoff_sec, capped."""
+        return float(min(self.backoff_sec * 2 ** max(0, retries), self.backoff_max_sec))
+
+
+def iso(moment: datetime) -> str:
+    """UTC ISO 8601 with milliseconds and a Z, as every timestamp in state.json."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> datetime:
+    """Reads a timestamp written by `iso` (or any ISO 8601 with an offset)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def iso_in(seconds: float) -> str:
+    """The moment `seconds` from now."""
+    return iso(datetime.now(UTC) + timedelta(seconds=seconds))
+
+
+def is_due(next_retry_at: str | None) -> bool:
+    """Tells whether a job waiting out a backoff may run now."""
+    if not next_retry_at:
+        return True
+    try:
+        return parse_iso(next_retry_at) <= datetime.now(UTC)
+    except ValueError:
+        return True
+
+
+def seconds_until(next_retry_at: str | None) -> float:
+    """Seconds until a backoff ends (0 when it already did)."""
+    if not next_retry_at:
+        return 0.0
+    try:
+        return max(0.0, (parse_iso(next_retry_at) - datetime.now(UTC)).total_seconds())
+    except ValueError:
+        return 0.0
+
+
+def ms_between(start: str | None, end: str) -> int | None:
+    """Milliseconds from one recorded timestamp to another, if both can be read."""
+    if not start:
+        return None
+    try:
+        return int((parse_iso(end) - parse_iso(start)).total_seconds() * 1000)
+    except ValueError:
+        return None

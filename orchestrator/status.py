@@ -1,0 +1,77 @@
+"""Progress text of runs: the `/status` snapshot and the `switchyard runs` listing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.jobs import parse_iso
+from orchestrator.runs import RunState, StepState
+
+MARKS = {"completed": "✓", "running": "▶", "waiting": "?", "pending": "·", "failed": "✗"}
+
+
+def elapsed_text(run: RunState) -> str:
+    """How long the run has existed (until it finished), e.g. `1m05s`."""
+    try:
+        start = parse_iso(run.createdAt)
+        end = parse_iso(run.job.finished_at) if run.finished and run.job.finished_at else datetime.now(UTC)
+    except ValueError:
+        return "?"
+    seconds = max(0, int((end - start).total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _step_detail(step: StepState) -> str:
+    extra = step.model_extra or {}
+    if step.status == "failed" and step.error:
+        return f": {step.error}"
+    if step.status == "waiting" and extra.get("prompt"):
+        return f": waiting for your answer to {str(extra['prompt'])[:200]!r}"
+    items = extra.get("items")
+    if isinstance(items, list) and items:
+        done = sum(1 for item in items if isinstance(item, dict) and item.get("status") == "completed")
+        return f" ({done}/{len(items)} items)"
+    if "poll_count" in extra and step.status in ("completed", "running"):
+        return f" ({len(extra.get('files') or [])} file(s), {extra['poll_count']} poll(s))"
+    if step.status == "completed" and step.durationMs is not None:
+        return f" ({step.durationMs / 1000:.1f}s)"
+    return ""
+
+
+def snapshot(run: RunState, last_event: dict[str, Any] | None = None) -> str:
+    """The progress text: state, current step, retries, elapsed time, each step, and the last event."""
+    names = list(run.steps)
+    head = f"Run {run.runId} (workflow {run.workflowId}): {run.state}"
+    if not run.finished and run.currentStep in run.steps:
+        head += f", step {names.index(run.currentStep) + 1}/{len(names)} {run.currentStep}"
+    if run.job.retries or run.job.max_retries:
+        head += f", retries {run.job.retries}/{run.job.max_retries}"
+    if run.state == "queued" and run.job.next_retry_at:
+        head += f", next try at {run.job.next_retry_at}"
+    head += f", elapsed {elapsed_text(run)}"
+    lines = [head]
+    lines += [f"  {MARKS.get(step.status, '·')} {name}{_step_detail(step)}" for name, step in run.steps.items()]
+    if run.finished and run.error and not any(s.status == "failed" for s in run.steps.values()):
+        lines.append(f"  error: {run.error}")
+    if last_event is not None:
+        lines.append(f"Last event: {_event_text(last_event)}")
+    return "\n".join(lines)
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    what = str(event.get("event", "?"))
+    detail = event.get("step") or event.get("state") or ""
+    return f"{what} {detail} at {event.get('ts', '?')}".replace("  ", " ")
+
+
+def listing_line(run: RunState) -> str:
+    """One line of `switchyard runs`."""
+    step = run.currentStep or "-"
+    return (f"{run.runId}  {run.workflowId:<16} {run.state:<13} step {step:<16} "
+            f"retries {run.job.retries}/{run.job.max_retries}  created {run.createdAt}  "
+            f"elapsed {elapsed_text(run)}")

@@ -1,0 +1,93 @@
+"""Step kinds: agent, command, wait_for, for_each and input, behind one StepRunner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from gateway.settings import SettingsError
+from orchestrator.config import LoadedConfig, StepConfig
+from orchestrator.jobs import RetryPolicy
+from orchestrator.providers import ProviderRunner
+from orchestrator.runs import RunState, RunStore
+from orchestrator.steps.base import Progress, StepFailed, StepJob, StepOutcome
+from orchestrator.steps.foreach import ForEach
+from orchestrator.steps.process import BodyRunner
+from orchestrator.steps.values import step_request, template_values
+from orchestrator.steps.wait import wait_for
+from orchestrator.templates import render
+
+__all__ = ["StepFailed", "StepOutcome", "StepRunner", "step_request", "template_values"]
+
+
+class StepRunner:
+    """Looks steps up in the current orchestrator.yaml and runs them."""
+
+    def __init__(self, runner: ProviderRunner, store: RunStore, configs: Callable[[str], LoadedConfig]):
+        self._store = store
+        self._configs = configs
+        self._bodies = BodyRunner(runner, store)
+        self._for_each = ForEach(self._bodies)
+
+    def lookup(self, run: RunState, step_id: str) -> tuple[LoadedConfig, StepConfig]:
+        """The configuration of a run's step; raises a fatal StepFailed when it cannot be found."""
+        try:
+            loaded = self._configs(run.orchestratorId)
+        except SettingsError as exc:
+            raise StepFailed(f"orchestrator configuration: {exc}", category="fatal") from exc
+        workflow = loaded.config.workflows.get(run.workflowId)
+        step = workflow.step(step_id) if workflow is not None else None
+        if step is None:
+            raise StepFailed(f"step {step_id} is no longer in workflow {run.workflowId}", category="fatal")
+        return loaded, step
+
+    def kind_of(self, run: RunState, step_id: str) -> str:
+        """The step's kind; raises a fatal StepFailed when the step is not configured."""
+        return self.lookup(run, step_id)[1].kind
+
+    def agent_of(self, run: RunState, step_id: str) -> str | None:
+        """The agent id (or provider) a step runs, or None for other kinds or a step no longer configured."""
+        try:
+            step = self.lookup(run, step_id)[1]
+        except StepFailed:
+            return None
+        body = step.do or step
+        return body.agent or body.provider
+
+    def prompt_of(self, run: RunState, step_id: str) -> str:
+        """The question an `input` step asks, with its placeholders filled."""
+        loaded, step = self.lookup(run, step_id)
+        assert step.input is not None
+        return render(step.input.prompt, template_values(run, str(loaded.workspace)))
+
+    def retry_policy(self, run: RunState) -> RetryPolicy:
+        """The run's retry rules from orchestrator.yaml (no retries when it cannot be read)."""
+        try:
+            return self._configs(run.orchestratorId).config.retry_policy(run.workflowId)
+        except SettingsError:
+            return RetryPolicy()
+
+    def workspace_of(self, run: RunState) -> Path | None:
+        """The orchestrator workspace of a run, if its configuration loads."""
+        try:
+            return self._configs(run.orchestratorId).workspace
+        except SettingsError:
+            return None
+
+    async def run(
+        self, run: RunState, step_id: str, progress: Progress, extra_env: dict[str, str] | None = None
+    ) -> StepOutcome:
+        """Runs one agent, command, wait_for or for_each step; raises StepFailed when it does not complete."""
+        loaded, step = self.lookup(run, step_id)
+        folder = self._store.folder(run.runId) / "workspace"
+        folder.mkdir(parents=True, exist_ok=True)
+        env = {"SWITCHYARD_RUN_ID": run.runId, "SWITCHYARD_STEP_ID": step_id,
+               "SWITCHYARD_WORKSPACE": str(folder), **(extra_env or {})}
+        job = StepJob(run, step, loaded, env, progress)
+        if step.wait_for is not None:
+            return await wait_for(job)
+        if step.for_each is not None:
+            return await self._for_each.run(job)
+        values = template_values(run, str(loaded.workspace))
+        result = await self._bodies.run(job, step, step_id, values, env)
+        return StepOutcome(result.stdout, result.exit_code, result.duration_ms, result.stderr_tail)

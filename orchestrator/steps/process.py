@@ -1,0 +1,58 @@
+"""Runs a step body as a process: an agent (provider + prompt template) or a command (argv)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.api import PermanentError
+from gateway.home import safe_name
+from orchestrator.config import AgentConfig, read_template
+from orchestrator.providers import ProviderFailed, ProviderResult, ProviderRunner
+from orchestrator.runs import RunStore
+from orchestrator.steps.base import StepFailed, StepJob
+from orchestrator.steps.values import step_request
+from orchestrator.templates import render
+from orchestrator.workflows import StepBody
+
+COMMAND_TIMEOUT_SEC = 300.0
+COMMAND_MAX_OUTPUT = 1_048_576
+
+
+class BodyRunner:
+    """Runs agent and command bodies through the provider runner, turning failures into StepFailed."""
+
+    def __init__(self, runner: ProviderRunner, store: RunStore):
+        self._runner = runner
+        self._store = store
+
+    async def run(
+        self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
+        request_extra: dict[str, Any] | None = None,
+    ) -> ProviderResult:
+        """Runs the body once; raises StepFailed (retryable, or fatal when the step says so)."""
+        try:
+            if body.command is not None:
+                argv = [render(part, values) for part in body.command]
+                return await self._runner.run_command(
+                    label, argv, stdin=None, cwd=job.loaded.workspace, env=env,
+                    timeout_sec=body.timeout_sec or COMMAND_TIMEOUT_SEC, max_output=COMMAND_MAX_OUTPUT,
+                )
+            agent = self._agent(job, body)
+            prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
+            request = step_request(job.run, job.step.id, **(request_extra or {}))
+            request_file = self._store.folder(job.run.runId) / f"{safe_name(label)}.request.json"
+            return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
+                                          cwd=job.loaded.workspace, env=env)
+        except ProviderFailed as exc:
+            raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
+        except PermanentError as exc:
+            raise StepFailed(str(exc), category="fatal") from exc
+
+    @staticmethod
+    def _agent(job: StepJob, body: StepBody) -> AgentConfig:
+        if body.provider is not None:
+            return AgentConfig(provider=body.provider, prompt=body.prompt or "{{message}}")
+        agent = job.loaded.config.agents.get(body.agent or "")
+        if agent is None:
+            raise StepFailed(f"unknown agent {body.agent!r}", category="fatal")
+        return agent

@@ -1,0 +1,232 @@
+"""The prompt inbox channel (spec 003): prompt files become jobs, and a job's outcome moves its file."""
+
+# `<root>/<repo>/<branch>/<timestamp>_<slug>.md` is enqueued once (its job id derives from repo,
+# branch and file name; a ledger under `queue/state/inbox/<profile>/` remembers it across
+# restarts). The orchestrator runs the profile's `workflow` with the file's text. While the job runs
+# or waits for a retry the file stays where it is; the final result, delivered to `send()`, moves it
+# to `<processed_root>/<repo>/<branch>/<job_id>/` (done) or, with `fatal_policy: move`, to
+# `<failed_root>/<repo>/<branch>/<job_id>/` (failed_final or cancelled), next to a `result.md`.
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway import (
+    ChannelContext,
+    ChannelProfile,
+    DeliveryRecord,
+    IncomingPayload,
+    OutgoingPayload,
+    Sink,
+    atomic_write,
+    hookimpl,
+    now_ms,
+    safe_name,
+    utc_now_iso,
+)
+
+CHANNEL_TYPE = "inbox"
+PROMPT_NAME = re.compile(r"^(?P<timestamp>[^_.][^_]*)_(?P<slug>[^/]+)\.md$")
+FINAL_STATES = frozenset({"done", "failed_final", "cancelled"})
+FATAL_POLICIES = ("leave", "move")
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    """One prompt file and the canonical metadata its path carries."""
+
+    path: Path
+    repo: str
+    branch: str
+    timestamp: str
+    slug: str
+
+    @property
+    def job_id(self) -> str:
+        """A stable job id from repo, branch and file name (the same file never makes two jobs)."""
+        digest = hashlib.sha256(f"{self.repo}\0{self.branch}\0{self.path.name}".encode()).hexdigest()[:12]
+        return f"j-{safe_name(f'{self.timestamp}-{self.slug}')[:48]}-{digest}"
+
+
+def parse_prompt(root: Path, path: Path) -> PromptFile | None:
+    """Reads repo, branch (may contain `/`), timestamp and slug from a path under `root`."""
+    parts = path.relative_to(root).parts
+    match = PROMPT_NAME.match(parts[-1]) if len(parts) >= 3 else None
+    if match is None or any(part.startswith(".") for part in parts):
+        return None
+    return PromptFile(path, parts[0], "/".join(parts[1:-1]), match["timestamp"], match["slug"])
+
+
+def find_prompts(root: Path, settle_sec: float) -> list[PromptFile]:
+    """Prompt files under `root` not modified in the last `settle_sec`, in name order."""
+    found = []
+    cutoff = time.time() - settle_sec
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(folder) / name
+            prompt = parse_prompt(root, path)
+            try:
+                settled = prompt is not None and path.stat().st_mtime <= cutoff
+            except FileNotFoundError:
+                continue
+            if prompt is not None and settled:
+                found.append(prompt)
+    return sorted(found, key=lambda p: (p.timestamp, str(p.path)))
+
+
+def move_into(source: Path, folder: Path) -> Path | None:
+    """Moves `source` into `folder` (idempotent: an earlier move counts); None when the file is gone."""
+    target = folder / source.name
+    if not source.exists():
+        return target if target.exists() else None
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(source), str(target))
+    return target
+
+
+class InboxChannel:
+    """Watches the prompt inbox, enqueues one job per file, and files each job away when it ends."""
+
+    name = CHANNEL_TYPE
+
+    def __init__(self, profile: ChannelProfile, context: ChannelContext):
+        home = context.home
+        self.profile_id = profile.id
+        self.context = context
+        self.root = home.resolve(str(profile.option("root", "inbox")))
+        self.processed_root = home.resolve(str(profile.option("processed_root", "processed")))
+        self.failed_root = home.resolve(str(profile.option("failed_root", "failed")))
+        self.workflow = profile.option("workflow")
+        self.fatal_policy = str(profile.option("fatal_policy", "move"))
+        if self.fatal_policy not in FATAL_POLICIES:
+            raise ValueError(f"channel {profile.id}: fatal_policy must be leave or move, not {self.fatal_policy!r}")
+        self.poll_sec = float(profile.option("poll_ms", 1000)) / 1000
+        self.settle_sec = float(profile.option("settle_ms", 200)) / 1000
+        self.jobs = home.state / "inbox" / safe_name(profile.id)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, sink: Sink) -> None:
+        """Creates the inbox and ledger folders and starts watching."""
+        for folder in (self.root, self.jobs):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._task = asyncio.create_task(self._watch(sink), name=f"inbox:{self.profile_id}")
+
+    async def _watch(self, sink: Sink) -> None:
+        while True:
+            try:
+                await self.scan(sink)
+            except OSError as exc:
+                self.context.events.emit("inbox.error", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                         reason=str(exc))
+            await asyncio.sleep(self.poll_sec)
+
+    async def scan(self, sink: Sink) -> list[str]:
+        """Enqueues every settled prompt file that has no job yet; returns the new job ids."""
+        created = []
+        for prompt in await asyncio.to_thread(find_prompts, self.root, self.settle_sec):
+            if not self._job_path(prompt.job_id).exists():
+                await self._enqueue(sink, prompt)
+                created.append(prompt.job_id)
+        return created
+
+    async def _enqueue(self, sink: Sink, prompt: PromptFile) -> None:
+        text = prompt.path.read_text(encoding="utf-8", errors="replace")
+        now = utc_now_iso()
+        job = {"job_id": prompt.job_id, "state": "queued", "repo": prompt.repo, "branch": prompt.branch,
+               "slug": prompt.slug, "timestamp": prompt.timestamp, "inbox_file": str(prompt.path.resolve()),
+               "created_at": now, "updated_at": now, "retries": 0, "source_timestamp": prompt.timestamp,
+               "metadata": {"trigger_source": CHANNEL_TYPE, "profile": self.profile_id,
+                            "workflow": self.workflow}}
+        conversation = f"{prompt.repo}/{prompt.branch}"
+        queued = await sink(IncomingPayload.model_validate({
+            "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": "inbox",
+            "senderId": conversation, "message": text, "timestamp": now_ms(), "messageId": prompt.job_id,
+            "conversationId": conversation, "job": job}))
+        self._save(job)
+        self.context.events.emit("job.created", **self._event_fields(job), queue_path=str(queued),
+                                 inbox_file=job["inbox_file"], slug=prompt.slug, created_at=now, retries=0,
+                                 source_timestamp=prompt.timestamp)
+
+    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
+        """Receives a job's messages; the final one (`runState` done/failed_final/cancelled) files it away."""
+        extra = outgoing.model_extra or {}
+        raw = extra.get("job")
+        given: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        job_id = str(given.get("job_id") or outgoing.messageId)
+        known = self._load(job_id) or {}
+        job = {**given, **known}
+        state = extra.get("runState")
+        if known.get("state") in FINAL_STATES:  # a redelivered final result: already filed away
+            return DeliveryRecord(platform_ids=[job_id], detail={"state": known["state"]})
+        job.update(updated_at=utc_now_iso(), run_id=outgoing.workflowRunId, last_message=outgoing.message[:2000])
+        if state not in FINAL_STATES:
+            self._save(job)
+            return DeliveryRecord(platform_ids=[job_id], detail={"state": state})
+        job.update(state=state, retries=given.get("retries", job.get("retries", 0)))
+        await asyncio.to_thread(self._file_away, job, str(state), outgoing.message)
+        return DeliveryRecord(platform_ids=[job_id], detail={"state": state, "processed_path": job.get(
+            "processed_path"), "archived_path": job.get("archived_path")})
+
+    def _file_away(self, job: dict[str, Any], state: str, result: str) -> None:
+        source = Path(str(job.get("inbox_file") or ""))
+        where = Path(safe_name(str(job.get("repo", "_")))) / Path(*[safe_name(p) for p in
+                                                                  str(job.get("branch", "_")).split("/")])
+        moved: Path | None = None
+        if state == "done":
+            moved = move_into(source, self.processed_root / where / safe_name(job["job_id"]))
+            job["processed_path"] = str(moved) if moved else None
+        elif self.fatal_policy == "move":
+            moved = move_into(source, self.failed_root / where / safe_name(job["job_id"]))
+            job["archived_path"] = str(moved) if moved else None
+        if moved is not None:
+            atomic_write(moved.parent / "result.md", (result.rstrip() + "\n").encode(), fsync=False)
+        self._save(job)
+        if moved is not None:
+            self.context.events.emit("job.archived", **self._event_fields(job), archived_path=str(moved),
+                                     processed_path=job.get("processed_path"), inbox_file=str(source))
+
+    def _event_fields(self, job: dict[str, Any]) -> dict[str, Any]:
+        return {"job_id": job["job_id"], "state": job.get("state"), "repo": job.get("repo"),
+                "branch": job.get("branch"), "channel": CHANNEL_TYPE,
+                "conversation": f"{job.get('repo')}/{job.get('branch')}"}
+
+    def _job_path(self, job_id: str) -> Path:
+        return self.jobs / f"{safe_name(job_id)}.json"
+
+    def _load(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self._job_path(job_id).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _save(self, job: dict[str, Any]) -> None:
+        self.jobs.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._job_path(str(job["job_id"])), json.dumps(job, indent=2).encode(), fsync=False)
+
+    async def stop(self) -> None:
+        """Stops watching (queued jobs and their files stay as they are)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+@hookimpl
+def switchyard_channel_types() -> list[str]:
+    """Declares the `inbox` channel type."""
+    return [CHANNEL_TYPE]
+
+
+@hookimpl
+def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> InboxChannel | None:
+    """Builds the inbox channel for `type: inbox` profiles."""
+    return InboxChannel(profile, context) if profile.type == CHANNEL_TYPE else None
