@@ -20,10 +20,11 @@ from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write
 from gateway.locks import LockDirectory
-from gateway.models import IncomingPayload
+from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.queue import FileQueue, queue_depths
 from gateway.settings import Settings
+from gateway.sharing import SharedHome
 from gateway.watch import FolderWatch
 from gateway.worker import Worker
 
@@ -74,12 +75,15 @@ class Gateway:
         self.dispatcher: Dispatcher | None = None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.sharing = SharedHome(home.state)
         self.started_at = utc_now_iso()
 
     # --- start ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Recovers the queue, starts the handler, the channels, the worker and the dispatcher."""
+        self._loop = asyncio.get_running_loop()
         self.pm.hook.switchyard_init(home=self.home, settings=self.settings)
         for action in self.queue.open():
             self.events.emit("queue.recovered", reason=action)
@@ -90,18 +94,22 @@ class Gateway:
         qs = self.settings.queue
         locks = LockDirectory(self.home.coordination / "locks", holder=f"{socket.gethostname()}:{os.getpid()}",
                               ttl_s=qs.lock_ttl_sec)
+        self.sharing.open()
         self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
-                             on_start=self._show_typing, locks=locks)
+                             on_start=self._show_typing, locks=locks, sharing=self.sharing)
         self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs)
+        self.outbox.on_written = self._on_written
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
         self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
+        self._watch(self.sharing.requests, lambda name: self._share_requested(), self._share_requested)
+        self._share_requested()
         self.queue.rescan()
         self.dispatcher.rescan()
         self._tasks.append(asyncio.create_task(self.worker.run(), name="worker"))
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
         self._tasks.append(asyncio.create_task(self.worker.renew_locks(), name="renew-locks"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
-                         watch=self._watches[0].mode)
+                         watch=self._watches[0].mode, home=self.sharing.mode)
 
     def _build_handler(self) -> Handler:
         functions: list[FunctionSpec] = []
@@ -153,10 +161,28 @@ class Gateway:
         self._on_incoming(path.name)
         return path
 
+    def _share_requested(self) -> None:
+        if self.worker is not None:
+            self.worker.request_share()
+
     def _on_incoming(self, name: str) -> None:
         self.queue.notice(name)
         if self.worker is not None:
             self.worker.wake()
+
+    def _on_written(self, name: str, payload: OutgoingPayload) -> None:
+        """Hands a reply the outbox just wrote to the dispatcher, on the loop's thread (a plugin may
+        write from another thread), so the dispatcher need not read and parse it again."""
+        if self.dispatcher is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self.dispatcher.schedule(name, payload)
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.dispatcher.schedule, name, payload)
 
     def _rescan_incoming(self) -> None:
         self.queue.rescan()
@@ -216,11 +242,13 @@ class Gateway:
                 await asyncio.wait_for(channel.stop(), SHUTDOWN_GRACE_S)
             except Exception as exc:
                 log.warning("channel %s did not stop cleanly: %s", channel.profile_id, exc)
+        self.outbox.on_written = None
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.events.emit("gateway.stopped", pid=os.getpid())
         self.answered.close()
+        self.sharing.close()
         self.queue.close()
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)

@@ -40,6 +40,7 @@ class Dispatcher:
         self._queues: dict[str, deque[str]] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
         self._known: set[str] = set()
+        self._parsed: dict[str, OutgoingPayload] = {}
         self._warned: set[tuple[str, str]] = set()
         self._slots = asyncio.Semaphore(MAX_PARALLEL_DELIVERIES)
         self._stopping = False
@@ -76,11 +77,18 @@ class Dispatcher:
         except (ValueError, ValidationError) as exc:
             self._quarantine(path, f"invalid outgoing payload: {exc}", attempts=0)
             return
+        self.schedule(name, payload)
+
+    def schedule(self, name: str, payload: OutgoingPayload) -> None:
+        """Schedules a payload already parsed (by `notice`, or handed over by the outbox that wrote it)."""
+        if self._stopping or name in self._known:
+            return
         channel = self.channel_for(payload)
         if channel is None:
             self._warn_undeliverable(name, payload)
             return
         self._known.add(name)
+        self._parsed[name] = payload
         key = f"{payload.channel}/{payload.profile}/{payload.conversationId or payload.senderId or ''}"
         self._queues.setdefault(key, deque()).append(name)
         if key not in self._active:
@@ -99,9 +107,16 @@ class Dispatcher:
     async def _drain(self, key: str) -> None:
         queue = self._queues[key]
         try:
+            failures = 0
             while queue and not self._stopping:
-                async with self._slots:
-                    await self._deliver(queue[0])
+                try:
+                    async with self._slots:
+                        await self._deliver(queue[0])
+                except Exception as exc:  # e.g. failed/ not writable: keep the file, try again later
+                    failures += 1
+                    await self._pause(queue[0], f"cannot deliver {queue[0]}: {type(exc).__name__}: {exc}", failures)
+                    continue
+                failures = 0
                 queue.popleft()
         finally:
             self._active.pop(key, None)
@@ -113,7 +128,7 @@ class Dispatcher:
         attempts = 0
         while not self._stopping:
             try:
-                payload = OutgoingPayload.model_validate(json.loads(path.read_bytes()))
+                payload = self._payload(name, path)
             except FileNotFoundError:
                 self._known.discard(name)
                 return
@@ -135,13 +150,37 @@ class Dispatcher:
                                  attempt=attempts, backoff_ms=int(delay * 1000))
                 await asyncio.sleep(delay)
                 continue
-            self._move_to_sent(path)
+            failures = 0
+            while True:
+                try:
+                    self._move_to_sent(path)
+                    break
+                except FileNotFoundError:
+                    break  # removed meanwhile: it was delivered, never send it twice
+                except OSError as exc:
+                    failures += 1
+                    await self._pause(name, f"cannot move {name} to sent/: {exc}", failures)
             self.sent += 1
             self.events.emit("outgoing.sent", file=name, channel=payload.channel,
                              conversation=payload.conversationId, messageId=payload.messageId,
                              platform_ids=record.platform_ids if record else None,
                              duration_ms=round((time.perf_counter() - started) * 1000, 2))
             return
+
+    async def _pause(self, name: str, reason: str, failures: int) -> None:
+        """Reports a file-system refusal and waits out a backoff before the next try."""
+        delay = min(self.settings.backoff_initial_ms * 2 ** (failures - 1), self.settings.backoff_max_ms) / 1000
+        if failures == 1:
+            log.error("%s (retrying)", reason)
+        self.events.emit("queue.error", file=name, reason=reason, retry_ms=int(delay * 1000), failures=failures)
+        await asyncio.sleep(delay)
+
+    def _payload(self, name: str, path: Path) -> OutgoingPayload:
+        """The payload parsed when it was noticed (if the file is still there), else read again."""
+        parsed = self._parsed.pop(name, None)
+        if parsed is not None and os.path.exists(path):
+            return parsed
+        return OutgoingPayload.model_validate(json.loads(path.read_bytes()))
 
     def _move_to_sent(self, path: Path) -> None:
         target = self.home.sent / path.name
@@ -161,6 +200,7 @@ class Dispatcher:
         with contextlib.suppress(FileNotFoundError):
             os.rename(path, target)
         self._known.discard(path.name)
+        self._parsed.pop(path.name, None)
         self.events.emit("outgoing.failed", file=path.name, reason=reason, attempts=attempts)
 
     def prune_sent(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -25,7 +26,8 @@ def safe_name(part: str) -> str:
 
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """Writes `data` to `path` through `<path>.tmp` and a rename, so readers never see half a file."""
-    tmp = path.with_name(path.name + ".tmp")
+    target = os.fspath(path)  # plain strings: this runs several times per message
+    tmp = target + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _write_all(fd, data)
@@ -33,9 +35,9 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    os.replace(tmp, target)
     if fsync:
-        fsync_dir(path.parent)
+        fsync_dir(os.path.dirname(target) or ".")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -44,7 +46,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Flushes a directory entry change (a rename or unlink) to disk."""
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -64,72 +66,72 @@ def is_within(path: Path, roots: list[Path]) -> bool:
 
 @dataclass(frozen=True)
 class Home:
-    """The paths of one Switchyard home directory."""
+    """The paths of one Switchyard home directory (each computed once: they sit on the hot path)."""
 
     root: Path
 
-    @property
+    @cached_property
     def settings_file(self) -> Path:
         return self.root / "settings.yaml"
 
-    @property
+    @cached_property
     def queue(self) -> Path:
         return self.root / "queue"
 
-    @property
+    @cached_property
     def incoming(self) -> Path:
         return self.queue / "incoming"
 
-    @property
+    @cached_property
     def processing(self) -> Path:
         return self.queue / "processing"
 
-    @property
+    @cached_property
     def outgoing(self) -> Path:
         return self.queue / "outgoing"
 
-    @property
+    @cached_property
     def failed(self) -> Path:
         return self.queue / "failed"
 
-    @property
+    @cached_property
     def sent(self) -> Path:
         return self.queue / "sent"
 
-    @property
+    @cached_property
     def state(self) -> Path:
         """Bookkeeping kept beside the queue: attempt counts, answered ids, delivery records."""
         return self.queue / "state"
 
-    @property
+    @cached_property
     def files(self) -> Path:
         return self.root / "files"
 
-    @property
+    @cached_property
     def select_incoming(self) -> Path:
         return self.root / "orchestrator" / "select" / "incoming"
 
-    @property
+    @cached_property
     def select_results(self) -> Path:
         return self.root / "orchestrator" / "select" / "results"
 
-    @property
+    @cached_property
     def orchestrators(self) -> Path:
         return self.root / "orchestrators"
 
-    @property
+    @cached_property
     def runs(self) -> Path:
         return self.root / "runs"
 
-    @property
+    @cached_property
     def coordination(self) -> Path:
         return self.root / "coordination"
 
-    @property
+    @cached_property
     def logs(self) -> Path:
         return self.root / "logs"
 
-    @property
+    @cached_property
     def events_file(self) -> Path:
         return self.logs / "events.jsonl"
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import logging
+from bisect import insort
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload
 
+log = logging.getLogger("switchyard.keys")
+
 T = TypeVar("T")
+Order = tuple[int, str]
 
 
 def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
@@ -20,104 +27,200 @@ def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
     return (conversation,)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pending(Generic[T]):
-    order: tuple[int, str]
+    order: Order
     keys: tuple[str, ...]
     item: T | None
     held: bool = False  # a placeholder for a message waiting out a retry backoff
 
 
-@dataclass
 class KeyScheduler(Generic[T]):
     """Decides which claimed messages may start now.
 
     A message starts only when none of its keys is busy and no earlier pending message shares
     one of its keys; so messages sharing a key start in claim order, while messages of
     independent keys start at once, up to `max_concurrency` running.
+
+    Each key keeps its pending messages in claim order; only a message at the head of all its
+    keys is a candidate, so adding, starting and finishing cost O(log n) however long a backlog
+    is. A cross-process lock (`locks`) is taken when a key starts and kept while more messages of
+    that key wait here, so a busy conversation costs two lock-file operations per burst, not per
+    message.
     """
 
-    max_concurrency: int
-    locks: LockDirectory | None = None
-    _pending: list[_Pending[T]] = field(default_factory=list)
-    _busy: set[str] = field(default_factory=set)
-    running: int = 0
-    contended: bool = False  # a key was held by another process at the last `ready()`
+    def __init__(self, max_concurrency: int, locks: LockDirectory | None = None):
+        self.max_concurrency = max_concurrency
+        self.locks = locks
+        self.running = 0
+        self.contended = False  # a key was held by another process at the last `ready()`
+        self._queues: dict[str, list[_Pending[T]]] = {}
+        self._entries: dict[Order, _Pending[T]] = {}
+        self._candidates: list[tuple[Order, int, _Pending[T]]] = []
+        self._queued: set[int] = set()
+        self._ticket = itertools.count()
+        self._busy: set[str] = set()
+        self._locked: set[str] = set()
+        self._lock_errors: set[str] = set()
+        self._waiting = 0
 
-    def add(self, order: tuple[int, str], keys: tuple[str, ...], item: T) -> None:
+    # --- pending messages -------------------------------------------------------------------
+
+    def add(self, order: Order, keys: tuple[str, ...], item: T) -> None:
         """Adds a claimed message; a placeholder held for the same order is replaced in place."""
-        for pending in self._pending:
-            if pending.held and pending.order == order:
-                pending.item, pending.keys, pending.held = item, keys, False
-                return
-        self._insert(_Pending(order, keys, item))
+        held = self._entries.get(order)
+        if held is not None and held.held:
+            self._drop(held)
+        pending = _Pending(order, keys, item)
+        self._insert(pending)
+        self._waiting += 1
 
-    def hold(self, order: tuple[int, str], keys: tuple[str, ...]) -> None:
+    def hold(self, order: Order, keys: tuple[str, ...]) -> None:
         """Keeps a requeued message's place, so later messages of its keys wait for its retry."""
         self._insert(_Pending(order, keys, None, held=True))
 
-    def release_hold(self, order: tuple[int, str]) -> None:
+    def release_hold(self, order: Order) -> None:
         """Drops a placeholder whose message will not come back (e.g. claimed elsewhere)."""
-        self._pending = [p for p in self._pending if not (p.held and p.order == order)]
+        held = self._entries.get(order)
+        if held is not None and held.held:
+            self._drop(held)
+            for key in held.keys:
+                self._release_if_idle(key)
 
     def _insert(self, pending: _Pending[T]) -> None:
-        index = len(self._pending)
-        while index > 0 and self._pending[index - 1].order > pending.order:
-            index -= 1
-        self._pending.insert(index, pending)
+        self._entries[pending.order] = pending
+        for key in pending.keys:
+            insort(self._queues.setdefault(key, []), pending, key=lambda p: p.order)
+        self._offer(pending)
+
+    def _drop(self, pending: _Pending[T]) -> None:
+        """Removes an entry from every key queue and offers the new heads."""
+        del self._entries[pending.order]
+        for key in pending.keys:
+            queue = self._queues[key]
+            queue.remove(pending)
+            if queue:
+                self._offer(queue[0])
+            else:
+                del self._queues[key]
+
+    def _offer(self, pending: _Pending[T]) -> None:
+        if id(pending) not in self._queued and self._startable_in_order(pending):
+            self._queued.add(id(pending))
+            heapq.heappush(self._candidates, (pending.order, next(self._ticket), pending))
+
+    def _startable_in_order(self, pending: _Pending[T]) -> bool:
+        """Still pending, not a placeholder, and first in line for every one of its keys."""
+        return (not pending.held and self._entries.get(pending.order) is pending
+                and all(self._queues[key][0] is pending for key in pending.keys))
+
+    # --- starting and finishing -------------------------------------------------------------
 
     def ready(self) -> Iterator[tuple[tuple[str, ...], T]]:
         """Yields the messages that may start now and marks their keys busy."""
-        blocked: set[str] = set()
-        index = 0
         self.contended = False
-        while index < len(self._pending) and self.running < self.max_concurrency:
-            pending = self._pending[index]
-            if (pending.held or blocked.intersection(pending.keys) or self._busy.intersection(pending.keys)
-                    or not self._lock(pending.keys)):
-                blocked.update(pending.keys)
-                index += 1
-                continue
-            del self._pending[index]
-            self._busy.update(pending.keys)
-            self.running += 1
-            assert pending.item is not None
-            yield pending.keys, pending.item
+        blocked: list[_Pending[T]] = []
+        try:
+            while self._candidates and self.running < self.max_concurrency:
+                pending = heapq.heappop(self._candidates)[2]
+                self._queued.discard(id(pending))
+                if not self._startable_in_order(pending):
+                    continue
+                if self._busy.intersection(pending.keys) or not self._lock(pending.keys):
+                    blocked.append(pending)
+                    continue
+                self._drop(pending)
+                self._waiting -= 1
+                self._busy.update(pending.keys)
+                self.running += 1
+                assert pending.item is not None
+                yield pending.keys, pending.item
+        finally:
+            for pending in blocked:
+                self._offer(pending)
 
     def _lock(self, keys: tuple[str, ...]) -> bool:
-        """Takes the cross-process locks of `keys` (all or none)."""
+        """Takes the cross-process locks of `keys` not already held (all or none)."""
         if self.locks is None:
             return True
         taken: list[str] = []
         for key in keys:
-            if not self.locks.acquire(key):
+            if key in self._locked:
+                continue
+            try:
+                acquired = self.locks.acquire(key)
+            except OSError as exc:  # e.g. a full disk: treat the key as busy and look again shortly
+                if key not in self._lock_errors:
+                    log.error("cannot take the lock of %s (retrying): %s", key, exc)
+                self._lock_errors.add(key)
+                acquired = False
+            else:
+                self._lock_errors.discard(key)
+            if not acquired:
                 for done in taken:
-                    self.locks.release(done)
+                    self._unlock(done)
                 self.contended = True
                 return False
             taken.append(key)
+            self._locked.add(key)
         return True
+
+    def _unlock(self, key: str) -> None:
+        self._locked.discard(key)
+        if self.locks is not None:
+            try:
+                self.locks.release(key)
+            except OSError as exc:  # left behind, it expires after its TTL (or with this process)
+                log.error("cannot release the lock of %s: %s", key, exc)
 
     def finish(self, keys: tuple[str, ...]) -> None:
         """Frees the keys of a message that finished (succeeded, failed or was requeued)."""
         self._busy.difference_update(keys)
         self.running -= 1
-        if self.locks is not None:
-            for key in keys:
-                self.locks.release(key)
+        for key in keys:
+            self._release_if_idle(key)
+            queue = self._queues.get(key)
+            if queue:
+                self._offer(queue[0])
+
+    def _release_if_idle(self, key: str) -> None:
+        """Drops the cross-process lock of a key with nothing running or waiting here."""
+        if key in self._locked and key not in self._busy and key not in self._queues:
+            self._unlock(key)
+
+    def lock_running(self, locks: LockDirectory) -> bool:
+        """Starts using cross-process locks: takes those of every running key (all or none)."""
+        keys = sorted(self._busy - self._locked)
+        self.locks = locks
+        if self._lock(tuple(keys)):
+            return True
+        self.locks = None
+        return False
+
+    # --- views and shutdown -----------------------------------------------------------------
 
     def busy_keys(self) -> list[str]:
         return sorted(self._busy)
 
+    def locked_keys(self) -> list[str]:
+        """Keys whose cross-process lock this scheduler holds (running or with messages waiting)."""
+        return sorted(self._locked)
+
     def drain_pending(self) -> list[T]:
         """Removes and returns every claimed message that has not started (for shutdown)."""
-        items = [p.item for p in self._pending if p.item is not None]
-        self._pending.clear()
+        items = [p.item for _, p in sorted(self._entries.items()) if p.item is not None]
+        self._entries.clear()
+        self._queues.clear()
+        self._candidates.clear()
+        self._queued.clear()
+        self._waiting = 0
+        for key in list(self._locked):
+            self._release_if_idle(key)
         return items
 
     @property
     def pending_count(self) -> int:
-        return sum(1 for p in self._pending if not p.held)
+        return self._waiting
 
     def is_busy(self, key: str) -> bool:
         return key in self._busy

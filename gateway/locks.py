@@ -25,7 +25,8 @@ def _parse_iso(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -52,7 +53,7 @@ class LockInfo:
     @property
     def stale(self) -> bool:
         """Expired, or held by a process of this machine that no longer exists."""
-        return self.expired or not _pid_alive(self.pid)
+        return self.expired or not pid_alive(self.pid)
 
 
 class LockDirectory:

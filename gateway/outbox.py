@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from gateway.events import EventLog, now_ms
@@ -31,9 +32,13 @@ class FileOutbox:
         self.fsync = fsync
         self._last_ms = 0
         self._lock = threading.Lock()
+        self.on_written: Callable[[str, OutgoingPayload], None] | None = None
 
     def write(self, payload: OutgoingPayload) -> Path:
-        """Writes one payload atomically; a refused attachment is dropped and named in the text."""
+        """Writes one payload atomically; a refused attachment is dropped and named in the text.
+
+        `on_written(name, payload)` then hands the payload to the dispatcher without a re-read.
+        """
         payload = self._checked_files(payload)
         with self._lock:
             stamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
@@ -45,6 +50,8 @@ class FileOutbox:
                 stamp += 1
             self._last_ms = stamp
         atomic_write(path, payload.to_json(), fsync=self.fsync)
+        if self.on_written is not None:
+            self.on_written(path.name, payload)
         return path
 
     def _checked_files(self, payload: OutgoingPayload) -> OutgoingPayload:

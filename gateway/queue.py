@@ -20,6 +20,7 @@ from gateway.home import Home, atomic_write, fsync_dir, safe_name
 log = logging.getLogger("switchyard.queue")
 
 STALE_TMP_SEC = 60
+CLAIM_RETRY_S = 1.0
 
 
 @dataclass(order=True)
@@ -73,6 +74,7 @@ class FileQueue:
         self._lock_fd = -1
         self._with_attempts: set[str] = set()
         self._vanished: list[tuple[int, str]] = []
+        self._claim_errors: list[str] = []
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -202,6 +204,10 @@ class FileQueue:
             except FileNotFoundError:
                 self._vanished.append((entry.mtime_ns, entry.name))
                 continue  # claimed by another worker, or removed by hand
+            except OSError as exc:  # a folder not writable, a full disk: keep it, try again later
+                self._claim_errors.append(f"cannot claim {entry.name}: {exc}")
+                self._add(entry.name, entry.mtime_ns, time.monotonic() + CLAIM_RETRY_S)
+                continue
             attempts, errors = self._read_attempts(entry.name)
             try:
                 data = _read_capped(target, self.max_payload_bytes)
@@ -210,6 +216,11 @@ class FileQueue:
                 errors = [*errors, f"cannot read: {exc}"]
             return Claimed(entry.name, target, data, (entry.mtime_ns, entry.name), attempts, errors)
         return None
+
+    def take_claim_errors(self) -> list[str]:
+        """Why claims failed since the last call (the files stay indexed and are tried again)."""
+        errors, self._claim_errors = self._claim_errors, []
+        return errors
 
     def take_vanished(self) -> list[tuple[int, str]]:
         """Orders of indexed files that were gone when claimed (taken by another worker or by hand)."""
@@ -236,6 +247,11 @@ class FileQueue:
         os.rename(claimed.path, self.home.incoming / claimed.name)
         self._add(claimed.name, claimed.order[0], time.monotonic() + delay_s)
         return attempts
+
+    def release(self, claimed: Claimed, delay_s: float) -> None:
+        """Returns a claimed file to incoming/ untouched and uncounted, eligible again after `delay_s`."""
+        os.rename(claimed.path, self.home.incoming / claimed.name)
+        self._add(claimed.name, claimed.order[0], time.monotonic() + delay_s)
 
     def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None) -> Path:
         """Moves the original bytes to failed/ under the original name, with `<name>.error.json`."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -18,13 +21,17 @@ from gateway.events import EventLog, now_ms
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.queue import Claimed, FileQueue
+from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.settings import QueueSettings
+from gateway.sharing import SharedHome
 
 log = logging.getLogger("switchyard.worker")
 
 MAX_PENDING = 10_000
 LOCK_RETRY_S = 0.05
+CLAIM_REPORT_S = 60.0
+# The file system refuses writes for reasons outside the message: wait until fixed, never dead-letter.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 APOLOGY = (
     "Sorry, I could not process your message (\"{preview}\") after {attempts} attempt(s). "
     "It has been kept for the operator; please try again later."
@@ -47,6 +54,8 @@ def parse_payload(claimed: Claimed, max_bytes: int) -> IncomingPayload:
     """Validates a claimed file; raises ValueError with a reason a person can act on."""
     if len(claimed.data) > max_bytes:
         raise ValueError(f"payload larger than queue.max_payload_bytes ({max_bytes} bytes)")
+    with contextlib.suppress(ValidationError):
+        return IncomingPayload.model_validate_json(claimed.data)  # the common case, in one pass
     try:
         raw = json.loads(claimed.data)
     except ValueError as exc:
@@ -76,6 +85,7 @@ class Worker:
         *,
         on_start: Callable[[IncomingPayload], None] | None = None,
         locks: LockDirectory | None = None,
+        sharing: SharedHome | None = None,
     ):
         self.queue = queue
         self.handler = handler
@@ -83,8 +93,12 @@ class Worker:
         self.answered = answered
         self.events = events
         self.settings = settings
-        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency, locks)
+        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency, None if sharing else locks)
         self._locks = locks
+        self._sharing = sharing
+        self._share_requested = False
+        self._waiting_logged = False
+        self._last_claim_error = ("", 0.0)
         self._on_start = on_start
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -97,7 +111,33 @@ class Worker:
             return
         while True:
             await asyncio.sleep(self._locks.ttl_s / 3)
-            self._locks.renew(self.scheduler.busy_keys())
+            self._locks.renew(self.scheduler.locked_keys())
+
+    def request_share(self) -> None:
+        """Tells the loop that another process may have asked to share the home (see SharedHome)."""
+        self._share_requested = True
+        self.wake()
+
+    def _settle_sharing(self) -> bool:
+        """Takes or adjusts this process's place on a shared home; False while it must wait."""
+        sharing = self._sharing
+        if sharing is None:
+            return True
+        if not sharing.poll():
+            if not self._waiting_logged:
+                log.warning("another switchyard process is alone on this home; waiting for it to share it")
+                self._waiting_logged = True
+            return False
+        if sharing.mode == "shared" and self.scheduler.locks is None:
+            self.scheduler.locks = self._locks
+        if sharing.mode == "solo" and self._share_requested and self._locks is not None:
+            self._share_requested = False
+            if sharing.requested():
+                if self.scheduler.lock_running(self._locks) and sharing.share():
+                    self.events.emit("queue.shared", reason="another process shares this home: key locks on")
+                else:
+                    self._share_requested = True  # a running key is locked elsewhere: try again shortly
+        return True
 
     def wake(self) -> None:
         """Tells the loop that something changed (a new file, a finished job)."""
@@ -107,9 +147,18 @@ class Worker:
         """Runs until `stop()`: claims whatever may start, then sleeps until woken or a backoff ends."""
         while not self._stopping:
             self._wakeup.clear()
-            self._claim_and_start()
+            if not self._settle_sharing():
+                await asyncio.sleep(LOCK_RETRY_S)
+                continue
+            try:
+                self._claim_and_start()
+            except Exception as exc:  # never let the loop die: log, report, look again shortly
+                log.exception("claiming failed")
+                self.events.emit("queue.error", reason=f"claiming failed: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(CLAIM_RETRY_S)
+                continue
             timeout = self.queue.next_due_in()
-            if self.scheduler.contended:  # another process holds a key: look again shortly
+            if self.scheduler.contended or self._share_requested:  # a key is held elsewhere: look again soon
                 timeout = min(timeout or LOCK_RETRY_S, LOCK_RETRY_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
@@ -121,7 +170,19 @@ class Worker:
             self._start_ready()
         for order in self.queue.take_vanished():
             self.scheduler.release_hold(order)
+        self._report_claim_errors(self.queue.take_claim_errors())
         self._start_ready()
+
+    def _report_claim_errors(self, errors: list[str]) -> None:
+        """Logs and emits claim failures: a new reason at once, the same one at most once a minute."""
+        if not errors:
+            return
+        now = time.monotonic()
+        if errors[0] == self._last_claim_error[0] and now - self._last_claim_error[1] < CLAIM_REPORT_S:
+            return
+        self._last_claim_error = (errors[0], now)
+        log.error("%s (%d claim failure(s); retrying)", errors[0], len(errors))
+        self.events.emit("queue.error", reason=errors[0], failures=len(errors))
 
     def _wants_more(self) -> bool:
         # Claims happen only while a slot is free; since ready messages were just started, every
@@ -134,12 +195,22 @@ class Worker:
         try:
             message = parse_payload(claimed, self.queue.max_payload_bytes)
         except ValueError as exc:
-            target = self.queue.dead_letter(claimed, str(exc))
-            self.events.emit("message.invalid", job_id=claimed.name, reason=str(exc), file=target.name)
+            self._quarantine(claimed, str(exc))
             return
         self.events.emit("message.claimed", job_id=claimed.name, channel=message.channel,
                          conversation=message.conversation, attempt=claimed.attempts + 1)
         self.scheduler.add(claimed.order, ordering_keys(message), _Job(claimed, message))
+
+    def _quarantine(self, claimed: Claimed, reason: str) -> None:
+        """Moves an invalid file to failed/; if failed/ refuses it, puts it back to try again later."""
+        try:
+            target = self.queue.dead_letter(claimed, reason)
+        except OSError as exc:
+            self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot quarantine an invalid file: {exc}")
+            with contextlib.suppress(OSError):  # else it stays in processing/ and returns at the next start
+                self.queue.release(claimed, CLAIM_RETRY_S)
+            return
+        self.events.emit("message.invalid", job_id=claimed.name, reason=reason, file=target.name)
 
     def _start_ready(self) -> None:
         for keys, job in self.scheduler.ready():
@@ -155,63 +226,107 @@ class Worker:
         self.wake()
 
     async def _process(self, job: _Job) -> None:
+        try:
+            await self._run_job(job)
+        except asyncio.CancelledError:
+            if job.claimed.path.exists():
+                self._requeue_uncounted(job.claimed)
+            raise
+
+    async def _run_job(self, job: _Job) -> None:
         claimed, message = job.claimed, job.message
         if self.answered.contains(message):
-            self.queue.complete(claimed)
+            await self._durably(job, "remove the answered file", lambda: self.queue.complete(claimed))
             self.events.emit("message.duplicate", job_id=claimed.name, channel=message.channel,
                              conversation=message.conversation, messageId=message.messageId)
             return
         if self._on_start is not None:
             self._on_start(message)
-        try:
-            replies = await self.handler.handle(message)
-        except asyncio.CancelledError:
-            self._requeue_uncounted(claimed)
-            raise
-        except PermanentError as exc:
-            self._dead_letter(job, str(exc), claimed.attempts + 1)
-            return
-        except Exception as exc:
-            log.warning("processing %s failed: %s", claimed.name, exc, exc_info=log.isEnabledFor(10))
-            self._retry_or_dead_letter(job, f"{type(exc).__name__}: {exc}")
-            return
-        self._deliver(job, replies)
+        replies = await self._handle(job)
+        if replies is not None:
+            await self._deliver(job, replies)
 
-    def _deliver(self, job: _Job, replies: list[OutgoingPayload]) -> None:
+    async def _handle(self, job: _Job) -> list[OutgoingPayload] | None:
+        """The handler's replies; None when the failure was settled (retry or dead letter)."""
+        failures = 0
+        while True:
+            try:
+                return await self.handler.handle(job.message)
+            except PermanentError as exc:
+                await self._dead_letter(job, str(exc), job.claimed.attempts + 1)
+                return None
+            except OSError as exc:
+                if exc.errno not in STORAGE_ERRNOS:
+                    await self._retry_or_dead_letter(job, f"{type(exc).__name__}: {exc}")
+                    return None
+                failures += 1
+                await self._storage_pause(job, f"process the message: {exc}", failures)
+            except Exception as exc:
+                log.warning("processing %s failed: %s", job.claimed.name, exc, exc_info=log.isEnabledFor(10))
+                await self._retry_or_dead_letter(job, f"{type(exc).__name__}: {exc}")
+                return None
+
+    async def _durably(self, job: _Job, what: str, action: Callable[[], object]) -> None:
+        """Runs a write into the queue, retrying it with backoff while the file system refuses it
+        (disk full, folder not writable): the message stays claimed and keeps its keys, so nothing
+        is lost and nothing overtakes it; each refusal is a `queue.error` event."""
+        failures = 0
+        while True:
+            try:
+                action()
+                return
+            except OSError as exc:
+                failures += 1
+                await self._storage_pause(job, f"{what}: {exc}", failures)
+
+    async def _storage_pause(self, job: _Job, problem: str, failures: int) -> None:
+        delay = backoff_seconds(failures, self.settings)
+        if failures == 1:
+            log.error("cannot %s (retrying every %.1fs at most until it works)", problem,
+                      self.settings.backoff_max_ms / 1000)
+        self.events.emit("queue.error", job_id=job.claimed.name, channel=job.message.channel,
+                         conversation=job.message.conversation, reason=f"cannot {problem}",
+                         retry_ms=int(delay * 1000), failures=failures)
+        await asyncio.sleep(delay)
+
+    async def _deliver(self, job: _Job, replies: list[OutgoingPayload]) -> None:
         for reply in replies:
-            self.outbox.write(reply)
-        self.answered.record(job.message)
-        self.queue.complete(job.claimed)
+            await self._durably(job, "write the reply", functools.partial(self.outbox.write, reply))
+        await self._durably(job, "record the answer", functools.partial(self.answered.record, job.message))
+        await self._durably(job, "remove the answered file", functools.partial(self.queue.complete, job.claimed))
         self.processed += 1
         self.events.emit("job.succeeded", job_id=job.claimed.name, state="done", kind="message",
                          channel=job.message.channel, conversation=job.message.conversation,
                          replies=len(replies))
 
-    def _retry_or_dead_letter(self, job: _Job, error: str) -> None:
+    async def _retry_or_dead_letter(self, job: _Job, error: str) -> None:
         attempts = job.claimed.attempts + 1
         if attempts >= self.settings.max_attempts:
             job.claimed.errors.append(error)
-            self._dead_letter(job, f"failed {attempts} time(s); last error: {error}", attempts)
+            await self._dead_letter(job, f"failed {attempts} time(s); last error: {error}", attempts)
             return
         delay = backoff_seconds(attempts, self.settings)
         fields = {"job_id": job.claimed.name, "channel": job.message.channel,
                   "conversation": job.message.conversation, "retries": attempts}
         self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
                          failure_reason=error, **fields)
-        self.queue.requeue(job.claimed, error, delay)
+        await self._durably(job, "return the message to incoming",
+                            functools.partial(self.queue.requeue, job.claimed, error, delay))
         self.scheduler.hold(job.claimed.order, ordering_keys(job.message))
         self.events.emit("job.requeued", state="queued", kind="message", backoff_ms=int(delay * 1000),
                          **fields)
 
-    def _dead_letter(self, job: _Job, reason: str, attempts: int) -> None:
-        target = self.queue.dead_letter(job.claimed, reason, attempts=attempts)
+    async def _dead_letter(self, job: _Job, reason: str, attempts: int) -> None:
+        targets: list[Path] = []
+        await self._durably(job, "move the message to failed/", lambda: targets.append(
+            self.queue.dead_letter(job.claimed, reason, attempts=attempts)))
         self.events.emit("job.failed.final", job_id=job.claimed.name, state="failed_final", kind="message",
                          channel=job.message.channel, conversation=job.message.conversation,
-                         reason=reason, failure_reason=reason, attempts=attempts, file=target.name)
+                         reason=reason, failure_reason=reason, attempts=attempts, file=targets[0].name)
         preview = job.message.message[:60] + ("…" if len(job.message.message) > 60 else "")
-        apology = APOLOGY.format(preview=preview, attempts=attempts)
-        self.outbox.write(OutgoingPayload.reply_to(job.message, apology, agent="switchyard",
-                                                   timestamp=now_ms()))
+        apology = OutgoingPayload.reply_to(job.message, APOLOGY.format(preview=preview, attempts=attempts),
+                                           agent="switchyard", timestamp=now_ms())
+        await self._durably(job, "write the apology", functools.partial(self.outbox.write, apology))
 
     def _requeue_uncounted(self, claimed: Claimed) -> None:
         """Puts an interrupted message back for the next start, without counting an attempt."""

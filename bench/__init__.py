@@ -1,0 +1,1 @@
+"""Switchyard benchmarks: throughput, wake-up latency, provider overhead, backlog and idle cost."""

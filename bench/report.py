@@ -1,0 +1,91 @@
+"""Prints the bench results as tables with goal checks, and writes them as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _mark(ok: bool) -> str:
+    return "ok" if ok else "MISS"
+
+
+def _table(title: str, header: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [header, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [title, "  " + "  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells[1:]]
+    return [*lines, ""]
+
+
+def goals(results: dict[str, Any]) -> dict[str, bool]:
+    """Each goal of issue 5 that this run measured, met or not."""
+    met: dict[str, bool] = {}
+    for row in results.get("P1", []):
+        met[f"P1 {row['messages']}x{row['conversations']} fsync={row['fsync']}"] = row["ratio"] >= 0.5
+    if "P2" in results:
+        for kind in ("claim", "outgoing"):
+            figures = results["P2"][kind]
+            met[f"P2 {kind}"] = figures["p50_ms"] <= 2 and figures["p99_ms"] <= 20
+    if "P3" in results:
+        met["P3"] = results["P3"]["overhead_ms"] <= 5
+    if "P4" in results:
+        met["P4"] = results["P4"]["end_vs_1k"] >= 0.8
+    if "P5" in results:
+        met["P5"] = results["P5"]["cpu_percent"] < 0.5 and results["P5"]["rss_mib"] < 150
+    return met
+
+
+def render(results: dict[str, Any]) -> str:
+    """The human-readable report: machine facts, then one table per scenario."""
+    machine = results["machine"]
+    lines = [f"machine: {machine['cpu']} x{machine['cores']}, {machine['memory']}, Linux {machine['kernel']}, "
+             f"Python {machine['python']}", f"disk:    {machine['filesystem']}", ""]
+    met = goals(results)
+    if results.get("P1"):
+        rows = [[r["messages"], r["conversations"], r["fsync"], r["variant"], r["rate"], r["floor_rate"], r["ratio"],
+                 r["order_problems"], _mark(r["ratio"] >= 0.5) if r["variant"] == "orchestrator" else "-"]
+                for r in [*results["P1"], *results.get("P1x", [])]]
+        lines += _table("P1 throughput (msg/s; floor = plain file loop, same run; goal ratio >= 0.5)",
+                        ["msgs", "convs", "fsync", "path", "msg/s", "floor", "ratio", "misordered", "goal"], rows)
+    if results.get("P1calls"):
+        kinds = ["create", "rename", "unlink", "open-read", "stat", "mkdir", "write", "fsync"]
+        rows = [[r["variant"], *[r.get(k, 0) for k in kinds]] for r in results["P1calls"]]
+        lines += _table("P1 file-system calls per message (fsync on; unmoved by the disk's drift)",
+                        ["path", *kinds], rows)
+    if "P2" in results:
+        rows = [[p["watch"], kind, p["messages"], p[kind]["p50_ms"], p[kind]["p99_ms"], p[kind]["max_ms"],
+                 _mark(met[f"P2 {kind}"]) if p["watch"] == "inotify" and kind != "delivered" else "-"]
+                for p in (results["P2"], *results.get("P2x", [])) for kind in ("claim", "outgoing", "delivered")]
+        lines += _table("P2 wake-up latency from the rename into incoming/ (ms; goal p50 <= 2, p99 <= 20)",
+                        ["watch", "to", "msgs", "p50", "p99", "max", "goal"], rows)
+    if "P3" in results:
+        p3 = results["P3"]
+        rows = [[" ".join(p3["argv"]), p3["calls"], p3["bare"]["p50_ms"], p3["runner"]["p50_ms"], p3["overhead_ms"],
+                 _mark(met["P3"])]]
+        lines += _table("P3 provider overhead (ms per call, median; goal <= 5)",
+                        ["argv", "calls", "bare spawn", "ProviderRunner", "overhead", "goal"], rows)
+    if "P4" in results:
+        p4 = results["P4"]
+        rows = [[p4["messages"], p4["startup_s"], p4["rate_start"], p4["rate_middle"], p4["rate_end"], p4["rate_1k"],
+                 p4["end_vs_1k"], p4["order_problems"], _mark(met["P4"])]]
+        lines += _table(f"P4 backlog drain (msg/s, fsync={p4['fsync']}, {p4['conversations']} conversations; "
+                        "goal end >= 0.8 x the 1k rate)",
+                        ["msgs", "start s", "first 10%", "middle 10%", "last 10%", "1k rate", "end/1k",
+                         "misordered", "goal"], rows)
+    if "P5" in results:
+        p5 = results["P5"]
+        channels = ", ".join(f"{k}:{v}" for k, v in p5["channels"].items())
+        rows = [[p5["seconds"], p5["cpu_percent"], p5["rss_mib"], channels, _mark(met["P5"])]]
+        lines += _table("P5 idle `switchyard run` (goal CPU < 0.5 %, RSS < 150 MiB)",
+                        ["seconds", "cpu %", "rss MiB", "channels", "goal"], rows)
+    return "\n".join(lines)
+
+
+def save(results: dict[str, Any], folder: Path) -> Path:
+    """Writes the results as `bench/results/bench-<time>.json`; returns the path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"bench-{results['started'].replace(':', '').replace('-', '')}.json"
+    path.write_text(json.dumps({**results, "goals": goals(results)}, indent=2))
+    return path

@@ -1,0 +1,88 @@
+"""Whether other `switchyard run` processes share this home: one kernel lock decides if key locks are needed."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import struct
+from pathlib import Path
+from typing import Literal
+
+from gateway.locks import pid_alive
+
+
+class SharedHome:
+    """Tells whether other `switchyard run` processes share this home, with one lock file.
+
+    A process alone on its home holds an exclusive lock on `queue/state/workers.lock` and needs no
+    key lock files (they cost a file creation per message). A process that starts while another
+    holds it writes `queue/state/share/<pid>` and waits; the lone process, woken by that file, takes
+    the key locks of the messages it is running, then turns its lock into a shared one in one step
+    (an open-file-description lock conversion is atomic), after which every process takes key locks
+    for what it starts. The kernel drops a dead process's lock, so a crash never blocks the others.
+    """
+
+    def __init__(self, state_dir: Path):
+        self.path = state_dir / "workers.lock"
+        self.requests = state_dir / "share"
+        self.mode: Literal["waiting", "solo", "shared"] = "waiting"
+        self._fd = -1
+
+    def open(self) -> None:
+        """Opens the lock file and takes the lock if it can; else asks the lone process to share."""
+        self.requests.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not self.poll():
+            (self.requests / str(os.getpid())).write_text(str(os.getpid()))
+
+    def poll(self) -> bool:
+        """Tries to take the lock (exclusive, else shared) while waiting; True once it is held."""
+        if self.mode == "waiting":
+            if self._try(fcntl.F_WRLCK):
+                self.mode = "solo"
+            elif self._try(fcntl.F_RDLCK):
+                self.mode = "shared"
+            else:
+                return False
+            with contextlib.suppress(OSError):
+                (self.requests / str(os.getpid())).unlink(missing_ok=True)
+        return True
+
+    def requested(self) -> bool:
+        """Whether a live process asked to share this home (requests of dead ones are removed)."""
+        try:
+            names = [entry.name for entry in os.scandir(self.requests)]
+        except OSError:
+            return False
+        for name in names:
+            if name.isdigit() and int(name) != os.getpid() and pid_alive(int(name)):
+                return True
+            with contextlib.suppress(OSError):
+                (self.requests / name).unlink()
+        return False
+
+    def share(self) -> bool:
+        """Turns the exclusive lock into a shared one (after the running keys' locks were taken)."""
+        if self.mode == "solo" and self._try(fcntl.F_RDLCK):
+            self.mode = "shared"
+        return self.mode == "shared"
+
+    def _try(self, kind: int) -> bool:
+        request = struct.pack("hhqqixxxx", kind, os.SEEK_SET, 0, 1, 0)  # struct flock, l_pid 0 for OFD locks
+        try:
+            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, request)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def close(self) -> None:
+        """Releases the lock (another waiting process may take it) and withdraws any request."""
+        with contextlib.suppress(OSError):
+            (self.requests / str(os.getpid())).unlink(missing_ok=True)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

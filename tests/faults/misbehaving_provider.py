@@ -1,0 +1,42 @@
+"""Provider CLIs for the fault tests: `hang` (forks a child, both sleep), `flood` (20 MB of stdout),
+`slowlog` (a selector that logs when it ran for which message, taking 30 ms)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _record_pid(pid: int) -> None:
+    with open(os.environ["FAULT_PIDS"], "a", encoding="utf-8") as handle:
+        handle.write(f"{pid}\n")
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    if mode == "hang":
+        os.fork()
+        _record_pid(os.getpid())  # the provider and its child each record themselves
+        time.sleep(120)
+    elif mode == "flood":
+        chunk = b"x" * 65536
+        for _ in range(320):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.write(b'\n{"action": "workflow_status"}\n')
+        sys.stdout.flush()
+    elif mode == "slowlog":
+        request = json.loads(Path(os.environ["SWITCHYARD_REQUEST"]).read_text(encoding="utf-8"))
+        started = time.time()
+        time.sleep(0.03)
+        record = {"messageId": request["message"]["messageId"], "conversation": request["message"]["conversationId"],
+                  "start": started, "end": time.time(), "pid": os.getppid()}
+        with open(os.environ["FAULT_LOG"], "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        print(json.dumps({"action": "command_invoke", "function": "list_workflows", "arguments": {}}))
+
+
+if __name__ == "__main__":
+    main()
