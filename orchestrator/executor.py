@@ -21,6 +21,7 @@ from orchestrator.delivery import SYSTEM_AGENT, Delivery, result_reply, result_t
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
 from orchestrator.runs import RunState, RunStore
+from orchestrator.selector import prune_selector_files
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.base import Progress
 
@@ -46,6 +47,7 @@ class RunExecutor:
 
     def __init__(self, *, home: Home, store: RunStore, steps: StepRunner, events: EventLog, outbox: Outbox,
                  max_parallel: int = 4, lock_ttl_sec: float = 60.0):
+        self._home = home
         self._store = store
         self._steps = steps
         self._max_parallel = max_parallel
@@ -292,6 +294,7 @@ class RunExecutor:
     async def _clean(self) -> None:
         try:
             report = await asyncio.to_thread(self.coordination.clean)
+            report["selector_files_removed"] = await asyncio.to_thread(prune_selector_files, self._home)
         except OSError as exc:
             log.warning("coordination retention failed: %s", exc)
             return

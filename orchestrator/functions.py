@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable, Iterable
@@ -31,11 +32,17 @@ def describe_argument_error(name: str, error: ValidationError, noun: str = "argu
     return f"{name}: {where}: {error.message}"
 
 
+@functools.lru_cache(maxsize=256)
+def _validator(schema: str) -> Draft202012Validator:
+    """A compiled validator per distinct schema (building one costs far more than using it)."""
+    return Draft202012Validator(json.loads(schema))
+
+
 def validate_arguments(spec: FunctionSpec, arguments: Any) -> dict[str, Any]:
     """Checks arguments against the function's JSON Schema (Draft 2020-12); raises FunctionRefused."""
     if not isinstance(arguments, dict):
         raise FunctionRefused(f"{spec.name}: arguments must be a JSON object")
-    error = best_match(Draft202012Validator(spec.parameters).iter_errors(arguments))
+    error = best_match(_validator(json.dumps(spec.parameters, sort_keys=True)).iter_errors(arguments))
     if error is not None:
         raise FunctionRefused(describe_argument_error(spec.name, error))
     return arguments

@@ -103,13 +103,37 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-async def _terminate(pgid: int, tasks: list[asyncio.Task[Any]]) -> None:
+async def _terminate(proc: asyncio.subprocess.Process, tasks: list[asyncio.Task[Any]]) -> None:
     """Kills the whole process group, then reaps it and drains its pipes (briefly)."""
-    _kill_group(pgid)
+    _kill_group(proc.pid)
     _, pending = await asyncio.wait(tasks, timeout=KILL_GRACE_SEC)
     for task in pending:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if pending:
+        # A descendant outside the group still holds the pipes: close our ends. asyncio has no
+        # public way to close a subprocess's pipe transports, so this uses the Process's transport.
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+
+PIPE_GRACE_S = 1.0  # how long output may go on after the process exited
+EXIT_POLL_S = 0.1
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> None:
+    """Returns once the process has exited, even while a descendant still holds its pipes.
+
+    (`Process.wait()` also waits for the pipes to close, which a descendant that left the
+    process group with setsid() can hold open for as long as it lives.)
+    """
+    waiting = asyncio.ensure_future(proc.wait())
+    try:
+        while not waiting.done() and proc.returncode is None:
+            await asyncio.wait({waiting}, timeout=EXIT_POLL_S)
+    finally:
+        waiting.cancel()
 
 
 async def run_process(
@@ -128,19 +152,23 @@ async def run_process(
         return ProviderResult("", f"cannot start {argv[0]!r}: {exc}", 127, _ms_since(started), False, False)
     out = _Capture(max_output)
     err = _Capture(min(max_output, STDERR_TAIL_BYTES), keep_tail=True)
-    waiter = asyncio.ensure_future(proc.wait())
+    waiter = asyncio.ensure_future(_exited(proc))
     tasks: list[asyncio.Task[Any]] = [
         asyncio.ensure_future(_pump(proc.stdout, out)), asyncio.ensure_future(_pump(proc.stderr, err)),
         asyncio.ensure_future(_feed(proc.stdin, stdin or b"")), waiter,
     ]
     try:
-        _, pending = await asyncio.wait(tasks, timeout=timeout_sec)
+        await asyncio.wait({waiter}, timeout=timeout_sec)
+        # Once the process has exited, its output ends within a moment, unless a descendant that
+        # left the process group (setsid) still holds the pipes: stop reading after a short grace.
+        grace = min(PIPE_GRACE_S, max(0.0, timeout_sec - (time.monotonic() - started)))
+        _, pending = await asyncio.wait(tasks, timeout=grace if waiter.done() else 0)
     except asyncio.CancelledError:
-        await _terminate(proc.pid, tasks)
+        await _terminate(proc, tasks)
         raise
     timed_out = not waiter.done()
     if pending:
-        await _terminate(proc.pid, tasks)
+        await _terminate(proc, tasks)
     duration = _ms_since(started)
     return ProviderResult(out.text(), err.text(), proc.returncode, duration, timed_out, out.truncated)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +19,8 @@ from gateway.models import IncomingPayload
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderFailed, ProviderResult, ProviderRunner
 from orchestrator.templates import render
+
+SELECT_RETENTION_DAYS = 7.0  # selector request/result files are kept this long
 
 ACTIONS = ("workflow_start", "workflow_status", "diagnostics_investigate", "command_invoke")
 RAW_CAP = 65536
@@ -177,5 +182,18 @@ class Selector:
         }
         path = self._home.select_results / f"{request_id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(record, ensure_ascii=False, indent=2).encode(), fsync=False)
+        atomic_write(path, json.dumps(record, ensure_ascii=False).encode(), fsync=False)
         return path
+
+
+def prune_selector_files(home: Home, older_than_days: float = SELECT_RETENTION_DAYS) -> int:
+    """Deletes selector request and result files older than `older_than_days`; returns how many."""
+    cutoff = time.time() - older_than_days * 86400
+    removed = 0
+    for folder in (home.select_incoming, home.select_results):
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(folder):
+                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -148,3 +149,26 @@ async def test_settings_provider_wins_over_builtin_with_same_name(
     runner = _runner(home, echo=ProviderSettings(command=script("own", "print('mine')")))
     result = await runner.run("echo", "x", request={}, request_file=tmp_path / "r.json", cwd=tmp_path)
     assert result.stdout.strip() == "mine"
+
+
+async def test_a_descendant_that_left_the_group_does_not_hold_the_answer_back(tmp_path: Path) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    escaper = tmp_path / "escaper.py"
+    escaper.write_text(
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(60)\n"
+        "    sys.exit(0)\n"
+        "print('answer', flush=True)\n"
+    )
+    try:
+        result = await run_process([sys.executable, str(escaper)], stdin=None, env=dict(os.environ),
+                                   cwd=tmp_path, timeout_sec=120, max_output=4096)
+        assert result.stdout.strip() == "answer" and result.exit_code == 0 and not result.timed_out
+        assert result.duration_ms < 60_000, "waited for the escaped descendant instead of the provider"
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), 9)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from gateway.events import read_events
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.rules import select_by_rules
-from orchestrator.selector import SelectorError, parse_decision
+from orchestrator.selector import SelectorError, parse_decision, prune_selector_files
 from tests.orchestrator.orch_helpers import make_message
 
 Script = Callable[[str, str], list[str]]
@@ -127,3 +129,13 @@ async def test_unparseable_answer_gets_a_clear_reply(
     [result_file] = list(home.select_results.glob("*.json"))
     result = json.loads(result_file.read_text())
     assert result["decision"] is None and "no JSON decision" in result["error"]
+
+
+def test_old_selector_files_are_pruned(home: Home) -> None:
+    old, new = home.select_incoming / "old.json", home.select_results / "new.json"
+    old.write_text("{}")
+    new.write_text("{}")
+    long_ago = time.time() - 8 * 86400
+    os.utime(old, (long_ago, long_ago))
+    assert prune_selector_files(home) == 1
+    assert not old.exists() and new.exists()
