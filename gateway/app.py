@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from gateway.worker import Worker
 log = logging.getLogger("switchyard")
 
 SHUTDOWN_GRACE_S = 10.0
+TYPING_REFRESH_S = 4.0
+SINK_RETRY_S = 60.0  # how long a channel's message is retried into a refusing disk before it errs
 MAINTENANCE_INTERVAL_S = 60.0
 
 
@@ -156,8 +159,25 @@ class Gateway:
     # --- wiring -----------------------------------------------------------------------------
 
     async def _sink(self, payload: IncomingPayload) -> Path:
-        """Enqueues a channel's incoming payload (the `sink` every channel is started with)."""
-        path = self.queue.enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
+        """Enqueues a channel's incoming payload (the `sink` every channel is started with).
+
+        While the file system refuses the write (a full disk), it retries with backoff for up to
+        SINK_RETRY_S, so a platform message already acknowledged is not lost to a short outage;
+        then it raises, and the channel leaves the message unacknowledged where it can.
+        """
+        deadline = time.monotonic() + SINK_RETRY_S
+        failures = 0
+        while True:
+            try:
+                path = self.queue.enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
+                break
+            except OSError as exc:
+                failures += 1
+                if failures == 1:
+                    self.events.emit("queue.error", channel=payload.channel, reason=f"cannot enqueue: {exc}")
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(min(0.1 * 2 ** failures, 5.0))
         self._on_incoming(path.name)
         return path
 
@@ -189,14 +209,19 @@ class Gateway:
         if self.worker is not None:
             self.worker.wake()
 
-    def _show_typing(self, message: IncomingPayload) -> None:
-        if self.dispatcher is None:
-            return
-        probe = self.dispatcher.channel_for_incoming(message)
-        typing = getattr(probe, "typing", None)
-        if typing is not None:
-            task = asyncio.create_task(typing(message.conversation), name=f"typing:{message.conversation}")
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    def _show_typing(self, message: IncomingPayload) -> Callable[[], None] | None:
+        """Shows the channel's typing indicator until the message is answered; returns the stopper."""
+        channel = self.dispatcher.channel_for_incoming(message) if self.dispatcher is not None else None
+        typing = getattr(channel, "typing", None)
+        if typing is None:
+            return None
+        task = asyncio.create_task(_keep_typing(typing, message.conversation),
+                                   name=f"typing:{message.conversation}")
+
+        def stop() -> None:
+            task.cancel()
+
+        return stop
 
     def queue_stats(self) -> dict[str, Any]:
         """Queue depths and worker figures (for diagnostics, `queue_stats` and `status`)."""
@@ -252,6 +277,17 @@ class Gateway:
         self.queue.close()
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)
+
+
+async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: str) -> None:
+    """Calls a channel's `typing` now and every few seconds (platforms drop the indicator after ~5 s)."""
+    while True:
+        try:
+            await typing(conversation)
+        except Exception as exc:  # an indicator is cosmetic: never let it fail a message
+            log.debug("typing indicator failed for %s: %s", conversation, exc)
+            return
+        await asyncio.sleep(TYPING_REFRESH_S)
 
 
 async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:

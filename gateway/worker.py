@@ -83,7 +83,7 @@ class Worker:
         events: EventLog,
         settings: QueueSettings,
         *,
-        on_start: Callable[[IncomingPayload], None] | None = None,
+        on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
         locks: LockDirectory | None = None,
         sharing: SharedHome | None = None,
     ):
@@ -240,9 +240,12 @@ class Worker:
             self.events.emit("message.duplicate", job_id=claimed.name, channel=message.channel,
                              conversation=message.conversation, messageId=message.messageId)
             return
-        if self._on_start is not None:
-            self._on_start(message)
-        replies = await self._handle(job)
+        finished = self._on_start(message) if self._on_start is not None else None
+        try:
+            replies = await self._handle(job)
+        finally:
+            if finished is not None:
+                finished()
         if replies is not None:
             await self._deliver(job, replies)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,6 +13,7 @@ import pytest
 from gateway import hookimpl
 from gateway.app import Gateway
 from gateway.home import Home
+from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until
@@ -94,3 +97,57 @@ async def test_polling_fallback_still_processes_dropped_files(home: Home, monkey
         assert gateway._watches[0].mode == "polling"
     finally:
         await gateway.stop()
+
+
+class GatedHandler:
+    """A handler that answers only when the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+
+    @hookimpl
+    def switchyard_handler(self, context: Any) -> GatedHandler:
+        return self
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
+        await self.gate.wait()
+        return [OutgoingPayload.reply_to(message, "done", agent="gated", timestamp=message.timestamp)]
+
+
+async def test_typing_is_repeated_while_processing_and_stops_after(home: Home, monkeypatch) -> None:
+    monkeypatch.setattr("gateway.app.TYPING_REFRESH_S", 0.01)
+    channels, handler = FakeChannelPlugin(), GatedHandler()
+    settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="f1", type="fake")])
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[channels, handler]))
+    await gateway.start()
+    try:
+        channel = channels.channels["f1"]
+        await channel.inject("take your time", conversationId="slow-room")
+        await async_wait_until(lambda: len(channel.typing_calls) >= 3)
+        handler.gate.set()
+        await async_wait_until(lambda: channel.sent)
+        settled = len(channel.typing_calls)
+        await asyncio.sleep(0.05)  # several refresh periods: no call may follow the answer
+        assert len(channel.typing_calls) == settled
+    finally:
+        await gateway.stop()
+
+
+async def test_a_refusing_disk_is_retried_before_a_channel_message_is_given_up(running, monkeypatch) -> None:
+    gateway, plugin = running
+    real_enqueue, refusals = gateway.queue.enqueue, [OSError(errno.ENOSPC, "No space left on device")] * 2
+
+    def full_then_free(data: bytes, *, hint: str = "msg"):
+        if refusals:
+            raise refusals.pop()
+        return real_enqueue(data, hint=hint)
+
+    monkeypatch.setattr(gateway.queue, "enqueue", full_then_free)
+    await plugin.channels["f1"].inject("kept despite the full disk")
+    sent = await async_wait_until(lambda: plugin.channels["f1"].sent)
+    assert sent[0].message == "You said: kept despite the full disk"
+    assert [e for e in plugin.events if e["event"] == "queue.error"]
