@@ -4,6 +4,7 @@ from gateway.access import AccessDecision, AccessPolicy
 from gateway.api import (
     Channel,
     ChannelContext,
+    ConfigurationError,
     DeliveryError,
     DeliveryRecord,
     FunctionSpec,
@@ -24,7 +25,7 @@ from gateway.settings import ChannelProfile, ProviderSettings, Settings, Setting
 __all__ = [
     "AccessDecision", "AccessPolicy", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
     "delivery_key", "reply_parts", "split_message",
-    "Channel", "ChannelContext", "ChannelProfile", "DeliveryError", "DeliveryRecord", "EventLog",
+    "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "IncomingPayload", "Outbox",
     "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso",

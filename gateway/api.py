@@ -26,6 +26,10 @@ class PermanentError(Exception):
     """A failure that retrying cannot fix: the message goes to `failed/` at once with this reason."""
 
 
+class ConfigurationError(PermanentError, RuntimeError):
+    """A setting, environment variable or library a plugin needs is missing: retrying cannot help."""
+
+
 class DeliveryError(Exception):
     """A channel could not deliver an outgoing payload; the dispatcher retries it with backoff."""
 

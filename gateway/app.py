@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -16,7 +18,15 @@ from typing import Any
 import pluggy
 
 from gateway.answered import AnsweredIndex
-from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+from gateway.api import (
+    BuiltinProvider,
+    Channel,
+    ChannelContext,
+    FunctionSpec,
+    Handler,
+    HandlerContext,
+    PermanentError,
+)
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write
@@ -24,7 +34,7 @@ from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.queue import FileQueue, queue_depths
-from gateway.settings import Settings
+from gateway.settings import ChannelProfile, Settings
 from gateway.sharing import SharedHome
 from gateway.watch import FolderWatch
 from gateway.worker import Worker
@@ -32,6 +42,8 @@ from gateway.worker import Worker
 log = logging.getLogger("switchyard")
 
 SHUTDOWN_GRACE_S = 10.0
+CHANNEL_RETRY_INITIAL_S = 1.0
+CHANNEL_RETRY_MAX_S = 300.0
 TYPING_REFRESH_S = 4.0
 SINK_RETRY_S = 60.0  # how long a channel's message is retried into a refusing disk before it errs
 MAINTENANCE_INTERVAL_S = 60.0
@@ -132,24 +144,63 @@ class Gateway:
     async def _start_channels(self) -> list[Channel]:
         started = []
         for profile in self.settings.channels:
-            context = ChannelContext(home=self.home, settings=self.settings, profile=profile,
-                                     events=self.events, outbox=self.outbox)
-            try:
-                channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
-                if channel is None:
-                    known = sorted({t for types in self.pm.hook.switchyard_channel_types() for t in types})
-                    raise RuntimeError(f"no installed plugin provides channel type {profile.type!r} "
-                                       f"(available: {', '.join(known)})")
-                await channel.start(self._sink)
-            except Exception as exc:
-                reason = self.events.redact(str(exc) or type(exc).__name__)
-                log.error("channel %s (%s) is disabled: %s", profile.id, profile.type, reason)
-                self.events.emit("channel.disabled", channel=profile.type, profile=profile.id, reason=reason)
-                self.channel_status[profile.id] = {"type": profile.type, "state": "disabled", "reason": reason}
-                continue
-            self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
-            started.append(channel)
+            channel = await self._try_start(profile)
+            if channel is not None:
+                started.append(channel)
         return started
+
+    async def _start_channel(self, profile: ChannelProfile) -> Channel:
+        """Builds and starts one profile's channel; raises why it cannot."""
+        context = ChannelContext(home=self.home, settings=self.settings, profile=profile,
+                                 events=self.events, outbox=self.outbox)
+        channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
+        if channel is None:
+            known = sorted({t for types in self.pm.hook.switchyard_channel_types() for t in types})
+            raise PermanentError(f"no installed plugin provides channel type {profile.type!r} "
+                                 f"(available: {', '.join(known)})")
+        await channel.start(self._sink)
+        return channel  # type: ignore[no-any-return]
+
+    async def _try_start(self, profile: ChannelProfile) -> Channel | None:
+        """Starts a profile; a configuration problem disables it, any other failure (a platform that
+        is down, a timeout) is retried in the background with jittered backoff."""
+        try:
+            channel = await self._start_channel(profile)
+        except Exception as exc:
+            self._channel_failed(profile, exc, attempt=1)
+            return None
+        self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
+        return channel
+
+    def _channel_failed(self, profile: ChannelProfile, exc: Exception, *, attempt: int) -> None:
+        reason = self.events.redact(str(exc) or type(exc).__name__)
+        retrying = not isinstance(exc, (PermanentError, ValueError, TypeError, KeyError))
+        state = "retrying" if retrying else "disabled"
+        log.error("channel %s (%s) is %s: %s", profile.id, profile.type, state, reason)
+        self.events.emit("channel.retrying" if retrying else "channel.disabled", channel=profile.type,
+                         profile=profile.id, reason=reason, attempt=attempt)
+        self.channel_status[profile.id] = {"type": profile.type, "state": state, "reason": reason}
+        if retrying and attempt == 1:
+            self._tasks.append(asyncio.create_task(self._retry_start(profile), name=f"channel-retry:{profile.id}"))
+
+    async def _retry_start(self, profile: ChannelProfile) -> None:
+        for attempt in itertools.count(2):
+            ceiling = min(CHANNEL_RETRY_MAX_S, CHANNEL_RETRY_INITIAL_S * 2 ** (attempt - 2))
+            await asyncio.sleep(ceiling * random.uniform(0.5, 1.0))
+            try:
+                channel = await self._start_channel(profile)
+            except Exception as exc:
+                self._channel_failed(profile, exc, attempt=attempt)
+                if self.channel_status[profile.id]["state"] == "disabled":
+                    return
+                continue
+            self.channels.append(channel)
+            self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
+            self.events.emit("channel.started", channel=profile.type, profile=profile.id, attempt=attempt)
+            self._write_status()
+            if self.dispatcher is not None:
+                self.dispatcher.add_channel(channel)
+            return
 
     def _watch(self, folder: Path, on_name: Any, on_rescan: Any) -> None:
         watch = FolderWatch(folder, on_name, on_rescan, poll_ms=self.settings.queue.poll_ms)

@@ -54,6 +54,12 @@ class Dispatcher:
             found = of_type[0] if len(of_type) == 1 else None
         return found
 
+    def add_channel(self, channel: Channel) -> None:
+        """Registers a channel that started late and delivers the replies that waited for it."""
+        self._channels[(channel.name, channel.profile_id)] = channel
+        self._warned.discard((channel.name, channel.profile_id))
+        self.rescan()
+
     def channel_for_incoming(self, message: IncomingPayload) -> Channel | None:
         """The running channel a message came in through (for its typing indicator)."""
         return self._channels.get((message.channel, message.profile))

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from gateway import hookimpl
+from gateway import ConfigurationError, hookimpl
 from gateway.app import Gateway
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
-from gateway.testing import FakeChannel, async_wait_until
+from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
 
 
 class FakeChannelPlugin:
@@ -25,13 +25,17 @@ class FakeChannelPlugin:
     def __init__(self) -> None:
         self.channels: dict[str, FakeChannel] = {}
         self.events: list[dict[str, Any]] = []
+        self.outages: dict[str, int] = {}  # profile id → start attempts that fail as if the platform were down
 
     @hookimpl
     def switchyard_channels(self, profile: ChannelProfile, context: Any) -> FakeChannel | None:
         if profile.type != "fake":
             return None
         if profile.option("fail"):
-            raise RuntimeError("login refused for token s3cr3t-t0ken")
+            raise ConfigurationError("login refused for token s3cr3t-t0ken")
+        if self.outages.get(profile.id):
+            self.outages[profile.id] -= 1
+            raise ConnectionRefusedError("platform unreachable")
         channel = FakeChannel("fake", profile.id)
         self.channels[profile.id] = channel
         return channel
@@ -151,3 +155,24 @@ async def test_a_refusing_disk_is_retried_before_a_channel_message_is_given_up(r
     sent = await async_wait_until(lambda: plugin.channels["f1"].sent)
     assert sent[0].message == "You said: kept despite the full disk"
     assert [e for e in plugin.events if e["event"] == "queue.error"]
+
+
+async def test_a_channel_whose_platform_is_down_at_start_is_retried_and_gets_its_replies(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gateway.app.CHANNEL_RETRY_INITIAL_S", 0.01)
+    plugin = FakeChannelPlugin()
+    plugin.outages["late"] = 2
+    settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="late", type="fake")])
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
+    await gateway.start()
+    try:
+        assert gateway.channel_status["late"]["state"] == "retrying"
+        incoming = make_incoming("sent while the platform was down", channel="fake", channelProfileId="late")
+        drop_incoming(home, incoming, "early.json")
+        await async_wait_until(lambda: "late" in plugin.channels and plugin.channels["late"].sent)
+        assert plugin.channels["late"].sent[0].message == "You said: sent while the platform was down"
+        assert gateway.channel_status["late"]["state"] == "running"
+        assert [e["attempt"] for e in plugin.events if e["event"] == "channel.retrying"] == [1, 2]
+    finally:
+        await gateway.stop()

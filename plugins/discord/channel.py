@@ -15,6 +15,8 @@ import aiofiles
 import aiohttp
 import yarl
 
+from gateway.api import ConfigurationError
+
 try:
     with warnings.catch_warnings():
         # discord.py imports the deprecated `audioop` for voice, which this channel never uses.
@@ -23,7 +25,7 @@ try:
         import discord.gateway
         import discord.http
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise RuntimeError("discord.py is not installed: pip install 'switchyard[discord]'") from exc
+    raise ConfigurationError("discord.py is not installed: pip install 'switchyard[discord]'") from exc
 
 from gateway import (
     ChannelContext,
@@ -130,11 +132,11 @@ class DiscordChannel:
 
     def _token(self) -> str:
         if not self._token_env:
-            raise RuntimeError(f"discord profile {self.profile_id!r}: set token_env to the name of the "
+            raise ConfigurationError(f"discord profile {self.profile_id!r}: set token_env to the name of the "
                                "environment variable that holds the bot token")
         token = os.environ.get(self._token_env, "").strip()
         if not token:
-            raise RuntimeError(f"discord profile {self.profile_id!r}: environment variable "
+            raise ConfigurationError(f"discord profile {self.profile_id!r}: environment variable "
                                f"{self._token_env} is not set (it must hold the bot token)")
         return token
 

@@ -26,6 +26,7 @@ from gateway import (
     now_ms,
     reply_parts,
 )
+from gateway.api import ConfigurationError
 from plugins.slack.config import SlackConfig
 from plugins.slack.inbound import BotIdentity, SlackMessage, person_message, run_ref, split_conversation
 
@@ -77,7 +78,7 @@ class SlackChannel:
             from plugins.slack.client import SlackApi
             from plugins.slack.transport import HttpTransport, SocketTransport, build_app
         except ImportError as exc:
-            raise RuntimeError("slack-bolt is not installed: pip install 'switchyard[slack]'") from exc
+            raise ConfigurationError("slack-bolt is not installed: pip install 'switchyard[slack]'") from exc
         self._api = SlackApi(bot_token, self.config.api_base_url, token_env=self.config.bot_token_env)
         self._bot = await self._api.login()
         app = build_app(self._api.web, self._receive, None if socket_mode else second)

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from gateway import ChannelProfile
+from gateway.api import ConfigurationError
 
 MAX_TEXT_LIMIT = 40_000  # Slack truncates chat.postMessage text beyond 40,000 characters
 MODES = ("socket", "http")
@@ -60,6 +61,6 @@ class SlackConfig:
         name: str = getattr(self, key)
         value = os.environ.get(name, "").strip()
         if not value:
-            raise RuntimeError(f"slack profile {self.profile_id!r}: environment variable {name} "
+            raise ConfigurationError(f"slack profile {self.profile_id!r}: environment variable {name} "
                                f"(named by {key}) is not set")
         return value

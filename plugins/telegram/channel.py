@@ -23,6 +23,7 @@ from gateway import (
     deliver_parts,
     reply_parts,
 )
+from gateway.api import ConfigurationError
 from plugins.telegram.inbound import InboundMessages
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
 from plugins.telegram.redaction import TokenFilter
@@ -298,7 +299,7 @@ def _import_library() -> None:
     try:
         import telegram.ext  # noqa: F401
     except ImportError:
-        raise RuntimeError("python-telegram-bot is not installed: pip install 'switchyard[telegram]'") from None
+        raise ConfigurationError("python-telegram-bot is not installed: pip install 'switchyard[telegram]'") from None
 
 
 def _build_application(options: TelegramOptions, token: str) -> TelegramApp:

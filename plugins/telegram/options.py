@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import ChannelProfile
+from gateway.api import ConfigurationError
 
 CHANNEL_TYPE = "telegram"
 DEFAULT_BASE_URL = "https://api.telegram.org/bot"
@@ -65,7 +66,7 @@ class TelegramOptions:
         """The bot token from `token_env`; the error names the variable, never a value."""
         value = os.environ.get(self.token_env, "").strip()
         if not value:
-            raise RuntimeError(f"telegram profile {self.profile_id!r}: environment variable "
+            raise ConfigurationError(f"telegram profile {self.profile_id!r}: environment variable "
                                f"{self.token_env} (token_env) is not set or empty")
         return value
 
@@ -75,7 +76,7 @@ class TelegramOptions:
             return None
         value = os.environ.get(self.webhook_secret_env, "").strip()
         if not value:
-            raise RuntimeError(f"telegram profile {self.profile_id!r}: environment variable "
+            raise ConfigurationError(f"telegram profile {self.profile_id!r}: environment variable "
                                f"{self.webhook_secret_env} (webhook_secret_env) is not set or empty")
         return value
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway import ChannelContext, ChannelProfile, hookimpl
+from gateway.api import ConfigurationError
 
 if TYPE_CHECKING:
     from plugins.whatsapp.channel import WhatsAppChannel
@@ -37,7 +38,7 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Wha
     try:
         import aiohttp  # noqa: F401 - imported here so the gateway starts fast without WhatsApp
     except ImportError as exc:
-        raise RuntimeError("aiohttp is not installed: pip install 'switchyard[whatsapp]'") from exc
+        raise ConfigurationError("aiohttp is not installed: pip install 'switchyard[whatsapp]'") from exc
     from plugins.whatsapp.channel import WhatsAppChannel
 
     return WhatsAppChannel(profile, context)

@@ -26,6 +26,7 @@ from gateway import (
     now_ms,
     reply_parts,
 )
+from gateway.api import ConfigurationError
 from plugins.whatsapp.cloud_api import CloudApi, GraphError
 from plugins.whatsapp.webhook import InboundMessage, WebhookServer, parse_messages
 
@@ -85,11 +86,11 @@ def _secret(profile: ChannelProfile, key: str, what: str) -> str:
     """The value of the environment variable a `*_env` key names; never part of an error message."""
     variable = profile.option(key)
     if not variable:
-        raise RuntimeError(f"whatsapp profile {profile.id!r}: `{key}` is required "
+        raise ConfigurationError(f"whatsapp profile {profile.id!r}: `{key}` is required "
                            f"(the environment variable holding {what})")
     value = os.environ.get(str(variable), "").strip()
     if not value:
-        raise RuntimeError(f"whatsapp profile {profile.id!r}: environment variable {variable} "
+        raise ConfigurationError(f"whatsapp profile {profile.id!r}: environment variable {variable} "
                            f"({key}, {what}) is not set")
     return value
 
