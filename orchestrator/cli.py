@@ -16,6 +16,7 @@ from orchestrator.config import CONFIG_FILE, LoadedConfig, OrchestratorConfig, d
 from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
 from orchestrator.rules import builtin_providers
 from orchestrator.runs import RunStore
+from orchestrator.selector import prune_selector_files
 from orchestrator.status import listing_line, snapshot
 from orchestrator.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
 
@@ -100,11 +101,13 @@ def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -
     """Applies the spec-001 retention policy once."""
     report: dict[str, Any] = Coordination(home).clean(archive_after_days=args.archive_after_days,
                                                       checkpoint_days=args.checkpoint_days)
+    report["selector_files_removed"] = prune_selector_files(home)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"checkpoints removed: {len(report['checkpoints_removed'])}, files archived: "
-          f"{len(report['archived'])}, expired locks freed: {len(report['locks_freed'])}")
+          f"{len(report['archived'])}, expired locks freed: {len(report['locks_freed'])}, "
+          f"selector files removed: {report['selector_files_removed']}")
     for resource in report["locks_freed"]:
         print(f"  freed lock {resource}")
     return 0

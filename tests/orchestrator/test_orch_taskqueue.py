@@ -97,6 +97,10 @@ def test_cli_coordination_clean(home: Home, capsys: pytest.CaptureFixture[str]) 
     lock = {"holder": "h", "resource": "conv:x", "acquired_at": "2020-01-01T00:00:00Z",
             "expires_at": "2020-01-01T00:01:00Z", "pid": os.getpid()}
     (locks / "x.json").write_text(json.dumps(lock))
+    old_request = home.select_incoming / "old.json"
+    old_request.write_text("{}")
+    os.utime(old_request, (0, 0))
     assert main(["--home", str(home.root), "coordination", "clean", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["locks_freed"] == ["conv:x"]
-    assert not (locks / "x.json").exists()
+    report = json.loads(capsys.readouterr().out)
+    assert report["locks_freed"] == ["conv:x"] and report["selector_files_removed"] == 1
+    assert not (locks / "x.json").exists() and not old_request.exists()
