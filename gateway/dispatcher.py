@@ -15,9 +15,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gateway.api import Channel, DeliveryError
-from gateway.events import EventLog, utc_now_iso
-from gateway.home import Home, atomic_write
+from gateway.events import EventLog
+from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.queue import move_to_failed
 from gateway.settings import QueueSettings
 
 log = logging.getLogger("switchyard.dispatcher")
@@ -196,15 +197,9 @@ class Dispatcher:
         self._known.discard(path.name)
 
     def _quarantine(self, path: Path, reason: str, attempts: int) -> None:
-        target = self.home.failed / path.name
-        if target.exists():
-            target = self.home.failed / f"{time.time_ns()}-{path.name}"
-        report = {"file": target.name, "reason": reason, "attempts": attempts, "failed_at": utc_now_iso(),
-                  "source": "outgoing"}
-        atomic_write(target.with_name(target.name + ".error.json"), json.dumps(report, indent=2).encode(),
-                     fsync=self.settings.fsync)
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(path, target)
+        with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing left to keep
+            move_to_failed(self.home, path, fsync=self.settings.fsync, reason=reason, attempts=attempts,
+                           source="outgoing")
         self._known.discard(path.name)
         self._parsed.pop(path.name, None)
         self.events.emit("outgoing.failed", file=path.name, reason=reason, attempts=attempts)

@@ -255,21 +255,9 @@ class FileQueue:
 
     def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None) -> Path:
         """Moves the original bytes to failed/ under the original name, with `<name>.error.json`."""
-        target = self.home.failed / claimed.name
-        if target.exists():
-            target = self.home.failed / f"{self._names.prefix()}-{claimed.name}"
-        report: dict[str, Any] = {
-            "file": target.name,
-            "reason": reason,
-            "attempts": attempts if attempts is not None else claimed.attempts,
-            "errors": claimed.errors,
-            "failed_at": utc_now_iso(),
-        }
-        atomic_write(target.with_name(target.name + ".error.json"),
-                     json.dumps(report, indent=2).encode(), fsync=self.fsync)
-        os.rename(claimed.path, target)
-        if self.fsync:
-            fsync_dir(self.home.failed)
+        target = move_to_failed(self.home, claimed.path, fsync=self.fsync, reason=reason,
+                                attempts=attempts if attempts is not None else claimed.attempts,
+                                errors=claimed.errors)
         self._forget_attempts(claimed.name)
         return target
 
@@ -294,6 +282,21 @@ class FileQueue:
     def unique_prefix(self) -> str:
         """A sortable, unique name prefix (time, pid, counter) for files the gateway writes."""
         return self._names.prefix()
+
+
+def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -> Path:
+    """Moves a file to failed/ under its own name (prefixed if taken) beside `<name>.error.json`,
+    which holds `report` plus the file name and time; the report is written first, so a dead
+    letter is never without its reason. Returns the new path."""
+    target = home.failed / source.name
+    if target.exists():
+        target = home.failed / f"{time.time_ns()}-{source.name}"
+    body = {"file": target.name, **report, "failed_at": utc_now_iso()}
+    atomic_write(target.with_name(target.name + ".error.json"), json.dumps(body, indent=2).encode(), fsync=fsync)
+    os.rename(source, target)
+    if fsync:
+        fsync_dir(home.failed)
+    return target
 
 
 def _read_capped(path: Path, limit: int) -> bytes:
