@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gateway.aio import wait_event
 from gateway.answered import AnsweredIndex
 from gateway.api import Handler, Outbox, PermanentError
 from gateway.events import EventLog, now_ms
@@ -160,8 +161,7 @@ class Worker:
             timeout = self.queue.next_due_in()
             if self.scheduler.contended or self._share_requested:  # a key is held elsewhere: look again soon
                 timeout = min(timeout or LOCK_RETRY_S, LOCK_RETRY_S)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            await wait_event(self._wakeup, timeout)
 
     def _claim_and_start(self) -> None:
         self._start_ready()

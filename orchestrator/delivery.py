@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from gateway.aio import wait_event
 from gateway.api import Outbox
 from gateway.events import now_ms
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -82,9 +83,7 @@ class Delivery:
         deadline = loop.time() + timeout_sec
         try:
             while not waiting.event.is_set() and (remaining := deadline - loop.time()) > 0:
-                try:
-                    await asyncio.wait_for(waiting.event.wait(), min(POLL_SEC, remaining))
-                except TimeoutError:
+                if not await wait_event(waiting.event, min(POLL_SEC, remaining)):
                     current = self._store.load(run_id)  # another process may have settled it
                     if current is not None and self._settled(current):
                         return current

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gateway.aio import wait_event
 from gateway.api import Outbox
 from gateway.events import EventLog
 from gateway.home import Home
@@ -106,8 +107,7 @@ class RunExecutor:
             except Exception:
                 log.exception("claiming runs failed; trying again shortly")
                 delay = IDLE_SEC
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            await wait_event(self._wake, delay)
 
     def _claim_ready(self) -> float:
         """Claims eligible queued runs, oldest first, while slots are free; returns how long to sleep."""
