@@ -164,12 +164,11 @@ class Actions:
             return reply(message, text, agent=SYSTEM_AGENT, run=ended)
         return result_reply(ended, to=message)
 
-    def waiting_run(self, message: IncomingPayload) -> RunState | None:
-        """The run this message answers: its named run, or its conversation's run, waiting for input."""
-        if message.message.strip().lower() in STATUS_WORDS:
-            return None
-        run = self.resolve_run(message)
-        return run if run is not None and run.state == "waiting_input" else None
+    @staticmethod
+    def answers_input(message: IncomingPayload, run: RunState | None) -> bool:
+        """True when the message answers `run` (its resolved run) because that run waits for input."""
+        return (run is not None and run.state == "waiting_input"
+                and message.message.strip().lower() not in STATUS_WORDS)
 
     async def answer_input(self, message: IncomingPayload, run: RunState, loaded: LoadedConfig) -> OutgoingPayload:
         """Resumes a run waiting for input with this message's text; replies with what comes next."""
@@ -178,9 +177,10 @@ class Actions:
             raise RuntimeError(f"run {run.runId} is busy in another process; the answer is retried")
         return await self._outcome_reply(message, resumed, loaded.config.reply_within_sec, verb="Resumed")
 
-    async def reattach_answer(self, message: IncomingPayload, loaded: LoadedConfig) -> OutgoingPayload | None:
-        """For a retried message that already answered its conversation's run: the reply it should get."""
-        run = self._store.active_for(conversation_key(message))
+    async def reattach_answer(
+        self, message: IncomingPayload, loaded: LoadedConfig, run: RunState | None
+    ) -> OutgoingPayload | None:
+        """For a retried message that already answered its conversation's run (`run`): its reply."""
         if run is None or not any((s.model_extra or {}).get("answerMessageId") == message.messageId
                                   for s in run.steps.values()):
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
@@ -15,7 +16,7 @@ from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
 from orchestrator.providers import ProviderRunner
 from orchestrator.rules import STATUS_WORDS, builtin_providers
-from orchestrator.runs import RunStore, conversation_key
+from orchestrator.runs import RunState, RunStore
 from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
 from orchestrator.taskqueue import ensure_queue_dirs
@@ -59,8 +60,10 @@ class Orchestrator:
         await self._executor.start()
 
     async def stop(self) -> None:
-        """Stops run tasks; their state stays on disk and resumes at the next start."""
+        """Stops run tasks (their state stays on disk and resumes at the next start); finishes the
+        selector files still being written."""
         await self._executor.stop()
+        await asyncio.to_thread(self._selector.files.close)
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with exactly one reply (results of slow runs are pushed later)."""
@@ -78,13 +81,13 @@ class Orchestrator:
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
         loaded = self._load(message)
-        waiting = self._actions.waiting_run(message)
-        if waiting is not None:
-            return [await self._actions.answer_input(message, waiting, loaded)]
+        run = self._actions.resolve_run(message)  # read once: the named run, else the conversation's
+        if run is not None and self._actions.answers_input(message, run):
+            return [await self._actions.answer_input(message, run, loaded)]
         if message.workflowRunId:
             return [self._actions.run_snapshot(message, message.workflowRunId, NOT_WAITING_NOTE)]
-        again = await self._actions.reattach_answer(message, loaded)
-        return [again if again is not None else await self._select(message, loaded)]
+        again = await self._actions.reattach_answer(message, loaded, run)
+        return [again if again is not None else await self._select(message, loaded, run)]
 
     def _profile_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
         """The workflow a channel profile names (`workflow:`), else the rules' default workflow."""
@@ -107,9 +110,11 @@ class Orchestrator:
         text = await cancel_text(self._store, self._executor, run.runId)
         return reply(message, text, agent=SYSTEM_AGENT, run=self._store.load(run.runId))
 
-    async def _select(self, message: IncomingPayload, loaded: LoadedConfig) -> OutgoingPayload:
+    async def _select(
+        self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None
+    ) -> OutgoingPayload:
+        """Asks the selector (with the conversation's active run) and carries out its decision."""
         functions = self._actions.registry(loaded)
-        active = self._store.active_for(conversation_key(message))
         request = self._selector.build_request(message, loaded, functions.describe(),
                                                active.summary() if active else None)
         try:

@@ -191,19 +191,25 @@ class ProviderRunner:
         """Every provider name that can run: settings.yaml ones and built-ins."""
         return set(self._providers) | set(self._builtins)
 
+    def in_process(self, name: str) -> bool:
+        """True for a built-in provider that settings.yaml does not override (it reads no request file)."""
+        return name not in self._providers and name in self._builtins
+
     async def run(
-        self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path, cwd: Path,
+        self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,
         env: Mapping[str, str] | None = None,
     ) -> ProviderResult:
-        """Writes the request file, runs the provider; raises ProviderFailed (PermanentError if unknown)."""
-        _prepare(cwd, request_file, request)
+        """Writes the request file (when given), runs the provider; raises ProviderFailed (PermanentError
+        if unknown)."""
         configured = self._providers.get(name)
+        if configured is None and name not in self._builtins:
+            raise PermanentError(f"unknown provider {name!r}; known: {', '.join(sorted(self.known()))}")
+        if configured is not None or request_file is not None:  # a built-in needs no working directory
+            _prepare(cwd, request_file, request)
         if configured is not None:
             result = await self._run_configured(configured, prompt, request_file, cwd, env or {})
-        elif name in self._builtins:
-            result = await self._run_builtin(self._builtins[name], prompt, request)
         else:
-            raise PermanentError(f"unknown provider {name!r}; known: {', '.join(sorted(self.known()))}")
+            result = await self._run_builtin(self._builtins[name], prompt, request)
         return _checked(name, result)
 
     async def run_command(
@@ -223,12 +229,13 @@ class ProviderRunner:
         return {**os.environ, "SWITCHYARD_HOME": str(self._home.root), **(extra or {})}
 
     async def _run_configured(
-        self, provider: ProviderSettings, prompt: str, request_file: Path, cwd: Path, env: Mapping[str, str]
+        self, provider: ProviderSettings, prompt: str, request_file: Path | None, cwd: Path,
+        env: Mapping[str, str],
     ) -> ProviderResult:
         argv = [*provider.command, prompt] if provider.input == "arg" else list(provider.command)
         stdin = prompt.encode() if provider.input == "stdin" else None
-        full_env = {**os.environ, **provider.env, "SWITCHYARD_HOME": str(self._home.root),
-                    "SWITCHYARD_REQUEST": str(request_file), **env}
+        request_env = {"SWITCHYARD_REQUEST": str(request_file)} if request_file is not None else {}
+        full_env = {**os.environ, **provider.env, "SWITCHYARD_HOME": str(self._home.root), **request_env, **env}
         return await run_process(argv, stdin=stdin, env=full_env, cwd=cwd, timeout_sec=provider.timeout_sec,
                                  max_output=provider.max_output_bytes)
 

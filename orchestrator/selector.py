@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import os
+import queue
 import secrets
+import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,8 @@ from gateway.models import IncomingPayload
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderFailed, ProviderResult, ProviderRunner
 from orchestrator.templates import render
+
+log = logging.getLogger(__name__)
 
 SELECT_RETENTION_DAYS = 7.0  # selector request/result files are kept this long
 
@@ -113,6 +118,74 @@ def selector_prompt(template: str, request: dict[str, Any]) -> str:
     return render(template, values)
 
 
+class SelectorFiles:
+    """Writes selector request and result files on one background thread, after the reply.
+
+    They are the record of each selector exchange (spec 002), not part of a message's state. Files
+    are handed to the thread on the event loop's next turn, so the worker (which writes a reply
+    without yielding once the handler returns) has put the reply on disk first; on this disk two
+    file creations on the reply path cost about 0.7 ms. A crash may lose the last few records,
+    never a message. A request file a provider CLI reads through $SWITCHYARD_REQUEST is written
+    before the provider starts, by the provider runner, not here.
+    """
+
+    def __init__(self, home: Home):
+        self._home = home
+        self._pending: queue.SimpleQueue[tuple[Path, dict[str, Any]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._later: list[tuple[Path, dict[str, Any]]] = []  # waiting for the loop's next turn
+
+    def request(self, request_id: str, request: dict[str, Any]) -> None:
+        self._submit(self._home.select_incoming / f"{request_id}.json", request)
+
+    def result(self, request_id: str, record: dict[str, Any]) -> None:
+        self._submit(self._home.select_results / f"{request_id}.json", record)
+
+    def close(self) -> None:
+        """Writes the files still pending and stops the thread."""
+        self._hand_over()
+        if self._thread is not None:
+            self._pending.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _submit(self, path: Path, body: dict[str, Any]) -> None:
+        if not self._later:
+            try:
+                asyncio.get_running_loop().call_soon(self._hand_over)
+            except RuntimeError:  # no event loop: hand it over at once
+                self._later.append((path, body))
+                self._hand_over()
+                return
+        self._later.append((path, body))
+
+    def _hand_over(self) -> None:
+        if not self._later:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain, name="selector-files", daemon=True)
+            self._thread.start()
+        for item in self._later:
+            self._pending.put(item)
+        self._later.clear()
+
+    def _drain(self) -> None:
+        while (item := self._pending.get()) is not None:
+            self._write(*item)
+
+    @staticmethod
+    def _write(path: Path, body: dict[str, Any]) -> None:
+        data = json.dumps(body, ensure_ascii=False, default=str).encode()
+        try:
+            try:
+                atomic_write(path, data, fsync=False)
+            except FileNotFoundError:  # its folder was removed: make it again
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, data, fsync=False)
+        except OSError as exc:  # a record only: the message's reply does not depend on it
+            log.warning("could not write selector file %s: %s", path.name, exc)
+
+
 class Selector:
     """Asks the configured selector agent which action answers a message, keeping every exchange on disk."""
 
@@ -121,10 +194,12 @@ class Selector:
         self._runner = runner
         self._events = events
         self._sequence = itertools.count()
+        self.files = SelectorFiles(home)
 
     def new_request_id(self) -> str:
         """A sortable, unique request id: UTC time, a counter and a random suffix."""
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        now = time.time_ns()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 1_000_000_000)) + f"{now // 1000 % 1_000_000:06d}"
         return f"{stamp}-{next(self._sequence):06d}-{secrets.token_hex(3)}"
 
     def build_request(
@@ -153,7 +228,12 @@ class Selector:
         if selector.prompt:
             template = read_template(selector.prompt, loaded.workspace)
         prompt = selector_prompt(template, request)
-        request_file = self._home.select_incoming / f"{request_id}.json"
+        # A provider CLI reads the request file, so it is written before the run; a built-in gets the
+        # request in process, and its file is written in the background with the result.
+        in_process = self._runner.in_process(selector.provider)
+        request_file = None if in_process else self._home.select_incoming / f"{request_id}.json"
+        if in_process:
+            self.files.request(request_id, request)
         try:
             result = await self._runner.run(selector.provider, prompt, request=request,
                                             request_file=request_file, cwd=loaded.workspace)
@@ -174,16 +254,12 @@ class Selector:
 
     def _record(
         self, request_id: str, result: ProviderResult, decision: dict[str, Any] | None, error: str | None
-    ) -> Path:
-        record = {
+    ) -> None:
+        self.files.result(request_id, {
             "requestId": request_id, "raw": result.stdout[:RAW_CAP], "decision": decision, "error": error,
             "exitCode": result.exit_code, "durationMs": result.duration_ms, "timedOut": result.timed_out,
             "stderrTail": result.stderr_tail or None,
-        }
-        path = self._home.select_results / f"{request_id}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(record, ensure_ascii=False).encode(), fsync=False)
-        return path
+        })
 
 
 def prune_selector_files(home: Home, older_than_days: float = SELECT_RETENTION_DAYS) -> int:

@@ -49,7 +49,8 @@ def test_selector_request_and_result_files_are_kept(switchyard: Switchyard) -> N
     assert {w["id"] for w in request["workflows"]} == {"chat", "build"}
     functions = {f["name"] for f in request["availableFunctions"]}
     assert {"list_workflows", "cancel_run", "queue_stats", "shout"} <= functions
-    result = json.loads(next(switchyard.home.select_results.glob("*.json")).read_text())
+    [result_file] = wait_until(lambda: list(switchyard.home.select_results.glob("*.json")))
+    result = json.loads(result_file.read_text())
     assert result["decision"]["action"] == "workflow_start"
     assert result["exitCode"] == 0 and "durationMs" in result
 

@@ -85,7 +85,8 @@ def test_a_flooding_provider_is_capped_and_gets_a_clear_reply(run: GatewayRun) -
     run.drop(flood)
     reply = wait_until(lambda: _answered(run).get(flood.messageId), 20)
     assert "could not understand the selector's answer" in reply
-    result = json.loads(next(run.home.select_results.glob("*.json")).read_text())
+    [result_file] = wait_until(lambda: list(run.home.select_results.glob("*.json")), 5)
+    result = json.loads(result_file.read_text())
     assert len(result["raw"]) <= CAP and result["decision"] is None
     good = _on("good", 1, "fine")
     run.drop(good)

@@ -17,7 +17,7 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.rules import select_by_rules
 from orchestrator.selector import SelectorError, parse_decision, prune_selector_files
-from tests.orchestrator.orch_helpers import make_message
+from tests.orchestrator.orch_helpers import make_message, wait_until
 
 Script = Callable[[str, str], list[str]]
 
@@ -107,7 +107,9 @@ async def test_request_and_result_files(
     assert request["activeRun"] is None
     assert request["allowedActions"] == ["workflow_start", "workflow_status", "diagnostics_investigate",
                                          "command_invoke"]
-    result = json.loads((home.select_results / request_file.name).read_text())
+    [result_file] = await wait_until(lambda: list(home.select_results.glob("*.json")))
+    assert result_file.name == request_file.name
+    result = json.loads(result_file.read_text())
     assert result["requestId"] == request["requestId"]
     assert result["decision"]["function"] == "queue_stats"
     assert result["raw"].startswith("Thinking...") and result["exitCode"] == 0 and result["error"] is None
@@ -126,9 +128,27 @@ async def test_unparseable_answer_gets_a_clear_reply(
     assert answer.message == ("I could not understand the selector's answer "
                               "(no JSON decision with an action). Nothing was started.")
     assert [p.name for p in home.runs.iterdir()] == []
-    [result_file] = list(home.select_results.glob("*.json"))
+    [result_file] = await wait_until(lambda: list(home.select_results.glob("*.json")))
     result = json.loads(result_file.read_text())
     assert result["decision"] is None and "no JSON decision" in result["error"]
+
+
+async def test_a_built_in_selector_leaves_both_files_too(
+    home: Home, make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+    start: Callable[[HandlerContext], Any],
+) -> None:
+    # The built-in gets the request in process; both files are written off the reply path.
+    write_config("rules: {default_workflow: null}\n")
+    orchestrator = await start(make_context())
+    [answer] = await orchestrator.handle(make_message("what can you do?"))
+    [request_file] = await wait_until(lambda: list(home.select_incoming.glob("*.json")))
+    [result_file] = await wait_until(lambda: list(home.select_results.glob("*.json")))
+    request, result = json.loads(request_file.read_text()), json.loads(result_file.read_text())
+    assert request["requestId"] == result["requestId"] == request_file.stem == result_file.stem
+    assert request["message"]["message"] == "what can you do?"
+    assert result["decision"] == {"action": "command_invoke", "function": "list_workflows", "arguments": {}}
+    assert answer.agent == "list_workflows"
+    assert result["exitCode"] == 0 and result["error"] is None
 
 
 def test_old_selector_files_are_pruned(home: Home) -> None:
