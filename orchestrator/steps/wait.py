@@ -27,13 +27,27 @@ def matching_files(workspace: Path, pattern: str) -> list[str]:
     return sorted(p for p in files if not p.endswith(".tmp"))
 
 
+def _waited_before(job: StepJob) -> float:
+    """Seconds this attempt of the step already waited before the process running it stopped.
+
+    The start of the wait is checkpointed (`waitSince`, wall clock, with the job's retry count),
+    so a run resumed after a restart keeps its deadline; a retry (a new attempt) starts afresh.
+    """
+    extra = job.run.steps[job.step.id].model_extra or {}
+    since, retry = extra.get("waitSince"), extra.get("waitRetry")
+    if isinstance(since, (int, float)) and retry == job.run.job.retries:
+        return max(0.0, time.time() - since)
+    job.progress({"waitSince": time.time(), "waitRetry": job.run.job.retries})
+    return 0.0
+
+
 async def wait_for(job: StepJob) -> StepOutcome:
     """Polls every poll_ms; completes with `files`, `wait_duration_ms`, `poll_count`, `timed_out`."""
     config = job.step.wait_for
     assert config is not None
     workspace = job.loaded.workspace
     pattern = render(config.glob, template_values(job.run, str(workspace)))
-    started = time.monotonic()
+    started = time.monotonic() - _waited_before(job)
     deadline = started + config.timeout_sec
     polls = 0
     while True:

@@ -82,6 +82,28 @@ async def test_wait_for_timeout_exits_124_with_the_state_fields(flow: Callable[.
     assert "failed at step Wait: wait_for nothing/*.task: timed out after 0.3s" in answer.message
 
 
+async def test_wait_for_keeps_its_deadline_across_a_restart(
+    flow: Callable[..., Any], start: Callable[..., Any], make_context: Callable[..., Any],
+) -> None:
+    steps = """
+              - {id: Wait, wait_for: {glob: "nothing/*.task", timeout_sec: 30, poll_ms: 20}}
+    """
+    f = await flow(_config(steps, within=0))
+    _, message = await f.send("go")
+    run_id = run_id_for(message)
+    await wait_until(lambda: (f.run(run_id).steps["Wait"].model_extra or {}).get("waitSince"))
+    await f.orchestrator.stop()
+    run = f.run(run_id)
+    assert run.state == "queued"
+    since = (run.steps["Wait"].model_extra or {})["waitSince"]
+    f.store.update_step(run, "Wait", waitSince=since - 60)  # the gateway was down for a minute
+    await start(make_context())
+    run = await f.settled(run_id)
+    extra = run.steps["Wait"].model_extra or {}
+    assert run.state == "failed_final" and run.steps["Wait"].exitCode == 124 and extra["timed_out"] is True
+    assert extra["poll_count"] == 1 and extra["wait_duration_ms"] >= 60_000
+
+
 async def test_for_each_with_one_failing_item_fails_the_step_and_keeps_every_result(
     flow: Callable[..., Any],
 ) -> None:
