@@ -195,6 +195,11 @@ class Actions:
             text = f"cannot run job: workflow {workflow_id!r} is not defined; workflows: {', '.join(workflows)}"
             return reply(message, text, agent=SYSTEM_AGENT, runState="failed_final", job=job)
         assert workflow_id is not None
+        asks = [step.id for step in workflows[workflow_id].steps if step.kind == "input"]
+        if asks:  # nobody could answer: the file's author is not in a conversation
+            text = (f"cannot run job: workflow {workflow_id!r} asks for input (step {asks[0]}), which a job "
+                    "from a file cannot answer; give the inbox a workflow without input steps")
+            return reply(message, text, agent=SYSTEM_AGENT, runState="failed_final", job=job)
         run_id = str(job.get("job_id") or "")
         run_id = run_id if run_id and safe_name(run_id) == run_id else run_id_for(message)
         run = self._store.load(run_id)

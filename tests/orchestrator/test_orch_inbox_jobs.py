@@ -18,6 +18,7 @@ CONFIG = """
     workflows:
       review: {steps: [{id: Review, provider: echo, prompt: "reviewed {{input.repo}}/{{input.branch}}: {{message}}"}]}
       chat: {steps: [{id: Reply, provider: echo}]}
+      approve: {steps: [{id: Plan, provider: echo}, {id: Ask, input: {prompt: "Ship it?"}}]}
 """
 JOB = {"job_id": "j-1-fix-abc", "state": "queued", "repo": "app", "branch": "main", "slug": "fix",
        "timestamp": "1", "inbox_file": "/x/inbox/app/main/1_fix.md", "source_timestamp": "1",
@@ -68,6 +69,17 @@ async def test_an_unknown_workflow_is_a_final_failure_for_the_channel(
     answer, _ = await f.send("x", **_inbox_message())
     assert "workflow 'nope' is not defined" in answer.message
     assert (answer.model_extra or {})["runState"] == "failed_final"
+
+
+async def test_a_workflow_that_asks_for_input_is_refused_for_a_job_from_a_file(
+    home: Home, events: EventLog, outbox: FakeOutbox, selector: ScriptedSelector,
+    write_config: Callable[[str], Path], start: Callable[..., Any],
+) -> None:
+    f = await _flow(home, events, outbox, selector, write_config, start, "approve")
+    answer, _ = await f.send("x", **_inbox_message())
+    assert "workflow 'approve' asks for input (step Ask), which a job from a file cannot answer" in answer.message
+    assert (answer.model_extra or {})["runState"] == "failed_final"
+    assert list(home.runs.glob("j-*")) == []
 
 
 async def test_ordinary_channels_still_use_the_selector(
