@@ -2,6 +2,7 @@
 
 from gateway.access import AccessDecision, AccessPolicy
 from gateway.api import (
+    INTAKE_FAILED_REPLY,
     Channel,
     ChannelContext,
     ConfigurationError,
@@ -26,7 +27,7 @@ __all__ = [
     "AccessDecision", "AccessPolicy", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
     "delivery_key", "reply_parts", "split_message",
     "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
-    "FunctionSpec", "Handler", "HandlerContext", "Home", "IncomingPayload", "Outbox",
+    "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
     "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso",
 ]

@@ -22,6 +22,12 @@ BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
 """An in-process provider: `async (prompt, request) -> answer` (from the `switchyard_providers` hook)."""
 
 
+INTAKE_FAILED_REPLY = ("Sorry, I could not take in your message: the gateway could not store it. "
+                       "Please send it again in a few minutes.")
+"""What a channel whose platform will not redeliver a message tells its sender when the sink failed
+(the gateway already retried the write for a minute), sent directly, not through the outbox."""
+
+
 class PermanentError(Exception):
     """A failure that retrying cannot fix: the message goes to `failed/` at once with this reason."""
 

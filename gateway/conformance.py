@@ -11,12 +11,14 @@ and subclasses ChannelConformance; pytest then runs every check below against th
 
 Checks: inbound payload shape and atomic write, outbound text, splitting at the platform limit
 with code fences intact, files both ways, a 429 then success, no duplicate after a restart in
-the middle of a delivery, the bot's own messages ignored, a sender outside `allow_from` ignored.
+the middle of a delivery, the bot's own messages ignored, a sender outside `allow_from` ignored,
+a message the gateway cannot store answered with a clear reply (unless the platform redelivers it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import time
 from collections.abc import AsyncIterator
@@ -26,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api import Channel, ChannelContext, DeliveryError
+from gateway.api import INTAKE_FAILED_REPLY, Channel, ChannelContext, DeliveryError
 from gateway.events import EventLog, now_ms
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -58,6 +60,7 @@ class ChannelDriver:
     supports_own_messages: bool = True
     supports_access_control: bool = True
     splits_text: bool = True
+    redelivers_refused_messages: bool = False  # True: the platform sends a message again when the sink failed
 
     def profile_options(self) -> dict[str, Any]:
         """Type-specific profile keys pointing the plugin at the fake (base URLs, token_env, …)."""
@@ -99,6 +102,7 @@ class ChannelRig:
     driver: ChannelDriver
     root: Path
     allow_from: list[str] | None = None
+    refuse_intake: bool = False  # the sink fails as a full disk would (after the gateway's own retries)
     channel: Channel | None = None
     context: ChannelContext | None = None
     queue: FileQueue | None = None
@@ -119,6 +123,8 @@ class ChannelRig:
 
         async def sink(payload: IncomingPayload) -> Path:
             assert self.queue is not None
+            if self.refuse_intake:
+                raise OSError(errno.ENOSPC, "No space left on device")
             path = self.queue.enqueue(payload.to_json(), hint=payload.messageId)
             self.paths.append(path)
             return path
@@ -278,5 +284,20 @@ class ChannelConformance:
             await driver.user_says("hi, it's me", sender_id="1001", sender="Ada")
             await eventually(rig.incoming)
             assert [p["message"] for p in rig.incoming()] == ["hi, it's me"]
+        finally:
+            await rig.stop()
+
+    async def test_a_message_that_cannot_be_stored_gets_a_clear_reply(
+        self, driver: ChannelDriver, tmp_path: Path
+    ) -> None:
+        if driver.redelivers_refused_messages:
+            pytest.skip(f"{driver.type} delivers a refused message again")
+        rig = ChannelRig(driver, tmp_path / "refusing", refuse_intake=True)
+        await rig.start()
+        try:
+            await driver.user_says("are you there?")
+            told = await eventually(lambda: [item for item in driver.sent() if item.text == INTAKE_FAILED_REPLY])
+            assert told[0].conversation == driver.conversation
+            assert rig.incoming() == []
         finally:
             await rig.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import sys
 import threading
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gateway import (
+    INTAKE_FAILED_REPLY,
     ChannelContext,
     ChannelProfile,
     DeliveryRecord,
@@ -22,6 +24,8 @@ from gateway import (
 )
 
 CHANNEL_TYPE = "console"
+
+log = logging.getLogger("switchyard.console")
 
 
 class ConsoleChannel:
@@ -73,6 +77,14 @@ class ConsoleChannel:
         future = asyncio.ensure_future(self._sink(payload))
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
+        future.add_done_callback(self._tell_if_refused)
+
+    def _tell_if_refused(self, future: asyncio.Future[Path]) -> None:
+        if future.cancelled() or future.exception() is None:
+            return
+        log.error("console: could not queue the message: %s", future.exception())
+        self._stdout.write(f"[switchyard] {INTAKE_FAILED_REPLY}\n")
+        self._stdout.flush()
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
         lines = [f"[{outgoing.agent or 'switchyard'}] {outgoing.message}"]

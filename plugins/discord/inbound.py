@@ -12,6 +12,7 @@ import aiohttp
 import discord
 
 from gateway import (
+    INTAKE_FAILED_REPLY,
     AccessDecision,
     AccessPolicy,
     ChannelContext,
@@ -76,8 +77,19 @@ class Intake:
             await self._refuse(message, decision)
             return
         payload = await self._payload(message, me, run_id)
-        if payload is not None:
+        if payload is None:
+            return
+        try:
             await sink(payload)
+        except Exception as exc:  # Discord will not send the event again: tell the sender
+            log.exception("discord profile %s: message %s could not be queued", self._profile_id, message.id)
+            self._context.events.emit("channel.error", channel=CHANNEL_TYPE, profile=self._profile_id,
+                                      reason=f"inbound message {message.id}: {exc}")
+            try:
+                await message.reply(INTAKE_FAILED_REPLY, mention_author=False)
+            except Exception as reply_exc:
+                log.warning("discord profile %s: could not tell the sender either: %s", self._profile_id,
+                            reply_exc)
 
     def _addressed(self, message: discord.Message, me: discord.ClientUser, run_id: str | None) -> bool:
         """False for guild-channel chatter not meant for the bot, when `require_mention` is on."""

@@ -26,7 +26,7 @@ from gateway import (
     now_ms,
     reply_parts,
 )
-from gateway.api import ConfigurationError
+from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from plugins.slack.config import SlackConfig
 from plugins.slack.inbound import BotIdentity, SlackMessage, person_message, run_ref, split_conversation
 
@@ -128,9 +128,10 @@ class SlackChannel:
 
     async def _take_in_one(self, event: dict[str, Any]) -> None:
         message = person_message(event, self._bot)
-        if message is None or self._api is None or self._sink is None:
+        api = self._api
+        if message is None or api is None or self._sink is None:
             return
-        sender = await self._api.user_name(message.user)
+        sender = await api.user_name(message.user)
         decision = self._access.check(message.user, sender)
         if not decision.allowed:
             self._reject(message, sender, decision)
@@ -150,7 +151,15 @@ class SlackChannel:
             message="\n".join(lines), timestamp=message.timestamp_ms, messageId=message.ts,
             conversationId=message.conversation, files=files, workflowRunId=run_id)
         self._latest[message.conversation] = (message.channel, message.ts)
-        await self._sink(payload)
+        try:
+            await self._sink(payload)
+        except Exception:  # the event was acknowledged and will not come again: tell the sender
+            channel, thread_ts = split_conversation(message.conversation)
+            try:
+                await api.post_message(channel, INTAKE_FAILED_REPLY, thread_ts)
+            except Exception as reply_exc:
+                log.warning("slack %s: could not tell the sender either: %s", self.profile_id, reply_exc)
+            raise
 
     async def _save_file(self, file: dict[str, Any]) -> Path | None:
         """Downloads one shared file into files/; its absolute path, or None when that failed."""

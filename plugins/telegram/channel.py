@@ -23,7 +23,7 @@ from gateway import (
     deliver_parts,
     reply_parts,
 )
-from gateway.api import ConfigurationError
+from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from plugins.telegram.inbound import InboundMessages
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
 from plugins.telegram.redaction import TokenFilter
@@ -210,11 +210,16 @@ class TelegramChannel:
             return
         try:
             await self._inbound.handle(update.get_bot(), update.message)
-        except Exception as exc:
+        except Exception as exc:  # Telegram will not send the update again: tell the sender
             log.exception("telegram %s: could not enqueue message %s", self.profile_id,
                           update.message.message_id)
             self.context.events.emit("channel.error", channel=CHANNEL_TYPE, profile=self.profile_id,
                                      reason=self._scrub(exc))
+            try:
+                await update.message.reply_text(INTAKE_FAILED_REPLY)
+            except Exception as reply_exc:
+                log.warning("telegram %s: could not tell the sender either: %s", self.profile_id,
+                            self._scrub(reply_exc))
 
     # --- outbound ---------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ class WhatsAppDriver(ChannelDriver):
     type = "whatsapp"
     limit = 4096
     conversation = "15557654321"
+    redelivers_refused_messages = True  # the webhook answers 500 and Meta sends it again
 
     def __init__(self, server: FakeWhatsApp):
         self.server = server
