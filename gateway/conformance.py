@@ -12,7 +12,8 @@ and subclasses ChannelConformance; pytest then runs every check below against th
 Checks: inbound payload shape and atomic write, outbound text, splitting at the platform limit
 with code fences intact, files both ways, a 429 then success, no duplicate after a restart in
 the middle of a delivery, the bot's own messages ignored, a sender outside `allow_from` ignored,
-a message the gateway cannot store answered with a clear reply (unless the platform redelivers it).
+a message the gateway cannot store answered with a clear reply (unless the platform redelivers it),
+a permanent refusal by the platform (bot blocked or removed, chat gone) raised as PermanentError.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api import INTAKE_FAILED_REPLY, Channel, ChannelContext, DeliveryError
+from gateway.api import INTAKE_FAILED_REPLY, Channel, ChannelContext, DeliveryError, PermanentError
 from gateway.events import EventLog, now_ms
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -61,6 +62,7 @@ class ChannelDriver:
     supports_access_control: bool = True
     splits_text: bool = True
     redelivers_refused_messages: bool = False  # True: the platform sends a message again when the sink failed
+    supports_refusal: bool = True  # the platform can refuse a send for good (blocked, removed, gone)
 
     def profile_options(self) -> dict[str, Any]:
         """Type-specific profile keys pointing the plugin at the fake (base URLs, token_env, …)."""
@@ -92,6 +94,11 @@ class ChannelDriver:
 
     def fail_next(self, times: int, after: int = 0) -> None:
         """Answers `times` send calls with a server error, after letting `after` calls succeed."""
+        raise NotImplementedError
+
+    def refuse_next(self) -> None:
+        """Answers the next send call with the platform's permanent refusal (the bot was blocked or
+        removed from the chat, or the chat is gone), as the real API words it."""
         raise NotImplementedError
 
 
@@ -301,3 +308,13 @@ class ChannelConformance:
             assert rig.incoming() == []
         finally:
             await rig.stop()
+
+    async def test_a_permanent_refusal_is_not_retried(self, rig: ChannelRig, driver: ChannelDriver) -> None:
+        if not driver.supports_refusal:
+            pytest.skip(f"{driver.type} cannot refuse a message")
+        driver.refuse_next()
+        assert rig.channel is not None
+        with pytest.raises(PermanentError):
+            await rig.channel.send(reply("anyone there?", driver.conversation, channel=driver.type))
+        await send_like_the_dispatcher(rig.channel, reply("still here", driver.conversation, channel=driver.type))
+        assert [item.text for item in driver.sent()] == ["still here"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gateway.api import Channel, DeliveryError
+from gateway.api import Channel, DeliveryError, PermanentError
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -146,6 +146,9 @@ class Dispatcher:
                 record = await channel.send(payload)
             except asyncio.CancelledError:
                 raise
+            except PermanentError as exc:  # the platform refused it for good (blocked, gone, not a member)
+                self._quarantine(path, f"the platform refused it: {exc}", attempts + 1)
+                return
             except Exception as exc:
                 attempts += 1
                 if attempts >= self.settings.max_attempts:

@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+from gateway.api import PermanentError
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, read_events
 from gateway.home import Home
@@ -74,6 +75,28 @@ async def test_delivery_that_keeps_failing_is_dead_lettered_not_dropped(home: Ho
     dispatcher.notice(name)
     await async_wait_until(lambda: (home.failed / f"{name}.error.json").exists())
     assert json.loads((home.failed / name).read_bytes())["message"] == "never"
+
+
+async def test_a_permanent_refusal_is_dead_lettered_at_once_with_the_reason(home: Home) -> None:
+    channel = FakeChannel()
+    tried: list[str] = []
+
+    async def refuse_blocked(payload: OutgoingPayload) -> None:
+        if payload.conversationId == "blocked":
+            tried.append(payload.message)
+            raise PermanentError("Forbidden: bot was blocked by the user")
+
+    channel.on_send = refuse_blocked
+    dispatcher, outbox = _setup(home, channel)
+    name = outbox.write(_reply("hello?", conversationId="blocked")).name
+    dispatcher.notice(name)
+    dispatcher.notice(outbox.write(_reply("fine", conversationId="open")).name)
+    report = await async_wait_until(lambda: (home.failed / f"{name}.error.json").exists()
+                                    and json.loads((home.failed / f"{name}.error.json").read_bytes()))
+    assert report["reason"] == "the platform refused it: Forbidden: bot was blocked by the user"
+    assert report["attempts"] == 1 and tried == ["hello?"]
+    assert not [e for e in read_events(home.events_file) if e["event"] == "outgoing.retry"]
+    await async_wait_until(lambda: [p.message for p in channel.sent] == ["fine"])
 
 
 async def test_payload_without_a_running_channel_stays_with_one_warning(home: Home) -> None:

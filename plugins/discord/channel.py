@@ -35,6 +35,7 @@ from gateway import (
     DeliveryRecord,
     OutgoingPayload,
     Part,
+    PermanentError,
     RunThreads,
     Sink,
     deliver_parts,
@@ -308,7 +309,8 @@ class DiscordChannel:
 
     async def _post(self, target: Target, part: Part,
                     reference: discord.MessageReference | None) -> discord.Message:
-        """Posts one part, turning platform failures into DeliveryError (with retry_after on 429)."""
+        """Posts one part, turning platform failures into DeliveryError (with retry_after on 429), or
+        PermanentError when Discord refuses it for good (403: no access or DMs closed, 404: channel gone)."""
         try:
             try:
                 return await self._post_once(target, part, reference)
@@ -320,6 +322,9 @@ class DiscordChannel:
         except discord.RateLimited as exc:
             raise DeliveryError(f"Discord rate limit: retry in {exc.retry_after:.1f}s",
                                 retry_after=exc.retry_after) from exc
+        except (discord.Forbidden, discord.NotFound) as exc:
+            raise PermanentError(f"Discord refused the message: HTTP {exc.status} (code {exc.code}): "
+                                 f"{exc.text or exc.response.reason}") from exc
         except discord.HTTPException as exc:
             raise DeliveryError(f"Discord answered HTTP {exc.status}: {exc.text or exc.response.reason}",
                                 retry_after=_retry_after(exc)) from exc

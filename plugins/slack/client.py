@@ -13,7 +13,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from gateway import DeliveryError
+from gateway import DeliveryError, PermanentError
 from plugins.slack.inbound import BotIdentity
 
 log = logging.getLogger("switchyard.slack")
@@ -21,6 +21,10 @@ log = logging.getLogger("switchyard.slack")
 MAX_INLINE_WAIT_S = 30.0  # a longer retry-after goes back to the dispatcher as DeliveryError(retry_after)
 DOWNLOAD_TIMEOUT_S = 120.0
 NETWORK_ERRORS = (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
+PERMANENT_ERRORS = frozenset({  # Slack's refusals that no retry can fix: the bot is out, the channel gone
+    "channel_not_found", "not_in_channel", "is_archived", "channel_is_archived", "account_inactive",
+    "restricted_action", "cannot_reply_to_message",
+})
 
 
 def sdk_logger() -> logging.Logger:
@@ -54,14 +58,17 @@ class SlackApi:
         return BotIdentity(user_id=str(response["user_id"]), bot_id=response.get("bot_id"))
 
     async def call(self, label: str, request: Callable[[], Awaitable[AsyncSlackResponse]]) -> AsyncSlackResponse:
-        """Runs one API request; a short rate limit is waited out and retried, anything else raises
-        DeliveryError (a long rate limit with its retry_after, for the dispatcher to wait)."""
+        """Runs one API request; a short rate limit is waited out and retried, a refusal in
+        PERMANENT_ERRORS raises PermanentError, anything else DeliveryError (a long rate limit with
+        its retry_after, for the dispatcher to wait)."""
         waited = 0.0
         while True:
             try:
                 return await request()
             except SlackApiError as exc:
                 status, error = exc.response.status_code, exc.response.get("error")
+                if error in PERMANENT_ERRORS:
+                    raise PermanentError(f"Slack {label} refused: {error}") from None
                 if status != 429 and error != "ratelimited":
                     raise DeliveryError(f"Slack {label} failed: HTTP {status} {error or ''}".strip()) from None
                 retry_after = _retry_after(exc.response.headers)

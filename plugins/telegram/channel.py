@@ -18,6 +18,7 @@ from gateway import (
     DeliveryRecord,
     OutgoingPayload,
     Part,
+    PermanentError,
     RunThreads,
     Sink,
     deliver_parts,
@@ -259,6 +260,8 @@ class TelegramChannel:
                     raise DeliveryError(f"telegram: chat {target.chat} keeps moving") from exc
                 chat = exc.new_chat_id
             except TelegramError as exc:
+                if refused_for_good(exc):
+                    raise PermanentError(f"telegram refused the message for good: {self._scrub(exc)}") from exc
                 raise DeliveryError(f"telegram did not take the message: {self._scrub(exc)}") from exc
         ref = message_ref(chat, sent.message_id)
         if run_id:
@@ -313,6 +316,13 @@ def _build_application(options: TelegramOptions, token: str) -> TelegramApp:
 
     return (ApplicationBuilder().token(token).base_url(options.base_url)
             .base_file_url(options.base_file_url).job_queue(None).build())
+
+
+def refused_for_good(exc: TelegramError) -> bool:
+    """Whether retrying cannot help: the bot was blocked or removed (403), or the chat is gone."""
+    from telegram.error import BadRequest, Forbidden
+
+    return isinstance(exc, Forbidden) or (isinstance(exc, BadRequest) and "chat not found" in str(exc).lower())
 
 
 def telegram_parts(outgoing: OutgoingPayload) -> list[Part]:

@@ -14,12 +14,16 @@ from typing import Any
 import aiofiles
 import aiohttp
 
-from gateway import DeliveryError
+from gateway import DeliveryError, PermanentError
 
 log = logging.getLogger("switchyard.whatsapp")
 
 RATE_LIMIT_CODES = frozenset({4, 80007, 130429, 131056})
 """Graph error codes that mean "slow down": app, account, throughput and pair rate limits."""
+
+PERMANENT_CODES = frozenset({100, 131026, 131047, 131051})
+"""Graph error codes (with HTTP 400) that refuse a message for good: invalid parameter (e.g. the
+recipient), undeliverable, outside the 24-hour customer service window, unsupported message type."""
 
 
 class GraphError(DeliveryError):
@@ -35,6 +39,19 @@ class GraphError(DeliveryError):
     def rate_limited(self) -> bool:
         """Whether the platform asked to slow down (HTTP 429 or a rate-limit code)."""
         return self.status == 429 or self.code in RATE_LIMIT_CODES
+
+    @property
+    def permanent(self) -> bool:
+        """Whether the platform refused a message for good (HTTP 400 with a permanent code)."""
+        return self.status == 400 and self.code in PERMANENT_CODES
+
+
+class MessageRefused(PermanentError):
+    """The Cloud API refused a message for good: the dispatcher dead-letters it instead of retrying."""
+
+    def __init__(self, message: str, *, code: int | None):
+        super().__init__(message)
+        self.code = code
 
 
 class CloudApi:
@@ -121,12 +138,18 @@ class CloudApi:
             "typing_indicator": {"type": "text"}})
 
     async def _send_message(self, to: str, kind: str, content: dict[str, Any], reply_to: str | None) -> str:
-        """POSTs one message (quoting `reply_to` when given); returns its wamid."""
+        """POSTs one message (quoting `reply_to` when given); returns its wamid, or raises MessageRefused."""
         body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": to,
                                 "type": kind, kind: content}
         if reply_to:
             body["context"] = {"message_id": reply_to}
-        answer = await self._patiently("POST", self._url(f"{self.phone_number_id}/messages"), body=body)
+        try:
+            answer = await self._patiently("POST", self._url(f"{self.phone_number_id}/messages"), body=body)
+        except GraphError as exc:
+            if not exc.permanent:
+                raise
+            reason = str(exc).replace(self._token, "***")
+            raise MessageRefused(f"the Cloud API refused the message for good: {reason}", code=exc.code) from None
         try:
             return str(answer["messages"][0]["id"])
         except (KeyError, IndexError, TypeError):

@@ -20,6 +20,7 @@ MESSAGE_CONTENT_INTENT = 1 << 15
 BOT_ID = "900000000000000001"
 APPLICATION_ID = "900000000000000002"
 OWNER_ID = "900000000000000003"
+REFUSALS = {403: (50007, "Cannot send messages to this user"), 404: (10003, "Unknown Channel")}
 
 
 @dataclass
@@ -53,9 +54,11 @@ class DiscordFakeServer(FakeServer):
         self.attachments: dict[str, bytes] = {}
         self.rate_limited = 0
         self.failed = 0
+        self.refused = 0
         self._connections: dict[web.WebSocketResponse, int] = {}
         self._counter = itertools.count(1)
         self._rate_limits: list[float] = []
+        self._refusals: list[int] = []
         self._fail_times = 0
         self._fail_after = 0
         self._fail_status = 503
@@ -87,6 +90,13 @@ class DiscordFakeServer(FakeServer):
         discord.py retries 500, 502, 504 and 524 by itself (sleeping 1 s, 3 s, …); 503 reaches the caller.
         """
         self._fail_times, self._fail_after, self._fail_status = times, after, status
+
+    def refuse_next(self, status: int = 403) -> None:
+        """Answers the next message post with Discord's permanent refusal for `status` (see REFUSALS):
+        403 code 50007 "Cannot send messages to this user", 404 code 10003 "Unknown Channel"."""
+        if status not in REFUSALS:
+            raise ValueError(f"no Discord refusal with HTTP {status}; known: {sorted(REFUSALS)}")
+        self._refusals.append(status)
 
     def close_on_identify(self, *codes: int) -> None:
         """Closes the next gateway sessions with these close codes instead of answering READY."""
@@ -232,6 +242,11 @@ class DiscordFakeServer(FakeServer):
             return self._unauthorized()
         if self._rate_limits:
             return self._too_many_requests(self._rate_limits.pop(0))
+        if self._refusals:
+            status = self._refusals.pop(0)
+            code, wording = REFUSALS[status]
+            self.refused += 1
+            return _json({"message": wording, "code": code}, status=status)
         if self._fail_times and self._fail_after <= 0:
             self._fail_times -= 1
             self.failed += 1

@@ -53,6 +53,7 @@ class FakeSlack(FakeServer):
         self._rate_limited: list[float] = []
         self._fail_after = 0
         self._fail_times = 0
+        self._refusals: list[str] = []
         super().__init__()
 
     def setup_routes(self, app: web.Application) -> None:
@@ -75,6 +76,10 @@ class FakeSlack(FakeServer):
     def fail_next(self, times: int, after: int = 0) -> None:
         """Answers `times` sends with HTTP 500 after letting `after` sends succeed."""
         self._fail_after, self._fail_times = after, times
+
+    def refuse_next(self, error: str = "not_in_channel") -> None:
+        """Answers the next send as Slack refuses one for good: HTTP 200, `ok: false` and this error."""
+        self._refusals.append(error)
 
     def next_ts(self) -> str:
         """A fresh, increasing Slack message ts (seconds with microseconds, as Slack's)."""
@@ -170,7 +175,9 @@ class FakeSlack(FakeServer):
         return web.json_response({"ok": True, **result})
 
     def _gate(self) -> web.Response | None:
-        """The 429 or 500 a send gets instead of success, when the test asked for one."""
+        """The 429, 500 or refusal a send gets instead of success, when the test asked for one."""
+        if self._refusals:
+            return _ok_false(self._refusals.pop(0))
         if self._rate_limited:
             retry_after = self._rate_limited.pop(0)
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429,

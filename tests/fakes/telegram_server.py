@@ -66,6 +66,7 @@ class FakeTelegram(FakeServer):
         self._retry_after = 0.0
         self._fail_after = 0
         self._fail_times = 0
+        self._refuse: tuple[int, str] | None = None
         super().__init__()
 
     def setup_routes(self, app: web.Application) -> None:
@@ -81,6 +82,10 @@ class FakeTelegram(FakeServer):
     def fail_next(self, times: int, after: int = 0) -> None:
         """Answers `times` sends with HTTP 500, after letting `after` sends succeed."""
         self._fail_times, self._fail_after = times, after
+
+    def refuse_next(self, status: int = 403, description: str = "Forbidden: bot was blocked by the user") -> None:
+        """Answers the next send with this refusal (by default the 403 of a bot the user blocked)."""
+        self._refuse = (status, description)
 
     def message(self, chat: int, text: str = "", *, user_id: int = 1001, first_name: str = "Ada",
                 is_bot: bool = False, file: tuple[str, bytes] | None = None, photo: bytes | None = None,
@@ -139,7 +144,10 @@ class FakeTelegram(FakeServer):
         return result
 
     def _refusal(self) -> web.Response | None:
-        """The 429 or 500 the next send gets, when one was asked for."""
+        """The 429, 500 or refusal the next send gets, when one was asked for."""
+        if self._refuse is not None:
+            (status, description), self._refuse = self._refuse, None
+            return _error(status, description)
         if self._rate_limited > 0:
             self._rate_limited -= 1
             return _error(429, f"Too Many Requests: retry after {self._retry_after:g}",

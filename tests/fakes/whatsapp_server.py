@@ -17,6 +17,13 @@ from tests.fakes.base import FakeServer
 
 API_VERSION = "v21.0"
 
+REFUSALS = {
+    131047: ("(#131047) Re-engagement message", "Message failed to send because more than 24 hours have passed "
+             "since the customer last replied to this number."),
+    131026: ("(#131026) Message Undeliverable", "Message Undeliverable."),
+}
+"""Meta's wording of permanent message refusals: code -> (message, error_data.details)."""
+
 
 @dataclass
 class Upload:
@@ -29,8 +36,9 @@ class Upload:
 
 @dataclass
 class SendRules:
-    """How the fake answers the next message sends: rate limits, then server errors."""
+    """How the fake answers the next message sends: a refusal, rate limits, then server errors."""
 
+    refuse_code: int | None = None
     rate_limited: int = 0
     retry_after: float | None = None
     rate_limit_code: int = 130429
@@ -91,6 +99,11 @@ class FakeWhatsApp(FakeServer):
     def fail_next(self, times: int, after: int = 0) -> None:
         """Answers `times` sends with HTTP 500 after letting `after` sends succeed."""
         self.rules.fail, self.rules.fail_after = times, after
+
+    def refuse_next(self, code: int = 131047) -> None:
+        """Answers the next send with Meta's HTTP 400 refusal of this code (see REFUSALS)."""
+        assert code in REFUSALS, f"no refusal wording for code {code}"
+        self.rules.refuse_code = code
 
     # --- Graph API ----------------------------------------------------------------------------
 
@@ -158,6 +171,10 @@ class FakeWhatsApp(FakeServer):
     def _apply_rules(self) -> web.Response | None:
         self.recorded.send_attempts += 1
         rules = self.rules
+        if rules.refuse_code is not None:
+            code, rules.refuse_code = rules.refuse_code, None
+            message, details = REFUSALS[code]
+            return _error(400, code, message, details=details)
         if rules.rate_limited > 0:
             rules.rate_limited -= 1
             headers = {"Retry-After": str(rules.retry_after)} if rules.retry_after is not None else {}
@@ -260,8 +277,11 @@ class FakeWhatsApp(FakeServer):
         assert status == 200, f"webhook answered {status}"
 
 
-def _error(status: int, code: int, message: str, *, headers: dict[str, str] | None = None) -> web.Response:
-    """A Graph API error answer."""
-    body = {"error": {"message": message, "type": "OAuthException", "code": code,
-                      "fbtrace_id": secrets.token_hex(8)}}
+def _error(status: int, code: int, message: str, *, headers: dict[str, str] | None = None,
+           details: str | None = None) -> web.Response:
+    """A Graph API error answer (with `error_data.details` when given)."""
+    error: dict[str, Any] = {"message": message, "type": "OAuthException", "code": code}
+    if details is not None:
+        error["error_data"] = {"messaging_product": "whatsapp", "details": details}
+    body = {"error": {**error, "fbtrace_id": secrets.token_hex(8)}}
     return web.json_response(body, status=status, headers=headers)

@@ -21,6 +21,7 @@ class ConsoleDriver(ChannelDriver):
     supports_own_messages = False
     supports_access_control = False
     splits_text = False
+    supports_refusal = False
 
     def __init__(self) -> None:
         self.stdout = io.StringIO()

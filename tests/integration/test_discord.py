@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway import DeliveryError, OutgoingPayload
+from gateway import DeliveryError, OutgoingPayload, PermanentError
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
 from gateway.events import read_events
 from plugins.discord.channel import DiscordChannel
@@ -60,6 +60,9 @@ class DiscordDriver(ChannelDriver):
 
     def fail_next(self, times: int, after: int = 0) -> None:
         self.server.fail_next(times, after)
+
+    def refuse_next(self) -> None:
+        self.server.refuse_next(403)
 
 
 @pytest.fixture
@@ -331,6 +334,21 @@ async def test_a_server_error_discord_py_retries_is_delivered_once(
     server.fail_next(1, status=500)
     await rig.channel.send(outgoing("despite a 500"))
     assert server.failed == 1 and [m.content for m in server.sent] == ["despite a 500"]
+
+
+async def test_an_unknown_channel_refuses_a_file_for_good_and_the_next_send_works(
+    rig: ChannelRig, server: DiscordFakeServer, tmp_path: Path
+) -> None:
+    assert rig.channel is not None
+    report = tmp_path / "report.txt"
+    report.write_bytes(b"numbers")
+    server.refuse_next(404)
+    with pytest.raises(PermanentError, match="HTTP 404 \\(code 10003\\): Unknown Channel") as failure:
+        await rig.channel.send(outgoing("", files=[str(report)]))
+    assert server.token not in str(failure.value)
+    assert server.refused == 1 and server.sent == []
+    await rig.channel.send(outgoing("", files=[str(report)]))
+    assert [m.files for m in server.sent] == [[("report.txt", b"numbers")]]
 
 
 async def test_typing_reaches_the_conversation_and_failures_stay_quiet(

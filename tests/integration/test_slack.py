@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway import Channel, ChannelContext, ChannelProfile, DeliveryError, OutgoingPayload
+from gateway import Channel, ChannelContext, ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
 from plugins.slack import SlackChannel
 from plugins.slack.transport import SocketTransport
@@ -74,6 +74,9 @@ class SlackDriver(ChannelDriver):
 
     def fail_next(self, times: int, after: int = 0) -> None:
         self.server.fail_next(times, after)
+
+    def refuse_next(self) -> None:
+        self.server.refuse_next()
 
 
 @pytest.fixture
@@ -255,6 +258,25 @@ async def test_a_long_rate_limit_goes_back_to_the_dispatcher(server: FakeSlack, 
         assert server.sent == []
         await channel.send(outgoing("later", CHANNEL))
         assert [s.text for s in server.sent] == ["later"]
+    finally:
+        await rig.stop()
+
+
+async def test_a_gone_channel_is_a_permanent_refusal_for_text_and_files(
+    server: FakeSlack, mode: str, tmp_path: Path
+) -> None:
+    rig, channel = await started(SlackDriver(server, mode), tmp_path / "home")
+    try:
+        server.refuse_next("channel_not_found")
+        with pytest.raises(PermanentError, match="channel_not_found") as caught:
+            await channel.send(outgoing("hello?", CHANNEL))
+        assert server.bot_token not in str(caught.value)
+        report = tmp_path / "report.txt"
+        report.write_bytes(b"numbers")
+        server.refuse_next("is_archived")
+        with pytest.raises(PermanentError, match="is_archived"):
+            await channel.send(outgoing("", CHANNEL, files=[str(report)]))
+        assert server.sent == [] and server.methods()[-1] == "files.getUploadURLExternal"
     finally:
         await rig.stop()
 

@@ -2,7 +2,8 @@
 
 The conformance kit runs twice, with long polling and with a webhook; the tests below cover
 what only Telegram has: reply threading, forum topics, run threads, typing, pairing, webhook
-secrets, reconnecting after lost polls, and login failures that never reveal the token.
+secrets, reconnecting after lost polls, which refusals are permanent, and login failures that never
+reveal the token.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway import ChannelProfile, DeliveryError, OutgoingPayload
+from gateway import ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.access import PairingStore
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
 from plugins.telegram import TelegramChannel, TelegramOptions
@@ -80,6 +81,9 @@ class TelegramDriver(ChannelDriver):
 
     def fail_next(self, times: int, after: int = 0) -> None:
         self.server.fail_next(times, after)
+
+    def refuse_next(self) -> None:
+        self.server.refuse_next()
 
 
 @pytest.fixture(autouse=True)
@@ -254,6 +258,24 @@ async def test_a_group_upgraded_to_a_supergroup_still_gets_the_reply(
     server.migrated["-300"] = -100300
     await channel_of(rig).send(outgoing("moved", "-300"))
     assert [(s.chat, s.text) for s in server.sent] == [("-100300", "moved")]
+
+
+@pytest.mark.parametrize(("status", "description", "error"), [
+    (400, "Bad Request: chat not found", PermanentError),
+    (403, "Forbidden: bot was kicked from the group chat", PermanentError),
+    (400, "Bad Request: message text is empty", DeliveryError),
+])
+async def test_only_a_refusal_for_good_is_permanent(
+    rig: ChannelRig, server: FakeTelegram, status: int, description: str, error: type[Exception]
+) -> None:
+    server.refuse_next(status, description)
+    with pytest.raises(error) as caught:
+        await channel_of(rig).send(outgoing("hello?", "1001"))
+    assert type(caught.value) is error
+    assert description.split(": ")[1].lower() in str(caught.value).lower()
+    assert TOKEN not in str(caught.value)
+    await channel_of(rig).send(outgoing("hello again", "1001"))
+    assert [s.text for s in server.sent] == ["hello again"]
 
 
 async def test_polling_reconnects_after_lost_polls(rig: ChannelRig, server: FakeTelegram) -> None:

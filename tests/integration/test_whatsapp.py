@@ -18,6 +18,7 @@ from gateway import (
     Home,
     IncomingPayload,
     OutgoingPayload,
+    PermanentError,
     Settings,
 )
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
@@ -78,6 +79,9 @@ class WhatsAppDriver(ChannelDriver):
 
     def fail_next(self, times: int, after: int = 0) -> None:
         self.server.fail_next(times, after)
+
+    def refuse_next(self) -> None:
+        self.server.refuse_next()
 
 
 @pytest.fixture
@@ -309,6 +313,17 @@ async def test_a_throughput_error_without_retry_after_is_backed_off_and_retried(
         await channel_of(rig).send(reply("steady", "15551234567", channel="whatsapp"))
         assert [item.text for item in server.recorded.sent] == ["steady"]
         assert server.recorded.send_attempts == 2
+
+
+async def test_an_undeliverable_message_is_refused_for_good_without_a_retry(
+        driver: WhatsAppDriver, server: FakeWhatsApp, tmp_path: Path) -> None:
+    async with running(driver, tmp_path / "home") as rig:
+        server.refuse_next(131026)
+        with pytest.raises(PermanentError, match="131026") as refused:
+            await channel_of(rig).send(reply("hello?", "15551234567", channel="whatsapp"))
+        assert not isinstance(refused.value, DeliveryError)
+        assert "Message Undeliverable" in str(refused.value) and server.token not in str(refused.value)
+        assert server.recorded.send_attempts == 1 and server.recorded.sent == []
 
 
 async def test_a_file_is_uploaded_then_sent_as_a_document(
