@@ -67,10 +67,15 @@ class Dispatcher:
 
     def rescan(self) -> None:
         """Lists `outgoing/` and schedules every payload not yet known, oldest first."""
-        entries = [e for e in os.scandir(self.home.outgoing)
-                   if e.name.endswith(".json") and e.name not in self._known]
-        for entry in sorted(entries, key=lambda e: (e.stat().st_mtime_ns, e.name)):
-            self.notice(entry.name)
+        found: list[tuple[int, str]] = []
+        for entry in os.scandir(self.home.outgoing):
+            if entry.name.endswith(".json") and entry.name not in self._known:
+                try:
+                    found.append((entry.stat().st_mtime_ns, entry.name))
+                except FileNotFoundError:  # delivered by another process sharing the home meanwhile
+                    continue
+        for _, name in sorted(found):
+            self.notice(name)
 
     def notice(self, name: str) -> None:
         """Schedules one payload file that appeared in `outgoing/`."""

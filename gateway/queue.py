@@ -103,9 +103,14 @@ class FileQueue:
         actions: list[str] = []
         now = time.time()
         for entry in os.scandir(self.home.incoming):
-            if entry.name.endswith(".tmp") and now - entry.stat().st_mtime > STALE_TMP_SEC:
-                os.unlink(entry.path)
-                actions.append(f"removed stale {entry.name}")
+            if not entry.name.endswith(".tmp"):
+                continue
+            try:
+                if now - entry.stat().st_mtime > STALE_TMP_SEC:
+                    os.unlink(entry.path)
+                    actions.append(f"removed stale {entry.name}")
+            except FileNotFoundError:  # renamed by its writer, or removed by another process, meanwhile
+                continue
         for folder in self._dead_worker_dirs():
             for entry in os.scandir(folder):
                 if entry.is_file() and entry.name.endswith(".json"):
@@ -150,7 +155,11 @@ class FileQueue:
         """Lists `incoming/` once and indexes every file not yet known (start-up, inotify overflow)."""
         for entry in os.scandir(self.home.incoming):
             if not entry.name.endswith(".tmp") and entry.name not in self._indexed:
-                self._add(entry.name, entry.stat().st_mtime_ns)
+                try:
+                    mtime_ns = entry.stat().st_mtime_ns
+                except FileNotFoundError:  # claimed by another process sharing the home meanwhile
+                    continue
+                self._add(entry.name, mtime_ns)
 
     def notice(self, name: str) -> None:
         """Indexes a file that just appeared in `incoming/` (called by the folder watch)."""

@@ -118,3 +118,25 @@ async def test_prune_sent_removes_only_old_files(home: Home) -> None:
     os.utime(old, (long_ago, long_ago))
     assert dispatcher.prune_sent() == 1
     assert not old.exists() and new.exists()
+
+
+async def test_a_reply_delivered_by_another_process_during_the_scan_is_skipped(
+    home: Home, tmp_path, monkeypatch
+) -> None:
+    channel = FakeChannel()
+    dispatcher, outbox = _setup(home, channel)
+    taken, kept = (outbox.write(_reply(text)).name for text in ("theirs", "ours"))
+    (tmp_path / "sent-elsewhere").mkdir()
+    listing = os.scandir
+
+    def racing(path):
+        entries = list(listing(path))
+        if os.path.realpath(path) == os.path.realpath(home.outgoing) and (home.outgoing / taken).exists():
+            os.rename(home.outgoing / taken, tmp_path / "sent-elsewhere" / taken)
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", racing)
+    dispatcher.rescan()
+    monkeypatch.setattr(os, "scandir", listing)
+    await async_wait_until(lambda: [p.message for p in channel.sent] == ["ours"])
+    assert (home.sent / kept).exists()

@@ -157,3 +157,34 @@ def test_enqueue_names_sort_in_arrival_order(home: Home) -> None:
     paths = [queue.enqueue(make_incoming(str(i)).to_json(), hint="console-x") for i in range(200)]
     assert [p.name for p in paths] == sorted(p.name for p in paths)
     assert queue_depths(home)["incoming"] == 200
+
+
+def test_files_taken_by_another_process_during_the_start_up_scan_are_skipped(
+    home: Home, tmp_path, monkeypatch
+) -> None:
+    # Another `switchyard run` on the same home claims a file, and a writer renames its .tmp,
+    # between our listing of incoming/ and our stat of the entry: start-up must go on.
+    for name in ("a.json", "b.json"):
+        drop_incoming(home, make_incoming(name), name)
+    (home.incoming / "c.json.tmp").write_bytes(b"{}")
+    old = time.time() - 3600
+    os.utime(home.incoming / "c.json.tmp", (old, old))
+    elsewhere = tmp_path / "other-worker"
+    elsewhere.mkdir()
+    listing = os.scandir
+    taken = ["c.json.tmp", "a.json"]  # one per listing: recovery's sweep of .tmp files, then the index
+
+    def racing(path):
+        entries = list(listing(path))
+        if os.path.realpath(path) == os.path.realpath(home.incoming) and taken:
+            gone = taken.pop(0)
+            os.rename(home.incoming / gone, elsewhere / gone)
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", racing)
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    monkeypatch.setattr(os, "scandir", listing)
+    assert taken == []
+    assert queue.claim().name == "b.json"
+    assert queue.claim() is None
