@@ -112,7 +112,11 @@ class FileQueue:
             except FileNotFoundError:  # renamed by its writer, or removed by another process, meanwhile
                 continue
         for folder in self._dead_worker_dirs():
-            for entry in os.scandir(folder):
+            try:
+                entries = list(os.scandir(folder))
+            except FileNotFoundError:  # another starting worker recovered and removed it first
+                continue
+            for entry in entries:
                 if entry.is_file() and entry.name.endswith(".json"):
                     try:
                         actions.append(self._return_to_incoming(Path(entry.path)))

@@ -188,3 +188,25 @@ def test_files_taken_by_another_process_during_the_start_up_scan_are_skipped(
     assert taken == []
     assert queue.claim().name == "b.json"
     assert queue.claim() is None
+
+
+def test_a_dead_workers_folder_recovered_by_another_starting_process_is_skipped(home: Home, monkeypatch) -> None:
+    dead = home.processing / "w999999"
+    dead.mkdir(parents=True)
+    drop_incoming(home, make_incoming("a"), "a.json")
+    os.rename(home.incoming / "a.json", dead / "a.json")
+    listing = os.scandir
+
+    def racing(path):
+        if os.path.realpath(path) == os.path.realpath(dead) and dead.exists():
+            os.rename(dead / "a.json", home.incoming / "a.json")  # the other process was quicker
+            dead.rmdir()
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", racing)
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    monkeypatch.setattr(os, "scandir", listing)
+    queue.rescan()
+    assert queue.claim().name == "a.json"
+    assert queue.claim() is None
