@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -24,10 +25,15 @@ def safe_name(part: str) -> str:
     return cleaned or "_"
 
 
+_tmp_ids = itertools.count()
+
+
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Writes `data` to `path` through `<path>.tmp` and a rename, so readers never see half a file."""
+    """Writes `data` to `path` through `<path>.<pid>-<n>.tmp` and a rename, so readers never see half
+    a file; the temporary name is the writer's own, so two processes (or threads) writing the same
+    file at once never rename each other's half-written file, and the last rename wins."""
     target = os.fspath(path)  # plain strings: this runs several times per message
-    tmp = target + ".tmp"
+    tmp = f"{target}.{os.getpid()}-{next(_tmp_ids)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _write_all(fd, data)
