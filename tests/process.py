@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.events import read_events
 from gateway.home import Home
 from gateway.testing import wait_until
 
@@ -90,17 +91,7 @@ class SwitchyardProcess:
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The event log's events (only those called `name` when given); a torn last line is skipped."""
-        try:
-            lines = self.home.events_file.read_bytes().splitlines()
-        except FileNotFoundError:
-            return []
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return [e for e in events if name is None or e.get("event") == name]
+        return [e for e in read_events(self.home.events_file) if name is None or e.get("event") == name]
 
     def count(self, name: str) -> int:
         return len(self.events(name))
