@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from gateway.api import Channel, DeliveryError, PermanentError
 from gateway.events import EventLog
-from gateway.home import Home
+from gateway.home import Home, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import move_to_failed
 from gateway.settings import QueueSettings
@@ -67,14 +67,8 @@ class Dispatcher:
 
     def rescan(self) -> None:
         """Lists `outgoing/` and schedules every payload not yet known, oldest first."""
-        found: list[tuple[int, str]] = []
-        for entry in os.scandir(self.home.outgoing):
-            if entry.name.endswith(".json") and entry.name not in self._known:
-                try:
-                    found.append((entry.stat().st_mtime_ns, entry.name))
-                except FileNotFoundError:  # delivered by another process sharing the home meanwhile
-                    continue
-        for _, name in sorted(found):
+        found = scan_mtimes(self.home.outgoing, lambda name: name.endswith(".json") and name not in self._known)
+        for name, _ in sorted(found, key=lambda item: (item[1], item[0])):
             self.notice(name)
 
     def notice(self, name: str) -> None:

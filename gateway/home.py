@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -50,6 +51,17 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def scan_mtimes(folder: Path, keep: Callable[[str], bool]) -> Iterator[tuple[str, int]]:
+    """(name, mtime in ns) of each entry of `folder` whose name `keep` accepts, leaving out the ones
+    that vanished between the listing and their stat (taken by another process sharing the home)."""
+    for entry in os.scandir(folder):
+        if keep(entry.name):
+            try:
+                yield entry.name, entry.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import utc_now_iso
-from gateway.home import Home, atomic_write, fsync_dir, safe_name
+from gateway.home import Home, atomic_write, fsync_dir, safe_name, scan_mtimes
 
 log = logging.getLogger("switchyard.queue")
 
@@ -101,16 +101,12 @@ class FileQueue:
 
     def _recover(self) -> list[str]:
         actions: list[str] = []
-        now = time.time()
-        for entry in os.scandir(self.home.incoming):
-            if not entry.name.endswith(".tmp"):
-                continue
-            try:
-                if now - entry.stat().st_mtime > STALE_TMP_SEC:
-                    os.unlink(entry.path)
-                    actions.append(f"removed stale {entry.name}")
-            except FileNotFoundError:  # renamed by its writer, or removed by another process, meanwhile
-                continue
+        cutoff_ns = time.time_ns() - int(STALE_TMP_SEC * 1e9)
+        for name, mtime_ns in scan_mtimes(self.home.incoming, lambda name: name.endswith(".tmp")):
+            if mtime_ns < cutoff_ns:
+                with contextlib.suppress(FileNotFoundError):  # renamed by its writer meanwhile
+                    os.unlink(self.home.incoming / name)
+                    actions.append(f"removed stale {name}")
         for folder in self._dead_worker_dirs():
             try:
                 entries = list(os.scandir(folder))
@@ -157,13 +153,9 @@ class FileQueue:
 
     def rescan(self) -> None:
         """Lists `incoming/` once and indexes every file not yet known (start-up, inotify overflow)."""
-        for entry in os.scandir(self.home.incoming):
-            if not entry.name.endswith(".tmp") and entry.name not in self._indexed:
-                try:
-                    mtime_ns = entry.stat().st_mtime_ns
-                except FileNotFoundError:  # claimed by another process sharing the home meanwhile
-                    continue
-                self._add(entry.name, mtime_ns)
+        for name, mtime_ns in scan_mtimes(self.home.incoming,
+                                          lambda name: not name.endswith(".tmp") and name not in self._indexed):
+            self._add(name, mtime_ns)
 
     def notice(self, name: str) -> None:
         """Indexes a file that just appeared in `incoming/` (called by the folder watch)."""
