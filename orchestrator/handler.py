@@ -63,7 +63,7 @@ class Orchestrator:
         """Stops run tasks (their state stays on disk and resumes at the next start); finishes the
         selector files still being written."""
         await self._executor.stop()
-        await asyncio.to_thread(self._selector.files.close)
+        await asyncio.to_thread(self._selector.close)
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with exactly one reply (results of slow runs are pushed later)."""

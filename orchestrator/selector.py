@@ -150,14 +150,12 @@ class SelectorFiles:
             self._thread = None
 
     def _submit(self, path: Path, body: dict[str, Any]) -> None:
-        if not self._later:
+        self._later.append((path, body))
+        if len(self._later) == 1:
             try:
                 asyncio.get_running_loop().call_soon(self._hand_over)
             except RuntimeError:  # no event loop: hand it over at once
-                self._later.append((path, body))
                 self._hand_over()
-                return
-        self._later.append((path, body))
 
     def _hand_over(self) -> None:
         if not self._later:
@@ -194,7 +192,11 @@ class Selector:
         self._runner = runner
         self._events = events
         self._sequence = itertools.count()
-        self.files = SelectorFiles(home)
+        self._files = SelectorFiles(home)
+
+    def close(self) -> None:
+        """Writes the selector files still pending (blocks until they are on disk)."""
+        self._files.close()
 
     def new_request_id(self) -> str:
         """A sortable, unique request id: UTC time, a counter and a random suffix."""
@@ -233,7 +235,7 @@ class Selector:
         in_process = self._runner.in_process(selector.provider)
         request_file = None if in_process else self._home.select_incoming / f"{request_id}.json"
         if in_process:
-            self.files.request(request_id, request)
+            self._files.request(request_id, request)
         try:
             result = await self._runner.run(selector.provider, prompt, request=request,
                                             request_file=request_file, cwd=loaded.workspace)
@@ -255,7 +257,7 @@ class Selector:
     def _record(
         self, request_id: str, result: ProviderResult, decision: dict[str, Any] | None, error: str | None
     ) -> None:
-        self.files.result(request_id, {
+        self._files.result(request_id, {
             "requestId": request_id, "raw": result.stdout[:RAW_CAP], "decision": decision, "error": error,
             "exitCode": result.exit_code, "durationMs": result.duration_ms, "timedOut": result.timed_out,
             "stderrTail": result.stderr_tail or None,
