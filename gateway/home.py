@@ -37,7 +37,7 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
     tmp = f"{target}.{os.getpid()}-{next(_tmp_ids)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         if fsync:
             os.fsync(fd)
     finally:
@@ -47,10 +47,34 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
         fsync_dir(os.path.dirname(target) or ".")
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Writes all of `data` to `fd` (os.write may write only part of it)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """Reads a file with plain system calls (a buffered reader costs several more per file on the
+    per-message path); with `limit`, at most `limit + 1` bytes, so an oversized file is detected
+    without loading it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        want = os.fstat(fd).st_size + 1  # +1: notices a file that grew since the fstat
+        chunks: list[bytes] = []
+        total = 0
+        while limit is None or total <= limit:
+            if limit is not None:
+                want = min(want, limit + 1 - total)
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            want = 65536
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def scan_mtimes(folder: Path, keep: Callable[[str], bool]) -> Iterator[tuple[str, int]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import utc_now_iso
-from gateway.home import Home, atomic_write, fsync_dir, safe_name, scan_mtimes
+from gateway.home import Home, atomic_write, fsync_dir, read_file, safe_name, scan_mtimes
 
 log = logging.getLogger("switchyard.queue")
 
@@ -215,7 +215,7 @@ class FileQueue:
                 continue
             attempts, errors = self._read_attempts(entry.name)
             try:
-                data = _read_capped(target, self.max_payload_bytes)
+                data = read_file(target, self.max_payload_bytes)
             except OSError as exc:
                 data = b""
                 errors = [*errors, f"cannot read: {exc}"]
@@ -302,12 +302,6 @@ def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -
     if fsync:
         fsync_dir(home.failed)
     return target
-
-
-def _read_capped(path: Path, limit: int) -> bytes:
-    """Reads at most `limit + 1` bytes, so an oversized payload is detected without loading it."""
-    with path.open("rb") as handle:
-        return handle.read(limit + 1)
 
 
 def _lock_is_free(lock_path: Path) -> bool:
