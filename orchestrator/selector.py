@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import queue
-import secrets
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -192,6 +192,7 @@ class Selector:
         self._runner = runner
         self._events = events
         self._sequence = itertools.count()
+        self._random = random.Random(os.urandom(16))  # unique suffixes without a system call each
         self._files = SelectorFiles(home)
 
     def close(self) -> None:
@@ -202,7 +203,7 @@ class Selector:
         """A sortable, unique request id: UTC time, a counter and a random suffix."""
         now = time.time_ns()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 1_000_000_000)) + f"{now // 1000 % 1_000_000:06d}"
-        return f"{stamp}-{next(self._sequence):06d}-{secrets.token_hex(3)}"
+        return f"{stamp}-{next(self._sequence):06d}-{self._random.getrandbits(24):06x}"
 
     def build_request(
         self, message: IncomingPayload, loaded: LoadedConfig, functions: list[dict[str, Any]],
