@@ -99,6 +99,7 @@ class Gateway:
     async def start(self) -> None:
         """Recovers the queue, starts the handler, the channels, the worker and the dispatcher."""
         self._loop = asyncio.get_running_loop()
+        self.events.write_per_turn(self._loop)
         self.pm.hook.switchyard_init(home=self.home, settings=self.settings)
         for action in self.queue.open():
             self.events.emit("queue.recovered", reason=action)
