@@ -67,10 +67,10 @@ def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
             if limit is not None:
                 want = min(want, limit + 1 - total)
             chunk = os.read(fd, want)
-            if not chunk:
-                break
             chunks.append(chunk)
             total += len(chunk)
+            if len(chunk) < want:  # a regular file reads short only at its end
+                break
             want = 65536
         return b"".join(chunks)
     finally:
