@@ -1,4 +1,8 @@
-"""Hypothesis-fuzzed payloads and ids: nothing crashes, every bad payload is quarantined with a reason."""
+"""Hypothesis-fuzzed payloads and ids: nothing crashes, every bad payload is quarantined with a reason.
+
+About 10,300 payload and id cases per run (4,000 parsed payloads, 6,000 file names from ids, 8 batches
+of 20-40 files through a real worker), plus 1,500 scheduler sequences.
+"""
 
 from __future__ import annotations
 
@@ -35,15 +39,17 @@ fields = st.fixed_dictionaries({}, optional={
     "messageId": st.one_of(ids, json_values), "conversationId": st.one_of(ids, json_values),
     "files": st.one_of(st.lists(text, max_size=2), json_values), "workflowRunId": st.one_of(ids, json_values),
     "extra": json_values})
-raw_bytes = st.one_of(st.binary(max_size=200), fields.map(lambda d: json.dumps(d).encode()),
-                      st.binary(min_size=MAX_BYTES + 1, max_size=MAX_BYTES + 50))
+# Oversized payloads are drawn by length, not byte by byte: a few KB of random bytes per example
+# exhausts Hypothesis's data budget, and a batch of them was rejected instead of run.
+oversized = st.integers(min_value=MAX_BYTES + 1, max_value=MAX_BYTES + 50).map(lambda n: b'{"m":"' + b"x" * n)
+raw_bytes = st.one_of(st.binary(max_size=200), fields.map(lambda d: json.dumps(d).encode()), oversized)
 
 
 def _claimed(data: bytes) -> Claimed:
     return Claimed("x.json", Path("/nonexistent/x.json"), data, (0, "x.json"), 0, [])
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=4000, deadline=None)
 @given(raw_bytes)
 def test_parse_payload_accepts_or_gives_a_reason_never_crashes(data: bytes) -> None:
     try:
@@ -56,7 +62,7 @@ def test_parse_payload_accepts_or_gives_a_reason_never_crashes(data: bytes) -> N
     json.loads(message.to_json())  # what is accepted can be written back
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=6000, deadline=None)
 @given(channel=ids, message_id=ids, timestamp=st.integers(min_value=0, max_value=2**63))
 def test_outgoing_names_stay_one_file_name(channel: str, message_id: str, timestamp: int) -> None:
     reply = OutgoingPayload(channel=channel or "c", message="hi", timestamp=timestamp, messageId=message_id or "m")
@@ -172,7 +178,7 @@ def _reply_stub(message: IncomingPayload) -> OutgoingPayload:
     return OutgoingPayload.reply_to(message, "", agent="t", timestamp=1)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(raw_bytes, min_size=20, max_size=40))
 def test_a_fuzzed_batch_through_the_worker_is_answered_or_quarantined_with_a_reason(batch: list[bytes]) -> None:
     asyncio.run(_through_worker(batch))
