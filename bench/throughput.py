@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
 from pathlib import Path
@@ -60,9 +61,13 @@ def floor(root: Path, count: int, *, fsync: bool) -> float:
 
 async def measured(scratch: Path, count: int, conversations: int, *, fsync: bool, floor_count: int,
                    variant: str = "orchestrator") -> dict[str, Any]:
-    """One case between two floor runs (the disk drifts): the ratio is against their mean."""
+    """One case between two floor runs (the disk drifts): the ratio is against their mean. Each run
+    starts with the previous one's writes flushed (os.sync), so no run pays for another's write-back."""
+    os.sync()
     before = floor(scratch / "floor-before", floor_count, fsync=fsync)
+    os.sync()
     row = await throughput(scratch / "case", count, conversations, fsync=fsync, variant=variant)
+    os.sync()
     after = floor(scratch / "floor-after", floor_count, fsync=fsync)
     mean = (before + after) / 2
     row.update(floor_rate=round(mean, 1), floor_before=round(before, 1), floor_after=round(after, 1),
