@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -12,6 +14,7 @@ from pathlib import Path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME_PART = 80
+STALE_TMP_S = 60.0  # a `.tmp` file this old was left by a writer that died mid-write
 
 
 def resolve_home(cli_home: str | os.PathLike[str] | None = None) -> Path:
@@ -86,6 +89,21 @@ def scan_mtimes(folder: Path, keep: Callable[[str], bool]) -> Iterator[tuple[str
                 yield entry.name, entry.stat().st_mtime_ns
             except FileNotFoundError:
                 continue
+
+
+def remove_stale_tmp(folder: Path, older_than_s: float) -> list[str]:
+    """Deletes the `.tmp` files in `folder` older than `older_than_s`: what a writer killed in the
+    middle of an `atomic_write` left behind (a live writer renames its file within milliseconds).
+    Returns the names removed."""
+    cutoff_ns = time.time_ns() - int(older_than_s * 1e9)
+    removed = []
+    with contextlib.suppress(FileNotFoundError):  # no such folder: nothing was left there
+        for name, mtime_ns in list(scan_mtimes(folder, lambda name: name.endswith(".tmp"))):
+            if mtime_ns < cutoff_ns:
+                with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile
+                    os.unlink(folder / name)
+                    removed.append(name)
+    return removed
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:

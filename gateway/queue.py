@@ -15,11 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import utc_now_iso
-from gateway.home import Home, atomic_write, fsync_dir, read_file, safe_name, scan_mtimes
+from gateway.home import (
+    STALE_TMP_S,
+    Home,
+    atomic_write,
+    fsync_dir,
+    read_file,
+    remove_stale_tmp,
+    safe_name,
+    scan_mtimes,
+)
 
 log = logging.getLogger("switchyard.queue")
 
-STALE_TMP_SEC = 60
 CLAIM_RETRY_S = 1.0
 
 
@@ -101,12 +109,11 @@ class FileQueue:
 
     def _recover(self) -> list[str]:
         actions: list[str] = []
-        cutoff_ns = time.time_ns() - int(STALE_TMP_SEC * 1e9)
-        for name, mtime_ns in scan_mtimes(self.home.incoming, lambda name: name.endswith(".tmp")):
-            if mtime_ns < cutoff_ns:
-                with contextlib.suppress(FileNotFoundError):  # renamed by its writer meanwhile
-                    os.unlink(self.home.incoming / name)
-                    actions.append(f"removed stale {name}")
+        # incoming/ first (a stale .tmp there is never claimed); then the other folders written
+        # through atomic_write, so a writer killed mid-write leaves nothing behind for long
+        for folder in (self.home.incoming, self.home.outgoing, self.home.failed, self.home.state,
+                       self._attempts_dir):
+            actions += [f"removed stale {name}" for name in remove_stale_tmp(folder, STALE_TMP_S)]
         for folder in self._dead_worker_dirs():
             try:
                 entries = list(os.scandir(folder))

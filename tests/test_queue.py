@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from gateway.home import Home
 from gateway.queue import FileQueue, queue_depths
 from gateway.testing import drop_incoming, make_incoming
@@ -126,14 +128,19 @@ def test_recovery_resolves_a_name_present_in_both_folders_without_loss(home: Hom
     assert contents == [b'{"identical": true}', b'{"version": "incoming"}', b'{"version": "processing"}']
 
 
-def test_stale_tmp_files_are_removed_at_start_and_fresh_ones_kept(home: Home) -> None:
-    stale = home.incoming / "old.json.tmp"
+@pytest.mark.parametrize("folder", ["incoming", "outgoing", "failed", "state", "state/attempts"])
+def test_stale_tmp_files_are_removed_at_start_and_fresh_ones_kept(home: Home, folder: str) -> None:
+    # what a process killed in the middle of an atomic_write leaves behind (a live writer renames
+    # its file within milliseconds, so a fresh one may belong to another process on the home)
+    (home.queue / folder).mkdir(parents=True, exist_ok=True)
+    stale = home.queue / folder / "old.json.4242-0.tmp"
     stale.write_bytes(b"{")
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
-    fresh = home.incoming / "new.json.tmp"
+    fresh = home.queue / folder / "new.json.4242-1.tmp"
     fresh.write_bytes(b"{")
-    FileQueue(home, fsync=False).open()
+    actions = FileQueue(home, fsync=False).open()
     assert not stale.exists() and fresh.exists()
+    assert f"removed stale {stale.name}" in actions
 
 
 def test_two_queues_on_one_home_never_claim_the_same_file(home: Home) -> None:

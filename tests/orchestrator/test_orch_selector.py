@@ -159,3 +159,13 @@ def test_old_selector_files_are_pruned(home: Home) -> None:
     os.utime(old, (long_ago, long_ago))
     assert prune_selector_files(home) == 1
     assert not old.exists() and new.exists()
+
+
+def test_a_selector_file_half_written_by_a_killed_process_is_pruned_after_a_minute(home: Home) -> None:
+    stale, fresh = home.select_results / "a.json.123-0.tmp", home.select_incoming / "b.json.456-0.tmp"
+    stale.write_text("{")
+    fresh.write_text("{")  # another process may be writing it right now
+    two_minutes_ago = time.time() - 120
+    os.utime(stale, (two_minutes_ago, two_minutes_ago))
+    assert prune_selector_files(home) == 1
+    assert not stale.exists() and fresh.exists()
