@@ -294,6 +294,9 @@ class DiscordChannel:
             raise DeliveryError("no Discord channel (conversationId) or user (senderId) to send to")
         try:
             return await client.create_dm(discord.Object(int(sender)))
+        except (discord.Forbidden, discord.NotFound) as exc:  # no such user, or no DMs from this bot
+            raise PermanentError(f"Discord refused a DM with user {sender}: HTTP {exc.status} (code {exc.code}): "
+                                 f"{exc.text or exc.response.reason}") from exc
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             raise DeliveryError(f"cannot open a Discord DM with user {sender}: {exc}") from exc
 

@@ -51,6 +51,7 @@ class DiscordFakeServer(FakeServer):
         self.identifies: list[dict[str, Any]] = []
         self.resumes = 0
         self.dm_channels: dict[str, str] = {}
+        self.closed_dms: set[str] = set()  # users who accept no DMs from the bot (Discord answers 403)
         self.attachments: dict[str, bytes] = {}
         self.rate_limited = 0
         self.failed = 0
@@ -218,6 +219,10 @@ class DiscordFakeServer(FakeServer):
         if not self._authorized(request):
             return self._unauthorized()
         recipient = str((await request.json())["recipient_id"])
+        if recipient in self.closed_dms:
+            code, wording = REFUSALS[403]
+            self.refused += 1
+            return _json({"message": wording, "code": code}, status=403)
         channel_id = self.dm_channels.setdefault(recipient, self.snowflake())
         return _json({"id": channel_id, "type": 1, "last_message_id": None,
                       "recipients": [self.user(recipient, f"user{recipient}")]})

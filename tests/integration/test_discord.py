@@ -295,6 +295,17 @@ async def test_without_a_conversation_the_answer_goes_to_a_dm(rig: ChannelRig, s
     assert [(m.channel_id, m.content) for m in server.sent] == [(server.dm_channels["1001"], "just for you")]
 
 
+async def test_a_user_who_accepts_no_dms_refuses_the_answer_for_good(
+    rig: ChannelRig, server: DiscordFakeServer
+) -> None:
+    # a permanent refusal is dead-lettered at once by the dispatcher, not retried max_attempts times
+    assert rig.channel is not None
+    server.closed_dms.add("1002")
+    with pytest.raises(PermanentError, match="DM with user 1002: HTTP 403 \\(code 50007\\)"):
+        await rig.channel.send(outgoing("just for you", conversation=None, senderId="1002"))
+    assert server.refused == 1 and server.sent == []
+
+
 async def test_an_unreadable_file_is_replaced_by_a_notice(
     rig: ChannelRig, server: DiscordFakeServer, tmp_path: Path
 ) -> None:
