@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +14,7 @@ from typing import Any
 
 from gateway.api import DeliveryRecord
 from gateway.chunking import split_message
-from gateway.home import Home, atomic_write, safe_name
+from gateway.home import Home, atomic_write, safe_name, scan_mtimes
 from gateway.models import OutgoingPayload
 
 log = logging.getLogger("switchyard.delivery")
@@ -39,13 +42,28 @@ def delivery_key(outgoing: OutgoingPayload) -> str:
     return f"{outgoing.channel}_{outgoing.messageId}_{outgoing.timestamp}"
 
 
+JOURNAL_RETENTION_DAYS = 30.0
+
+
 class DeliveryJournal:
     """Records each part's platform message id as it is sent, so a restart in the middle of a
-    delivery continues after the last sent part instead of sending the whole reply again."""
+    delivery continues after the last sent part instead of sending the whole reply again.
+
+    A delivered reply's record is dropped at once. A dead-lettered one keeps its record (moved back
+    to outgoing/, it continues after the parts already sent) for JOURNAL_RETENTION_DAYS; older
+    records are removed when the channel starts.
+    """
 
     def __init__(self, home: Home, profile_id: str):
         self.folder = home.state / "delivery" / safe_name(profile_id)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._prune(time.time_ns() - int(JOURNAL_RETENTION_DAYS * 86400e9))
+
+    def _prune(self, cutoff_ns: int) -> None:
+        for name, mtime_ns in list(scan_mtimes(self.folder, lambda name: name.endswith(".json"))):
+            if mtime_ns < cutoff_ns:
+                with contextlib.suppress(FileNotFoundError):  # pruned by another process meanwhile
+                    os.unlink(self.folder / name)
 
     def _path(self, key: str) -> Path:
         return self.folder / f"{safe_name(key)}.json"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from gateway.access import AccessPolicy
 from gateway.cli import main
-from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, reply_parts
+from gateway.delivery import JOURNAL_RETENTION_DAYS, DeliveryJournal, Part, RunThreads, deliver_parts, reply_parts
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile
@@ -59,6 +62,19 @@ async def test_a_restart_mid_delivery_sends_only_the_remaining_parts(home: Home)
     assert sent == [0, 1, 2, 3, 4]
     assert record.platform_ids == [f"id{i}" for i in range(5)]
     assert journal.sent_parts("x_m_1") == {}
+
+
+def test_a_dead_lettered_replys_journal_is_kept_a_while_then_pruned_at_start(home: Home) -> None:
+    # a reply dead-lettered halfway keeps its record, so moved back to outgoing/ it continues
+    # after the parts already sent; a record older than the retention goes when the channel starts
+    DeliveryJournal(home, "p").record("x_recent_1", 0, "id0")
+    DeliveryJournal(home, "p").record("x_old_1", 0, "id0")
+    old = DeliveryJournal(home, "p").folder / "x_old_1.json"
+    long_ago = time.time() - (JOURNAL_RETENTION_DAYS + 1) * 86400
+    os.utime(old, (long_ago, long_ago))
+    journal = DeliveryJournal(home, "p")
+    assert journal.sent_parts("x_recent_1") == {0: "id0"}
+    assert journal.sent_parts("x_old_1") == {} and not old.exists()
 
 
 def test_run_threads_survive_a_restart(home: Home) -> None:
