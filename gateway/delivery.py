@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +11,7 @@ from typing import Any
 
 from gateway.api import DeliveryRecord
 from gateway.chunking import split_message
-from gateway.home import Home, atomic_write, safe_name, scan_mtimes
+from gateway.home import Home, atomic_write, remove_old_files, safe_name
 from gateway.models import OutgoingPayload
 
 log = logging.getLogger("switchyard.delivery")
@@ -57,13 +54,7 @@ class DeliveryJournal:
     def __init__(self, home: Home, profile_id: str):
         self.folder = home.state / "delivery" / safe_name(profile_id)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._prune(time.time_ns() - int(JOURNAL_RETENTION_DAYS * 86400e9))
-
-    def _prune(self, cutoff_ns: int) -> None:
-        for name, mtime_ns in list(scan_mtimes(self.folder, lambda name: name.endswith(".json"))):
-            if mtime_ns < cutoff_ns:
-                with contextlib.suppress(FileNotFoundError):  # pruned by another process meanwhile
-                    os.unlink(self.folder / name)
+        remove_old_files(self.folder, lambda name: name.endswith(".json"), JOURNAL_RETENTION_DAYS * 86400)
 
     def _path(self, key: str) -> Path:
         return self.folder / f"{safe_name(key)}.json"

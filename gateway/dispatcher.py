@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from gateway.api import Channel, DeliveryError, PermanentError
 from gateway.events import EventLog
-from gateway.home import Home, scan_mtimes
+from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import move_to_failed
 from gateway.settings import QueueSettings
@@ -208,13 +208,7 @@ class Dispatcher:
 
     def prune_sent(self) -> int:
         """Deletes delivered payloads older than `sent_retention_days`; returns how many."""
-        cutoff = time.time() - self.settings.sent_retention_days * 86400
-        removed = 0
-        for entry in os.scandir(self.home.sent):
-            if entry.stat().st_mtime < cutoff:
-                os.unlink(entry.path)
-                removed += 1
-        return removed
+        return len(remove_old_files(self.home.sent, lambda name: True, self.settings.sent_retention_days * 86400))
 
     async def stop(self, grace_s: float) -> None:
         """Lets deliveries in progress finish for `grace_s`; undelivered files stay in outgoing/."""

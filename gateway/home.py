@@ -91,19 +91,25 @@ def scan_mtimes(folder: Path, keep: Callable[[str], bool]) -> Iterator[tuple[str
                 continue
 
 
-def remove_stale_tmp(folder: Path, older_than_s: float) -> list[str]:
-    """Deletes the `.tmp` files in `folder` older than `older_than_s`: what a writer killed in the
-    middle of an `atomic_write` left behind (a live writer renames its file within milliseconds).
-    Returns the names removed."""
+def remove_old_files(folder: Path, match: Callable[[str], bool], older_than_s: float) -> list[str]:
+    """Deletes the files of `folder` whose name `match` accepts, last changed more than
+    `older_than_s` ago; a missing folder, or a file removed meanwhile (another process pruning the
+    same home), is skipped. Returns the names removed."""
     cutoff_ns = time.time_ns() - int(older_than_s * 1e9)
     removed = []
-    with contextlib.suppress(FileNotFoundError):  # no such folder: nothing was left there
-        for name, mtime_ns in list(scan_mtimes(folder, lambda name: name.endswith(".tmp"))):
+    with contextlib.suppress(FileNotFoundError):
+        for name, mtime_ns in list(scan_mtimes(folder, match)):
             if mtime_ns < cutoff_ns:
-                with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(folder / name)
                     removed.append(name)
     return removed
+
+
+def remove_stale_tmp(folder: Path) -> list[str]:
+    """Deletes the `.tmp` files a writer killed in the middle of an `atomic_write` left in `folder`
+    (older than STALE_TMP_S: a live writer renames its file within milliseconds)."""
+    return remove_old_files(folder, lambda name: name.endswith(".tmp"), STALE_TMP_S)
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:

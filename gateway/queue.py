@@ -16,7 +16,6 @@ from typing import Any
 
 from gateway.events import utc_now_iso
 from gateway.home import (
-    STALE_TMP_S,
     Home,
     atomic_write,
     fsync_dir,
@@ -113,7 +112,7 @@ class FileQueue:
         # through atomic_write, so a writer killed mid-write leaves nothing behind for long
         for folder in (self.home.incoming, self.home.outgoing, self.home.failed, self.home.state,
                        self._attempts_dir):
-            actions += [f"removed stale {name}" for name in remove_stale_tmp(folder, STALE_TMP_S)]
+            actions += [f"removed stale {name}" for name in remove_stale_tmp(folder)]
         for folder in self._dead_worker_dirs():
             try:
                 entries = list(os.scandir(folder))

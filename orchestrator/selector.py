@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import EventLog
-from gateway.home import STALE_TMP_S, Home, atomic_write, remove_stale_tmp, scan_mtimes
+from gateway.home import Home, atomic_write, remove_old_files, remove_stale_tmp
 from gateway.models import IncomingPayload
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderFailed, ProviderResult, ProviderRunner
@@ -268,14 +267,8 @@ class Selector:
 def prune_selector_files(home: Home, older_than_days: float = SELECT_RETENTION_DAYS) -> int:
     """Deletes selector request and result files older than `older_than_days`, and temporary files
     a writer killed mid-write left behind; returns how many."""
-    cutoff_ns = time.time_ns() - int(older_than_days * 86400e9)
     removed = 0
     for folder in (home.select_incoming, home.select_results):
-        removed += len(remove_stale_tmp(folder, STALE_TMP_S))
-        with contextlib.suppress(FileNotFoundError):  # no such folder yet
-            for name, mtime_ns in list(scan_mtimes(folder, lambda name: name.endswith(".json"))):
-                if mtime_ns < cutoff_ns:
-                    with contextlib.suppress(FileNotFoundError):  # pruned by another process meanwhile
-                        os.unlink(folder / name)
-                        removed += 1
+        removed += len(remove_stale_tmp(folder))
+        removed += len(remove_old_files(folder, lambda name: name.endswith(".json"), older_than_days * 86400))
     return removed
