@@ -295,8 +295,7 @@ class DiscordChannel:
         try:
             return await client.create_dm(discord.Object(int(sender)))
         except (discord.Forbidden, discord.NotFound) as exc:  # no such user, or no DMs from this bot
-            raise PermanentError(f"Discord refused a DM with user {sender}: HTTP {exc.status} (code {exc.code}): "
-                                 f"{exc.text or exc.response.reason}") from exc
+            raise PermanentError(f"Discord refused a DM with user {sender}: {_refusal(exc)}") from exc
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             raise DeliveryError(f"cannot open a Discord DM with user {sender}: {exc}") from exc
 
@@ -326,8 +325,7 @@ class DiscordChannel:
             raise DeliveryError(f"Discord rate limit: retry in {exc.retry_after:.1f}s",
                                 retry_after=exc.retry_after) from exc
         except (discord.Forbidden, discord.NotFound) as exc:
-            raise PermanentError(f"Discord refused the message: HTTP {exc.status} (code {exc.code}): "
-                                 f"{exc.text or exc.response.reason}") from exc
+            raise PermanentError(f"Discord refused the message: {_refusal(exc)}") from exc
         except discord.HTTPException as exc:
             raise DeliveryError(f"Discord answered HTTP {exc.status}: {exc.text or exc.response.reason}",
                                 retry_after=_retry_after(exc)) from exc
@@ -354,6 +352,11 @@ async def _read_upload(path: Path) -> discord.File | None:
         log.warning("discord: %s cannot be read and is not sent: %s", path, exc)
         return None
     return discord.File(io.BytesIO(data), filename=path.name)
+
+
+def _refusal(exc: discord.HTTPException) -> str:
+    """Discord's status, error code and wording, e.g. `HTTP 403 (code 50007): Cannot send messages…`."""
+    return f"HTTP {exc.status} (code {exc.code}): {exc.text or exc.response.reason}"
 
 
 def _retry_after(exc: discord.HTTPException) -> float | None:
