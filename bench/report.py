@@ -45,10 +45,13 @@ def render(results: dict[str, Any]) -> str:
     met = goals(results)
     if results.get("P1"):
         rows = [[r["messages"], r["conversations"], r["fsync"], r["variant"], r["rate"], r["floor_rate"], r["ratio"],
-                 r["order_problems"], _mark(r["ratio"] >= 0.5) if r["variant"] == "orchestrator" else "-"]
+                 r.get("user_ms", "-"), r.get("sys_ms", "-"), r["order_problems"],
+                 _mark(r["ratio"] >= 0.5) if r["variant"] == "orchestrator" else "-"]
                 for r in [*results["P1"], *results.get("P1x", [])]]
-        lines += _table("P1 throughput (msg/s; floor = plain file loop, same run; goal ratio >= 0.5)",
-                        ["msgs", "convs", "fsync", "path", "msg/s", "floor", "ratio", "misordered", "goal"], rows)
+        lines += _table("P1 throughput (msg/s; floor = plain file loop, same run; goal ratio >= 0.5; "
+                        "user/sys = CPU ms per message)",
+                        ["msgs", "convs", "fsync", "path", "msg/s", "floor", "ratio", "user", "sys", "misordered",
+                         "goal"], rows)
     if results.get("P1calls"):
         kinds = ["create", "rename", "unlink", "open-read", "stat", "mkdir", "write", "fsync"]
         rows = [[r["variant"], *[r.get(k, 0) for k in kinds]] for r in results["P1calls"]]

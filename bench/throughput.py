@@ -36,17 +36,22 @@ async def throughput(root: Path, count: int, conversations: int, *, fsync: bool,
         channel = rig.channel
         assert channel.sink is not None
         channel.expect(count)
+        cpu_before = os.times()
         started = time.perf_counter()
         for index in range(count):
             await channel.sink(payload(index, conversations))
             await asyncio.sleep(0)  # a channel receives messages between other events, not in one burst
         await asyncio.wait_for(channel.done.wait(), DRAIN_TIMEOUT_S)
         elapsed = time.perf_counter() - started
+        cpu_after = os.times()
         delivered = list(channel.delivered)
     if cleanup:
         shutil.rmtree(root, ignore_errors=True)
     return {"messages": count, "conversations": conversations, "fsync": fsync, "variant": variant,
             "seconds": round(elapsed, 3), "rate": round(count / elapsed, 1), "delivered": len(delivered),
+            # CPU of the whole process (every thread) per message: steadier than the rate on a drifting disk
+            "user_ms": round((cpu_after.user - cpu_before.user) * 1000 / count, 3),
+            "sys_ms": round((cpu_after.system - cpu_before.system) * 1000 / count, 3),
             "unique": len({m for _, m, _ in delivered}), "order_problems": order_problems(delivered)}
 
 
