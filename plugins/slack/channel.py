@@ -38,6 +38,7 @@ log = logging.getLogger("switchyard.slack")
 
 CHANNEL_TYPE = "slack"
 STOP_DRAIN_S = 5.0
+VISIBLE_TO = "visibleTo"  # an outgoing payload's extra key: the one Slack user who may see it
 
 
 class SlackChannel:
@@ -175,16 +176,21 @@ class SlackChannel:
         """Records a refused message and, when the policy says so, queues its answer (a pairing code)."""
         self.context.events.emit("message.rejected", channel=CHANNEL_TYPE, profile=self.profile_id,
                                  conversation=message.conversation, senderId=message.user, reason=decision.reason)
-        if decision.reply:
-            self.context.outbox.write(OutgoingPayload(
-                channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=message.user,
-                message=decision.reply, originalMessage=message.text, timestamp=now_ms(),
-                messageId=message.ts, agent="switchyard", conversationId=message.conversation))
+        if decision.reply:  # the pairing code is for the asker's eyes only (see `send`)
+            self.context.outbox.write(OutgoingPayload.model_validate({
+                "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": sender,
+                "senderId": message.user, "message": decision.reply, "originalMessage": message.text,
+                "timestamp": now_ms(), "messageId": message.ts, "agent": "switchyard",
+                "conversationId": message.conversation, VISIBLE_TO: message.user}))
 
     # --- outbound ----------------------------------------------------------------------------
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
-        """Posts the reply's text chunks, then its files, in the conversation (and thread) it names."""
+        """Posts the reply's text chunks, then its files, in the conversation (and thread) it names.
+
+        A reply with `visibleTo: <user id>` (a pairing code) is posted as an ephemeral message only
+        that user sees, unless the conversation is a direct message (ids starting with D) anyway.
+        """
         api = self._api
         if api is None:
             raise DeliveryError(f"slack {self.profile_id} is not connected")
@@ -193,12 +199,15 @@ class SlackChannel:
             raise DeliveryError("the reply names neither a conversationId nor a senderId")
         channel, thread_ts = split_conversation(conversation)
         run_id = outgoing.workflowRunId
+        visible_to = None if channel.startswith("D") else (outgoing.model_extra or {}).get(VISIBLE_TO)
         if run_id and thread_ts:
             self._threads.remember(run_ref(channel, thread_ts), run_id)
 
         async def send_part(part: Part) -> str:
             if part.file is not None:
                 return await api.upload(channel, thread_ts, part.file.name, await _read(part.file))
+            if visible_to:
+                return await api.post_ephemeral(channel, str(visible_to), part.text or "", thread_ts)
             ts = await api.post_message(channel, part.text or "", thread_ts)
             if run_id:
                 self._threads.remember(run_ref(channel, ts), run_id)

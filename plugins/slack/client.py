@@ -86,6 +86,12 @@ class SlackApi:
             channel=channel, text=text, thread_ts=thread_ts, unfurl_links=False, unfurl_media=False))
         return str(response["ts"])
 
+    async def post_ephemeral(self, channel: str, user: str, text: str, thread_ts: str | None) -> str:
+        """Posts one text message only `user` sees, in the channel (and thread); returns its ts."""
+        response = await self.call("chat.postEphemeral", lambda: self.web.chat_postEphemeral(
+            channel=channel, user=user, text=text, thread_ts=thread_ts))
+        return str(response["message_ts"])
+
     async def upload(self, channel: str, thread_ts: str | None, filename: str, data: bytes) -> str:
         """Shares one file through file upload v2 (get URL, POST bytes, complete); returns the file id."""
         response = await self.call("files.upload_v2", lambda: self.web.files_upload_v2(

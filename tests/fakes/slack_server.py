@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.conformance import SentItem
 from tests.fakes.base import FakeServer
 
-SEND_METHODS = {"chat.postMessage", "files.getUploadURLExternal"}
+SEND_METHODS = {"chat.postMessage", "chat.postEphemeral", "files.getUploadURLExternal"}
 ACK_TIMEOUT_S = 5.0
 
 
@@ -38,6 +38,7 @@ class FakeSlack(FakeServer):
         self.bot_id = "BBOT"
         self.users: dict[str, str] = {}
         self.sent: list[SentItem] = []
+        self.ephemeral: list[tuple[str, str, str]] = []  # (channel, the one user who sees it, text)
         self.reactions: list[dict[str, str]] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.events_url: str | None = None
@@ -208,6 +209,11 @@ class FakeSlack(FakeServer):
         self.sent.append(SentItem(conversation=channel, text=params.get("text"), reply_to=params.get("thread_ts")))
         self.changed.set()
         return {"channel": channel, "ts": ts, "message": {"text": params.get("text"), "ts": ts}}
+
+    def _m_chat_postEphemeral(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.ephemeral.append((str(params["channel"]), str(params["user"]), str(params.get("text"))))
+        self.changed.set()
+        return {"message_ts": self.next_ts()}
 
     def _m_files_getUploadURLExternal(self, params: dict[str, Any]) -> dict[str, Any]:
         file_id = f"F{next(self._ids):05d}"

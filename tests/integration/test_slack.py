@@ -200,9 +200,25 @@ async def test_pairing_answers_an_unknown_sender_once_with_a_code(
         queued = [json.loads(p.read_bytes()) for p in rig.context.home.outgoing.glob("*.json")]
         assert len(queued) == 1 and "pairing code" in queued[0]["message"]
         await channel.send(OutgoingPayload.model_validate(queued[0]))
-        assert server.sent[-1].conversation == CHANNEL and "switchyard pair approve" in (server.sent[-1].text or "")
+        # only the asker sees the code: an ephemeral message in the channel, nothing posted for all
+        assert [(c, user) for c, user, _ in server.ephemeral] == [(CHANNEL, "U666")]
+        assert "switchyard pair approve" in server.ephemeral[0][2] and server.sent == []
         events = rig.context.home.events_file.read_text()
         assert events.count('"message.rejected"') == 2
+    finally:
+        await rig.stop()
+
+
+async def test_a_reply_for_one_user_is_posted_normally_in_a_direct_message(
+    server: FakeSlack, mode: str, tmp_path: Path
+) -> None:
+    rig, channel = await started(SlackDriver(server, mode), tmp_path / "home")
+    try:
+        await channel.send(OutgoingPayload(channel="slack", channelProfileId="slack", message="your code is 123",
+                                           timestamp=1, messageId="1.0", conversationId="D0001",
+                                           senderId="U666", visibleTo="U666"))
+        assert [(item.conversation, item.text) for item in server.sent] == [("D0001", "your code is 123")]
+        assert server.ephemeral == []
     finally:
         await rig.stop()
 
