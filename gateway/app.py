@@ -327,6 +327,7 @@ class Gateway:
         self.answered.close()
         self.sharing.close()
         self.queue.close()
+        self.outbox.close()
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)
 

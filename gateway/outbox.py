@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway.events import EventLog, now_ms
-from gateway.home import Home, atomic_write, is_within, safe_name
+from gateway.home import Home, SpareFiles, atomic_write, is_within, safe_name
 from gateway.models import OutgoingPayload
 
 log = logging.getLogger("switchyard.outbox")
@@ -32,6 +32,7 @@ class FileOutbox:
         self.fsync = fsync
         self._last_ms = 0
         self._lock = threading.Lock()
+        self._spares = SpareFiles(home.outgoing)
         self.on_written: Callable[[str, OutgoingPayload], None] | None = None
 
     def write(self, payload: OutgoingPayload) -> Path:
@@ -49,10 +50,14 @@ class FileOutbox:
                     break
                 stamp += 1
             self._last_ms = stamp
-        atomic_write(path, payload.to_json(), fsync=self.fsync)
+        atomic_write(path, payload.to_json(), fsync=self.fsync, spares=self._spares)
         if self.on_written is not None:
             self.on_written(path.name, payload)
         return path
+
+    def close(self) -> None:
+        """Removes the spare file kept ready in outgoing/."""
+        self._spares.close()
 
     def _checked_files(self, payload: OutgoingPayload) -> OutgoingPayload:
         allowed, refused = [], []

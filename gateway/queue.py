@@ -17,6 +17,7 @@ from typing import Any
 from gateway.events import utc_now_iso
 from gateway.home import (
     Home,
+    SpareFiles,
     atomic_write,
     fsync_dir,
     read_file,
@@ -82,6 +83,7 @@ class FileQueue:
         self._with_attempts: set[str] = set()
         self._vanished: list[tuple[int, str]] = []
         self._claim_errors: list[str] = []
+        self._spares = SpareFiles(home.incoming)  # for enqueue on the event loop
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -102,6 +104,7 @@ class FileQueue:
 
     def close(self) -> None:
         """Releases the worker lock; files still in processing are recovered by the next start."""
+        self._spares.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -287,7 +290,7 @@ class FileQueue:
         """Writes a payload into incoming/ atomically under a sortable, unique name."""
         name = f"{self._names.prefix()}-{safe_name(hint)}.json"
         path = self.home.incoming / name
-        atomic_write(path, data, fsync=self.fsync)
+        atomic_write(path, data, fsync=self.fsync, spares=self._spares)
         return path
 
     def unique_prefix(self) -> str:

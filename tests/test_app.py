@@ -69,6 +69,18 @@ async def test_a_channel_message_is_answered_through_the_same_channel(running) -
     assert channel.typing_calls == ["room"]
 
 
+async def test_a_stopped_gateway_leaves_no_spare_files(home: Home) -> None:
+    settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="f1", type="fake")])
+    plugin = FakeChannelPlugin()
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
+    await gateway.start()
+    await plugin.channels["f1"].inject("hello", conversationId="room")
+    await async_wait_until(lambda: plugin.channels["f1"].sent)
+    assert list(home.incoming.glob(".spare.*.tmp")) and list(home.outgoing.glob(".spare.*.tmp"))
+    await gateway.stop()
+    assert not list(home.queue.rglob(".spare.*"))
+
+
 async def test_a_failing_channel_is_disabled_without_leaking_its_token(running, home: Home) -> None:
     gateway, plugin = running
     assert gateway.channel_status["broken"]["state"] == "disabled"
