@@ -55,9 +55,7 @@ def _spares_in(folder: Path) -> list[str]:
 
 
 async def _spare_thread_done() -> None:
-    """Lets the loop's turn end (a spare is asked for then), then waits until the spare-file thread
-    has done what it was asked (it works in order)."""
-    await asyncio.sleep(0)
+    """Waits until the spare-file thread has done what it was asked so far (it works in order)."""
     await asyncio.wrap_future(_spare_maker().submit(lambda: None))
 
 
