@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import functools
 import itertools
 import os
 import re
@@ -68,21 +66,16 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True, spares: SpareFi
         fsync_dir(os.path.dirname(target) or ".")
 
 
-@functools.cache
-def _spare_maker() -> concurrent.futures.ThreadPoolExecutor:
-    """The one thread that creates spare files (started at the first one)."""
-    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spare-files")
-
-
 class SpareFiles:
     """One empty file kept ready in a folder, so a write on the message path need not create one.
 
     Creating a file is the costliest step of a small durable write on some disks (100–350 µs on
-    ext4 without a journal, against ~10 µs for the write itself). A write takes the spare, and the
-    next one is created by a background thread, off the event loop (P1 +10–15 %, P2 −0.3 ms on
-    that disk). Spares are made only for writers running on an event loop (the gateway), never
-    for a CLI command. They are named `.spare.<pid>-<n>.tmp`, so watchers ignore them and a killed
-    process's spare is removed at the next start like any stale `.tmp` file.
+    ext4 without a journal, against ~10 µs for the write itself); a spare moves that off the path
+    from a message to its reply: the write takes the spare, and a new one is created on the event
+    loop's next turn, after the reply is out. Without a running loop (a CLI command, another thread)
+    none is made and writes create their own file. Spares are named `.spare.<pid>-<n>.tmp`, so
+    watchers ignore them and a killed process's spare is removed at the next start like any stale
+    `.tmp` file.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -95,29 +88,17 @@ class SpareFiles:
         """An open spare (fd, path), or None; asks for the next one either way."""
         with self._lock:
             spare = self._ready.pop() if self._ready else None
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # not the gateway's loop (a CLI command, another thread): no spares
-            return spare
-        _spare_maker().submit(self._refill)
+        with contextlib.suppress(RuntimeError):  # no running loop in this thread: no spare then
+            asyncio.get_running_loop().call_soon(self._refill)
         return spare
 
     def _refill(self) -> None:
         with self._lock:
             if self._ready or self._closed:
                 return
-        path = os.path.join(self.folder, f"{SPARE_PREFIX}{os.getpid()}-{next(_tmp_ids)}.tmp")
-        try:  # outside the lock: a write taking the spare meanwhile must not wait for the creation
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError:  # a full disk, a folder removed: the writer creates its own file
-            return
-        with self._lock:
-            if not self._closed:
-                self._ready.append((fd, path))
-                return
-        os.close(fd)  # closed meanwhile
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            path = os.path.join(self.folder, f"{SPARE_PREFIX}{os.getpid()}-{next(_tmp_ids)}.tmp")
+            with contextlib.suppress(OSError):  # a full disk, a folder removed: the writer creates its own
+                self._ready.append((os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), path))
 
     def close(self) -> None:
         """Removes the spare not used."""

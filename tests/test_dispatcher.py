@@ -104,7 +104,7 @@ async def test_payload_without_a_running_channel_stays_with_one_warning(home: Ho
     for i in range(3):
         payload = _reply(f"x{i}").model_copy(update={"channel": "telegram", "channelProfileId": "tg"})
         dispatcher.notice(outbox.write(payload).name)
-    assert len(list(home.outgoing.glob("*.json"))) == 3
+    assert len(list(home.outgoing.iterdir())) == 3
     warnings = [e for e in read_events(home.events_file) if e["event"] == "outgoing.undeliverable"]
     assert len(warnings) == 1
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.home import SpareFiles, _spare_maker, atomic_write, read_file
+from gateway.home import SpareFiles, atomic_write, read_file
 
 WRITER = """
 import sys, time
@@ -54,20 +54,16 @@ def _spares_in(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob(".spare.*.tmp"))
 
 
-async def _spare_thread_done() -> None:
-    """Waits until the spare-file thread has done what it was asked so far (it works in order)."""
-    await asyncio.wrap_future(_spare_maker().submit(lambda: None))
-
-
 async def test_a_write_uses_the_spare_made_after_the_one_before(tmp_path: Path) -> None:
-    # the file creation moves off the path of the next write, to a background thread
+    # the file creation moves off the path of the next write, to the loop's next turn
     spares = SpareFiles(tmp_path)
     atomic_write(tmp_path / "a.json", b"first", fsync=False, spares=spares)
-    await _spare_thread_done()
+    assert _spares_in(tmp_path) == []
+    await asyncio.sleep(0)
     [spare] = _spares_in(tmp_path)
     atomic_write(tmp_path / "b.json", b"second", fsync=True, spares=spares)
-    assert (tmp_path / "b.json").read_bytes() == b"second" and spare not in _spares_in(tmp_path)
-    await _spare_thread_done()
+    assert (tmp_path / "b.json").read_bytes() == b"second" and _spares_in(tmp_path) == []
+    await asyncio.sleep(0)
     assert len(_spares_in(tmp_path)) == 1 and _spares_in(tmp_path) != [spare]
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["a.json", "b.json"]
     spares.close()
@@ -77,7 +73,7 @@ async def test_a_spare_removed_meanwhile_still_gets_the_write_through(tmp_path: 
     # e.g. another process starting on a shared home removed it as a stale .tmp file
     spares = SpareFiles(tmp_path)
     atomic_write(tmp_path / "a.json", b"first", fsync=False, spares=spares)
-    await _spare_thread_done()
+    await asyncio.sleep(0)
     (tmp_path / _spares_in(tmp_path)[0]).unlink()
     atomic_write(tmp_path / "b.json", b"second", fsync=True, spares=spares)
     assert (tmp_path / "b.json").read_bytes() == b"second"
@@ -87,17 +83,15 @@ async def test_a_spare_removed_meanwhile_still_gets_the_write_through(tmp_path: 
 async def test_close_removes_the_spare_and_no_new_one_is_made(tmp_path: Path) -> None:
     spares = SpareFiles(tmp_path)
     atomic_write(tmp_path / "a.json", b"first", fsync=False, spares=spares)
-    await _spare_thread_done()
+    await asyncio.sleep(0)
     spares.close()
     atomic_write(tmp_path / "b.json", b"late", fsync=False, spares=spares)
-    await _spare_thread_done()
+    await asyncio.sleep(0)
     assert _spares_in(tmp_path) == [] and (tmp_path / "b.json").read_bytes() == b"late"
 
 
 def test_without_a_running_loop_no_spare_is_made(tmp_path: Path) -> None:
-    # a CLI command writing one file must not leave a spare behind
     spares = SpareFiles(tmp_path)
     for name in ("a.json", "b.json"):
         atomic_write(tmp_path / name, b"x", fsync=False, spares=spares)
-    _spare_maker().submit(lambda: None).result()
     assert _spares_in(tmp_path) == []
