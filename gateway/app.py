@@ -75,8 +75,9 @@ class Gateway:
         self.settings = settings
         self.pm = pm
         home.create()
+        listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
-                               observers=[lambda event: pm.hook.switchyard_event(event=event)])
+                               observers=[lambda event: pm.hook.switchyard_event(event=event)] if listening else [])
         qs = settings.queue
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,

@@ -101,13 +101,19 @@ class Actions:
         self._runner = runner
         self._queue_stats = queue_stats
         self._plugin_functions = plugin_functions
+        self._registries: dict[str, tuple[LoadedConfig, FunctionRegistry]] = {}
 
     def registry(self, loaded: LoadedConfig) -> FunctionRegistry:
-        """The functions available for this orchestrator: built-ins, then orchestrator.yaml, then plugins."""
-        return FunctionRegistry([
-            *builtin_functions(loaded, self._store, self._executor, self._queue_stats),
-            *config_functions(loaded, self._runner), *self._plugin_functions,
-        ])
+        """The functions available for this orchestrator: built-ins, then orchestrator.yaml, then
+        plugins; built once per loaded configuration (a changed orchestrator.yaml is a new one)."""
+        cached = self._registries.get(loaded.orchestrator_id)
+        if cached is None or cached[0] is not loaded:
+            cached = loaded, FunctionRegistry([
+                *builtin_functions(loaded, self._store, self._executor, self._queue_stats),
+                *config_functions(loaded, self._runner), *self._plugin_functions,
+            ])
+            self._registries[loaded.orchestrator_id] = cached
+        return cached[1]
 
     async def execute(
         self, decision: Decision, message: IncomingPayload, loaded: LoadedConfig, functions: FunctionRegistry

@@ -55,11 +55,12 @@ class FunctionRegistry:
         self._specs: dict[str, FunctionSpec] = {}
         for spec in specs:
             self._specs.setdefault(spec.name, spec)
+        self._described = [{"name": s.name, "description": s.description, "parameters": s.parameters}
+                           for s in self._specs.values()]
 
     def describe(self) -> list[dict[str, Any]]:
-        """The `availableFunctions` of a selector request."""
-        return [{"name": s.name, "description": s.description, "parameters": s.parameters}
-                for s in self._specs.values()]
+        """The `availableFunctions` of a selector request (one shared list: read it, do not change it)."""
+        return self._described
 
     async def invoke(self, name: str, arguments: Any) -> str:
         """Calls one function with validated arguments; raises FunctionRefused when it may not run."""

@@ -130,3 +130,17 @@ async def test_yaml_function_gets_arguments_on_stdin(invoke: Callable[..., Any])
 
 async def test_plugin_function(invoke: Callable[..., Any]) -> None:
     assert await invoke("ping", {"n": 4}) == ("ping", "pong 4")
+
+
+async def test_a_function_added_to_orchestrator_yaml_is_available_at_once(
+    invoke: Callable[..., Any], write_config: Callable[[str], Path]
+) -> None:
+    assert (await invoke("whisper", {"text": "HI"}))[1].startswith("I cannot run that: unknown function 'whisper'")
+    lower = SHOUT.replace("upper", "lower")
+    write_config(CONFIG + f"""
+      whisper:
+        description: Lower-case a text
+        parameters: {{type: object, properties: {{text: {{type: string}}}}, required: [text]}}
+        command: [{json.dumps(sys.executable)}, -c, {json.dumps(lower)}]
+    """)
+    assert await invoke("whisper", {"text": "HI"}) == ("whisper", "hi")
