@@ -82,7 +82,12 @@ async def measured(scratch: Path, count: int, conversations: int, *, fsync: bool
 
 async def p1(scratch: Path, *, sizes: list[int], conversations: list[int], fsyncs: list[bool],
              floor_count: int) -> list[dict[str, Any]]:
-    """Every (fsync, size, conversations) case through the orchestrator, each against the floor."""
+    """Every (fsync, size, conversations) case through the orchestrator, each against the floor.
+
+    An untimed floor run comes first: every timed floor run then follows the clean-up of a run
+    before it, as every case does. Without it, the first floor ran on a disk that had deleted
+    nothing lately and was 10–20 % faster than all the others (see bench/README.md)."""
+    floor(scratch / "warm-up", floor_count, fsync=fsyncs[0])
     return [await measured(scratch, count, convs, fsync=fsync, floor_count=floor_count)
             for fsync in fsyncs for count in sizes for convs in conversations]
 
