@@ -6,6 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.api import HandlerContext
 from gateway.events import EventLog
 from gateway.home import Home
@@ -61,23 +63,17 @@ async def test_an_inbox_job_runs_the_profile_workflow_without_the_selector(
     assert len(outbox.payloads) == 1
 
 
-async def test_an_unknown_workflow_is_a_final_failure_for_the_channel(
+@pytest.mark.parametrize(("workflow", "why"), [
+    ("nope", "workflow 'nope' is not defined"),
+    ("approve", "workflow 'approve' asks for input (step Ask), which a job from a file cannot answer"),
+])
+async def test_a_workflow_the_job_cannot_run_is_a_final_failure_for_the_channel(
     home: Home, events: EventLog, outbox: FakeOutbox, selector: ScriptedSelector,
-    write_config: Callable[[str], Path], start: Callable[..., Any],
+    write_config: Callable[[str], Path], start: Callable[..., Any], workflow: str, why: str,
 ) -> None:
-    f = await _flow(home, events, outbox, selector, write_config, start, "nope")
+    f = await _flow(home, events, outbox, selector, write_config, start, workflow)
     answer, _ = await f.send("x", **_inbox_message())
-    assert "workflow 'nope' is not defined" in answer.message
-    assert (answer.model_extra or {})["runState"] == "failed_final"
-
-
-async def test_a_workflow_that_asks_for_input_is_refused_for_a_job_from_a_file(
-    home: Home, events: EventLog, outbox: FakeOutbox, selector: ScriptedSelector,
-    write_config: Callable[[str], Path], start: Callable[..., Any],
-) -> None:
-    f = await _flow(home, events, outbox, selector, write_config, start, "approve")
-    answer, _ = await f.send("x", **_inbox_message())
-    assert "workflow 'approve' asks for input (step Ask), which a job from a file cannot answer" in answer.message
+    assert why in answer.message
     assert (answer.model_extra or {})["runState"] == "failed_final"
     assert list(home.runs.glob("j-*")) == []
 
