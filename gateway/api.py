@@ -29,7 +29,15 @@ INTAKE_FAILED_REPLY = ("Sorry, I could not take in your message: the gateway cou
 
 
 class PermanentError(Exception):
-    """A failure that retrying cannot fix: the message goes to `failed/` at once with this reason."""
+    """A failure that retrying cannot fix: the message goes to `failed/` at once with this reason.
+
+    `reply`, when given, is what the sender is told instead of the generic apology (say what went
+    wrong and how it is fixed).
+    """
+
+    def __init__(self, message: str, *, reply: str | None = None):
+        super().__init__(message)
+        self.reply = reply
 
 
 class ConfigurationError(PermanentError, RuntimeError):

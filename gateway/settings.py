@@ -30,12 +30,46 @@ class QueueSettings(_Strict):
     lock_ttl_sec: float = Field(default=60, gt=0)
 
 
+PRESET_TYPES = ("claude", "codex", "gemini", "ollama")
+
+
 class ProviderSettings(_Strict):
-    command: list[str] = Field(min_length=1)
+    """One provider: a preset for a known agent CLI (`type`), or a generic argv (`command`)."""
+
+    type: Literal["claude", "codex", "gemini", "ollama"] | None = None
+    command: list[str] | None = Field(default=None, min_length=1)
     input: Literal["stdin", "arg"] = "stdin"
     timeout_sec: float = Field(default=300, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     max_output_bytes: int = Field(default=1_048_576, ge=1024)
+    binary: str | None = Field(default=None, min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    extra_args: list[str] = Field(default_factory=list)
+    session: Literal["conversation", "run", "none"] = "conversation"
+    mode: Literal["answer", "edit"] | None = None
+    allowed_tools: list[str] | None = None
+    first_output_sec: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> ProviderSettings:
+        if self.type is None:
+            if self.command is None:
+                raise ValueError("needs `type` (claude, codex, gemini, ollama) or `command` (an argv list)")
+            preset_only = [key for key in ("binary", "model", "mode", "allowed_tools")
+                           if getattr(self, key) is not None] + (["extra_args"] if self.extra_args else [])
+            if preset_only:
+                raise ValueError(f"{', '.join(preset_only)}: only for a preset (set `type`)")
+        elif self.command is not None:
+            raise ValueError("`command` and `type` exclude each other: a preset builds its own argv "
+                             "(use `binary` and `extra_args` to adjust it)")
+        elif self.input == "arg":
+            raise ValueError("input: a preset always sends the prompt on stdin")
+        return self
+
+    @property
+    def argv(self) -> list[str]:
+        """The generic entry's argv (empty for a preset)."""
+        return list(self.command or [])
 
 
 class OrchestratorRef(_Strict):
@@ -99,6 +133,25 @@ class Settings(_Strict):
     def profile(self, profile_id: str) -> ChannelProfile | None:
         """The channel profile with this id, if configured."""
         return next((p for p in self.channels if p.id == profile_id), None)
+
+
+def secret_env_names(settings: Settings) -> frozenset[str]:
+    """Every environment variable a `*_env` key names, anywhere in the settings (channel tokens, app
+    secrets, verify tokens, DSNs): what no provider may see."""
+    names: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and key.endswith("_env") and isinstance(item, str) and item:
+                    names.add(item)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(settings.model_dump())
+    return frozenset(names)
 
 
 def describe_validation_error(error: ValidationError, source: str) -> str:

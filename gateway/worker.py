@@ -256,7 +256,7 @@ class Worker:
             try:
                 return await self.handler.handle(job.message)
             except PermanentError as exc:
-                await self._dead_letter(job, str(exc), job.claimed.attempts + 1)
+                await self._dead_letter(job, str(exc), job.claimed.attempts + 1, reply=exc.reply)
                 return None
             except OSError as exc:
                 if exc.errno not in STORAGE_ERRNOS:
@@ -319,7 +319,7 @@ class Worker:
         self.events.emit("job.requeued", state="queued", kind="message", backoff_ms=int(delay * 1000),
                          **fields)
 
-    async def _dead_letter(self, job: _Job, reason: str, attempts: int) -> None:
+    async def _dead_letter(self, job: _Job, reason: str, attempts: int, *, reply: str | None = None) -> None:
         targets: list[Path] = []
         await self._durably(job, "move the message to failed/", lambda: targets.append(
             self.queue.dead_letter(job.claimed, reason, attempts=attempts)))
@@ -327,8 +327,8 @@ class Worker:
                          channel=job.message.channel, conversation=job.message.conversation,
                          reason=reason, failure_reason=reason, attempts=attempts, file=targets[0].name)
         preview = job.message.message[:60] + ("…" if len(job.message.message) > 60 else "")
-        apology = OutgoingPayload.reply_to(job.message, APOLOGY.format(preview=preview, attempts=attempts),
-                                           agent="switchyard", timestamp=now_ms())
+        text = reply or APOLOGY.format(preview=preview, attempts=attempts)
+        apology = OutgoingPayload.reply_to(job.message, text, agent="switchyard", timestamp=now_ms())
         await self._durably(job, "write the apology", functools.partial(self.outbox.write, apology))
 
     def _requeue_uncounted(self, claimed: Claimed) -> None:

@@ -11,9 +11,11 @@ from typing import Any
 from gateway.events import read_events
 from gateway.home import Home
 from gateway.models import IncomingPayload
+from orchestrator.agent_cli import AgentCall
 from orchestrator.config import LoadedConfig, read_template
-from orchestrator.providers import ProviderFailed, ProviderRunner
+from orchestrator.providers import ProviderRunner
 from orchestrator.runs import RunState
+from orchestrator.spawn import ProviderFailed
 from orchestrator.templates import render
 
 log = logging.getLogger("switchyard.orchestrator.diagnostics")
@@ -122,7 +124,8 @@ class Diagnostics:
         request_file = self._home.root / "orchestrator" / "diagnostics" / f"{request_id}.json"
         try:
             result = await self._runner.run(settings.provider, prompt, request=request,
-                                            request_file=request_file, cwd=loaded.workspace)
+                                            request_file=request_file, cwd=loaded.workspace,
+                                            call=AgentCall(mode="answer"))
         except ProviderFailed as exc:
             return f"The diagnostics agent failed: {exc}"
         return result.stdout.strip() or "The diagnostics agent gave no answer."

@@ -14,8 +14,9 @@ from jsonschema.exceptions import ValidationError, best_match
 from gateway.api import FunctionSpec
 from orchestrator.config import FunctionConfig, LoadedConfig
 from orchestrator.executor import RunExecutor
-from orchestrator.providers import ProviderFailed, ProviderRunner
+from orchestrator.providers import ProviderRunner
 from orchestrator.runs import RunStore
+from orchestrator.spawn import ProviderFailed
 
 FUNCTION_MAX_OUTPUT = 65536
 COMMANDS_HELP = "Commands: /status (this conversation's run), /cancel (stop it), /help (this list)."

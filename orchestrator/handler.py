@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.settings import SettingsError
+from gateway.settings import SettingsError, secret_env_names
 from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
 from orchestrator.config import ConfigCache, LoadedConfig
 from orchestrator.delivery import SYSTEM_AGENT
@@ -35,7 +35,8 @@ class Orchestrator:
     ):
         self._context = context
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
-        self._runner = ProviderRunner(context.home, context.settings.providers, builtins)
+        self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
+                                      hidden_env=secret_env_names(context.settings))
         self._configs = ConfigCache(context.home, context.settings, self._runner.known())
         self._store = RunStore(context.home, fsync=context.settings.queue.fsync)
         steps = StepRunner(self._runner, self._store, self._configs.get)
@@ -121,4 +122,6 @@ class Orchestrator:
             decision = await self._selector.decide(request, loaded)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
-        return await self._actions.execute(decision, message, loaded, functions)
+        answer = await self._actions.execute(decision, message, loaded, functions)
+        self._selector.remember(message, loaded, answer.message)
+        return answer

@@ -18,8 +18,13 @@ from typing import Any
 from gateway.events import EventLog
 from gateway.home import Home, atomic_write, remove_old_files, remove_stale_tmp
 from gateway.models import IncomingPayload
+from orchestrator.agent_cli import AgentCall
+from orchestrator.clis import unwrap_answer
 from orchestrator.config import LoadedConfig, read_template
-from orchestrator.providers import ProviderFailed, ProviderResult, ProviderRunner
+from orchestrator.providers import ProviderRunner
+from orchestrator.runs import conversation_key
+from orchestrator.sessions import ConversationHistory
+from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.templates import render
 
 log = logging.getLogger(__name__)
@@ -38,8 +43,7 @@ Answer with one JSON object, one of:
   {"action": "diagnostics_investigate", "question": "<what to find out>"}
   {"action": "command_invoke", "function": "<function name>", "arguments": {}}
 Use workflow_start only with a workflow listed below, and command_invoke only with a listed
-function and arguments that match its JSON Schema. The full request is JSON in the file named by
-the environment variable SWITCHYARD_REQUEST.
+function and arguments that match its JSON Schema. Do not use tools: everything you need is here.
 
 Workflows:
 {{workflowList}}
@@ -48,6 +52,9 @@ Functions:
 {{functionList}}
 
 Active run in this conversation: {{activeRunText}}
+
+Recent exchanges in this conversation (oldest first):
+{{historyText}}
 
 Message from {{sender}}:
 {{text}}
@@ -101,6 +108,11 @@ def _list_functions(functions: list[dict[str, Any]]) -> str:
     return "\n".join(lines) or "(none)"
 
 
+def _list_exchanges(exchanges: list[dict[str, str]]) -> str:
+    lines = [f"- user: {e.get('user', '')}\n  you answered: {e.get('assistant', '')}" for e in exchanges]
+    return "\n".join(lines) or "(none)"
+
+
 def selector_prompt(template: str, request: dict[str, Any]) -> str:
     """Fills the selector prompt template from the request."""
     message = request["message"]
@@ -113,6 +125,7 @@ def selector_prompt(template: str, request: dict[str, Any]) -> str:
         "workflowList": _list_workflows(request["workflows"]),
         "functionList": _list_functions(request["availableFunctions"]),
         "activeRunText": active_text,
+        "historyText": _list_exchanges(request.get("recentExchanges") or []),
     }
     return render(template, values)
 
@@ -193,6 +206,7 @@ class Selector:
         self._sequence = itertools.count()
         self._random = random.Random(os.urandom(16))  # unique suffixes without a system call each
         self._files = SelectorFiles(home)
+        self._history = ConversationHistory(home)
 
     def close(self) -> None:
         """Writes the selector files still pending (blocks until they are on disk)."""
@@ -208,8 +222,12 @@ class Selector:
         self, message: IncomingPayload, loaded: LoadedConfig, functions: list[dict[str, Any]],
         active_run: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        """The selector request (DESIGN "request file")."""
+        """The selector request (DESIGN "request file"); for a provider CLI it also holds the
+        conversation's last few exchanges (the selector keeps no session of its own)."""
         config = loaded.config
+        extra = {}
+        if not self._runner.in_process(config.selector.provider):
+            extra["recentExchanges"] = self._history.recent(f"conv:{conversation_key(message)}")
         return {
             "requestId": self.new_request_id(),
             "orchestratorId": loaded.orchestrator_id,
@@ -220,7 +238,13 @@ class Selector:
             "activeRun": active_run,
             "allowedActions": list(ACTIONS),
             "rules": config.rules.model_dump(),
+            **extra,
         }
+
+    def remember(self, message: IncomingPayload, loaded: LoadedConfig, answer: str) -> None:
+        """Keeps an exchange for the next requests of a provider-CLI selector (nothing for a built-in)."""
+        if not self._runner.in_process(loaded.config.selector.provider):
+            self._history.add(f"conv:{conversation_key(message)}", message.message, answer)
 
     async def decide(self, request: dict[str, Any], loaded: LoadedConfig) -> Decision:
         """Runs the selector on a request; raises SelectorError (bad answer) or ProviderFailed (bad run)."""
@@ -238,12 +262,13 @@ class Selector:
             self._files.request(request_id, request)
         try:
             result = await self._runner.run(selector.provider, prompt, request=request,
-                                            request_file=request_file, cwd=loaded.workspace)
+                                            request_file=request_file, cwd=loaded.workspace,
+                                            call=AgentCall(mode="answer"))
         except ProviderFailed as exc:
             self._record(request_id, exc.result, None, str(exc))
             raise
         try:
-            decision = parse_decision(result.stdout)
+            decision = parse_decision(result.stdout if in_process else unwrap_answer(result.stdout))
         except SelectorError as exc:
             self._record(request_id, result, None, str(exc))
             self._events.emit("selector.failed", request_id=request_id, reason=str(exc),

@@ -8,8 +8,8 @@ from typing import Any
 
 from orchestrator.config import LoadedConfig, StepConfig
 from orchestrator.jobs import FailureCategory
-from orchestrator.providers import ProviderResult
 from orchestrator.runs import RunState
+from orchestrator.spawn import ProviderResult
 
 Progress = Callable[[dict[str, Any]], None]
 """Saves some fields of the running step's state (a checkpoint inside a long step, e.g. per item)."""

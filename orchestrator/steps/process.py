@@ -6,9 +6,11 @@ from typing import Any
 
 from gateway.api import PermanentError
 from gateway.home import safe_name
+from orchestrator.agent_cli import AgentCall
 from orchestrator.config import AgentConfig, read_template
-from orchestrator.providers import ProviderFailed, ProviderResult, ProviderRunner
-from orchestrator.runs import RunStore
+from orchestrator.providers import ProviderRunner
+from orchestrator.runs import RunStore, conversation_key
+from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.steps.base import StepFailed, StepJob
 from orchestrator.steps.values import step_request
 from orchestrator.templates import render
@@ -41,8 +43,9 @@ class BodyRunner:
             prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
             request = step_request(job.run, job.step.id, **(request_extra or {}))
             request_file = self._store.folder(job.run.runId) / f"{safe_name(label)}.request.json"
+            call = AgentCall(conversation=f"conv:{conversation_key(job.run.payload())}", run=job.run.runId)
             return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
-                                          cwd=job.loaded.workspace, env=env)
+                                          cwd=job.loaded.workspace, env=env, call=call)
         except ProviderFailed as exc:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:

@@ -39,6 +39,9 @@ def template_values(run: RunState, workspace: str = "", **extra: Any) -> dict[st
     return {
         "message": str(run.message.get("message", "")),
         "sender": str(run.message.get("sender", "")),
+        "senderId": str(run.message.get("senderId") or ""),
+        "channel": run.conversation.channel,
+        "conversationId": str(run.conversation.conversationId or run.conversation.senderId or ""),
         "input": run.input,
         "steps": steps,
         "run": {"id": run.runId, "workflow": run.workflowId},

@@ -15,8 +15,9 @@ import pytest
 from gateway.api import PermanentError
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.providers import ProviderFailed, ProviderRunner, run_process
+from orchestrator.providers import ProviderRunner
 from orchestrator.rules import builtin_providers
+from orchestrator.spawn import ProviderFailed, run_process
 from tests.orchestrator.orch_helpers import wait_until
 
 Script = Callable[[str, str], list[str]]

@@ -1,0 +1,181 @@
+"""Runs an agent-CLI preset: finds its binary, continues its session, reads its envelope, classifies failures.
+
+A failure retrying cannot fix (the CLI is missing or not executable, not logged in, refuses to run
+unattended, the prompt is too large) raises ProviderRefused: the message is dead-lettered at once and
+the sender is told what happened and how it is fixed, in the CLI's own words. Anything else (a
+timeout, a network error, an exit without a recognised cause) raises ProviderFailed and is retried.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gateway.api import PermanentError
+from gateway.events import EventLog
+from gateway.settings import ProviderSettings
+from orchestrator.clis import (
+    MISSING_EXIT,
+    NOT_EXECUTABLE_EXIT,
+    PRESETS,
+    Preset,
+    Reading,
+    Session,
+    StreamEvent,
+    short_tail,
+    strip_ansi,
+)
+from orchestrator.sessions import SessionStore
+from orchestrator.spawn import ProviderFailed, ProviderResult, run_process
+
+NoteSink = Callable[[str], None]
+"""Receives short notes on what a running agent does (the tool it uses, the first line it writes)."""
+
+
+class ProviderRefused(PermanentError):
+    """A provider failure that retrying cannot fix; `reason` says what happened and how to fix it."""
+
+    def __init__(self, name: str, reason: str, said: str = "", result: ProviderResult | None = None):
+        self.name = name
+        self.reason = reason
+        self.result = result
+        words = f' ({name} said: "{said}")' if said and said.lower() not in reason.lower() else ""
+        super().__init__(f"{name}: {reason}{words}",
+                         reply=f"Sorry, I could not run the agent {name}: {reason}.{words}")
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """How one preset call runs: the sessions it may continue, a forced mode, where notes go.
+
+    A workflow step passes its conversation and run; the provider's `session` setting picks which
+    session it continues. The selector and diagnostics pass neither (stateless) and force `answer`.
+    """
+
+    conversation: str | None = None  # `conv:<channel>/<profile>/<conversation>`
+    run: str | None = None
+    mode: str | None = None  # None: the provider's own `mode`, else `answer`
+    on_note: NoteSink | None = None
+
+    def scope(self, provider: ProviderSettings) -> str | None:
+        """The session scope for this provider, or None for a stateless call."""
+        if provider.session == "conversation":
+            return self.conversation
+        return f"run:{self.run}" if provider.session == "run" and self.run else None
+
+    def mode_for(self, provider: ProviderSettings) -> str:
+        return self.mode or provider.mode or "answer"
+
+
+def failure_text(result: ProviderResult, reading: Reading | None = None) -> str:
+    """The CLI's own words on a failure: its envelope's error, else stderr, else the end of stdout."""
+    for text in ((reading.error if reading else None), result.stderr_tail, result.stdout):
+        if text and strip_ansi(text).strip():
+            return short_tail(text)
+    return ""
+
+
+def cannot_start(name: str, binary: str, result: ProviderResult, install: str = "") -> str | None:
+    """Why a process could not even start (missing, not executable, argv too long), else None."""
+    said = result.stderr_tail
+    if result.exit_code == MISSING_EXIT and ("No such file" in said or "not found" in said.lower()):
+        how = f"install it ({install}) or set `binary:` to its full path" if install else "check the command"
+        return f"`{binary}` was not found for the user running switchyard: {how}"
+    if result.exit_code == NOT_EXECUTABLE_EXIT or "Permission denied" in said:
+        return f"`{binary}` is not executable for the user running switchyard: check its permissions"
+    if "Argument list too long" in said:
+        return "the message is too large to pass as an argument: use `input: stdin`"
+    return None
+
+
+class AgentCliRunner:
+    """Runs provider presets with per-conversation sessions, stream notes and failure classification."""
+
+    def __init__(self, sessions: SessionStore, events: EventLog | None):
+        self._sessions = sessions
+        self._events = events
+
+    async def run(
+        self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
+        call: AgentCall,
+    ) -> ProviderResult:
+        """Runs one call; returns the answer as `stdout`; raises ProviderRefused or ProviderFailed."""
+        assert provider.type is not None
+        preset = PRESETS[provider.type]
+        binary = provider.binary or preset.binary
+        if shutil.which(binary, path=env.get("PATH", os.defpath)) is None:
+            raise ProviderRefused(name, f"`{binary}` was not found on PATH for the user running switchyard: "
+                                        f"install it ({preset.install}) or set `binary:` to its full path")
+        scope = call.scope(provider)
+        if scope is None:
+            return self._checked(name, preset, binary, *await self._call(preset, provider, binary, prompt,
+                                                                       cwd, env, call, None))
+        async with self._sessions.hold(name, scope):
+            return await self._in_session(name, preset, provider, binary, prompt, cwd, env, call, scope)
+
+    async def _in_session(
+        self, name: str, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,
+        env: Mapping[str, str], call: AgentCall, scope: str,
+    ) -> ProviderResult:
+        session = self._sessions.session(name, scope, assigns_ids=preset.own_session_ids)
+        result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
+        said = failure_text(result, reading) if _failed(result, reading) else ""
+        if said and session.resume and preset.unknown_session(said):
+            if self._events is not None:
+                self._events.emit("provider.session_reset", provider=name, scope=scope, session=session.id,
+                                  reason=said)
+            session = self._sessions.forget(name, scope, assigns_ids=preset.own_session_ids)
+            result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
+        elif said and not session.resume and session.id and preset.session_in_use(said):
+            session = replace(session, resume=True)  # started earlier, but its record was lost
+            result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
+        checked = self._checked(name, preset, binary, result, reading)
+        turn = {"prompt": prompt[-2000:], "answer": checked.stdout[-2000:]} if preset.history_in_prompt else None
+        self._sessions.save(name, scope, reading.session_id or session.id, turn)
+        return checked
+
+    async def _call(
+        self, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,
+        env: Mapping[str, str], call: AgentCall, session: Session | None,
+    ) -> tuple[ProviderResult, Reading]:
+        argv = preset.argv(binary, provider, mode=call.mode_for(provider), session=session)
+        result = await run_process(
+            argv, stdin=preset.stdin(prompt, session).encode(), env=env, cwd=cwd,
+            timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
+            watcher=_watcher(preset, call.on_note),
+            first_output_sec=provider.first_output_sec or preset.first_output_sec,
+        )
+        return result, preset.read(result.stdout)
+
+    def _checked(
+        self, name: str, preset: Preset, binary: str, result: ProviderResult, reading: Reading
+    ) -> ProviderResult:
+        if not _failed(result, reading):
+            return replace(result, stdout=reading.answer)
+        said = failure_text(result, reading)
+        refusal = cannot_start(name, binary, result, preset.install)
+        if refusal is None and not result.timed_out:
+            everything = "\n".join(filter(None, (reading.error, result.stderr_tail, result.stdout[-4000:])))
+            refusal = preset.permanent(strip_ansi(everything), result.exit_code)
+        if refusal is not None:
+            raise ProviderRefused(name, refusal, said, result)
+        raise ProviderFailed(name, replace(result, stderr_tail=said or result.stderr_tail))
+
+
+def _failed(result: ProviderResult, reading: Reading) -> bool:
+    return result.timed_out or result.exit_code != 0 or reading.error is not None
+
+
+def _watcher(preset: Preset, on_note: NoteSink | None) -> Callable[[str], bool]:
+    def watch(line: str) -> bool:
+        event: StreamEvent | None = preset.stream_event(line)
+        if event is None:
+            return False
+        if event.note and on_note is not None:
+            on_note(event.note)
+        return True
+
+    return watch

@@ -1,0 +1,70 @@
+"""OpenAI Codex (`codex exec --json … -`): JSONL events, threads resumed by id, sandboxed edits."""
+
+from __future__ import annotations
+
+from gateway.settings import ProviderSettings
+from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+
+WORK_ITEMS = {"agent_message", "reasoning", "command_execution", "file_change", "mcp_tool_call", "web_search",
+              "todo_list"}
+
+
+class Codex(Preset):
+    name = "codex"
+    binary = "codex"
+    install = "npm install -g @openai/codex"
+    login = "run `codex login` once as that user, or set OPENAI_API_KEY in the provider's env"
+    login_markers = ("not logged in", "401 unauthorized", "missing bearer", "invalid_api_key",
+                     "incorrect api key", "please run `codex login`")
+    too_large_markers = ("context_length_exceeded", "context window", "argument list too long")
+    unknown_session_markers = ("no rollout found for thread id",)
+
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+        sandbox = "workspace-write" if mode == "edit" else "read-only"
+        argv = [binary, "exec", "--json", "--color", "never", "--skip-git-repo-check", "--sandbox", sandbox]
+        if settings.model:
+            argv += ["--model", settings.model]
+        if session is None:
+            argv.append("--ephemeral")
+        argv += settings.extra_args
+        if session is not None and session.resume and session.id:
+            argv += ["resume", session.id]
+        return [*argv, "-"]
+
+    def read(self, stdout: str) -> Reading:
+        reading = Reading(answer="")
+        errors: list[str] = []
+        for event in json_lines(stdout):
+            kind = event.get("type")
+            if kind == "thread.started":
+                reading.session_id = event.get("thread_id") or reading.session_id
+            elif kind == "item.completed":
+                item = event.get("item") or {}
+                if item.get("type") == "agent_message":
+                    reading.answer = str(item.get("text", ""))
+            elif kind == "turn.failed":
+                error = event.get("error") or {}
+                errors.append(str(error.get("message", error)) if isinstance(error, dict) else str(error))
+            elif kind == "error":
+                errors.append(str(event.get("message", "")))
+        if errors and not reading.answer:
+            reading.error = errors[-1]
+        return reading
+
+    def stream_event(self, line: str) -> StreamEvent | None:
+        event = json_object(line)
+        if event is None or not str(event.get("type", "")).startswith(("item.", "turn.completed")):
+            return None
+        item = event.get("item") or {}
+        kind = item.get("type")
+        if event.get("type") == "turn.completed":
+            return StreamEvent()
+        if kind not in WORK_ITEMS:
+            return None
+        if kind == "command_execution" and item.get("command"):
+            return StreamEvent(note=f"running {first_line(str(item['command']), 60)}")
+        if kind == "file_change":
+            return StreamEvent(note="editing files")
+        if kind == "agent_message" and item.get("text"):
+            return StreamEvent(note=first_line(str(item["text"])))
+        return StreamEvent()

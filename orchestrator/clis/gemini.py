@@ -1,0 +1,61 @@
+"""Gemini CLI (`gemini -o stream-json -p ""`, prompt on stdin): sessions by id, approval modes."""
+
+from __future__ import annotations
+
+from gateway.settings import ProviderSettings
+from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+
+AUTH_EXIT = 41
+UNTRUSTED_EXIT = 55
+
+
+class Gemini(Preset):
+    name = "gemini"
+    binary = "gemini"
+    own_session_ids = True
+    install = "npm install -g @google/gemini-cli"
+    login = ("run `gemini` once as that user and choose a login, or set GEMINI_API_KEY in the provider's env")
+    login_markers = ("please set an auth method", "api key not valid", "gemini_api_key environment variable")
+    refusal_markers = ("not trusted", "untrusted")
+    too_large_markers = ("exceeds the maximum number of tokens", "argument list too long")
+    unknown_session_markers = ("no session found", "invalid session identifier", "session not found")
+    login_exit_codes = frozenset({AUTH_EXIT})
+    refusal_exit_codes = frozenset({UNTRUSTED_EXIT})
+
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+        approval = "auto_edit" if mode == "edit" else "plan"
+        argv = [binary, "--output-format", "stream-json", "--skip-trust", "--approval-mode", approval]
+        if settings.model:
+            argv += ["--model", settings.model]
+        if session is not None and session.id:
+            argv += ["--resume", session.id] if session.resume else ["--session-id", session.id]
+        return [*argv, *settings.extra_args, "--prompt", ""]
+
+    def read(self, stdout: str) -> Reading:
+        reading = Reading(answer="")
+        parts: list[str] = []
+        for event in json_lines(stdout):
+            reading.session_id = event.get("session_id") or reading.session_id
+            kind = event.get("type")
+            if kind == "message" and event.get("role") == "assistant":
+                parts.append(str(event.get("content", "")))
+            elif kind is None and "response" in event:  # `-o json`, when a user asks for it in extra_args
+                parts.append(str(event.get("response") or ""))
+            error = event.get("error")
+            if isinstance(error, dict) and error.get("message"):
+                reading.error = str(error["message"])
+            elif kind == "error" and event.get("message"):
+                reading.error = str(event["message"])
+        reading.answer = "".join(parts)
+        return reading
+
+    def stream_event(self, line: str) -> StreamEvent | None:
+        event = json_object(line)
+        kind = event.get("type") if event else None
+        if event is None or kind in (None, "init", "error"):
+            return None
+        if kind == "tool_use":
+            return StreamEvent(note=f"using {event.get('tool_name', 'a tool')}")
+        if kind == "message" and event.get("role") == "assistant" and str(event.get("content", "")).strip():
+            return StreamEvent(note=first_line(str(event["content"])))
+        return StreamEvent()

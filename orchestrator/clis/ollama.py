@@ -1,0 +1,46 @@
+"""Ollama (`ollama run MODEL`, prompt on stdin): plain text; the conversation's last turns go with the prompt."""
+
+from __future__ import annotations
+
+from gateway.settings import ProviderSettings
+from orchestrator.clis.base import Preset, Reading, Session, StreamEvent
+
+DEFAULT_MODEL = "llama3.2"
+HISTORY_TURNS = 6
+
+
+class Ollama(Preset):
+    name = "ollama"
+    binary = "ollama"
+    install = "see https://ollama.com/download, then `ollama pull <model>`"
+    login = "start the server (`ollama serve`) for the user running switchyard"
+    history_in_prompt = True
+    first_output_sec = 120.0  # loading a model into memory can take a while before the first token
+    login_markers = ("could not connect to ollama",)
+    too_large_markers = ("argument list too long",)
+    refusal_markers = ("not found, try pulling it first", "pull model manifest")
+
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+        return [binary, "run", settings.model or DEFAULT_MODEL, "--nowordwrap", *settings.extra_args]
+
+    def stdin(self, prompt: str, session: Session | None) -> str:
+        if session is None or not session.turns:
+            return prompt
+        lines = ["The conversation so far:"]
+        for turn in session.turns[-HISTORY_TURNS:]:
+            lines += [f"User: {turn.get('prompt', '')}", f"Assistant: {turn.get('answer', '')}"]
+        return "\n".join([*lines, "", "Now:", prompt])
+
+    def read(self, stdout: str) -> Reading:
+        return Reading(answer=stdout.strip())
+
+    def stream_event(self, line: str) -> StreamEvent | None:
+        return StreamEvent() if line.strip() else None
+
+    def permanent(self, text: str, exit_code: int | None) -> str | None:
+        lowered = text.lower()
+        if "could not connect to ollama" in lowered:
+            return f"ollama is not running for the user running switchyard: {self.login}"
+        if "try pulling it first" in lowered or "pull model manifest" in lowered:
+            return "ollama does not have this model: run `ollama pull <model>` as the user running switchyard"
+        return super().permanent(text, exit_code)
