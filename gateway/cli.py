@@ -181,6 +181,8 @@ def print_status(status: dict[str, Any]) -> None:
     print("queue: " + ", ".join(f"{name} {count}" for name, count in status["queue"].items()))
     for letter in status["dead_letters"]:
         print(f"  dead letter {letter['file']}: {letter['reason']}")
+    for problem in status.get("providers", []):
+        print(f"  {problem}")
     for run in status.get("runs", []):
         print(f"run {run.get('runId')} ({run.get('workflowId')}): {run.get('state')}, "
               f"step {run.get('currentStep') or '-'}")

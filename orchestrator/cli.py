@@ -1,8 +1,9 @@
-"""The orchestrator's CLI subcommands: `runs`, `coordination clean`, `workspace …` (via switchyard_cli)."""
+"""The orchestrator's CLI subcommands: `runs`, `coordination clean`, `workspace …`, `doctor` (via switchyard_cli)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -12,8 +13,10 @@ from pydantic import ValidationError
 
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError, describe_validation_error, parse_yaml_file
+from gateway.tables import print_table
 from orchestrator.config import CONFIG_FILE, LoadedConfig, OrchestratorConfig, default_orchestrator_config
 from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
+from orchestrator.doctor import check_providers, fill_versions, probe, provider_uses
 from orchestrator.rules import builtin_providers
 from orchestrator.runs import RunStore
 from orchestrator.selector import prune_selector_files
@@ -58,6 +61,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     source.add_argument("--file", help="read the task from this file ('-' for stdin)")
     workspace_commands.add_parser("init", help="create inbox/<agent>/, processed/ and failed/")
     workspace.set_defaults(run=cmd_workspace)
+
+    doctor = commands.add_parser("doctor", help="check the providers: found on PATH, version, and with "
+                                                "--probe one tiny request each")
+    doctor.add_argument("--probe", action="store_true", help="send each provider one tiny request")
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(run=cmd_doctor)
 
 
 def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
@@ -151,3 +160,25 @@ def cmd_workspace(args: argparse.Namespace, home: Home, settings: Settings) -> i
     if not done:
         print(f"no processed partition older than {args.older_than_days:g} day(s)")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace, home: Home, settings: Settings) -> int:
+    """Prints one row per provider; exits 1 when a provider an orchestrator uses has a problem."""
+    checks = check_providers(home, settings)
+    _, broken = provider_uses(home, settings)
+
+    async def gather() -> None:
+        await fill_versions(checks)
+        if args.probe:
+            await probe(home, settings, checks)
+
+    asyncio.run(gather())
+    if args.json:
+        print(json.dumps({"providers": [{**vars(c), "ok": c.ok} for c in checks], "problems": broken}, indent=2))
+    else:
+        rows = [[c.name, c.kind, c.path or c.binary or "-", c.version or "-", ", ".join(c.used_by) or "-",
+                 c.problem or (f"ok: {c.probe}" if c.probe else "ok")] for c in checks]
+        print_table(["provider", "kind", "program", "version", "used by", "status"], rows)
+        for line in broken:
+            print(line)
+    return 1 if broken or any(c.problem and c.used_by for c in checks) else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
@@ -12,6 +13,7 @@ from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
 from orchestrator.config import ConfigCache, LoadedConfig
 from orchestrator.delivery import SYSTEM_AGENT
 from orchestrator.diagnostics import Diagnostics
+from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
 from orchestrator.providers import ProviderRunner
@@ -20,6 +22,8 @@ from orchestrator.runs import RunState, RunStore
 from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
 from orchestrator.taskqueue import ensure_queue_dirs
+
+log = logging.getLogger("switchyard.orchestrator")
 
 NOT_WAITING_NOTE = "\n(this run is not waiting for input)"
 INBOX_CHANNEL = "inbox"
@@ -58,6 +62,9 @@ class Orchestrator:
                 ensure_queue_dirs(self._configs.get(orchestrator_id))
             except (SettingsError, OSError) as exc:
                 self._context.events.emit("orchestrator.invalid", orchestrator=orchestrator_id, reason=str(exc))
+        for problem in missing_providers(self._context.home, self._context.settings):
+            log.warning("%s: messages that need it will fail", problem)
+            self._context.events.emit("provider.missing", reason=problem)
         await self._executor.start()
 
     async def stop(self) -> None:

@@ -11,6 +11,7 @@ from gateway.home import Home
 from gateway.settings import Settings
 from orchestrator.cli import add_commands
 from orchestrator.config import CONFIG_FILE, write_default_orchestrator
+from orchestrator.doctor import missing_providers
 from orchestrator.handler import Orchestrator
 from orchestrator.rules import builtin_providers
 from orchestrator.runs import RunStore
@@ -41,8 +42,9 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 
 @hookimpl
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
-    """Lists the runs not yet finished, read from disk."""
-    return {"runs": [run.summary() for run in RunStore(home).unfinished()]}
+    """Lists the runs not yet finished, read from disk, and providers whose CLI cannot be found."""
+    return {"runs": [run.summary() for run in RunStore(home).unfinished()],
+            "providers": missing_providers(home, settings)}
 
 
 @hookimpl

@@ -1,0 +1,126 @@
+"""Checks the providers a home uses: found on PATH, their version, and (with a probe) one tiny request."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.api import PermanentError
+from gateway.home import Home
+from gateway.settings import ProviderSettings, Settings, SettingsError, secret_env_names
+from orchestrator.agent_cli import AgentCall
+from orchestrator.clis import PRESETS
+from orchestrator.clis.base import first_line
+from orchestrator.config import load_orchestrator_config
+from orchestrator.providers import ProviderRunner
+from orchestrator.rules import builtin_providers
+from orchestrator.spawn import ProviderFailed, run_process
+
+VERSION_TIMEOUT_SEC = 15.0
+PROBE_PROMPT = "Reply with the single word OK and nothing else."
+PROBE_FIRST_OUTPUT_SEC = 30.0
+PROBE_TIMEOUT_SEC = 120.0
+
+
+@dataclass
+class ProviderCheck:
+    """What doctor found out about one provider."""
+
+    name: str
+    kind: str  # claude | codex | gemini | ollama | command | built-in
+    binary: str = ""
+    path: str | None = None
+    version: str = ""
+    used_by: list[str] = field(default_factory=list)
+    problem: str = ""
+    probe: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+def binary_of(provider: ProviderSettings) -> str:
+    """The program a provider runs: the preset's CLI (or its `binary:`), else the argv's first word."""
+    if provider.type is not None:
+        return provider.binary or PRESETS[provider.type].binary
+    return provider.argv[0]
+
+
+def provider_uses(home: Home, settings: Settings) -> tuple[dict[str, list[str]], list[str]]:
+    """Which orchestrator keys use each provider, and the orchestrators whose file cannot be read."""
+    known = set(settings.providers) | set(builtin_providers())
+    uses: dict[str, list[str]] = {}
+    broken = []
+    for orchestrator_id, ref in settings.orchestrators.items():
+        try:
+            config = load_orchestrator_config(home.resolve(ref.workspace), known)
+        except SettingsError as exc:
+            broken.append(f"orchestrator {orchestrator_id}: {exc}")
+            continue
+        for key, provider in config.provider_references():
+            uses.setdefault(provider, []).append(f"{orchestrator_id}:{key.split('.')[0]}")
+    return {name: sorted(set(keys)) for name, keys in uses.items()}, broken
+
+
+def check_providers(home: Home, settings: Settings, *, all_providers: bool = True) -> list[ProviderCheck]:
+    """One check per provider (those used by an orchestrator, plus all of settings.yaml when asked)."""
+    uses, _ = provider_uses(home, settings)
+    names = sorted(set(uses) | (set(settings.providers) if all_providers else set()))
+    checks = []
+    for name in names:
+        provider = settings.providers.get(name)
+        check = ProviderCheck(name, "built-in", used_by=uses.get(name, []))
+        if provider is not None:
+            check.kind = provider.type or "command"
+            check.binary = binary_of(provider)
+            check.path = shutil.which(check.binary)
+            if check.path is None:
+                check.problem = f"`{check.binary}` not found on PATH"
+        checks.append(check)
+    return checks
+
+
+def missing_providers(home: Home, settings: Settings) -> list[str]:
+    """A line for each provider an orchestrator uses whose program is not on PATH."""
+    return [f"provider {c.name}: {c.problem} (used by {', '.join(c.used_by)})"
+            for c in check_providers(home, settings, all_providers=False) if c.problem]
+
+
+async def fill_versions(checks: list[ProviderCheck]) -> None:
+    """Asks each found CLI for its version (`--version`)."""
+    async def version(check: ProviderCheck) -> None:
+        if check.path is None or check.kind == "command":
+            return
+        flag = "--version" if check.kind != "ollama" else "-v"
+        result = await run_process([check.path, flag], stdin=None, env=dict(os.environ), cwd=Path.cwd(),
+                                   timeout_sec=VERSION_TIMEOUT_SEC, max_output=4096)
+        text = (result.stdout or result.stderr_tail).strip().splitlines()
+        check.version = text[-1][:60] if text and result.exit_code == 0 else f"(exit {result.exit_code})"
+
+    await asyncio.gather(*(version(check) for check in checks))
+
+
+async def probe(home: Home, settings: Settings, checks: list[ProviderCheck]) -> None:
+    """Sends each found provider one tiny request and records the answer or the failure."""
+    quick = {name: provider.model_copy(update={"first_output_sec": PROBE_FIRST_OUTPUT_SEC,
+                                               "timeout_sec": min(provider.timeout_sec, PROBE_TIMEOUT_SEC)})
+             for name, provider in settings.providers.items()}
+    runner = ProviderRunner(home, quick, builtin_providers(), hidden_env=secret_env_names(settings))
+    cwd = home.root / "orchestrator" / "doctor"
+
+    async def one(check: ProviderCheck) -> None:
+        if check.problem:
+            return
+        try:
+            result = await runner.run(check.name, PROBE_PROMPT, request={"probe": True}, request_file=None,
+                                      cwd=cwd, call=AgentCall(mode="answer"))
+        except (ProviderFailed, PermanentError) as exc:
+            check.problem = str(exc).removeprefix(f"{check.name}: ")
+        else:
+            check.probe = first_line(result.stdout or "(empty answer)", 40)
+
+    await asyncio.gather(*(one(check) for check in checks))
