@@ -106,6 +106,14 @@ class Settings(_Strict):
     files: FileSettings = Field(default_factory=FileSettings)
     plugins: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section left with every example commented out (`providers:`) is empty, not an error."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
     @model_validator(mode="after")
     def _check_references(self) -> Settings:
         if self.default_orchestrator not in self.orchestrators:

@@ -45,6 +45,12 @@ diagnostics: {provider: rules}
 # it; a slower one is acknowledged at once and its result is sent later.
 reply_within_sec: 20
 
+# While an agent CLI works longer than progress_after_sec, the conversation gets a short note from
+# its stream (the tool it uses, the first line it writes), at most every progress_interval_sec;
+# Telegram, Discord and Slack edit one note in place.
+progress_after_sec: 8
+progress_interval_sec: 15
+
 # Retries (spec 003): a failed run is queued again up to max_retries times (a workflow may set its
 # own `max_retries`), after retry_backoff_sec, doubling per retry up to retry_backoff_max_sec.
 # A provider timeout or non-zero exit is retryable; a step with `on_failure: fatal`, or an
@@ -164,6 +170,8 @@ class OrchestratorConfig(_Strict):
     selector: SelectorConfig = Field(default_factory=lambda: SelectorConfig(provider="rules"))
     diagnostics: DiagnosticsConfig = Field(default_factory=lambda: DiagnosticsConfig(provider="rules"))
     reply_within_sec: float = Field(default=20, ge=0)
+    progress_after_sec: float = Field(default=8, ge=0)  # an agent step running longer gets progress notes
+    progress_interval_sec: float = Field(default=15, gt=0)  # at most one note this often
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     workflows: dict[str, WorkflowConfig] = Field(default_factory=dict)
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)

@@ -43,7 +43,7 @@ class Orchestrator:
                                       hidden_env=secret_env_names(context.settings))
         self._configs = ConfigCache(context.home, context.settings, self._runner.known())
         self._store = RunStore(context.home, fsync=context.settings.queue.fsync)
-        steps = StepRunner(self._runner, self._store, self._configs.get)
+        steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox)
         queue = context.settings.queue
         self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
                                      outbox=context.outbox, max_parallel=max_parallel_runs,

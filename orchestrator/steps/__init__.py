@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from gateway.api import Outbox
 from gateway.settings import SettingsError
 from orchestrator.config import LoadedConfig, StepConfig
 from orchestrator.jobs import RetryPolicy
@@ -23,10 +24,13 @@ __all__ = ["StepFailed", "StepOutcome", "StepRunner", "step_request", "template_
 class StepRunner:
     """Looks steps up in the current orchestrator.yaml and runs them."""
 
-    def __init__(self, runner: ProviderRunner, store: RunStore, configs: Callable[[str], LoadedConfig]):
+    def __init__(
+        self, runner: ProviderRunner, store: RunStore, configs: Callable[[str], LoadedConfig],
+        outbox: Outbox | None = None,
+    ):
         self._store = store
         self._configs = configs
-        self._bodies = BodyRunner(runner, store)
+        self._bodies = BodyRunner(runner, store, outbox)
         self._for_each = ForEach(self._bodies)
 
     def lookup(self, run: RunState, step_id: str) -> tuple[LoadedConfig, StepConfig]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api import PermanentError
+from gateway.api import Outbox, PermanentError
 from gateway.home import safe_name
 from orchestrator.agent_cli import AgentCall
 from orchestrator.config import AgentConfig, read_template
+from orchestrator.notes import ProgressNotes
 from orchestrator.providers import ProviderRunner
 from orchestrator.runs import RunStore, conversation_key
 from orchestrator.spawn import ProviderFailed, ProviderResult
@@ -23,9 +24,10 @@ COMMAND_MAX_OUTPUT = 1_048_576
 class BodyRunner:
     """Runs agent and command bodies through the provider runner, turning failures into StepFailed."""
 
-    def __init__(self, runner: ProviderRunner, store: RunStore):
+    def __init__(self, runner: ProviderRunner, store: RunStore, outbox: Outbox | None = None):
         self._runner = runner
         self._store = store
+        self._outbox = outbox
 
     async def run(
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
@@ -43,13 +45,26 @@ class BodyRunner:
             prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
             request = step_request(job.run, job.step.id, **(request_extra or {}))
             request_file = self._store.folder(job.run.runId) / f"{safe_name(label)}.request.json"
-            call = AgentCall(conversation=f"conv:{conversation_key(job.run.payload())}", run=job.run.runId)
-            return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
-                                          cwd=job.loaded.workspace, env=env, call=call)
+            notes = self._notes(job)
+            call = AgentCall(conversation=f"conv:{conversation_key(job.run.payload())}", run=job.run.runId,
+                             on_note=notes)
+            try:
+                return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
+                                              cwd=job.loaded.workspace, env=env, call=call)
+            finally:
+                if notes is not None:
+                    notes.close()
         except ProviderFailed as exc:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:
             raise StepFailed(str(exc), category="fatal") from exc
+
+    def _notes(self, job: StepJob) -> ProgressNotes | None:
+        if self._outbox is None:
+            return None
+        config = job.loaded.config
+        return ProgressNotes(self._outbox, job.run, job.step.id, after_sec=config.progress_after_sec,
+                             interval_sec=config.progress_interval_sec)
 
     @staticmethod
     def _agent(job: StepJob, body: StepBody) -> AgentConfig:
