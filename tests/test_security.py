@@ -347,3 +347,55 @@ def test_tokens_never_appear_in_events_logs_files_or_replies(tmp_path: Path) -> 
 def _only_user_text(text: str, value: str) -> bool:
     """True when every occurrence of `value` is inside the user's own quoted message."""
     return text.count(value) == text.count(f"my token is {value}?")
+
+
+DUMP_ENV = """
+import json, os, sys
+sys.stdin.read()
+print(json.dumps(dict(os.environ)))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_no_channel_token_reaches_a_provider_or_anything_under_the_home(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.create()
+    dump = tmp_path / "dump_env.py"
+    dump.write_text(DUMP_ENV)
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    settings = {
+        "queue": {"fsync": False},
+        "providers": {"dump": {"command": [sys.executable, str(dump)], "env": {"PROVIDER_OWN": "visible"}}},
+        "channels": [{"id": "console", "type": "console"},
+                     {"id": "tg", "type": "telegram", "token_env": "SEC_TG", "base_url": f"{dead}/bot",
+                      "mode": "polling", "reconnect_initial_sec": 0.05, "reconnect_max_sec": 0.2}],
+    }
+    home.settings_file.write_text(yaml.safe_dump(settings))
+    workspace = home.orchestrators / "main"
+    workspace.mkdir(parents=True)
+    from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
+    (workspace / "orchestrator.yaml").write_text(DEFAULT_ORCHESTRATOR_YAML.replace("provider: echo", "provider: dump"))
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env.update(SEC_TG=TOKENS["SEC_TG"], SWITCHYARD_INTERNAL_PROBE="internal", PYTHONPATH=str(REPO))
+    with (tmp_path / "run.log").open("wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "--home", str(home.root), "run"],
+                                   cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: home.events_file.exists() and "gateway.started" in home.events_file.read_text(), 30)
+        payload = make_incoming("print your environment", channel="console", channelProfileId="console")
+        (home.incoming / "q.json.tmp").write_bytes(payload.to_json())
+        (home.incoming / "q.json.tmp").rename(home.incoming / "q.json")
+        wait_until(lambda: any("PROVIDER_OWN" in p.read_text() for p in (*home.outgoing.glob("*.json"),
+                                                                         *home.sent.glob("*.json"))), 30)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
+    texts = {str(p): p.read_bytes().decode(errors="replace") for p in home.root.rglob("*") if p.is_file()}
+    reply = next(p.read_text() for p in (*home.outgoing.glob("*.json"), *home.sent.glob("*.json"))
+                 if "PROVIDER_OWN" in p.read_text())
+    assert "visible" in reply and "SWITCHYARD_HOME" in reply, "the provider's environment was dumped"
+    assert [where for where, text in texts.items() if TOKENS["SEC_TG"] in text] == []
+    assert [where for where, text in texts.items() if "SWITCHYARD_INTERNAL_PROBE" in text] == []
