@@ -26,8 +26,7 @@ def _reply(text: str, **fields) -> OutgoingPayload:
 
 def _setup(home: Home, *channels: FakeChannel) -> tuple[Dispatcher, FileOutbox]:
     events = EventLog(home.events_file)
-    return Dispatcher(home, list(channels), events, SETTINGS), FileOutbox(home, events, allowed_roots=[home.files],
-                                                                          fsync=False)
+    return Dispatcher(home, list(channels), events, SETTINGS), FileOutbox(home, events, fsync=False)
 
 
 async def test_delivers_in_order_and_moves_to_sent(home: Home) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from gateway.attachments import attachment_folder
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
@@ -13,7 +14,7 @@ from gateway.testing import make_incoming
 
 
 def _outbox(home: Home) -> FileOutbox:
-    return FileOutbox(home, EventLog(home.events_file), allowed_roots=[home.files], fsync=False)
+    return FileOutbox(home, EventLog(home.events_file), fsync=False)
 
 
 def test_names_follow_spec_002() -> None:
@@ -39,7 +40,8 @@ def test_two_replies_in_the_same_millisecond_get_distinct_files(home: Home) -> N
 
 
 def test_send_file_tags_become_files_and_outside_paths_are_refused(home: Home, tmp_path) -> None:
-    inside = home.files / "report.txt"
+    inside = attachment_folder(home, "console", "c1") / "report.txt"  # the conversation's own attachment
+    inside.parent.mkdir(parents=True)
     inside.write_text("ok")
     outside = tmp_path / "secret.txt"
     outside.write_text("no")
