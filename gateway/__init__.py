@@ -15,6 +15,13 @@ from gateway.api import (
     PermanentError,
     Sink,
 )
+from gateway.attachments import (
+    AttachmentPolicy,
+    AttachmentRefused,
+    attachment_folder,
+    open_attachment,
+    read_attachment,
+)
 from gateway.chunking import split_message
 from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
 from gateway.events import EventLog, now_ms, utc_now_iso
@@ -24,7 +31,8 @@ from gateway.models import IncomingPayload, OutgoingPayload, split_send_file_tag
 from gateway.settings import ChannelProfile, ProviderSettings, Settings, SettingsError
 
 __all__ = [
-    "AccessDecision", "AccessPolicy", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
+    "AccessDecision", "AccessPolicy", "AttachmentPolicy", "AttachmentRefused", "attachment_folder",
+    "open_attachment", "read_attachment", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
     "delivery_key", "reply_parts", "split_message",
     "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import aiofiles
 
+from gateway.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
 from gateway.events import EventLog
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -99,13 +102,35 @@ class ChannelContext:
         """Where downloaded attachments go (`<home>/files/<profile>/`)."""
         return self.home.files / safe_name(self.profile.id)
 
-    async def save_attachment(self, filename: str, data: bytes) -> Path:
-        """Stores a downloaded attachment under `files/<profile>/` with a unique, safe name."""
-        self.files_dir.mkdir(parents=True, exist_ok=True)
-        path = self.files_dir / f"{time.time_ns()}-{safe_name(filename)}"
+    async def save_attachment(self, filename: str, data: bytes, *, conversation: str | None = None) -> Path:
+        """Stores a downloaded attachment with a unique, safe name in the folder of `conversation` (the
+        conversationId of the message that brought it), so replies to that conversation, and only
+        those, may send it back; without a conversation it lands in `files/<profile>/`, never sent back."""
+        folder = attachment_folder(self.home, self.profile.id, conversation) if conversation else self.files_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{time.time_ns()}-{safe_name(filename)}"
         async with aiofiles.open(path, "wb") as handle:
             await handle.write(data)
         return path.resolve()
+
+    @cached_property
+    def attachments(self) -> AttachmentPolicy:
+        """Which files replies may carry (their conversation's own, and `files.extra_roots`)."""
+        return AttachmentPolicy(self.home, [self.home.resolve(root) for root in self.settings.files.extra_roots])
+
+    async def read_attachment(self, outgoing: OutgoingPayload, path: str | os.PathLike[str]) -> bytes:
+        """The bytes to upload for one of `outgoing`'s files: the file the dispatcher opened and
+        checked at delivery, else opened and checked now. Every channel uploads through this.
+
+        Raises PermanentError when the file may not be sent (a link, not a regular file, or outside
+        the folders of the reply's conversation).
+        """
+        try:
+            return await read_attachment(outgoing, path, self.attachments)
+        except AttachmentRefused as exc:
+            raise PermanentError(f"attachment refused: {exc}") from None
+        except OSError as exc:
+            raise DeliveryError(f"cannot read attachment {os.fspath(path)}: {exc.strerror}") from None
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,10 @@ def configured_secrets(settings: Settings) -> list[str]:
     return secrets
 
 
-def allowed_file_roots(home: Home, settings: Settings) -> list[Path]:
-    """Folders whose files may be sent as attachments: files/, runs/, workspaces and extra roots."""
-    roots = [home.files, home.runs]
-    roots += [home.resolve(ref.workspace) for ref in settings.orchestrators.values()]
-    roots += [home.resolve(extra) for extra in settings.files.extra_roots]
-    return roots
+def extra_file_roots(home: Home, settings: Settings) -> list[Path]:
+    """The folders an operator opened to every conversation (`files.extra_roots`); beyond them a reply
+    carries only its own conversation's files (gateway/attachments.py)."""
+    return [home.resolve(extra) for extra in settings.files.extra_roots]
 
 
 class Gateway:
@@ -82,7 +80,7 @@ class Gateway:
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
-        self.outbox = FileOutbox(home, self.events, allowed_roots=allowed_file_roots(home, settings),
+        self.outbox = FileOutbox(home, self.events, extra_roots=extra_file_roots(home, settings),
                                  fsync=qs.fsync)
         self.channel_status: dict[str, dict[str, Any]] = {}
         self.channels: list[Channel] = []
@@ -114,7 +112,8 @@ class Gateway:
         self.sharing.open()
         self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
                              on_start=self._show_typing, locks=locks, sharing=self.sharing)
-        self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs)
+        self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs,
+                                     extra_roots=extra_file_roots(self.home, self.settings))
         self.outbox.on_written = self._on_written
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
         self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)

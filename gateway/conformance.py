@@ -36,7 +36,7 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
 from gateway.queue import FileQueue
-from gateway.settings import ChannelProfile, Settings
+from gateway.settings import ChannelProfile, FileSettings, Settings
 
 
 @dataclass
@@ -120,9 +120,9 @@ class ChannelRig:
         home.create()
         profile = ChannelProfile(id="conformance", type=self.driver.type, allow_from=self.allow_from,
                                  **self.driver.profile_options())
-        settings = Settings(channels=[profile])
+        settings = Settings(channels=[profile], files=FileSettings(extra_roots=[str(self.root.parent)]))
         events = EventLog(home.events_file)
-        outbox = FileOutbox(home, events, allowed_roots=[home.files, self.root.parent], fsync=False)
+        outbox = FileOutbox(home, events, extra_roots=[self.root.parent], fsync=False)
         self.context = ChannelContext(home=home, settings=settings, profile=profile, events=events,
                                       outbox=outbox)
         self.queue = FileQueue(home, fsync=False)

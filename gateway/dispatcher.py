@@ -10,11 +10,13 @@ import os
 import random
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from gateway.api import Channel, DeliveryError, PermanentError
+from gateway.api import Channel, DeliveryError, DeliveryRecord, PermanentError
+from gateway.attachments import AttachmentPolicy, close_files, note_refusals, open_files
 from gateway.events import EventLog
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -31,12 +33,17 @@ class Dispatcher:
 
     A payload whose channel has no running plugin stays in `outgoing/` (one warning per channel
     profile) and is delivered by a later start that has the plugin.
+
+    Attachments are checked again at each delivery attempt and handed to the channel open (see
+    gateway/attachments.py); a refused one is left out and named in the text.
     """
 
-    def __init__(self, home: Home, channels: list[Channel], events: EventLog, settings: QueueSettings):
+    def __init__(self, home: Home, channels: list[Channel], events: EventLog, settings: QueueSettings, *,
+                 extra_roots: Sequence[str | os.PathLike[str]] = ()):
         self.home = home
         self.events = events
         self.settings = settings
+        self.attachments = AttachmentPolicy(home, extra_roots)
         self._channels = {(c.name, c.profile_id): c for c in channels}
         self._queues: dict[str, deque[str]] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
@@ -142,7 +149,7 @@ class Dispatcher:
             assert channel is not None
             started = time.perf_counter()
             try:
-                record = await channel.send(payload)
+                record = await (self._send_with_files(channel, payload) if payload.files else channel.send(payload))
             except asyncio.CancelledError:
                 raise
             except PermanentError as exc:  # the platform refused it for good (blocked, gone, not a member)
@@ -175,6 +182,16 @@ class Dispatcher:
                              platform_ids=record.platform_ids if record else None,
                              duration_ms=round((time.perf_counter() - started) * 1000, 2))
             return
+
+    async def _send_with_files(self, channel: Channel, payload: OutgoingPayload) -> DeliveryRecord | None:
+        """Sends a payload with its files opened for upload now; the ones refused now are left out and noted."""
+        opened, refused = open_files(payload, self.attachments)
+        if refused:
+            opened = note_refusals(opened, refused, self.events, stage="delivery")
+        try:
+            return await channel.send(opened)
+        finally:
+            close_files(opened)
 
     async def _pause(self, name: str, reason: str, failures: int) -> None:
         """Reports a file-system refusal and waits out a backoff before the next try."""

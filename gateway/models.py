@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, BinaryIO
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 _FILE_TAG = re.compile(r"\[file:\s*([^\]]+)\]")
 _SEND_FILE_TAG = re.compile(r"\[send_file:\s*([^\]]+)\]")
@@ -71,13 +72,16 @@ class OutgoingPayload(_Payload):
     files: list[str] = Field(default_factory=list)
     workflowRunId: str | None = None
     workflowStepId: str | None = None
+    _opened: dict[str, BinaryIO] = PrivateAttr(default_factory=dict)  # files the dispatcher opened for upload
 
     @classmethod
     def reply_to(
-        cls, incoming: IncomingPayload, text: str, *, agent: str, timestamp: int, **extra: Any
+        cls, incoming: IncomingPayload, text: str, *, agent: str, timestamp: int, quoted: Sequence[str] = (),
+        **extra: Any,
     ) -> OutgoingPayload:
-        """Builds the reply to `incoming`, moving `[send_file: …]` tags into `files`."""
-        body, files = split_send_file_tags(text)
+        """Builds the reply to `incoming`, moving `[send_file: …]` tags into `files`; a tag the user
+        wrote (in `incoming`'s text or in `quoted`, e.g. a run's input) stays text and sends nothing."""
+        body, files = split_send_file_tags(text, quoted="\n".join([incoming.message, *quoted]))
         fields: dict[str, Any] = {
             "channel": incoming.channel,
             "channelProfileId": incoming.channelProfileId,
@@ -102,8 +106,21 @@ class OutgoingPayload(_Payload):
         return self.channelProfileId or self.channel
 
 
-def split_send_file_tags(text: str) -> tuple[str, list[str]]:
-    """Removes `[send_file: /path]` tags from an answer and returns (text, paths)."""
-    paths = [m.strip() for m in _SEND_FILE_TAG.findall(text)]
-    body = _SEND_FILE_TAG.sub("", text).strip()
+def split_send_file_tags(text: str, *, quoted: str = "") -> tuple[str, list[str]]:
+    """Removes `[send_file: /path]` tags from an answer and returns (text, paths).
+
+    A tag naming a path that a `[send_file: …]` tag of `quoted` (what the user wrote) names too is
+    the user's own text repeated (an echo): it stays in the text as written and is not listed.
+    """
+    typed = {m.strip() for m in _SEND_FILE_TAG.findall(quoted)} if "[send_file:" in quoted else set()
+    paths: list[str] = []
+
+    def take(match: re.Match[str]) -> str:
+        path = match.group(1).strip()
+        if path in typed:
+            return match.group(0)
+        paths.append(path)
+        return ""
+
+    body = _SEND_FILE_TAG.sub(take, text).strip() if "[send_file:" in text else text.strip()
     return body, paths

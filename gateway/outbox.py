@@ -1,15 +1,16 @@
-"""Writes outgoing payloads under their spec-002 names, refusing attachments outside the allowed roots."""
+"""Writes outgoing payloads under their spec-002 names, refusing attachments the conversation may not receive."""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gateway.attachments import AttachmentPolicy, AttachmentRefused, note_refusals, open_attachment
 from gateway.events import EventLog, now_ms
-from gateway.home import Home, SpareFiles, atomic_write, is_within, safe_name
+from gateway.home import Home, SpareFiles, atomic_write, safe_name
 from gateway.models import OutgoingPayload
 
 log = logging.getLogger("switchyard.outbox")
@@ -25,10 +26,11 @@ def outgoing_name(payload: OutgoingPayload) -> str:
 class FileOutbox:
     """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files."""
 
-    def __init__(self, home: Home, events: EventLog, *, allowed_roots: list[Path], fsync: bool = True):
+    def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
+                 fsync: bool = True):
         self.home = home
         self.events = events
-        self.allowed_roots = allowed_roots
+        self.attachments = AttachmentPolicy(home, extra_roots)
         self.fsync = fsync
         self._last_ms = 0
         self._lock = threading.Lock()
@@ -60,19 +62,19 @@ class FileOutbox:
         self._spares.close()
 
     def _checked_files(self, payload: OutgoingPayload) -> OutgoingPayload:
-        allowed, refused = [], []
-        for raw in payload.files:
-            path = Path(raw)
-            if path.is_absolute() and is_within(path, self.allowed_roots) and os.path.isfile(path):
-                allowed.append(str(path.resolve()))
-            else:
-                refused.append(raw)
-        if not refused:
+        """Keeps the files this reply's conversation may receive (by their real paths); notes the others."""
+        if not payload.files:
             return payload
-        for raw in refused:
-            self.events.emit("outgoing.file_refused", reason="outside the allowed folders or missing",
-                             path=raw, channel=payload.channel, conversation=payload.conversationId)
-        note = "\n".join(f"[file not sent: {raw} is outside the allowed folders or does not exist]"
-                         for raw in refused)
-        message = f"{payload.message}\n{note}" if payload.message else note
-        return payload.model_copy(update={"files": allowed, "message": message})
+        kept: list[str] = []
+        refused: list[tuple[str, str]] = []
+        for raw in payload.files:
+            real = os.path.realpath(raw)
+            try:
+                if not os.path.isabs(raw):
+                    raise AttachmentRefused(f"{raw}: not an absolute path")
+                open_attachment(real, lambda path: self.attachments.allows(path, payload)).close()
+            except AttachmentRefused as exc:
+                refused.append((raw, str(exc)))
+                continue
+            kept.append(real)
+        return note_refusals(payload.model_copy(update={"files": kept}), refused, self.events, stage="written")

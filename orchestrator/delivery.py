@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import Outbox
@@ -34,12 +35,28 @@ def result_text(run: RunState) -> str:
     return f"Run {run.runId} (workflow {run.workflowId}) failed{where}: {error}"
 
 
+def user_texts(run: RunState) -> list[str]:
+    """What people wrote into a run: the message that started it, its input, the answers to its questions
+    (a `[send_file: …]` tag among them never sends a file when an agent repeats it)."""
+    answers = [step.output or "" for step in run.steps.values() if step.kind == "input"]
+    return [str(run.message.get("message", "")), *_strings(run.input), *answers]
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
 def result_reply(run: RunState, to: IncomingPayload | None = None) -> OutgoingPayload:
     """The payload carrying a finished run's result, its final state (`runState`) and its `job` fields."""
     last = run.last_step()
     step_id = last[0] if last else run.currentStep
     agent = (last[1].agent or last[0]) if last and run.state == "done" else SYSTEM_AGENT
     return OutgoingPayload.reply_to(to or run.payload(), result_text(run), agent=agent, timestamp=now_ms(),
+                                    quoted=user_texts(run),
                                     workflowRunId=run.runId, workflowStepId=step_id, runState=run.state,
                                     job=run.job.model_dump(mode="json", exclude_none=True))
 

@@ -8,6 +8,7 @@ import os
 import time
 
 from gateway.api import PermanentError
+from gateway.attachments import AttachmentPolicy, attachment_folder, read_attachment
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, read_events
 from gateway.home import Home
@@ -26,8 +27,7 @@ def _reply(text: str, **fields) -> OutgoingPayload:
 
 def _setup(home: Home, *channels: FakeChannel) -> tuple[Dispatcher, FileOutbox]:
     events = EventLog(home.events_file)
-    return Dispatcher(home, list(channels), events, SETTINGS), FileOutbox(home, events, allowed_roots=[home.files],
-                                                                          fsync=False)
+    return Dispatcher(home, list(channels), events, SETTINGS), FileOutbox(home, events, fsync=False)
 
 
 async def test_delivers_in_order_and_moves_to_sent(home: Home) -> None:
@@ -140,3 +140,38 @@ async def test_a_reply_delivered_by_another_process_during_the_scan_is_skipped(
     monkeypatch.setattr(os, "scandir", listing)
     await async_wait_until(lambda: [p.message for p in channel.sent] == ["ours"])
     assert (home.sent / kept).exists()
+
+
+async def test_a_file_refused_at_delivery_leaves_the_text_delivered_once_with_a_note(home: Home) -> None:
+    channel = FakeChannel()
+    dispatcher, _ = _setup(home, channel)
+    dropped = _reply("see attached").model_copy(update={"files": ["/etc/passwd"]})
+    (home.outgoing / "fake_dropped.json").write_bytes(dropped.to_json())  # not through the outbox
+    dispatcher.rescan()
+    await async_wait_until(lambda: (home.sent / "fake_dropped.json").exists())
+    (sent,) = channel.sent
+    assert sent.files == []
+    assert sent.message == "see attached\n[file not sent: /etc/passwd is outside the allowed folders or does not exist]"
+    events = read_events(home.events_file)
+    assert [(e["path"], e["stage"]) for e in events if e["event"] == "outgoing.file_refused"] == [
+        ("/etc/passwd", "delivery")]
+    assert not [e for e in events if e["event"] in ("outgoing.retry", "outgoing.failed")]
+
+
+async def test_the_channel_reads_an_allowed_file_from_what_the_dispatcher_opened(home: Home) -> None:
+    own = attachment_folder(home, "fake", "c1") / "notes.txt"
+    own.parent.mkdir(parents=True)
+    own.write_bytes(b"checked bytes")
+    channel = FakeChannel()
+    read: list[bytes] = []
+
+    async def read_while_sending(payload: OutgoingPayload) -> None:
+        own.unlink()
+        own.symlink_to("/etc/passwd")  # swapped after the dispatcher opened it: what was opened is sent
+        read.append(await read_attachment(payload, own, AttachmentPolicy(home)))
+
+    channel.on_send = read_while_sending
+    dispatcher, outbox = _setup(home, channel)
+    dispatcher.notice(outbox.write(_reply("notes", conversationId="c1").model_copy(update={"files": [str(own)]})).name)
+    await async_wait_until(lambda: channel.sent)
+    assert channel.sent[0].files == [str(own)] and read == [b"checked bytes"]

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+
+from gateway.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, open_attachment, read_all
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox, outgoing_name
 from gateway.testing import make_incoming
+from orchestrator.delivery import result_reply
+from orchestrator.runs import Conversation, RunState, StepState
 
 
 def _outbox(home: Home) -> FileOutbox:
-    return FileOutbox(home, EventLog(home.events_file), allowed_roots=[home.files], fsync=False)
+    return FileOutbox(home, EventLog(home.events_file), fsync=False)
 
 
 def test_names_follow_spec_002() -> None:
@@ -39,7 +46,8 @@ def test_two_replies_in_the_same_millisecond_get_distinct_files(home: Home) -> N
 
 
 def test_send_file_tags_become_files_and_outside_paths_are_refused(home: Home, tmp_path) -> None:
-    inside = home.files / "report.txt"
+    inside = attachment_folder(home, "console", "c1") / "report.txt"  # the conversation's own attachment
+    inside.parent.mkdir(parents=True)
     inside.write_text("ok")
     outside = tmp_path / "secret.txt"
     outside.write_text("no")
@@ -52,3 +60,94 @@ def test_send_file_tags_become_files_and_outside_paths_are_refused(home: Home, t
     assert written["files"] == [str(inside)]
     assert written["message"].startswith("done")
     assert written["message"].count("[file not sent:") == 3
+
+
+# --- opening an attachment for upload -------------------------------------------------------------
+
+
+def _own_file(home: Home, name: str = "report.txt") -> Path:
+    path = attachment_folder(home, "console", "c1") / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("mine")
+    return path
+
+
+def _allows(home: Home) -> Callable[[str], bool]:
+    reply = OutgoingPayload.reply_to(make_incoming(), "r", agent="x", timestamp=1)
+    return lambda real: AttachmentPolicy(home).allows(real, reply)
+
+
+def test_an_own_attachment_opens_and_reads_whole(home: Home) -> None:
+    with open_attachment(str(_own_file(home)), _allows(home)) as handle:
+        assert read_all(handle) == b"mine" and read_all(handle) == b"mine"
+
+
+def test_a_link_anywhere_in_the_path_is_refused(home: Home, tmp_path: Path) -> None:
+    own = _own_file(home)
+    (own.parent / "via").symlink_to(own.parent)
+    (own.parent / "alias.txt").symlink_to(own)
+    for path in (own.parent / "via" / own.name, own.parent / "alias.txt", Path(f"{own.parent}/../{own.parent.name}")):
+        with pytest.raises(AttachmentRefused):
+            open_attachment(str(path), _allows(home))
+
+
+def test_the_opened_file_is_checked_not_the_path(home: Home, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "outside" / "report.txt"
+    secret.parent.mkdir()
+    secret.write_text("secret")
+    folder = attachment_folder(home, "console", "c1")
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to(secret.parent)  # a folder swapped for a link after the path was checked:
+    monkeypatch.setattr(os.path, "realpath", lambda path: path)  # the path check is passed by the race
+    with pytest.raises(AttachmentRefused, match="outside the folders"):
+        open_attachment(str(folder / "report.txt"), _allows(home))
+
+
+def test_fifos_devices_and_missing_files_are_refused_without_blocking(home: Home) -> None:
+    fifo = attachment_folder(home, "console", "c1") / "pipe"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    for path, reason in ((fifo, "not a regular file"), (Path("/dev/zero"), "not a regular file"),
+                         (fifo.with_name("gone"), "cannot be opened")):
+        with pytest.raises(AttachmentRefused, match=reason):
+            open_attachment(str(path), lambda real: True)
+
+
+def test_a_run_file_goes_only_to_the_runs_conversation(home: Home) -> None:
+    mine, theirs = make_incoming("go"), make_incoming("go", conversationId="c2")
+    for run_id, message in (("r-mine", mine), ("r-theirs", theirs)):
+        folder = home.runs / run_id / "workspace"
+        folder.mkdir(parents=True)
+        (folder / "out.txt").write_text(run_id)
+        (home.runs / run_id / "state.json").write_text(json.dumps({"runId": run_id, "conversation": {
+            "channel": message.channel, "channelProfileId": message.channelProfileId,
+            "conversationId": message.conversationId, "senderId": message.senderId}}))
+    (home.runs / "active.json").write_text("{}")
+    policy, reply = AttachmentPolicy(home), OutgoingPayload.reply_to(mine, "r", agent="x", timestamp=1)
+    assert policy.allows(str(home.runs / "r-mine" / "workspace" / "out.txt"), reply)
+    assert not policy.allows(str(home.runs / "r-theirs" / "workspace" / "out.txt"), reply)
+    assert not policy.allows(str(home.runs / "active.json"), reply)
+
+
+# --- tags the user wrote ------------------------------------------------------------------------------
+
+
+def test_a_tag_the_user_wrote_is_never_acted_on() -> None:
+    incoming = make_incoming("please [send_file: /srv/a.txt]")
+    reply = OutgoingPayload.reply_to(incoming, "You said: please [send_file:/srv/a.txt ] [send_file: /srv/b.txt]",
+                                     agent="echo", timestamp=1)
+    assert reply.files == ["/srv/b.txt"]
+    assert reply.message == "You said: please [send_file:/srv/a.txt ]"
+
+
+def test_a_run_result_never_acts_on_tags_from_its_input_or_answers() -> None:
+    message = make_incoming("start")
+    run = RunState(runId="r-1", workflowId="w", orchestratorId="main", state="done",
+                   input={"files": ["[send_file: /srv/input.txt]"]}, message=message.model_dump(mode="json"),
+                   conversation=Conversation(channel="console"),
+                   steps={"Ask": StepState(kind="input", status="completed", output="[send_file: /srv/answer.txt]"),
+                          "Echo": StepState(kind="agent", status="completed",
+                                            output="[send_file: /srv/input.txt] [send_file: /srv/answer.txt] "
+                                                   "[send_file: /srv/made.txt]")})
+    assert result_reply(run).files == ["/srv/made.txt"]

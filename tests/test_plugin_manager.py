@@ -49,7 +49,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _context(home: Home, profile: ChannelProfile) -> ChannelContext:
     events = EventLog(home.events_file)
     return ChannelContext(home=home, settings=Settings(channels=[profile]), profile=profile, events=events,
-                          outbox=FileOutbox(home, events, allowed_roots=[home.files], fsync=False))
+                          outbox=FileOutbox(home, events, fsync=False))
 
 
 def test_a_channel_installed_through_the_entry_point_group_is_found(site: Path, home: Home) -> None:

@@ -63,7 +63,7 @@ class Harness:
         self.events = EventLog(home.events_file)
         self.queue = FileQueue(home, fsync=False, max_payload_bytes=settings.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
-        outbox = FileOutbox(home, self.events, allowed_roots=[home.files], fsync=False)
+        outbox = FileOutbox(home, self.events, fsync=False)
         self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings)
         self.task: asyncio.Task[None] | None = None
 

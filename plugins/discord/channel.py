@@ -11,7 +11,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import aiofiles
 import aiohttp
 import yarl
 
@@ -250,7 +249,8 @@ class DiscordChannel:
         run_id = outgoing.workflowRunId
 
         async def send_part(part: Part) -> str:
-            message = await self._post(target, part, reference if part.index == 0 else None)
+            upload = await self._upload(outgoing, part.file) if part.file is not None else None
+            message = await self._post(target, part, upload, reference if part.index == 0 else None)
             if run_id:
                 self._threads.remember(str(message.id), run_id)
             return str(message.id)
@@ -309,18 +309,27 @@ class DiscordChannel:
             return None
         return discord.MessageReference(message_id=message_id, channel_id=channel_id, fail_if_not_exists=False)
 
-    async def _post(self, target: Target, part: Part,
+    async def _upload(self, outgoing: OutgoingPayload, path: Path) -> discord.File | None:
+        """A file of the reply as an in-memory upload (read through the gateway), or None when it may not be sent."""
+        try:
+            data = await self._context.read_attachment(outgoing, path)
+        except (PermanentError, DeliveryError) as exc:
+            log.warning("discord: %s is not sent: %s", path, exc)
+            return None
+        return discord.File(io.BytesIO(data), filename=path.name)
+
+    async def _post(self, target: Target, part: Part, upload: discord.File | None,
                     reference: discord.MessageReference | None) -> discord.Message:
         """Posts one part, turning platform failures into DeliveryError (with retry_after on 429), or
         PermanentError when Discord refuses it for good (403: no access or DMs closed, 404: channel gone)."""
         try:
             try:
-                return await self._post_once(target, part, reference)
+                return await self._post_once(target, part, upload, reference)
             except discord.HTTPException as exc:
                 if reference is None or exc.status != 400:
                     raise
                 log.info("discord refused the reply reference (%s); posting without it", exc)
-                return await self._post_once(target, part, None)
+                return await self._post_once(target, part, _again(upload), None)
         except discord.RateLimited as exc:
             raise DeliveryError(f"Discord rate limit: retry in {exc.retry_after:.1f}s",
                                 retry_after=exc.retry_after) from exc
@@ -332,26 +341,21 @@ class DiscordChannel:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise DeliveryError(f"cannot reach Discord: {exc or type(exc).__name__}") from exc
 
-    async def _post_once(self, target: Target, part: Part,
+    async def _post_once(self, target: Target, part: Part, upload: discord.File | None,
                          reference: discord.MessageReference | None) -> discord.Message:
         replying: dict[str, Any] = {"reference": reference} if reference is not None else {}
         if part.file is None:
             return await target.send(part.text or "", **replying)
-        upload = await _read_upload(part.file)
         if upload is None:
             return await target.send(f"[file not sent: {part.file.name} cannot be read]", **replying)
         return await target.send(file=upload, **replying)
 
 
-async def _read_upload(path: Path) -> discord.File | None:
-    """The file as an in-memory upload (read without blocking the loop), or None when unreadable."""
-    try:
-        async with aiofiles.open(path, "rb") as handle:
-            data = await handle.read()
-    except OSError as exc:
-        log.warning("discord: %s cannot be read and is not sent: %s", path, exc)
-        return None
-    return discord.File(io.BytesIO(data), filename=path.name)
+def _again(upload: discord.File | None) -> discord.File | None:
+    """The same upload, rewound for a second request."""
+    if upload is not None:
+        upload.reset()
+    return upload
 
 
 def _refusal(exc: discord.HTTPException) -> str:

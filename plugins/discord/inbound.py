@@ -137,7 +137,8 @@ class Intake:
                             attachment.filename, message.id, exc)
                 notes.append(f"[file not downloaded: {attachment.filename}]")
                 continue
-            paths.append(await self._context.save_attachment(attachment.filename, data))
+            paths.append(await self._context.save_attachment(attachment.filename, data,
+                                                             conversation=str(message.channel.id)))
         return paths, notes
 
     def _remember(self, message: discord.Message) -> None:

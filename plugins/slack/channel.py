@@ -8,8 +8,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiofiles
-
 from gateway import (
     AccessDecision,
     AccessPolicy,
@@ -140,7 +138,7 @@ class SlackChannel:
         lines = [message.text] if message.text else []
         files: list[str] = []
         for file in message.files:
-            saved = await self._save_file(file)
+            saved = await self._save_file(file, message.conversation)
             if saved is None:
                 lines.append(f"[file not downloaded: {_file_name(file)}]")
             else:
@@ -162,7 +160,7 @@ class SlackChannel:
                 log.warning("slack %s: could not tell the sender either: %s", self.profile_id, reply_exc)
             raise
 
-    async def _save_file(self, file: dict[str, Any]) -> Path | None:
+    async def _save_file(self, file: dict[str, Any], conversation: str) -> Path | None:
         """Downloads one shared file into files/; its absolute path, or None when that failed."""
         assert self._api is not None
         try:
@@ -170,7 +168,7 @@ class SlackChannel:
         except Exception as exc:
             log.warning("slack %s: file %s not downloaded: %s", self.profile_id, file.get("id"), exc)
             return None
-        return await self.context.save_attachment(_file_name(file), data)
+        return await self.context.save_attachment(_file_name(file), data, conversation=conversation)
 
     def _reject(self, message: SlackMessage, sender: str, decision: AccessDecision) -> None:
         """Records a refused message and, when the policy says so, queues its answer (a pairing code)."""
@@ -205,7 +203,8 @@ class SlackChannel:
 
         async def send_part(part: Part) -> str:
             if part.file is not None:
-                return await api.upload(channel, thread_ts, part.file.name, await _read(part.file))
+                return await api.upload(channel, thread_ts, part.file.name,
+                                        await self.context.read_attachment(outgoing, part.file))
             if visible_to:
                 return await api.post_ephemeral(channel, str(visible_to), part.text or "", thread_ts)
             ts = await api.post_message(channel, part.text or "", thread_ts)
@@ -247,11 +246,3 @@ def _file_name(file: dict[str, Any]) -> str:
     """A shared file's name as the user gave it."""
     return str(file.get("name") or file.get("title") or file.get("id") or "file")
 
-
-async def _read(path: Path) -> bytes:
-    """An attachment's bytes, read without blocking the event loop."""
-    try:
-        async with aiofiles.open(path, "rb") as handle:
-            return await handle.read()
-    except OSError as exc:
-        raise DeliveryError(f"cannot read attachment {path}: {exc.strerror}") from None

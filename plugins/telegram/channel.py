@@ -8,7 +8,6 @@ import random
 import time
 import warnings
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import (
@@ -235,11 +234,12 @@ class TelegramChannel:
 
         async def send_part(part: Part) -> str:
             quoted = reply_to if part.index == first else None
-            return await self._send_part(bot, target, part, quoted, outgoing.workflowRunId)
+            data = await self.context.read_attachment(outgoing, part.file) if part.file is not None else None
+            return await self._send_part(bot, target, part, data, quoted, outgoing.workflowRunId)
 
         return await deliver_parts(outgoing, parts, send_part, self.journal)
 
-    async def _send_part(self, bot: Bot, target: Target, part: Part, reply_to: int | None,
+    async def _send_part(self, bot: Bot, target: Target, part: Part, data: bytes | None, reply_to: int | None,
                          run_id: str | None) -> str:
         """Sends one part, waiting out short rate limits; returns its `<chat>:<message id>`."""
         from telegram.error import ChatMigrated, RetryAfter, TelegramError
@@ -247,7 +247,7 @@ class TelegramChannel:
         chat, waited = target.chat, 0.0
         while True:
             try:
-                sent = await self._post(bot, chat, target.topic, part, reply_to)
+                sent = await self._post(bot, chat, target.topic, part, data, reply_to)
                 break
             except RetryAfter as exc:
                 delay = retry_seconds(exc)
@@ -268,14 +268,13 @@ class TelegramChannel:
             self.threads.remember(ref, run_id)
         return ref
 
-    async def _post(self, bot: Bot, chat: int | str, topic: int | None, part: Part,
+    async def _post(self, bot: Bot, chat: int | str, topic: int | None, part: Part, data: bytes | None,
                     reply_to: int | None) -> Message:
-        """One Bot API call: sendDocument for a file, sendMessage (plain text) otherwise."""
+        """One Bot API call: sendDocument for a file (its bytes in `data`), sendMessage (plain text) otherwise."""
         from telegram import ReplyParameters
 
         quote = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
-        if part.file is not None:
-            data = await _read(part.file)
+        if part.file is not None and data is not None:
             return await bot.send_document(chat, document=data, filename=part.file.name,
                                            message_thread_id=topic, reply_parameters=quote)
         return await bot.send_message(chat, part.text or "", message_thread_id=topic, reply_parameters=quote)
@@ -346,9 +345,3 @@ def retry_seconds(exc: RetryAfter) -> float:
 def _utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
-
-async def _read(path: Path) -> bytes:
-    try:
-        return await asyncio.to_thread(path.read_bytes)
-    except OSError as exc:
-        raise DeliveryError(f"telegram: cannot read attachment {path}: {exc.strerror}") from exc

@@ -54,7 +54,7 @@ class InboundMessages:
         if not decision.allowed:
             self._refuse(message, conversation, sender_id, sender, decision)
             return None
-        notes = [await self._download(bot, *attachment) for attachment in attachments]
+        notes = [await self._download(bot, conversation, *attachment) for attachment in attachments]
         reply = message.reply_to_message
         payload = IncomingPayload(
             channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=sender_id,
@@ -67,7 +67,8 @@ class InboundMessages:
         )
         return await self.sink(payload)
 
-    async def _download(self, bot: Bot, kind: str, file_id: str, name: str | None) -> tuple[str, Path | None]:
+    async def _download(self, bot: Bot, conversation: str, kind: str, file_id: str,
+                        name: str | None) -> tuple[str, Path | None]:
         """Saves one attachment; returns its `[file: …]` tag, or a note when it cannot be fetched."""
         from telegram.error import TelegramError
 
@@ -78,7 +79,7 @@ class InboundMessages:
             log.warning("telegram %s: cannot download a %s: %s", self.profile_id, kind, exc)
             return f"[file not downloaded: {name or kind}: {exc}]", None
         filename = name or f"{kind}{PurePosixPath(remote.file_path or '').suffix}"
-        path = await self.context.save_attachment(filename, bytes(data))
+        path = await self.context.save_attachment(filename, bytes(data), conversation=conversation)
         return f"[file: {path}]", path
 
     def _refuse(self, message: Message, conversation: str, sender_id: str, sender: str,

@@ -235,7 +235,7 @@ class WhatsAppChannel:
                         self.profile_id, media.media_id, message.message_id, exc)
             return None
         name = media.filename or f"{media.kind}-{media.media_id}{_extension(media.mime_type or mime)}"
-        return await self.context.save_attachment(name, data)
+        return await self.context.save_attachment(name, data, conversation=message.sender_id)
 
     # --- outbound -----------------------------------------------------------------------------
 
@@ -251,9 +251,8 @@ class WhatsAppChannel:
             """Sends one part; returns its wamid."""
             reply_to = quote if part.index == 0 else None
             if part.file is not None:
-                if not part.file.is_file():
-                    raise DeliveryError(f"file to send is missing: {part.file}")
-                media_id = await api.upload_media(part.file)
+                data = await self.context.read_attachment(outgoing, part.file)
+                media_id = await api.upload_media(part.file.name, data)
                 wamid = await api.send_document(to, media_id, part.file.name, reply_to=reply_to)
             else:
                 wamid = await api.send_text(to, part.text or "", reply_to=reply_to)

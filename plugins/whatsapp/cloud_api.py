@@ -8,10 +8,8 @@ import logging
 import mimetypes
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import aiofiles
 import aiohttp
 
 from gateway import DeliveryError, PermanentError
@@ -100,18 +98,16 @@ class CloudApi:
         """Sends an uploaded file as a document message; returns its wamid."""
         return await self._send_message(to, "document", {"id": media_id, "filename": filename}, reply_to)
 
-    async def upload_media(self, path: Path) -> str:
-        """Uploads a file's bytes for this phone number; returns the media id."""
-        async with aiofiles.open(path, "rb") as handle:
-            data = await handle.read()
-        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    async def upload_media(self, filename: str, data: bytes) -> str:
+        """Uploads a file's bytes (read through the gateway) for this phone number; returns the media id."""
+        mime = mimetypes.guess_type(filename)[0] or "application/octet-stream"
 
         def form() -> aiohttp.FormData:
             """A fresh multipart body (aiohttp consumes one per request)."""
             built = aiohttp.FormData()
             built.add_field("messaging_product", "whatsapp")
             built.add_field("type", mime)
-            built.add_field("file", data, filename=path.name, content_type=mime)
+            built.add_field("file", data, filename=filename, content_type=mime)
             return built
 
         answer = await self._patiently("POST", self._url(f"{self.phone_number_id}/media"), form=form)

@@ -139,7 +139,7 @@ async def _through_worker(batch: list[bytes]) -> None:
         events = EventLog(home.events_file)
         queue = FileQueue(home, fsync=False, max_payload_bytes=MAX_BYTES)
         answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
-        outbox = FileOutbox(home, events, allowed_roots=[home.files], fsync=False)
+        outbox = FileOutbox(home, events, fsync=False)
         queue_settings = QueueSettings(fsync=False, max_payload_bytes=MAX_BYTES)
         worker = Worker(queue, _Echo(), outbox, answered, events, queue_settings)
         queue.open()

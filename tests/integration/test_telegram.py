@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,8 @@ import pytest
 from gateway import ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.access import PairingStore
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
+from gateway.dispatcher import Dispatcher
+from gateway.settings import QueueSettings
 from plugins.telegram import TelegramChannel, TelegramOptions
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
 
@@ -428,3 +431,77 @@ def test_the_token_never_reaches_the_log_even_at_debug(caplog: pytest.LogCapture
     assert TOKEN not in caplog.text
     assert "The token `***` was rejected" in caplog.text
 
+
+
+# --- attachments checked again at delivery ------------------------------------------------------------
+
+
+def _dispatch(rig: ChannelRig) -> Dispatcher:
+    """A dispatcher delivering the rig's outgoing/ through its telegram channel."""
+    assert rig.context is not None and rig.channel is not None
+    return Dispatcher(rig.context.home, [rig.channel], rig.context.events,
+                      QueueSettings(fsync=False, backoff_initial_ms=5, backoff_max_ms=20, max_attempts=2))
+
+
+def _drop_outgoing(rig: ChannelRig, text: str, files: list[str]) -> str:
+    """Writes a reply straight into outgoing/, as another program (or a stale outbox check) would."""
+    assert rig.context is not None
+    payload = outgoing(text, "1001", files=files)
+    name = f"telegram_{payload.messageId}_{payload.timestamp}.json"
+    (rig.context.home.outgoing / name).write_bytes(payload.to_json())
+    return name
+
+
+async def _delivered(rig: ChannelRig, dispatcher: Dispatcher, name: str) -> None:
+    assert rig.context is not None
+    dispatcher.rescan()
+    await eventually(lambda: any(rig.context.home.sent.glob(f"*{name}")) if rig.context else False)
+    await dispatcher.stop(1)
+
+
+async def test_a_payload_dropped_into_outgoing_cannot_upload_a_file_outside_the_home(
+        rig: ChannelRig, server: FakeTelegram, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not yours")
+    name = _drop_outgoing(rig, "the report", ["/etc/passwd", str(outside)])
+    await _delivered(rig, _dispatch(rig), name)
+    assert [s.filename for s in server.sent if s.filename] == []
+    (text,) = [s.text or "" for s in server.sent]
+    assert text.startswith("the report") and text.count("[file not sent:") == 2
+    refused = events(rig, "outgoing.file_refused")
+    assert sorted(e["path"] for e in refused) == sorted(["/etc/passwd", str(outside)])
+
+
+async def test_an_allowed_file_swapped_for_a_symlink_before_delivery_is_not_uploaded(
+        rig: ChannelRig, server: FakeTelegram, tmp_path: Path) -> None:
+    await server.deliver(server.message(1001, "my notes", file=("notes.txt", b"mine")))
+    (saved,) = (await eventually(rig.incoming))[0]["files"]
+    name = _drop_outgoing(rig, "your notes back", [saved])  # the outbox accepted it: the user's own file
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"top secret")
+    os.unlink(saved)
+    os.symlink(secret, saved)
+    await _delivered(rig, _dispatch(rig), name)
+    assert all(s.data != b"top secret" for s in server.sent)
+    assert [s.text for s in server.sent] == [f"your notes back\n[file not sent: {saved} is outside the allowed "
+                                             "folders or does not exist]"]
+
+
+async def test_a_fifo_attachment_does_not_hang_delivery(rig: ChannelRig, server: FakeTelegram) -> None:
+    await server.deliver(server.message(1001, "my notes", file=("notes.txt", b"mine")))
+    (saved,) = (await eventually(rig.incoming))[0]["files"]
+    fifo = str(Path(saved).with_name("pipe"))
+    os.mkfifo(fifo)
+    name = _drop_outgoing(rig, "a pipe", [fifo])
+    await _delivered(rig, _dispatch(rig), name)
+    assert [(s.text, s.filename) for s in server.sent] == [
+        (f"a pipe\n[file not sent: {fifo} is outside the allowed folders or does not exist]", None)]
+
+
+async def test_the_users_own_attachment_is_uploaded_at_delivery(rig: ChannelRig, server: FakeTelegram) -> None:
+    await server.deliver(server.message(1001, "my notes", file=("notes.txt", b"mine")))
+    (saved,) = (await eventually(rig.incoming))[0]["files"]
+    name = _drop_outgoing(rig, "your notes back", [saved])
+    await _delivered(rig, _dispatch(rig), name)
+    assert [(s.text, s.filename, s.data) for s in server.sent] == [
+        ("your notes back", None, None), (None, Path(saved).name, b"mine")]

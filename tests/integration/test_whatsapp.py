@@ -346,7 +346,7 @@ async def test_an_event_that_cannot_be_queued_is_refused_so_meta_delivers_it_aga
     profile = ChannelProfile(id="wa", type="whatsapp", **driver.profile_options())
     events = EventLog(home.events_file)
     context = ChannelContext(home=home, settings=Settings(channels=[profile]), profile=profile, events=events,
-                             outbox=FileOutbox(home, events, allowed_roots=[home.files], fsync=False))
+                             outbox=FileOutbox(home, events, fsync=False))
     queued: list[IncomingPayload] = []
     failures = [OSError("disk full")]
 

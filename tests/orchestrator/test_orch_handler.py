@@ -150,5 +150,6 @@ async def test_default_orchestrator_echoes_a_chat_message(
 ) -> None:
     orchestrator = await start(make_context())
     [answer] = await orchestrator.handle(make_message("hello [send_file: /tmp/x.txt]"))
-    assert answer.message == "You said: hello" and answer.files == ["/tmp/x.txt"]
+    assert answer.message == "You said: hello [send_file: /tmp/x.txt]", "the user's own tag is echoed as text"
+    assert answer.files == []
     assert answer.agent == "echo" and answer.workflowStepId == "Reply"
