@@ -35,7 +35,7 @@ def test_claude_argv_for_answer_edit_and_sessions() -> None:
     answer = claude.argv("claude", _settings("claude", model="sonnet"), mode="answer", session=None)
     assert answer[:5] == ["claude", "-p", "--output-format", "stream-json", "--verbose"]
     assert answer[answer.index("--tools") + 1] == ""
-    assert "--no-session-persistence" in answer and ["--model", "sonnet"] == answer[5:7]
+    assert "--no-session-persistence" in answer and answer[5:7] == ["--model", "sonnet"]
     edit = claude.argv("claude", _settings("claude", allowed_tools=["Read", "Edit"]), mode="edit",
                        session=Session("u-1", resume=False))
     assert edit[edit.index("--permission-mode") + 1] == "acceptEdits"
