@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway import containment
 from gateway.api import BuiltinProvider, PermanentError
 from gateway.home import Home, atomic_write
 from gateway.settings import ProviderSettings
@@ -140,13 +141,14 @@ async def run_process(
     argv: Sequence[str], *, stdin: bytes | None, env: Mapping[str, str], cwd: Path,
     timeout_sec: float, max_output: int,
 ) -> ProviderResult:
-    """Runs argv in its own session (never a shell) with capped output; kills its group on timeout."""
+    """Runs argv in its own session (never a shell) with capped output; kills what it started when it ends."""
     started = time.monotonic()
+    env, token = containment.tagged(env)
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=dict(env), cwd=cwd, start_new_session=True,
+            env=env, cwd=cwd, start_new_session=True,
         )
     except OSError as exc:
         return ProviderResult("", f"cannot start {argv[0]!r}: {exc}", 127, _ms_since(started), False, False)
@@ -165,12 +167,20 @@ async def run_process(
         _, pending = await asyncio.wait(tasks, timeout=grace if waiter.done() else 0)
     except asyncio.CancelledError:
         await _terminate(proc, tasks)
+        await _end_run(proc, waiter, token)
         raise
     timed_out = not waiter.done()
     if pending:
         await _terminate(proc, tasks)
     duration = _ms_since(started)
+    await _end_run(proc, waiter, token)
     return ProviderResult(out.text(), err.text(), proc.returncode, duration, timed_out, out.truncated)
+
+
+async def _end_run(proc: asyncio.subprocess.Process, waiter: asyncio.Future[None], token: str) -> None:
+    """Waits (briefly) until the run's own process is reaped, then kills what it left behind."""
+    await asyncio.wait({waiter}, timeout=KILL_GRACE_SEC)
+    await containment.end_run(proc.pid, token)
 
 
 def _ms_since(started: float) -> int:
