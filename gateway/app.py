@@ -27,6 +27,7 @@ from gateway.api import (
     HandlerContext,
     PermanentError,
 )
+from gateway.containment import become_subreaper
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write
@@ -344,7 +345,8 @@ async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: s
 
 
 async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:
-    """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI)."""
+    """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI); it adopts its orphans."""
+    become_subreaper()
     await gateway.start()
     try:
         await stop.wait()

@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.home import write_all
-
 log = logging.getLogger("switchyard.events")
 
 Observer = Callable[[dict[str, Any]], None]
@@ -38,6 +36,9 @@ class EventLog:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._pending: list[bytes] = []
+        self._dropped = 0
+        self._dropped_reason = ""
+        self._torn = False
 
     def write_per_turn(self, loop: asyncio.AbstractEventLoop) -> None:
         """Lets lines emitted on `loop`'s thread be written together when the loop's current turn
@@ -91,10 +92,50 @@ class EventLog:
                 self._write(data)
 
     def _write(self, data: bytes) -> None:
+        """Appends whole lines or none; lines a failed write lost are counted into the next write as
+        an `events.dropped` line."""
+        lines = data.count(b"\n")
+        if self._dropped:
+            data = self._dropped_line() + data
         try:
-            write_all(self._fd, data)
+            self._append_whole(data)
         except OSError as exc:
-            log.error("cannot write event log %s: %s", self.path, exc)
+            if not self._dropped:
+                log.error("cannot write event log %s: %s", self.path, exc)
+            self._dropped += lines
+            self._dropped_reason = str(exc)
+            return
+        self._dropped = 0
+        self._torn = False
+
+    def _dropped_line(self) -> bytes:
+        record = {"ts": utc_now_iso(), "event": "events.dropped", "count": self._dropped,
+                  "reason": self._dropped_reason}
+        torn = b"\n" if self._torn else b""  # ends a fragment that could not be taken back
+        return torn + json.dumps(record).encode() + b"\n"
+
+    def _append_whole(self, data: bytes) -> None:
+        """Writes all of `data`, or, when a write fails part-way (a full disk), takes back what it wrote."""
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, view[written:])
+        except OSError:
+            if written:
+                self._take_back(written)
+            raise
+
+    def _take_back(self, written: int) -> None:
+        """Truncates the last `written` bytes we appended, unless another writer appended after them."""
+        try:
+            end = os.lseek(self._fd, 0, os.SEEK_CUR)  # O_APPEND: just after our last byte
+            if os.fstat(self._fd).st_size == end:
+                os.ftruncate(self._fd, end - written)
+                return
+        except OSError:
+            pass
+        self._torn = True
 
     def close(self) -> None:
         self.flush()

@@ -117,8 +117,8 @@ class Actions:
 
     async def execute(
         self, decision: Decision, message: IncomingPayload, loaded: LoadedConfig, functions: FunctionRegistry
-    ) -> OutgoingPayload:
-        """Carries out one selector decision and returns the reply."""
+    ) -> OutgoingPayload | None:
+        """Carries out one selector decision and returns the reply (None: see `_outcome_reply`)."""
         fields = decision.fields
         if decision.action == "workflow_start":
             return await self.workflow_start(message, loaded, fields.get("workflowId"), fields.get("input"))
@@ -131,7 +131,7 @@ class Actions:
 
     async def workflow_start(
         self, message: IncomingPayload, loaded: LoadedConfig, workflow_id: Any, data: Any
-    ) -> OutgoingPayload:
+    ) -> OutgoingPayload | None:
         """Starts (or, for a retried message, re-attaches to) a run; replies with its result or an ack."""
         workflows = loaded.config.workflows
         if not isinstance(workflow_id, str) or workflow_id not in workflows:
@@ -151,7 +151,18 @@ class Actions:
 
     async def _outcome_reply(
         self, message: IncomingPayload, run: RunState, within_sec: float, verb: str = "Started"
-    ) -> OutgoingPayload:
+    ) -> OutgoingPayload | None:
+        """The reply that waits (briefly) for the run: its result or question, else an ack; None when the
+        result was already pushed to the conversation, as only a retried message finds it.
+
+        A message is retried when the gateway died before its reply was written. Each crash window
+        gives one answer carrying the result: the run still going after the restart ends either while
+        the retried message waits (the result is its reply) or before (the result is pushed, and the
+        retry adds nothing, `message.already_answered`); a run that had ended with its result handed
+        to the waiting message (`delivery: reply`) gives the retry that result again, since the reply
+        was never written; one that had ended undelivered is pushed at the restart, once even if the
+        crash came between writing the push and recording it (`Delivery.push`).
+        """
         ended = await self._executor.outcome(run.runId, within_sec)
         if ended is None:
             text = (f"{verb} run {run.runId} (workflow {run.workflowId}). I will post the result here "
@@ -165,9 +176,9 @@ class Actions:
             text = f"Run {ended.runId} (workflow {ended.workflowId}) is waiting for your answer (asked above)."
             return reply(message, text, agent=SYSTEM_AGENT, run=ended)
         if ended.delivery == "push":
-            text = (f"Run {ended.runId} (workflow {ended.workflowId}) already finished; its result was sent "
-                    "to this conversation.")
-            return reply(message, text, agent=SYSTEM_AGENT, run=ended)
+            self._executor.life.emit("message.already_answered", ended, messageId=message.messageId,
+                                     reason="the run's result was pushed to the conversation")
+            return None
         return result_reply(ended, to=message)
 
     @staticmethod
@@ -176,20 +187,25 @@ class Actions:
         return (run is not None and run.state == "waiting_input"
                 and message.message.strip().lower() not in STATUS_WORDS)
 
-    async def answer_input(self, message: IncomingPayload, run: RunState, loaded: LoadedConfig) -> OutgoingPayload:
+    async def answer_input(
+        self, message: IncomingPayload, run: RunState, loaded: LoadedConfig
+    ) -> OutgoingPayload | None:
         """Resumes a run waiting for input with this message's text; replies with what comes next."""
         resumed = self._executor.answer(run, message)
         if resumed is None:
             raise RuntimeError(f"run {run.runId} is busy in another process; the answer is retried")
         return await self._outcome_reply(message, resumed, loaded.config.reply_within_sec, verb="Resumed")
 
+    @staticmethod
+    def answered_input(message: IncomingPayload, run: RunState | None) -> bool:
+        """True for a retried message that already answered its conversation's run (`run`)."""
+        return run is not None and any((s.model_extra or {}).get("answerMessageId") == message.messageId
+                                       for s in run.steps.values())
+
     async def reattach_answer(
-        self, message: IncomingPayload, loaded: LoadedConfig, run: RunState | None
+        self, message: IncomingPayload, loaded: LoadedConfig, run: RunState
     ) -> OutgoingPayload | None:
-        """For a retried message that already answered its conversation's run (`run`): its reply."""
-        if run is None or not any((s.model_extra or {}).get("answerMessageId") == message.messageId
-                                  for s in run.steps.values()):
-            return None
+        """For a retried message that already answered `run` (`answered_input`): its reply."""
         self._executor.submit(run.runId)
         return await self._outcome_reply(message, run, loaded.config.reply_within_sec, verb="Resumed")
 

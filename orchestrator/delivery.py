@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import glob
+import json
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import Outbox
 from gateway.events import now_ms
+from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.runs import RunState, RunStore
 
@@ -84,9 +88,10 @@ class _Waiting:
 class Delivery:
     """Hands a run's result or question to a waiting message, or pushes it; records which was done."""
 
-    def __init__(self, store: RunStore, outbox: Outbox):
+    def __init__(self, store: RunStore, outbox: Outbox, home: Home):
         self._store = store
         self._outbox = outbox
+        self._home = home
         self._waiting: dict[str, _Waiting] = {}
 
     async def outcome(self, run_id: str, timeout_sec: float) -> RunState | None:
@@ -127,14 +132,27 @@ class Delivery:
             return run
         return self.push(run)
 
-    def push(self, run: RunState) -> RunState:
-        """Writes the result into the outbox and records `delivery: push` (retried at the next start)."""
+    def push(self, run: RunState, *, recovering: bool = False) -> RunState:
+        """Writes the result into the outbox and records `delivery: push` (retried at the next start).
+        When `recovering`, a result the outbox already holds (the process died between writing it
+        and recording it) is recorded, not written again."""
         try:
-            self._outbox.write(result_reply(run))
+            if not (recovering and self._in_outbox(run)):
+                self._outbox.write(result_reply(run))
         except Exception:
             log.exception("cannot push the result of run %s; it is retried at the next start", run.runId)
             return run
         return self._store.save(run.model_copy(update={"delivery": "push"}))
+
+    def _in_outbox(self, run: RunState) -> bool:
+        """Tells whether outgoing/, sent/ or failed/ holds this run's result (in that order, the way
+        files move)."""
+        started = run.payload()
+        pattern = f"*{glob.escape(safe_name(started.channel))}_{glob.escape(safe_name(started.messageId))}_*.json"
+        for folder in (self._home.outgoing, self._home.sent, self._home.failed):
+            if any(_carries_result(path, run) for path in folder.glob(pattern)):
+                return True
+        return False
 
     def asked(self, run: RunState, step_id: str, prompt: str) -> RunState:
         """Delivers an input step's question once: as a waiting message's reply, else pushed."""
@@ -149,3 +167,15 @@ class Delivery:
             log.exception("cannot ask the question of run %s; it is retried at the next start", run.runId)
             return run
         return self._store.update_step(run, step_id, promptDelivery="push")
+
+
+def _carries_result(path: Path, run: RunState) -> bool:
+    """Tells whether an outgoing payload file is `run`'s result (not an ack or a question)."""
+    if path.name.endswith(".error.json"):
+        return False
+    try:
+        payload = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # moved on meanwhile: the next folder has it
+        return False
+    return isinstance(payload, dict) and payload.get("workflowRunId") == run.runId \
+        and payload.get("runState") == run.state

@@ -55,7 +55,7 @@ class RunExecutor:
         owner = f"{socket.gethostname()}:{os.getpid()}"
         self._locks = LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
         self.coordination = Coordination(home)  # an index and mirrors: recover() rebuilds it
-        self.delivery = Delivery(store, outbox)
+        self.delivery = Delivery(store, outbox, home)
         self.life = Lifecycle(store=store, steps=steps, events=events, coordination=self.coordination,
                               delivery=self.delivery, owner=owner)
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -228,7 +228,7 @@ class RunExecutor:
     def _recover_one(self, run: RunState) -> None:
         if run.finished:
             if run.delivery is None:
-                self.delivery.push(run)
+                self.delivery.push(run, recovering=True)
         elif run.state == "running":
             self.life.interrupted(run, "recovered after a restart: resuming from the last completed step")
         elif run.state == "failed":

@@ -74,7 +74,8 @@ class Orchestrator:
         await asyncio.to_thread(self._selector.close)
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
-        """Answers one message with exactly one reply (results of slow runs are pushed later)."""
+        """Answers one message with one reply (results of slow runs are pushed later), or none for a
+        retried message whose run's result was already pushed."""
         if message.channel == INBOX_CHANNEL:  # a prompt file is a job, never a command
             loaded = self._load(message)
             return [self._actions.start_job(message, loaded, self._profile_workflow(message, loaded))]
@@ -91,11 +92,12 @@ class Orchestrator:
         loaded = self._load(message)
         run = self._actions.resolve_run(message)  # read once: the named run, else the conversation's
         if run is not None and self._actions.answers_input(message, run):
-            return [await self._actions.answer_input(message, run, loaded)]
+            return _replies(await self._actions.answer_input(message, run, loaded))
         if message.workflowRunId:
             return [self._actions.run_snapshot(message, message.workflowRunId, NOT_WAITING_NOTE)]
-        again = await self._actions.reattach_answer(message, loaded, run)
-        return [again if again is not None else await self._select(message, loaded, run)]
+        if run is not None and self._actions.answered_input(message, run):
+            return _replies(await self._actions.reattach_answer(message, loaded, run))
+        return _replies(await self._select(message, loaded, run))
 
     def _profile_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
         """The workflow a channel profile names (`workflow:`), else the rules' default workflow."""
@@ -120,7 +122,7 @@ class Orchestrator:
 
     async def _select(
         self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None
-    ) -> OutgoingPayload:
+    ) -> OutgoingPayload | None:
         """Asks the selector (with the conversation's active run) and carries out its decision."""
         functions = self._actions.registry(loaded)
         request = self._selector.build_request(message, loaded, functions.describe(),
@@ -130,5 +132,10 @@ class Orchestrator:
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
         answer = await self._actions.execute(decision, message, loaded, functions)
-        self._selector.remember(message, loaded, answer.message)
+        if answer is not None:
+            self._selector.remember(message, loaded, answer.message)
         return answer
+
+
+def _replies(answer: OutgoingPayload | None) -> list[OutgoingPayload]:
+    return [] if answer is None else [answer]

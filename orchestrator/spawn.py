@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway import containment
 from orchestrator.clis.base import MISSING_EXIT, NOT_EXECUTABLE_EXIT, short_tail
 
 log = logging.getLogger("switchyard.providers")
@@ -174,18 +175,19 @@ async def run_process(
     argv: Sequence[str], *, stdin: bytes | None, env: Mapping[str, str], cwd: Path,
     timeout_sec: float, max_output: int, watcher: LineWatcher | None = None, first_output_sec: float | None = None,
 ) -> ProviderResult:
-    """Runs argv in its own session (never a shell) with capped output; kills its group on timeout.
+    """Runs argv in its own session (never a shell) with capped output; kills what it started when it ends.
 
     `watcher` sees each stdout line as it arrives. With `first_output_sec`, a process that shows no
     sign of work by then (no output, or no line the watcher calls work) is stopped as a timeout:
     a CLI retrying an unreachable network says nothing useful for minutes.
     """
     started = time.monotonic()
+    env, token = containment.tagged(env)
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=dict(env), cwd=cwd, start_new_session=True,
+            env=env, cwd=cwd, start_new_session=True,
         )
     except OSError as exc:
         code = NOT_EXECUTABLE_EXIT if exc.errno in (errno.EACCES, errno.ENOEXEC) else MISSING_EXIT
@@ -217,12 +219,20 @@ async def run_process(
         _, pending = await asyncio.wait(tasks, timeout=grace if waiter.done() else 0)
     except asyncio.CancelledError:
         await _terminate(proc, tasks)
+        await _end_run(proc, waiter, token)
         raise
     timed_out = not waiter.done()
     if pending:
         await _terminate(proc, tasks)
     duration = ms_since(started)
+    await _end_run(proc, waiter, token)
     return ProviderResult(out.text(), err.text(), proc.returncode, duration, timed_out, out.truncated, stalled)
+
+
+async def _end_run(proc: asyncio.subprocess.Process, waiter: asyncio.Future[None], token: str) -> None:
+    """Waits (briefly) until the run's own process is reaped, then kills what it left behind."""
+    await asyncio.wait({waiter}, timeout=KILL_GRACE_SEC)
+    await containment.end_run(proc.pid, token)
 
 
 def ms_since(started: float) -> int:

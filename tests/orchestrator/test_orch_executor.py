@@ -14,6 +14,7 @@ import pytest
 from gateway.api import HandlerContext
 from gateway.events import read_events
 from gateway.home import Home
+from gateway.outbox import outgoing_name
 from gateway.settings import ProviderSettings
 from orchestrator import Orchestrator
 from orchestrator.runs import RunState, RunStore, run_id_for
@@ -159,8 +160,7 @@ async def test_retried_message_reattaches_to_its_run(
     await wait_until(lambda: rig.state(run_id_for(message)).delivery)
     assert len(rig.call_lines()) == 1
     assert [p.name for p in rig.home.runs.iterdir() if p.is_dir()] == [run_id_for(message)]
-    [third] = await orchestrator.handle(message.model_copy())
-    assert "already finished; its result was sent" in third.message
+    assert await orchestrator.handle(message.model_copy()) == []  # the pushed result was its answer
     assert len(rig.outbox.payloads) == 1
 
 
@@ -182,6 +182,48 @@ async def test_retry_after_a_crash_reattaches_in_a_new_process(
     assert answer.message.startswith("tested planned") and answer.workflowRunId == run_id_for(message)
     assert len([p for p in rig.home.runs.iterdir() if p.is_dir()]) == 1
     assert rig.outbox.payloads == []
+
+
+async def test_a_run_that_finished_before_its_message_was_retried_answers_once(
+    rig: Rig, write_config: Callable[[str], Path], start: Callable[..., Any]
+) -> None:
+    """The gateway died while the message waited for its run; after the restart the resumed run
+    ends before the message is handled again, so its result is pushed: the retry adds nothing."""
+    write_config(config(within=0))
+    first = Orchestrator(rig.context)
+    await first.start()
+    message = make_message("build it")
+    await first.handle(message)  # the crash: this reply is never written, the message is retried
+    await wait_until(rig.call_lines)
+    await first.stop()
+    rig.gate.touch()
+    write_config(config(within=30))
+    second = await start(rig.context)
+    await wait_until(lambda: rig.state(run_id_for(message)).delivery)
+    replies = await second.handle(message.model_copy())
+    heard = [payload.message for payload in [*rig.outbox.payloads, *replies]]
+    assert len(heard) == 1 and heard[0].startswith("tested planned")
+    [why] = [e for e in read_events(rig.context.events.path) if e["event"] == "message.already_answered"]
+    assert why["job_id"] == run_id_for(message) and why["messageId"] == message.messageId
+
+
+async def test_a_result_pushed_just_before_a_crash_is_not_pushed_again(
+    rig: Rig, write_config: Callable[[str], Path], start: Callable[..., Any]
+) -> None:
+    """The process died between writing the result into the outbox and recording `delivery: push`."""
+    write_config(config(within=0))
+    first = await start(rig.context)
+    message = make_message("build it")
+    await first.handle(message)
+    rig.gate.touch()
+    run = await wait_until(lambda: (found := rig.state(run_id_for(message))).delivery and found)
+    await first.stop()
+    [pushed] = rig.outbox.payloads
+    (rig.home.outgoing / outgoing_name(pushed)).write_bytes(pushed.to_json())
+    rig.store.save(run.model_copy(update={"delivery": None}))
+    await start(rig.context)
+    assert rig.outbox.payloads == [pushed]
+    assert rig.state(run.runId).delivery == "push"
 
 
 async def test_crash_resume_skips_completed_steps(
