@@ -9,6 +9,8 @@ import pytest
 
 from gateway.home import Home
 
+pytest_plugins = ["tests.fakes.clis"]  # the `fake_clis` fixture: fake claude, codex, gemini, ollama on PATH
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 

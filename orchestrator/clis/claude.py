@@ -27,10 +27,10 @@ class Claude(Preset):
         if settings.model:
             argv += ["--model", settings.model]
         if mode == "edit":
-            tools = settings.allowed_tools if settings.allowed_tools is not None else list(EDIT_TOOLS)
-            argv += ["--permission-mode", "acceptEdits", "--allowedTools", ",".join(tools)]
+            tools = ",".join(settings.allowed_tools if settings.allowed_tools is not None else EDIT_TOOLS)
+            argv += ["--permission-mode", "acceptEdits", "--tools", tools, "--allowedTools", tools]
         else:
-            argv += ["--tools", ""]
+            argv += ["--permission-mode", "dontAsk", "--tools", ""]
         if session is None:
             argv.append("--no-session-persistence")
         elif session.resume and session.id:

@@ -16,6 +16,7 @@ class Codex(Preset):
     login = "run `codex login` once as that user, or set OPENAI_API_KEY in the provider's env"
     login_markers = ("not logged in", "401 unauthorized", "missing bearer", "invalid_api_key",
                      "incorrect api key", "please run `codex login`")
+    refusal_markers = ("not inside a trusted directory",)
     too_large_markers = ("context_length_exceeded", "context window", "argument list too long")
     unknown_session_markers = ("no rollout found for thread id",)
 

@@ -16,14 +16,15 @@ class Gemini(Preset):
     install = "npm install -g @google/gemini-cli"
     login = ("run `gemini` once as that user and choose a login, or set GEMINI_API_KEY in the provider's env")
     login_markers = ("please set an auth method", "api key not valid", "gemini_api_key environment variable")
-    refusal_markers = ("not trusted", "untrusted")
+    refusal_markers = ("not running in a trusted directory",)
     too_large_markers = ("exceeds the maximum number of tokens", "argument list too long")
-    unknown_session_markers = ("no session found", "invalid session identifier", "session not found")
+    unknown_session_markers = ("no previous sessions found", "invalid session identifier")
+    session_in_use_markers = ("already exists. use --resume",)
     login_exit_codes = frozenset({AUTH_EXIT})
     refusal_exit_codes = frozenset({UNTRUSTED_EXIT})
 
     def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
-        approval = "auto_edit" if mode == "edit" else "plan"
+        approval = "auto_edit" if mode == "edit" else "default"  # headless default: asking means denied
         argv = [binary, "--output-format", "stream-json", "--skip-trust", "--approval-mode", approval]
         if settings.model:
             argv += ["--model", settings.model]

@@ -16,12 +16,11 @@ class Ollama(Preset):
     login = "start the server (`ollama serve`) for the user running switchyard"
     history_in_prompt = True
     first_output_sec = 120.0  # loading a model into memory can take a while before the first token
-    login_markers = ("could not connect to ollama",)
     too_large_markers = ("argument list too long",)
-    refusal_markers = ("not found, try pulling it first", "pull model manifest")
 
     def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
-        return [binary, "run", settings.model or DEFAULT_MODEL, "--nowordwrap", *settings.extra_args]
+        return [binary, "run", settings.model or DEFAULT_MODEL, "--nowordwrap", "--hidethinking",
+                *settings.extra_args]
 
     def stdin(self, prompt: str, session: Session | None) -> str:
         if session is None or not session.turns:
@@ -39,8 +38,6 @@ class Ollama(Preset):
 
     def permanent(self, text: str, exit_code: int | None) -> str | None:
         lowered = text.lower()
-        if "could not connect to ollama" in lowered:
-            return f"ollama is not running for the user running switchyard: {self.login}"
-        if "try pulling it first" in lowered or "pull model manifest" in lowered:
+        if "pull model manifest" in lowered:
             return "ollama does not have this model: run `ollama pull <model>` as the user running switchyard"
-        return super().permanent(text, exit_code)
+        return super().permanent(text, exit_code)  # a server not running yet is retried

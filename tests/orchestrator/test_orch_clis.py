@@ -34,7 +34,7 @@ def test_claude_argv_for_answer_edit_and_sessions() -> None:
     claude = PRESETS["claude"]
     answer = claude.argv("claude", _settings("claude", model="sonnet"), mode="answer", session=None)
     assert answer[:5] == ["claude", "-p", "--output-format", "stream-json", "--verbose"]
-    assert answer[answer.index("--tools") + 1] == ""
+    assert answer[answer.index("--tools") + 1] == "" and "dontAsk" in answer
     assert "--no-session-persistence" in answer and answer[5:7] == ["--model", "sonnet"]
     edit = claude.argv("claude", _settings("claude", allowed_tools=["Read", "Edit"]), mode="edit",
                        session=Session("u-1", resume=False))
@@ -94,9 +94,11 @@ def test_a_selector_behind_a_json_envelope_is_understood() -> None:
 @pytest.mark.parametrize(("kind", "text", "code", "expected"), [
     ("claude", "Not logged in · Please run /login", 1, "not logged in"),
     ("gemini", "Please set an Auth method in your settings.json", 41, "not logged in"),
-    ("gemini", "The folder is not trusted", 55, "refused"),
+    ("gemini", "Gemini CLI is not running in a trusted directory. To proceed, …", 55, "refused"),
     ("claude", "Prompt is too long", 1, "too large"),
-    ("ollama", "Error: could not connect to ollama app, is it running?", 1, "not running"),
+    ("ollama", "Error: pull model manifest: file does not exist", 1, "does not have this model"),
+    ("ollama", "Error: could not connect to ollama server, run 'ollama serve' to start it", 1, None),
+    ("codex", "unexpected status 401 Unauthorized: Incorrect API key provided", 1, "not logged in"),
     ("codex", "stream disconnected before completion", 1, None),
 ])
 def test_failures_are_permanent_only_when_retrying_cannot_help(

@@ -140,6 +140,8 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
             {"type": "tool_result", "tool_use_id": "toolu_01fake", "content": result,
              "is_error": name == "untrusted"}]}, "parent_tool_use_id": None, "session_id": session_id,
             "uuid": str(uuid.uuid4())}) + "\n")
+        if name == "tool_use":
+            time.sleep(seconds)  # `tool_use:<sec>`: the tool takes this long (progress notes show it)
     if name == "untrusted":
         denials = [{"tool_name": "Edit", "tool_use_id": "toolu_01fake", "tool_input": {"file_path": "notes.txt"}}]
     if persist:

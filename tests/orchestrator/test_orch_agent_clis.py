@@ -1,0 +1,195 @@
+"""The presets against fake claude, codex, gemini and ollama executables (tests/fakes/clis) that reproduce the
+real CLIs' argv parsing, envelopes, session rules and failures: selector and agent, sessions per conversation,
+failure classes, large and option-like messages, progress notes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.api import HandlerContext, PermanentError
+from gateway.settings import ProviderSettings
+from orchestrator import Orchestrator
+from orchestrator.spawn import ProviderFailed
+from tests.fakes.clis import FakeClis
+from tests.orchestrator.orch_helpers import FakeOutbox, make_message
+
+PRESETS = ("claude", "codex", "gemini", "ollama")
+CHAT_DECISION = {"action": "workflow_start", "workflowId": "chat", "input": {}}
+
+CONFIG = """
+selector: {{provider: {selector}}}
+diagnostics: {{provider: rules}}
+reply_within_sec: 30
+progress_after_sec: 0.5
+progress_interval_sec: 0.05
+rules: {{default_workflow: chat}}
+agents:
+  helper: {{provider: {agent}, prompt: "{{{{message}}}}"}}
+workflows:
+  chat:
+    description: Talk with the helper agent
+    steps:
+      - {{id: Reply, agent: helper}}
+"""
+
+Start = Callable[..., Any]
+
+
+@pytest.fixture
+def agents(make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+           start: Callable[[HandlerContext], Any]) -> Start:
+    """`await agents(selector=…, agent=…, **provider settings)`: an orchestrator whose providers are presets."""
+
+    async def build(selector: str = "rules", agent: str = "claude", **extra: Any) -> Orchestrator:
+        write_config(CONFIG.format(selector=selector, agent=agent))
+        providers = {name: ProviderSettings.model_validate({"type": name, **extra.get(name, {})})
+                     for name in PRESETS}
+        return await start(make_context(providers))  # type: ignore[no-any-return]
+
+    return build
+
+
+def _argv_after(call: dict[str, Any], flag: str) -> str:
+    argv: list[str] = call["argv"]
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize(("selector", "agent"), [("claude", "codex"), ("codex", "gemini"), ("gemini", "ollama"),
+                                                 ("ollama", "claude")])
+async def test_each_preset_as_selector_and_as_agent(fake_clis: FakeClis, agents: Start, selector: str,
+                                                    agent: str) -> None:
+    fake_clis.answer(selector, f"I will start the chat.\n```json\n{json.dumps(CHAT_DECISION)}\n```")
+    fake_clis.answer(agent, f"{agent} here: done")
+    orchestrator = await agents(selector=selector, agent=agent)
+    [answer] = await orchestrator.handle(make_message("please say hello"))
+    assert answer.message == f"{agent} here: done"
+    [selector_call] = fake_clis.calls(selector)
+    [agent_call] = fake_clis.calls(agent)
+    assert "please say hello" in selector_call["stdin"] and "please say hello" in agent_call["stdin"]
+    assert "please say hello" not in " ".join(selector_call["argv"] + agent_call["argv"])
+
+
+async def test_a_bare_decision_in_a_json_envelope_is_understood(fake_clis: FakeClis, agents: Start) -> None:
+    fake_clis.answer("claude", json.dumps({"action": "command_invoke", "function": "queue_stats", "arguments": {}}))
+    orchestrator = await agents(selector="claude")
+    [answer] = await orchestrator.handle(make_message("how busy?"))
+    assert answer.agent == "queue_stats" and "incoming: 2" in answer.message
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "gemini"])
+async def test_messages_of_one_conversation_continue_one_session_and_others_get_their_own(
+    fake_clis: FakeClis, agents: Start, make_context: Callable[..., HandlerContext],
+    start: Callable[[HandlerContext], Any], agent: str,
+) -> None:
+    orchestrator = await agents(agent=agent)
+    for text in ("my name is Ada", "what is my name?"):
+        await orchestrator.handle(make_message(text, conversationId="c1"))
+    await orchestrator.handle(make_message("hello from elsewhere", conversationId="c2"))
+    await orchestrator.stop()
+    restarted = await start(make_context({agent: ProviderSettings.model_validate({"type": agent})}))
+    [answer] = await restarted.handle(make_message("and now?", conversationId="c1"))
+    first, second, other, after_restart = fake_clis.calls(agent)
+    session = _session_of(agent, first, second)
+    assert _session_of(agent, first, after_restart) == session, "a restart continues the conversation's session"
+    assert _session_of(agent, other, other) != session
+    assert answer.message.startswith("echo:")
+
+
+def _session_of(agent: str, first: dict[str, Any], later: dict[str, Any]) -> str:
+    """The session `later` continues, checked to be the one `first` started."""
+    if agent == "codex":
+        assert "resume" not in first["argv"]
+        if later is not first:
+            assert _argv_after(later, "resume") == first["thread_id"]
+        return str(first["thread_id"])
+    started = _argv_after(first, "--session-id")
+    if later is not first:
+        assert _argv_after(later, "--resume") == started
+    return started
+
+
+async def test_a_session_the_cli_forgot_is_started_afresh_with_an_event(
+    fake_clis: FakeClis, agents: Start, home: Any
+) -> None:
+    orchestrator = await agents(agent="claude")
+    await orchestrator.handle(make_message("first"))
+    for path in fake_clis.sessions("claude"):
+        path.unlink()  # the CLI's own store lost the session
+    [answer] = await orchestrator.handle(make_message("second"))
+    assert answer.message == "echo: second"
+    first, fresh = fake_clis.calls("claude")  # the call that resumed the lost session failed before its log
+    assert "--session-id" in fresh["argv"]
+    assert _argv_after(fresh, "--session-id") != _argv_after(first, "--session-id")
+    assert '"provider.session_reset"' in home.events_file.read_text()
+
+
+@pytest.mark.parametrize(("agent", "scenario", "words"), [
+    ("claude", "not_logged_in", "Not logged in"),
+    ("gemini", "not_logged_in", "Please set an Auth method"),
+    ("gemini", "untrusted", "trusted directory"),
+    ("codex", "bad_key", "401 Unauthorized"),
+])
+async def test_a_permanent_failure_is_refused_at_once_with_the_clis_words_and_the_fix(
+    fake_clis: FakeClis, agents: Start, agent: str, scenario: str, words: str
+) -> None:
+    fake_clis.scenario(agent, scenario)
+    fake_clis.answer(agent, json.dumps(CHAT_DECISION))
+    orchestrator = await agents(selector=agent)
+    with pytest.raises(PermanentError) as refused:
+        await orchestrator.handle(make_message("hello"))
+    assert refused.value.reply is not None and words in refused.value.reply
+    assert agent in refused.value.reply and ("log" in refused.value.reply or "trust" in refused.value.reply)
+    assert len(fake_clis.calls(agent)) == 1
+
+
+async def test_a_missing_cli_is_permanent_and_names_the_install(fake_clis: FakeClis, agents: Start) -> None:
+    orchestrator = await agents(selector="claude", claude={"binary": "claude-not-installed"})
+    with pytest.raises(PermanentError) as refused:
+        await orchestrator.handle(make_message("hello"))
+    assert refused.value.reply is not None and "was not found" in refused.value.reply
+    assert "npm install -g @anthropic-ai/claude-code" in refused.value.reply
+
+
+async def test_a_cli_that_shows_no_sign_of_work_is_a_retryable_timeout_within_seconds(
+    fake_clis: FakeClis, agents: Start
+) -> None:
+    fake_clis.scenario("codex", "network_hang")
+    orchestrator = await agents(selector="codex", codex={"first_output_sec": 1})
+    with pytest.raises(ProviderFailed) as failed:
+        await orchestrator.handle(make_message("hello"))
+    assert failed.value.result.stalled and "no sign of work" in str(failed.value)
+    assert "Reconnecting" in str(failed.value)
+
+
+@pytest.mark.parametrize("agent", PRESETS)
+async def test_a_huge_message_and_one_that_looks_like_an_option_reach_the_agent_intact(
+    fake_clis: FakeClis, agents: Start, agent: str
+) -> None:
+    orchestrator = await agents(agent=agent)
+    huge = "x" * 300_000
+    await orchestrator.handle(make_message(huge, conversationId="big"))
+    await orchestrator.handle(make_message("--version --help", conversationId="opt"))
+    big, option = fake_clis.calls(agent)
+    assert huge in big["stdin"] and "--version --help" in option["stdin"]
+    assert all(len(word) < 1000 for word in big["argv"]) and "--version" not in option["argv"]
+
+
+async def test_progress_notes_come_from_the_stream_and_stop_with_the_step(
+    fake_clis: FakeClis, agents: Start, outbox: FakeOutbox
+) -> None:
+    fake_clis.scenario("claude", "tool_use:1.5")
+    orchestrator = await agents(agent="claude")
+    [answer] = await orchestrator.handle(make_message("edit the notes"))
+    notes = [p for p in outbox.payloads if (p.model_extra or {}).get("progressKey")]
+    assert notes and notes[0].message == "⏳ using Edit: notes.txt"
+    assert {(p.model_extra or {})["progressKey"] for p in notes} == {f"{answer.workflowRunId}/Reply"}
+    assert answer.message.startswith("echo:")
+    count = len(outbox.payloads)
+    fake_clis.scenario("claude", "ok")
+    await orchestrator.handle(make_message("and again, quickly"))
+    assert len(outbox.payloads) == count, "a quick step sends no note"
