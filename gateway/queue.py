@@ -9,6 +9,8 @@ import itertools
 import json
 import logging
 import os
+import re
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 from gateway.events import utc_now_iso
 from gateway.home import (
     Home,
+    NotRegularFile,
     SpareFiles,
     atomic_write,
     fsync_dir,
@@ -33,7 +36,7 @@ CLAIM_RETRY_S = 1.0
 
 @dataclass(order=True)
 class _Entry:
-    mtime_ns: int
+    order: int  # see order_of()
     name: str
     not_before: float = field(default=0.0, compare=False)
 
@@ -48,20 +51,49 @@ class Claimed:
     order: tuple[int, str]
     attempts: int
     errors: list[str]
+    invalid: str | None = None  # why the file cannot be a payload without being read (e.g. "a symbolic link")
+
+
+_GATEWAY_NAME = re.compile(r"(\d{20})-\d+-\d{6}-")
+
+
+def order_of(name: str, mtime_ns: int | None = None) -> int | None:
+    """A file's place in the claim order: the stamp of a name the gateway wrote, else `mtime_ns`.
+
+    Files the gateway writes are named `<stamp:020d>-<pid>-<counter:06d>-<hint>.json` by _Sequence,
+    whose stamps never go backwards, so their order is the order they were taken in even if the
+    clock steps back; a file another program drops has only its mtime (ties broken by name).
+    """
+    match = _GATEWAY_NAME.match(name)
+    return int(match.group(1)) if match else mtime_ns
 
 
 class _Sequence:
-    """Sortable, unique names for files the gateway writes: nanosecond time plus a counter."""
+    """Sortable, unique names for files the gateway writes: a stamp that never goes backwards, pid, counter.
+
+    The stamp is the clock in ns, or one more than the last stamp issued or seen in incoming/ when
+    the clock is behind it (stepped back): `see()` is fed every gateway name indexed, which covers
+    the files already queued at start (a restart after a clock step) and those of other processes
+    sharing the home. The pid and counter keep names unique across processes and within a ns.
+    """
 
     def __init__(self) -> None:
         self._counter = itertools.count()
+        self._last = 0
+
+    def see(self, stamp: int) -> None:
+        """Raises the floor to a stamp found in incoming/."""
+        if stamp > self._last:
+            self._last = stamp
 
     def prefix(self) -> str:
-        return f"{time.time_ns():020d}-{os.getpid()}-{next(self._counter):06d}"
+        stamp = max(time.time_ns(), self._last + 1)
+        self._last = stamp
+        return f"{stamp:020d}-{os.getpid()}-{next(self._counter):06d}"
 
 
 class FileQueue:
-    """Claims payloads from `incoming/` oldest first by (mtime, name), without rescanning the folder.
+    """Claims payloads from `incoming/` oldest first by (order_of, name), without rescanning the folder.
 
     The index is fed by `notice(name)` (from a FolderWatch) and by `rescan()`; a claim is one
     atomic rename into `processing/w<pid>/`, so two processes sharing a home never claim one file
@@ -121,8 +153,8 @@ class FileQueue:
                 entries = list(os.scandir(folder))
             except FileNotFoundError:  # another starting worker recovered and removed it first
                 continue
-            for entry in entries:
-                if entry.is_file() and entry.name.endswith(".json"):
+            for entry in entries:  # whatever its kind (a claimed FIFO or link too): the claim quarantines it
+                if entry.name.endswith(".json"):
                     try:
                         actions.append(self._return_to_incoming(Path(entry.path)))
                     except FileNotFoundError:
@@ -150,8 +182,8 @@ class FileQueue:
     def _return_to_incoming(self, path: Path) -> str:
         """Moves a recovered file back to incoming/; a name already there is resolved without loss."""
         target = self.home.incoming / path.name
-        if target.exists():
-            if target.read_bytes() == path.read_bytes():
+        if os.path.lexists(target):
+            if _is_regular(target) and _is_regular(path) and target.read_bytes() == path.read_bytes():
                 path.unlink()
                 return f"dropped {path.name} from processing: identical copy already in incoming"
             target = self.home.incoming / f"{path.stem}.recovered-{self._names.prefix()}{path.suffix}"
@@ -164,20 +196,29 @@ class FileQueue:
         """Lists `incoming/` once and indexes every file not yet known (start-up, inotify overflow)."""
         for name, mtime_ns in scan_mtimes(self.home.incoming,
                                           lambda name: not name.endswith(".tmp") and name not in self._indexed):
-            self._add(name, mtime_ns)
+            order = order_of(name)
+            if order is None:
+                order = mtime_ns
+            else:
+                self._names.see(order)
+            self._add(name, order)
 
     def notice(self, name: str) -> None:
         """Indexes a file that just appeared in `incoming/` (called by the folder watch)."""
         if name.endswith(".tmp") or name in self._indexed:
             return
-        try:
-            mtime_ns = os.stat(self.home.incoming / name).st_mtime_ns
-        except FileNotFoundError:
-            return
-        self._add(name, mtime_ns)
+        order = order_of(name)
+        if order is None:  # dropped by another program: its mtime (a link's own, never its target's)
+            try:
+                order = os.lstat(self.home.incoming / name).st_mtime_ns
+            except FileNotFoundError:
+                return
+        else:
+            self._names.see(order)
+        self._add(name, order)
 
-    def _add(self, name: str, mtime_ns: int, not_before: float = 0.0) -> None:
-        entry = _Entry(mtime_ns, name, not_before)
+    def _add(self, name: str, order: int, not_before: float = 0.0) -> None:
+        entry = _Entry(order, name, not_before)
         self._indexed.add(name)
         if not_before > time.monotonic():
             heapq.heappush(self._waiting, (not_before, entry))
@@ -216,19 +257,27 @@ class FileQueue:
             try:
                 os.rename(source, target)
             except FileNotFoundError:
-                self._vanished.append((entry.mtime_ns, entry.name))
+                self._vanished.append((entry.order, entry.name))
                 continue  # claimed by another worker, or removed by hand
             except OSError as exc:  # a folder not writable, a full disk: keep it, try again later
                 self._claim_errors.append(f"cannot claim {entry.name}: {exc}")
-                self._add(entry.name, entry.mtime_ns, time.monotonic() + CLAIM_RETRY_S)
+                self._add(entry.name, entry.order, time.monotonic() + CLAIM_RETRY_S)
                 continue
-            attempts, errors = self._read_attempts(entry.name)
-            try:
-                data = read_file(target, self.max_payload_bytes)
-            except OSError as exc:
-                data = b""
-                errors = [*errors, f"cannot read: {exc}"]
-            return Claimed(entry.name, target, data, (entry.mtime_ns, entry.name), attempts, errors)
+            return self._read_claimed(entry, target)
+        return None
+
+    def _read_claimed(self, entry: _Entry, target: Path) -> Claimed:
+        """The claimed file's bytes; a FIFO, link, directory... is marked invalid and never read."""
+        attempts, errors = self._read_attempts(entry.name)
+        invalid = None
+        try:
+            data = read_file(target, self.max_payload_bytes)
+        except NotRegularFile as exc:
+            data, invalid = b"", str(exc)
+        except OSError as exc:
+            data = b""
+            errors = [*errors, f"cannot read: {exc}"]
+        return Claimed(entry.name, target, data, (entry.order, entry.name), attempts, errors, invalid)
         return None
 
     def take_claim_errors(self) -> list[str]:
@@ -303,7 +352,7 @@ def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -
     which holds `report` plus the file name and time; the report is written first, so a dead
     letter is never without its reason. Returns the new path."""
     target = home.failed / source.name
-    if target.exists():
+    if os.path.lexists(target):
         target = home.failed / f"{time.time_ns()}-{source.name}"
     body = {"file": target.name, **report, "failed_at": utc_now_iso()}
     atomic_write(target.with_name(target.name + ".error.json"), json.dumps(body, indent=2).encode(), fsync=fsync)
@@ -311,6 +360,14 @@ def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -
     if fsync:
         fsync_dir(home.failed)
     return target
+
+
+def _is_regular(path: Path) -> bool:
+    """Whether `path` itself (never a link's target) is a regular file, safe to read."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _lock_is_free(lock_path: Path) -> bool:

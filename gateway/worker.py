@@ -51,15 +51,22 @@ def backoff_seconds(attempts: int, settings: QueueSettings) -> float:
     return min(delay_ms, settings.backoff_max_ms) / 1000
 
 
-def parse_payload(claimed: Claimed, max_bytes: int) -> IncomingPayload:
-    """Validates a claimed file; raises ValueError with a reason a person can act on."""
-    if len(claimed.data) > max_bytes:
+def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:
+    """Validates a payload file's bytes; raises ValueError with a reason a person can act on.
+
+    Any failure of the parsers counts as invalid input, not only ValueError: a deeply nested
+    document makes `json.loads` raise RecursionError, which must send the file to failed/ like
+    any other unparseable one instead of leaving it claimed forever.
+    """
+    if len(data) > max_bytes:
         raise ValueError(f"payload larger than queue.max_payload_bytes ({max_bytes} bytes)")
-    with contextlib.suppress(ValidationError):
-        return IncomingPayload.model_validate_json(claimed.data)  # the common case, in one pass
+    with contextlib.suppress(Exception):  # a ValidationError, or anything else: explained below
+        return IncomingPayload.model_validate_json(data)  # the common case, in one pass
     try:
-        raw = json.loads(claimed.data)
-    except ValueError as exc:
+        raw = json.loads(data)
+    except RecursionError as exc:
+        raise ValueError(f"not valid JSON: nested too deeply ({exc})") from exc
+    except Exception as exc:
         raise ValueError(f"not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
@@ -70,6 +77,8 @@ def parse_payload(claimed: Claimed, max_bytes: int) -> IncomingPayload:
             f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}" for e in exc.errors()
         )
         raise ValueError(f"wrong schema: {problems}") from exc
+    except Exception as exc:
+        raise ValueError(f"cannot validate: {type(exc).__name__}: {exc}") from exc
 
 
 class Worker:
@@ -192,8 +201,11 @@ class Worker:
                 and self.scheduler.pending_count < MAX_PENDING)
 
     def _accept(self, claimed: Claimed) -> None:
+        if claimed.invalid is not None:  # a FIFO, a link, a directory...: quarantined unread
+            self._quarantine(claimed, claimed.invalid)
+            return
         try:
-            message = parse_payload(claimed, self.queue.max_payload_bytes)
+            message = parse_payload(claimed.data, self.queue.max_payload_bytes)
         except ValueError as exc:
             self._quarantine(claimed, str(exc))
             return
