@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,8 @@ class FileQueue:
         self._with_attempts: set[str] = set()
         self._vanished: list[tuple[int, str]] = []
         self._claim_errors: list[str] = []
+        self._peeked: dict[str, tuple[str, ...]] = {}  # ordering keys of files read in incoming/ (shared home)
+        self._deferred: list[_Entry] = []  # files whose keys another process holds, until end_pass()
         self._spares = SpareFiles(home.incoming)  # for enqueue on the event loop
 
     # --- life cycle -------------------------------------------------------------------------
@@ -134,6 +137,12 @@ class FileQueue:
         self.rescan()
         return actions
 
+    def recover_dead_workers(self) -> list[str]:
+        """Returns to incoming/ (and indexes) what workers that died while this one ran had claimed."""
+        actions = self._recover_folders(self._dead_worker_dirs(include_own=False))
+        self.rescan()
+        return actions
+
     def close(self) -> None:
         """Releases the worker lock; files still in processing are recovered by the next start."""
         self._spares.close()
@@ -148,7 +157,11 @@ class FileQueue:
         for folder in (self.home.incoming, self.home.outgoing, self.home.failed, self.home.state,
                        self._attempts_dir):
             actions += [f"removed stale {name}" for name in remove_stale_tmp(folder)]
-        for folder in self._dead_worker_dirs():
+        return actions + self._recover_folders(self._dead_worker_dirs(include_own=True))
+
+    def _recover_folders(self, folders: list[Path]) -> list[str]:
+        actions: list[str] = []
+        for folder in folders:
             try:
                 entries = list(os.scandir(folder))
             except FileNotFoundError:  # another starting worker recovered and removed it first
@@ -165,13 +178,14 @@ class FileQueue:
                     folder.rmdir()
         return actions
 
-    def _dead_worker_dirs(self) -> list[Path]:
-        """Our own folder plus every processing folder whose worker no longer holds its lock."""
+    def _dead_worker_dirs(self, *, include_own: bool) -> list[Path]:
+        """Every processing folder whose worker no longer holds its lock, and our own if asked."""
         dead = []
         for entry in os.scandir(self.home.processing):
             path = Path(entry.path)
             if path == self.worker_dir:
-                dead.append(path)
+                if include_own:
+                    dead.append(path)
             elif entry.is_dir():
                 if _lock_is_free(path / ".lock"):
                     dead.append(path)
@@ -250,21 +264,68 @@ class FileQueue:
         """Claims the oldest eligible file by renaming it into processing/; None when none is ready."""
         self._promote_due()
         while self._heap:
-            entry = heapq.heappop(self._heap)
-            self._indexed.discard(entry.name)
-            source = self.home.incoming / entry.name
-            target = self.worker_dir / entry.name
-            try:
-                os.rename(source, target)
-            except FileNotFoundError:
-                self._vanished.append((entry.order, entry.name))
-                continue  # claimed by another worker, or removed by hand
-            except OSError as exc:  # a folder not writable, a full disk: keep it, try again later
-                self._claim_errors.append(f"cannot claim {entry.name}: {exc}")
-                self._add(entry.name, entry.order, time.monotonic() + CLAIM_RETRY_S)
-                continue
-            return self._read_claimed(entry, target)
+            claimed = self._take(heapq.heappop(self._heap))
+            if claimed is not None:
+                return claimed
         return None
+
+    def claim_admitted(self, keys_of: Callable[[bytes], tuple[str, ...]],
+                       admit: Callable[[tuple[str, ...]], bool]) -> Claimed | None:
+        """Claims the oldest eligible file whose ordering keys `admit` accepts (on a shared home).
+
+        Each file is read in incoming/ before it is claimed, once (its keys are kept by name), and
+        claimed only when `admit` holds or can take the cross-process locks of all its keys; a
+        file refused stays in incoming/, set aside until `end_pass()`. Since every process orders
+        incoming/ alike and only a key's lock holder claims its messages, oldest first, a key's
+        messages are claimed in order whichever process runs them. A file that cannot be read or
+        parsed (`keys_of` gives no keys) is claimed at once, to be quarantined as by `claim()`.
+        The bytes read here only choose; the claimed file is read again after the rename, so what
+        runs is always what was claimed (the caller checks it holds that file's keys).
+        """
+        self._promote_due()
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            keys = self._peeked.get(entry.name)
+            if keys is None:
+                try:
+                    data = read_file(self.home.incoming / entry.name, self.max_payload_bytes)
+                except FileNotFoundError:
+                    self._indexed.discard(entry.name)
+                    self._vanished.append((entry.order, entry.name))
+                    continue  # claimed by another process, or removed by hand
+                except (NotRegularFile, OSError):  # a FIFO, a link, unreadable...: claimed, quarantined
+                    data = b""
+                keys = self._peeked[entry.name] = keys_of(data)
+            if keys and not admit(keys):
+                self._deferred.append(entry)
+                continue
+            del self._peeked[entry.name]
+            claimed = self._take(entry)
+            if claimed is not None:
+                return claimed
+        return None
+
+    def end_pass(self) -> None:
+        """Puts the files `claim_admitted` set aside back in line, for the next pass."""
+        for entry in self._deferred:
+            heapq.heappush(self._heap, entry)
+        self._deferred.clear()
+
+    def _take(self, entry: _Entry) -> Claimed | None:
+        """Renames one indexed file into processing/ and reads it; None if it was gone or refused."""
+        self._indexed.discard(entry.name)
+        source = self.home.incoming / entry.name
+        target = self.worker_dir / entry.name
+        try:
+            os.rename(source, target)
+        except FileNotFoundError:
+            self._vanished.append((entry.order, entry.name))
+            return None  # claimed by another worker, or removed by hand
+        except OSError as exc:  # a folder not writable, a full disk: keep it, try again later
+            self._claim_errors.append(f"cannot claim {entry.name}: {exc}")
+            self._add(entry.name, entry.order, time.monotonic() + CLAIM_RETRY_S)
+            return None
+        return self._read_claimed(entry, target)
 
     def _read_claimed(self, entry: _Entry, target: Path) -> Claimed:
         """The claimed file's bytes; a FIFO, link, directory... is marked invalid and never read."""
