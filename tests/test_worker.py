@@ -16,6 +16,7 @@ from gateway.answered import AnsweredIndex
 from gateway.api import PermanentError
 from gateway.events import EventLog, read_events
 from gateway.home import Home
+from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.queue import FileQueue
@@ -62,13 +63,14 @@ def settings() -> QueueSettings:
 
 
 class Harness:
-    def __init__(self, home: Home, handler: ScriptedHandler, settings: QueueSettings):
+    def __init__(self, home: Home, handler: ScriptedHandler, settings: QueueSettings,
+                 locks: LockDirectory | None = None):
         self.home = home
         self.events = EventLog(home.events_file)
         self.queue = FileQueue(home, fsync=False, max_payload_bytes=settings.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
         outbox = FileOutbox(home, self.events, allowed_roots=[home.files], fsync=False)
-        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings)
+        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings, locks=locks)
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -99,8 +101,9 @@ class Harness:
 async def make_harness(home: Home, settings: QueueSettings) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
     created: list[Harness] = []
 
-    async def build(handler: ScriptedHandler | None = None, **overrides) -> Harness:
-        harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides))
+    async def build(handler: ScriptedHandler | None = None, locks: LockDirectory | None = None,
+                    **overrides) -> Harness:
+        harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides), locks)
         await harness.start()
         created.append(harness)
         return harness
