@@ -221,12 +221,13 @@ class FileQueue:
         """Indexes a file that just appeared in `incoming/` (called by the folder watch)."""
         if name.endswith(".tmp") or name in self._indexed:
             return
+        try:  # also tells a late inotify event for a file already claimed, and gone, from a new one
+            mtime_ns = os.lstat(self.home.incoming / name).st_mtime_ns  # a link's own, never its target's
+        except FileNotFoundError:
+            return
         order = order_of(name)
-        if order is None:  # dropped by another program: its mtime (a link's own, never its target's)
-            try:
-                order = os.lstat(self.home.incoming / name).st_mtime_ns
-            except FileNotFoundError:
-                return
+        if order is None:  # dropped by another program
+            order = mtime_ns
         else:
             self._names.see(order)
         self._add(name, order)
