@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -118,13 +120,42 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+class NotRegularFile(ValueError):
+    """A path that is not a regular file (a FIFO, a directory, a symbolic link...): never read."""
+
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "not a regular file: a FIFO"),
+          (stat.S_ISDIR, "not a regular file: a directory"), (stat.S_ISSOCK, "not a regular file: a socket"),
+          (stat.S_ISCHR, "not a regular file: a character device"),
+          (stat.S_ISBLK, "not a regular file: a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
 def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
-    """Reads a file with plain system calls (a buffered reader costs several more per file on the
-    per-message path); with `limit`, at most `limit + 1` bytes, so an oversized file is detected
-    without loading it."""
-    fd = os.open(path, os.O_RDONLY)
+    """Reads a regular file with plain system calls (a buffered reader costs several more per file on
+    the per-message path); with `limit`, at most `limit + 1` bytes, so an oversized file is detected
+    without loading it.
+
+    A symbolic link is not followed and a FIFO's open does not wait for a writer (O_NOFOLLOW,
+    O_NONBLOCK); what was opened is checked with fstat, never by path, and anything but a regular
+    file raises NotRegularFile naming its kind. The checks add no system call to a regular file's read.
+    """
     try:
-        want = os.fstat(fd).st_size + 1  # +1: notices a file that grew since the fstat
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFile("a symbolic link") from exc
+        if exc.errno == errno.ENXIO:  # a socket (or a device without a driver) cannot be opened
+            raise NotRegularFile(_kind(os.lstat(path).st_mode)) from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(_kind(info.st_mode))
+        want = info.st_size + 1  # +1: notices a file that grew since the fstat
         chunks: list[bytes] = []
         total = 0
         while limit is None or total <= limit:
@@ -143,11 +174,12 @@ def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
 
 def scan_mtimes(folder: Path, keep: Callable[[str], bool]) -> Iterator[tuple[str, int]]:
     """(name, mtime in ns) of each entry of `folder` whose name `keep` accepts, leaving out the ones
-    that vanished between the listing and their stat (taken by another process sharing the home)."""
+    that vanished between the listing and their stat (taken by another process sharing the home);
+    a symbolic link's own mtime, not its target's."""
     for entry in os.scandir(folder):
         if keep(entry.name):
             try:
-                yield entry.name, entry.stat().st_mtime_ns
+                yield entry.name, entry.stat(follow_symlinks=False).st_mtime_ns
             except FileNotFoundError:
                 continue
 

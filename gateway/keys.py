@@ -139,12 +139,23 @@ class KeyScheduler(Generic[T]):
             for pending in blocked:
                 self._offer(pending)
 
+    def reserve(self, keys: tuple[str, ...]) -> bool:
+        """Takes the cross-process locks of `keys` before a message of them is claimed (all or none).
+
+        A key taken here and not used by a claimed message is dropped by `release_idle()`.
+        """
+        return self._lock(keys)
+
     def _lock(self, keys: tuple[str, ...]) -> bool:
-        """Takes the cross-process locks of `keys` not already held (all or none)."""
+        """Takes the cross-process locks of `keys` not already held (all or none).
+
+        Keys are taken in sorted order by every process, so two processes wanting the same two
+        keys never hold one each while waiting for the other.
+        """
         if self.locks is None:
             return True
         taken: list[str] = []
-        for key in keys:
+        for key in sorted(keys):
             if key in self._locked:
                 continue
             try:
@@ -189,8 +200,10 @@ class KeyScheduler(Generic[T]):
             self._unlock(key)
 
     def lock_running(self, locks: LockDirectory) -> bool:
-        """Starts using cross-process locks: takes those of every running key (all or none)."""
-        keys = sorted(self._busy - self._locked)
+        """Starts using cross-process locks: takes those of every key running or with messages claimed
+        here (all or none), so another process can take none of them while this one still has a
+        message of it, and a key's messages stay in order across processes."""
+        keys = sorted((self._busy | self._queues.keys()) - self._locked)
         self.locks = locks
         if self._lock(tuple(keys)):
             return True
@@ -207,16 +220,21 @@ class KeyScheduler(Generic[T]):
         return sorted(self._locked)
 
     def drain_pending(self) -> list[T]:
-        """Removes and returns every claimed message that has not started (for shutdown)."""
+        """Removes and returns every claimed message that has not started (for shutdown); their keys'
+        locks are kept until `release_idle()`, called once the messages are back in incoming/, so no
+        other process takes a key and claims a later message of it first."""
         items = [p.item for _, p in sorted(self._entries.items()) if p.item is not None]
         self._entries.clear()
         self._queues.clear()
         self._candidates.clear()
         self._queued.clear()
         self._waiting = 0
+        return items
+
+    def release_idle(self) -> None:
+        """Drops the cross-process locks of every key with nothing running or waiting here."""
         for key in list(self._locked):
             self._release_if_idle(key)
-        return items
 
     @property
     def pending_count(self) -> int:

@@ -64,6 +64,7 @@ class LockDirectory:
         self.folder = folder
         self.holder = holder
         self.ttl_s = ttl_s
+        self.reclaimed = 0  # stale locks this directory took over (their holder may have died mid-work)
         folder.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, resource: str) -> Path:
@@ -113,6 +114,7 @@ class LockDirectory:
                 with contextlib.suppress(FileExistsError):
                     os.link(aside, path)
                 return False
+            self.reclaimed += 1
             return True
         finally:
             aside.unlink(missing_ok=True)

@@ -9,7 +9,10 @@ import itertools
 import json
 import logging
 import os
+import re
+import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 from gateway.events import utc_now_iso
 from gateway.home import (
     Home,
+    NotRegularFile,
     SpareFiles,
     atomic_write,
     fsync_dir,
@@ -33,7 +37,7 @@ CLAIM_RETRY_S = 1.0
 
 @dataclass(order=True)
 class _Entry:
-    mtime_ns: int
+    order: int  # see order_of()
     name: str
     not_before: float = field(default=0.0, compare=False)
 
@@ -48,20 +52,49 @@ class Claimed:
     order: tuple[int, str]
     attempts: int
     errors: list[str]
+    invalid: str | None = None  # why the file cannot be a payload without being read (e.g. "a symbolic link")
+
+
+_GATEWAY_NAME = re.compile(r"(\d{20})-\d+-\d{6}-")
+
+
+def order_of(name: str, mtime_ns: int | None = None) -> int | None:
+    """A file's place in the claim order: the stamp of a name the gateway wrote, else `mtime_ns`.
+
+    Files the gateway writes are named `<stamp:020d>-<pid>-<counter:06d>-<hint>.json` by _Sequence,
+    whose stamps never go backwards, so their order is the order they were taken in even if the
+    clock steps back; a file another program drops has only its mtime (ties broken by name).
+    """
+    match = _GATEWAY_NAME.match(name)
+    return int(match.group(1)) if match else mtime_ns
 
 
 class _Sequence:
-    """Sortable, unique names for files the gateway writes: nanosecond time plus a counter."""
+    """Sortable, unique names for files the gateway writes: a stamp that never goes backwards, pid, counter.
+
+    The stamp is the clock in ns, or one more than the last stamp issued or seen in incoming/ when
+    the clock is behind it (stepped back): `see()` is fed every gateway name indexed, which covers
+    the files already queued at start (a restart after a clock step) and those of other processes
+    sharing the home. The pid and counter keep names unique across processes and within a ns.
+    """
 
     def __init__(self) -> None:
         self._counter = itertools.count()
+        self._last = 0
+
+    def see(self, stamp: int) -> None:
+        """Raises the floor to a stamp found in incoming/."""
+        if stamp > self._last:
+            self._last = stamp
 
     def prefix(self) -> str:
-        return f"{time.time_ns():020d}-{os.getpid()}-{next(self._counter):06d}"
+        stamp = max(time.time_ns(), self._last + 1)
+        self._last = stamp
+        return f"{stamp:020d}-{os.getpid()}-{next(self._counter):06d}"
 
 
 class FileQueue:
-    """Claims payloads from `incoming/` oldest first by (mtime, name), without rescanning the folder.
+    """Claims payloads from `incoming/` oldest first by (order_of, name), without rescanning the folder.
 
     The index is fed by `notice(name)` (from a FolderWatch) and by `rescan()`; a claim is one
     atomic rename into `processing/w<pid>/`, so two processes sharing a home never claim one file
@@ -83,6 +116,8 @@ class FileQueue:
         self._with_attempts: set[str] = set()
         self._vanished: list[tuple[int, str]] = []
         self._claim_errors: list[str] = []
+        self._peeked: dict[str, tuple[str, ...]] = {}  # ordering keys of files read in incoming/ (shared home)
+        self._deferred: list[_Entry] = []  # files whose keys another process holds, until end_pass()
         self._spares = SpareFiles(home.incoming)  # for enqueue on the event loop
 
     # --- life cycle -------------------------------------------------------------------------
@@ -102,6 +137,12 @@ class FileQueue:
         self.rescan()
         return actions
 
+    def recover_dead_workers(self) -> list[str]:
+        """Returns to incoming/ (and indexes) what workers that died while this one ran had claimed."""
+        actions = self._recover_folders(self._dead_worker_dirs(include_own=False))
+        self.rescan()
+        return actions
+
     def close(self) -> None:
         """Releases the worker lock; files still in processing are recovered by the next start."""
         self._spares.close()
@@ -116,13 +157,17 @@ class FileQueue:
         for folder in (self.home.incoming, self.home.outgoing, self.home.failed, self.home.state,
                        self._attempts_dir):
             actions += [f"removed stale {name}" for name in remove_stale_tmp(folder)]
-        for folder in self._dead_worker_dirs():
+        return actions + self._recover_folders(self._dead_worker_dirs(include_own=True))
+
+    def _recover_folders(self, folders: list[Path]) -> list[str]:
+        actions: list[str] = []
+        for folder in folders:
             try:
                 entries = list(os.scandir(folder))
             except FileNotFoundError:  # another starting worker recovered and removed it first
                 continue
-            for entry in entries:
-                if entry.is_file() and entry.name.endswith(".json"):
+            for entry in entries:  # whatever its kind (a claimed FIFO or link too): the claim quarantines it
+                if entry.name.endswith(".json"):
                     try:
                         actions.append(self._return_to_incoming(Path(entry.path)))
                     except FileNotFoundError:
@@ -133,13 +178,14 @@ class FileQueue:
                     folder.rmdir()
         return actions
 
-    def _dead_worker_dirs(self) -> list[Path]:
-        """Our own folder plus every processing folder whose worker no longer holds its lock."""
+    def _dead_worker_dirs(self, *, include_own: bool) -> list[Path]:
+        """Every processing folder whose worker no longer holds its lock, and our own if asked."""
         dead = []
         for entry in os.scandir(self.home.processing):
             path = Path(entry.path)
             if path == self.worker_dir:
-                dead.append(path)
+                if include_own:
+                    dead.append(path)
             elif entry.is_dir():
                 if _lock_is_free(path / ".lock"):
                     dead.append(path)
@@ -150,8 +196,8 @@ class FileQueue:
     def _return_to_incoming(self, path: Path) -> str:
         """Moves a recovered file back to incoming/; a name already there is resolved without loss."""
         target = self.home.incoming / path.name
-        if target.exists():
-            if target.read_bytes() == path.read_bytes():
+        if os.path.lexists(target):
+            if _is_regular(target) and _is_regular(path) and target.read_bytes() == path.read_bytes():
                 path.unlink()
                 return f"dropped {path.name} from processing: identical copy already in incoming"
             target = self.home.incoming / f"{path.stem}.recovered-{self._names.prefix()}{path.suffix}"
@@ -164,20 +210,30 @@ class FileQueue:
         """Lists `incoming/` once and indexes every file not yet known (start-up, inotify overflow)."""
         for name, mtime_ns in scan_mtimes(self.home.incoming,
                                           lambda name: not name.endswith(".tmp") and name not in self._indexed):
-            self._add(name, mtime_ns)
+            order = order_of(name)
+            if order is None:
+                order = mtime_ns
+            else:
+                self._names.see(order)
+            self._add(name, order)
 
     def notice(self, name: str) -> None:
         """Indexes a file that just appeared in `incoming/` (called by the folder watch)."""
         if name.endswith(".tmp") or name in self._indexed:
             return
-        try:
-            mtime_ns = os.stat(self.home.incoming / name).st_mtime_ns
+        try:  # also tells a late inotify event for a file already claimed, and gone, from a new one
+            mtime_ns = os.lstat(self.home.incoming / name).st_mtime_ns  # a link's own, never its target's
         except FileNotFoundError:
             return
-        self._add(name, mtime_ns)
+        order = order_of(name)
+        if order is None:  # dropped by another program
+            order = mtime_ns
+        else:
+            self._names.see(order)
+        self._add(name, order)
 
-    def _add(self, name: str, mtime_ns: int, not_before: float = 0.0) -> None:
-        entry = _Entry(mtime_ns, name, not_before)
+    def _add(self, name: str, order: int, not_before: float = 0.0) -> None:
+        entry = _Entry(order, name, not_before)
         self._indexed.add(name)
         if not_before > time.monotonic():
             heapq.heappush(self._waiting, (not_before, entry))
@@ -209,26 +265,81 @@ class FileQueue:
         """Claims the oldest eligible file by renaming it into processing/; None when none is ready."""
         self._promote_due()
         while self._heap:
+            claimed = self._take(heapq.heappop(self._heap))
+            if claimed is not None:
+                return claimed
+        return None
+
+    def claim_admitted(self, keys_of: Callable[[bytes], tuple[str, ...]],
+                       admit: Callable[[tuple[str, ...]], bool]) -> Claimed | None:
+        """Claims the oldest eligible file whose ordering keys `admit` accepts (on a shared home).
+
+        Each file is read in incoming/ before it is claimed, once (its keys are kept by name), and
+        claimed only when `admit` holds or can take the cross-process locks of all its keys; a
+        file refused stays in incoming/, set aside until `end_pass()`. Since every process orders
+        incoming/ alike and only a key's lock holder claims its messages, oldest first, a key's
+        messages are claimed in order whichever process runs them. A file that cannot be read or
+        parsed (`keys_of` gives no keys) is claimed at once, to be quarantined as by `claim()`.
+        The bytes read here only choose; the claimed file is read again after the rename, so what
+        runs is always what was claimed (the caller checks it holds that file's keys).
+        """
+        self._promote_due()
+        while self._heap:
             entry = heapq.heappop(self._heap)
-            self._indexed.discard(entry.name)
-            source = self.home.incoming / entry.name
-            target = self.worker_dir / entry.name
-            try:
-                os.rename(source, target)
-            except FileNotFoundError:
-                self._vanished.append((entry.mtime_ns, entry.name))
-                continue  # claimed by another worker, or removed by hand
-            except OSError as exc:  # a folder not writable, a full disk: keep it, try again later
-                self._claim_errors.append(f"cannot claim {entry.name}: {exc}")
-                self._add(entry.name, entry.mtime_ns, time.monotonic() + CLAIM_RETRY_S)
+            keys = self._peeked.get(entry.name)
+            if keys is None:
+                try:
+                    data = read_file(self.home.incoming / entry.name, self.max_payload_bytes)
+                except FileNotFoundError:
+                    self._indexed.discard(entry.name)
+                    self._vanished.append((entry.order, entry.name))
+                    continue  # claimed by another process, or removed by hand
+                except (NotRegularFile, OSError):  # a FIFO, a link, unreadable...: claimed, quarantined
+                    data = b""
+                keys = self._peeked[entry.name] = keys_of(data)
+            if keys and not admit(keys):
+                self._deferred.append(entry)
                 continue
-            attempts, errors = self._read_attempts(entry.name)
-            try:
-                data = read_file(target, self.max_payload_bytes)
-            except OSError as exc:
-                data = b""
-                errors = [*errors, f"cannot read: {exc}"]
-            return Claimed(entry.name, target, data, (entry.mtime_ns, entry.name), attempts, errors)
+            del self._peeked[entry.name]
+            claimed = self._take(entry)
+            if claimed is not None:
+                return claimed
+        return None
+
+    def end_pass(self) -> None:
+        """Puts the files `claim_admitted` set aside back in line, for the next pass."""
+        for entry in self._deferred:
+            heapq.heappush(self._heap, entry)
+        self._deferred.clear()
+
+    def _take(self, entry: _Entry) -> Claimed | None:
+        """Renames one indexed file into processing/ and reads it; None if it was gone or refused."""
+        self._indexed.discard(entry.name)
+        source = self.home.incoming / entry.name
+        target = self.worker_dir / entry.name
+        try:
+            os.rename(source, target)
+        except FileNotFoundError:
+            self._vanished.append((entry.order, entry.name))
+            return None  # claimed by another worker, or removed by hand
+        except OSError as exc:  # a folder not writable, a full disk: keep it, try again later
+            self._claim_errors.append(f"cannot claim {entry.name}: {exc}")
+            self._add(entry.name, entry.order, time.monotonic() + CLAIM_RETRY_S)
+            return None
+        return self._read_claimed(entry, target)
+
+    def _read_claimed(self, entry: _Entry, target: Path) -> Claimed:
+        """The claimed file's bytes; a FIFO, link, directory... is marked invalid and never read."""
+        attempts, errors = self._read_attempts(entry.name)
+        invalid = None
+        try:
+            data = read_file(target, self.max_payload_bytes)
+        except NotRegularFile as exc:
+            data, invalid = b"", str(exc)
+        except OSError as exc:
+            data = b""
+            errors = [*errors, f"cannot read: {exc}"]
+        return Claimed(entry.name, target, data, (entry.order, entry.name), attempts, errors, invalid)
         return None
 
     def take_claim_errors(self) -> list[str]:
@@ -303,7 +414,7 @@ def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -
     which holds `report` plus the file name and time; the report is written first, so a dead
     letter is never without its reason. Returns the new path."""
     target = home.failed / source.name
-    if target.exists():
+    if os.path.lexists(target):
         target = home.failed / f"{time.time_ns()}-{source.name}"
     body = {"file": target.name, **report, "failed_at": utc_now_iso()}
     atomic_write(target.with_name(target.name + ".error.json"), json.dumps(body, indent=2).encode(), fsync=fsync)
@@ -311,6 +422,14 @@ def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -
     if fsync:
         fsync_dir(home.failed)
     return target
+
+
+def _is_regular(path: Path) -> bool:
+    """Whether `path` itself (never a link's target) is a regular file, safe to read."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _lock_is_free(lock_path: Path) -> bool:

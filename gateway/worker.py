@@ -51,15 +51,22 @@ def backoff_seconds(attempts: int, settings: QueueSettings) -> float:
     return min(delay_ms, settings.backoff_max_ms) / 1000
 
 
-def parse_payload(claimed: Claimed, max_bytes: int) -> IncomingPayload:
-    """Validates a claimed file; raises ValueError with a reason a person can act on."""
-    if len(claimed.data) > max_bytes:
+def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:
+    """Validates a payload file's bytes; raises ValueError with a reason a person can act on.
+
+    Any failure of the parsers counts as invalid input, not only ValueError: a deeply nested
+    document makes `json.loads` raise RecursionError, which must send the file to failed/ like
+    any other unparseable one instead of leaving it claimed forever.
+    """
+    if len(data) > max_bytes:
         raise ValueError(f"payload larger than queue.max_payload_bytes ({max_bytes} bytes)")
-    with contextlib.suppress(ValidationError):
-        return IncomingPayload.model_validate_json(claimed.data)  # the common case, in one pass
+    with contextlib.suppress(Exception):  # a ValidationError, or anything else: explained below
+        return IncomingPayload.model_validate_json(data)  # the common case, in one pass
     try:
-        raw = json.loads(claimed.data)
-    except ValueError as exc:
+        raw = json.loads(data)
+    except RecursionError as exc:
+        raise ValueError(f"not valid JSON: nested too deeply ({exc})") from exc
+    except Exception as exc:
         raise ValueError(f"not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
@@ -70,6 +77,8 @@ def parse_payload(claimed: Claimed, max_bytes: int) -> IncomingPayload:
             f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}" for e in exc.errors()
         )
         raise ValueError(f"wrong schema: {problems}") from exc
+    except Exception as exc:
+        raise ValueError(f"cannot validate: {type(exc).__name__}: {exc}") from exc
 
 
 class Worker:
@@ -99,6 +108,8 @@ class Worker:
         self._sharing = sharing
         self._share_requested = False
         self._waiting_logged = False
+        self._blocked: set[str] = set()  # keys another process holds, found in this claim pass
+        self._contended = False  # a file was left in incoming/ because another process holds its key
         self._last_claim_error = ("", 0.0)
         self._on_start = on_start
         self._wakeup = asyncio.Event()
@@ -113,6 +124,8 @@ class Worker:
         while True:
             await asyncio.sleep(self._locks.ttl_s / 3)
             self._locks.renew(self.scheduler.locked_keys())
+            if self.scheduler.locks is not None:  # a backstop: a dead process's stale locks swept by others
+                self._recover_dead_workers()
 
     def request_share(self) -> None:
         """Tells the loop that another process may have asked to share the home (see SharedHome)."""
@@ -124,11 +137,13 @@ class Worker:
         sharing = self._sharing
         if sharing is None:
             return True
-        if not sharing.poll():
-            if not self._waiting_logged:
-                log.warning("another switchyard process is alone on this home; waiting for it to share it")
-                self._waiting_logged = True
-            return False
+        if sharing.mode == "waiting":
+            if not sharing.poll():
+                if not self._waiting_logged:
+                    log.warning("another switchyard process is alone on this home; waiting for it to share it")
+                    self._waiting_logged = True
+                return False
+            self._recover_dead_workers()  # the process this one waited for may have died holding messages
         if sharing.mode == "shared" and self.scheduler.locks is None:
             self.scheduler.locks = self._locks
         if sharing.mode == "solo" and self._share_requested and self._locks is not None:
@@ -159,19 +174,65 @@ class Worker:
                 await asyncio.sleep(CLAIM_RETRY_S)
                 continue
             timeout = self.queue.next_due_in()
-            if self.scheduler.contended or self._share_requested:  # a key is held elsewhere: look again soon
+            if self.scheduler.contended or self._contended or self._share_requested:  # held elsewhere: look again
                 timeout = min(timeout or LOCK_RETRY_S, LOCK_RETRY_S)
             await wait_event(self._wakeup, timeout)
 
     def _claim_and_start(self) -> None:
         self._start_ready()
-        while self._wants_more() and (claimed := self.queue.claim()) is not None:
+        shared = self.scheduler.locks is not None
+        self._blocked.clear()
+        self._contended = False
+        while self._wants_more() and (claimed := self._claim(shared)) is not None:
             self._accept(claimed)
             self._start_ready()
+        self.queue.end_pass()
         for order in self.queue.take_vanished():
             self.scheduler.release_hold(order)
+        if shared:
+            self.scheduler.release_idle()  # keys reserved for a file that vanished or proved invalid
         self._report_claim_errors(self.queue.take_claim_errors())
         self._start_ready()
+
+    def _claim(self, shared: bool) -> Claimed | None:
+        """The next file to run: the oldest one alone on a home, the oldest admitted one if shared."""
+        if not shared:
+            return self.queue.claim()  # no key locks: the fast path, one rename and one read
+        return self.queue.claim_admitted(self._keys_of, self._admit)
+
+    def _keys_of(self, data: bytes) -> tuple[str, ...]:
+        """The ordering keys of a payload file's bytes; none for an invalid one."""
+        try:
+            return ordering_keys(parse_payload(data, self.queue.max_payload_bytes))
+        except ValueError:
+            return ()
+
+    def _admit(self, keys: tuple[str, ...]) -> bool:
+        """Whether a file of `keys` may be claimed now, on a shared home: this process holds or takes
+        the locks of all its keys, and no older file of one of them was left in incoming/ in this
+        pass (that one goes first, whoever takes it). A refused file's keys are blocked for the rest
+        of the pass, so no younger file of any of them is claimed ahead of it."""
+        if self._blocked.isdisjoint(keys) and self._reserve(keys):
+            return True
+        self._blocked.update(keys)
+        self._contended = True
+        return False
+
+    def _reserve(self, keys: tuple[str, ...]) -> bool:
+        """Takes the locks of `keys`; when one was taken over from a dead process, first returns what
+        that process had claimed to incoming/ (refusing this file: an older one may be among them)."""
+        assert self._locks is not None
+        reclaimed = self._locks.reclaimed
+        if not self.scheduler.reserve(keys):
+            return False
+        if self._locks.reclaimed == reclaimed:
+            return True
+        self._recover_dead_workers()
+        return False
+
+    def _recover_dead_workers(self) -> None:
+        for action in self.queue.recover_dead_workers():
+            self.events.emit("queue.recovered", reason=action)
 
     def _report_claim_errors(self, errors: list[str]) -> None:
         """Logs and emits claim failures: a new reason at once, the same one at most once a minute."""
@@ -192,10 +253,18 @@ class Worker:
                 and self.scheduler.pending_count < MAX_PENDING)
 
     def _accept(self, claimed: Claimed) -> None:
+        if claimed.invalid is not None:  # a FIFO, a link, a directory...: quarantined unread
+            self._quarantine(claimed, claimed.invalid)
+            return
         try:
-            message = parse_payload(claimed, self.queue.max_payload_bytes)
+            message = parse_payload(claimed.data, self.queue.max_payload_bytes)
         except ValueError as exc:
             self._quarantine(claimed, str(exc))
+            return
+        if self.scheduler.locks is not None and not self._admit(ordering_keys(message)):
+            # replaced in incoming/ between its reading and its claim by a file of other keys,
+            # held elsewhere: back in line (those keys are blocked for the rest of this pass)
+            self.queue.release(claimed, 0.0)
             return
         self.events.emit("message.claimed", job_id=claimed.name, channel=message.channel,
                          conversation=message.conversation, attempt=claimed.attempts + 1)
@@ -349,3 +418,4 @@ class Worker:
             await asyncio.gather(*still_running, return_exceptions=True)
         for job in self.scheduler.drain_pending():
             self._requeue_uncounted(job.claimed)
+        self.scheduler.release_idle()  # only now: no other process may claim a later message of a key first

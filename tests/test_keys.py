@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gateway.keys import KeyScheduler, ordering_keys
+from gateway.locks import LockDirectory
 from gateway.testing import make_incoming
 
 
@@ -60,3 +63,13 @@ def test_releasing_a_hold_unblocks_the_key() -> None:
     scheduler.add((2, "b"), ("conv:x",), "later")
     scheduler.release_hold((1, "a"))
     assert [item for _, item in scheduler.ready()] == ["later"]
+
+
+def test_sharing_locks_the_keys_of_claimed_messages_not_yet_started(tmp_path: Path) -> None:
+    scheduler: KeyScheduler[str] = KeyScheduler(max_concurrency=1)
+    scheduler.add((1, "a"), ("conv:x",), "running")
+    scheduler.add((2, "b"), ("conv:y",), "claimed, waiting for a slot")
+    assert [item for _, item in scheduler.ready()] == ["running"]
+    assert scheduler.lock_running(LockDirectory(tmp_path, holder="lone"))
+    other = LockDirectory(tmp_path, holder="other")
+    assert not other.acquire("conv:x") and not other.acquire("conv:y")

@@ -217,3 +217,29 @@ def test_a_dead_workers_folder_recovered_by_another_starting_process_is_skipped(
     queue.rescan()
     assert queue.claim().name == "a.json"
     assert queue.claim() is None
+
+
+def test_a_restart_after_a_clock_step_back_names_new_files_after_the_queued_ones(home: Home, monkeypatch) -> None:
+    before = FileQueue(home, fsync=False)
+    before.open()
+    first = before.enqueue(make_incoming("first").to_json(), hint="console-c1")
+    before.close()
+    stepped = time.time_ns() - 60_000_000_000  # the clock went back a minute, then the gateway restarted
+    monkeypatch.setattr(time, "time_ns", lambda: stepped)
+    after = FileQueue(home, fsync=False)
+    after.open()
+    second = after.enqueue(make_incoming("second").to_json(), hint="console-c1")
+    _set_mtime(second, stepped)
+    after.notice(second.name)
+    assert [after.claim().name, after.claim().name] == [first.name, second.name]
+
+
+def test_files_other_programs_drop_are_ordered_by_mtime_among_the_gateways_own(home: Home) -> None:
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    written = queue.enqueue(make_incoming("gateway").to_json(), hint="console-c1")
+    dropped = drop_incoming(home, make_incoming("program"), "zz-program.json")
+    _set_mtime(dropped, int(written.name[:20]) - 1_000_000)  # dropped a millisecond before the gateway's own
+    queue.notice(written.name)
+    queue.notice(dropped.name)
+    assert [queue.claim().name, queue.claim().name] == [dropped.name, written.name]

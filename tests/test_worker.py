@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
+from gateway import queue as queue_module
 from gateway.answered import AnsweredIndex
 from gateway.api import PermanentError
 from gateway.events import EventLog, read_events
 from gateway.home import Home
+from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.queue import FileQueue
@@ -58,13 +63,14 @@ def settings() -> QueueSettings:
 
 
 class Harness:
-    def __init__(self, home: Home, handler: ScriptedHandler, settings: QueueSettings):
+    def __init__(self, home: Home, handler: ScriptedHandler, settings: QueueSettings,
+                 locks: LockDirectory | None = None):
         self.home = home
         self.events = EventLog(home.events_file)
         self.queue = FileQueue(home, fsync=False, max_payload_bytes=settings.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
         outbox = FileOutbox(home, self.events, fsync=False)
-        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings)
+        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings, locks=locks)
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -95,8 +101,9 @@ class Harness:
 async def make_harness(home: Home, settings: QueueSettings) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
     created: list[Harness] = []
 
-    async def build(handler: ScriptedHandler | None = None, **overrides) -> Harness:
-        harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides))
+    async def build(handler: ScriptedHandler | None = None, locks: LockDirectory | None = None,
+                    **overrides) -> Harness:
+        harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides), locks)
         await harness.start()
         created.append(harness)
         return harness
@@ -272,3 +279,90 @@ async def test_stop_requeues_claimed_messages_that_had_not_started(make_harness,
     await async_wait_until(lambda: harness.worker.scheduler.running == 1)
     await harness.worker.stop(0.05)
     assert sorted(p.name for p in home.incoming.iterdir()) == ["a.json", "b.json"]
+
+
+def _fifo(home: Home, outside: Path) -> str:
+    os.mkfifo(outside / "fifo")
+    os.rename(outside / "fifo", home.incoming / "bad.json")  # renamed in, as a writer would
+    return "not a regular file: a FIFO"
+
+
+def _link_to_payload_outside(home: Home, outside: Path) -> str:
+    target = outside / "elsewhere.json"
+    target.write_bytes(make_incoming("from outside", messageId="outside").to_json())
+    os.symlink(target, home.incoming / "bad.json")
+    return "a symbolic link"
+
+
+def _link_to_passwd(home: Home, outside: Path) -> str:
+    os.symlink("/etc/passwd", home.incoming / "bad.json")
+    return "a symbolic link"
+
+
+def _directory(home: Home, outside: Path) -> str:
+    (home.incoming / "bad.json").mkdir()
+    return "not a regular file: a directory"
+
+
+@pytest.mark.parametrize("make_bad", [_fifo, _link_to_payload_outside, _link_to_passwd, _directory])
+async def test_anything_but_a_regular_file_is_quarantined_unread_and_the_worker_goes_on(
+    make_harness, home: Home, tmp_path: Path, make_bad: Callable[[Home, Path], str]
+) -> None:
+    harness = await make_harness()
+    reason = make_bad(home, tmp_path)
+    harness.queue.notice("bad.json")
+    harness.drop(make_incoming("after", messageId="ok"), "ok.json")
+    await async_wait_until(lambda: (home.failed / "bad.json.error.json").exists())
+    assert reason in json.loads((home.failed / "bad.json.error.json").read_bytes())["reason"]
+    assert os.path.lexists(home.failed / "bad.json") and not os.path.lexists(home.incoming / "bad.json")
+    replies = await async_wait_until(harness.replies)
+    assert [r["message"] for r in replies] == ["echo: after"]  # the payload behind a link is never answered
+    invalid = [e for e in read_events(home.events_file) if e["event"] == "message.invalid"]
+    assert [e["job_id"] for e in invalid] == ["bad.json"]
+    assert not any(home.processing.rglob("*.json"))
+
+
+DEEP = b"[" * 100_000
+DEEP_INSIDE = make_incoming("deep", messageId="deep").to_json()[:-1] + b', "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+
+
+@pytest.mark.parametrize("content", [DEEP, DEEP_INSIDE], ids=["deep-array", "deep-inside-a-payload"])
+async def test_a_deeply_nested_payload_is_invalid_input_not_a_poisoned_queue(
+    make_harness, home: Home, content: bytes
+) -> None:
+    harness = await make_harness()
+    harness.drop(content, "deep.json")
+    harness.drop(make_incoming("after", messageId="ok"), "ok.json")
+    await async_wait_until(lambda: (home.failed / "deep.json.error.json").exists())
+    assert (home.failed / "deep.json").read_bytes() == content
+    assert "not valid JSON" in json.loads((home.failed / "deep.json.error.json").read_bytes())["reason"]
+    replies = await async_wait_until(harness.replies)
+    assert [r["message"] for r in replies] == ["echo: after"]
+    assert not any(home.processing.rglob("*.json"))
+    assert "queue.error" not in harness.event_names()
+
+
+async def test_a_clock_step_backwards_keeps_a_conversations_intake_order(
+    make_harness, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = asyncio.Event()
+
+    async def first_waits(message: IncomingPayload) -> str:
+        if message.message == "block":
+            await gate.wait()
+        return message.message
+
+    handler = ScriptedHandler(first_waits)
+    harness = await make_harness(handler, max_concurrency=1)
+    harness.drop(make_incoming("block", messageId="b", conversationId="other"), "0-block.json")
+    await async_wait_until(lambda: handler.active == 1)  # the two below are indexed before either is claimed
+    now = time.time_ns()
+    for text, clock in (("first", now), ("second", now - 60_000_000_000)):  # the clock steps back a minute
+        monkeypatch.setattr(queue_module.time, "time_ns", lambda clock=clock: clock)
+        path = harness.queue.enqueue(make_incoming(text, messageId=text).to_json(), hint="console-c1")
+        os.utime(path, ns=(clock, clock))  # the file system's clock stepped back too
+        harness.queue.notice(path.name)
+    monkeypatch.undo()
+    gate.set()
+    await async_wait_until(lambda: len(harness.replies()) == 3)
+    assert [m for kind, m in handler.log if kind == "start"] == ["block", "first", "second"]

@@ -20,7 +20,7 @@ from gateway.home import Home
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox, outgoing_name
-from gateway.queue import Claimed, FileQueue
+from gateway.queue import FileQueue
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until
 from gateway.worker import Worker, parse_payload
@@ -45,15 +45,11 @@ oversized = st.integers(min_value=MAX_BYTES + 1, max_value=MAX_BYTES + 50).map(l
 raw_bytes = st.one_of(st.binary(max_size=200), fields.map(lambda d: json.dumps(d).encode()), oversized)
 
 
-def _claimed(data: bytes) -> Claimed:
-    return Claimed("x.json", Path("/nonexistent/x.json"), data, (0, "x.json"), 0, [])
-
-
 @settings(max_examples=4000, deadline=None)
 @given(raw_bytes)
 def test_parse_payload_accepts_or_gives_a_reason_never_crashes(data: bytes) -> None:
     try:
-        message = parse_payload(_claimed(data), MAX_BYTES)
+        message = parse_payload(data, MAX_BYTES)
     except ValueError as exc:
         assert str(exc).strip(), "a refusal always says why"
         return
@@ -162,7 +158,7 @@ def _check_outcomes(home: Home, batch: list[bytes]) -> None:
         name = f"{index:04d}.json"
         report = home.failed / f"{name}.error.json"
         try:
-            message = parse_payload(_claimed(data), MAX_BYTES)
+            message = parse_payload(data, MAX_BYTES)
         except ValueError:
             assert (home.failed / name).read_bytes() == data, "the bad bytes are kept as they were"
             assert json.loads(report.read_text())["reason"], "with the reason"

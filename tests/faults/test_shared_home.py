@@ -1,13 +1,11 @@
-"""Two `switchyard run` processes on one home: the lone one starts sharing, no conversation runs twice at once.
-
-Across processes the key locks give mutual exclusion, not claim order: a message claimed by one
-process may run before an older one of its conversation claimed by the other (a design limit,
-reported in issue 5's note); within each process claim order holds.
+"""Two `switchyard run` processes on one home: the lone one starts sharing, no conversation runs twice at
+once, and each conversation's messages run in the order they were written, whichever process runs them.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from collections import defaultdict
@@ -23,6 +21,8 @@ from tests.faults.harness import FAST_ORCHESTRATOR, REPO, GatewayRun, message
 SCRIPT = str(Path(__file__).with_name("misbehaving_provider.py"))
 MESSAGES = 120
 CONVERSATIONS = 6
+RANDOM_MESSAGES = 500
+RANDOM_CONVERSATIONS = 20
 
 
 def test_a_second_process_makes_the_first_share_and_conversations_stay_sequential(tmp_path: Path) -> None:
@@ -54,9 +54,40 @@ def test_a_second_process_makes_the_first_share_and_conversations_stay_sequentia
         runs.sort(key=lambda c: c["start"])
         for earlier, later in zip(runs, runs[1:], strict=False):
             assert earlier["end"] <= later["start"], f"{conversation} ran twice at once"
-        for pid in {c["pid"] for c in runs}:  # claim order holds within a process; across two, only exclusion
-            seqs = [int(c["messageId"].split("-")[1]) for c in runs if c["pid"] == pid]
-            assert seqs == sorted(seqs), f"{conversation} ran out of order in process {pid}"
+        seqs = [int(c["messageId"].split("-")[1]) for c in runs]
+        assert seqs == sorted(seqs), f"{conversation} ran out of order"
+
+
+def test_two_processes_run_randomly_assigned_conversations_each_in_written_order(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    env = {"FAULT_LOG": str(log)}
+    first = GatewayRun(tmp_path / "home", env=env, log=tmp_path / "first.log")
+    first.configure(queue={"max_concurrency": 4, "fsync": False},
+                    providers={"slowlog": {"command": [sys.executable, SCRIPT, "slowlog"], "timeout_sec": 20}},
+                    orchestrator={**FAST_ORCHESTRATOR, "selector": {"provider": "slowlog"}})
+    second = GatewayRun(tmp_path / "home", env=env, log=tmp_path / "second.log")
+    first.start()
+    second.start()
+    wait_until(lambda: first.count("queue.shared") == 1, 20)
+    rng = random.Random(5)
+    written: dict[str, list[str]] = defaultdict(list)
+    for seq in range(RANDOM_MESSAGES):
+        payload = message(seq, f"c{rng.randrange(RANDOM_CONVERSATIONS)}")
+        first.drop(payload, f"{seq:05d}.json")
+        written[payload.conversationId or ""].append(payload.messageId)
+    wait_until(lambda: len(first.replies()) >= RANDOM_MESSAGES, 60)
+    assert first.stop() == 0 and second.stop() == 0
+
+    answered = [r["messageId"] for r in first.replies()]
+    assert sorted(answered) == sorted(m for ids in written.values() for m in ids), "each answered exactly once"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len({c["pid"] for c in calls}) == 2, "both processes did part of the work"
+    ran: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for call in sorted(calls, key=lambda c: c["start"]):
+        ran[call["conversation"]].append(call)
+    out_of_order = {conversation: [c["messageId"] for c in runs] for conversation, runs in ran.items()
+                    if [c["messageId"] for c in runs] != written[conversation]}
+    assert not out_of_order, f"{len(out_of_order)} conversation(s) ran out of written order"
 
 
 CHILD = """
