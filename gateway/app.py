@@ -35,6 +35,7 @@ from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.queue import FileQueue, queue_depths
+from gateway.receipts import Receipts
 from gateway.settings import ChannelProfile, Settings
 from gateway.sharing import SharedHome
 from gateway.watch import FolderWatch
@@ -113,6 +114,8 @@ class Gateway:
         self.sharing.open()
         self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
                              on_start=self._show_typing, locks=locks, sharing=self.sharing)
+        self.worker.receipts = Receipts(self.outbox, self.events, after_sec=qs.receipt_after_sec,
+                                        ahead=self.worker.scheduler.ahead_of, wanted=self._takes_receipts)
         self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs,
                                      extra_roots=extra_file_roots(self.home, self.settings))
         self.outbox.on_written = self._on_written
@@ -127,6 +130,11 @@ class Gateway:
         self._tasks.append(asyncio.create_task(self.worker.renew_locks(), name="renew-locks"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
                          watch=self._watches[0].mode, home=self.sharing.mode)
+
+    def _takes_receipts(self, message: IncomingPayload) -> bool:
+        """Whether the channel a message came from is a chat that wants "queued" receipts."""
+        channel = next((c for c in self.channels if c.profile_id == message.profile), None)
+        return channel is not None and bool(getattr(channel, "takes_receipts", True))
 
     def _build_handler(self) -> Handler:
         functions: list[FunctionSpec] = []

@@ -236,6 +236,14 @@ class KeyScheduler(Generic[T]):
         for key in list(self._locked):
             self._release_if_idle(key)
 
+    def ahead_of(self, order: Order) -> int:
+        """How many messages sharing a key run or wait before a pending one (0 when it is not pending)."""
+        pending = self._entries.get(order)
+        if pending is None or pending.held:
+            return 0
+        return max(sum(1 for p in self._queues[key] if p.order < order) + (key in self._busy)
+                   for key in pending.keys)
+
     @property
     def pending_count(self) -> int:
         return self._waiting

@@ -23,6 +23,7 @@ from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
+from gateway.receipts import Receipts
 from gateway.settings import QueueSettings
 from gateway.sharing import SharedHome
 
@@ -116,6 +117,7 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self.processed = 0
+        self.receipts: Receipts | None = None  # set by the gateway: tells a waiting sender it is queued
 
     async def renew_locks(self) -> None:
         """Keeps the locks of long-running messages from expiring (runs until cancelled)."""
@@ -269,6 +271,8 @@ class Worker:
         self.events.emit("message.claimed", job_id=claimed.name, channel=message.channel,
                          conversation=message.conversation, attempt=claimed.attempts + 1)
         self.scheduler.add(claimed.order, ordering_keys(message), _Job(claimed, message))
+        if self.receipts is not None:
+            self.receipts.claimed(claimed.order, message)
 
     def _quarantine(self, claimed: Claimed, reason: str) -> None:
         """Moves an invalid file to failed/; if failed/ refuses it, puts it back to try again later."""
@@ -283,6 +287,8 @@ class Worker:
 
     def _start_ready(self) -> None:
         for keys, job in self.scheduler.ready():
+            if self.receipts is not None:
+                self.receipts.started(job.claimed.order)
             task = asyncio.create_task(self._process(job), name=f"message:{job.claimed.name}")
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._finished, keys=keys))
@@ -411,6 +417,8 @@ class Worker:
         """Stops intake, lets running messages finish for `grace_s`, then cancels and requeues the rest."""
         self._stopping = True
         self.wake()
+        if self.receipts is not None:
+            self.receipts.close()
         if self._tasks:
             _, still_running = await asyncio.wait(set(self._tasks), timeout=grace_s)
             for task in still_running:

@@ -42,6 +42,7 @@ class HeartbeatChannel:
     """
 
     name = CHANNEL_TYPE
+    takes_receipts = False  # a probe: its one answer is the reply file, nothing else
 
     def __init__(self, profile: ChannelProfile, context: ChannelContext):
         self.profile_id = profile.id

@@ -97,6 +97,7 @@ class InboxChannel:
     """Watches the prompt inbox, enqueues one job per file, and files each job away when it ends."""
 
     name = CHANNEL_TYPE
+    takes_receipts = False  # a job queue, not a chat: no "queued" receipts
 
     def __init__(self, profile: ChannelProfile, context: ChannelContext):
         home = context.home

@@ -366,3 +366,33 @@ async def test_a_clock_step_backwards_keeps_a_conversations_intake_order(
     gate.set()
     await async_wait_until(lambda: len(harness.replies()) == 3)
     assert [m for kind, m in handler.log if kind == "start"] == ["block", "first", "second"]
+
+
+async def test_a_message_waiting_behind_its_conversation_gets_one_receipt_and_a_quick_one_none(
+    make_harness, home: Home
+) -> None:
+    from gateway.receipts import Receipts
+
+    gate = asyncio.Event()
+
+    async def held(message: IncomingPayload) -> str:
+        if message.message == "slow":
+            await gate.wait()
+        return message.message
+
+    harness = await make_harness(ScriptedHandler(held))
+    harness.worker.receipts = Receipts(harness.worker.outbox, harness.events, after_sec=0.2,
+                                       ahead=harness.worker.scheduler.ahead_of,
+                                       wanted=lambda message: message.conversationId != "machine")
+    harness.drop(make_incoming("slow", conversationId="A", messageId="a0"), "00-a.json")
+    harness.drop(make_incoming("second", conversationId="A", messageId="a1"), "01-a.json")
+    harness.drop(make_incoming("third", conversationId="A", messageId="a2"), "02-a.json")
+    harness.drop(make_incoming("other", conversationId="B", messageId="b0"), "03-b.json")
+    receipts = await async_wait_until(lambda: [r for r in harness.replies() if r.get("receipt")]
+                                      if len([r for r in harness.replies() if r.get("receipt")]) == 2 else None)
+    assert sorted((r["messageId"], r["message"].split(" of ")[0]) for r in receipts) == [
+        ("a1", "queued behind 1 message"), ("a2", "queued behind 2 messages")]
+    gate.set()
+    await async_wait_until(lambda: len([r for r in harness.replies() if not r.get("receipt")]) == 4)
+    assert [r["messageId"] for r in harness.replies() if r.get("receipt")] in (["a1", "a2"], ["a2", "a1"])
+    assert "message.queued_receipt" in harness.event_names()
