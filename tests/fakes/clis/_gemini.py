@@ -6,7 +6,7 @@ import json
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +163,7 @@ def _run(fmt: str, name: str, seconds: float, prompt: str, session_id: str, chat
 
 
 def _event(kind: str, **fields: Any) -> None:
-    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     c.out(c.dump({"type": kind, "timestamp": stamp, **fields}) + "\n")
 
 
