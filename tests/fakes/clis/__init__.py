@@ -51,8 +51,7 @@ def _variable(kind: str, name: str | None) -> str:
     return f"FAKE_CLI_{kind}" if name is None else f"FAKE_CLI_{kind}_{name.upper()}"
 
 
-@pytest.fixture
-def fake_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClis]:
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeClis:
     """Puts the fakes first on PATH, gives them a fresh state dir, and clears any inherited FAKE_CLI_* setting."""
     for key in [key for key in os.environ if key.startswith("FAKE_CLI_")]:
         monkeypatch.delenv(key)
@@ -60,4 +59,10 @@ def fake_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeC
     state.mkdir()
     monkeypatch.setenv("FAKE_CLI_STATE", str(state))
     monkeypatch.setenv("PATH", f"{FOLDER}{os.pathsep}{os.environ.get('PATH', '')}")
-    yield FakeClis(state, monkeypatch)
+    return FakeClis(state, monkeypatch)
+
+
+@pytest.fixture
+def fake_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClis]:
+    """The fakes installed for one test (import this fixture into a conftest, or call `install` from your own)."""
+    yield install(tmp_path, monkeypatch)

@@ -155,7 +155,8 @@ class _Run:
             self.thread_file.parent.mkdir(parents=True, exist_ok=True)
             self.thread_file.touch()
         if not self.json:
-            c.err(f"OpenAI Codex v0.169.0\n--------\nworkdir: {os.getcwd()}\nmodel: {self.opts.get('model', 'gpt-fake')}"
+            model = self.opts.get("model", "gpt-fake")
+            c.err(f"OpenAI Codex v0.169.0\n--------\nworkdir: {os.getcwd()}\nmodel: {model}"
                   f"\nprovider: openai\napproval: never\nsandbox: {self.opts.get('sandbox', 'read-only')}\n"
                   f"session id: {self.thread_id}\n--------\nuser\n{self.prompt}\n")
         self.event({"type": "thread.started", "thread_id": self.thread_id})
