@@ -9,18 +9,13 @@ from pathlib import Path
 import pytest
 
 from gateway.testing import wait_until
-from tests.fakes.clis import FakeClis, install
+from tests.fakes.clis import FakeClis
 
 SID = "11111111-2222-4333-8444-555555555555"
 CLAUDE_ANSWER = ["claude", "-p", "--output-format", "json", "--model", "sonnet", "--permission-mode", "dontAsk",
                  "--tools", ""]
 CODEX = ["codex", "exec", "--json", "--color", "never", "--skip-git-repo-check", "--sandbox", "read-only"]
 GEMINI = ["gemini", "-p", "", "-o", "json", "-m", "gemini-2.5-pro", "--skip-trust", "--approval-mode", "default"]
-
-
-@pytest.fixture
-def fake_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeClis:
-    return install(tmp_path, monkeypatch)
 
 
 def run(argv: list[str], stdin: str, cwd: Path, timeout: float = 20) -> subprocess.CompletedProcess[str]:
