@@ -40,7 +40,8 @@ class FakeSlack(FakeServer):
         self.sent: list[SentItem] = []
         self.ephemeral: list[tuple[str, str, str]] = []  # (channel, the one user who sees it, text)
         self.edits: list[tuple[str, str, str]] = []  # (channel, ts of the edited message, its new text)
-        self.posted: dict[str, tuple[str, str]] = {}  # ts → (channel, text) of each message still there
+        self.posts: list[tuple[str, str, str]] = []  # (ts, channel, text as posted) of each chat.postMessage
+        self._live: dict[str, str] = {}  # ts → channel of each posted message not deleted
         self.reactions: list[dict[str, str]] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.events_url: str | None = None
@@ -86,7 +87,7 @@ class FakeSlack(FakeServer):
 
     def delete_sent(self) -> None:
         """Deletes every message the bot posted so far: chat.update on one answers message_not_found."""
-        self.posted.clear()
+        self._live.clear()
 
     def next_ts(self) -> str:
         """A fresh, increasing Slack message ts (seconds with microseconds, as Slack's)."""
@@ -213,15 +214,15 @@ class FakeSlack(FakeServer):
     def _m_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(params["channel"]), self.next_ts()
         self.sent.append(SentItem(conversation=channel, text=params.get("text"), reply_to=params.get("thread_ts")))
-        self.posted[ts] = (channel, str(params.get("text")))
+        self.posts.append((ts, channel, str(params.get("text"))))
+        self._live[ts] = channel
         self.changed.set()
         return {"channel": channel, "ts": ts, "message": {"text": params.get("text"), "ts": ts}}
 
     def _m_chat_update(self, params: dict[str, Any]) -> dict[str, Any] | web.Response:
         channel, ts, text = str(params["channel"]), str(params["ts"]), str(params.get("text"))
-        if self.posted.get(ts, ("", ""))[0] != channel:
+        if self._live.get(ts) != channel:
             return _ok_false("message_not_found")
-        self.posted[ts] = (channel, text)
         self.edits.append((channel, ts, text))
         self.changed.set()
         return {"channel": channel, "ts": ts, "text": text}
