@@ -251,7 +251,8 @@ class DiscordChannel:
     # --- outbound ---------------------------------------------------------------------------------
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
-        """Posts the text in chunks of ≤ 2000 characters, then the files, the first part as a reply."""
+        """Posts the text in chunks of ≤ 2000 characters, then the files, the first part as a reply; a
+        progress note (`progressKey`) edits the message already showing that note, if any."""
         client = self._client
         if client is None or client.is_closed():
             raise DeliveryError(f"discord profile {self.profile_id!r} is not connected")
