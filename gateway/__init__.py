@@ -28,12 +28,13 @@ from gateway.events import EventLog, now_ms, utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.hookspecs import hookimpl
 from gateway.models import IncomingPayload, OutgoingPayload, split_send_file_tags
+from gateway.notes import NoteMessages, clip_note, deliver_note
 from gateway.settings import ChannelProfile, ProviderSettings, Settings, SettingsError
 
 __all__ = [
     "AccessDecision", "AccessPolicy", "AttachmentPolicy", "AttachmentRefused", "attachment_folder",
     "open_attachment", "read_attachment", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
-    "delivery_key", "reply_parts", "split_message",
+    "delivery_key", "reply_parts", "split_message", "NoteMessages", "clip_note", "deliver_note",
     "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
     "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",

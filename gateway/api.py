@@ -69,6 +69,10 @@ class Channel(Protocol):
 
     name: str
     profile_id: str
+    edits_progress: bool = False
+    """Whether `send` shows progress notes (payloads with the same `progressKey` in one conversation)
+    as one message edited in place; False: each note is posted as an ordinary message. Core code
+    reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it."""
 
     async def start(self, sink: Sink) -> None:
         """Connects and starts turning platform messages into incoming payloads via `sink`."""

@@ -57,7 +57,13 @@ class IncomingPayload(_Payload):
 
 
 class OutgoingPayload(_Payload):
-    """A reply waiting in `queue/outgoing/` for its channel plugin."""
+    """A reply waiting in `queue/outgoing/` for its channel plugin.
+
+    Extra keys are kept. One that channels read is `progressKey`: the payload is a progress note
+    (e.g. "working: using Read: src/app.py") and every note with the same key in the same
+    conversation reports on the same work, so a channel that can edit messages shows them as one
+    message updated in place (see `Channel.edits_progress`).
+    """
 
     channel: str
     channelProfileId: str | None = None
@@ -104,6 +110,12 @@ class OutgoingPayload(_Payload):
     def profile(self) -> str:
         """The channel profile id, defaulting to the channel name."""
         return self.channelProfileId or self.channel
+
+    @property
+    def progress_key(self) -> str | None:
+        """The `progressKey` of a progress note (None for an ordinary reply)."""
+        key = (self.model_extra or {}).get("progressKey")
+        return key if isinstance(key, str) and key else None
 
 
 def split_send_file_tags(text: str, *, quoted: str = "") -> tuple[str, list[str]]:

@@ -76,6 +76,8 @@ class HeartbeatChannel:
             await asyncio.sleep(self.interval_s)
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
+        if outgoing.progress_key is not None:  # a note while an agent works is not the beat's answer
+            return DeliveryRecord()
         sent_ms = self._outstanding.pop(outgoing.messageId, outgoing.timestamp)
         rtt_ms = max(0, now_ms() - sent_ms)
         healthy = outgoing.message.strip().startswith(OK)

@@ -32,11 +32,14 @@ from gateway import (
     DeliveryError,
     DeliveryJournal,
     DeliveryRecord,
+    NoteMessages,
     OutgoingPayload,
     Part,
     PermanentError,
     RunThreads,
     Sink,
+    clip_note,
+    deliver_note,
     deliver_parts,
     reply_parts,
 )
@@ -47,6 +50,8 @@ log = logging.getLogger("switchyard.discord")
 
 TEXT_LIMIT = 2000
 RATE_LIMIT_WAIT_MAX_S = 30.0  # discord.py waits out shorter 429s itself; longer ones raise RateLimited
+UNKNOWN_MESSAGE = 10008  # Discord's error code for an edit of a message that was deleted
+FAILURES = (discord.RateLimited, discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)
 CLOSE_CODES = {
     4004: "authentication failed",
     4013: "invalid intents",
@@ -57,9 +62,13 @@ Target = discord.PartialMessageable | discord.DMChannel
 
 
 class DiscordChannel:
-    """One Discord bot: turns its messages into incoming payloads and posts replies as the bot."""
+    """One Discord bot: turns its messages into incoming payloads and posts replies as the bot.
+
+    Progress notes are edited in place (PATCH /channels/{id}/messages/{id}).
+    """
 
     name = CHANNEL_TYPE
+    edits_progress = True
     login_timeout_s = 30.0
     ready_timeout_s = 10.0
     reconnect_initial_s = 1.0
@@ -75,6 +84,7 @@ class DiscordChannel:
         self._gateway_url = profile.option("gateway_url")
         self._threads = RunThreads(context.home, profile.id)
         self._journal = DeliveryJournal(context.home, profile.id)
+        self._notes = NoteMessages()
         self._intake = Intake(context, self._threads, require_mention=bool(profile.option("require_mention")))
         self._client: discord.Client | None = None
         self._sink: Sink | None = None
@@ -240,7 +250,8 @@ class DiscordChannel:
     # --- outbound ---------------------------------------------------------------------------------
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
-        """Posts the text in chunks of ≤ 2000 characters, then the files, the first part as a reply."""
+        """Posts the text in chunks of ≤ 2000 characters, then the files, the first part as a reply; a
+        progress note (`progressKey`) edits the message already showing that note, if any."""
         client = self._client
         if client is None or client.is_closed():
             raise DeliveryError(f"discord profile {self.profile_id!r} is not connected")
@@ -255,6 +266,12 @@ class DiscordChannel:
                 self._threads.remember(str(message.id), run_id)
             return str(message.id)
 
+        async def edit(message_id: str, text: str) -> bool:
+            return await self._edit(target, message_id, text)
+
+        if outgoing.progress_key and not outgoing.files:
+            text = clip_note(outgoing.message, TEXT_LIMIT)
+            return await deliver_note(outgoing, self._notes, text, lambda note: send_part(Part(0, text=note)), edit)
         record = await deliver_parts(outgoing, reply_parts(outgoing, TEXT_LIMIT), send_part, self._journal)
         if run_id:
             self._remember_run(client, outgoing, target.id, run_id)
@@ -330,16 +347,20 @@ class DiscordChannel:
                     raise
                 log.info("discord refused the reply reference (%s); posting without it", exc)
                 return await self._post_once(target, part, _again(upload), None)
-        except discord.RateLimited as exc:
-            raise DeliveryError(f"Discord rate limit: retry in {exc.retry_after:.1f}s",
-                                retry_after=exc.retry_after) from exc
-        except (discord.Forbidden, discord.NotFound) as exc:
-            raise PermanentError(f"Discord refused the message: {_refusal(exc)}") from exc
-        except discord.HTTPException as exc:
-            raise DeliveryError(f"Discord answered HTTP {exc.status}: {exc.text or exc.response.reason}",
-                                retry_after=_retry_after(exc)) from exc
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise DeliveryError(f"cannot reach Discord: {exc or type(exc).__name__}") from exc
+        except FAILURES as exc:
+            raise _failure(exc) from exc
+
+    async def _edit(self, target: Target, message_id: str, text: str) -> bool:
+        """Replaces the text of a message the bot posted; False when that message was deleted."""
+        try:
+            await target.get_partial_message(int(message_id)).edit(content=text)
+        except discord.NotFound as exc:
+            if exc.code == UNKNOWN_MESSAGE:
+                return False
+            raise _failure(exc) from exc
+        except FAILURES as exc:
+            raise _failure(exc) from exc
+        return True
 
     async def _post_once(self, target: Target, part: Part, upload: discord.File | None,
                          reference: discord.MessageReference | None) -> discord.Message:
@@ -356,6 +377,19 @@ def _again(upload: discord.File | None) -> discord.File | None:
     if upload is not None:
         upload.reset()
     return upload
+
+
+def _failure(exc: Exception) -> Exception:
+    """The error a failed post or edit raises: DeliveryError (with retry_after on 429), or
+    PermanentError for a refusal retrying cannot change (403, 404)."""
+    if isinstance(exc, discord.RateLimited):
+        return DeliveryError(f"Discord rate limit: retry in {exc.retry_after:.1f}s", retry_after=exc.retry_after)
+    if isinstance(exc, discord.Forbidden | discord.NotFound):
+        return PermanentError(f"Discord refused the message: {_refusal(exc)}")
+    if isinstance(exc, discord.HTTPException):
+        return DeliveryError(f"Discord answered HTTP {exc.status}: {exc.text or exc.response.reason}",
+                             retry_after=_retry_after(exc))
+    return DeliveryError(f"cannot reach Discord: {exc or type(exc).__name__}")
 
 
 def _refusal(exc: discord.HTTPException) -> str:

@@ -16,10 +16,13 @@ from gateway import (
     DeliveryJournal,
     DeliveryRecord,
     IncomingPayload,
+    NoteMessages,
     OutgoingPayload,
     Part,
     RunThreads,
     Sink,
+    clip_note,
+    deliver_note,
     deliver_parts,
     now_ms,
     reply_parts,
@@ -45,9 +48,11 @@ class SlackChannel:
     Events are queued in arrival order and taken in by one named task, so a slow download never
     reorders a conversation. The typing indicator is a reaction on the user's message (Slack has
     no typing indicator for bots), removed again when the reply to that message is delivered.
+    Progress notes are edited in place (chat.update) and leave the typing reaction alone.
     """
 
     name = CHANNEL_TYPE
+    edits_progress = True
 
     def __init__(self, config: SlackConfig, context: ChannelContext):
         self.profile_id = config.profile_id
@@ -57,6 +62,7 @@ class SlackChannel:
         self._access = AccessPolicy(context.home, context.profile)
         self._journal = DeliveryJournal(context.home, config.profile_id)
         self._threads = RunThreads(context.home, config.profile_id)
+        self._notes = NoteMessages()
         self._api: SlackApi | None = None
         self._bot = BotIdentity(user_id="")
         self._sink: Sink | None = None
@@ -188,6 +194,7 @@ class SlackChannel:
 
         A reply with `visibleTo: <user id>` (a pairing code) is posted as an ephemeral message only
         that user sees, unless the conversation is a direct message (ids starting with D) anyway.
+        A progress note (`progressKey`) edits the message already showing that note, if any.
         """
         api = self._api
         if api is None:
@@ -212,6 +219,10 @@ class SlackChannel:
                 self._threads.remember(run_ref(channel, ts), run_id)
             return ts
 
+        if outgoing.progress_key and not outgoing.files and not visible_to:
+            text = clip_note(outgoing.message, self.config.text_limit)
+            return await deliver_note(outgoing, self._notes, text, lambda note: send_part(Part(0, text=note)),
+                                      lambda ts, note: api.update_message(channel, ts, note))
         parts = reply_parts(outgoing, self.config.text_limit)
         record = await deliver_parts(outgoing, parts, send_part, self._journal)
         await self._clear_typing(channel, outgoing.messageId)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -25,6 +25,8 @@ PERMANENT_ERRORS = frozenset({  # Slack's refusals that no retry can fix: the bo
     "channel_not_found", "not_in_channel", "is_archived", "channel_is_archived", "account_inactive",
     "restricted_action", "cannot_reply_to_message",
 })
+MESSAGE_GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})  # chat.update
+T = TypeVar("T")
 
 
 def sdk_logger() -> logging.Logger:
@@ -57,7 +59,7 @@ class SlackApi:
             raise RuntimeError(f"cannot reach the Slack API at {self.base_url}: {type(exc).__name__}: {exc}") from None
         return BotIdentity(user_id=str(response["user_id"]), bot_id=response.get("bot_id"))
 
-    async def call(self, label: str, request: Callable[[], Awaitable[AsyncSlackResponse]]) -> AsyncSlackResponse:
+    async def call(self, label: str, request: Callable[[], Awaitable[T]]) -> T:
         """Runs one API request; a short rate limit is waited out and retried, a refusal in
         PERMANENT_ERRORS raises PermanentError, anything else DeliveryError (a long rate limit with
         its retry_after, for the dispatcher to wait)."""
@@ -85,6 +87,18 @@ class SlackApi:
         response = await self.call("chat.postMessage", lambda: self.web.chat_postMessage(
             channel=channel, text=text, thread_ts=thread_ts, unfurl_links=False, unfurl_media=False))
         return str(response["ts"])
+
+    async def update_message(self, channel: str, ts: str, text: str) -> bool:
+        """Replaces the text of a message the bot posted; False when that message is gone."""
+        async def request() -> AsyncSlackResponse | None:
+            try:
+                return await self.web.chat_update(channel=channel, ts=ts, text=text)
+            except SlackApiError as exc:
+                if exc.response.get("error") in MESSAGE_GONE:
+                    return None
+                raise
+
+        return await self.call("chat.update", request) is not None
 
     async def post_ephemeral(self, channel: str, user: str, text: str, thread_ts: str | None) -> str:
         """Posts one text message only `user` sees, in the channel (and thread); returns its ts."""

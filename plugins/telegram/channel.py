@@ -7,19 +7,24 @@ import logging
 import random
 import time
 import warnings
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway import (
     ChannelContext,
     DeliveryError,
     DeliveryJournal,
     DeliveryRecord,
+    NoteMessages,
     OutgoingPayload,
     Part,
     PermanentError,
     RunThreads,
     Sink,
+    clip_note,
+    deliver_note,
     deliver_parts,
     reply_parts,
 )
@@ -41,16 +46,20 @@ log = logging.getLogger("switchyard.telegram")
 TEXT_LIMIT = 4096  # counted by Telegram in UTF-16 code units
 MAX_INLINE_WAIT_S = 30.0  # longer rate limits go back to the dispatcher as retry_after
 ALLOWED_UPDATES = ["message"]
+NOTE_GONE = ("message to edit not found", "message can't be edited")  # post the note anew
+T = TypeVar("T")
 
 
 class TelegramChannel:
     """One bot account: receives updates by long polling or webhook and sends replies.
 
     Polling failures are reported by python-telegram-bot's error callback; a named supervisor
-    task then restarts polling with jittered exponential backoff until it works again.
+    task then restarts polling with jittered exponential backoff until it works again. Progress
+    notes are edited in place (editMessageText).
     """
 
     name = CHANNEL_TYPE
+    edits_progress = True
 
     def __init__(self, options: TelegramOptions, context: ChannelContext):
         self.profile_id = options.profile_id
@@ -58,6 +67,7 @@ class TelegramChannel:
         self.context = context
         self.threads = RunThreads(context.home, options.profile_id)
         self.journal = DeliveryJournal(context.home, options.profile_id)
+        self.notes = NoteMessages()
         self._token = ""
         self._app: TelegramApp | None = None
         self._inbound: InboundMessages | None = None
@@ -228,6 +238,8 @@ class TelegramChannel:
         target = Target.parse(outgoing.conversationId or outgoing.senderId or "")
         if target.chat == "":
             raise DeliveryError("telegram: the payload names no conversationId or senderId to send to")
+        if outgoing.progress_key and not outgoing.files:
+            return await self._send_note(bot, target, outgoing)
         parts = telegram_parts(outgoing)
         reply_to = replied_message(outgoing.messageId, target.chat)
         first = parts[0].index if parts else -1
@@ -239,34 +251,81 @@ class TelegramChannel:
 
         return await deliver_parts(outgoing, parts, send_part, self.journal)
 
+    async def _send_note(self, bot: Bot, target: Target, outgoing: OutgoingPayload) -> DeliveryRecord:
+        """Posts a progress note, or edits the message already showing that note."""
+        quote = replied_message(outgoing.messageId, target.chat)
+
+        async def post(text: str) -> str:
+            return await self._send_part(bot, target, Part(0, text=text), None, quote, outgoing.workflowRunId)
+
+        async def edit(ref: str, text: str) -> bool:
+            return await self._edit(bot, ref, text)
+
+        text = clip_note(outgoing.message, TEXT_LIMIT, _utf16_len)
+        return await deliver_note(outgoing, self.notes, text, post, edit)
+
+    async def _edit(self, bot: Bot, ref: str, text: str) -> bool:
+        """Replaces a sent message's text; False when that message is gone ("not modified" is success)."""
+        from telegram.error import BadRequest, ChatMigrated, TelegramError
+
+        chat, _, number = ref.rpartition(":")
+        try:
+            await self._waiting(partial(bot.edit_message_text, text, chat_id=chat, message_id=int(number)))
+        except BadRequest as exc:
+            wording = str(exc).lower()
+            if "message is not modified" in wording:
+                return True
+            if any(gone in wording for gone in NOTE_GONE):
+                return False
+            raise self._failure(exc) from exc
+        except ChatMigrated:
+            return False
+        except TelegramError as exc:
+            raise self._failure(exc) from exc
+        return True
+
     async def _send_part(self, bot: Bot, target: Target, part: Part, data: bytes | None, reply_to: int | None,
                          run_id: str | None) -> str:
         """Sends one part, waiting out short rate limits; returns its `<chat>:<message id>`."""
-        from telegram.error import ChatMigrated, RetryAfter, TelegramError
+        from telegram.error import ChatMigrated, TelegramError
 
-        chat, waited = target.chat, 0.0
+        chat = target.chat
         while True:
             try:
-                sent = await self._post(bot, chat, target.topic, part, data, reply_to)
+                sent = await self._waiting(partial(self._post, bot, chat, target.topic, part, data, reply_to))
                 break
+            except ChatMigrated as exc:
+                if chat != target.chat:
+                    raise DeliveryError(f"telegram: chat {target.chat} keeps moving") from exc
+                chat = exc.new_chat_id
+            except TelegramError as exc:
+                raise self._failure(exc) from exc
+        ref = message_ref(chat, sent.message_id)
+        if run_id:
+            self.threads.remember(ref, run_id)
+        return ref
+
+    async def _waiting(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Makes one Bot API call, waiting out rate limits up to MAX_INLINE_WAIT_S in all; a longer
+        one raises DeliveryError with its retry_after, other TelegramErrors pass through."""
+        from telegram.error import RetryAfter
+
+        waited = 0.0
+        while True:
+            try:
+                return await call()
             except RetryAfter as exc:
                 delay = retry_seconds(exc)
                 if waited + delay > MAX_INLINE_WAIT_S:
                     raise DeliveryError(f"telegram rate limit: retry in {delay:g}s", retry_after=delay) from exc
                 waited += delay
                 await asyncio.sleep(delay)
-            except ChatMigrated as exc:
-                if chat != target.chat:
-                    raise DeliveryError(f"telegram: chat {target.chat} keeps moving") from exc
-                chat = exc.new_chat_id
-            except TelegramError as exc:
-                if refused_for_good(exc):
-                    raise PermanentError(f"telegram refused the message for good: {self._scrub(exc)}") from exc
-                raise DeliveryError(f"telegram did not take the message: {self._scrub(exc)}") from exc
-        ref = message_ref(chat, sent.message_id)
-        if run_id:
-            self.threads.remember(ref, run_id)
-        return ref
+
+    def _failure(self, exc: TelegramError) -> Exception:
+        """The error a refused call raises: PermanentError when retrying cannot help, else DeliveryError."""
+        if refused_for_good(exc):
+            return PermanentError(f"telegram refused the message for good: {self._scrub(exc)}")
+        return DeliveryError(f"telegram did not take the message: {self._scrub(exc)}")
 
     async def _post(self, bot: Bot, chat: int | str, topic: int | None, part: Part, data: bytes | None,
                     reply_to: int | None) -> Message:

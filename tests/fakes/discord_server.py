@@ -1,4 +1,4 @@
-"""A fake of the Discord REST API and gateway, just enough for discord.py 2.x to log in, chat and upload."""
+"""A fake of the Discord REST API and gateway, just enough for discord.py 2.x to log in, chat, edit and upload."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ BOT_ID = "900000000000000001"
 APPLICATION_ID = "900000000000000002"
 OWNER_ID = "900000000000000003"
 REFUSALS = {403: (50007, "Cannot send messages to this user"), 404: (10003, "Unknown Channel")}
+UNKNOWN_MESSAGE = (10008, "Unknown Message")
 
 
 @dataclass
@@ -35,6 +36,19 @@ class SentMessage:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class EditedMessage:
+    """One PATCH of a message the bot posted: which message, in which channel, and its new content."""
+
+    id: str
+    channel_id: str
+    content: str
+
+
+MESSAGE_BUCKET = {"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4", "X-RateLimit-Reset-After": "0.01",
+                  "X-RateLimit-Bucket": "messages"}
+
+
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     # discord.py reads a body as JSON only when the content type is exactly `application/json`.
     return web.Response(body=json.dumps(data).encode(), status=status,
@@ -47,6 +61,7 @@ class DiscordFakeServer(FakeServer):
     def __init__(self, token: str = "fake-discord-token") -> None:
         self.token = token
         self.sent: list[SentMessage] = []
+        self.edits: list[EditedMessage] = []
         self.typing: list[str] = []
         self.identifies: list[dict[str, Any]] = []
         self.resumes = 0
@@ -57,6 +72,7 @@ class DiscordFakeServer(FakeServer):
         self.failed = 0
         self.refused = 0
         self._connections: dict[web.WebSocketResponse, int] = {}
+        self._posted: dict[str, dict[str, Any]] = {}  # message id → the bot's message, while it exists
         self._counter = itertools.count(1)
         self._rate_limits: list[float] = []
         self._refusals: list[int] = []
@@ -98,6 +114,10 @@ class DiscordFakeServer(FakeServer):
         if status not in REFUSALS:
             raise ValueError(f"no Discord refusal with HTTP {status}; known: {sorted(REFUSALS)}")
         self._refusals.append(status)
+
+    def delete_sent(self) -> None:
+        """Deletes every message the bot posted so far: editing one answers 404 Unknown Message."""
+        self._posted.clear()
 
     def close_on_identify(self, *codes: int) -> None:
         """Closes the next gateway sessions with these close codes instead of answering READY."""
@@ -194,6 +214,7 @@ class DiscordFakeServer(FakeServer):
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
         app.router.add_post("/api/v10/users/@me/channels", self._create_dm)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._create_message)
+        app.router.add_patch("/api/v10/channels/{channel_id}/messages/{message_id}", self._edit_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._trigger_typing)
         app.router.add_get("/attachments/{channel_id}/{attachment_id}/{name}", self._attachment)
 
@@ -242,9 +263,8 @@ class DiscordFakeServer(FakeServer):
             return web.Response(status=404)
         return web.Response(body=data, content_type="application/octet-stream")
 
-    async def _create_message(self, request: web.Request) -> web.Response:
-        if not self._authorized(request):
-            return self._unauthorized()
+    def _gate(self) -> web.Response | None:
+        """The 429, refusal or failure a post or edit gets instead of success, when a test asked for one."""
         if self._rate_limits:
             return self._too_many_requests(self._rate_limits.pop(0))
         if self._refusals:
@@ -257,6 +277,13 @@ class DiscordFakeServer(FakeServer):
             self.failed += 1
             return _json({"message": "Service unavailable", "code": 0}, status=self._fail_status)
         self._fail_after -= 1
+        return None
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        if (refusal := self._gate()) is not None:
+            return refusal
         payload, files = await self._read_post(request)
         channel_id = request.match_info["channel_id"]
         reference = payload.get("message_reference") or {}
@@ -264,9 +291,26 @@ class DiscordFakeServer(FakeServer):
         message = self._message(channel_id, self.bot_user(), payload.get("content") or "", reply_to=reply_to)
         self.sent.append(SentMessage(id=message["id"], channel_id=channel_id, content=payload.get("content"),
                                      files=files, reply_to=reply_to, payload=payload))
+        self._posted[message["id"]] = message
         self.changed.set()
-        return _json(message, headers={"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4",
-                                       "X-RateLimit-Reset-After": "0.01", "X-RateLimit-Bucket": "messages"})
+        return _json(message, headers=MESSAGE_BUCKET)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        if (refusal := self._gate()) is not None:
+            return refusal
+        message_id, channel_id = request.match_info["message_id"], request.match_info["channel_id"]
+        message = self._posted.get(message_id)
+        if message is None or message["channel_id"] != channel_id:
+            code, wording = UNKNOWN_MESSAGE
+            return _json({"message": wording, "code": code}, status=404)
+        payload, _ = await self._read_post(request)
+        content = str(payload.get("content") or "")
+        message.update(content=content, edited_timestamp=datetime.now(UTC).isoformat())
+        self.edits.append(EditedMessage(id=message_id, channel_id=channel_id, content=content))
+        self.changed.set()
+        return _json(message, headers=MESSAGE_BUCKET)
 
     def _too_many_requests(self, retry_after: float) -> web.Response:
         self.rate_limited += 1

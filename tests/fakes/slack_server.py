@@ -1,6 +1,6 @@
 """A fake Slack: the Web API methods the plugin calls, Socket Mode, signed HTTP events, file up/downloads.
 
-Records what the bot sent (text, files with their bytes, channel, thread) and its reactions, and
+Records what the bot sent (text, files with their bytes, channel, thread), its edits and reactions, and
 injects message events either through the Socket Mode WebSocket (waiting for the envelope's ack)
 or as signed POSTs to the bot's HTTP events URL.
 """
@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.conformance import SentItem
 from tests.fakes.base import FakeServer
 
-SEND_METHODS = {"chat.postMessage", "chat.postEphemeral", "files.getUploadURLExternal"}
+SEND_METHODS = {"chat.postMessage", "chat.postEphemeral", "chat.update", "files.getUploadURLExternal"}
 ACK_TIMEOUT_S = 5.0
 
 
@@ -39,6 +39,9 @@ class FakeSlack(FakeServer):
         self.users: dict[str, str] = {}
         self.sent: list[SentItem] = []
         self.ephemeral: list[tuple[str, str, str]] = []  # (channel, the one user who sees it, text)
+        self.edits: list[tuple[str, str, str]] = []  # (channel, ts of the edited message, its new text)
+        self.posts: list[tuple[str, str, str]] = []  # (ts, channel, text as posted) of each chat.postMessage
+        self._live: dict[str, str] = {}  # ts → channel of each posted message not deleted
         self.reactions: list[dict[str, str]] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.events_url: str | None = None
@@ -81,6 +84,10 @@ class FakeSlack(FakeServer):
     def refuse_next(self, error: str = "not_in_channel") -> None:
         """Answers the next send as Slack refuses one for good: HTTP 200, `ok: false` and this error."""
         self._refusals.append(error)
+
+    def delete_sent(self) -> None:
+        """Deletes every message the bot posted so far: chat.update on one answers message_not_found."""
+        self._live.clear()
 
     def next_ts(self) -> str:
         """A fresh, increasing Slack message ts (seconds with microseconds, as Slack's)."""
@@ -172,8 +179,8 @@ class FakeSlack(FakeServer):
         handler = getattr(self, "_m_" + method.replace(".", "_"), None)
         if handler is None:
             return _ok_false("unknown_method")
-        result: dict[str, Any] = handler(params)
-        return web.json_response({"ok": True, **result})
+        result: dict[str, Any] | web.Response = handler(params)
+        return result if isinstance(result, web.Response) else web.json_response({"ok": True, **result})
 
     def _gate(self) -> web.Response | None:
         """The 429, 500 or refusal a send gets instead of success, when the test asked for one."""
@@ -207,8 +214,18 @@ class FakeSlack(FakeServer):
     def _m_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(params["channel"]), self.next_ts()
         self.sent.append(SentItem(conversation=channel, text=params.get("text"), reply_to=params.get("thread_ts")))
+        self.posts.append((ts, channel, str(params.get("text"))))
+        self._live[ts] = channel
         self.changed.set()
         return {"channel": channel, "ts": ts, "message": {"text": params.get("text"), "ts": ts}}
+
+    def _m_chat_update(self, params: dict[str, Any]) -> dict[str, Any] | web.Response:
+        channel, ts, text = str(params["channel"]), str(params["ts"]), str(params.get("text"))
+        if self._live.get(ts) != channel:
+            return _ok_false("message_not_found")
+        self.edits.append((channel, ts, text))
+        self.changed.set()
+        return {"channel": channel, "ts": ts, "text": text}
 
     def _m_chat_postEphemeral(self, params: dict[str, Any]) -> dict[str, Any]:
         self.ephemeral.append((str(params["channel"]), str(params["user"]), str(params.get("text"))))

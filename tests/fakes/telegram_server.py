@@ -1,8 +1,8 @@
 """A fake Telegram Bot API: just enough for python-telegram-bot to poll, receive webhooks and send.
 
 Endpoints `POST /bot{token}/{method}` (form or multipart, values as strings) for getMe,
-deleteWebhook, setWebhook, getUpdates (long poll), sendMessage, sendDocument, sendChatAction and
-getFile, plus `GET /file/bot{token}/{path}` for downloads. While a webhook is set, updates are
+deleteWebhook, setWebhook, getUpdates (long poll), sendMessage, sendDocument, editMessageText,
+sendChatAction and getFile, plus `GET /file/bot{token}/{path}` for downloads. While a webhook is set, updates are
 POSTed to it (with the secret-token header) and getUpdates answers 409, as the real API does.
 """
 
@@ -26,7 +26,10 @@ TOKEN = "424242:FAKE-bot-token-never-real"
 BOT_ID = 424242
 BOT_USER = {"id": BOT_ID, "is_bot": True, "first_name": "Switchyard", "username": "switchyard_test_bot",
             "can_join_groups": True, "can_read_all_group_messages": False, "supports_inline_queries": False}
-SEND_METHODS = ("sendMessage", "sendDocument")
+SEND_METHODS = ("sendMessage", "sendDocument", "editMessageText")  # the calls rate limits and failures hit
+NOT_FOUND = "Bad Request: message to edit not found"
+NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are "
+                "exactly the same as a current content and reply markup of the message")
 
 
 @dataclass
@@ -42,12 +45,22 @@ class Sent:
     topic: int | None = None
 
 
+@dataclass
+class Edit:
+    """One editMessageText that changed a message: the chat, the message and its new text."""
+
+    chat: str
+    message_id: int
+    text: str
+
+
 class FakeTelegram(FakeServer):
     """Records what the bot sends and feeds it updates; can rate-limit, fail and drop polls."""
 
     def __init__(self, token: str = TOKEN) -> None:
         self.token = token
         self.sent: list[Sent] = []
+        self.edits: list[Edit] = []
         self.actions: list[tuple[str, str, int | None]] = []  # (chat, action, topic)
         self.calls: list[str] = []
         self.webhook: dict[str, str] | None = None
@@ -86,6 +99,11 @@ class FakeTelegram(FakeServer):
     def refuse_next(self, status: int = 403, description: str = "Forbidden: bot was blocked by the user") -> None:
         """Answers the next send with this refusal (by default the 403 of a bot the user blocked)."""
         self._refuse = (status, description)
+
+    def delete_sent(self) -> None:
+        """Deletes every message the bot sent so far: editing one answers "message to edit not found"."""
+        for sent in self.sent:
+            self._messages.pop((sent.chat, sent.message_id), None)
 
     def message(self, chat: int, text: str = "", *, user_id: int = 1001, first_name: str = "Ada",
                 is_bot: bool = False, file: tuple[str, bytes] | None = None, photo: bytes | None = None,
@@ -186,6 +204,18 @@ class FakeTelegram(FakeServer):
 
     async def _m_sendMessage(self, params: dict[str, Any]) -> web.Response:
         return self._record(params, text=str(params["text"]))
+
+    async def _m_editMessageText(self, params: dict[str, Any]) -> web.Response:
+        chat, message_id, text = str(params["chat_id"]), int(params["message_id"]), str(params["text"])
+        message = self._messages.get((chat, message_id))
+        if message is None:
+            return _error(400, NOT_FOUND)
+        if message.get("text") == text:
+            return _error(400, NOT_MODIFIED)
+        message.update(text=text, edit_date=int(time.time()))
+        self.edits.append(Edit(chat=chat, message_id=message_id, text=text))
+        self.changed.set()
+        return _ok(message)
 
     async def _m_sendDocument(self, params: dict[str, Any]) -> web.Response:
         upload = params["document"]

@@ -17,6 +17,7 @@ from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, S
 from gateway.events import read_events
 from plugins.discord.channel import DiscordChannel
 from tests.fakes.discord_server import MESSAGE_CONTENT_INTENT, DiscordFakeServer
+from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,6 +66,21 @@ class DiscordDriver(ChannelDriver):
         self.server.refuse_next(403)
 
 
+class DiscordNoteDriver(DiscordDriver, NoteDriver):
+    """The driver plus the fake's posts and edits by message id."""
+
+    other_conversation = "4343"
+
+    def posted(self) -> list[tuple[str, str]]:
+        return [(m.id, m.content) for m in self.server.sent if m.content is not None]
+
+    def edits(self) -> list[tuple[str, str]]:
+        return [(e.id, e.content) for e in self.server.edits]
+
+    def delete_sent(self) -> None:
+        self.server.delete_sent()
+
+
 @pytest.fixture
 async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordFakeServer]:
     fake = DiscordFakeServer()
@@ -77,6 +93,12 @@ class TestDiscordConformance(ChannelConformance):
     @pytest.fixture
     async def driver(self, server: DiscordFakeServer) -> DiscordDriver:
         return DiscordDriver(server)
+
+
+class TestDiscordProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: DiscordFakeServer) -> DiscordNoteDriver:
+        return DiscordNoteDriver(server)
 
 
 @pytest.fixture
@@ -360,6 +382,15 @@ async def test_an_unknown_channel_refuses_a_file_for_good_and_the_next_send_work
     assert server.refused == 1 and server.sent == []
     await rig.channel.send(outgoing("", files=[str(report)]))
     assert [m.files for m in server.sent] == [[("report.txt", b"numbers")]]
+
+
+async def test_a_note_whose_channel_is_gone_is_refused_for_good(rig: ChannelRig, server: DiscordFakeServer) -> None:
+    driver = DiscordNoteDriver(server)
+    await channel_of(rig).send(note(driver, "working: 1"))
+    server.refuse_next(404)  # Unknown Channel, not Unknown Message: posting anew cannot help either
+    with pytest.raises(PermanentError, match="10003"):
+        await channel_of(rig).send(note(driver, "working: 2"))
+    assert len(server.sent) == 1 and server.edits == []
 
 
 async def test_typing_reaches_the_conversation_and_failures_stay_quiet(

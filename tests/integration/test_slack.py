@@ -14,6 +14,7 @@ from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, S
 from plugins.slack import SlackChannel
 from plugins.slack.transport import SocketTransport
 from tests.fakes.slack_server import FakeSlack
+from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
 
 BOT_ENV, APP_ENV, SECRET_ENV = "TEST_SLACK_BOT_TOKEN", "TEST_SLACK_APP_TOKEN", "TEST_SLACK_SIGNING_SECRET"
 CHANNEL = "C100"
@@ -79,6 +80,25 @@ class SlackDriver(ChannelDriver):
         self.server.refuse_next()
 
 
+class SlackNoteDriver(SlackDriver, NoteDriver):
+    """The driver plus the fake's posts and edits by message ts (notes clipped at `text_limit`)."""
+
+    other_conversation = "C200"
+    limit = 500
+
+    def profile_options(self) -> dict[str, Any]:
+        return {**super().profile_options(), "text_limit": self.limit}
+
+    def posted(self) -> list[tuple[str, str]]:
+        return [(ts, text) for ts, _, text in self.server.posts]
+
+    def edits(self) -> list[tuple[str, str]]:
+        return [(ts, text) for _, ts, text in self.server.edits]
+
+    def delete_sent(self) -> None:
+        self.server.delete_sent()
+
+
 @pytest.fixture
 async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeSlack]:
     fake = FakeSlack()
@@ -93,6 +113,12 @@ class TestSlackConformance(ChannelConformance):
     @pytest.fixture(params=["socket", "http"])
     async def driver(self, request: pytest.FixtureRequest, server: FakeSlack) -> SlackDriver:
         return SlackDriver(server, request.param)
+
+
+class TestSlackProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: FakeSlack) -> SlackNoteDriver:
+        return SlackNoteDriver(server, "socket")
 
 
 @pytest.fixture(params=["socket", "http"])
@@ -167,6 +193,26 @@ async def test_typing_reacts_to_the_message_and_the_reply_clears_it(
                                  timestamp=1, messageId=payload["messageId"], conversationId=CHANNEL)
         await channel.send(answer)
         assert server.reactions[-1]["action"] == "remove" and server.reactions[-1]["timestamp"] == event["ts"]
+    finally:
+        await rig.stop()
+
+
+async def test_a_note_in_a_thread_is_edited_there_and_leaves_the_typing_reaction(
+    server: FakeSlack, tmp_path: Path
+) -> None:
+    driver = SlackNoteDriver(server, "socket")
+    rig, channel = await started(driver, tmp_path / "home")
+    try:
+        event = await driver.user_writes("think hard")
+        payload = (await eventually(rig.incoming))[0]
+        await channel.typing(payload["conversationId"])
+        thread = f"{CHANNEL}:{event['ts']}"
+        for text in ("working: 1", "working: 2"):
+            await channel.send(note(driver, text, conversation=thread).model_copy(
+                update={"messageId": payload["messageId"]}))
+        assert [(s.conversation, s.reply_to, s.text) for s in server.sent] == [(CHANNEL, event["ts"], "working: 1")]
+        assert [(c, text) for c, _, text in server.edits] == [(CHANNEL, "working: 2")]
+        assert [r["action"] for r in server.reactions] == ["add"]  # a note is not the answer
     finally:
         await rig.stop()
 

@@ -25,6 +25,7 @@ from gateway.dispatcher import Dispatcher
 from gateway.settings import QueueSettings
 from plugins.telegram import TelegramChannel, TelegramOptions
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
+from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
 
 pytestmark = [
     # PTB 22 warns when RetryAfter.retry_after is read as an int (the plugin handles both forms)
@@ -89,6 +90,21 @@ class TelegramDriver(ChannelDriver):
         self.server.refuse_next()
 
 
+class TelegramNoteDriver(TelegramDriver, NoteDriver):
+    """The driver plus the fake's posts and edits, each message named `<chat>:<message id>`."""
+
+    other_conversation = "2002"
+
+    def posted(self) -> list[tuple[str, str]]:
+        return [(f"{s.chat}:{s.message_id}", s.text) for s in self.server.sent if s.text is not None]
+
+    def edits(self) -> list[tuple[str, str]]:
+        return [(f"{e.chat}:{e.message_id}", e.text) for e in self.server.edits]
+
+    def delete_sent(self) -> None:
+        self.server.delete_sent()
+
+
 @pytest.fixture(autouse=True)
 def _secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
@@ -112,6 +128,12 @@ class TestTelegramWebhookConformance(ChannelConformance):
     @pytest.fixture
     async def driver(self, server: FakeTelegram) -> TelegramDriver:
         return TelegramDriver(server, mode="webhook")
+
+
+class TestTelegramProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: FakeTelegram) -> TelegramNoteDriver:
+        return TelegramNoteDriver(server)
 
 
 @pytest.fixture
@@ -227,6 +249,30 @@ async def test_emoji_heavy_text_is_split_within_telegrams_utf16_limit(
     texts = [s.text or "" for s in server.sent]
     assert len(texts) == 2 and "".join(texts).endswith(" done")
     assert all(len(t.encode("utf-16-le")) // 2 <= 4096 for t in texts)
+
+
+async def test_a_note_whose_text_has_not_changed_is_delivered(rig: ChannelRig, server: FakeTelegram) -> None:
+    driver = TelegramNoteDriver(server)
+    for _ in range(2):  # Telegram answers the second edit "message is not modified"
+        await channel_of(rig).send(note(driver, "working: using Read"))
+        await channel_of(rig).send(note(driver, "working: using Read "))
+    assert [s.text for s in server.sent] == ["working: using Read"] and server.edits == []
+
+
+async def test_a_note_in_a_forum_topic_is_edited_there(rig: ChannelRig, server: FakeTelegram) -> None:
+    driver = TelegramNoteDriver(server)
+    await channel_of(rig).send(note(driver, "working: 1", conversation="-100555/77"))
+    await channel_of(rig).send(note(driver, "working: 2", conversation="-100555/77"))
+    assert [(s.chat, s.topic, s.text) for s in server.sent] == [("-100555", 77, "working: 1")]
+    assert [(e.chat, e.message_id, e.text) for e in server.edits] == [("-100555", server.sent[0].message_id,
+                                                                         "working: 2")]
+
+
+async def test_an_emoji_note_is_clipped_within_telegrams_utf16_limit(rig: ChannelRig, server: FakeTelegram) -> None:
+    await channel_of(rig).send(note(TelegramNoteDriver(server), "\U0001F600" * 3000))
+    [sent] = server.sent
+    assert sent.text is not None and sent.text.endswith("…")
+    assert 4000 <= len(sent.text.encode("utf-16-le")) // 2 <= 4096
 
 
 # --- rate limits, failures, migration -----------------------------------------------------------

@@ -1,0 +1,58 @@
+"""The progress-note helpers: the bounded memory of note messages, clipping, edit-or-post."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import DeliveryRecord, NoteMessages, OutgoingPayload, clip_note, deliver_note
+from gateway.conformance import reply
+
+
+def test_the_memory_is_bounded_and_forgets_the_least_recently_used() -> None:
+    notes = NoteMessages(limit=2)
+    notes.remember("c1", "k", "m1")
+    notes.remember("c2", "k", "m2")
+    assert notes.get("c1", "k") == "m1"  # c1 is now the most recently used
+    notes.remember("c3", "k", "m3")
+    assert (notes.get("c1", "k"), notes.get("c2", "k"), notes.get("c3", "k")) == ("m1", None, "m3")
+
+
+@pytest.mark.parametrize(("text", "limit", "clipped"), [
+    ("  fits  ", 4, "fits"),
+    ("one two three", 8, "one two…"),
+    ("abcdef", 3, "ab…"),
+])
+def test_a_note_is_clipped_to_the_limit(text: str, limit: int, clipped: str) -> None:
+    assert clip_note(text, limit) == clipped
+
+
+def test_clipping_counts_as_the_platform_does() -> None:
+    def utf16(text: str) -> int:
+        return len(text.encode("utf-16-le")) // 2
+
+    clipped = clip_note("\U0001F600" * 10, 9, utf16)
+    assert clipped == "\U0001F600" * 4 + "…"
+
+
+async def test_a_note_is_posted_once_then_edited_and_posted_again_when_gone() -> None:
+    notes, calls, gone = NoteMessages(), [], set()
+
+    async def post(text: str) -> str:
+        calls.append(("post", text))
+        return f"m{len(calls)}"
+
+    async def edit(message_id: str, text: str) -> bool:
+        calls.append(("edit", message_id, text))
+        return message_id not in gone
+
+    def payload(text: str) -> OutgoingPayload:
+        return reply(text, "c1", progressKey="r/s")
+
+    records: list[DeliveryRecord] = []
+    for text in ("a", "b"):
+        records.append(await deliver_note(payload(text), notes, text, post, edit))
+    gone.add("m1")
+    records.append(await deliver_note(payload("c"), notes, "c", post, edit))
+    assert calls == [("post", "a"), ("edit", "m1", "b"), ("edit", "m1", "c"), ("post", "c")]
+    assert [r.platform_ids for r in records] == [["m1"], ["m1"], ["m4"]]
+    assert notes.get("c1", "r/s") == "m4"
