@@ -40,8 +40,8 @@ class Receipts:
 
     def claimed(self, order: Order, message: IncomingPayload) -> None:
         """Starts the clock of a message just claimed (and not started at once)."""
-        if self._after <= 0 or order in self._timers or not self._wanted(message):
-            return
+        if self._after <= 0 or order in self._timers or self._ahead(order) <= 0 or not self._wanted(message):
+            return  # (the usual case, a conversation with nothing running, costs one look at its keys)
         loop = asyncio.get_running_loop()
         self._timers[order] = loop.call_later(self._after, self._send, order, message)
 
