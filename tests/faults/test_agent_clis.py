@@ -79,3 +79,11 @@ def test_doctor_reports_present_missing_and_logged_out_clis(fake_clis: FakeClis,
                            cwd=REPO, env=clean_environment({"PYTHONPATH": str(REPO)}), capture_output=True,
                            text=True, timeout=120)
     assert plain.stdout.splitlines()[0].split() == ["provider", "kind", "program", "version", "used", "by", "status"]
+
+
+def test_status_names_a_provider_whose_cli_is_missing(tmp_path: Path) -> None:
+    gateway = _gateway(tmp_path, {"type": "claude", "binary": "claude-not-installed"})
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "--home", str(gateway.home.root), "status"],
+                          cwd=REPO, env=clean_environment({"PYTHONPATH": str(REPO)}), capture_output=True, text=True,
+                          timeout=60)
+    assert "provider agent: `claude-not-installed` not found on PATH (used by main:selector)" in done.stdout

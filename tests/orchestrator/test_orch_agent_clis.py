@@ -193,3 +193,35 @@ async def test_progress_notes_come_from_the_stream_and_stop_with_the_step(
     fake_clis.scenario("claude", "ok")
     await orchestrator.handle(make_message("and again, quickly"))
     assert len(outbox.payloads) == count, "a quick step sends no note"
+
+
+async def test_the_stateless_selector_sees_the_conversations_last_exchanges(
+    fake_clis: FakeClis, agents: Start
+) -> None:
+    fake_clis.answer("claude", json.dumps(CHAT_DECISION))
+    fake_clis.answer("codex", "Paris is the capital of France")
+    orchestrator = await agents(selector="claude", agent="codex")
+    await orchestrator.handle(make_message("what is the capital of France?", conversationId="geo"))
+    await orchestrator.handle(make_message("and its population?", conversationId="geo"))
+    await orchestrator.handle(make_message("unrelated", conversationId="other"))
+    first, follow_up, other = fake_clis.calls("claude")
+    assert "what is the capital of France?" not in first["stdin"].split("Message from")[0]
+    assert "what is the capital of France?" in follow_up["stdin"]
+    assert "Paris is the capital of France" in follow_up["stdin"]
+    assert "capital" not in other["stdin"], "another conversation's history stays out"
+    assert "--resume" not in follow_up["argv"] and "--no-session-persistence" in follow_up["argv"]
+
+
+async def test_run_and_stateless_sessions_and_template_values(
+    fake_clis: FakeClis, make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+    start: Callable[[HandlerContext], Any],
+) -> None:
+    write_config(CONFIG.format(selector="rules", agent="claude").replace(
+        '"{{message}}"', '"{{channel}}/{{conversationId}}/{{sender}}: {{message}}"'))
+    orchestrator = await start(make_context({"claude": ProviderSettings(type="claude", session="run")}))
+    await orchestrator.handle(make_message("one", conversationId="c9"))
+    await orchestrator.handle(make_message("two", conversationId="c9"))
+    first, second = fake_clis.calls("claude")
+    assert first["stdin"] == "console/c9/Ada: one"
+    assert "--session-id" in second["argv"], "each run starts its own session"
+    assert _argv_after(first, "--session-id") != _argv_after(second, "--session-id")
