@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from gateway import (
     INTAKE_FAILED_REPLY,
     ChannelContext,
+    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     IncomingPayload,
@@ -24,7 +25,6 @@ from gateway import (
     hookimpl,
     now_ms,
 )
-from gateway.settings import ChannelOptions
 
 CHANNEL_TYPE = "console"
 

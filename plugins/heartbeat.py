@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from gateway import (
     ChannelContext,
+    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     FunctionSpec,
@@ -25,7 +26,6 @@ from gateway import (
     safe_name,
     utc_now_iso,
 )
-from gateway.settings import ChannelOptions
 
 CHANNEL_TYPE = "heartbeat"
 OK = "HEARTBEAT_OK"

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from gateway import (
     ChannelContext,
+    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     IncomingPayload,
@@ -35,7 +36,6 @@ from gateway import (
     safe_name,
     utc_now_iso,
 )
-from gateway.settings import ChannelOptions
 
 CHANNEL_TYPE = "inbox"
 PROMPT_NAME = re.compile(r"^(?P<timestamp>[^_.][^_]*)_(?P<slug>[^/]+)\.md$")

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from gateway import Channel, ChannelContext, ChannelProfile, hookimpl
-from gateway.settings import ChannelOptions
+from gateway import Channel, ChannelContext, ChannelOptions, ChannelProfile, hookimpl
 
 CHANNEL_TYPE = "discord"
 

@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gateway import ChannelContext, ChannelProfile, hookimpl
-from gateway.settings import ChannelOptions
+from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
 from plugins.telegram.channel import TelegramChannel
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
 

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from gateway import ChannelContext, ChannelProfile, hookimpl
+from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
 from gateway.api import ConfigurationError
-from gateway.settings import ChannelOptions
 
 if TYPE_CHECKING:
     from plugins.whatsapp.channel import WhatsAppChannel
