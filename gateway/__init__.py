@@ -29,7 +29,7 @@ from gateway.home import Home, atomic_write, safe_name
 from gateway.hookspecs import hookimpl
 from gateway.models import IncomingPayload, OutgoingPayload, split_send_file_tags
 from gateway.notes import NoteMessages, clip_note, deliver_note
-from gateway.settings import ChannelProfile, ProviderSettings, Settings, SettingsError
+from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
 
 __all__ = [
     "AccessDecision", "AccessPolicy", "AttachmentPolicy", "AttachmentRefused", "attachment_folder",
@@ -38,5 +38,5 @@ __all__ = [
     "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
     "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
-    "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso",
+    "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso", "ChannelOptions",
 ]

@@ -34,6 +34,7 @@ from gateway.home import Home, atomic_write
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
+from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue, queue_depths
 from gateway.receipts import Receipts
 from gateway.settings import ChannelProfile, Settings
@@ -101,7 +102,7 @@ class Gateway:
         """Recovers the queue, starts the handler, the channels, the worker and the dispatcher."""
         self._loop = asyncio.get_running_loop()
         self.events.write_per_turn(self._loop)
-        self.pm.hook.switchyard_init(home=self.home, settings=self.settings)
+        call_each(self.pm, "switchyard_init", events=self.events, home=self.home, settings=self.settings)
         for action in self.queue.open():
             self.events.emit("queue.recovered", reason=action)
         self.answered.open()
@@ -138,11 +139,11 @@ class Gateway:
 
     def _build_handler(self) -> Handler:
         functions: list[FunctionSpec] = []
-        for declared in self.pm.hook.switchyard_functions():
-            functions.extend(declared or [])
+        for declared in call_each(self.pm, "switchyard_functions", events=self.events):
+            functions.extend(declared)
         providers: dict[str, BuiltinProvider] = {}
-        for declared in self.pm.hook.switchyard_providers():
-            providers.update(declared or {})
+        for declared in call_each(self.pm, "switchyard_providers", events=self.events):
+            providers.update(declared)
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
                                  builtin_providers=providers)
@@ -165,7 +166,7 @@ class Gateway:
                                  events=self.events, outbox=self.outbox)
         channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
         if channel is None:
-            known = sorted({t for types in self.pm.hook.switchyard_channel_types() for t in types})
+            known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
             raise PermanentError(f"no installed plugin provides channel type {profile.type!r} "
                                  f"(available: {', '.join(known)})")
         await channel.start(self._sink)

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from gateway.app import Gateway, run_gateway
 from gateway.events import now_ms
 from gateway.home import Home, resolve_home
 from gateway.models import IncomingPayload
-from gateway.plugin_manager import build_plugin_manager
+from gateway.plugin_manager import build_plugin_manager, call_each, check_channel_options
 from gateway.queue import FileQueue, queue_depths
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -37,26 +38,54 @@ def _settings_path(args: argparse.Namespace, home: Home) -> Path:
     return Path(args.settings).expanduser().resolve() if args.settings else home.settings_file
 
 
-def _load(args: argparse.Namespace) -> tuple[Home, Settings]:
-    home = Home(resolve_home(args.home))
-    return home, load_settings(_settings_path(args, home))
+def _load_settings(args: argparse.Namespace, home: Home) -> Settings:
+    """The settings file `--settings` names (it must exist), else the home's (or the embedded default)."""
+    return load_settings(_settings_path(args, home), required=bool(args.settings))
+
+
+@dataclass
+class Invocation:
+    """One `switchyard` command line: its home, its settings (or why they are invalid), its plugins."""
+
+    home: Home
+    pm: pluggy.PluginManager
+    loaded: Settings | None
+    error: SettingsError | None
+
+    @classmethod
+    def prepare(cls, args: argparse.Namespace) -> Invocation:
+        """Loads the settings once and builds the plugin manager from them (so listed plugins can add
+        subcommands); invalid settings are kept as the error a command that needs them reports."""
+        home = Home(resolve_home(args.home))
+        try:
+            settings: Settings | None = _load_settings(args, home)
+            error = None
+        except SettingsError as exc:
+            settings, error = None, exc
+        return cls(home, build_plugin_manager(settings), settings, error)
+
+    @property
+    def settings(self) -> Settings:
+        """The loaded settings; raises SettingsError when they are invalid or missing."""
+        if self.loaded is None:
+            raise self.error or SettingsError("settings not loaded")
+        return self.loaded
 
 
 # --- init ------------------------------------------------------------------------------------
 
 
-def cmd_init(args: argparse.Namespace) -> int:
+def cmd_init(args: argparse.Namespace, run: Invocation) -> int:
     """Creates the home layout, settings.yaml and the default orchestrator workspace."""
-    home = Home(resolve_home(args.home))
+    home = run.home
     home.create()
     written = []
     if not home.settings_file.exists():
         home.settings_file.write_text(example_settings_text(), encoding="utf-8")
         written.append(str(home.settings_file))
-    settings = load_settings(_settings_path(args, home))
-    pm = build_plugin_manager(settings)
-    for paths in pm.hook.switchyard_init(home=home, settings=settings):
-        written.extend(paths or [])
+    settings = _load_settings(args, home)
+    for paths in call_each(run.pm, "switchyard_init", home=home, settings=settings):
+        written.extend(paths)
     print(f"Switchyard home: {home.root}")
     for path in written:
         print(f"  wrote {path}")
@@ -67,11 +96,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 # --- run -------------------------------------------------------------------------------------
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
     """Runs the gateway until SIGINT or SIGTERM; then finishes or requeues in-flight work and exits 0."""
-    home, settings = _load(args)
-    pm = build_plugin_manager(settings)
-    gateway = Gateway(home, settings, pm)
+    home, settings = run.home, run.settings
+    check_channel_options(settings, run.pm, source=str(_settings_path(args, home)))
+    gateway = Gateway(home, settings, run.pm)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -90,9 +119,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 # --- send ------------------------------------------------------------------------------------
 
 
-def cmd_send(args: argparse.Namespace) -> int:
+def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     """Drops one message into the queue, as a channel would; `--wait` prints the reply."""
-    home = Home(resolve_home(args.home))
+    home = run.home
     home.create()
     stamp = now_ms()
     payload = IncomingPayload(
@@ -133,14 +162,13 @@ def wait_for_reply(home: Home, message_id: str, timeout_s: float) -> dict[str, A
 # --- status ----------------------------------------------------------------------------------
 
 
-def gather_status(home: Home, settings: Settings) -> dict[str, Any]:
+def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> dict[str, Any]:
     """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
     status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
     status["gateway"] = _gateway_process(home)
     status["dead_letters"] = _dead_letters(home, limit=5)
-    pm = build_plugin_manager(settings)
-    for section in pm.hook.switchyard_status(home=home, settings=settings):
-        status.update(section or {})
+    for section in call_each(pm, "switchyard_status", home=home, settings=settings):
+        status.update(section)
     return status
 
 
@@ -194,9 +222,8 @@ def print_status(status: dict[str, Any]) -> None:
               f", round trip {beat.get('last_rtt_ms', '-')} ms")
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    home, settings = _load(args)
-    status = gather_status(home, settings)
+def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
+    status = gather_status(run.home, run.settings, run.pm)
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
@@ -207,9 +234,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 # --- pair ------------------------------------------------------------------------------------
 
 
-def cmd_pair(args: argparse.Namespace) -> int:
+def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
     """Lists pending pairing codes, or approves one so its sender may talk to the bot."""
-    store = PairingStore(Home(resolve_home(args.home)))
+    store = PairingStore(run.home)
     if args.pair_command == "approve":
         entry = store.approve(args.code)
         if entry is None:
@@ -230,11 +257,15 @@ def cmd_pair(args: argparse.Namespace) -> int:
 # --- entry point -----------------------------------------------------------------------------
 
 
-def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+def _global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", help="home directory (default: $SWITCHYARD_HOME or ~/.switchyard)")
     parser.add_argument("--settings", help="settings file (default: <home>/settings.yaml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+    _global_options(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("init", help="create the home, settings.yaml and the default orchestrator")
     commands.add_parser("run", help="run the gateway (Ctrl-C to stop)")
@@ -256,7 +287,7 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     approve = pair_commands.add_parser("approve", help="approve a pending code")
     approve.add_argument("code")
     if pm is not None:
-        pm.hook.switchyard_cli(commands=commands)
+        call_each(pm, "switchyard_cli", commands=commands)
     return parser
 
 
@@ -264,14 +295,17 @@ COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_st
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(build_plugin_manager()).parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+    early = argparse.ArgumentParser(add_help=False)
+    _global_options(early)
+    known, _ = early.parse_known_args(argv)
+    logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run = Invocation.prepare(known)
+    args = build_parser(run.pm).parse_args(argv)
     try:
         if args.command in COMMANDS:
-            return COMMANDS[args.command](args)
-        home, settings = _load(args)
-        code: int = args.run(args, home, settings)
+            return COMMANDS[args.command](args, run)
+        code: int = args.run(args, run.home, run.settings)
         return code
     except SettingsError as exc:
         print(f"switchyard: invalid settings: {exc}", file=sys.stderr)

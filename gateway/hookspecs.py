@@ -2,7 +2,9 @@
 
 Hooks are synchronous and cheap: they declare things (channels, functions, providers, the handler)
 or observe events. Runtime I/O lives on the objects they return, e.g. a Channel's `async send`.
-Call hooks with keyword arguments only.
+Call hooks with keyword arguments only. The gateway and the CLI call the all-results hooks through
+`gateway.plugin_manager.call_each`: an implementation that raises is logged (and written as a
+`plugin.failed` event) naming its plugin, and skipped; the other plugins' results are kept.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 from typing import Any
 
 import pluggy
+from pydantic import BaseModel
 
 from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
 from gateway.home import Home
@@ -20,7 +23,6 @@ hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")
 
 
-
 # --- startup ---------------------------------------------------------------------------------
 
 
@@ -28,7 +30,8 @@ hookimpl = pluggy.HookimplMarker("switchyard")
 def switchyard_init(home: Home, settings: Settings) -> list[str] | None:
     """Writes this plugin's starter files into a new home (never overwriting); returns the paths written.
 
-    Called by `switchyard init` and before `switchyard run` starts. All implementations are called.
+    Called by `switchyard init` and before `switchyard run` starts. All implementations are called;
+    one that raises is logged and skipped.
     """
 
 
@@ -47,6 +50,17 @@ def switchyard_channel_types() -> list[str]:  # type: ignore[empty-body]
     """Names the channel types this plugin can build (shown by `status` and checked at start).
 
     All implementations are called.
+    """
+
+
+@hookspec
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:  # type: ignore[empty-body]
+    """Declares, per channel type this plugin builds, the pydantic model of its profile's type-specific keys.
+
+    Extend `gateway.settings.ChannelOptions` (it forbids unknown keys and declares the keys every profile
+    may carry). `switchyard run` checks each profile against its type's model before it starts and
+    exits 2 naming the file, the profile and the key; a type no plugin names is the same error.
+    All implementations are called; the mappings are merged.
     """
 
 

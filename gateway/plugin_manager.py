@@ -7,11 +7,15 @@ import logging
 import os
 from collections.abc import Iterable
 from importlib.metadata import entry_points
+from types import ModuleType
+from typing import Any
 
 import pluggy
+from pydantic import BaseModel
 
 from gateway import hookspecs
-from gateway.settings import Settings
+from gateway.events import EventLog
+from gateway.settings import Settings, validate_channel_options
 
 log = logging.getLogger("switchyard.plugins")
 
@@ -62,3 +66,42 @@ def _register_module(pm: pluggy.PluginManager, name: str) -> None:
         return
     if not pm.is_registered(module):
         pm.register(module, name=name)
+
+
+def call_each(pm: pluggy.PluginManager, hook: str, *, events: EventLog | None = None, **kwargs: Any) -> list[Any]:
+    """Calls every implementation of an all-results hook in pluggy's order; one that raises is logged
+    (and written as a `plugin.failed` event) naming the plugin, and skipped. None results are left out."""
+    results = []
+    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        try:
+            result = impl.function(*(kwargs[name] for name in impl.argnames))
+        except Exception as exc:
+            plugin = plugin_name(pm, impl.plugin)
+            log.error("plugin %s failed in %s and is skipped: %s", plugin, hook, exc)
+            log.debug("plugin %s failed in %s", plugin, hook, exc_info=exc)
+            if events is not None:
+                events.emit("plugin.failed", plugin=plugin, hook=hook, reason=str(exc) or type(exc).__name__)
+            continue
+        if result is not None:
+            results.append(result)
+    return results
+
+
+def plugin_name(pm: pluggy.PluginManager, plugin: object) -> str:
+    """A plugin's name for a person: its module or registered name, else its class name."""
+    if isinstance(plugin, ModuleType):
+        return plugin.__name__
+    name = pm.get_name(plugin)
+    return name if name and not name.isdigit() else type(plugin).__qualname__
+
+
+def check_channel_options(settings: Settings, pm: pluggy.PluginManager, *, source: str) -> None:
+    """Checks every channel profile against the options model its plugin declares; an unknown
+    `type` or key raises SettingsError naming `source`, the profile and the key."""
+    models: dict[str, type[BaseModel]] = {}
+    for declared in call_each(pm, "switchyard_channel_options"):
+        models.update(declared)
+    known = {t for types in call_each(pm, "switchyard_channel_types") for t in types} | set(models)
+    validate_channel_options(settings, models, known, source=source)

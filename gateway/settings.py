@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +92,14 @@ class ChannelProfile(BaseModel):
     def option(self, key: str, default: Any = None) -> Any:
         """Reads a type-specific key (e.g. `interval_sec`), with a default."""
         return (self.model_extra or {}).get(key, default)
+
+
+class ChannelOptions(_Strict):
+    """The type-specific keys of a channel profile; each channel type's model extends it (the keys every
+    profile may carry besides id, type, orchestrator and allow_from are declared here)."""
+
+    pairing: bool = False
+    workflow: str | None = None
 
 
 class FileSettings(_Strict):
@@ -189,14 +198,37 @@ def parse_yaml_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_settings(path: Path | None) -> Settings:
-    """Loads settings.yaml; a missing file means the embedded default (console + built-in provider)."""
-    if path is None or not path.exists():
+def load_settings(path: Path | None, *, required: bool = False) -> Settings:
+    """Loads settings.yaml; a missing file means the embedded default (console + built-in provider),
+    unless the file is `required` (named on the command line)."""
+    if path is None or (not required and not path.exists()):
         return default_settings()
     try:
         return Settings.model_validate(parse_yaml_file(path))
     except ValidationError as exc:
         raise SettingsError(describe_validation_error(exc, str(path))) from exc
+
+
+def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseModel]], known: Collection[str],
+                             *, source: str) -> None:
+    """Checks each profile's type-specific keys against its type's options model; raises SettingsError
+    naming the profile and key, e.g. `channels.0 (beat): intervall_sec: extra inputs are not permitted`."""
+    problems = []
+    for index, profile in enumerate(settings.channels):
+        where = f"channels.{index} ({profile.id})"
+        if profile.type not in known:
+            problems.append(f"{where}: type: no installed plugin provides channel type {profile.type!r} "
+                            f"(available: {', '.join(sorted(known))})")
+            continue
+        model = models.get(profile.type)
+        if model is None:
+            continue  # a plugin that declares no options model keeps reading its keys unchecked
+        try:
+            model.model_validate(profile.model_extra or {})
+        except ValidationError as exc:
+            problems.append(describe_validation_error(exc, where))
+    if problems:
+        raise SettingsError(f"{source}: " + "; ".join(problems))
 
 
 def default_settings() -> Settings:

@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from pydantic import BaseModel
+
 from gateway import (
     INTAKE_FAILED_REPLY,
     ChannelContext,
+    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     IncomingPayload,
@@ -24,6 +27,13 @@ from gateway import (
 )
 
 CHANNEL_TYPE = "console"
+
+
+class ConsoleProfileOptions(ChannelOptions):
+    """The keys of a console profile."""
+
+    sender: str | None = None
+    conversation_id: str = "console"
 
 log = logging.getLogger("switchyard.console")
 
@@ -103,6 +113,12 @@ def _login_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "console"
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:
+    """Declares the keys a `type: console` profile may carry."""
+    return {CHANNEL_TYPE: ConsoleProfileOptions}
 
 
 @hookimpl

@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from gateway import (
     ChannelContext,
+    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     FunctionSpec,
@@ -27,6 +30,21 @@ from gateway import (
 CHANNEL_TYPE = "heartbeat"
 OK = "HEARTBEAT_OK"
 MISS_GRACE_S = 5.0
+
+
+class HeartbeatNotify(BaseModel):
+    """Where a non-OK answer is forwarded."""
+
+    profile: str
+    conversationId: str | None = None  # noqa: N815 - the payload's own field name
+
+
+class HeartbeatProfileOptions(ChannelOptions):
+    """The keys of a heartbeat profile."""
+
+    interval_sec: float = Field(default=60, gt=0)
+    message: str = "heartbeat"
+    notify: HeartbeatNotify | None = None
 
 
 def state_path(home: Home, profile_id: str) -> Path:
@@ -125,6 +143,12 @@ def read_heartbeat(home: Home, profile: ChannelProfile) -> dict[str, Any]:
     since = state.get("last_answer_ms") or state.get("started_ms") or 0
     state["missed"] = now_ms() - since > 2 * interval_ms + MISS_GRACE_S * 1000
     return state
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:
+    """Declares the keys a `type: heartbeat` profile may carry."""
+    return {CHANNEL_TYPE: HeartbeatProfileOptions}
 
 
 @hookimpl

@@ -18,10 +18,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 from gateway import (
     ChannelContext,
+    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     IncomingPayload,
@@ -38,6 +41,17 @@ CHANNEL_TYPE = "inbox"
 PROMPT_NAME = re.compile(r"^(?P<timestamp>[^_.][^_]*)_(?P<slug>[^/]+)\.md$")
 FINAL_STATES = frozenset({"done", "failed_final", "cancelled"})
 FATAL_POLICIES = ("leave", "move")
+
+
+class InboxProfileOptions(ChannelOptions):
+    """The keys of an inbox profile (paths relative to the home)."""
+
+    root: str = "inbox"
+    processed_root: str = "processed"
+    failed_root: str = "failed"
+    fatal_policy: Literal["leave", "move"] = "move"
+    poll_ms: float = Field(default=1000, gt=0)
+    settle_ms: float = Field(default=200, ge=0)
 
 
 @dataclass(frozen=True)
@@ -219,6 +233,12 @@ class InboxChannel:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:
+    """Declares the keys a `type: inbox` profile may carry."""
+    return {CHANNEL_TYPE: InboxProfileOptions}
 
 
 @hookimpl

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.plugin_manager import build_plugin_manager, check_channel_options
 from gateway.settings import SettingsError, load_settings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "settings.example.yaml"
@@ -55,3 +56,65 @@ def test_invalid_settings_name_the_key(tmp_path: Path, text: str, key: str) -> N
     with pytest.raises(SettingsError) as caught:
         load_settings(path)
     assert key in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_an_explicitly_named_settings_file_that_is_missing_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="absent.yaml: file not found"):
+        load_settings(tmp_path / "absent.yaml", required=True)
+
+
+@pytest.mark.parametrize(
+    ("channel", "named"),
+    [
+        ("{id: desk, type: console, alow_from: ['1']}", "channels.0 (desk): alow_from: extra inputs"),
+        ("{id: beat, type: heartbeat, intervall_sec: 5}", "channels.0 (beat): intervall_sec: extra inputs"),
+        ("{id: beat, type: heartbeat, interval_sec: soon}", "channels.0 (beat): interval_sec:"),
+        ("{id: tg, type: telegram, token_env: T, mod: webhook}", "channels.0 (tg): mod: extra inputs"),
+        ("{id: pidgin, type: carrier-pigeon}", "channels.0 (pidgin): type: no installed plugin provides "
+                                               "channel type 'carrier-pigeon'"),
+    ],
+)
+def test_a_typo_in_a_channel_profile_names_the_file_profile_and_key(tmp_path: Path, channel: str,
+                                                                     named: str) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text(f"channels: [{channel}]\n")
+    settings = load_settings(path)
+    with pytest.raises(SettingsError) as caught:
+        check_channel_options(settings, build_plugin_manager(), source=str(path))
+    message = str(caught.value)
+    assert message.startswith(f"{path}: ") and named.lower() in message.lower(), message
+
+
+VALID_CHANNELS = """
+channels:
+  - {id: console, type: console, sender: me, conversation_id: c, pairing: true, allow_from: ["1"], workflow: chat}
+  - {id: beat, type: heartbeat, interval_sec: 60, message: hb, notify: {profile: console, conversationId: c}}
+  - {id: prompts, type: inbox, root: inbox, processed_root: p, failed_root: f, fatal_policy: move,
+     workflow: review, poll_ms: 1000, settle_ms: 200, orchestrator: main}
+  - {id: tg, type: telegram, token_env: T, base_url: http://x, base_file_url: http://y, mode: webhook,
+     poll_timeout_sec: 10, webhook_listen: 0.0.0.0, webhook_port: 8443, webhook_path: tg,
+     webhook_url: https://e/tg, webhook_secret_env: S, reconnect_initial_sec: 1, reconnect_max_sec: 60}
+  - {id: dc, type: discord, token_env: D, api_base_url: http://x, gateway_url: ws://y, require_mention: true}
+  - {id: sl, type: slack, mode: http, bot_token_env: B, app_token_env: A, signing_secret_env: S,
+     api_base_url: http://x, http_path: /slack, http_listen: 127.0.0.1, http_port: 3000, text_limit: 4000,
+     typing_reaction: eyes}
+  - {id: wa, type: whatsapp, phone_number_id: "1", token_env: W, app_secret_env: A, verify_token_env: V,
+     api_base_url: http://x, webhook_listen: 127.0.0.1, webhook_port: 8080, webhook_path: /wa}
+"""
+
+
+def test_every_key_the_built_in_channels_read_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text(VALID_CHANNELS)
+    check_channel_options(load_settings(path), build_plugin_manager(), source=str(path))
+
+
+def test_every_built_in_channel_type_declares_its_options() -> None:
+    pm = build_plugin_manager()
+    types = {t for declared in pm.hook.switchyard_channel_types() for t in declared}
+    declared_models = {t for models in pm.hook.switchyard_channel_options() for t in models}
+    assert types == declared_models == {"console", "heartbeat", "inbox", "telegram", "discord", "slack", "whatsapp"}
+
+
+def test_the_example_settings_channels_pass_the_plugins_checks() -> None:
+    check_channel_options(load_settings(EXAMPLE), build_plugin_manager(), source=str(EXAMPLE))

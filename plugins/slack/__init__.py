@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
-from gateway import ChannelContext, ChannelProfile, hookimpl
+from typing import Literal
+
+from pydantic import BaseModel
+
+from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
 from plugins.slack.channel import CHANNEL_TYPE, SlackChannel
 from plugins.slack.config import SlackConfig
 
-__all__ = ["CHANNEL_TYPE", "SlackChannel", "SlackConfig"]
+__all__ = ["CHANNEL_TYPE", "SlackChannel", "SlackConfig", "SlackProfileOptions"]
+
+
+class SlackProfileOptions(ChannelOptions):
+    """The keys of a slack profile (SlackConfig.from_profile reads them, with its defaults)."""
+
+    mode: Literal["socket", "http"] = "socket"
+    bot_token_env: str | None = None
+    app_token_env: str | None = None
+    signing_secret_env: str | None = None
+    api_base_url: str | None = None
+    http_path: str | None = None
+    http_listen: str | None = None
+    http_port: int | None = None
+    text_limit: int | None = None
+    typing_reaction: str | None = None
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:
+    """Declares the keys a `type: slack` profile may carry."""
+    return {CHANNEL_TYPE: SlackProfileOptions}
 
 
 @hookimpl

@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
-from gateway import ChannelContext, ChannelProfile, hookimpl
+from typing import Literal
+
+from pydantic import BaseModel
+
+from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
 from plugins.telegram.channel import TelegramChannel
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
 
-__all__ = ["CHANNEL_TYPE", "TelegramChannel", "TelegramOptions"]
+__all__ = ["CHANNEL_TYPE", "TelegramChannel", "TelegramOptions", "TelegramProfileOptions"]
+
+
+class TelegramProfileOptions(ChannelOptions):
+    """The keys of a telegram profile (TelegramOptions.from_profile reads them and checks what they need)."""
+
+    token_env: str | None = None
+    base_url: str | None = None
+    base_file_url: str | None = None
+    mode: Literal["polling", "webhook"] = "polling"
+    poll_timeout_sec: float | None = None
+    webhook_listen: str | None = None
+    webhook_port: int | None = None
+    webhook_path: str | None = None
+    webhook_url: str | None = None
+    webhook_secret_env: str | None = None
+    reconnect_initial_sec: float | None = None
+    reconnect_max_sec: float | None = None
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:
+    """Declares the keys a `type: telegram` profile may carry."""
+    return {CHANNEL_TYPE: TelegramProfileOptions}
 
 
 @hookimpl

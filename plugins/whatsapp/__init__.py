@@ -15,13 +15,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway import ChannelContext, ChannelProfile, hookimpl
+from pydantic import BaseModel
+
+from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
 from gateway.api import ConfigurationError
 
 if TYPE_CHECKING:
     from plugins.whatsapp.channel import WhatsAppChannel
 
 CHANNEL_TYPE = "whatsapp"
+
+
+class WhatsAppProfileOptions(ChannelOptions):
+    """The keys of a whatsapp profile (the channel checks which are required when it starts)."""
+
+    token_env: str | None = None
+    phone_number_id: str | int | None = None
+    app_secret_env: str | None = None
+    verify_token_env: str | None = None
+    api_base_url: str | None = None
+    webhook_listen: str | None = None
+    webhook_port: int | None = None
+    webhook_path: str | None = None
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:
+    """Declares the keys a `type: whatsapp` profile may carry."""
+    return {CHANNEL_TYPE: WhatsAppProfileOptions}
 
 
 @hookimpl

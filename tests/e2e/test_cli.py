@@ -8,6 +8,7 @@ import selectors
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,10 +115,52 @@ def test_invalid_settings_name_the_key_and_exit_2(switchyard: Switchyard) -> Non
     assert "queue.max_attempts" in result.stderr
 
 
-def test_a_channel_type_without_a_plugin_is_disabled_and_the_rest_runs(switchyard: Switchyard) -> None:
-    switchyard.configure({"channels": [{"id": "mystery", "type": "carrier-pigeon"}]})
-    switchyard.start()
-    status = json.loads(switchyard.cli("status", "--json").stdout)
-    assert status["gateway"]["channels"]["mystery"]["state"] == "disabled"
-    assert "carrier-pigeon" in status["gateway"]["channels"]["mystery"]["reason"]
-    assert switchyard.cli("send", "still working", "--wait", "20").returncode == 0
+@pytest.mark.parametrize(
+    ("channel", "named"),
+    [
+        ({"id": "desk", "type": "console", "alow_from": ["1"]}, "channels.0 (desk): alow_from: Extra inputs"),
+        ({"id": "beat", "type": "heartbeat", "intervall_sec": 5}, "channels.0 (beat): intervall_sec: Extra inputs"),
+        ({"id": "mystery", "type": "carrier-pigeon"}, "channels.0 (mystery): type: no installed plugin provides"),
+    ],
+)
+def test_a_typo_or_unknown_type_in_a_channel_profile_stops_run_with_exit_2(
+        switchyard: Switchyard, channel: dict[str, Any], named: str) -> None:
+    switchyard.configure({"channels": [channel]})
+    result = switchyard.cli("run")
+    assert result.returncode == 2, result.stderr
+    assert f"{switchyard.home.settings_file}: {named}" in result.stderr
+    assert not (switchyard.home.state / "gateway.json").exists()
+
+
+def test_a_missing_settings_file_named_on_the_command_line_is_an_error(switchyard: Switchyard,
+                                                                      tmp_path: Path) -> None:
+    for command in ("run", "status"):
+        result = switchyard.cli("--settings", str(tmp_path / "nope.yaml"), command)
+        assert result.returncode == 2
+        assert f"{tmp_path / 'nope.yaml'}: file not found" in result.stderr
+
+
+HELLO_PLUGIN = """
+from gateway import hookimpl
+
+def hello(args, home, settings):
+    print(f"hello {args.name} from {home.root.name}, {len(settings.plugins)} plugin listed")
+    return 0
+
+@hookimpl
+def switchyard_cli(commands):
+    parser = commands.add_parser("hello", help="says hello")
+    parser.add_argument("name")
+    parser.set_defaults(run=hello)
+"""
+
+
+def test_a_plugin_listed_in_settings_adds_a_usable_subcommand(switchyard: Switchyard, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hello_cmd.py").write_text(HELLO_PLUGIN)
+    switchyard.env["PYTHONPATH"] = str(site)
+    switchyard.configure({"plugins": ["hello_cmd"]})
+    result = switchyard.cli("hello", "ada")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hello ada from home, 1 plugin listed"
