@@ -7,7 +7,6 @@ import itertools
 import json
 import logging
 import os
-import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ from gateway.api import (
     HandlerContext,
     PermanentError,
 )
+from gateway.backoff import delay as backoff_delay
 from gateway.containment import become_subreaper
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
@@ -196,8 +196,8 @@ class Gateway:
 
     async def _retry_start(self, profile: ChannelProfile) -> None:
         for attempt in itertools.count(2):
-            ceiling = min(CHANNEL_RETRY_MAX_S, CHANNEL_RETRY_INITIAL_S * 2 ** (attempt - 2))
-            await asyncio.sleep(ceiling * random.uniform(0.5, 1.0))
+            await asyncio.sleep(backoff_delay(attempt - 1, CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S,
+                                              jitter=(0.5, 1.0)))
             try:
                 channel = await self._start_channel(profile)
             except Exception as exc:
@@ -239,7 +239,7 @@ class Gateway:
                     self.events.emit("queue.error", channel=payload.channel, reason=f"cannot enqueue: {exc}")
                 if time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(min(0.1 * 2 ** failures, 5.0))
+                await asyncio.sleep(backoff_delay(failures, 0.2, 5.0))
         self._on_incoming(path.name)
         return path
 

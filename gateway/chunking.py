@@ -48,9 +48,11 @@ def _open_fence(text: str) -> tuple[str, str] | None:
         if not match:
             continue
         marker, info = match.group(1), match.group(2).strip()
+        if marker[0] == "`" and "`" in info:  # CommonMark: no backtick fence has backticks after its info
+            continue
         if open_fence is None:
             open_fence = (marker, info)
-        elif marker.startswith(open_fence[0][:3]) and not info:
+        elif marker[0] == open_fence[0][0] and len(marker) >= len(open_fence[0]) and not info:
             open_fence = None
     return open_fence
 

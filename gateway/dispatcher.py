@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 
 from gateway.api import Channel, DeliveryError, DeliveryRecord, PermanentError
 from gateway.attachments import AttachmentPolicy, close_files, note_refusals, open_files
+from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -195,7 +195,7 @@ class Dispatcher:
 
     async def _pause(self, name: str, reason: str, failures: int) -> None:
         """Reports a file-system refusal and waits out a backoff before the next try."""
-        delay = min(self.settings.backoff_initial_ms * 2 ** (failures - 1), self.settings.backoff_max_ms) / 1000
+        delay = backoff_delay(failures, self.settings.backoff_initial_ms, self.settings.backoff_max_ms) / 1000
         if failures == 1:
             log.error("%s (retrying)", reason)
         self.events.emit("queue.error", file=name, reason=reason, retry_ms=int(delay * 1000), failures=failures)
@@ -242,5 +242,4 @@ def _retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> floa
     """The platform's retry-after when it gave one, else jittered exponential backoff."""
     if isinstance(exc, DeliveryError) and exc.retry_after is not None:
         return float(exc.retry_after)
-    base: int = settings.backoff_initial_ms * 2 ** (attempts - 1)
-    return min(base, settings.backoff_max_ms) / 1000 * random.uniform(0.8, 1.2)
+    return backoff_delay(attempts, settings.backoff_initial_ms, settings.backoff_max_ms, jitter=(0.8, 1.2)) / 1000

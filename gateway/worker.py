@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gateway.aio import wait_event
 from gateway.answered import AnsweredIndex
 from gateway.api import Handler, Outbox, PermanentError
+from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, now_ms
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import LockDirectory
@@ -48,8 +49,7 @@ class _Job:
 
 def backoff_seconds(attempts: int, settings: QueueSettings) -> float:
     """Exponential backoff after `attempts` failures: initial × 2^(attempts-1), capped."""
-    delay_ms: int = settings.backoff_initial_ms * 2 ** max(0, attempts - 1)
-    return min(delay_ms, settings.backoff_max_ms) / 1000
+    return backoff_delay(attempts, settings.backoff_initial_ms, settings.backoff_max_ms) / 1000
 
 
 def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.backoff import delay as backoff_delay
+
 JobState = Literal["queued", "running", "waiting_input", "done", "failed", "failed_final", "cancelled"]
 FailureCategory = Literal["retryable", "transient", "fatal"]
 
@@ -75,7 +77,7 @@ class RetryPolicy:
 
     def delay_sec(self, retries: int) -> float:
         """The wait before retry number `retries + 1`: doubling from backoff_sec, capped."""
-        return float(min(self.backoff_sec * 2 ** max(0, retries), self.backoff_max_sec))
+        return backoff_delay(retries + 1, self.backoff_sec, self.backoff_max_sec)
 
 
 def iso(moment: datetime) -> str:

@@ -6,7 +6,6 @@ import asyncio
 import io
 import logging
 import os
-import random
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import aiohttp
 import yarl
 
 from gateway.api import ConfigurationError
+from gateway.backoff import delay as backoff_delay
 
 try:
     with warnings.catch_warnings():
@@ -213,8 +213,7 @@ class DiscordChannel:
         """Waits a jittered, growing delay and logs in with a fresh client until that succeeds."""
         while True:
             self._failures += 1
-            ceiling = min(self.reconnect_max_s, self.reconnect_initial_s * 2 ** (self._failures - 1))
-            delay = ceiling * random.uniform(0.5, 1.0)
+            delay = backoff_delay(self._failures, self.reconnect_initial_s, self.reconnect_max_s, jitter=(0.5, 1.0))
             log.warning("discord profile %s disconnected (%s); reconnecting in %.1fs", self.profile_id,
                         reason, delay)
             self._context.events.emit("channel.reconnecting", channel=CHANNEL_TYPE, profile=self.profile_id,

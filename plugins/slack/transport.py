@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from gateway.backoff import delay as backoff_delay
 from plugins.slack.client import NETWORK_ERRORS, sdk_logger
 
 log = logging.getLogger("switchyard.slack")
@@ -92,7 +92,7 @@ class SocketTransport:
         client = self._handler.client
         if await client.is_connected():
             return
-        delay = min(self.reconnect_max_s, self.reconnect_initial_s * 2 ** attempt) * random.uniform(0.5, 1.0)
+        delay = backoff_delay(attempt + 1, self.reconnect_initial_s, self.reconnect_max_s, jitter=(0.5, 1.0))
         log.warning("slack %s: Socket Mode connection lost; reconnecting in %.2fs", self._name, delay)
         await asyncio.sleep(delay)
         client.wss_uri = await client.issue_new_wss_url()

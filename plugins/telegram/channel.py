@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from gateway import (
     reply_parts,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
+from gateway.backoff import delay as backoff_delay
 from plugins.telegram.inbound import InboundMessages
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
 from plugins.telegram.redaction import TokenFilter
@@ -203,8 +203,8 @@ class TelegramChannel:
 
     async def _back_off(self, failures: int) -> None:
         """Waits before reconnect attempt number `failures` (doubling, capped, jittered)."""
-        ceiling = self.options.reconnect_initial_sec * 2 ** min(failures - 1, 20)
-        delay = min(self.options.reconnect_max_sec, ceiling) * random.uniform(0.5, 1.0)
+        delay = backoff_delay(failures, self.options.reconnect_initial_sec, self.options.reconnect_max_sec,
+                              jitter=(0.5, 1.0))
         reason = self._scrub(self._last_error) if self._last_error else "unknown error"
         log.warning("telegram %s: receiving updates failed (%s); reconnecting in %.1fs",
                     self.profile_id, reason, delay)

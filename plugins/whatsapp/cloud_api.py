@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import mimetypes
-import random
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
 from gateway import DeliveryError, PermanentError
+from gateway.backoff import delay as backoff_delay
 
 log = logging.getLogger("switchyard.whatsapp")
 
@@ -163,7 +164,7 @@ class CloudApi:
                     raise
                 wait = exc.retry_after
                 if wait is None:
-                    wait = self.backoff_s * 2 ** attempt * random.uniform(0.8, 1.2)
+                    wait = backoff_delay(attempt + 1, self.backoff_s, math.inf, jitter=(0.8, 1.2))
                 if waited + wait > self.max_wait_s:
                     raise GraphError(f"rate limited by the Cloud API: {exc}", status=exc.status, code=exc.code,
                                      retry_after=wait) from exc
