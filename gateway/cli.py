@@ -214,6 +214,8 @@ def print_status(status: dict[str, Any]) -> None:
         flag = "MISSED" if beat.get("missed") else "ok"
         print(f"heartbeat {beat.get('profile')}: {flag}, last answer {beat.get('last_answer_at') or 'never'}"
               f", round trip {beat.get('last_rtt_ms', '-')} ms")
+        if beat.get("problem"):
+            print(f"heartbeat {beat.get('profile')}: {beat['problem']}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
