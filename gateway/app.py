@@ -16,6 +16,7 @@ from typing import Any
 
 import pluggy
 
+from gateway.aio import wait_event
 from gateway.answered import AnsweredIndex
 from gateway.api import (
     BuiltinProvider,
@@ -45,6 +46,7 @@ from gateway.worker import Worker
 log = logging.getLogger("switchyard")
 
 SHUTDOWN_GRACE_S = 10.0
+STOP_TAIL_S = 5.0  # how long stop waits for a step past its own grace (a handler, channels, background tasks)
 CHANNEL_RETRY_INITIAL_S = 1.0
 CHANNEL_RETRY_MAX_S = 300.0
 TYPING_REFRESH_S = 4.0
@@ -93,6 +95,8 @@ class Gateway:
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = asyncio.Event()  # set first thing in stop(); every retry loop checks it
+        self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
         self.sharing = SharedHome(home.state)
         self.started_at = utc_now_iso()
 
@@ -195,16 +199,23 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._retry_start(profile), name=f"channel-retry:{profile.id}"))
 
     async def _retry_start(self, profile: ChannelProfile) -> None:
+        """Retries a failed channel with backoff until it starts, is disabled, or the gateway stops."""
         for attempt in itertools.count(2):
-            await asyncio.sleep(backoff_delay(attempt - 1, CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S,
-                                              jitter=(0.5, 1.0)))
+            pause = backoff_delay(attempt - 1, CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S, jitter=(0.5, 1.0))
+            if await wait_event(self._stopping, pause):
+                return
             try:
                 channel = await self._start_channel(profile)
             except Exception as exc:
+                if self._stopping.is_set():  # a plugin may turn our cancellation into its own error
+                    return
                 self._channel_failed(profile, exc, attempt=attempt)
                 if self.channel_status[profile.id]["state"] == "disabled":
                     return
                 continue
+            if self._stopping.is_set():  # started while stopping: the stop path no longer looks at it
+                await channel.stop()
+                return
             self.channels.append(channel)
             self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
             self.events.emit("channel.started", channel=profile.type, profile=profile.id, attempt=attempt)
@@ -311,28 +322,35 @@ class Gateway:
     # --- stop -------------------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Stops intake, finishes or requeues in-flight work, delivers what it can, closes everything."""
+        """Stops intake, finishes or requeues in-flight work, delivers what it can, closes everything.
+
+        Every step is bounded: what does not finish in time is named in the log and in a
+        `gateway.stop_incomplete` event, left in `unfinished`, and not waited for again; messages it
+        held stay claimed and are recovered by the next start, as after a kill.
+        """
+        self._stopping.set()
         started = time.monotonic()
         incoming_watch, other_watches = self._watches[:1], self._watches[1:]
         for watch in incoming_watch:
             watch.stop()
         if self.worker is not None:
-            await self.worker.stop(SHUTDOWN_GRACE_S)
+            await self._bounded({"worker": self.worker.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
         if self.handler is not None:
-            await self.handler.stop()
+            await self._bounded({"handler": self.handler.stop()}, STOP_TAIL_S)
         if self.dispatcher is not None:
-            await self.dispatcher.stop(max(1.0, SHUTDOWN_GRACE_S - (time.monotonic() - started)))
+            grace = max(1.0, SHUTDOWN_GRACE_S - (time.monotonic() - started))
+            await self._bounded({"dispatcher": self.dispatcher.stop(grace)}, grace + STOP_TAIL_S)
         for watch in other_watches:
             watch.stop()
-        for channel in self.channels:
-            try:
-                await asyncio.wait_for(channel.stop(), SHUTDOWN_GRACE_S)
-            except Exception as exc:
-                log.warning("channel %s did not stop cleanly: %s", channel.profile_id, exc)
+        await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
         self.outbox.on_written = None
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._bounded({task.get_name(): task for task in self._tasks}, STOP_TAIL_S)
+        if self.unfinished:
+            log.warning("stop: gave up waiting for %s; what they held is recovered at the next start",
+                        ", ".join(self.unfinished))
+            self.events.emit("gateway.stop_incomplete", pid=os.getpid(), unfinished=self.unfinished)
         self.events.emit("gateway.stopped", pid=os.getpid())
         self.answered.close()
         self.sharing.close()
@@ -341,6 +359,18 @@ class Gateway:
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)
 
+    async def _bounded(self, steps: dict[str, Awaitable[Any]], within: float) -> None:
+        """Runs stop steps side by side for at most `within` seconds; cancels and records the late ones."""
+        if not steps:
+            return
+        tasks = {asyncio.ensure_future(step): name for name, step in steps.items()}
+        _, late = await asyncio.wait(tasks, timeout=within)
+        for task, name in tasks.items():
+            if task in late:
+                task.cancel()
+                self.unfinished.append(name)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("%s did not stop cleanly: %s", name, task.exception())
 
 async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: str) -> None:
     """Calls a channel's `typing` now and every few seconds (platforms drop the indicator after ~5 s)."""

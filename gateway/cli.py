@@ -97,23 +97,45 @@ def cmd_init(args: argparse.Namespace, run: Invocation) -> int:
 
 
 def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
-    """Runs the gateway until SIGINT or SIGTERM; then finishes or requeues in-flight work and exits 0."""
+    """Runs the gateway until SIGINT or SIGTERM; then finishes or requeues in-flight work and exits 0.
+
+    A second SIGINT/SIGTERM during the stop exits at once: messages in flight stay claimed and are
+    recovered by the next start, as after a kill.
+    """
     home, settings = run.home, run.settings
     check_channel_options(settings, run.pm, source=str(_settings_path(args, home)))
     gateway = Gateway(home, settings, run.pm)
+
+    def on_signal(stop: asyncio.Event, signum: int) -> None:
+        if not stop.is_set():
+            log.info("%s: stopping (send it again to exit at once)", signal.Signals(signum).name)
+            stop.set()
+            return
+        log.warning("second %s: exiting now; messages in flight are recovered at the next start",
+                    signal.Signals(signum).name)
+        _exit_now(128 + signum)
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, on_signal, stop, signum)
         log.info("switchyard running on %s (channels: %s)", home.root,
                  ", ".join(p.id for p in settings.channels) or "none — processing dropped-in files only")
         await run_gateway(gateway, stop)
+        if gateway.unfinished:  # asyncio.run would wait for them forever
+            log.info("switchyard stopped")
+            _exit_now(0)
 
     asyncio.run(main())
     log.info("switchyard stopped")
     return 0
+
+
+def _exit_now(code: int) -> None:
+    """Ends the process without waiting for tasks or threads that would not stop."""
+    logging.shutdown()
+    os._exit(code)
 
 
 # --- send ------------------------------------------------------------------------------------
@@ -220,6 +242,8 @@ def print_status(status: dict[str, Any]) -> None:
         flag = "MISSED" if beat.get("missed") else "ok"
         print(f"heartbeat {beat.get('profile')}: {flag}, last answer {beat.get('last_answer_at') or 'never'}"
               f", round trip {beat.get('last_rtt_ms', '-')} ms")
+        if beat.get("problem"):
+            print(f"heartbeat {beat.get('profile')}: {beat['problem']}")
 
 
 def cmd_status(args: argparse.Namespace, run: Invocation) -> int:

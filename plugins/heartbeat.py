@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from gateway import (
     safe_name,
     utc_now_iso,
 )
+
+log = logging.getLogger("switchyard.heartbeat")
 
 CHANNEL_TYPE = "heartbeat"
 OK = "HEARTBEAT_OK"
@@ -50,6 +53,15 @@ class HeartbeatProfileOptions(ChannelOptions):
 def state_path(home: Home, profile_id: str) -> Path:
     """Where a heartbeat profile records its beats (read by `switchyard status`)."""
     return home.state / "heartbeat" / f"{safe_name(profile_id)}.json"
+
+
+def notify_problem(settings: Settings, profile: ChannelProfile) -> str | None:
+    """Why a heartbeat profile's alerts cannot be forwarded (its `notify` profile does not exist), or None."""
+    notify = profile.option("notify")
+    target = notify.get("profile") if isinstance(notify, dict) else None
+    if not target or settings.profile(str(target)) is not None:
+        return None
+    return f"notify profile {target!r} is not configured: answers other than {OK} are not forwarded"
 
 
 class HeartbeatChannel:
@@ -77,6 +89,11 @@ class HeartbeatChannel:
     async def start(self, sink: Sink) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._save()
+        problem = notify_problem(self.context.settings, self.context.profile)
+        if problem:
+            log.warning("heartbeat %s: %s", self.profile_id, problem)
+            self.context.events.emit("heartbeat.notify_missing", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                     reason=problem)
         self._task = asyncio.create_task(self._beat(sink), name=f"heartbeat:{self.profile_id}")
 
     async def _beat(self, sink: Sink) -> None:
@@ -116,6 +133,8 @@ class HeartbeatChannel:
             return
         target = self.context.settings.profile(str(self.notify["profile"]))
         if target is None:
+            log.warning("heartbeat %s: answer not forwarded, notify profile %r is not configured: %s",
+                        self.profile_id, self.notify["profile"], outgoing.message[:200])
             return
         self.context.outbox.write(OutgoingPayload(
             channel=target.type, channelProfileId=target.id, sender="heartbeat",
@@ -173,5 +192,11 @@ def switchyard_functions() -> list[FunctionSpec]:
 
 @hookimpl
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any] | None:
-    beats = [read_heartbeat(home, p) for p in settings.channels if p.type == CHANNEL_TYPE]
+    beats = []
+    for profile in (p for p in settings.channels if p.type == CHANNEL_TYPE):
+        beat = read_heartbeat(home, profile)
+        problem = notify_problem(settings, profile)
+        if problem:
+            beat["problem"] = problem
+        beats.append(beat)
     return {"heartbeats": beats} if beats else None

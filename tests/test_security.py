@@ -427,7 +427,10 @@ def test_tokens_never_appear_in_events_logs_files_or_replies(tmp_path: Path) -> 
                                 cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     finally:
         process.terminate()
-        process.wait(30)
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
     texts = {str(path): path.read_bytes().decode(errors="replace") for path in home.root.rglob("*") if path.is_file()}
     texts["run output"] = log.read_text(errors="replace")
     texts["status"] = status.stdout + status.stderr

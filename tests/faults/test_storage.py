@@ -35,11 +35,27 @@ def _error_events(run: GatewayRun, text: str) -> list[str]:
     return [e["reason"] for e in run.events("queue.error") if text in e.get("reason", "")]
 
 
+def _cannot_run_as(user: str) -> str:
+    """Why `user` cannot start the gateway's interpreter and import the checkout ("" when it can)."""
+    probe = GatewayRun(Path(tempfile.gettempdir()) / "unused", user=user)
+    argv = [*probe.command()[:-5], "-c", "import gateway.cli"]  # setpriv … python, without `-m gateway.cli …`
+    try:
+        result = subprocess.run(argv, env=probe.env, cwd="/", capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        return str(exc)
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return "" if result.returncode == 0 else (lines[-1] if lines else f"exit code {result.returncode}")
+
+
 @pytest.fixture
 def unprivileged_home() -> Iterator[Path]:
     """A home owned by `nobody` in a folder that user can reach (pytest's tmp_path is root-only)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run the gateway as an unprivileged user")
+    reason = _cannot_run_as("nobody")
+    if reason:
+        pytest.skip(f"`nobody` cannot run this interpreter on this checkout (is it under a private folder, "
+                    f"such as /root or `mktemp -d`?): {reason}")
     folder = Path(tempfile.mkdtemp(prefix="switchyard-perm-"))
     folder.chmod(0o755)
     try:
