@@ -147,16 +147,27 @@ def test_two_queues_on_one_home_never_claim_the_same_file(home: Home) -> None:
     for i in range(50):
         drop_incoming(home, make_incoming(str(i)), f"{i:03d}.json")
     first, second = FileQueue(home, fsync=False), FileQueue(home, fsync=False)
-    first.open()
     first.worker_dir = home.processing / "w-first"
-    first.worker_dir.mkdir()
-    second.rescan()
     second.worker_dir = home.processing / "w-second"
-    second.worker_dir.mkdir()
-    names = []
-    while (claimed := first.claim() or second.claim()) is not None:
-        names.append(claimed.name)
-    assert sorted(names) == [f"{i:03d}.json" for i in range(50)]
+    first.open()
+    second.open()  # both have indexed all 50 files: each will try files the other already took
+    assert first.depth() == second.depth() == 50
+    claims: dict[str, list[str]] = {"first": [], "second": []}
+    while True:
+        taken = [(who, queue.claim()) for who, queue in (("second", second), ("first", first))]
+        if all(claimed is None for _, claimed in taken):
+            break
+        for who, claimed in taken:
+            if claimed is not None:
+                claims[who].append(claimed.name)
+                assert claimed.path.parent == (first if who == "first" else second).worker_dir
+    both = claims["first"] + claims["second"]
+    assert sorted(both) == [f"{i:03d}.json" for i in range(50)], "a file was claimed twice or lost"
+    assert claims["first"] and claims["second"], "one queue never claimed anything"
+    assert sorted(p.name for p in first.worker_dir.glob("*.json")) == sorted(claims["first"])
+    assert sorted(p.name for p in second.worker_dir.glob("*.json")) == sorted(claims["second"])
+    first.close()
+    second.close()
 
 
 def test_enqueue_names_sort_in_arrival_order(home: Home) -> None:

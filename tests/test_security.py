@@ -32,6 +32,7 @@ from gateway.outbox import FileOutbox, outgoing_name
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, FileSettings, ProviderSettings, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming, wait_until
+from orchestrator.agent_cli import ProviderRefused
 from orchestrator.functions import FunctionRefused, FunctionRegistry
 from orchestrator.providers import ProviderRunner
 from orchestrator.runs import Conversation, RunState, RunStore, run_id_for
@@ -315,11 +316,30 @@ async def test_shell_syntax_in_a_message_reaches_the_provider_as_data(home: Home
     assert not pwned.exists()
 
 
-def test_no_code_path_starts_a_shell() -> None:
-    pattern = re.compile(r"shell\s*=\s*True|create_subprocess_shell|os\.system\(|os\.popen\(")
-    offenders = [str(path) for folder in ("gateway", "orchestrator", "plugins")
-                 for path in (REPO / folder).rglob("*.py") if pattern.search(path.read_text())]
-    assert offenders == []
+@pytest.mark.parametrize("path", ["provider", "command"])
+async def test_no_code_path_starts_a_shell(home: Home, tmp_path: Path, path: str) -> None:
+    # every process the gateway starts goes through a provider or a command/function argv
+    pwned = tmp_path / "pwned"
+    hostile_args = [f"; touch {pwned}", f"$(touch {pwned})", f"`touch {pwned}`", f"&& touch {pwned}",
+                    f"| touch {pwned}", f"> {pwned}", "*", "$HOME", "'quoted' \"twice\""]
+    code = "import json,sys; print(json.dumps(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, *hostile_args]
+    runner = ProviderRunner(home, {"p": ProviderSettings(command=argv, input="stdin")}, {})
+    cwd = home.orchestrators / "main"
+    if path == "provider":
+        result = await runner.run("p", "hi", request={}, request_file=home.select_incoming / "r.json", cwd=cwd)
+    else:
+        result = await runner.run_command("f", argv, stdin=None, cwd=cwd, timeout_sec=30, max_output=65536)
+    assert json.loads(result.stdout) == hostile_args, "an argument was interpreted, not passed literally"
+    assert not pwned.exists()
+    shell_line = f"{sys.executable} -c 'open({str(pwned)!r}, \"w\")'"
+    not_a_program = ProviderRunner(home, {"p": ProviderSettings(command=[shell_line])}, {})
+    with pytest.raises(ProviderRefused, match="was not found"):
+        if path == "provider":
+            await not_a_program.run("p", "hi", request={}, request_file=home.select_incoming / "r.json", cwd=cwd)
+        else:
+            await runner.run_command("f", [shell_line], stdin=None, cwd=cwd, timeout_sec=30, max_output=65536)
+    assert not pwned.exists(), "a one-string command line was run by a shell"
 
 
 # --- the selector's output is untrusted --------------------------------------------------------------------

@@ -148,10 +148,15 @@ def test_kill_9_during_processing_loses_nothing(switchyard: Switchyard, fake_log
 def test_sigterm_finishes_in_flight_work_and_exits_zero(switchyard: Switchyard, fake_log) -> None:
     switchyard.configure()
     switchyard.start()
-    switchyard.send("sleep 0.5 slowpoke", messageId="slow")
+    switchyard.send("sleep 1.5 slowpoke", messageId="slow")
     wait_until(lambda: any(c["kind"] == "start" for c in provider_calls(fake_log)), 20)
+    stopped_at = time.time()
     assert switchyard.stop() == 0
-    assert switchyard.replies("slow") or list(switchyard.home.incoming.glob("*.json"))
+    assert switchyard.replies("slow"), "the message in flight at SIGTERM was not answered"
+    selector = [c for c in provider_calls(fake_log) if c["kind"] in ("start", "end")]
+    assert [c["kind"] for c in selector] == ["start", "end"]
+    assert selector[1]["t"] > stopped_at, "the work had finished before SIGTERM: nothing was in flight"
+    assert not list(switchyard.home.incoming.glob("*.json"))
     assert not list(switchyard.home.processing.rglob("*.json"))
 
 
@@ -163,6 +168,21 @@ def test_a_repeated_message_id_is_answered_once(switchyard: Switchyard) -> None:
     switchyard.send("once please", messageId="dup", channel="slack", channelProfileId="team")
     wait_until(lambda: switchyard.events("message.duplicate"), 20)
     assert len(switchyard.replies("dup")) == 1
+
+
+def test_a_message_answered_before_a_restart_is_not_answered_again(switchyard: Switchyard, fake_log) -> None:
+    switchyard.configure()
+    switchyard.start()
+    switchyard.send("once please", messageId="dup", channel="slack", channelProfileId="team")
+    switchyard.reply_to("dup")
+    assert switchyard.stop() == 0
+    switchyard.start()
+    switchyard.send("once please", messageId="dup", channel="slack", channelProfileId="team")
+    switchyard.send("after the duplicate", messageId="later", channel="slack", channelProfileId="team")
+    switchyard.reply_to("later")
+    wait_until(lambda: switchyard.events("message.duplicate"), 20)
+    assert len(switchyard.replies("dup")) == 1
+    assert [c["text"] for c in provider_calls(fake_log) if c["kind"] == "start"].count("once please") == 1
 
 
 def test_files_dropped_while_stopped_are_processed_at_start(switchyard: Switchyard) -> None:

@@ -34,6 +34,11 @@ def _store_run(home: Home, run_id: str, conversation_id: str) -> RunState:
     return RunStore(home, fsync=False).create(run, conversation_key(message))
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (state, events, the active index) by relative path, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 @pytest.fixture
 async def orchestrator(
     selector: ScriptedSelector, make_context: Callable[..., HandlerContext],
@@ -49,18 +54,18 @@ async def orchestrator(
 async def test_status_fast_path_calls_no_provider_and_changes_nothing(
     home: Home, selector: ScriptedSelector, orchestrator: Orchestrator, text: str
 ) -> None:
-    run = _store_run(home, "r-a", "c1")
-    state_file = home.runs / "r-a" / "state.json"
-    before = state_file.read_bytes(), (home.runs / "active.json").read_bytes()
+    _store_run(home, "r-a", "c1")
+    before = _files(home.runs)
     [answer] = await orchestrator.handle(make_message(text, workflowRunId="r-a"))
     head, *lines = answer.message.splitlines()
     assert head.startswith("Run r-a (workflow build): running, step 2/2 Test, elapsed ")
     assert lines[:2] == ["  ✓ Plan", "  ▶ Test"] and lines[2].startswith("Last event: run.created")
     assert (answer.workflowRunId, answer.workflowStepId, answer.agent) == ("r-a", "Test", "switchyard")
     assert not selector.calls_file.exists()
-    assert (state_file.read_bytes(), (home.runs / "active.json").read_bytes()) == before
+    assert _files(home.runs) == before, "the status fast path wrote to the run's files"
     assert list(home.select_incoming.iterdir()) == []
-    assert run.state == "running"
+    stored = RunStore(home).load("r-a")
+    assert stored is not None and stored.state == "running" and stored.currentStep == "Test"
 
 
 async def test_status_fast_path_works_even_with_a_broken_orchestrator_yaml(

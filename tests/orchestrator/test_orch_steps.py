@@ -8,8 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.settings import ProviderSettings
 from orchestrator.runs import run_id_for
+from orchestrator.steps import wait as wait_module
+from orchestrator.steps.wait import matching_files
 from tests.orchestrator.orch_helpers import PY, ScriptedSelector, wait_until
 
 ITEM_CMD = "import sys; print('did', sys.argv[1]); sys.exit(3 if 'bad' in sys.argv[1] else 0)"
@@ -44,7 +48,17 @@ async def test_agent_and_command_steps_see_earlier_outputs(flow: Callable[..., A
     assert (f.home / "runs" / run.runId / "outputs" / "Cmd.txt").read_text() == "agent saw hello T1\n"
 
 
-async def test_wait_for_is_satisfied_by_files_appearing(flow: Callable[..., Any], workspace: Path) -> None:
+async def test_wait_for_is_satisfied_by_files_appearing(
+    flow: Callable[..., Any], workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    polls: list[list[str]] = []  # what each poll saw, in order
+
+    def observed(root: Path, pattern: str) -> list[str]:
+        found: list[str] = matching_files(root, pattern)
+        polls.append(found)
+        return found
+
+    monkeypatch.setattr(wait_module, "matching_files", observed)
     steps = """
               - {id: Wait, wait_for: {glob: "inbox/qa/*.task", timeout_sec: 20, poll_ms: 20, min_count: 2}}
               - {id: Echo, provider: echo, prompt: "got {{steps.Wait.output}}"}
@@ -53,17 +67,19 @@ async def test_wait_for_is_satisfied_by_files_appearing(flow: Callable[..., Any]
     ack, message = await f.send("go")
     run_id = run_id_for(message)
     assert ack.message.startswith(f"Started run {run_id}")
-    await wait_until(lambda: f.run(run_id).currentStep == "Wait" and f.run(run_id).state == "running")
+    await wait_until(lambda: polls)  # the first poll found nothing
     queue = workspace / "inbox" / "qa"
     queue.mkdir(parents=True)
     (queue / "b.tmp").write_text("not yet")
     (queue / "a.task").write_text("one")
+    await wait_until(lambda: polls[-1] == ["inbox/qa/a.task"])  # one file is not min_count
     (queue / "b.tmp").rename(queue / "b.task")
     run = await f.settled(run_id)
     wait = run.steps["Wait"].model_extra or {}
     assert run.steps["Wait"].status == "completed" and run.steps["Wait"].exitCode == 0
     assert wait["files"] == ["inbox/qa/a.task", "inbox/qa/b.task"] and wait["timed_out"] is False
-    assert wait["poll_count"] >= 2 and wait["wait_duration_ms"] > 0
+    assert polls[0] == [] and polls[-1] == wait["files"]
+    assert wait["poll_count"] == len(polls) >= 3 and wait["wait_duration_ms"] > 0
     assert f.outbox.payloads[-1].message == 'got ["inbox/qa/a.task", "inbox/qa/b.task"]'
 
 
@@ -124,26 +140,47 @@ async def test_for_each_with_one_failing_item_fails_the_step_and_keeps_every_res
     assert "1 of 3 item(s) failed; item 'bad-2'" in answer.message
 
 
+# Each item marks itself started and running, records how many items run beside it, then waits (at
+# most 20 s) until two items have started: with fewer than two in parallel the first item waits alone.
+# The first two then stay up to 1 s more, until a third starts: that happens early only above parallel 2.
+BARRIER_SCRIPT = """
+import os, sys, time
+item, base = sys.argv[1], sys.argv[2]
+started, running = os.path.join(base, "started"), os.path.join(base, "running")
+open(os.path.join(started, item), "w").close()
+open(os.path.join(running, item), "w").close()
+peers = len(os.listdir(running))
+deadline = time.monotonic() + 20
+while len(os.listdir(started)) < 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
+alone = len(os.listdir(started)) < 2
+hold = time.monotonic() + 1  # room for a third item to start if more than two may run at once
+while len(os.listdir(started)) < 3 and time.monotonic() < hold:
+    time.sleep(0.01)
+os.remove(os.path.join(running, item))
+print(item.upper(), peers, "alone" if alone else "together")
+"""
+
+
 async def test_for_each_items_from_the_run_input_run_in_parallel(
     flow: Callable[..., Any], selector: ScriptedSelector, tmp_path: Path
 ) -> None:
-    log = tmp_path / "items.log"
-    code = ("import sys, time; log = open(sys.argv[2], 'a'); log.write('start '); log.flush(); "
-            "time.sleep(0.3); log.write('end '); print(sys.argv[1].upper())")
+    for folder in ("started", "running"):
+        (tmp_path / folder).mkdir()
+    script = tmp_path / "item.py"
+    script.write_text(BARRIER_SCRIPT)
     steps = f"""
               - id: Each
                 for_each: {{items: "{{{{input.names}}}}", parallel: 2}}
-                do: {{command: [{PY}, -c, "{code}", "{{{{item}}}}", "{log}"]}}
+                do: {{command: [{PY}, "{script}", "{{{{item}}}}", "{tmp_path}"]}}
     """
     selector.answer({"action": "workflow_start", "workflowId": "w", "input": {"names": ["a", "b", "c", "d"]}})
     f = await flow(_config(steps, head="selector: {provider: sel}"), providers={"sel": selector.provider})
     answer, message = await f.send("go")
-    assert json.loads(answer.message) == ["A", "B", "C", "D"]
-    running = peak = 0
-    for line in log.read_text().split():
-        running += 1 if line == "start" else -1
-        peak = max(peak, running)
-    assert peak == 2
+    outputs = [line.split() for line in json.loads(answer.message)]
+    assert [name for name, _, _ in outputs] == ["A", "B", "C", "D"]
+    assert all(together == "together" for _, _, together in outputs), "an item ran alone: not parallel"
+    assert max(int(peers) for _, peers, _ in outputs) == 2, "more than `parallel` items ran at once"
 
 
 async def test_for_each_glob_moves_items_only_when_opted_in(flow: Callable[..., Any], workspace: Path) -> None:
