@@ -109,7 +109,7 @@ def test_every_key_the_built_in_channels_read_is_accepted(tmp_path: Path) -> Non
     check_channel_options(load_settings(path), build_plugin_manager(), source=str(path))
 
 
-def test_every_built_in_channel_type_declares_its_options() -> None:
+def test_switchyard_channel_options_declares_a_model_for_every_built_in_type() -> None:
     pm = build_plugin_manager()
     types = {t for declared in pm.hook.switchyard_channel_types() for t in declared}
     declared_models = {t for models in pm.hook.switchyard_channel_options() for t in models}
