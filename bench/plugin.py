@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from gateway import ChannelContext, ChannelProfile, DeliveryRecord, OutgoingPayload, Sink, hookimpl
+from gateway import ChannelContext, ChannelOptions, ChannelProfile, DeliveryRecord, OutgoingPayload, Sink, hookimpl
 from gateway.api import HandlerContext
 from gateway.models import IncomingPayload
 
@@ -103,6 +103,12 @@ def switchyard_handler(context: HandlerContext) -> NullHandler | None:
 def switchyard_channel_types() -> list[str]:
     """Declares the `bench` channel type (module form, for SWITCHYARD_PLUGINS)."""
     return [CHANNEL_TYPE]
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[ChannelOptions]]:
+    """A bench profile takes no keys of its own (`switchyard run` checks profiles against this)."""
+    return {CHANNEL_TYPE: ChannelOptions}
 
 
 @hookimpl
