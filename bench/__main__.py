@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.chatpath import p6
 from bench.idle import p5
 from bench.latency import p2
 from bench.machine import machine_facts
@@ -21,14 +22,15 @@ from bench.report import render, save
 from bench.throughput import file_calls, p1, p1_variants, p4
 
 RESULTS = Path(__file__).resolve().parent / "results"
-FULL = {"sizes": [1000, 10000], "floor": 2000, "p2": 500, "p3": 200, "p4": 100_000, "p5": 30.0}
-QUICK = {"sizes": [1000], "floor": 500, "p2": 100, "p3": 30, "p4": 10_000, "p5": 5.0}
+FULL = {"sizes": [1000, 10000], "floor": 2000, "p2": 500, "p3": 200, "p4": 100_000, "p5": 30.0, "p6": 1000,
+        "p6_latency": 100}
+QUICK = {"sizes": [1000], "floor": 500, "p2": 100, "p3": 30, "p4": 10_000, "p5": 5.0, "p6": 300, "p6_latency": 30}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller runs (about a minute)")
-    parser.add_argument("--only", default="P1,P2,P3,P4,P5", help="comma-separated scenarios to run")
+    parser.add_argument("--only", default="P6,P1,P2,P3,P4,P5", help="comma-separated scenarios to run")
     parser.add_argument("--dir", help="scratch folder (default: a temporary folder under /tmp)")
     parser.add_argument("--p4", type=int, help="messages in the P4 backlog (default 100,000; --quick 10,000)")
     parser.add_argument("--profile", action="store_true",
@@ -37,7 +39,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def _run(only: set[str], scratch: Path, sizes: dict[str, Any], results: dict[str, Any]) -> None:
-    for name in ("P1", "P2", "P3", "P4", "P5"):
+    for name in ("P6", "P1", "P2", "P3", "P4", "P5"):
         if name in only:
             await _scenario(name, scratch, sizes, results)
             save(results, RESULTS)  # a long run keeps what it measured so far
@@ -45,7 +47,9 @@ async def _run(only: set[str], scratch: Path, sizes: dict[str, Any], results: di
 
 
 async def _scenario(name: str, scratch: Path, sizes: dict[str, Any], results: dict[str, Any]) -> None:
-    if name == "P1":
+    if name == "P6":
+        results["P6"] = await p6(scratch, count=sizes["p6"], conversations=16, latency_count=sizes["p6_latency"])
+    elif name == "P1":
         results["P1"] = await p1(scratch, sizes=sizes["sizes"], conversations=[1, 16, 256],
                                  fsyncs=[True, False], floor_count=sizes["floor"])
         results["P1x"] = await p1_variants(scratch, count=1000, conversations=16, floor_count=sizes["floor"])

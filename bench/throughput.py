@@ -17,19 +17,21 @@ from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.models import OutgoingPayload
 from gateway.queue import FileQueue
+from gateway.settings import Settings
 
 DRAIN_TIMEOUT_S = 600.0
 
 
 async def throughput(root: Path, count: int, conversations: int, *, fsync: bool, variant: str = "orchestrator",
-                     orchestrator: str = LIGHT_ORCHESTRATOR, cleanup: bool = True) -> dict[str, Any]:
+                     orchestrator: str = LIGHT_ORCHESTRATOR, cleanup: bool = True,
+                     settings: Settings | None = None) -> dict[str, Any]:
     """Feeds `count` messages through the bench channel's sink and times until the last is delivered.
 
     `variant`: `orchestrator` (the real handler), `gateway` (NullHandler) or `key-locks` (the real
     handler with the cross-process key lock files forced on, as when several processes share a home).
     """
     extra = [NullHandlerPlugin()] if variant == "gateway" else []
-    async with Rig(root, bench_settings(fsync=fsync), orchestrator, extra=extra) as rig:
+    async with Rig(root, settings or bench_settings(fsync=fsync), orchestrator, extra=extra) as rig:
         if variant == "key-locks":  # as on a home shared by several processes
             assert rig.gateway.worker is not None
             rig.gateway.worker.scheduler.locks = LockDirectory(rig.home.coordination / "locks", holder="bench")

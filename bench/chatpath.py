@@ -1,0 +1,74 @@
+"""P6, the chat path: each message runs rules → workflow_start chat → one agent step whose provider is a
+/bin/sh script printing a fixed answer (one spawn per message, fsync on). Reports the gateway's own CPU
+per message, the rate, the latency a message adds over the provider's own run time, and file calls."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.fileops import count_file_calls
+from bench.providers import _bare
+from bench.rig import Rig, bench_settings, payload
+from bench.throughput import throughput
+from gateway.settings import ProviderSettings, Settings
+
+ANSWER_SCRIPT = "cat > /dev/null\necho 'the fixed answer'\n"
+CHAT_ORCHESTRATOR = (
+    "selector: {provider: rules}\ndiagnostics: {provider: rules}\n"
+    "agents: {helper: {provider: sh, prompt: '{{message}}'}}\n"
+    "workflows: {chat: {description: Reply, steps: [{id: Reply, agent: helper}]}}\n"
+    "rules: {default_workflow: chat}\n"
+)
+
+
+def chat_settings(script: Path) -> Settings:
+    """fsync on, one bench channel, the `sh` provider running the answer script."""
+    settings = bench_settings(fsync=True)
+    return settings.model_copy(update={"providers": {"sh": ProviderSettings(command=["/bin/sh", str(script)])}})
+
+
+def _answer_script(scratch: Path) -> Path:
+    scratch.mkdir(parents=True, exist_ok=True)
+    script = scratch / "answer.sh"
+    script.write_text(ANSWER_SCRIPT)
+    return script
+
+
+async def _latencies(root: Path, settings: Settings, count: int) -> list[float]:
+    """Sends `count` messages one at a time (low rate) and times each from the sink to its delivery."""
+    times: list[float] = []
+    async with Rig(root, settings, CHAT_ORCHESTRATOR) as rig:
+        channel = rig.channel
+        assert channel.sink is not None
+        for index in range(count):
+            channel.expect(1)
+            started = time.perf_counter_ns()
+            await channel.sink(payload(index, 1))
+            await asyncio.wait_for(channel.done.wait(), 60)
+            times.append((channel.delivered[0][2] - started) / 1e6)
+    shutil.rmtree(root, ignore_errors=True)
+    return times
+
+
+async def p6(scratch: Path, *, count: int, conversations: int, latency_count: int) -> dict[str, Any]:
+    """Throughput and CPU for `count` messages over `conversations`, then low-rate latency and file calls."""
+    script = _answer_script(scratch)
+    settings = chat_settings(script)
+    row = await throughput(scratch / "p6", count, conversations, fsync=True, orchestrator=CHAT_ORCHESTRATOR,
+                           settings=settings)
+    latencies = await _latencies(scratch / "p6-latency", settings, latency_count)
+    bare = [await _bare(["/bin/sh", str(script)]) for _ in range(latency_count)]
+    calls_count = max(50, count // 10)
+    with count_file_calls() as counter:
+        await throughput(scratch / "p6-calls", calls_count, conversations, fsync=True,
+                         orchestrator=CHAT_ORCHESTRATOR, settings=settings)
+    overhead = statistics.median(latencies) - statistics.median(bare)
+    return {**row, "cpu_ms": round(row["user_ms"] + row["sys_ms"], 3),
+            "latency_p50_ms": round(statistics.median(latencies), 3),
+            "provider_p50_ms": round(statistics.median(bare), 3), "overhead_p50_ms": round(overhead, 3),
+            "calls": {kind: round(value / calls_count, 2) for kind, value in sorted(counter.items())}}
