@@ -251,14 +251,6 @@ class FileQueue:
             return None
         return max(0.0, self._waiting[0][0] - time.monotonic())
 
-    def has_ready(self) -> bool:
-        self._promote_due()
-        return bool(self._heap)
-
-    def depth(self) -> int:
-        """Files indexed in incoming/, including those waiting out a backoff."""
-        return len(self._indexed)
-
     # --- claim and outcomes -----------------------------------------------------------------
 
     def claim(self) -> Claimed | None:
@@ -403,10 +395,6 @@ class FileQueue:
         path = self.home.incoming / name
         atomic_write(path, data, fsync=self.fsync, spares=self._spares)
         return path
-
-    def unique_prefix(self) -> str:
-        """A sortable, unique name prefix (time, pid, counter) for files the gateway writes."""
-        return self._names.prefix()
 
 
 def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -> Path:

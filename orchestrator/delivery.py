@@ -72,11 +72,6 @@ def prompt_reply(run: RunState, step_id: str, prompt: str, to: IncomingPayload |
                                     workflowRunId=run.runId, workflowStepId=step_id, runState=run.state)
 
 
-def answerable(run: RunState) -> bool:
-    """Tells whether a run reached a point the conversation hears about: an end or a question."""
-    return run.finished or run.state == "waiting_input"
-
-
 @dataclass
 class _Waiting:
     """Messages waiting for a run's result (or question) to become their reply."""

@@ -93,10 +93,6 @@ class RunState(BaseModel):
         return {"runId": self.runId, "workflowId": self.workflowId, "state": self.state,
                 "currentStep": self.currentStep, "updatedAt": self.updatedAt, "retries": self.job.retries}
 
-    def with_job(self, **fields: Any) -> RunState:
-        """A copy with some job fields changed."""
-        return self.model_copy(update={"job": self.job.model_copy(update=fields)})
-
 
 def run_id_for(message: IncomingPayload) -> str:
     """A run id derived from the starting message, so a retried message finds its run again."""

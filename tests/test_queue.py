@@ -150,8 +150,8 @@ def test_two_queues_on_one_home_never_claim_the_same_file(home: Home) -> None:
     first.worker_dir = home.processing / "w-first"
     second.worker_dir = home.processing / "w-second"
     first.open()
-    second.open()  # both have indexed all 50 files: each will try files the other already took
-    assert first.depth() == second.depth() == 50
+    second.open()  # both indexed incoming/ before either claims: each will try files the other already took
+    assert queue_depths(home)["incoming"] == 50
     claims: dict[str, list[str]] = {"first": [], "second": []}
     while True:
         taken = [(who, queue.claim()) for who, queue in (("second", second), ("first", first))]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from gateway.api import Outbox
 from gateway.settings import SettingsError
@@ -70,13 +69,6 @@ class StepRunner:
             return self._configs(run.orchestratorId).config.retry_policy(run.workflowId)
         except SettingsError:
             return RetryPolicy()
-
-    def workspace_of(self, run: RunState) -> Path | None:
-        """The orchestrator workspace of a run, if its configuration loads."""
-        try:
-            return self._configs(run.orchestratorId).workspace
-        except SettingsError:
-            return None
 
     async def run(
         self, run: RunState, step_id: str, progress: Progress, extra_env: dict[str, str] | None = None
