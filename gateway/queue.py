@@ -172,7 +172,7 @@ class FileQueue:
                         actions.append(self._return_to_incoming(Path(entry.path)))
                     except FileNotFoundError:
                         continue  # another starting worker recovered it first
-            if folder not in (self.worker_dir, self.home.processing):
+            if folder != self.worker_dir:
                 (folder / ".lock").unlink(missing_ok=True)
                 with contextlib.suppress(OSError):
                     folder.rmdir()
@@ -186,12 +186,9 @@ class FileQueue:
             if path == self.worker_dir:
                 if include_own:
                     dead.append(path)
-            elif entry.is_dir():
-                if _lock_is_free(path / ".lock"):
-                    dead.append(path)
-            elif entry.name.endswith(".json"):
-                dead.append(self.home.processing)
-        return list(dict.fromkeys(dead))
+            elif entry.is_dir() and _lock_is_free(path / ".lock"):
+                dead.append(path)
+        return dead
 
     def _return_to_incoming(self, path: Path) -> str:
         """Moves a recovered file back to incoming/; a name already there is resolved without loss."""

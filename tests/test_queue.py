@@ -89,11 +89,10 @@ def test_recovery_returns_files_of_a_dead_worker(home: Home) -> None:
     dead = home.processing / "w999999"
     dead.mkdir()
     (dead / "left.json").write_bytes(make_incoming("left behind").to_json())
-    (home.processing / "flat.json").write_bytes(make_incoming("old layout").to_json())
     queue = FileQueue(home, fsync=False)
     actions = queue.open()
-    assert len(actions) == 2
-    assert sorted(p.name for p in home.incoming.iterdir()) == ["flat.json", "left.json"]
+    assert actions == ["returned left.json to incoming as left.json"]
+    assert [p.name for p in home.incoming.iterdir()] == ["left.json"]
     assert not dead.exists()
 
 
