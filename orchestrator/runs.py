@@ -17,9 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.models import IncomingPayload
-from orchestrator.jobs import FINISHED, TRANSITIONS, IllegalTransition, JobInfo, JobState, check_transition
-
-__all__ = ["FINISHED", "TRANSITIONS", "IllegalTransition", "JobInfo", "RunState", "RunStore", "StepState"]
+from orchestrator.jobs import FINISHED, JobInfo, JobState, check_transition
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 

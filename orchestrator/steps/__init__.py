@@ -13,11 +13,11 @@ from orchestrator.runs import RunState, RunStore
 from orchestrator.steps.base import Progress, StepFailed, StepJob, StepOutcome
 from orchestrator.steps.foreach import ForEach
 from orchestrator.steps.process import BodyRunner
-from orchestrator.steps.values import step_request, template_values
+from orchestrator.steps.values import template_values
 from orchestrator.steps.wait import wait_for
 from orchestrator.templates import render
 
-__all__ = ["StepFailed", "StepOutcome", "StepRunner", "step_request", "template_values"]
+__all__ = ["StepFailed", "StepOutcome", "StepRunner"]
 
 
 class StepRunner:

@@ -1,4 +1,4 @@
-"""Delivers what a run tells its conversation exactly once: as the waiting message's reply, else pushed."""
+"""What a run tells its conversation (result, question), delivered once: as the waiting reply, else pushed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.runs import RunState, RunStore
 
-log = logging.getLogger("switchyard.orchestrator.delivery")
+log = logging.getLogger("switchyard.orchestrator.results")
 
 SYSTEM_AGENT = "switchyard"
 POLL_SEC = 0.25
