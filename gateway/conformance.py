@@ -37,6 +37,7 @@ from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
 from gateway.queue import FileQueue
 from gateway.settings import ChannelProfile, FileSettings, Settings
+from gateway.testing import async_wait_until
 
 
 @dataclass
@@ -150,16 +151,6 @@ class ChannelRig:
             await self.channel.stop()
 
 
-async def eventually(condition: Any, deadline_s: float = 10.0) -> Any:
-    """Polls `condition()` until truthy (returned) or fails at the deadline."""
-    deadline = time.monotonic() + deadline_s
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {deadline_s}s")
-        await asyncio.sleep(0.01)
-    return result
-
-
 async def send_like_the_dispatcher(channel: Channel, outgoing: OutgoingPayload, attempts: int = 5) -> None:
     """Sends one payload, retrying DeliveryError after its retry_after, as the dispatcher does."""
     for attempt in range(attempts):
@@ -193,7 +184,7 @@ class ChannelConformance:
     async def test_inbound_message_becomes_a_complete_payload(self, rig: ChannelRig, driver: ChannelDriver) -> None:
         before = now_ms()
         await driver.user_says("hello there", sender_id="1001", sender="Ada")
-        payload = (await eventually(rig.incoming))[0]
+        payload = (await async_wait_until(rig.incoming))[0]
         assert payload["channel"] == driver.type
         assert payload["channelProfileId"] == "conformance"
         assert payload["message"] == "hello there"
@@ -207,7 +198,7 @@ class ChannelConformance:
     async def test_outgoing_text_reaches_the_conversation(self, rig: ChannelRig, driver: ChannelDriver) -> None:
         assert rig.channel is not None
         await send_like_the_dispatcher(rig.channel, reply("the answer", driver.conversation, channel=driver.type))
-        sent = await eventually(driver.sent)
+        sent = await async_wait_until(driver.sent)
         assert [item.text for item in sent] == ["the answer"]
         assert sent[0].conversation == driver.conversation
 
@@ -230,7 +221,7 @@ class ChannelConformance:
         if not driver.supports_files:
             pytest.skip(f"{driver.type} carries no files")
         await driver.user_says("see attached", file=("notes.txt", b"inbound bytes"))
-        payload = (await eventually(rig.incoming))[0]
+        payload = (await async_wait_until(rig.incoming))[0]
         assert len(payload["files"]) == 1
         saved = Path(payload["files"][0])
         assert saved.is_absolute() and saved.read_bytes() == b"inbound bytes"
@@ -240,7 +231,7 @@ class ChannelConformance:
         assert rig.channel is not None
         await send_like_the_dispatcher(
             rig.channel, reply("here you go", driver.conversation, channel=driver.type, files=[str(outbound)]))
-        files = [item for item in await eventually(driver.sent) if item.filename]
+        files = [item for item in await async_wait_until(driver.sent) if item.filename]
         assert [(f.filename, f.data) for f in files] == [("report.txt", b"outbound bytes")]
 
     async def test_rate_limit_is_waited_out_and_nothing_is_dropped(
@@ -279,7 +270,7 @@ class ChannelConformance:
             pytest.skip(f"{driver.type} has no messages of its own")
         await driver.bot_says("I am the bot")
         await driver.user_says("I am a person")
-        await eventually(rig.incoming)
+        await async_wait_until(rig.incoming)
         assert [p["message"] for p in rig.incoming()] == ["I am a person"]
 
     async def test_a_sender_outside_allow_from_is_ignored(self, driver: ChannelDriver, tmp_path: Path) -> None:
@@ -290,7 +281,7 @@ class ChannelConformance:
         try:
             await driver.user_says("let me in", sender_id="666", sender="Mallory")
             await driver.user_says("hi, it's me", sender_id="1001", sender="Ada")
-            await eventually(rig.incoming)
+            await async_wait_until(rig.incoming)
             assert [p["message"] for p in rig.incoming()] == ["hi, it's me"]
         finally:
             await rig.stop()
@@ -304,7 +295,7 @@ class ChannelConformance:
         await rig.start()
         try:
             await driver.user_says("are you there?")
-            told = await eventually(lambda: [item for item in driver.sent() if item.text == INTAKE_FAILED_REPLY])
+            told = await async_wait_until(lambda: [item for item in driver.sent() if item.text == INTAKE_FAILED_REPLY])
             assert told[0].conversation == driver.conversation
             assert rig.incoming() == []
         finally:

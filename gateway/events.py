@@ -52,9 +52,6 @@ class EventLog:
         if len(value) >= 4 and value not in self._secrets:
             self._secrets.append(value)
 
-    def add_observer(self, observer: Observer) -> None:
-        self._observers.append(observer)
-
     def redact(self, text: str) -> str:
         """Masks every registered secret in `text`."""
         for secret in self._secrets:

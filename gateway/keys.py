@@ -212,9 +212,6 @@ class KeyScheduler(Generic[T]):
 
     # --- views and shutdown -----------------------------------------------------------------
 
-    def busy_keys(self) -> list[str]:
-        return sorted(self._busy)
-
     def locked_keys(self) -> list[str]:
         """Keys whose cross-process lock this scheduler holds (running or with messages waiting)."""
         return sorted(self._locked)
@@ -247,6 +244,3 @@ class KeyScheduler(Generic[T]):
     @property
     def pending_count(self) -> int:
         return self._waiting
-
-    def is_busy(self, key: str) -> bool:
-        return key in self._busy

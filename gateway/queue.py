@@ -172,7 +172,7 @@ class FileQueue:
                         actions.append(self._return_to_incoming(Path(entry.path)))
                     except FileNotFoundError:
                         continue  # another starting worker recovered it first
-            if folder not in (self.worker_dir, self.home.processing):
+            if folder != self.worker_dir:
                 (folder / ".lock").unlink(missing_ok=True)
                 with contextlib.suppress(OSError):
                     folder.rmdir()
@@ -186,12 +186,9 @@ class FileQueue:
             if path == self.worker_dir:
                 if include_own:
                     dead.append(path)
-            elif entry.is_dir():
-                if _lock_is_free(path / ".lock"):
-                    dead.append(path)
-            elif entry.name.endswith(".json"):
-                dead.append(self.home.processing)
-        return list(dict.fromkeys(dead))
+            elif entry.is_dir() and _lock_is_free(path / ".lock"):
+                dead.append(path)
+        return dead
 
     def _return_to_incoming(self, path: Path) -> str:
         """Moves a recovered file back to incoming/; a name already there is resolved without loss."""
@@ -250,14 +247,6 @@ class FileQueue:
         if not self._waiting:
             return None
         return max(0.0, self._waiting[0][0] - time.monotonic())
-
-    def has_ready(self) -> bool:
-        self._promote_due()
-        return bool(self._heap)
-
-    def depth(self) -> int:
-        """Files indexed in incoming/, including those waiting out a backoff."""
-        return len(self._indexed)
 
     # --- claim and outcomes -----------------------------------------------------------------
 
@@ -403,10 +392,6 @@ class FileQueue:
         path = self.home.incoming / name
         atomic_write(path, data, fsync=self.fsync, spares=self._spares)
         return path
-
-    def unique_prefix(self) -> str:
-        """A sortable, unique name prefix (time, pid, counter) for files the gateway writes."""
-        return self._names.prefix()
 
 
 def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -> Path:

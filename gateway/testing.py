@@ -40,28 +40,28 @@ def drop_incoming(home: Home, payload: IncomingPayload | dict[str, Any] | bytes,
     return final
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Polls `condition` until it returns something truthy (returned) or fails at the deadline."""
-    deadline = time.monotonic() + timeout
+def wait_until(condition: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.02) -> Any:
+    """Polls `condition` until it returns something truthy (returned) or fails after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        time.sleep(interval_s)
 
 
-async def async_wait_until(condition: Callable[[], Any], deadline_s: float = 10.0, interval: float = 0.01) -> Any:
+async def async_wait_until(condition: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.01) -> Any:
     """`wait_until` for async tests: yields to the event loop between polls."""
-    deadline = time.monotonic() + deadline_s
+    deadline = time.monotonic() + timeout_s
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {deadline_s}s")
-        await asyncio.sleep(interval)
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(interval_s)
 
 
 def read_json_files(folder: Path) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ from gateway.events import now_ms
 from gateway.home import safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.config import LoadedConfig, WorkflowConfig
-from orchestrator.delivery import SYSTEM_AGENT, prompt_reply, result_reply
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import (
@@ -25,6 +24,7 @@ from orchestrator.functions import (
 )
 from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
+from orchestrator.results import SYSTEM_AGENT, prompt_reply, result_reply
 from orchestrator.rules import STATUS_WORDS
 from orchestrator.runs import (
     Conversation,

@@ -18,15 +18,13 @@ from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload
 from orchestrator.coordination import Coordination
-from orchestrator.delivery import SYSTEM_AGENT, Delivery, result_reply, result_text
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
+from orchestrator.results import Delivery
 from orchestrator.runs import RunState, RunStore
 from orchestrator.selector import prune_selector_files
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.base import Progress
-
-__all__ = ["SYSTEM_AGENT", "RunExecutor", "result_reply", "result_text"]
 
 log = logging.getLogger("switchyard.orchestrator.executor")
 

@@ -11,12 +11,12 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
 from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
 from orchestrator.config import ConfigCache, LoadedConfig
-from orchestrator.delivery import SYSTEM_AGENT
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
 from orchestrator.providers import ProviderRunner
+from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
 from orchestrator.runs import RunState, RunStore
 from orchestrator.selector import Selector, SelectorError

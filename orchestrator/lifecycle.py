@@ -9,8 +9,8 @@ from typing import Any
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import atomic_write, safe_name
 from orchestrator.coordination import Coordination
-from orchestrator.delivery import Delivery, result_text
 from orchestrator.jobs import FailureCategory, iso_in, ms_between
+from orchestrator.results import Delivery, result_text
 from orchestrator.runs import RunState, RunStore, cap_text
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.values import parse_json

@@ -8,7 +8,7 @@ import logging
 from gateway.api import Outbox
 from gateway.events import now_ms
 from gateway.models import OutgoingPayload
-from orchestrator.delivery import SYSTEM_AGENT
+from orchestrator.results import SYSTEM_AGENT
 from orchestrator.runs import RunState
 
 log = logging.getLogger("switchyard.orchestrator.notes")

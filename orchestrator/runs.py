@@ -17,9 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.models import IncomingPayload
-from orchestrator.jobs import FINISHED, TRANSITIONS, IllegalTransition, JobInfo, JobState, check_transition
-
-__all__ = ["FINISHED", "TRANSITIONS", "IllegalTransition", "JobInfo", "RunState", "RunStore", "StepState"]
+from orchestrator.jobs import FINISHED, JobInfo, JobState, check_transition
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
@@ -92,10 +90,6 @@ class RunState(BaseModel):
         """The few fields `status` and the selector request show."""
         return {"runId": self.runId, "workflowId": self.workflowId, "state": self.state,
                 "currentStep": self.currentStep, "updatedAt": self.updatedAt, "retries": self.job.retries}
-
-    def with_job(self, **fields: Any) -> RunState:
-        """A copy with some job fields changed."""
-        return self.model_copy(update={"job": self.job.model_copy(update=fields)})
 
 
 def run_id_for(message: IncomingPayload) -> str:

@@ -9,7 +9,6 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-STEP_KINDS = ("agent", "command", "wait_for", "for_each", "input")
 ITEM_LIFECYCLE_VERSION = (1, 2)
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 

@@ -15,7 +15,7 @@ from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox, outgoing_name
 from gateway.testing import make_incoming
-from orchestrator.delivery import result_reply
+from orchestrator.results import result_reply
 from orchestrator.runs import Conversation, RunState, StepState
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from gateway.api import Outbox
 from gateway.settings import SettingsError
@@ -14,11 +13,11 @@ from orchestrator.runs import RunState, RunStore
 from orchestrator.steps.base import Progress, StepFailed, StepJob, StepOutcome
 from orchestrator.steps.foreach import ForEach
 from orchestrator.steps.process import BodyRunner
-from orchestrator.steps.values import step_request, template_values
+from orchestrator.steps.values import template_values
 from orchestrator.steps.wait import wait_for
 from orchestrator.templates import render
 
-__all__ = ["StepFailed", "StepOutcome", "StepRunner", "step_request", "template_values"]
+__all__ = ["StepFailed", "StepOutcome", "StepRunner"]
 
 
 class StepRunner:
@@ -70,13 +69,6 @@ class StepRunner:
             return self._configs(run.orchestratorId).config.retry_policy(run.workflowId)
         except SettingsError:
             return RetryPolicy()
-
-    def workspace_of(self, run: RunState) -> Path | None:
-        """The orchestrator workspace of a run, if its configuration loads."""
-        try:
-            return self._configs(run.orchestratorId).workspace
-        except SettingsError:
-            return None
 
     async def run(
         self, run: RunState, step_id: str, progress: Progress, extra_env: dict[str, str] | None = None

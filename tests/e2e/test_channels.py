@@ -55,7 +55,7 @@ def wait_for_state(switchyard: Switchyard, profile: str, state: str) -> dict[str
         return entry if entry and entry.get("state") == state else None
 
     try:
-        found: dict[str, Any] = wait_until(reached, STATUS_TIMEOUT_S, interval=0.2)
+        found: dict[str, Any] = wait_until(reached, STATUS_TIMEOUT_S, interval_s=0.2)
     except AssertionError:
         raise AssertionError(f"{profile} never {state}: {channel_states(switchyard)}") from None
     return found

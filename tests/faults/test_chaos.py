@@ -43,7 +43,7 @@ def test_random_kill_9_loses_nothing_keeps_order_and_duplicates_only_in_flight_w
         wanted = answered_before + rng.randint(1, batch)
         # kill after a random amount of progress, or at a random moment of start-up work
         if rng.random() < 0.8:
-            wait_until(functools.partial(_progressed, run, wanted), 30, interval=0.005)
+            wait_until(functools.partial(_progressed, run, wanted), 30, interval_s=0.005)
         run.kill()
         in_flight_at_kills.append(_in_flight(run, names))
     run.start()

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from gateway import DeliveryError, OutgoingPayload, PermanentError
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
+from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
 from gateway.events import read_events
+from gateway.testing import async_wait_until
 from plugins.discord.channel import DiscordChannel
 from tests.fakes.discord_server import MESSAGE_CONTENT_INTENT, DiscordFakeServer
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
@@ -162,7 +163,7 @@ async def test_a_dropped_connection_resumes_and_messages_keep_coming(
 ) -> None:
     await server.drop_connections(code=4000)
     await DiscordDriver(server).user_says("still there?")
-    assert [p["message"] for p in await eventually(rig.incoming)] == ["still there?"]
+    assert [p["message"] for p in await async_wait_until(rig.incoming)] == ["still there?"]
     assert server.resumes == 1
 
 
@@ -171,9 +172,9 @@ async def test_a_connection_discord_py_gives_up_on_is_restarted_with_backoff(
 ) -> None:
     channel_of(rig).reconnect_initial_s = 0.05
     await server.drop_connections(code=4004)  # discord.py does not reconnect after "authentication failed"
-    await eventually(lambda: len(server.identifies) == 2)
+    await async_wait_until(lambda: len(server.identifies) == 2)
     await DiscordDriver(server).user_says("back again")
-    assert [p["message"] for p in await eventually(rig.incoming)] == ["back again"]
+    assert [p["message"] for p in await async_wait_until(rig.incoming)] == ["back again"]
     assert events(rig, "channel.reconnecting")[0]["profile"] == "conformance"
 
 
@@ -190,7 +191,7 @@ def test_importing_the_plugin_does_not_import_discord_py() -> None:
 async def test_messages_of_other_bots_are_ignored(rig: ChannelRig, server: DiscordFakeServer) -> None:
     await server.message_create(DM, server.user("777", "OtherBot", bot=True), "beep")
     await DiscordDriver(server).user_says("a person")
-    assert [p["message"] for p in await eventually(rig.incoming)] == ["a person"]
+    assert [p["message"] for p in await async_wait_until(rig.incoming)] == ["a person"]
 
 
 async def test_a_refused_sender_is_logged_as_rejected(
@@ -200,7 +201,7 @@ async def test_a_refused_sender_is_logged_as_rejected(
     await rig.start()
     try:
         await DiscordDriver(server).user_says("let me in", sender_id="666", sender="Mallory")
-        rejected = await eventually(lambda: events(rig, "message.rejected"))
+        rejected = await async_wait_until(lambda: events(rig, "message.rejected"))
         assert rejected[0]["senderId"] == "666" and rig.incoming() == []
     finally:
         await rig.stop()
@@ -217,12 +218,12 @@ async def test_pairing_answers_an_unknown_sender_once_with_a_code(
         await driver.user_says("anyone?", sender_id="555", sender="Eve")
         assert rig.context is not None and rig.channel is not None
         home = rig.context.home
-        answer = (await eventually(lambda: list(home.outgoing.glob("*.json"))))[0]
+        answer = (await async_wait_until(lambda: list(home.outgoing.glob("*.json"))))[0]
         await rig.channel.send(OutgoingPayload.model_validate(json.loads(answer.read_bytes())))
         sent = server.sent
         assert len(sent) == 1 and "switchyard pair approve" in (sent[0].content or "")
         assert sent[0].channel_id == DM and sent[0].reply_to is not None
-        await eventually(lambda: len(events(rig, "message.rejected")) == 2)
+        await async_wait_until(lambda: len(events(rig, "message.rejected")) == 2)
         assert len(list(home.outgoing.glob("*.json"))) == 1 and rig.incoming() == []
     finally:
         await rig.stop()
@@ -239,7 +240,7 @@ async def test_require_mention_takes_only_what_is_addressed_to_the_bot(
         await server.message_create("555", ada, "chatter among people", guild_id="77")
         await server.message_create("555", ada, f"<@{bot['id']}> status", guild_id="77", mentions=[bot])
         await server.message_create(DM, ada, "a direct message")
-        await eventually(lambda: len(rig.incoming()) == 2)
+        await async_wait_until(lambda: len(rig.incoming()) == 2)
         assert [p["message"] for p in rig.incoming()] == ["status", "a direct message"]
     finally:
         await rig.stop()
@@ -254,7 +255,7 @@ async def test_a_reply_to_a_run_message_carries_the_run(rig: ChannelRig, server:
     ada = server.user("1001", "Ada")
     await server.message_create(DM, ada, "and now?", reply_to=server.sent[0].id)
     await server.message_create(DM, ada, "something else")
-    payloads = await eventually(lambda: rig.incoming() if len(rig.incoming()) == 2 else None)
+    payloads = await async_wait_until(lambda: rig.incoming() if len(rig.incoming()) == 2 else None)
     assert [p.get("workflowRunId") for p in payloads] == ["run-7", None]
 
 
@@ -265,7 +266,7 @@ async def test_a_thread_opened_on_a_run_message_carries_the_run(
     await rig.channel.send(outgoing("run started", conversation="555", workflowRunId="run-8"))
     thread_id = server.sent[0].id  # Discord gives a thread started from a message that message's id
     await server.message_create(thread_id, server.user("1001", "Ada"), "details?", guild_id="77")
-    payload = (await eventually(rig.incoming))[0]
+    payload = (await async_wait_until(rig.incoming))[0]
     assert payload["conversationId"] == thread_id and payload["workflowRunId"] == "run-8"
 
 
@@ -274,11 +275,11 @@ async def test_a_thread_on_the_message_that_started_a_run_carries_the_run(
 ) -> None:
     assert rig.channel is not None
     request = await server.message_create("555", server.user("1001", "Ada"), "build it", guild_id="77")
-    await eventually(rig.incoming)
+    await async_wait_until(rig.incoming)
     await rig.channel.send(outgoing("started run-10", conversation="555", messageId=request,
                                     workflowRunId="run-10"))
     await server.message_create(request, server.user("1001", "Ada"), "is it done?", guild_id="77")
-    payloads = await eventually(lambda: rig.incoming()[1:])
+    payloads = await async_wait_until(lambda: rig.incoming()[1:])
     assert payloads[0]["workflowRunId"] == "run-10"
 
 
@@ -287,12 +288,12 @@ async def test_a_thread_the_run_posts_in_carries_the_run(rig: ChannelRig, server
     await server.guild_create("77", channel_id="555", thread_id="556")
     ada = server.user("1001", "Ada")
     await server.message_create("556", ada, "start the build", guild_id="77")
-    first = (await eventually(rig.incoming))[0]
+    first = (await async_wait_until(rig.incoming))[0]
     assert "workflowRunId" not in first
     await rig.channel.send(outgoing("build running", conversation="556", workflowRunId="run-9",
                                     messageId=first["messageId"]))
     await server.message_create("556", ada, "how far?", guild_id="77")
-    second = await eventually(lambda: rig.incoming()[1:])
+    second = await async_wait_until(lambda: rig.incoming()[1:])
     assert second[0]["workflowRunId"] == "run-9" and second[0]["conversationId"] == "556"
 
 
@@ -302,10 +303,10 @@ async def test_a_thread_the_run_posts_in_carries_the_run(rig: ChannelRig, server
 async def test_the_answer_replies_to_the_users_message(rig: ChannelRig, server: DiscordFakeServer) -> None:
     assert rig.channel is not None
     await DiscordDriver(server).user_says("question")
-    question = (await eventually(rig.incoming))[0]
+    question = (await async_wait_until(rig.incoming))[0]
     await rig.channel.send(outgoing("answer", messageId=question["messageId"]))
     elsewhere = await server.message_create("999", server.user("1001", "Ada"), "in another channel")
-    await eventually(lambda: len(rig.incoming()) == 2)
+    await async_wait_until(lambda: len(rig.incoming()) == 2)
     await rig.channel.send(outgoing("not a reply here", messageId=elsewhere))
     assert [(m.content, m.reply_to) for m in server.sent] == [("answer", question["messageId"]),
                                                                 ("not a reply here", None)]

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from gateway import Channel, ChannelContext, ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
+from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.testing import async_wait_until
 from plugins.slack import SlackChannel
 from plugins.slack.transport import SocketTransport
 from tests.fakes.slack_server import FakeSlack
@@ -148,7 +149,7 @@ async def test_a_reply_in_a_runs_thread_carries_the_run_id(server: FakeSlack, mo
         root_ts = (await channel.send(outgoing("step 1 done", CHANNEL, workflowRunId="r-7"))).platform_ids[0]
         await driver.user_writes("how is it going?", thread_ts=root_ts)
         await driver.user_says("unrelated")
-        payloads = await eventually(lambda: len(rig.incoming()) == 2 and rig.incoming())
+        payloads = await async_wait_until(lambda: len(rig.incoming()) == 2 and rig.incoming())
         threaded, top = payloads
         assert threaded["conversationId"] == f"{CHANNEL}:{root_ts}"
         assert threaded["sender"] == "Ada" and threaded["senderId"] == "1001"
@@ -173,7 +174,7 @@ async def test_a_reply_sent_into_a_thread_makes_that_thread_the_runs(
         assert [(s.conversation, s.reply_to, s.filename) for s in server.sent] == [
             (CHANNEL, "1699.000100", None), (CHANNEL, "1699.000100", "report.txt")]
         await driver.user_writes("and now?", thread_ts="1699.000100")
-        payload = (await eventually(rig.incoming))[0]
+        payload = (await async_wait_until(rig.incoming))[0]
         assert payload["workflowRunId"] == "r-9"
     finally:
         await rig.stop()
@@ -186,7 +187,7 @@ async def test_typing_reacts_to_the_message_and_the_reply_clears_it(
     rig, channel = await started(driver, tmp_path / "home")
     try:
         event = await driver.user_writes("think hard")
-        payload = (await eventually(rig.incoming))[0]
+        payload = (await async_wait_until(rig.incoming))[0]
         await channel.typing(payload["conversationId"])
         assert server.reactions == [{"action": "add", "channel": CHANNEL, "timestamp": event["ts"], "name": "eyes"}]
         answer = OutgoingPayload(channel="slack", channelProfileId="conformance", message="done",
@@ -204,7 +205,7 @@ async def test_a_note_in_a_thread_is_edited_there_and_leaves_the_typing_reaction
     rig, channel = await started(driver, tmp_path / "home")
     try:
         event = await driver.user_writes("think hard")
-        payload = (await eventually(rig.incoming))[0]
+        payload = (await async_wait_until(rig.incoming))[0]
         await channel.typing(payload["conversationId"])
         thread = f"{CHANNEL}:{event['ts']}"
         for text in ("working: 1", "working: 2"):
@@ -222,7 +223,7 @@ async def test_typing_failure_is_logged_not_raised(server: FakeSlack, mode: str,
     rig, channel = await started(driver, tmp_path / "home")
     try:
         await driver.user_says("hello")
-        payload = (await eventually(rig.incoming))[0]
+        payload = (await async_wait_until(rig.incoming))[0]
         server.bot_token = "xoxb-revoked"  # every later call fails with invalid_auth
         await channel.typing(payload["conversationId"])
         await channel.typing("never-seen")
@@ -240,7 +241,7 @@ async def test_pairing_answers_an_unknown_sender_once_with_a_code(
         await driver.user_says("let me in", sender_id="U666", sender="Eve")
         await driver.user_says("please", sender_id="U666", sender="Eve")
         await driver.user_says("I am allowed", sender_id="1001")
-        await eventually(rig.incoming)
+        await async_wait_until(rig.incoming)
         assert [p["message"] for p in rig.incoming()] == ["I am allowed"]
         assert rig.context is not None
         queued = [json.loads(p.read_bytes()) for p in rig.context.home.outgoing.glob("*.json")]
@@ -280,7 +281,7 @@ async def test_other_bots_edits_and_joins_are_not_messages(server: FakeSlack, mo
         await driver.deliver(server.message_event("<@U1> joined", user="U1", channel=CHANNEL,
                                                   subtype="channel_join"))
         await driver.user_says(f"<@{server.bot_user_id}> what is 1 &lt; 2 &amp;&amp; 3 &gt; 2?")
-        await eventually(rig.incoming)
+        await async_wait_until(rig.incoming)
         assert [p["message"] for p in rig.incoming()] == ["what is 1 < 2 && 3 > 2?"]
     finally:
         await rig.stop()
@@ -356,9 +357,9 @@ async def test_socket_mode_reconnects_after_the_connection_drops(
     try:
         assert server.connections == 1
         await server.drop_connections()
-        await eventually(lambda: server.connections == 2)
+        await async_wait_until(lambda: server.connections == 2)
         await driver.user_says("still there?")
-        assert [p["message"] for p in await eventually(rig.incoming)] == ["still there?"]
+        assert [p["message"] for p in await async_wait_until(rig.incoming)] == ["still there?"]
         assert server.methods().count("apps.connections.open") == 2
     finally:
         await rig.stop()
@@ -374,11 +375,11 @@ async def test_socket_mode_keeps_retrying_while_slack_refuses_then_reconnects(
     try:
         app_token, server.app_token = server.app_token, "xapp-rotated"
         await server.drop_connections()
-        await eventually(lambda: server.methods().count("apps.connections.open") >= 4)
+        await async_wait_until(lambda: server.methods().count("apps.connections.open") >= 4)
         server.app_token = app_token
-        await eventually(lambda: server.connections == 2)
+        await async_wait_until(lambda: server.connections == 2)
         await driver.user_says("back again")
-        assert [p["message"] for p in await eventually(rig.incoming)] == ["back again"]
+        assert [p["message"] for p in await async_wait_until(rig.incoming)] == ["back again"]
     finally:
         await rig.stop()
 
@@ -406,7 +407,7 @@ async def test_http_mode_refuses_a_bad_signature(server: FakeSlack, tmp_path: Pa
         assert await server.post_event(forged.encode(), secret="not-the-secret") == 401
         assert await server.post_event(forged.encode(), timestamp=1) == 401  # replayed from long ago
         await driver.user_says("genuine")
-        assert [p["message"] for p in await eventually(rig.incoming)] == ["genuine"]
+        assert [p["message"] for p in await async_wait_until(rig.incoming)] == ["genuine"]
     finally:
         await rig.stop()
 

@@ -20,9 +20,10 @@ import pytest
 
 from gateway import ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.access import PairingStore
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
+from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
 from gateway.dispatcher import Dispatcher
 from gateway.settings import QueueSettings
+from gateway.testing import async_wait_until
 from plugins.telegram import TelegramChannel, TelegramOptions
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
@@ -166,7 +167,7 @@ def events(rig: ChannelRig, name: str) -> list[dict[str, Any]]:
 
 async def test_a_reply_quotes_the_message_it_answers(rig: ChannelRig, server: FakeTelegram) -> None:
     await server.deliver(server.message(1001, "what time is it?"))
-    payload = (await eventually(rig.incoming))[0]
+    payload = (await async_wait_until(rig.incoming))[0]
     message_id = payload["messageId"]
     assert message_id.startswith("1001:")
     await channel_of(rig).send(outgoing("noon", "1001", messageId=message_id))
@@ -187,7 +188,7 @@ async def test_same_message_number_in_two_chats_gives_two_distinct_message_ids(
 ) -> None:
     await server.deliver(server.message(1001, "hi from Ada", user_id=1001))
     await server.deliver(server.message(2002, "hi from Bob", user_id=2002, first_name="Bob"))
-    payloads = await eventually(lambda: len(rig.incoming()) == 2 and rig.incoming())
+    payloads = await async_wait_until(lambda: len(rig.incoming()) == 2 and rig.incoming())
     assert {p["messageId"] for p in payloads} == {"1001:1", "2002:1"}
     assert {p["conversationId"] for p in payloads} == {"1001", "2002"}
 
@@ -199,7 +200,7 @@ async def test_replying_to_a_run_message_carries_the_run_id(rig: ChannelRig, ser
     await server.deliver(server.message(1001, "status", reply_to=run_message))
     await server.deliver(server.message(1001, "thanks", reply_to=other_message))
     await server.deliver(server.message(1001, "hello again"))
-    payloads = await eventually(lambda: len(rig.incoming()) == 3 and rig.incoming())
+    payloads = await async_wait_until(lambda: len(rig.incoming()) == 3 and rig.incoming())
     assert [(p["message"], p.get("workflowRunId")) for p in payloads] == [
         ("status", "r-42"), ("thanks", None), ("hello again", None)]
 
@@ -208,7 +209,7 @@ async def test_forum_topic_is_its_own_conversation_and_replies_stay_in_it(
     rig: ChannelRig, server: FakeTelegram
 ) -> None:
     await server.deliver(server.message(-100555, "in the topic", user_id=1001, topic=77))
-    payload = (await eventually(rig.incoming))[0]
+    payload = (await async_wait_until(rig.incoming))[0]
     assert payload["conversationId"] == "-100555/77"
     await channel_of(rig).typing(payload["conversationId"])
     await channel_of(rig).send(outgoing("topic answer", payload["conversationId"], messageId=payload["messageId"]))
@@ -219,7 +220,7 @@ async def test_forum_topic_is_its_own_conversation_and_replies_stay_in_it(
 async def test_a_photo_arrives_at_its_largest_size(rig: ChannelRig, server: FakeTelegram) -> None:
     picture = b"\x89PNG" + b"p" * 500
     await server.deliver(server.message(1001, "look", photo=picture))
-    payload = (await eventually(rig.incoming))[0]
+    payload = (await async_wait_until(rig.incoming))[0]
     assert len(payload["files"]) == 1 and Path(payload["files"][0]).read_bytes() == picture
     assert payload["message"].startswith("look\n[file: ")
 
@@ -230,7 +231,7 @@ async def test_an_attachment_that_cannot_be_fetched_still_delivers_the_message(
     message = server.message(1001, "see file", file=("gone.txt", b"x"))
     del server.files[message["document"]["file_id"]]
     await server.deliver(message)
-    payload = (await eventually(rig.incoming))[0]
+    payload = (await async_wait_until(rig.incoming))[0]
     assert payload["files"] == []
     assert payload["message"].startswith("see file\n[file not downloaded: gone.txt")
 
@@ -239,7 +240,7 @@ async def test_a_command_addressed_to_the_bot_in_a_group_loses_the_mention(
     rig: ChannelRig, server: FakeTelegram
 ) -> None:
     await server.deliver(server.message(-100900, "/status@switchyard_test_bot now", user_id=1001))
-    assert (await eventually(rig.incoming))[0]["message"] == "/status now"
+    assert (await async_wait_until(rig.incoming))[0]["message"] == "/status now"
 
 
 async def test_emoji_heavy_text_is_split_within_telegrams_utf16_limit(
@@ -330,7 +331,7 @@ async def test_only_a_refusal_for_good_is_permanent(
 async def test_polling_reconnects_after_lost_polls(rig: ChannelRig, server: FakeTelegram) -> None:
     server.fail_polls = 3
     await server.deliver(server.message(1001, "still there?"))
-    payload = (await eventually(rig.incoming, 20))[0]
+    payload = (await async_wait_until(rig.incoming, 20))[0]
     assert payload["message"] == "still there?"
     assert events(rig, "channel.reconnecting")
     assert events(rig, "channel.reconnected")
@@ -359,7 +360,7 @@ async def test_a_failing_typing_indicator_is_only_logged(
 async def test_bots_are_ignored(rig: ChannelRig, server: FakeTelegram) -> None:
     await server.deliver(server.message(1001, "beep", user_id=777, first_name="OtherBot", is_bot=True))
     await server.deliver(server.message(1001, "a person"))
-    await eventually(rig.incoming)
+    await async_wait_until(rig.incoming)
     assert [p["message"] for p in rig.incoming()] == ["a person"]
 
 
@@ -368,7 +369,7 @@ async def test_a_refused_sender_is_recorded(server: FakeTelegram, tmp_path: Path
     await rig.start()
     try:
         await server.deliver(server.message(666, "let me in", user_id=666, first_name="Mallory"))
-        rejected = await eventually(lambda: events(rig, "message.rejected"))
+        rejected = await async_wait_until(lambda: events(rig, "message.rejected"))
         assert rejected[0]["senderId"] == "666" and rejected[0]["conversation"] == "666"
         assert rig.incoming() == [] and server.sent == []
     finally:
@@ -385,8 +386,8 @@ async def test_pairing_gives_a_code_once_then_admits_after_approval(
         home = rig.context.home
         await server.deliver(server.message(555, "hello?", user_id=555, first_name="Eve"))
         await server.deliver(server.message(555, "hello??", user_id=555, first_name="Eve"))
-        replies = await eventually(lambda: sorted(home.outgoing.glob("*.json")))
-        await eventually(lambda: len(events(rig, "message.rejected")) == 2)
+        replies = await async_wait_until(lambda: sorted(home.outgoing.glob("*.json")))
+        await async_wait_until(lambda: len(events(rig, "message.rejected")) == 2)
         assert len(list(home.outgoing.glob("*.json"))) == 1
         for path in replies:  # what the dispatcher does
             await rig.channel.send(OutgoingPayload.model_validate_json(path.read_bytes()))
@@ -395,7 +396,7 @@ async def test_pairing_gives_a_code_once_then_admits_after_approval(
                     and len(word.rstrip(";.")) == 8)
         assert PairingStore(home).approve(code.rstrip(";.")) is not None
         await server.deliver(server.message(555, "now?", user_id=555, first_name="Eve"))
-        assert [p["message"] for p in await eventually(rig.incoming)] == ["now?"]
+        assert [p["message"] for p in await async_wait_until(rig.incoming)] == ["now?"]
     finally:
         await rig.stop()
 
@@ -413,7 +414,7 @@ async def test_webhook_registers_its_url_and_secret_and_refuses_a_wrong_secret(
         assert server.webhook["url"].endswith("/hook") and server.webhook["secret_token"] == SECRET
         await server.deliver(server.message(1001, "forged"), secret="wrong")
         await server.deliver(server.message(1001, "genuine"))
-        await eventually(rig.incoming)
+        await async_wait_until(rig.incoming)
         assert server.webhook_statuses == [403, 200]
         assert [p["message"] for p in rig.incoming()] == ["genuine"]
         assert "getUpdates" not in server.calls
@@ -501,7 +502,7 @@ def _drop_outgoing(rig: ChannelRig, text: str, files: list[str]) -> str:
 async def _delivered(rig: ChannelRig, dispatcher: Dispatcher, name: str) -> None:
     assert rig.context is not None
     dispatcher.rescan()
-    await eventually(lambda: any(rig.context.home.sent.glob(f"*{name}")) if rig.context else False)
+    await async_wait_until(lambda: any(rig.context.home.sent.glob(f"*{name}")) if rig.context else False)
     await dispatcher.stop(1)
 
 
@@ -521,7 +522,7 @@ async def test_a_payload_dropped_into_outgoing_cannot_upload_a_file_outside_the_
 async def test_an_allowed_file_swapped_for_a_symlink_before_delivery_is_not_uploaded(
         rig: ChannelRig, server: FakeTelegram, tmp_path: Path) -> None:
     await server.deliver(server.message(1001, "my notes", file=("notes.txt", b"mine")))
-    (saved,) = (await eventually(rig.incoming))[0]["files"]
+    (saved,) = (await async_wait_until(rig.incoming))[0]["files"]
     name = _drop_outgoing(rig, "your notes back", [saved])  # the outbox accepted it: the user's own file
     secret = tmp_path / "secret.txt"
     secret.write_bytes(b"top secret")
@@ -535,7 +536,7 @@ async def test_an_allowed_file_swapped_for_a_symlink_before_delivery_is_not_uplo
 
 async def test_a_fifo_attachment_does_not_hang_delivery(rig: ChannelRig, server: FakeTelegram) -> None:
     await server.deliver(server.message(1001, "my notes", file=("notes.txt", b"mine")))
-    (saved,) = (await eventually(rig.incoming))[0]["files"]
+    (saved,) = (await async_wait_until(rig.incoming))[0]["files"]
     fifo = str(Path(saved).with_name("pipe"))
     os.mkfifo(fifo)
     name = _drop_outgoing(rig, "a pipe", [fifo])
@@ -546,7 +547,7 @@ async def test_a_fifo_attachment_does_not_hang_delivery(rig: ChannelRig, server:
 
 async def test_the_users_own_attachment_is_uploaded_at_delivery(rig: ChannelRig, server: FakeTelegram) -> None:
     await server.deliver(server.message(1001, "my notes", file=("notes.txt", b"mine")))
-    (saved,) = (await eventually(rig.incoming))[0]["files"]
+    (saved,) = (await async_wait_until(rig.incoming))[0]["files"]
     name = _drop_outgoing(rig, "your notes back", [saved])
     await _delivered(rig, _dispatch(rig), name)
     assert [(s.text, s.filename, s.data) for s in server.sent] == [

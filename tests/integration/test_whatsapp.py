@@ -21,10 +21,11 @@ from gateway import (
     PermanentError,
     Settings,
 )
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, eventually, reply
+from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
 from gateway.events import read_events
 from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
+from gateway.testing import async_wait_until
 from plugins.whatsapp.channel import WhatsAppChannel
 from tests.fakes.whatsapp_server import FakeWhatsApp
 
@@ -335,7 +336,7 @@ async def test_a_file_is_uploaded_then_sent_as_a_document(
         (document,) = server.recorded.messages
         assert document["type"] == "document" and document["document"]["filename"] == "report.pdf"
         assert server.media[document["document"]["id"]].mime_type == "application/pdf"
-        await eventually(lambda: server.recorded.sent)
+        await async_wait_until(lambda: server.recorded.sent)
         assert server.recorded.sent[0].data == b"%PDF-1.4 fake"
 
 

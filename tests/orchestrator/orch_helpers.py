@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ from gateway.events import read_events
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ProviderSettings
+from gateway.testing import async_wait_until
 from orchestrator.runs import RunState, RunStore
 
 
@@ -27,18 +26,6 @@ class FakeOutbox:
     def write(self, payload: OutgoingPayload) -> Path:
         self.payloads.append(payload)
         return Path(f"/fake/outgoing/{len(self.payloads)}.json")
-
-
-async def wait_until(predicate: Callable[[], Any], deadline_sec: float = 10.0) -> Any:
-    """Polls `predicate` until it returns something truthy or the deadline passes."""
-    deadline = time.monotonic() + deadline_sec
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
 
 
 _ids = itertools.count(1)
@@ -99,10 +86,10 @@ class Flow:
         assert run is not None, f"no run {run_id}"
         return run
 
-    async def settled(self, run_id: str, deadline_sec: float = 15.0) -> RunState:
+    async def settled(self, run_id: str, timeout_s: float = 15.0) -> RunState:
         """Waits until the run is finished and its result delivered."""
-        await wait_until(lambda: (r := self.store.load(run_id)) is not None and r.finished and r.delivery,
-                         deadline_sec)
+        await async_wait_until(lambda: (r := self.store.load(run_id)) is not None and r.finished and r.delivery,
+                               timeout_s)
         return self.run(run_id)
 
     def job_events(self, run_id: str) -> list[dict[str, Any]]:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from gateway.containment import TOKEN_VAR
+from gateway.testing import async_wait_until
 from orchestrator.providers import run_process
-from tests.orchestrator.orch_helpers import wait_until
 
 CHILD = "import subprocess, sys; print(subprocess.Popen(['sleep', '1000'], stdout=subprocess.DEVNULL, " \
         "stderr=subprocess.DEVNULL).pid)"
@@ -28,7 +28,7 @@ async def test_a_child_left_in_the_group_by_a_provider_that_exited_zero_is_kille
                                timeout_sec=30, max_output=4096)
     assert result.exit_code == 0 and not result.timed_out
     child = int(result.stdout)
-    await wait_until(lambda: _gone(child), deadline_sec=5)
+    await async_wait_until(lambda: _gone(child), timeout_s=5)
 
 
 async def test_each_run_gets_its_own_token(tmp_path: Path) -> None:

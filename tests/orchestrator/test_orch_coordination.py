@@ -18,10 +18,11 @@ import pytest
 import orchestrator.executor
 from gateway.home import Home
 from gateway.locks import LockDirectory
+from gateway.testing import async_wait_until
 from orchestrator.coordination import Coordination
 from orchestrator.executor import job_lock
 from orchestrator.runs import run_id_for
-from tests.orchestrator.orch_helpers import make_message, wait_until
+from tests.orchestrator.orch_helpers import make_message
 
 GATED = "import os, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.01)\nprint('built')"
 
@@ -56,7 +57,7 @@ async def test_coordination_files_follow_a_run(flow: Callable[..., Any], home: H
     _, message = await f.send("go")
     run_id = run_id_for(message)
     root = home.coordination
-    await wait_until(lambda: f.run(run_id).currentStep == "Build")
+    await async_wait_until(lambda: f.run(run_id).currentStep == "Build")
     [active] = _read(root / "active_work.json")
     assert (active["task_id"], active["status"], active["context"]["step"]) == (run_id, "in_progress", "Build")
     assert _read(root / "work_queue.json") == {"tasks": []}
@@ -88,7 +89,7 @@ async def test_a_waiting_retry_is_listed_in_the_work_queue(flow: Callable[..., A
     """)
     ack, message = await f.send("go")
     run_id = run_id_for(message)
-    await wait_until(lambda: f.run(run_id).job.retries == 1)
+    await async_wait_until(lambda: f.run(run_id).job.retries == 1)
     [task] = _read(home.coordination / "work_queue.json")["tasks"]
     assert (task["id"], task["type"], task["agent"]) == (run_id, "workflow", "w")
     assert task["context"]["retries"] == 1 and task["context"]["next_retry_at"] == f.run(run_id).job.next_retry_at

@@ -16,9 +16,10 @@ from gateway.events import read_events
 from gateway.home import Home
 from gateway.outbox import outgoing_name
 from gateway.settings import ProviderSettings
+from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
 from orchestrator.runs import RunState, RunStore, run_id_for
-from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message, wait_until
+from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 
 GATED = """
     import os, sys, time
@@ -119,7 +120,7 @@ async def test_slow_run_is_acknowledged_then_pushed_once(
     assert ack.workflowRunId == run_id and ack.agent == "selector"
     assert rig.outbox.payloads == []
     rig.gate.touch()
-    await wait_until(lambda: rig.state(run_id).delivery)
+    await async_wait_until(lambda: rig.state(run_id).delivery)
     [pushed] = rig.outbox.payloads
     assert pushed.message == "tested planned: Plan for: build it"
     assert (pushed.workflowRunId, pushed.workflowStepId, pushed.agent) == (run_id, "Test", "Test")
@@ -134,7 +135,7 @@ async def test_status_while_running_calls_no_provider(
     orchestrator = await start(rig.context)
     message = make_message("build it")
     await orchestrator.handle(message)
-    await wait_until(rig.call_lines)
+    await async_wait_until(rig.call_lines)
     calls = rig.selector.calls
     [status] = await orchestrator.handle(make_message("/status"))
     run_id = run_id_for(message)
@@ -153,11 +154,11 @@ async def test_retried_message_reattaches_to_its_run(
     orchestrator = await start(rig.context)
     message = make_message("build it")
     [first] = await orchestrator.handle(message)
-    await wait_until(rig.call_lines)
+    await async_wait_until(rig.call_lines)
     [second] = await orchestrator.handle(message.model_copy())
     assert first.workflowRunId == second.workflowRunId == run_id_for(message)
     rig.gate.touch()
-    await wait_until(lambda: rig.state(run_id_for(message)).delivery)
+    await async_wait_until(lambda: rig.state(run_id_for(message)).delivery)
     assert len(rig.call_lines()) == 1
     assert [p.name for p in rig.home.runs.iterdir() if p.is_dir()] == [run_id_for(message)]
     assert await orchestrator.handle(message.model_copy()) == []  # the pushed result was its answer
@@ -172,7 +173,7 @@ async def test_retry_after_a_crash_reattaches_in_a_new_process(
     await first.start()
     message = make_message("build it")
     await first.handle(message)
-    await wait_until(rig.call_lines)
+    await async_wait_until(rig.call_lines)
     await first.stop()
     assert rig.state(run_id_for(message)).state == "queued"
     rig.gate.touch()
@@ -194,12 +195,12 @@ async def test_a_run_that_finished_before_its_message_was_retried_answers_once(
     await first.start()
     message = make_message("build it")
     await first.handle(message)  # the crash: this reply is never written, the message is retried
-    await wait_until(rig.call_lines)
+    await async_wait_until(rig.call_lines)
     await first.stop()
     rig.gate.touch()
     write_config(config(within=30))
     second = await start(rig.context)
-    await wait_until(lambda: rig.state(run_id_for(message)).delivery)
+    await async_wait_until(lambda: rig.state(run_id_for(message)).delivery)
     replies = await second.handle(message.model_copy())
     heard = [payload.message for payload in [*rig.outbox.payloads, *replies]]
     assert len(heard) == 1 and heard[0].startswith("tested planned")
@@ -216,7 +217,7 @@ async def test_a_result_pushed_just_before_a_crash_is_not_pushed_again(
     message = make_message("build it")
     await first.handle(message)
     rig.gate.touch()
-    run = await wait_until(lambda: (found := rig.state(run_id_for(message))).delivery and found)
+    run = await async_wait_until(lambda: (found := rig.state(run_id_for(message))).delivery and found)
     await first.stop()
     [pushed] = rig.outbox.payloads
     (rig.home.outgoing / outgoing_name(pushed)).write_bytes(pushed.to_json())
@@ -246,7 +247,7 @@ async def test_crash_resume_skips_completed_steps(
     (folder / "state.json").write_text(json.dumps(state))
     rig.gate.touch()
     await start(rig.context)
-    await wait_until(lambda: rig.state(run_id).delivery)
+    await async_wait_until(lambda: rig.state(run_id).delivery)
     assert [line.split()[0] for line in rig.call_lines()] == ["Plan2"]
     run = rig.state(run_id)
     assert run.state == "done" and run.steps["Plan"].output == "old plan"
@@ -281,15 +282,15 @@ async def test_cancel_stops_the_process_and_pushes_once(
     message = make_message("build it")
     await orchestrator.handle(message)
     pid_file = Path(str(rig.calls) + ".pid")
-    await wait_until(pid_file.exists)
-    await wait_until(pid_file.read_text)
+    await async_wait_until(pid_file.exists)
+    await async_wait_until(pid_file.read_text)
     pid = int(pid_file.read_text())
     [answer] = await orchestrator.handle(make_message("/cancel"))
     run_id = run_id_for(message)
     assert answer.message == f"Cancelled run {run_id} (workflow build)."
     run = rig.state(run_id)
     assert run.state == "cancelled" and run.steps["Plan"].status == "failed" and run.steps["Plan"].error == "cancelled"
-    await wait_until(lambda: not _alive(pid), deadline_sec=5)
+    await async_wait_until(lambda: not _alive(pid), timeout_s=5)
     [pushed] = rig.outbox.payloads
     assert pushed.message == f"Run {run_id} (workflow build) was cancelled."
     [again] = await orchestrator.handle(make_message("/cancel"))

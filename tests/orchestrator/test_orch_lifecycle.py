@@ -13,9 +13,10 @@ import pytest
 
 from gateway.events import read_events
 from gateway.home import Home
+from gateway.testing import async_wait_until
 from orchestrator.jobs import TRANSITIONS, IllegalTransition, RetryPolicy, check_transition, parse_iso
 from orchestrator.runs import run_id_for
-from tests.orchestrator.orch_helpers import PY, wait_until
+from tests.orchestrator.orch_helpers import PY
 
 FAIL = f"[{PY}, -c, \"import sys; print('nope', file=sys.stderr); sys.exit(3)\"]"
 
@@ -126,7 +127,7 @@ async def test_a_step_removed_from_the_definition_is_a_fatal_failure(
     f = await flow(_config(steps, within=0))
     _, message = await f.send("go")
     run_id = run_id_for(message)
-    await wait_until(lambda: f.run(run_id).currentStep == "Wait")
+    await async_wait_until(lambda: f.run(run_id).currentStep == "Wait")
     write_config(_config("              - {id: Wait, wait_for: {glob: go.flag}}"))
     (workspace / "go.flag").write_text("")
     run = await f.settled(run_id)
@@ -154,12 +155,12 @@ async def test_a_cancel_request_from_another_process_kills_the_step(
     f = await flow(_config(f"              - {{id: Sleep, command: [{PY}, -c, \"{sleeper}\"]}}", within=0))
     _, message = await f.send("go")
     run_id = run_id_for(message)
-    await wait_until(lambda: pid_file.exists() and pid_file.read_text())
+    await async_wait_until(lambda: pid_file.exists() and pid_file.read_text())
     pid = int(pid_file.read_text())
     (home.runs / run_id / "cancel.request").write_text("12345\n")
     run = await f.settled(run_id)
     assert run.state == "cancelled" and not (home.runs / run_id / "cancel.request").exists()
-    await wait_until(lambda: not _alive(pid), 5)
+    await async_wait_until(lambda: not _alive(pid), 5)
     assert f.outbox.payloads[-1].message == f"Run {run_id} (workflow w) was cancelled."
 
 

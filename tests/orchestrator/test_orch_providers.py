@@ -15,10 +15,10 @@ import pytest
 from gateway.api import PermanentError
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.testing import async_wait_until
 from orchestrator.providers import ProviderRunner
 from orchestrator.rules import builtin_providers
 from orchestrator.spawn import ProviderFailed, run_process
-from tests.orchestrator.orch_helpers import wait_until
 
 Script = Callable[[str, str], list[str]]
 
@@ -98,7 +98,7 @@ async def test_timeout_kills_the_whole_process_group(home: Home, script: Script,
     assert caught.value.result.timed_out
     assert "timed out" in str(caught.value)
     child = int(pid_file.read_text())
-    await wait_until(lambda: not _alive(child), deadline_sec=5)
+    await async_wait_until(lambda: not _alive(child), timeout_s=5)
 
 
 def _read_json(path: str) -> Any:

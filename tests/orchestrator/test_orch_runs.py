@@ -7,10 +7,9 @@ import json
 import pytest
 
 from gateway.home import Home
+from orchestrator.jobs import TRANSITIONS, IllegalTransition
 from orchestrator.runs import (
-    TRANSITIONS,
     Conversation,
-    IllegalTransition,
     RunState,
     RunStore,
     StepState,

@@ -15,9 +15,10 @@ from gateway.api import HandlerContext
 from gateway.events import read_events
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.testing import async_wait_until
 from orchestrator.rules import select_by_rules
 from orchestrator.selector import SelectorError, parse_decision, prune_selector_files
-from tests.orchestrator.orch_helpers import make_message, wait_until
+from tests.orchestrator.orch_helpers import make_message
 
 Script = Callable[[str, str], list[str]]
 
@@ -107,7 +108,7 @@ async def test_request_and_result_files(
     assert request["activeRun"] is None
     assert request["allowedActions"] == ["workflow_start", "workflow_status", "diagnostics_investigate",
                                          "command_invoke"]
-    [result_file] = await wait_until(lambda: list(home.select_results.glob("*.json")))
+    [result_file] = await async_wait_until(lambda: list(home.select_results.glob("*.json")))
     assert result_file.name == request_file.name
     result = json.loads(result_file.read_text())
     assert result["requestId"] == request["requestId"]
@@ -128,7 +129,7 @@ async def test_unparseable_answer_gets_a_clear_reply(
     assert answer.message == ("I could not understand the selector's answer "
                               "(no JSON decision with an action). Nothing was started.")
     assert [p.name for p in home.runs.iterdir()] == []
-    [result_file] = await wait_until(lambda: list(home.select_results.glob("*.json")))
+    [result_file] = await async_wait_until(lambda: list(home.select_results.glob("*.json")))
     result = json.loads(result_file.read_text())
     assert result["decision"] is None and "no JSON decision" in result["error"]
 
@@ -141,8 +142,8 @@ async def test_a_built_in_selector_leaves_both_files_too(
     write_config("rules: {default_workflow: null}\n")
     orchestrator = await start(make_context())
     [answer] = await orchestrator.handle(make_message("what can you do?"))
-    [request_file] = await wait_until(lambda: list(home.select_incoming.glob("*.json")))
-    [result_file] = await wait_until(lambda: list(home.select_results.glob("*.json")))
+    [request_file] = await async_wait_until(lambda: list(home.select_incoming.glob("*.json")))
+    [result_file] = await async_wait_until(lambda: list(home.select_results.glob("*.json")))
     request, result = json.loads(request_file.read_text()), json.loads(result_file.read_text())
     assert request["requestId"] == result["requestId"] == request_file.stem == result_file.stem
     assert request["message"]["message"] == "what can you do?"

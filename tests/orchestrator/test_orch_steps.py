@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from gateway.settings import ProviderSettings
+from gateway.testing import async_wait_until
 from orchestrator.runs import run_id_for
 from orchestrator.steps import wait as wait_module
 from orchestrator.steps.wait import matching_files
-from tests.orchestrator.orch_helpers import PY, ScriptedSelector, wait_until
+from tests.orchestrator.orch_helpers import PY, ScriptedSelector
 
 ITEM_CMD = "import sys; print('did', sys.argv[1]); sys.exit(3 if 'bad' in sys.argv[1] else 0)"
 
@@ -67,12 +68,12 @@ async def test_wait_for_is_satisfied_by_files_appearing(
     ack, message = await f.send("go")
     run_id = run_id_for(message)
     assert ack.message.startswith(f"Started run {run_id}")
-    await wait_until(lambda: polls)  # the first poll found nothing
+    await async_wait_until(lambda: polls)  # the first poll found nothing
     queue = workspace / "inbox" / "qa"
     queue.mkdir(parents=True)
     (queue / "b.tmp").write_text("not yet")
     (queue / "a.task").write_text("one")
-    await wait_until(lambda: polls[-1] == ["inbox/qa/a.task"])  # one file is not min_count
+    await async_wait_until(lambda: polls[-1] == ["inbox/qa/a.task"])  # one file is not min_count
     (queue / "b.tmp").rename(queue / "b.task")
     run = await f.settled(run_id)
     wait = run.steps["Wait"].model_extra or {}
@@ -107,7 +108,7 @@ async def test_wait_for_keeps_its_deadline_across_a_restart(
     f = await flow(_config(steps, within=0))
     _, message = await f.send("go")
     run_id = run_id_for(message)
-    await wait_until(lambda: (f.run(run_id).steps["Wait"].model_extra or {}).get("waitSince"))
+    await async_wait_until(lambda: (f.run(run_id).steps["Wait"].model_extra or {}).get("waitSince"))
     await f.orchestrator.stop()
     run = f.run(run_id)
     assert run.state == "queued"
@@ -251,7 +252,7 @@ async def test_a_pushed_question_is_answered_through_its_run_id(flow: Callable[.
     f = await flow(_config(steps, within=0))
     _, message = await f.send("go")
     run_id = run_id_for(message)
-    await wait_until(lambda: f.outbox.payloads)
+    await async_wait_until(lambda: f.outbox.payloads)
     [asked] = f.outbox.payloads
     assert asked.message.startswith("Sure?") and asked.workflowRunId == run_id
     ack, _ = await f.send("yes", workflowRunId=run_id, conversationId="elsewhere")

@@ -1,4 +1,4 @@
-"""Delivers what a run tells its conversation exactly once: as the waiting message's reply, else pushed."""
+"""What a run tells its conversation (result, question), delivered once: as the waiting reply, else pushed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.runs import RunState, RunStore
 
-log = logging.getLogger("switchyard.orchestrator.delivery")
+log = logging.getLogger("switchyard.orchestrator.results")
 
 SYSTEM_AGENT = "switchyard"
 POLL_SEC = 0.25
@@ -70,11 +70,6 @@ def prompt_reply(run: RunState, step_id: str, prompt: str, to: IncomingPayload |
     text = f"{prompt}\n(run {run.runId} waits for your answer; reply in this conversation)"
     return OutgoingPayload.reply_to(to or run.payload(), text, agent=SYSTEM_AGENT, timestamp=now_ms(),
                                     workflowRunId=run.runId, workflowStepId=step_id, runState=run.state)
-
-
-def answerable(run: RunState) -> bool:
-    """Tells whether a run reached a point the conversation hears about: an end or a question."""
-    return run.finished or run.state == "waiting_input"
 
 
 @dataclass
