@@ -27,7 +27,7 @@ from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, d
 from gateway.events import EventLog, now_ms, utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.hookspecs import hookimpl
-from gateway.models import IncomingPayload, OutgoingPayload, split_send_file_tags
+from gateway.models import IncomingPayload, Job, OutgoingPayload, split_send_file_tags
 from gateway.notes import NoteMessages, clip_note, deliver_note
 from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
 
@@ -37,6 +37,6 @@ __all__ = [
     "delivery_key", "reply_parts", "split_message", "NoteMessages", "clip_note", "deliver_note",
     "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
-    "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
+    "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso", "ChannelOptions",
 ]

@@ -65,7 +65,14 @@ class DeliveryRecord:
 
 @runtime_checkable
 class Channel(Protocol):
-    """A running connection to one chat platform profile, returned by `switchyard_channels`."""
+    """A running connection to one chat platform profile, returned by `switchyard_channels`.
+
+    Optional class attributes, read with `getattr` (not protocol members, so older plugins still match):
+    `takes_receipts` (default True) and `reply_named_by_message_id` (default False): when True, replies
+    to this channel type are written as `outgoing/<messageId>.json` (spec 002's heartbeat name; a later
+    reply to the same message replaces an earlier one) instead of `<channel>_<messageId>_<timestamp>.json`,
+    for a probe that waits for one answer under a name it knows.
+    """
 
     name: str
     profile_id: str

@@ -173,6 +173,8 @@ class Gateway:
             known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
             raise PermanentError(f"no installed plugin provides channel type {profile.type!r} "
                                  f"(available: {', '.join(known)})")
+        if getattr(channel, "reply_named_by_message_id", False):  # before its first message is sent
+            self.outbox.named_by_message_id.add(profile.type)
         await channel.start(self._sink)
         return channel  # type: ignore[no-any-return]
 

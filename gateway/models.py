@@ -20,6 +20,32 @@ class _Payload(BaseModel):
         return self.model_dump_json(exclude_none=True).encode()
 
 
+class Job(BaseModel):
+    """A job a channel authored (spec 003): carried in a payload's `job` key, it makes the message a job
+    that starts its profile's workflow directly (no selector, no commands) with the text and the fields
+    below as input; the run keeps them in state.json and the final result carries them back.
+
+    Extra keys (a channel's own bookkeeping, e.g. `state`, `created_at`, `retries`) are kept.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str | None = Field(default=None, max_length=256)
+    repo: str | None = None
+    branch: str | None = None
+    slug: str | None = None
+    timestamp: str | None = None
+    inbox_file: str | None = None
+    source_timestamp: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def input_fields(self) -> dict[str, str]:
+        """The fields a job's workflow receives as input next to `text` (those that are set)."""
+        named = {"repo": self.repo, "branch": self.branch, "slug": self.slug, "timestamp": self.timestamp,
+                 "inbox_file": self.inbox_file}
+        return {key: value for key, value in named.items() if value is not None}
+
+
 class IncomingPayload(_Payload):
     """A message from a person (or a program) waiting in `queue/incoming/`."""
 
@@ -34,6 +60,11 @@ class IncomingPayload(_Payload):
     files: list[str] = Field(default_factory=list)
     workflowRunId: str | None = Field(default=None, max_length=128)
     workflowStepId: str | None = Field(default=None, max_length=128)
+    job: Job | None = None
+    """Set by a channel that authors jobs: the message is a job, not chat (see `Job`)."""
+    invokeFunction: str | None = Field(default=None, max_length=128)
+    """Set by a channel whose messages are requests for one function (e.g. a probe): the built-in
+    `rules` selector invokes it when the orchestrator offers it; other selectors see it in the request."""
 
     @field_validator("channelProfileId", "conversationId", "workflowRunId", "workflowStepId")
     @classmethod
@@ -78,6 +109,8 @@ class OutgoingPayload(_Payload):
     files: list[str] = Field(default_factory=list)
     workflowRunId: str | None = None
     workflowStepId: str | None = None
+    job: Job | None = None
+    """The job a reply concerns (a copy of the incoming `job`, or a finished run's spec-003 job fields)."""
     _opened: dict[str, BinaryIO] = PrivateAttr(default_factory=dict)  # files the dispatcher opened for upload
 
     @classmethod

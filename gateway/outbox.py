@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from gateway.attachments import AttachmentPolicy, AttachmentRefused, note_refusals, open_attachment
@@ -16,19 +16,26 @@ from gateway.models import OutgoingPayload
 log = logging.getLogger("switchyard.outbox")
 
 
-def outgoing_name(payload: OutgoingPayload) -> str:
-    """`<messageId>.json` for heartbeat, `<channel>_<messageId>_<timestamp>.json` otherwise (made safe)."""
-    if payload.channel == "heartbeat":
+def outgoing_name(payload: OutgoingPayload, named_by_message_id: Collection[str] = ()) -> str:
+    """`<messageId>.json` for a channel type in `named_by_message_id` (spec 002: the heartbeat's),
+    `<channel>_<messageId>_<timestamp>.json` otherwise (made safe)."""
+    if payload.channel in named_by_message_id:
         return f"{safe_name(payload.messageId)}.json"
     return f"{safe_name(payload.channel)}_{safe_name(payload.messageId)}_{payload.timestamp}.json"
 
 
 class FileOutbox:
-    """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files."""
+    """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files.
+
+    `named_by_message_id` holds the channel types whose replies are `<messageId>.json` (those whose
+    channel declares `Channel.reply_named_by_message_id`; the gateway adds each as it builds it): a
+    second reply to the same message replaces the first there.
+    """
 
     def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
-                 fsync: bool = True):
+                 fsync: bool = True, named_by_message_id: Collection[str] = ()):
         self.home = home
+        self.named_by_message_id = set(named_by_message_id)
         self.events = events
         self.attachments = AttachmentPolicy(home, extra_roots)
         self.fsync = fsync
@@ -47,8 +54,8 @@ class FileOutbox:
             stamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
             while True:
                 payload.timestamp = stamp
-                path = self.home.outgoing / outgoing_name(payload)
-                if payload.channel == "heartbeat" or not path.exists():
+                path = self.home.outgoing / outgoing_name(payload, self.named_by_message_id)
+                if payload.channel in self.named_by_message_id or not path.exists():
                     break
                 stamp += 1
             self._last_ms = stamp

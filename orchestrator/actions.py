@@ -11,7 +11,7 @@ from jsonschema.exceptions import best_match
 from gateway.api import FunctionSpec
 from gateway.events import now_ms
 from gateway.home import safe_name
-from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.models import IncomingPayload, Job, OutgoingPayload
 from orchestrator.config import LoadedConfig, WorkflowConfig
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.executor import RunExecutor
@@ -40,7 +40,8 @@ from orchestrator.status import snapshot
 SELECTOR_AGENT = "selector"
 DIAGNOSTICS_AGENT = "diagnostics"
 NO_ACTIVE_RUN = "no active workflow run found for this conversation"
-JOB_FIELDS = ("repo", "branch", "slug", "timestamp", "inbox_file", "source_timestamp", "metadata")
+CHANNEL_JOB_FIELDS = frozenset(Job.model_fields) - {"job_id"}
+"""The declared `Job` fields a run copies into its spec-003 job record (the run's id is its own)."""
 
 
 def reply(
@@ -55,12 +56,12 @@ def reply(
 
 def new_run(
     message: IncomingPayload, loaded: LoadedConfig, workflow_id: str, data: dict[str, Any],
-    run_id: str | None = None, job: dict[str, Any] | None = None,
+    run_id: str | None = None, job: Job | None = None,
 ) -> RunState:
     """A queued run of a workflow, started by `message` (with spec-003 job fields from its channel)."""
     workflow = loaded.config.workflows[workflow_id]
     run_id = run_id or run_id_for(message)
-    known = {k: v for k, v in (job or {}).items() if k in JOB_FIELDS and v is not None}
+    known = job.model_dump(include=set(CHANNEL_JOB_FIELDS), exclude_none=True) if job is not None else {}
     policy = loaded.config.retry_policy(workflow_id)
     return RunState(
         runId=run_id, workflowId=workflow_id, orchestratorId=loaded.orchestrator_id, input=data,
@@ -70,12 +71,6 @@ def new_run(
         steps={step.id: StepState(kind=step.kind, agent=step.agent) for step in workflow.steps},
         job=JobInfo(job_id=run_id, max_retries=policy.max_retries, **known),
     )
-
-
-def channel_job(message: IncomingPayload) -> dict[str, Any]:
-    """The spec-003 job fields a channel attached to a message (the `job` extra key), if any."""
-    job = (message.model_extra or {}).get("job")
-    return job if isinstance(job, dict) else {}
 
 
 def input_problem(workflow_id: str, workflow: WorkflowConfig, data: Any) -> str | None:
@@ -209,9 +204,10 @@ class Actions:
         self._executor.submit(run.runId)
         return await self._outcome_reply(message, run, loaded.config.reply_within_sec, verb="Resumed")
 
-    def start_job(self, message: IncomingPayload, loaded: LoadedConfig, workflow_id: str | None) -> OutgoingPayload:
-        """Starts a channel-authored job (the prompt inbox) with the message text as input; no selector."""
-        job = channel_job(message)
+    def start_job(
+        self, message: IncomingPayload, job: Job, loaded: LoadedConfig, workflow_id: str | None
+    ) -> OutgoingPayload:
+        """Starts a channel-authored job (`message.job`) with the message text as input; no selector."""
         workflows = loaded.config.workflows
         if workflow_id not in workflows:
             text = f"cannot run job: workflow {workflow_id!r} is not defined; workflows: {', '.join(workflows)}"
@@ -222,13 +218,13 @@ class Actions:
             text = (f"cannot run job: workflow {workflow_id!r} asks for input (step {asks[0]}), which a job "
                     "from a file cannot answer; give the inbox a workflow without input steps")
             return reply(message, text, agent=SYSTEM_AGENT, runState="failed_final", job=job)
-        run_id = str(job.get("job_id") or "")
+        run_id = job.job_id or ""
         run_id = run_id if run_id and safe_name(run_id) == run_id else run_id_for(message)
         run = self._store.load(run_id)
         if run is None:
-            data = {"text": message.message, **{k: job[k] for k in JOB_FIELDS[:5] if job.get(k) is not None}}
+            data = {"text": message.message, **job.input_fields()}
             run = new_run(message, loaded, workflow_id, data, run_id=run_id, job=job)
-            run = self._executor.begin(run, conversation_key(message), announced=bool(job.get("job_id")))
+            run = self._executor.begin(run, conversation_key(message), announced=bool(job.job_id))
         elif not run.finished:
             self._executor.submit(run.runId)
         return reply(message, f"Queued job {run.runId} (workflow {run.workflowId}).", agent=SYSTEM_AGENT, run=run)

@@ -26,7 +26,6 @@ from orchestrator.taskqueue import ensure_queue_dirs
 log = logging.getLogger("switchyard.orchestrator")
 
 NOT_WAITING_NOTE = "\n(this run is not waiting for input)"
-INBOX_CHANNEL = "inbox"
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
 
 
@@ -76,9 +75,9 @@ class Orchestrator:
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with one reply (results of slow runs are pushed later), or none for a
         retried message whose run's result was already pushed."""
-        if message.channel == INBOX_CHANNEL:  # a prompt file is a job, never a command
+        if message.job is not None:  # a channel-authored job: its profile's workflow, never a command
             loaded = self._load(message)
-            return [self._actions.start_job(message, loaded, self._profile_workflow(message, loaded))]
+            return [self._actions.start_job(message, message.job, loaded, self._profile_workflow(message, loaded))]
         text = message.message.strip().lower()
         if message.workflowRunId and text in STATUS_WORDS:
             return [self._actions.run_snapshot(message, message.workflowRunId)]

@@ -11,7 +11,6 @@ from gateway.api import BuiltinProvider
 STATUS_WORDS = frozenset({"status", "progress", "/status", "/progress"})
 HELP_WORDS = frozenset({"help", "/help"})
 DIAGNOSE_WORDS = frozenset({"diagnose", "/diagnose"})
-HEARTBEAT_FUNCTION = "heartbeat_check"  # declared by the heartbeat plugin
 
 
 async def echo_provider(prompt: str, request: dict[str, Any]) -> str:
@@ -34,7 +33,8 @@ def builtin_providers() -> dict[str, BuiltinProvider]:
 
 
 def select_by_rules(request: dict[str, Any]) -> dict[str, Any]:
-    """Chooses an action from commands, keywords and workflow ids, as orchestrator.yaml `rules` says."""
+    """Chooses an action from commands, the function a message asks for (`invokeFunction`, when
+    offered), keywords and workflow ids, as orchestrator.yaml `rules` says."""
     text = str((request.get("message") or {}).get("message", "")).strip()
     words = text.lower().split()
     first = words[0] if words else ""
@@ -44,8 +44,9 @@ def select_by_rules(request: dict[str, Any]) -> dict[str, Any]:
     if command is not None:
         return command
     functions = {str(f.get("name")) for f in request.get("availableFunctions", [])}
-    if (request.get("message") or {}).get("channel") == "heartbeat" and HEARTBEAT_FUNCTION in functions:
-        return {"action": "command_invoke", "function": HEARTBEAT_FUNCTION, "arguments": {}}
+    asked = (request.get("message") or {}).get("invokeFunction")  # a channel's request, e.g. a probe
+    if isinstance(asked, str) and asked in functions:
+        return {"action": "command_invoke", "function": asked, "arguments": {}}
     keyword = _keyword_workflow(text, rules.get("keywords") or {}, workflows)
     if keyword is not None:
         return _start(keyword)

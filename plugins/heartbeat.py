@@ -32,6 +32,7 @@ log = logging.getLogger("switchyard.heartbeat")
 
 CHANNEL_TYPE = "heartbeat"
 OK = "HEARTBEAT_OK"
+CHECK_FUNCTION = "heartbeat_check"  # what each probe asks the selector to invoke (`invokeFunction`)
 MISS_GRACE_S = 5.0
 
 
@@ -73,6 +74,7 @@ class HeartbeatChannel:
 
     name = CHANNEL_TYPE
     takes_receipts = False  # a probe: its one answer is the reply file, nothing else
+    reply_named_by_message_id = True  # spec 002: the answer is `outgoing/<messageId>.json`
 
     def __init__(self, profile: ChannelProfile, context: ChannelContext):
         self.profile_id = profile.id
@@ -104,7 +106,7 @@ class HeartbeatChannel:
             await sink(IncomingPayload(
                 channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender="heartbeat",
                 senderId="heartbeat", message=self.text, timestamp=stamp, messageId=message_id,
-                conversationId="heartbeat",
+                conversationId="heartbeat", invokeFunction=CHECK_FUNCTION,
             ))
             self._state.update(beats=self._state["beats"] + 1, last_sent_at=utc_now_iso(), last_sent_ms=stamp)
             self._save()
@@ -183,7 +185,7 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Hea
 @hookimpl
 def switchyard_functions() -> list[FunctionSpec]:
     return [FunctionSpec(
-        name="heartbeat_check",
+        name=CHECK_FUNCTION,
         description="Answers a heartbeat: HEARTBEAT_OK when the gateway and orchestrator are working.",
         parameters={"type": "object", "properties": {}, "additionalProperties": False},
         call=lambda arguments: OK,

@@ -28,6 +28,7 @@ from gateway import (
     ChannelProfile,
     DeliveryRecord,
     IncomingPayload,
+    Job,
     OutgoingPayload,
     Sink,
     atomic_write,
@@ -156,26 +157,24 @@ class InboxChannel:
     async def _enqueue(self, sink: Sink, prompt: PromptFile) -> None:
         text = prompt.path.read_text(encoding="utf-8", errors="replace")
         now = utc_now_iso()
-        job = {"job_id": prompt.job_id, "state": "queued", "repo": prompt.repo, "branch": prompt.branch,
-               "slug": prompt.slug, "timestamp": prompt.timestamp, "inbox_file": str(prompt.path.resolve()),
-               "created_at": now, "updated_at": now, "retries": 0, "source_timestamp": prompt.timestamp,
-               "metadata": {"trigger_source": CHANNEL_TYPE, "profile": self.profile_id,
-                            "workflow": self.workflow}}
+        job = Job(job_id=prompt.job_id, repo=prompt.repo, branch=prompt.branch, slug=prompt.slug,
+                  timestamp=prompt.timestamp, inbox_file=str(prompt.path.resolve()), source_timestamp=prompt.timestamp,
+                  metadata={"trigger_source": CHANNEL_TYPE, "profile": self.profile_id, "workflow": self.workflow},
+                  ).model_copy(update={"state": "queued", "created_at": now, "updated_at": now, "retries": 0})
         conversation = f"{prompt.repo}/{prompt.branch}"
-        queued = await sink(IncomingPayload.model_validate({
-            "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": "inbox",
-            "senderId": conversation, "message": text, "timestamp": now_ms(), "messageId": prompt.job_id,
-            "conversationId": conversation, "job": job}))
-        self._save(job)
-        self.context.events.emit("job.created", **self._event_fields(job), queue_path=str(queued),
-                                 inbox_file=job["inbox_file"], slug=prompt.slug, created_at=now, retries=0,
+        queued = await sink(IncomingPayload(
+            channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender="inbox", senderId=conversation,
+            message=text, timestamp=now_ms(), messageId=prompt.job_id, conversationId=conversation, job=job))
+        record = job.model_dump(mode="json")
+        self._save(record)
+        self.context.events.emit("job.created", **self._event_fields(record), queue_path=str(queued),
+                                 inbox_file=job.inbox_file, slug=prompt.slug, created_at=now, retries=0,
                                  source_timestamp=prompt.timestamp)
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
         """Receives a job's messages; the final one (`runState` done/failed_final/cancelled) files it away."""
         extra = outgoing.model_extra or {}
-        raw = extra.get("job")
-        given: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        given = outgoing.job.model_dump(mode="json", exclude_none=True) if outgoing.job is not None else {}
         job_id = str(given.get("job_id") or outgoing.messageId)
         known = self._load(job_id) or {}
         job = {**given, **known}

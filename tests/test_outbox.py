@@ -17,6 +17,7 @@ from gateway.outbox import FileOutbox, outgoing_name
 from gateway.testing import make_incoming
 from orchestrator.results import result_reply
 from orchestrator.runs import Conversation, RunState, StepState
+from plugins.heartbeat import HeartbeatChannel
 
 
 def _outbox(home: Home) -> FileOutbox:
@@ -26,8 +27,10 @@ def _outbox(home: Home) -> FileOutbox:
 def test_names_follow_spec_002() -> None:
     heartbeat = OutgoingPayload(channel="heartbeat", message="HEARTBEAT_OK", timestamp=5, messageId="hb-1")
     chat = OutgoingPayload(channel="telegram", message="hi", timestamp=1700000005000, messageId="77")
-    assert outgoing_name(heartbeat) == "hb-1.json"
-    assert outgoing_name(chat) == "telegram_77_1700000005000.json"
+    assert HeartbeatChannel.reply_named_by_message_id  # the heartbeat declares spec 002's name
+    assert outgoing_name(heartbeat, {HeartbeatChannel.name}) == "hb-1.json"
+    assert outgoing_name(chat, {HeartbeatChannel.name}) == "telegram_77_1700000005000.json"
+    assert outgoing_name(heartbeat) == "heartbeat_hb-1_5.json"  # the name comes from the declaration
 
 
 def test_hostile_ids_cannot_escape_the_folder() -> None:

@@ -56,7 +56,8 @@ def test_selector_request_and_result_files_are_kept(switchyard: Switchyard) -> N
 
 
 def test_heartbeat_reply_is_named_by_message_id(switchyard: Switchyard) -> None:
-    switchyard.configure()
+    # the heartbeat channel declares the name (reply_named_by_message_id); its profile makes it known
+    switchyard.configure({"channels": [{"id": "beat", "type": "heartbeat", "interval_sec": 3600}]})
     switchyard.start()
     switchyard.send("heartbeat", channel="heartbeat", channelProfileId="beat", messageId="hb-1")
     wait_until(lambda: (switchyard.home.outgoing / "hb-1.json").exists()

@@ -62,7 +62,7 @@ def _prompt(home: Home, relative: str, text: str = "Please fix the login page.")
 
 
 def _final(payload: IncomingPayload, state: str, text: str = "all done") -> OutgoingPayload:
-    job = {**payload.model_extra["job"], "retries": 1} if payload.model_extra else {}
+    job = {**payload.job.model_dump(mode="json"), "retries": 1} if payload.job else {}
     return OutgoingPayload.reply_to(payload, text, agent="x", timestamp=1, workflowRunId=job.get("job_id"),
                                     runState=state, job=job)
 
@@ -82,7 +82,7 @@ async def test_one_job_per_file_even_after_a_restart(home: Home, events: EventLo
     sink = Recorder(home)
     assert len(await _channel(home, events).scan(sink)) == 1
     [payload] = sink.payloads
-    job = payload.model_extra["job"] if payload.model_extra else {}
+    job = payload.job.model_dump(mode="json") if payload.job else {}
     assert (payload.channel, payload.channelProfileId, payload.message) == ("inbox", "prompts", path.read_text())
     assert payload.messageId == job["job_id"] and payload.conversationId == "app/main"
     assert {k: job[k] for k in ("state", "repo", "branch", "slug", "retries", "source_timestamp")} == {

@@ -56,7 +56,7 @@ async def test_an_inbox_job_runs_the_profile_workflow_without_the_selector(
     [result] = outbox.payloads
     extra = result.model_extra or {}
     assert result.message == "reviewed app/main: fix the login" and result.channel == "inbox"
-    assert extra["runState"] == "done" and extra["job"]["job_id"] == "j-1-fix-abc"
+    assert extra["runState"] == "done" and result.job is not None and result.job.job_id == "j-1-fix-abc"
     assert [e["event"] for e in f.job_events("j-1-fix-abc")].count("job.created") == 1
     again, _ = await f.send("fix the login", **_inbox_message())
     assert again.workflowRunId == "j-1-fix-abc" and len(list(home.runs.glob("j-*"))) == 1
