@@ -16,10 +16,11 @@ from gateway.api import HandlerContext
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.testing import async_wait_until
 from gateway.worker import parse_payload
 from orchestrator.rules import select_by_rules
 from plugins import heartbeat
-from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector, wait_until
+from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector
 
 CONFIG = """
     selector: {provider: sel}
@@ -123,7 +124,7 @@ async def test_the_heartbeat_probe_asks_for_its_check_and_gets_heartbeat_ok(
 
     home.create()
     await channel.start(sink)
-    await wait_until(lambda: probes)
+    await async_wait_until(lambda: probes)
     await channel.stop()
     [probe] = probes
     assert probe.invokeFunction == "heartbeat_check"
