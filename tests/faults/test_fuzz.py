@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,10 @@ from gateway.queue import FileQueue
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until
 from gateway.worker import Worker, parse_payload
+
+# Under `coverage run` (which sets COVERAGE_RUN) every line is traced several times slower: the
+# fuzz tests draw a quarter of their examples there, so they end within the per-test timeout.
+SCALE = 4 if os.environ.get("COVERAGE_RUN") else 1
 
 MAX_BYTES = 4096
 REQUIRED = ("channel", "message", "timestamp", "messageId")
@@ -45,7 +50,7 @@ oversized = st.integers(min_value=MAX_BYTES + 1, max_value=MAX_BYTES + 50).map(l
 raw_bytes = st.one_of(st.binary(max_size=200), fields.map(lambda d: json.dumps(d).encode()), oversized)
 
 
-@settings(max_examples=4000, deadline=None)
+@settings(max_examples=4000 // SCALE, deadline=None)
 @given(raw_bytes)
 def test_parse_payload_accepts_or_gives_a_reason_never_crashes(data: bytes) -> None:
     try:
@@ -58,7 +63,7 @@ def test_parse_payload_accepts_or_gives_a_reason_never_crashes(data: bytes) -> N
     json.loads(message.to_json())  # what is accepted can be written back
 
 
-@settings(max_examples=6000, deadline=None)
+@settings(max_examples=6000 // SCALE, deadline=None)
 @given(channel=ids, message_id=ids, timestamp=st.integers(min_value=0, max_value=2**63))
 def test_outgoing_names_stay_one_file_name(channel: str, message_id: str, timestamp: int) -> None:
     reply = OutgoingPayload(channel=channel or "c", message="hi", timestamp=timestamp, messageId=message_id or "m")
@@ -71,7 +76,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["add", "hold", "release", "ready", "fi
                          st.integers(0, 5), st.integers(0, 3)), max_size=40)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1500 // SCALE, deadline=None)
 @given(OPS)
 def test_key_scheduler_matches_the_simple_rule(ops: list[tuple[str, int, int]]) -> None:
     """Against a reference: a message starts iff no earlier pending message shares a key and its keys are free."""
