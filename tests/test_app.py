@@ -91,7 +91,7 @@ async def test_a_failing_channel_is_disabled_without_leaking_its_token(running, 
     assert "s3cr3t-t0ken" not in home.events_file.read_text()
 
 
-async def test_event_observers_see_every_event(running) -> None:
+async def test_switchyard_event_observers_see_every_event(running) -> None:
     _, plugin = running
     assert "gateway.started" in [e["event"] for e in plugin.events]
 

@@ -56,7 +56,7 @@ def _context(home: Home, profile: ChannelProfile) -> ChannelContext:
                           outbox=FileOutbox(home, events, fsync=False))
 
 
-def test_a_channel_installed_through_the_entry_point_group_is_found(site: Path, home: Home) -> None:
+def test_switchyard_channels_of_an_entry_point_plugin_build_its_channel(site: Path, home: Home) -> None:
     (site / "pigeon_plugin.py").write_text(textwrap.dedent(PIGEON))
     dist = site / "switchyard_pigeon-0.1.dist-info"
     dist.mkdir()

@@ -26,24 +26,24 @@ def _manager() -> pluggy.PluginManager:
     return manager
 
 
-def test_handler_hook_builds_the_orchestrator(make_context: Callable[..., HandlerContext]) -> None:
+def test_switchyard_handler_builds_the_orchestrator(make_context: Callable[..., HandlerContext]) -> None:
     assert isinstance(_manager().hook.switchyard_handler(context=make_context()), Orchestrator)
 
 
-async def test_provider_hook_declares_echo_and_rules() -> None:
+async def test_switchyard_providers_declares_echo_and_rules() -> None:
     [providers] = _manager().hook.switchyard_providers()
     assert set(providers) == {"echo", "rules"}
     assert await providers["echo"]("hi", {}) == "hi"
 
 
-def test_init_hook_writes_the_default_orchestrator_once(home: Home) -> None:
+def test_switchyard_init_writes_the_default_orchestrator_once(home: Home) -> None:
     [written] = _manager().hook.switchyard_init(home=home, settings=Settings())
     path = home.root / "orchestrators" / "main" / "orchestrator.yaml"
     assert written == [str(path)] and path.read_text() == DEFAULT_ORCHESTRATOR_YAML
     assert _manager().hook.switchyard_init(home=home, settings=Settings()) == [[]]
 
 
-def test_status_hook_lists_unfinished_runs(home: Home) -> None:
+def test_switchyard_status_lists_unfinished_runs(home: Home) -> None:
     store = RunStore(home, fsync=False)
     for run_id, state in (("r-1", "running"), ("r-2", "done")):
         store.create(RunState(runId=run_id, workflowId="build", orchestratorId="main", state=state,  # type: ignore[arg-type]
