@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
 
 from gateway.backoff import delay as backoff_delay
+from gateway.models import Job
 
 JobState = Literal["queued", "running", "waiting_input", "done", "failed", "failed_final", "cancelled"]
 FailureCategory = Literal["retryable", "transient", "fatal"]
@@ -39,12 +38,10 @@ def check_transition(job_id: str, current: str, target: str) -> None:
         raise IllegalTransition(f"run {job_id}: {current} -> {target} is not allowed")
 
 
-class JobInfo(BaseModel):
-    """The spec-003 job fields kept in state.json under `job` (snake_case, as the spec names them)."""
+class JobInfo(Job):
+    """The spec-003 job fields kept in state.json under `job` (snake_case, as the spec names them): the
+    fields of the channel's job (gateway.Job: repo, branch, slug, …) plus the run's lifecycle."""
 
-    model_config = ConfigDict(extra="allow")
-
-    job_id: str | None = None
     retries: int = 0
     max_retries: int = 0
     next_retry_at: str | None = None
@@ -54,13 +51,6 @@ class JobInfo(BaseModel):
     started_at: str | None = None
     finished_at: str | None = None
     duration_ms: int | None = None
-    repo: str | None = None
-    branch: str | None = None
-    slug: str | None = None
-    timestamp: str | None = None
-    inbox_file: str | None = None
-    source_timestamp: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
