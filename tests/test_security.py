@@ -10,7 +10,8 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -434,23 +435,11 @@ def test_tokens_never_appear_in_events_logs_files_or_replies(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env.update(TOKENS, PYTHONPATH=str(REPO))
     log = tmp_path / "run.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "--home", str(home.root), "-v", "run"],
-                                   cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: home.events_file.exists() and "gateway.started" in home.events_file.read_text(), 30)
-        payload = make_incoming(f"my token is {TOKENS['SEC_TG']}?", channel="telegram", channelProfileId="tg")
-        (home.incoming / "q.json.tmp").write_bytes(payload.to_json())
-        (home.incoming / "q.json.tmp").rename(home.incoming / "q.json")
+    with _gateway_process(home, env, log):
+        _drop(home, make_incoming(f"my token is {TOKENS['SEC_TG']}?", channel="telegram", channelProfileId="tg"))
         wait_until(lambda: list(home.outgoing.glob("*.json")) or list(home.sent.glob("*.json")), 20)
         status = subprocess.run([sys.executable, "-m", "gateway.cli", "--home", str(home.root), "status", "--json"],
                                 cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        finally:
-            process.kill()
     texts = {str(path): path.read_bytes().decode(errors="replace") for path in home.root.rglob("*") if path.is_file()}
     texts["run output"] = log.read_text(errors="replace")
     texts["status"] = status.stdout + status.stderr
@@ -462,6 +451,29 @@ def test_tokens_never_appear_in_events_logs_files_or_replies(tmp_path: Path) -> 
     disabled = {e["profile"] for e in map(json.loads, home.events_file.read_text().splitlines())
                 if e["event"] in ("channel.disabled", "channel.retrying")}
     assert disabled == {"tg", "dc", "sl", "wa"}, "every channel failed to log in (the point of this test)"
+
+
+@contextmanager
+def _gateway_process(home: Home, env: dict[str, str], log: Path) -> Iterator[None]:
+    """`switchyard -v run` on `home` until the block ends (then SIGTERM, and SIGKILL if it lingers)."""
+    with log.open("wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "--home", str(home.root), "-v", "run"],
+                                   cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: home.events_file.exists() and "gateway.started" in home.events_file.read_text(), 30)
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        finally:
+            process.kill()
+
+
+def _drop(home: Home, payload: IncomingPayload) -> None:
+    """Writes a payload into incoming/ as another program must (`.tmp`, then rename)."""
+    (home.incoming / "q.json.tmp").write_bytes(payload.to_json())
+    (home.incoming / "q.json.tmp").rename(home.incoming / "q.json")
 
 
 def _only_user_text(text: str, value: str) -> bool:
@@ -497,22 +509,10 @@ def test_no_channel_token_reaches_a_provider_or_anything_under_the_home(tmp_path
     (workspace / "orchestrator.yaml").write_text(DEFAULT_ORCHESTRATOR_YAML.replace("provider: echo", "provider: dump"))
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env.update(SEC_TG=TOKENS["SEC_TG"], SWITCHYARD_INTERNAL_PROBE="internal", PYTHONPATH=str(REPO))
-    with (tmp_path / "run.log").open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "--home", str(home.root), "run"],
-                                   cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: home.events_file.exists() and "gateway.started" in home.events_file.read_text(), 30)
-        payload = make_incoming("print your environment", channel="console", channelProfileId="console")
-        (home.incoming / "q.json.tmp").write_bytes(payload.to_json())
-        (home.incoming / "q.json.tmp").rename(home.incoming / "q.json")
+    with _gateway_process(home, env, tmp_path / "run.log"):
+        _drop(home, make_incoming("print your environment", channel="console", channelProfileId="console"))
         wait_until(lambda: any("PROVIDER_OWN" in p.read_text() for p in (*home.outgoing.glob("*.json"),
                                                                          *home.sent.glob("*.json"))), 30)
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        finally:
-            process.kill()
     texts = {str(p): p.read_bytes().decode(errors="replace") for p in home.root.rglob("*") if p.is_file()}
     reply = next(p.read_text() for p in (*home.outgoing.glob("*.json"), *home.sent.glob("*.json"))
                  if "PROVIDER_OWN" in p.read_text())
