@@ -22,6 +22,7 @@ class BenchChannel:
     """Keeps the sink for the producer and notes (conversation, messageId, time) of each send."""
 
     name = CHANNEL_TYPE
+    takes_receipts = False  # it counts deliveries: a "queued behind" receipt would be taken for a reply
 
     def __init__(self, profile_id: str, expected: int = 0):
         self.profile_id = profile_id

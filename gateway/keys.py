@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -238,7 +238,8 @@ class KeyScheduler(Generic[T]):
         pending = self._entries.get(order)
         if pending is None or pending.held:
             return 0
-        return max(sum(1 for p in self._queues[key] if p.order < order) + (key in self._busy)
+        # each key's queue is sorted by order (insort), so its position is a bisection, not a scan
+        return max(bisect_left(self._queues[key], order, key=lambda p: p.order) + (key in self._busy)
                    for key in pending.keys)
 
     @property
