@@ -8,7 +8,7 @@ from gateway.api import Outbox, PermanentError
 from gateway.home import safe_name
 from orchestrator.agent_cli import AgentCall
 from orchestrator.config import AgentConfig, read_template
-from orchestrator.notes import ProgressNotes
+from orchestrator.progress import ProgressNotes
 from orchestrator.providers import ProviderRunner
 from orchestrator.runs import RunStore, conversation_key
 from orchestrator.spawn import ProviderFailed, ProviderResult

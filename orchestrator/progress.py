@@ -1,4 +1,4 @@
-"""Progress notes: what a long-running agent is doing, sent to its conversation now and then."""
+"""Progress notes of a running agent step: what it is doing, sent to its conversation now and then."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gateway.models import OutgoingPayload
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.runs import RunState
 
-log = logging.getLogger("switchyard.orchestrator.notes")
+log = logging.getLogger("switchyard.orchestrator.progress")
 
 NOTE_PREFIX = "⏳ "
 
