@@ -1,37 +1,65 @@
-"""Switchyard's runtime core, and the public API for channel plugins and the orchestrator."""
+"""Switchyard's runtime core, and the public API for channel plugins and the orchestrator.
 
-from gateway.access import AccessDecision, AccessPolicy
-from gateway.api import (
-    INTAKE_FAILED_REPLY,
-    Channel,
-    ChannelContext,
-    ConfigurationError,
-    DeliveryError,
-    DeliveryRecord,
-    FunctionSpec,
-    Handler,
-    HandlerContext,
-    Outbox,
-    PermanentError,
-    Sink,
-)
-from gateway.attachments import (
-    AttachmentPolicy,
-    AttachmentRefused,
-    attachment_folder,
-    open_attachment,
-    read_attachment,
-)
-from gateway.chunking import split_message
-from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
-from gateway.events import EventLog, now_ms, utc_now_iso
-from gateway.home import Home, atomic_write, safe_name
+Names are imported on first use (PEP 562), so `switchyard --help` does not pay for pydantic and the
+runtime modules; `from gateway import Channel` works as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from gateway.hookspecs import hookimpl
-from gateway.models import IncomingPayload, Job, OutgoingPayload, split_send_file_tags
-from gateway.notes import NoteMessages, clip_note, deliver_note
-from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
 
-__all__ = [
+if TYPE_CHECKING:
+    from gateway.access import AccessDecision, AccessPolicy
+    from gateway.api import (
+        INTAKE_FAILED_REPLY,
+        Channel,
+        ChannelContext,
+        ConfigurationError,
+        DeliveryError,
+        DeliveryRecord,
+        FunctionSpec,
+        Handler,
+        HandlerContext,
+        Outbox,
+        PermanentError,
+        Sink,
+    )
+    from gateway.attachments import (
+        AttachmentPolicy,
+        AttachmentRefused,
+        attachment_folder,
+        open_attachment,
+        read_attachment,
+    )
+    from gateway.chunking import split_message
+    from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
+    from gateway.events import EventLog, now_ms, utc_now_iso
+    from gateway.home import Home, atomic_write, safe_name
+    from gateway.models import IncomingPayload, Job, OutgoingPayload, split_send_file_tags
+    from gateway.notes import NoteMessages, clip_note, deliver_note
+    from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
+
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "gateway.access": ("AccessDecision", "AccessPolicy"),
+    "gateway.api": ("INTAKE_FAILED_REPLY", "Channel", "ChannelContext", "ConfigurationError", "DeliveryError",
+                    "DeliveryRecord", "FunctionSpec", "Handler", "HandlerContext", "Outbox", "PermanentError",
+                    "Sink"),
+    "gateway.attachments": ("AttachmentPolicy", "AttachmentRefused", "attachment_folder", "open_attachment",
+                            "read_attachment"),
+    "gateway.chunking": ("split_message",),
+    "gateway.delivery": ("DeliveryJournal", "Part", "RunThreads", "deliver_parts", "delivery_key", "reply_parts"),
+    "gateway.events": ("EventLog", "now_ms", "utc_now_iso"),
+    "gateway.home": ("Home", "atomic_write", "safe_name"),
+    "gateway.models": ("IncomingPayload", "Job", "OutgoingPayload", "split_send_file_tags"),
+    "gateway.notes": ("NoteMessages", "clip_note", "deliver_note"),
+    "gateway.settings": ("ChannelOptions", "ChannelProfile", "ProviderSettings", "Settings", "SettingsError"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+__all__ = [  # the same names as _SOURCES, written out for type checkers and linters
     "AccessDecision", "AccessPolicy", "AttachmentPolicy", "AttachmentRefused", "attachment_folder",
     "open_attachment", "read_attachment", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
     "delivery_key", "reply_parts", "split_message", "NoteMessages", "clip_note", "deliver_note",
@@ -40,3 +68,13 @@ __all__ = [
     "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso", "ChannelOptions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Imports a public name's module the first time the name is asked for."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,32 +1,35 @@
-"""The `switchyard` command: init, run, send, status."""
+"""The `switchyard` command: the parser, the global options, and the table of built-in subcommands.
+
+Starting it must stay cheap (`switchyard --help` and `status` under 300 ms): this module imports only
+argparse and pluggy; each command's module is imported when that command runs, and the parser gets
+plugin subcommands from a plugin manager holding only the light CLI modules, not the runtime plugins.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
+import importlib
 import logging
 import os
-import signal
+import shlex
 import sys
-import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pluggy
+if TYPE_CHECKING:
+    import pluggy
 
-from gateway.access import PairingStore
-from gateway.app import Gateway, run_gateway
-from gateway.events import now_ms
-from gateway.home import Home, resolve_home
-from gateway.models import IncomingPayload
-from gateway.plugin_manager import build_plugin_manager, call_each, check_channel_options
-from gateway.queue import FileQueue, queue_depths
-from gateway.settings import Settings, SettingsError, load_settings
+    from gateway.home import Home
+    from gateway.settings import Settings
 
-log = logging.getLogger("switchyard")
+PROG = "switchyard"
+CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli",)  # built-in modules that only add subcommands
+EXIT_USAGE = 2  # argparse's code for a bad command line; also invalid settings
+EXIT_BROKEN_PIPE = 1  # what Python's docs recommend after EPIPE (signal module, "Note on SIGPIPE")
 
 
 def example_settings_text() -> str:
@@ -34,306 +37,235 @@ def example_settings_text() -> str:
     return resources.files("gateway").joinpath("templates/settings.example.yaml").read_text("utf-8")
 
 
-def _settings_path(args: argparse.Namespace, home: Home) -> Path:
-    return Path(args.settings).expanduser().resolve() if args.settings else home.settings_file
-
-
-def _load_settings(args: argparse.Namespace, home: Home) -> Settings:
-    """The settings file `--settings` names (it must exist), else the home's (or the embedded default)."""
-    return load_settings(_settings_path(args, home), required=bool(args.settings))
-
-
-@dataclass
 class Invocation:
-    """One `switchyard` command line: its home, its settings (or why they are invalid), its plugins."""
+    """One `switchyard` command line: its home, and its settings and plugins, loaded when first asked for."""
 
-    home: Home
-    pm: pluggy.PluginManager
-    loaded: Settings | None
-    error: SettingsError | None
+    def __init__(self, args: argparse.Namespace):
+        from gateway.home import Home, resolve_home
 
-    @classmethod
-    def prepare(cls, args: argparse.Namespace) -> Invocation:
-        """Loads the settings once and builds the plugin manager from them (so listed plugins can add
-        subcommands); invalid settings are kept as the error a command that needs them reports."""
-        home = Home(resolve_home(args.home))
-        try:
-            settings: Settings | None = _load_settings(args, home)
-            error = None
-        except SettingsError as exc:
-            settings, error = None, exc
-        return cls(home, build_plugin_manager(settings), settings, error)
+        self.args = args
+        self.home: Home = Home(resolve_home(args.home))
 
     @property
+    def settings_path(self) -> Path:
+        """The settings file `--settings` names, else the home's."""
+        return Path(self.args.settings).expanduser().resolve() if self.args.settings else self.home.settings_file
+
+    @cached_property
     def settings(self) -> Settings:
-        """The loaded settings; raises SettingsError when they are invalid or missing."""
-        if self.loaded is None:
-            raise self.error or SettingsError("settings not loaded")
-        return self.loaded
+        """The loaded settings (`--settings` must exist; the home's may be absent: the embedded default).
+        Raises SettingsError when they are invalid."""
+        from gateway.settings import load_settings
 
+        return load_settings(self.settings_path, required=bool(self.args.settings))
 
-# --- init ------------------------------------------------------------------------------------
+    @cached_property
+    def pm(self) -> pluggy.PluginManager:
+        """Every plugin, as `run` loads them (built-ins, entry points, the settings' list)."""
+        from gateway.plugin_manager import build_plugin_manager
+        from gateway.settings import SettingsError
 
-
-def cmd_init(args: argparse.Namespace, run: Invocation) -> int:
-    """Creates the home layout, settings.yaml and the default orchestrator workspace."""
-    home = run.home
-    home.create()
-    written = []
-    if not home.settings_file.exists():
-        home.settings_file.write_text(example_settings_text(), encoding="utf-8")
-        written.append(str(home.settings_file))
-    settings = _load_settings(args, home)
-    for paths in call_each(run.pm, "switchyard_init", home=home, settings=settings):
-        written.extend(paths)
-    print(f"Switchyard home: {home.root}")
-    for path in written:
-        print(f"  wrote {path}")
-    print("Next: switchyard run" + (f" --home {home.root}" if args.home else ""))
-    return 0
-
-
-# --- run -------------------------------------------------------------------------------------
-
-
-def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
-    """Runs the gateway until SIGINT or SIGTERM; then finishes or requeues in-flight work and exits 0.
-
-    A second SIGINT/SIGTERM during the stop exits at once: messages in flight stay claimed and are
-    recovered by the next start, as after a kill.
-    """
-    home, settings = run.home, run.settings
-    check_channel_options(settings, run.pm, source=str(_settings_path(args, home)))
-    gateway = Gateway(home, settings, run.pm)
-
-    def on_signal(stop: asyncio.Event, signum: int) -> None:
-        if not stop.is_set():
-            log.info("%s: stopping (send it again to exit at once)", signal.Signals(signum).name)
-            stop.set()
-            return
-        log.warning("second %s: exiting now; messages in flight are recovered at the next start",
-                    signal.Signals(signum).name)
-        _exit_now(128 + signum)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, on_signal, stop, signum)
-        log.info("switchyard running on %s (channels: %s)", home.root,
-                 ", ".join(p.id for p in settings.channels) or "none — processing dropped-in files only")
-        await run_gateway(gateway, stop)
-        if gateway.unfinished:  # asyncio.run would wait for them forever
-            log.info("switchyard stopped")
-            _exit_now(0)
-
-    asyncio.run(main())
-    log.info("switchyard stopped")
-    return 0
-
-
-def _exit_now(code: int) -> None:
-    """Ends the process without waiting for tasks or threads that would not stop."""
-    logging.shutdown()
-    os._exit(code)
-
-
-# --- send ------------------------------------------------------------------------------------
-
-
-def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
-    """Drops one message into the queue, as a channel would; `--wait` prints the reply."""
-    home = run.home
-    home.create()
-    stamp = now_ms()
-    payload = IncomingPayload(
-        channel=args.channel, channelProfileId=args.profile, sender=args.sender,
-        senderId=args.sender_id or args.sender, message=args.text, timestamp=stamp,
-        messageId=args.message_id or f"cli-{time.time_ns()}", conversationId=args.conversation,
-        workflowRunId=args.run,
-    )
-    path = FileQueue(home, fsync=True).enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
-    print(f"queued {path.name}", file=sys.stderr)
-    if args.wait <= 0:
-        return 0
-    reply = wait_for_reply(home, payload.messageId, args.wait)
-    if reply is None:
-        print(f"no reply within {args.wait:g}s (is `switchyard run` running on {home.root}?)", file=sys.stderr)
-        return 1
-    print(reply.get("message", ""))
-    return 0
-
-
-def wait_for_reply(home: Home, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-    """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for folder in (home.outgoing, home.sent):
-            for entry in os.scandir(folder):
-                if entry.name.endswith(".json") and message_id in entry.name:
-                    try:
-                        reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
-                    except (OSError, ValueError):
-                        continue
-                    if reply.get("messageId") == message_id:
-                        return reply
-        time.sleep(0.05)
-    return None
-
-
-# --- status ----------------------------------------------------------------------------------
-
-
-def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> dict[str, Any]:
-    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
-    status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
-    status["gateway"] = _gateway_process(home)
-    status["dead_letters"] = _dead_letters(home, limit=5)
-    for section in call_each(pm, "switchyard_status", home=home, settings=settings):
-        status.update(section)
-    return status
-
-
-def _gateway_process(home: Home) -> dict[str, Any]:
-    try:
-        info: dict[str, Any] = json.loads((home.state / "gateway.json").read_bytes())
-    except (OSError, ValueError):
-        return {"running": False}
-    try:
-        os.kill(int(info["pid"]), 0)
-        info["running"] = True
-    except (OSError, KeyError, ValueError):
-        info["running"] = False
-    return info
-
-
-def _dead_letters(home: Home, *, limit: int) -> list[dict[str, Any]]:
-    reports = sorted(home.failed.glob("*.error.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    letters = []
-    for path in reports[:limit]:
         try:
-            report = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            continue
-        letters.append({"file": report.get("file"), "reason": report.get("reason"),
-                        "attempts": report.get("attempts"), "failed_at": report.get("failed_at")})
-    return letters
+            settings: Settings | None = self.settings
+        except SettingsError:
+            settings = None
+        return build_plugin_manager(settings)
 
 
-def print_status(status: dict[str, Any]) -> None:
-    """Prints the status for a person."""
-    gateway = status["gateway"]
-    print(f"home: {status['home']}")
-    print(f"gateway: {'running, pid ' + str(gateway['pid']) if gateway.get('running') else 'not running'}")
-    for profile, info in gateway.get("channels", {}).items():
-        reason = f" — {info['reason']}" if info.get("reason") else ""
-        print(f"  channel {profile} ({info.get('type')}): {info.get('state')}{reason}")
-    print("queue: " + ", ".join(f"{name} {count}" for name, count in status["queue"].items()))
-    for letter in status["dead_letters"]:
-        print(f"  dead letter {letter['file']}: {letter['reason']}")
-    for problem in status.get("providers", []):
-        print(f"  {problem}")
-    for run in status.get("runs", []):
-        print(f"run {run.get('runId')} ({run.get('workflowId')}): {run.get('state')}, "
-              f"step {run.get('currentStep') or '-'}")
-    if not status.get("runs"):
-        print("runs: none active")
-    for beat in status.get("heartbeats", []):
-        flag = "MISSED" if beat.get("missed") else "ok"
-        print(f"heartbeat {beat.get('profile')}: {flag}, last answer {beat.get('last_answer_at') or 'never'}"
-              f", round trip {beat.get('last_rtt_ms', '-')} ms")
-        if beat.get("problem"):
-            print(f"heartbeat {beat.get('profile')}: {beat['problem']}")
+# --- the subcommand table ----------------------------------------------------------------------
 
 
-def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
-    status = gather_status(run.home, run.settings, run.pm)
-    if args.json:
-        print(json.dumps(status, indent=2, default=str))
-    else:
-        print_status(status)
-    return 0
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """A command that takes only the global options."""
 
 
-# --- pair ------------------------------------------------------------------------------------
+def _send_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", type=_message_text, help="the message text (not empty)")
+    parser.add_argument("--channel", default="console", help="channel name to send as (default: console)")
+    parser.add_argument("--profile", help="channelProfileId to send as")
+    parser.add_argument("--conversation", default="cli", help="conversationId (default: cli)")
+    parser.add_argument("--sender", default=os.environ.get("USER", "cli"), help="sender name (default: $USER)")
+    parser.add_argument("--sender-id", help="senderId (default: the sender name)")
+    parser.add_argument("--message-id", help="messageId (default: a new cli-… id)")
+    parser.add_argument("--run", help="workflowRunId to address (answers a run waiting for input)")
+    parser.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                        help="wait up to SECONDS for the reply and print it")
 
 
-def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
-    """Lists pending pairing codes, or approves one so its sender may talk to the bot."""
-    store = PairingStore(run.home)
-    if args.pair_command == "approve":
-        entry = store.approve(args.code)
-        if entry is None:
-            print(f"switchyard: no pending pairing code {args.code!r} (see `switchyard pair list`)",
-                  file=sys.stderr)
-            return 1
-        print(f"approved {entry['sender'] or entry['senderId']} ({entry['senderId']}) on {entry['profile']}")
-        return 0
-    data = store.read()
-    for code, entry in data["pending"].items():
-        print(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
-              f"since {entry['requested_at']}")
-    for profile, senders in data["approved"].items():
-        print(f"approved on {profile}: {', '.join(senders)}")
-    return 0
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
-# --- entry point -----------------------------------------------------------------------------
+def _pair_arguments(parser: argparse.ArgumentParser) -> None:
+    pair_commands = parser.add_subparsers(dest="pair_command", required=True, title="subcommands")
+    pair_commands.add_parser("list", help="pending codes and approved senders")
+    approve = pair_commands.add_parser("approve", help="approve a pending code")
+    approve.add_argument("code", help="the code the sender was given")
 
 
-def _global_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--home", help="home directory (default: $SWITCHYARD_HOME or ~/.switchyard)")
-    parser.add_argument("--settings", help="settings file (default: <home>/settings.yaml)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+@dataclass(frozen=True)
+class Command:
+    """A built-in subcommand: its help line, its arguments, and `module:function` to call, imported only
+    when the command runs; the function takes (args, Invocation) and returns the exit code."""
+
+    name: str
+    help: str
+    target: str
+    arguments: Callable[[argparse.ArgumentParser], None] = field(default=_no_arguments)
+
+    def call(self, args: argparse.Namespace, run: Invocation) -> int:
+        module, function = self.target.split(":")
+        code: int = getattr(importlib.import_module(module), function)(args, run)
+        return code
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("init", "create the home, settings.yaml and the default orchestrator", "gateway.commands:cmd_init"),
+    Command("run", "run the gateway (Ctrl-C to stop)", "gateway.commands:cmd_run"),
+    Command("send", "queue a message as a channel would", "gateway.commands:cmd_send", _send_arguments),
+    Command("status", "gateway, channels, queue, dead letters, runs, heartbeat; exit 3 when the gateway is down",
+            "gateway.status:cmd_status", _status_arguments),
+    Command("pair", "admit senders with one-time pairing codes", "gateway.commands:cmd_pair", _pair_arguments),
+)
+
+
+def _message_text(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the message is empty; give some text to send")
+    return text
+
+
+# --- the parser --------------------------------------------------------------------------------
+
+
+def _global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """`--home`, `--settings`, `-v`: on the top parser, and on every subcommand with SUPPRESS defaults so
+    that one given after the subcommand is kept and one not given does not overwrite the top's."""
+    group = parser.add_argument_group("global options")
+    group.add_argument("--home", default=default, help="home directory (default: $SWITCHYARD_HOME or ~/.switchyard)")
+    group.add_argument("--settings", default=default, help="settings file (default: <home>/settings.yaml)")
+    group.add_argument("-v", "--verbose", action="store_true", default=default, help="debug logging")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose subcommands (plugin ones too) accept the global options after their name;
+    an option a plugin defines itself wins over a global one of the same name."""
+
+    def __init__(self, *args: Any, top: bool = False, **kwargs: Any):
+        if not top:
+            kwargs.setdefault("conflict_handler", "resolve")
+        super().__init__(*args, **kwargs)
+        _global_options(self, None if top else argparse.SUPPRESS)
+
+
+class _Version(argparse.Action):
+    """`--version`: reads the version from the package metadata only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
+                         help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from importlib.metadata import version
+
+        print(f"{PROG} {version('switchyard')}")
+        parser.exit()
 
 
 def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
-    _global_options(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("init", help="create the home, settings.yaml and the default orchestrator")
-    commands.add_parser("run", help="run the gateway (Ctrl-C to stop)")
-    send = commands.add_parser("send", help="queue a message as a channel would")
-    send.add_argument("text")
-    send.add_argument("--channel", default="console")
-    send.add_argument("--profile", help="channelProfileId")
-    send.add_argument("--conversation", default="cli", help="conversationId")
-    send.add_argument("--sender", default=os.environ.get("USER", "cli"))
-    send.add_argument("--sender-id")
-    send.add_argument("--message-id")
-    send.add_argument("--run", help="workflowRunId to address")
-    send.add_argument("--wait", type=float, default=0, help="seconds to wait for the reply and print it")
-    status = commands.add_parser("status", help="queue depths, dead letters, runs, heartbeat")
-    status.add_argument("--json", action="store_true")
-    pair = commands.add_parser("pair", help="admit senders with one-time pairing codes")
-    pair_commands = pair.add_subparsers(dest="pair_command", required=True)
-    pair_commands.add_parser("list", help="pending codes and approved senders")
-    approve = pair_commands.add_parser("approve", help="approve a pending code")
-    approve.add_argument("code")
+    """The `switchyard` parser: the built-in subcommands, then those the plugins in `pm` add."""
+    parser = Parser(prog=PROG, top=True, description="A chat gateway for agent workflows.",
+                    epilog="Global options may also follow the subcommand: switchyard run --home DIR. "
+                           "`switchyard COMMAND --help` describes a command.")
+    parser.add_argument("--version", action=_Version)
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help, description=command.help)
+        command.arguments(sub)
+        sub.set_defaults(command_entry=command)
     if pm is not None:
+        from gateway.plugin_manager import call_each
+
         call_each(pm, "switchyard_cli", commands=commands)
     return parser
 
 
-COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_status, "pair": cmd_pair}
+def cli_plugin_manager(run: Invocation) -> pluggy.PluginManager:
+    """The plugins that may add subcommands: the light built-in CLI modules, the modules the settings file
+    lists (read without validating it), `$SWITCHYARD_PLUGINS` and the entry points."""
+    from gateway.plugin_manager import plugin_manager_for
+
+    return plugin_manager_for([*CLI_PLUGINS, *_listed_plugins(run.settings_path)])
+
+
+def _listed_plugins(path: Path) -> list[str]:
+    """The `plugins:` list of a settings file; nothing when it is absent or unreadable (a command that
+    needs the settings reports that)."""
+    if not path.is_file():
+        return []
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    listed = data.get("plugins") if isinstance(data, dict) else None
+    return [name for name in listed if isinstance(name, str)] if isinstance(listed, list) else []
+
+
+# --- entry point -------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
-    early = argparse.ArgumentParser(add_help=False)
-    _global_options(early)
+    """Runs one command line; returns its exit code. Output to a closed pipe ends quietly with 1."""
+    try:
+        try:
+            code = _main(sys.argv[1:] if argv is None else argv)
+        except SystemExit as stop:  # argparse: --help, --version, a usage error
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would print a traceback (and again at exit, flushing stdout): point stdout at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _main(argv: list[str]) -> int:
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    _global_options(early, None)
     known, _ = early.parse_known_args(argv)
     logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run = Invocation.prepare(known)
-    args = build_parser(run.pm).parse_args(argv)
+    run = Invocation(known)
+    parser = build_parser(cli_plugin_manager(run))
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    run.args = args
+    from gateway.settings import SettingsError
+
     try:
-        if args.command in COMMANDS:
-            return COMMANDS[args.command](args, run)
+        if "command_entry" in args:
+            return args.command_entry.call(args, run)  # type: ignore[no-any-return]
         code: int = args.run(args, run.home, run.settings)
         return code
     except SettingsError as exc:
-        print(f"switchyard: invalid settings: {exc}", file=sys.stderr)
-        return 2
+        print(f"{PROG}: invalid settings: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def next_step(run: Invocation) -> str:
+    """The `Next:` line `init` prints: the command that starts this home, with the options it was given."""
+    words = [PROG, "run"]
+    if run.args.home:
+        words += ["--home", str(run.home.root)]
+    if run.args.settings:
+        words += ["--settings", str(run.settings_path)]
+    return shlex.join(words)
 
 
 if __name__ == "__main__":

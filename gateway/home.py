@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import itertools
@@ -91,6 +90,8 @@ class SpareFiles:
         with self._lock:
             spare = self._ready.pop() if self._ready else None
         with contextlib.suppress(RuntimeError):  # no running loop in this thread: no spare then
+            import asyncio  # here, not at the top: `switchyard --help` imports this module
+
             asyncio.get_running_loop().call_soon(self._refill)
         return spare
 

@@ -9,15 +9,18 @@ Call hooks with keyword arguments only. The gateway and the CLI call the all-res
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
-from pydantic import BaseModel
 
-from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
-from gateway.home import Home
-from gateway.settings import ChannelProfile, Settings
+if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and must not pay for pydantic
+    import argparse
+
+    from pydantic import BaseModel
+
+    from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+    from gateway.home import Home
+    from gateway.settings import ChannelProfile, Settings
 
 hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")

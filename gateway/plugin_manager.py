@@ -8,14 +8,17 @@ import os
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
-from pydantic import BaseModel
 
 from gateway import hookspecs
-from gateway.events import EventLog
-from gateway.settings import Settings, validate_channel_options
+
+if TYPE_CHECKING:  # imported on use: the CLI builds a plugin manager before it needs pydantic
+    from pydantic import BaseModel
+
+    from gateway.events import EventLog
+    from gateway.settings import Settings
 
 log = logging.getLogger("switchyard.plugins")
 
@@ -28,6 +31,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.slack",
     "plugins.whatsapp",
     "plugins.inbox",
+    "orchestrator.cli",
     "orchestrator.plugin",
 )
 
@@ -40,10 +44,15 @@ def build_plugin_manager(
 
     A plugin that fails to import is logged and skipped; the gateway keeps running without it.
     """
+    return plugin_manager_for([*DEFAULT_PLUGINS, *(settings.plugins if settings else [])], extra=extra)
+
+
+def plugin_manager_for(modules: Iterable[str], *, extra: Iterable[object] = ()) -> pluggy.PluginManager:
+    """A plugin manager with these modules, `$SWITCHYARD_PLUGINS`, the entry points and `extra` objects
+    (the CLI builds one with only its light modules to parse a command line)."""
     pm = pluggy.PluginManager("switchyard")
     pm.add_hookspecs(hookspecs)
-    modules = [*DEFAULT_PLUGINS, *(settings.plugins if settings else [])]
-    modules += [m.strip() for m in os.environ.get("SWITCHYARD_PLUGINS", "").split(",") if m.strip()]
+    modules = [*modules, *(m.strip() for m in os.environ.get("SWITCHYARD_PLUGINS", "").split(",") if m.strip())]
     for name in dict.fromkeys(modules):
         _register_module(pm, name)
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
@@ -100,6 +109,8 @@ def plugin_name(pm: pluggy.PluginManager, plugin: object) -> str:
 def check_channel_options(settings: Settings, pm: pluggy.PluginManager, *, source: str) -> None:
     """Checks every channel profile against the options model its plugin declares; an unknown
     `type` or key raises SettingsError naming `source`, the profile and the key."""
+    from gateway.settings import validate_channel_options
+
     models: dict[str, type[BaseModel]] = {}
     for declared in call_each(pm, "switchyard_channel_options"):
         models.update(declared)

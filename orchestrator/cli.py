@@ -1,63 +1,78 @@
-"""The orchestrator's CLI subcommands: `runs`, `coordination clean`, `workspace …`, `doctor` (via switchyard_cli)."""
+"""The orchestrator's CLI subcommands: `runs`, `coordination clean`, `workspace …`, `doctor` (via switchyard_cli).
+
+Only argparse is imported at module level: the parser is built on every `switchyard` start, and each
+command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from gateway import hookimpl
 
-from gateway.home import Home
-from gateway.settings import Settings, SettingsError, describe_validation_error, parse_yaml_file
-from gateway.tables import print_table
-from orchestrator.config import CONFIG_FILE, LoadedConfig, OrchestratorConfig, default_orchestrator_config
-from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
-from orchestrator.doctor import check_providers, fill_versions, probe, provider_uses
-from orchestrator.rules import builtin_providers
-from orchestrator.runs import RunStore
-from orchestrator.selector import prune_selector_files
-from orchestrator.status import listing_line, snapshot
-from orchestrator.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
+if TYPE_CHECKING:
+    from gateway.home import Home
+    from gateway.settings import Settings
+    from orchestrator.config import LoadedConfig
+    from orchestrator.runs import RunStore
+
+RUNS_LIMIT = 20
+
+
+@hookimpl
+def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Adds `switchyard runs`, `coordination clean`, `workspace …` and `doctor`."""
+    add_commands(commands)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `runs`, `coordination` and `workspace` to the `switchyard` parser."""
-    runs = commands.add_parser("runs", help="list workflow runs, or show one (`runs show ID`)")
-    runs.add_argument("--json", action="store_true")
+    """Adds `runs`, `coordination`, `workspace` and `doctor` to the `switchyard` parser."""
+    runs = commands.add_parser("runs", help="list workflow runs newest first, or show one (`runs show ID`)")
+    runs.add_argument("--json", action="store_true", help="print JSON for scripts")
     runs.add_argument("--active", action="store_true", help="only runs not yet finished")
-    runs_commands = runs.add_subparsers(dest="runs_command")
+    runs.add_argument("--limit", type=int, default=RUNS_LIMIT, metavar="N",
+                      help=f"show at most N runs (default {RUNS_LIMIT}; 0 for all)")
+    runs.add_argument("--since", metavar="WHEN", help="only runs created since WHEN: a duration back from now "
+                                                      "(30m, 2h, 3d, 1w) or an ISO date or time")
+    runs.add_argument("--state", action="append", default=[], metavar="STATE",
+                      help="only runs in STATE (repeat it or give a comma list: queued, running, "
+                           "waiting_input, done, failed, failed_final, cancelled)")
+    runs_commands = runs.add_subparsers(dest="runs_command", title="subcommands", metavar="{show}")
     show = runs_commands.add_parser("show", help="one run: its snapshot, job fields and recent events")
-    show.add_argument("run_id")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("run_id", help="the run's id, as `switchyard runs` lists it")
+    show.add_argument("--json", action="store_true", help="print JSON for scripts")
     show.add_argument("--events", type=int, default=10, help="how many recent events to print")
     runs.set_defaults(run=cmd_runs)
 
     coordination = commands.add_parser("coordination", help="the spec-001 coordination directory")
-    coordination_commands = coordination.add_subparsers(dest="coordination_command", required=True)
+    coordination_commands = coordination.add_subparsers(dest="coordination_command", required=True,
+                                                        title="subcommands")
     clean = coordination_commands.add_parser("clean", help="apply retention: archive, old checkpoints, "
                                                            "expired locks")
-    clean.add_argument("--archive-after-days", type=float, default=ARCHIVE_AFTER_DAYS)
-    clean.add_argument("--checkpoint-days", type=float, default=CHECKPOINT_RETENTION_DAYS)
-    clean.add_argument("--json", action="store_true")
+    clean.add_argument("--archive-after-days", type=float, help="archive finished records older than this "
+                                                                "(default 30)")
+    clean.add_argument("--checkpoint-days", type=float, help="remove checkpoints older than this (default 7)")
+    clean.add_argument("--json", action="store_true", help="print JSON for scripts")
     coordination.set_defaults(run=cmd_coordination)
 
     workspace = commands.add_parser("workspace", help="agent task queues in an orchestrator workspace")
     workspace.add_argument("--orchestrator", help="orchestrator id (default: default_orchestrator)")
-    workspace_commands = workspace.add_subparsers(dest="workspace_command", required=True)
+    workspace_commands = workspace.add_subparsers(dest="workspace_command", required=True, title="subcommands")
     for name, what in (("clean-processed", "delete whole processed/{timestamp}/ partitions"),
                        ("archive-processed", "pack whole processed/{timestamp}/ partitions into archive/")):
         helper = workspace_commands.add_parser(name, help=f"{what} older than N days (never single items)")
-        helper.add_argument("--older-than-days", type=float, default=7.0)
-        helper.add_argument("--dry-run", action="store_true")
+        helper.add_argument("--older-than-days", type=float, default=7.0, metavar="N",
+                            help="age in days of the partitions to act on (default 7)")
+        helper.add_argument("--dry-run", action="store_true", help="print what would be done, do nothing")
     task = workspace_commands.add_parser("add-task", help="write inbox/<agent>/<name>.task (.tmp, then rename)")
-    task.add_argument("agent")
-    task.add_argument("name")
+    task.add_argument("agent", help="the agent whose inbox gets the task")
+    task.add_argument("name", help="the task's file name, without .task")
     source = task.add_mutually_exclusive_group(required=True)
-    source.add_argument("--text")
+    source.add_argument("--text", help="the task's text")
     source.add_argument("--file", help="read the task from this file ('-' for stdin)")
     workspace_commands.add_parser("init", help="create inbox/<agent>/, processed/ and failed/")
     workspace.set_defaults(run=cmd_workspace)
@@ -65,28 +80,43 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     doctor = commands.add_parser("doctor", help="check the providers: found on PATH, version, and with "
                                                 "--probe one tiny request each")
     doctor.add_argument("--probe", action="store_true", help="send each provider one tiny request")
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--json", action="store_true", help="print JSON for scripts")
     doctor.set_defaults(run=cmd_doctor)
 
 
 def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
-    """Lists runs oldest first, or shows one."""
+    """Lists runs newest first (filtered and cut to `--limit`), or shows one."""
+    from gateway.tables import print_table
+    from orchestrator.listing import HEADERS, parse_since, parse_states, select_runs, table_rows
+    from orchestrator.runs import RunStore
+
     store = RunStore(home, fsync=False)
     if args.runs_command == "show":
         return _show_run(store, args)
-    runs = store.unfinished() if args.active else store.all_runs()
+    try:
+        since = parse_since(args.since) if args.since else None
+        states = parse_states(args.state)
+    except ValueError as exc:
+        print(f"switchyard runs: {exc}", file=sys.stderr)
+        return 2
+    runs, matched = select_runs(store.unfinished() if args.active else store.all_runs(), since=since,
+                                states=states, limit=args.limit)
     if args.json:
         print(json.dumps([{**run.summary(), "createdAt": run.createdAt, "job": run.job.model_dump(
             exclude_none=True)} for run in runs], indent=2))
         return 0
-    for run in runs:
-        print(listing_line(run))
     if not runs:
-        print("no runs")
+        print("no runs" + (" match" if matched or since or states or args.active else ""))
+        return 0
+    print_table(HEADERS, table_rows(runs))
+    if matched > len(runs):
+        print(f"(the newest {len(runs)} of {matched}; --limit 0 shows all)", file=sys.stderr)
     return 0
 
 
 def _show_run(store: RunStore, args: argparse.Namespace) -> int:
+    from orchestrator.status import snapshot
+
     run = store.load(args.run_id)
     if run is None:
         print(f"switchyard: no run {args.run_id!r}", file=sys.stderr)
@@ -108,8 +138,13 @@ def _show_run(store: RunStore, args: argparse.Namespace) -> int:
 
 def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Applies the spec-001 retention policy once."""
-    report: dict[str, Any] = Coordination(home).clean(archive_after_days=args.archive_after_days,
-                                                      checkpoint_days=args.checkpoint_days)
+    from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
+    from orchestrator.selector import prune_selector_files
+
+    archive_days = ARCHIVE_AFTER_DAYS if args.archive_after_days is None else args.archive_after_days
+    checkpoint_days = CHECKPOINT_RETENTION_DAYS if args.checkpoint_days is None else args.checkpoint_days
+    report: dict[str, Any] = Coordination(home).clean(archive_after_days=archive_days,
+                                                      checkpoint_days=checkpoint_days)
     report["selector_files_removed"] = prune_selector_files(home)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -124,6 +159,12 @@ def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -
 
 def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) -> LoadedConfig:
     """An orchestrator's configuration for CLI helpers (provider names are not checked here)."""
+    from pydantic import ValidationError
+
+    from gateway.settings import SettingsError, describe_validation_error, parse_yaml_file
+    from orchestrator.config import CONFIG_FILE, LoadedConfig, OrchestratorConfig, default_orchestrator_config
+    from orchestrator.rules import builtin_providers
+
     chosen = orchestrator_id or settings.default_orchestrator
     ref = settings.orchestrators.get(chosen)
     if ref is None:
@@ -141,6 +182,8 @@ def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) 
 
 def cmd_workspace(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Task-queue helpers; clean/archive act on whole `processed/{timestamp}/` partitions only."""
+    from orchestrator.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
+
     loaded = load_for_tools(home, settings, args.orchestrator)
     if args.workspace_command == "init":
         for folder in ensure_queue_dirs(loaded):
@@ -164,6 +207,11 @@ def cmd_workspace(args: argparse.Namespace, home: Home, settings: Settings) -> i
 
 def cmd_doctor(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Prints one row per provider; exits 1 when a provider an orchestrator uses has a problem."""
+    import asyncio
+
+    from gateway.tables import print_table
+    from orchestrator.doctor import check_providers, fill_versions, probe, provider_uses
+
     checks = check_providers(home, settings)
     _, broken = provider_uses(home, settings)
 

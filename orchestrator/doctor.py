@@ -8,16 +8,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.api import PermanentError
 from gateway.home import Home
 from gateway.settings import ProviderSettings, Settings, SettingsError, secret_env_names
-from orchestrator.agent_cli import AgentCall
 from orchestrator.clis import PRESETS
-from orchestrator.clis.base import first_line
 from orchestrator.config import load_orchestrator_config
-from orchestrator.providers import ProviderRunner
 from orchestrator.rules import builtin_providers
-from orchestrator.spawn import ProviderFailed, run_process
 
 VERSION_TIMEOUT_SEC = 15.0
 PROBE_PROMPT = "Reply with the single word OK and nothing else."
@@ -92,6 +87,8 @@ def missing_providers(home: Home, settings: Settings) -> list[str]:
 
 async def fill_versions(checks: list[ProviderCheck]) -> None:
     """Asks each found CLI for its version (`--version`)."""
+    from orchestrator.spawn import run_process  # the runners are imported here: `status` needs only the checks
+
     async def version(check: ProviderCheck) -> None:
         if check.path is None or check.kind == "command":
             return
@@ -106,6 +103,12 @@ async def fill_versions(checks: list[ProviderCheck]) -> None:
 
 async def probe(home: Home, settings: Settings, checks: list[ProviderCheck]) -> None:
     """Sends each found provider one tiny request and records the answer or the failure."""
+    from gateway.api import PermanentError
+    from orchestrator.agent_cli import AgentCall
+    from orchestrator.clis.base import first_line
+    from orchestrator.providers import ProviderRunner
+    from orchestrator.spawn import ProviderFailed
+
     quick = {name: provider.model_copy(update={"first_output_sec": PROBE_FIRST_OUTPUT_SEC,
                                                "timeout_sec": min(provider.timeout_sec, PROBE_TIMEOUT_SEC)})
              for name, provider in settings.providers.items()}

@@ -1,37 +1,43 @@
-"""The orchestrator as a built-in plugin: the handler, the built-in providers, init files, status."""
+"""The orchestrator as a built-in plugin: the handler, the built-in providers, init files, status.
+
+Its modules are imported inside the hooks, so building a plugin manager (as `switchyard status` does)
+does not import the whole orchestrator. Its subcommands are declared in orchestrator/cli.py.
+"""
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import hookimpl
-from gateway.api import BuiltinProvider, HandlerContext
-from gateway.home import Home
-from gateway.settings import Settings
-from orchestrator.cli import add_commands
-from orchestrator.config import CONFIG_FILE, write_default_orchestrator
-from orchestrator.doctor import missing_providers
-from orchestrator.handler import Orchestrator
-from orchestrator.rules import builtin_providers
-from orchestrator.runs import RunStore
+
+if TYPE_CHECKING:
+    from gateway.api import BuiltinProvider, HandlerContext
+    from gateway.home import Home
+    from gateway.settings import Settings
+    from orchestrator.handler import Orchestrator
 
 
 @hookimpl
 def switchyard_handler(context: HandlerContext) -> Orchestrator:
     """Builds the Orchestrator for the gateway's worker."""
+    from orchestrator.handler import Orchestrator
+
     return Orchestrator(context)
 
 
 @hookimpl
 def switchyard_providers() -> dict[str, BuiltinProvider]:
     """Declares `echo` and `rules`, which run without any CLI installed."""
+    from orchestrator.rules import builtin_providers
+
     return builtin_providers()
 
 
 @hookimpl
 def switchyard_init(home: Home, settings: Settings) -> list[str]:
     """Writes the default orchestrator.yaml into each orchestrator workspace that has none."""
+    from orchestrator.config import CONFIG_FILE, write_default_orchestrator
+
     written = []
     for ref in settings.orchestrators.values():
         workspace = home.resolve(ref.workspace)
@@ -43,11 +49,8 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 @hookimpl
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
     """Lists the runs not yet finished, read from disk, and providers whose CLI cannot be found."""
+    from orchestrator.doctor import missing_providers
+    from orchestrator.runs import RunStore
+
     return {"runs": [run.summary() for run in RunStore(home).unfinished()],
             "providers": missing_providers(home, settings)}
-
-
-@hookimpl
-def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `switchyard runs`, `switchyard coordination clean` and `switchyard workspace …`."""
-    add_commands(commands)

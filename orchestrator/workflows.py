@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ITEM_LIFECYCLE_VERSION = (1, 2)
@@ -19,6 +17,9 @@ class _Strict(BaseModel):
 
 def check_schema(schema: dict[str, Any]) -> None:
     """Raises ValueError when `schema` is not a valid JSON Schema (Draft 2020-12)."""
+    from jsonschema import Draft202012Validator  # here: `switchyard status` reads workflows without schemas
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:

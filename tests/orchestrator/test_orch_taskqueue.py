@@ -81,8 +81,9 @@ async def test_cli_runs_list_and_show(
     _, message = await f.send("there")
     run_id = run_id_for(message)
     assert main(["--home", str(home.root), "runs"]) == 0
-    line = capsys.readouterr().out.strip()
-    assert line.startswith(run_id) and " done " in line and "retries 0/0" in line
+    header, row = capsys.readouterr().out.strip().splitlines()
+    assert header.split() == ["run", "workflow", "state", "step", "retries", "created", "elapsed"]
+    assert row.split()[:5] == [run_id, "w", "done", "Reply", "0/0"]
     assert main(["--home", str(home.root), "runs", "show", run_id]) == 0
     shown = capsys.readouterr().out
     assert shown.startswith(f"Run {run_id} (workflow w): done") and "job.succeeded" in shown

@@ -1,0 +1,150 @@
+"""The built-in commands `init`, `run`, `send` and `pair` (the parser is in gateway/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.access import PairingStore
+from gateway.cli import Invocation, example_settings_text, next_step
+from gateway.events import now_ms
+from gateway.home import Home
+from gateway.models import IncomingPayload
+from gateway.plugin_manager import call_each, check_channel_options
+from gateway.queue import FileQueue
+
+log = logging.getLogger("switchyard")
+
+
+def cmd_init(args: argparse.Namespace, run: Invocation) -> int:
+    """Creates the home layout, settings.yaml and the default orchestrator workspace."""
+    home = run.home
+    home.create()
+    written = []
+    if not home.settings_file.exists():
+        home.settings_file.write_text(example_settings_text(), encoding="utf-8")
+        written.append(str(home.settings_file))
+    for paths in call_each(run.pm, "switchyard_init", home=home, settings=run.settings):
+        written.extend(paths)
+    print(f"Switchyard home: {home.root}")
+    for path in written:
+        print(f"  wrote {path}")
+    print(f"Next: {next_step(run)}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
+    """Runs the gateway until SIGINT or SIGTERM; then finishes or requeues in-flight work and exits 0.
+
+    A second SIGINT/SIGTERM during the stop exits at once: messages in flight stay claimed and are
+    recovered by the next start, as after a kill.
+    """
+    from gateway.app import Gateway, run_gateway
+
+    home, settings = run.home, run.settings
+    check_channel_options(settings, run.pm, source=str(run.settings_path))
+    gateway = Gateway(home, settings, run.pm)
+
+    def on_signal(stop: asyncio.Event, signum: int) -> None:
+        if not stop.is_set():
+            log.info("%s: stopping (send it again to exit at once)", signal.Signals(signum).name)
+            stop.set()
+            return
+        log.warning("second %s: exiting now; messages in flight are recovered at the next start",
+                    signal.Signals(signum).name)
+        _exit_now(128 + signum)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, stop, signum)
+        log.info("switchyard running on %s (channels: %s)", home.root,
+                 ", ".join(p.id for p in settings.channels) or "none — processing dropped-in files only")
+        await run_gateway(gateway, stop)
+        if gateway.unfinished:  # asyncio.run would wait for them forever
+            log.info("switchyard stopped")
+            _exit_now(0)
+
+    asyncio.run(main())
+    log.info("switchyard stopped")
+    return 0
+
+
+def _exit_now(code: int) -> None:
+    """Ends the process without waiting for tasks or threads that would not stop."""
+    logging.shutdown()
+    os._exit(code)
+
+
+def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
+    """Drops one message into the queue, as a channel would; `--wait` prints the reply."""
+    home = run.home
+    home.create()
+    payload = IncomingPayload(
+        channel=args.channel, channelProfileId=args.profile, sender=args.sender,
+        senderId=args.sender_id or args.sender, message=args.text, timestamp=now_ms(),
+        messageId=args.message_id or f"cli-{time.time_ns()}", conversationId=args.conversation,
+        workflowRunId=args.run,
+    )
+    path = FileQueue(home, fsync=True).enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
+    print(f"queued {path.name}", file=sys.stderr)
+    if args.wait <= 0:
+        return 0
+    print(f"waiting up to {args.wait:g}s for the reply… (Ctrl-C stops waiting; the message stays queued)",
+          file=sys.stderr)
+    try:
+        reply = wait_for_reply(home, payload.messageId, args.wait)
+    except KeyboardInterrupt:
+        print("stopped waiting; the message is still queued", file=sys.stderr)
+        return 130
+    if reply is None:
+        print(f"no reply within {args.wait:g}s (is `switchyard run` running on {home.root}?)", file=sys.stderr)
+        return 1
+    print(reply.get("message", ""))
+    return 0
+
+
+def wait_for_reply(home: Home, message_id: str, timeout_s: float) -> dict[str, Any] | None:
+    """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for folder in (home.outgoing, home.sent):
+            for entry in os.scandir(folder):
+                if entry.name.endswith(".json") and message_id in entry.name:
+                    try:
+                        reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
+                    except (OSError, ValueError):
+                        continue
+                    if reply.get("messageId") == message_id:
+                        return reply
+        time.sleep(0.05)
+    return None
+
+
+def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
+    """Lists pending pairing codes, or approves one so its sender may talk to the bot."""
+    store = PairingStore(run.home)
+    if args.pair_command == "approve":
+        entry = store.approve(args.code)
+        if entry is None:
+            print(f"switchyard: no pending pairing code {args.code!r} (see `switchyard pair list`)",
+                  file=sys.stderr)
+            return 1
+        print(f"approved {entry['sender'] or entry['senderId']} ({entry['senderId']}) on {entry['profile']}")
+        return 0
+    data = store.read()
+    for code, entry in data["pending"].items():
+        print(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
+              f"since {entry['requested_at']}")
+    for profile, senders in data["approved"].items():
+        print(f"approved on {profile}: {', '.join(senders)}")
+    return 0

@@ -1,0 +1,115 @@
+"""`switchyard status`: what it gathers (gateway process, channels, queue, dead letters, plugin sections)
+and how it shows it (tables for a person, JSON for a script). Exits 3 when the gateway is down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from gateway.home import Home
+from gateway.plugin_manager import call_each
+from gateway.queue import queue_depths
+from gateway.tables import print_table
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from gateway.cli import Invocation
+    from gateway.settings import Settings
+
+EXIT_NOT_RUNNING = 3  # as `systemctl status` and LSB init scripts say "program is not running"
+DEAD_LETTERS_SHOWN = 5
+
+
+def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
+    """Prints the status; the exit code says whether the gateway is running (0) or not (3)."""
+    status = gather_status(run.home, run.settings, run.pm)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+    else:
+        print_status(status)
+    return 0 if status["gateway"]["running"] else EXIT_NOT_RUNNING
+
+
+def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> dict[str, Any]:
+    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
+    status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
+    status["gateway"] = gateway_process(home)
+    status["dead_letters"] = _dead_letters(home, limit=DEAD_LETTERS_SHOWN)
+    for section in call_each(pm, "switchyard_status", home=home, settings=settings):
+        status.update(section)
+    return status
+
+
+def gateway_process(home: Home) -> dict[str, Any]:
+    """The gateway's own report (state/gateway.json) and whether its process is alive; the channel
+    states of a gateway that is not running are marked unknown, not repeated as if current."""
+    try:
+        info: dict[str, Any] = json.loads((home.state / "gateway.json").read_bytes())
+    except (OSError, ValueError):
+        return {"running": False}
+    try:
+        os.kill(int(info["pid"]), 0)
+        info["running"] = True
+    except PermissionError:  # alive, under another user
+        info["running"] = True
+    except (OSError, KeyError, ValueError, TypeError):
+        info["running"] = False
+    if not info["running"]:
+        info["channels"] = {profile: _stale(channel) for profile, channel in (info.get("channels") or {}).items()}
+    return info
+
+
+def _stale(channel: dict[str, Any]) -> dict[str, Any]:
+    last = channel.get("state")
+    return {**channel, "state": "unknown", "stale": True, "last_reported": last,
+            "reason": f"gateway not running (last reported {last})"}
+
+
+def _dead_letters(home: Home, *, limit: int) -> list[dict[str, Any]]:
+    reports = sorted(home.failed.glob("*.error.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    letters = []
+    for path in reports[:limit]:
+        try:
+            report = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        letters.append({"file": report.get("file"), "reason": report.get("reason"),
+                        "attempts": report.get("attempts"), "failed_at": report.get("failed_at")})
+    return letters
+
+
+def print_status(status: dict[str, Any]) -> None:
+    """Prints the status for a person: a headline, then one table per section that has rows."""
+    gateway = status["gateway"]
+    print(f"home: {status['home']}")
+    if gateway.get("running"):
+        print(f"gateway: running, pid {gateway.get('pid')}, since {gateway.get('started_at', '?')}")
+    else:
+        print("gateway: not running" + (f" (last pid {gateway['pid']})" if gateway.get("pid") else ""))
+    _section(["channel", "type", "state", "detail"],
+             [[name, str(info.get("type") or "-"), str(info.get("state")), str(info.get("reason") or "")]
+              for name, info in (gateway.get("channels") or {}).items()])
+    _section(list(status["queue"]), [[str(count) for count in status["queue"].values()]], title="queue")
+    _section(["dead letter", "attempts", "failed at", "reason"],
+             [[str(d["file"]), str(d["attempts"]), str(d["failed_at"]), str(d["reason"])]
+              for d in status["dead_letters"]])
+    for problem in status.get("providers", []):
+        print(problem)
+    runs = status.get("runs") or []
+    _section(["run", "workflow", "state", "step", "retries", "updated"],
+             [[str(r.get("runId")), str(r.get("workflowId")), str(r.get("state")), str(r.get("currentStep") or "-"),
+               str(r.get("retries", 0)), str(r.get("updatedAt", ""))] for r in runs])
+    if not runs:
+        print("\nruns: none active")
+    _section(["heartbeat", "state", "last answer", "round trip ms", "problem"],
+             [[str(b.get("profile")), "MISSED" if b.get("missed") else "ok", str(b.get("last_answer_at") or "never"),
+               str(b.get("last_rtt_ms", "-")), str(b.get("problem") or "")] for b in status.get("heartbeats", [])])
+
+
+def _section(headers: list[str], rows: list[list[str]], *, title: str | None = None) -> None:
+    if rows:
+        print()
+        print_table(headers, rows, title=title)
