@@ -207,7 +207,8 @@ def _listed_plugins(path: Path) -> list[str]:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the commented template is slow in Python
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except (OSError, ValueError, yaml.YAMLError):
         return []
     listed = data.get("plugins") if isinstance(data, dict) else None
