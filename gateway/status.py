@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.home import Home
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 EXIT_NOT_RUNNING = 3  # as `systemctl status` and LSB init scripts say "program is not running"
 DEAD_LETTERS_SHOWN = 5
+PID_START_SLACK_S = 5.0  # the gateway writes started_at just after its process starts; btime has 1 s steps
 
 
 def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
@@ -57,9 +60,23 @@ def gateway_process(home: Home) -> dict[str, Any]:
         info["running"] = True
     except (OSError, KeyError, ValueError, TypeError):
         info["running"] = False
+    if info["running"] and _started_after(int(info["pid"]), str(info.get("started_at", ""))):
+        info["running"] = False  # the pid was reused (after a reboot, say) by a process that is not it
     if not info["running"]:
         info["channels"] = {profile: _stale(channel) for profile, channel in (info.get("channels") or {}).items()}
     return info
+
+
+def _started_after(pid: int, started_at: str) -> bool:
+    """Tells whether process `pid` started well after `started_at` (Linux /proc; False when unknown)."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        claimed = datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > claimed + PID_START_SLACK_S
 
 
 def _stale(channel: dict[str, Any]) -> dict[str, Any]:

@@ -340,3 +340,20 @@ def test_send_wait_says_it_is_waiting_and_an_empty_message_is_refused(switchyard
         assert refused.returncode == 2
         assert "the message is empty" in refused.stderr
     assert sorted(p.name for p in switchyard.home.incoming.iterdir()) == queued
+
+
+def test_status_is_not_fooled_by_a_gateway_json_whose_pid_another_process_now_has(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    other = subprocess.Popen(["sleep", "60"])  # a live process that is not the gateway (a pid reused after a reboot)
+    try:
+        an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+        channels = {"desk": {"type": "console", "state": "running"}}
+        (switchyard.home.state / "gateway.json").write_text(
+            json.dumps({"pid": other.pid, "started_at": an_hour_ago, "channels": channels}))
+        status = switchyard.cli("status", "--json")
+        assert status.returncode == 3
+        gateway = json.loads(status.stdout)["gateway"]
+        assert gateway["running"] is False and gateway["channels"]["desk"]["state"] == "unknown"
+    finally:
+        other.kill()
+        other.wait()
