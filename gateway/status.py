@@ -121,9 +121,13 @@ def print_status(status: dict[str, Any]) -> None:
                str(r.get("retries", 0)), str(r.get("updatedAt", ""))] for r in runs])
     if not runs:
         print("\nruns: none active")
-    _section(["heartbeat", "state", "last answer", "round trip ms", "problem"],
+    beats = status.get("heartbeats", [])
+    _section(["heartbeat", "state", "last answer", "round trip ms"],
              [[str(b.get("profile")), "MISSED" if b.get("missed") else "ok", str(b.get("last_answer_at") or "never"),
-               str(b.get("last_rtt_ms", "-")), str(b.get("problem") or "")] for b in status.get("heartbeats", [])])
+               str(b.get("last_rtt_ms", "-"))] for b in beats])
+    for beat in beats:
+        if beat.get("problem"):
+            print(f"heartbeat {beat.get('profile')}: {beat['problem']}")
 
 
 def _section(headers: list[str], rows: list[list[str]], *, title: str | None = None) -> None:
