@@ -119,6 +119,8 @@ class Command:
         return code
 
 
+# A new built-in command is one entry here: its name, help line, `module:function` (that module imports
+# what the command needs, so other commands do not pay for it) and, if it takes any, its arguments.
 COMMANDS: tuple[Command, ...] = (
     Command("init", "create the home, settings.yaml and the default orchestrator", "gateway.commands:cmd_init"),
     Command("run", "run the gateway (Ctrl-C to stop)", "gateway.commands:cmd_run"),
