@@ -1,4 +1,4 @@
-"""Progress text of runs: the `/status` snapshot and the `switchyard runs` listing."""
+"""Progress text of runs: the `/status` snapshot (the `switchyard runs` table is in orchestrator/listing.py)."""
 
 from __future__ import annotations
 
@@ -67,11 +67,3 @@ def _event_text(event: dict[str, Any]) -> str:
     what = str(event.get("event", "?"))
     detail = event.get("step") or event.get("state") or ""
     return f"{what} {detail} at {event.get('ts', '?')}".replace("  ", " ")
-
-
-def listing_line(run: RunState) -> str:
-    """One line of `switchyard runs`."""
-    step = run.currentStep or "-"
-    return (f"{run.runId}  {run.workflowId:<16} {run.state:<13} step {step:<16} "
-            f"retries {run.job.retries}/{run.job.max_retries}  created {run.createdAt}  "
-            f"elapsed {elapsed_text(run)}")
