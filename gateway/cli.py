@@ -225,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             code = _main(sys.argv[1:] if argv is None else argv)
-        except SystemExit as stop:  # argparse: --help, --version, a usage error
+        except SystemExit as stop:  # argparse: --help, --version, a usage error; sys.exit() in a plugin
+            if stop.code is not None and not isinstance(stop.code, int):
+                print(stop.code, file=sys.stderr)
             code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
         sys.stdout.flush()
     except BrokenPipeError:
