@@ -106,7 +106,7 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
             exclude_none=True)} for run in runs], indent=2))
         return 0
     if not runs:
-        print("no runs" + (" match" if matched or since or states or args.active else ""))
+        print("no runs" + (" match" if since or states or args.active else ""))
         return 0
     print_table(HEADERS, table_rows(runs))
     if matched > len(runs):
