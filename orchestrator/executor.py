@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import Outbox
@@ -75,6 +76,7 @@ class RunExecutor:
         for task in running:
             task.cancel()
         await asyncio.gather(*self._background, *running, return_exceptions=True)
+        self._store.close_events()
 
     def begin(self, run: RunState, key: str, *, announced: bool = False) -> RunState:
         """Stores a new queued run as the conversation's active run and wakes the executor."""
@@ -143,17 +145,19 @@ class RunExecutor:
             if self._marker(run_id).exists():
                 self._end_cancelled(run)
                 return
-            self.life.claimed(run)
+            run = self.life.claimed(run)
         except Exception:
             self._locks.release(job_lock(run_id))
             raise
-        self._tasks[run_id] = asyncio.create_task(self._execute(run_id), name=f"run:{run_id}")
+        self._tasks[run_id] = asyncio.create_task(self._execute([run]), name=f"run:{run_id}")
 
-    async def _execute(self, run_id: str) -> None:
+    async def _execute(self, live: list[RunState]) -> None:
+        """Runs a claimed run's steps; `live[0]` is the run as this process last changed it."""
+        run_id = live[0].runId
         try:
-            await self._run_steps(run_id)
+            await self._run_steps(live)
         except asyncio.CancelledError:
-            run = self._store.load(run_id)
+            run = self._current(live)
             if run_id in self._cancelled:
                 if run is not None and not run.finished:
                     self._end_cancelled(run)
@@ -163,7 +167,7 @@ class RunExecutor:
                 raise
         except Exception as exc:
             log.exception("run %s failed unexpectedly", run_id)
-            run = self._store.load(run_id)
+            run = self._current(live)
             if run is not None and run.state == "running":
                 self.life.failed(run, f"internal error: {type(exc).__name__}: {exc}", "transient")
         finally:
@@ -172,30 +176,36 @@ class RunExecutor:
             self._tasks.pop(run_id, None)
             self.wake()
 
-    async def _run_steps(self, run_id: str) -> None:
-        run = self._store.load(run_id)
-        if run is None or run.state != "running":
-            return
+    def _current(self, live: list[RunState]) -> RunState | None:
+        """The run as stored, or as claimed here when the claim was not written yet (it is written with
+        the first step's start)."""
+        run = self._store.load(live[0].runId)
+        return live[0] if run is not None and run.state == "queued" and live[0].state == "running" else run
+
+    async def _run_steps(self, live: list[RunState]) -> None:
+        run = live[0]
+        after_step = False
         for step_id in list(run.steps):
             if run.steps[step_id].status == "completed":
                 continue
-            live = [run]
             try:
                 if self._steps.kind_of(run, step_id) == "input":
                     self.life.paused(run, step_id)
                     return
-                live[0] = self.life.step_started(run, step_id)
+                live[0] = self.life.step_started(run, step_id, after_step=after_step)
                 outcome: StepOutcome = await self._steps.run(live[0], step_id, self._progress(live, step_id),
                                                              self._handoff_env(live[0], step_id))
             except StepFailed as exc:
                 self.life.step_failed(live[0], step_id, exc)
                 return
-            run = self.life.step_completed(live[0], step_id, outcome)
+            run = live[0] = self.life.step_completed(live[0], step_id, outcome)
+            after_step = True
         self.life.succeeded(run)
 
     def _progress(self, live: list[RunState], step_id: str) -> Progress:
         def save(fields: dict[str, object]) -> None:
-            live[0] = self._store.update_step(live[0], step_id, **fields)
+            changes: dict[str, Any] = dict(fields)
+            live[0] = self._store.update_step(live[0], step_id, **changes)
         return save
 
     @staticmethod
@@ -217,7 +227,9 @@ class RunExecutor:
                 current = self._store.load(run.runId) if held else None
                 if current is not None:
                     self._recover_one(current)
-        queued = {run.runId for run in self._store.unfinished() if run.state == "queued"}
+        unfinished = self._store.unfinished()
+        self._store.restore_active(unfinished)
+        queued = {run.runId for run in unfinished if run.state == "queued"}
         for task in self.coordination.pending():
             if task["id"] not in queued:
                 self.coordination.dequeue(str(task["id"]))
