@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 import time
@@ -18,6 +20,9 @@ from gateway.home import Home, atomic_write, safe_name
 from gateway.locks import LockDirectory
 from orchestrator.jobs import parse_iso
 
+log = logging.getLogger("switchyard.orchestrator.coordination")
+
+FLUSH_SEC = 0.25  # work_queue.json and active_work.json are written at most this often
 ARCHIVE_AFTER_DAYS = 30.0
 CHECKPOINT_RETENTION_DAYS = 7.0
 CHECKPOINT_FILES = ("metadata", "state", "context", "artifacts")
@@ -38,15 +43,24 @@ Retention: `switchyard coordination clean` (also hourly while `switchyard run` r
 
 
 class Coordination:
-    """Reads and writes work_queue.json, active_work.json, completed.jsonl, checkpoints/ and handoffs/."""
+    """Reads and writes work_queue.json, active_work.json, completed.jsonl, checkpoints/ and handoffs/.
 
-    # Read-modify-write of the two JSON files happens under an flock, so several `switchyard run`
-    # processes sharing a home never lose each other's entries; each file is replaced atomically.
+    work_queue.json and active_work.json are views for agents (recover() rebuilds them from the runs):
+    with an event loop running, changes are kept in memory and written together at most every
+    FLUSH_SEC, under one flock, so several `switchyard run` processes sharing a home never lose each
+    other's entries; a run that starts and ends within one interval changes neither file. Reads in this
+    process see the pending changes. A crash loses at most the last interval's changes, which the next
+    start's recovery rewrites from the runs' state. Without a loop (a CLI command) each change is
+    written at once.
+    """
 
     def __init__(self, home: Home, *, fsync: bool = False):
         self.root = home.coordination
         self._fsync = fsync
         self._written: dict[tuple[str, str], bytes] = {}  # last checkpoint file contents, to skip rewrites
+        self._pending: dict[tuple[str, str | None], list[Callable[[list[dict[str, Any]]], list[dict[str, Any]]]]] = {}
+        self._views: dict[tuple[str, str | None], list[dict[str, Any]]] = {}  # the files with pending changes
+        self._timer: asyncio.TimerHandle | None = None
         for name in ("checkpoints", "handoffs", "locks", "projects", "archive"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
         if not (self.root / "README.md").exists():
@@ -71,19 +85,53 @@ class Coordination:
         items = data.get(key) if key is not None and isinstance(data, dict) else data
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
+    def _view(self, name: str, key: str | None) -> list[dict[str, Any]]:
+        """The file's items with this process's pending changes applied."""
+        view = self._views.get((name, key))
+        return [dict(item) for item in view] if view is not None else self._read(name, key)
+
     def _update(self, name: str, key: str | None, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
                 ) -> None:
-        with self._locked():
-            before = self._read(name, key)
-            items = change([dict(item) for item in before])
-            if items == before and (self.root / name).exists():
-                return
-            body: Any = {key: items} if key is not None else items
-            atomic_write(self.root / name, json.dumps(body, indent=2, default=str).encode(), fsync=self._fsync)
+        self._views[(name, key)] = change(self._view(name, key))
+        self._pending.setdefault((name, key), []).append(change)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if self._timer is None:
+            self._timer = loop.call_later(FLUSH_SEC, self.flush)
+
+    def flush(self) -> None:
+        """Writes the pending changes of both files under one lock (each file only if it changed)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._pending:
+            return
+        try:
+            with self._locked():
+                for (name, key), changes in self._pending.items():
+                    before = self._read(name, key)
+                    items = [dict(item) for item in before]
+                    for change in changes:
+                        items = change(items)
+                    if items == before and (self.root / name).exists():
+                        continue
+                    body: Any = {key: items} if key is not None else items
+                    atomic_write(self.root / name, json.dumps(body, indent=2, default=str).encode(),
+                                 fsync=self._fsync)
+        except OSError as exc:  # e.g. a full disk: the changes stay pending and are tried again
+            log.warning("cannot write the coordination files: %s", exc)
+            with contextlib.suppress(RuntimeError):
+                self._timer = asyncio.get_running_loop().call_later(FLUSH_SEC, self.flush)
+            return
+        self._pending.clear()
+        self._views.clear()
 
     def pending(self) -> list[dict[str, Any]]:
         """The tasks of work_queue.json, oldest first."""
-        return sorted(self._read("work_queue.json", "tasks"), key=lambda t: (str(t.get("created_at")), t["id"]))
+        return sorted(self._view("work_queue.json", "tasks"), key=lambda t: (str(t.get("created_at")), t["id"]))
 
     def enqueue(self, task: dict[str, Any]) -> None:
         """Adds (or replaces) a pending task: `{id, type, priority, agent, context, created_at}`."""
@@ -96,7 +144,7 @@ class Coordination:
 
     def active(self) -> list[dict[str, Any]]:
         """The entries of active_work.json (a list: several tasks execute at once)."""
-        return self._read("active_work.json", None)
+        return self._view("active_work.json", None)
 
     def activate(self, entry: dict[str, Any]) -> None:
         """Moves a task from pending to active: `{task_id, agent, status, started_at, last_update, context}`."""

@@ -76,6 +76,7 @@ class RunExecutor:
         for task in running:
             task.cancel()
         await asyncio.gather(*self._background, *running, return_exceptions=True)
+        self.coordination.flush()
         self._store.close_events()
 
     def begin(self, run: RunState, key: str, *, announced: bool = False) -> RunState:

@@ -26,6 +26,7 @@ log = logging.getLogger("switchyard.orchestrator.runs")
 StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
 OUTPUT_CAP = 65536
 EVENT_TAIL_BYTES = 8192
+MADE_FOLDERS = 4096  # folders remembered as existing
 OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
 
 
@@ -136,6 +137,8 @@ class RunStore:
         """`folder`, created (with its parents) the first time this store needs it."""
         if folder not in self._made:
             folder.mkdir(parents=True, exist_ok=True)
+            if len(self._made) >= MADE_FOLDERS:  # bounded: forgetting one costs a mkdir, not a failure
+                self._made.clear()
             self._made.add(folder)
         return folder
 
