@@ -22,7 +22,7 @@ from orchestrator.coordination import Coordination
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
 from orchestrator.results import Delivery
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import RunState, RunStore, conversation_key
 from orchestrator.selector import prune_selector_files
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.base import Progress
@@ -79,12 +79,23 @@ class RunExecutor:
         self.coordination.flush()
         self._store.close_events()
 
-    def begin(self, run: RunState, key: str, *, announced: bool = False) -> RunState:
-        """Stores a new queued run as the conversation's active run and wakes the executor."""
-        run = self._store.create(run, key)
+    def begin(self, run: RunState, key: str, *, announced: bool = False, waits: bool = False) -> RunState:
+        """Stores a new queued run and wakes the executor. A run its starting message `waits` for is
+        written without fsync and is not yet the conversation's active run: the message stays unanswered
+        (and is retried after a crash, finding or re-creating the same run) until the run ends, with an
+        fsynced write before the result is the reply, or `outlived` makes it durable and active before
+        an ack. The conversation's next message comes only after that reply, so it never needs the
+        active run of a run that ended meanwhile. Other runs are durable and active at once."""
+        run = self._store.create(run, None if waits else key, durable=not waits)
         self.life.created(run, announced=announced)
         self.wake()
         return run
+
+    def outlived(self, run: RunState) -> None:
+        """A run goes on after its starting message's reply: it becomes its conversation's active run
+        and its state is made durable before that reply is written."""
+        self._store.set_active(conversation_key(run.payload()), run.runId)
+        self._store.sync(run.runId)
 
     def wake(self) -> None:
         """Looks for eligible jobs now instead of after the idle sleep."""

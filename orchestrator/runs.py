@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.events import utc_now_iso
-from gateway.home import Home, atomic_write, safe_name
+from gateway.home import Home, atomic_write, fsync_dir, safe_name
 from gateway.models import IncomingPayload
 from orchestrator.jobs import FINISHED, JobInfo, JobState, check_transition
 
@@ -162,12 +162,25 @@ class RunStore:
         atomic_write(folder / "state.json", run.model_dump_json(indent=2).encode(), fsync=self._fsync and durable)
         return run
 
-    def create(self, run: RunState, key: str) -> RunState:
-        """Stores a new run and makes it the active run of its conversation."""
-        run = self.save(run)
+    def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
+        """Stores a new run and, given its conversation's `key`, makes it the conversation's active run."""
+        run = self.save(run, durable=durable)
         self.append_event(run.runId, "run.created", workflowId=run.workflowId)
-        self.set_active(key, run.runId)
+        if key is not None:
+            self.set_active(key, run.runId)
         return run
+
+    def sync(self, run_id: str) -> None:
+        """Makes the run's last write of state.json durable (fsync of the file and its folder)."""
+        if not self._fsync:
+            return
+        folder = self.folder(run_id)
+        fd = os.open(folder / "state.json", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(folder)
 
     def transition(self, run: RunState, state: JobState, *, save: bool = True, durable: bool = True,
                    **changes: Any) -> RunState:
