@@ -136,8 +136,12 @@ class Lifecycle:
         return self.store.update_step(run, step_id, save=False, handoffPath=str(path))
 
     def checkpoint(self, run: RunState, completed_at: str | None = None) -> None:
-        """Writes checkpoints/<runId>/{metadata,state,context,artifacts}.json (at step boundaries)."""
+        """Writes checkpoints/<runId>/{metadata,state,context,artifacts}.json (at step boundaries). A run
+        of one step (a chat reply) has no boundary between steps and gets none: spec 001 checkpoints
+        long-running tasks at phase boundaries; its completion report and runs/<id>/ hold its result."""
         names = list(run.steps)
+        if len(names) < 2:
+            return
         done = [n for n in names if run.steps[n].status == "completed"]
         outputs = self.store.folder(run.runId) / "outputs"
         self.coordination.checkpoint(run.runId, {

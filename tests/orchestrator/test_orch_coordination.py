@@ -253,3 +253,18 @@ def test_racing_holders_get_one_lock(home: Home) -> None:
         results = list(pool.map(take, range(12)))
     assert results.count(True) == 1
     assert [p.name for p in folder.iterdir()] == [LockDirectory(folder, holder="x").path_for("job:contended").name]
+
+
+async def test_a_one_step_run_leaves_a_completion_report_and_no_checkpoint(
+    flow: Callable[..., Any], home: Home
+) -> None:
+    f = await flow("""
+        workflows: {chat: {steps: [{id: Reply, provider: echo, prompt: "the answer"}]}}
+        rules: {default_workflow: chat}
+    """)
+    reply, message = await f.send("hi")
+    run_id = run_id_for(message)
+    assert reply.message == "the answer"
+    [report] = [json.loads(line) for line in (home.coordination / "completed.jsonl").read_text().splitlines()]
+    assert (report["task_id"], report["status"]) == (run_id, "complete")
+    assert not (home.coordination / "checkpoints" / run_id).exists()
