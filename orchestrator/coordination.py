@@ -40,8 +40,10 @@ README = """\
 
 - work_queue.json   pending workflow runs: {"tasks": [{id, type, priority, agent, context, created_at}]}
 - active_work.json  runs executing now (a list: several run at once)
+  (both rewritten at most four times a second)
 - completed.jsonl   one completion report per finished run (append-only; never edit it)
-- checkpoints/<run>/{metadata,state,context,artifacts}.json   written at step boundaries
+- checkpoints/<run>/{metadata,state,context,artifacts}.json   written at the step boundaries of a
+  multi-step run (at most four times a second) and at its end
 - handoffs/*.json   a pending handoff from one agent step to the next
 - locks/*.json      TTL locks (holder, resource, acquired_at, expires_at, pid)
 - archive/          files moved here after 30 days
@@ -58,8 +60,9 @@ class Coordination:
     FLUSH_SEC, under one flock, so several `switchyard run` processes sharing a home never lose each
     other's entries; a run that starts and ends within one interval changes neither file. Reads in this
     process see the pending changes. A crash loses at most the last interval's changes, which the next
-    start's recovery rewrites from the runs' state. Without a loop (a CLI command) each change is
-    written at once.
+    start's recovery rewrites from the runs' state. Checkpoints too are written at the next flush (the
+    latest of a task's boundaries wins) and at once at a task's end. Without a loop (a CLI command)
+    each change is written at once.
     """
 
     def __init__(self, home: Home, *, fsync: bool = False):
@@ -69,6 +72,8 @@ class Coordination:
         self._pending: dict[tuple[str, str | None], list[Callable[[list[dict[str, Any]]], list[dict[str, Any]]]]] = {}
         self._views: dict[tuple[str, str | None], list[dict[str, Any]]] = {}  # the files with pending changes
         self._timer: asyncio.TimerHandle | None = None
+        self._checkpoints: dict[str, dict[str, Any]] = {}  # the latest checkpoint of a task, not yet written
+        self._folders: set[str] = set()  # tasks whose checkpoint folder exists
         for name in ("checkpoints", "handoffs", "locks", "projects", "archive"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
         if not (self.root / "README.md").exists():
@@ -102,19 +107,30 @@ class Coordination:
                 ) -> None:
         self._views[(name, key)] = change(self._view(name, key))
         self._pending.setdefault((name, key), []).append(change)
+        if not self._schedule():
+            self.flush()
+
+    def _schedule(self) -> bool:
+        """Arms the flush in FLUSH_SEC unless it is armed; False without a running loop."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self.flush()
-            return
+            return False
         if self._timer is None:
             self._timer = loop.call_later(FLUSH_SEC, self.flush)
+        return True
 
     def flush(self) -> None:
-        """Writes the pending changes of both files under one lock (each file only if it changed)."""
+        """Writes the pending checkpoints, then the pending changes of both files under one lock (each
+        file only if it changed)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for task_id in list(self._checkpoints):
+            try:
+                self._write_checkpoint(task_id)
+            except OSError as exc:  # a view: the task's next boundary or end writes it again
+                log.warning("cannot write the checkpoint of %s: %s", task_id, exc)
         if not self._pending:
             return
         try:
@@ -202,10 +218,22 @@ class Coordination:
         """`checkpoints/<task-id>/`."""
         return self.root / "checkpoints" / safe_name(task_id)
 
-    def checkpoint(self, task_id: str, parts: dict[str, Any]) -> None:
-        """Writes metadata/state/context/artifacts.json of a task (each atomically)."""
+    def checkpoint(self, task_id: str, parts: dict[str, Any], *, now: bool = False) -> None:
+        """Records metadata/state/context/artifacts.json of a task, written (each atomically) at the next
+        flush, so a task's boundaries within FLUSH_SEC of each other write only the last one; at once
+        with `now` (a task's end) or without an event loop."""
+        self._checkpoints[task_id] = parts
+        if now or not self._schedule():
+            self._write_checkpoint(task_id)
+
+    def _write_checkpoint(self, task_id: str) -> None:
+        parts = self._checkpoints.pop(task_id, None)
+        if parts is None:
+            return
         folder = self.checkpoint_dir(task_id)
-        folder.mkdir(parents=True, exist_ok=True)
+        if task_id not in self._folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._folders.add(task_id)
         for name in CHECKPOINT_FILES:
             if name in parts:
                 data = pretty_json(parts[name])
@@ -218,6 +246,8 @@ class Coordination:
         """Drops the remembered checkpoint contents of a finished task."""
         for key in [k for k in self._written if k[0] == task_id]:
             del self._written[key]
+        self._checkpoints.pop(task_id, None)
+        self._folders.discard(task_id)
 
     def handoff(self, record: dict[str, Any]) -> Path:
         """Queues a handoff from one agent to the next in `handoffs/`; returns its path."""

@@ -154,7 +154,7 @@ class Lifecycle:
             "context": {"input": run.input, "message": run.message.get("message"),
                         "outputs": {n: cap_text(run.steps[n].output or "", CONTEXT_OUTPUT_CAP) for n in done}},
             "artifacts": [{"step": n, "path": str(outputs / f"{safe_name(n)}.txt")} for n in done],
-        })
+        }, now=completed_at is not None)
 
     # --- outcomes -------------------------------------------------------------------------------
 

@@ -89,6 +89,28 @@ async def test_the_views_are_written_together_at_most_every_flush_interval(
     assert [t["id"] for t in _read(root / "work_queue.json")["tasks"]] == ["waiting"]
 
 
+async def test_a_tasks_checkpoints_within_an_interval_write_the_last_one_and_its_end_at_once(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coordination = Coordination(home)
+    writes: list[str] = []
+    real = orchestrator.coordination.atomic_write
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> None:
+        writes.append(path.name)
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(orchestrator.coordination, "atomic_write", counted)
+    metadata = home.coordination / "checkpoints" / "r1" / "metadata.json"
+    for phase in range(1, 5):
+        coordination.checkpoint("r1", {"metadata": {"phase": phase}, "state": {"phase": phase}})
+    assert writes == []
+    await async_wait_until(metadata.exists)
+    assert sorted(writes) == ["metadata.json", "state.json"] and _read(metadata) == {"phase": 4}
+    coordination.checkpoint("r1", {"metadata": {"phase": 5, "completed_at": "now"}}, now=True)
+    assert _read(metadata) == {"phase": 5, "completed_at": "now"}
+
+
 async def test_coordination_files_follow_a_run(flow: Callable[..., Any], home: Home, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     f = await flow(_config(gate))
