@@ -24,13 +24,7 @@ from orchestrator.jobs import parse_iso
 
 log = logging.getLogger("switchyard.orchestrator.coordination")
 
-
-def pretty_json(value: Any) -> bytes:
-    """`value` as indented UTF-8 JSON, by pydantic-core's encoder (json's indented encoder is pure Python:
-    ten times slower, and these files are written for every run)."""
-    return to_json(value, indent=2, fallback=str)
-
-FLUSH_SEC = 0.25  # work_queue.json and active_work.json are written at most this often
+FLUSH_SEC = 0.25  # work_queue.json, active_work.json and a task's checkpoint are written at most this often
 ARCHIVE_AFTER_DAYS = 30.0
 CHECKPOINT_RETENTION_DAYS = 7.0
 CHECKPOINT_FILES = ("metadata", "state", "context", "artifacts")
@@ -50,6 +44,12 @@ README = """\
 
 Retention: `switchyard coordination clean` (also hourly while `switchyard run` runs).
 """
+
+
+def pretty_json(value: Any) -> bytes:
+    """`value` as indented UTF-8 JSON, by pydantic-core's encoder (json's indented encoder is pure Python:
+    ten times slower, and these files are written for every run)."""
+    return to_json(value, indent=2, fallback=str)
 
 
 class Coordination:
