@@ -122,7 +122,8 @@ class RunStore:
         self._fsync = fsync
         self._made: set[Path] = set()  # folders known to exist: a run's folders are made once
         self._event_fds: OrderedDict[str, int] = OrderedDict()
-        self._ended: set[str] = set()  # runs that ended since active.json was last written
+        self._listed: set[str] = set()  # runs this store made active, until they end
+        self._ended: set[str] = set()  # those that ended since active.json was last written
 
     @property
     def active_file(self) -> Path:
@@ -188,7 +189,8 @@ class RunStore:
         (`save=False`: the caller saves it, with what else changes at the same boundary)."""
         check_transition(run.runId, run.state, state)
         run = run.model_copy(update={"state": state, **changes})
-        if run.finished:
+        if run.finished and run.runId in self._listed:
+            self._listed.discard(run.runId)
             self._ended.add(run.runId)
         if save:
             run = self.save(run, durable=durable)
@@ -266,20 +268,22 @@ class RunStore:
         loses, from the runs' state files)."""
         with self._active_lock():
             self._write_active({**self.active_runs(), key: run_id})
+        self._listed.add(run_id)
 
     def restore_active(self, unfinished: list[RunState]) -> None:
-        """Points each conversation whose entry names no unfinished run at its newest unfinished run."""
+        """At start: drops the entries of ended runs and points each conversation whose entry names no
+        unfinished run at its newest unfinished run."""
         newest: dict[str, str] = {}
         for run in unfinished:  # oldest first: the newest wins
             newest[conversation_key(run.payload())] = run.runId
-        if not newest:
-            return
+        open_ids = {run.runId for run in unfinished}
         with self._active_lock():
             active = self.active_runs()
-            open_ids = {run.runId for run in unfinished}
-            restored = {**active, **{k: v for k, v in newest.items() if active.get(k) not in open_ids}}
+            kept = {k: v for k, v in active.items() if v in open_ids or not _ended(self.load(v))}
+            restored = {**kept, **{k: v for k, v in newest.items() if kept.get(k) not in open_ids}}
             if restored != active:
                 self._write_active(restored)
+        self._listed.update(run_id for run_id in restored.values() if run_id in open_ids)
 
     @contextlib.contextmanager
     def _active_lock(self) -> Iterator[None]:
@@ -306,6 +310,11 @@ class RunStore:
     def unfinished(self) -> list[RunState]:
         """Runs not yet in a final state, oldest first."""
         return [run for run in self.all_runs() if not run.finished]
+
+
+def _ended(run: RunState | None) -> bool:
+    """True for a run that ended or is gone."""
+    return run is None or run.finished
 
 
 def cap_text(text: str, limit: int = OUTPUT_CAP) -> str:

@@ -94,6 +94,16 @@ def test_the_active_index_lost_in_a_power_cut_is_rebuilt_from_the_runs(home: Hom
     assert store.active_for(key).runId == "r-1"  # type: ignore[union-attr]
 
 
+def test_the_entries_of_ended_runs_are_dropped_at_start(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    key = conversation_key(make_message("x"))
+    run = store.create(_run(), key)
+    RunStore(home, fsync=False).transition(run, "cancelled")  # ended in another process (or before a crash)
+    assert json.loads(store.active_file.read_text()) == {key: "r-1"}
+    store.restore_active(store.unfinished())
+    assert json.loads(store.active_file.read_text()) == {}
+
+
 def test_snapshot_names_run_workflow_state_and_each_step() -> None:
     run = _run(state="running", currentStep="Test", steps={
         "Plan": StepState(status="completed"), "Test": StepState(status="running"), "Deploy": StepState()})
