@@ -277,6 +277,8 @@ class RunStore:
         for run in unfinished:  # oldest first: the newest wins
             newest[conversation_key(run.payload())] = run.runId
         open_ids = {run.runId for run in unfinished}
+        if not newest and not self.active_runs():
+            return
         with self._active_lock():
             active = self.active_runs()
             kept = {k: v for k, v in active.items() if v in open_ids or not _ended(self.load(v))}
