@@ -1,10 +1,12 @@
 """P6, the chat path: each message runs rules → workflow_start chat → one agent step whose provider is a
 /bin/sh script printing a fixed answer (one spawn per message, fsync on). Reports the gateway's own CPU
-per message, the rate, the latency a message adds over the provider's own run time, and file calls."""
+per message, the rate, the latency a message adds over the provider's own run time, and file calls;
+then the same for a five-step run, as a cost per step."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import statistics
 import time
@@ -24,6 +26,10 @@ CHAT_ORCHESTRATOR = (
     "workflows: {chat: {description: Reply, steps: [{id: Reply, agent: helper}]}}\n"
     "rules: {default_workflow: chat}\n"
 )
+STEPS = 5
+FIVE_STEP_ORCHESTRATOR = CHAT_ORCHESTRATOR.replace(
+    "steps: [{id: Reply, agent: helper}]", "steps: [" + ", ".join(f"{{id: S{n}, agent: helper}}" for n in range(STEPS))
+    + "]")
 
 
 def chat_settings(script: Path) -> Settings:
@@ -39,20 +45,34 @@ def _answer_script(scratch: Path) -> Path:
     return script
 
 
-async def _latencies(root: Path, settings: Settings, count: int) -> list[float]:
-    """Sends `count` messages one at a time (low rate) and times each from the sink to its delivery."""
+async def _latencies(root: Path, settings: Settings, count: int, orchestrator: str = CHAT_ORCHESTRATOR
+                     ) -> tuple[list[float], float]:
+    """Sends `count` messages one at a time (low rate) and times each from the sink to its delivery;
+    returns the times and the process's CPU ms per message over them."""
     times: list[float] = []
-    async with Rig(root, settings, CHAT_ORCHESTRATOR) as rig:
+    async with Rig(root, settings, orchestrator) as rig:
         channel = rig.channel
         assert channel.sink is not None
+        cpu_before = os.times()
         for index in range(count):
             channel.expect(1)
             started = time.perf_counter_ns()
             await channel.sink(payload(index, 1))
             await asyncio.wait_for(channel.done.wait(), 60)
             times.append((channel.delivered[0][2] - started) / 1e6)
+        cpu_after = os.times()
     shutil.rmtree(root, ignore_errors=True)
-    return times
+    cpu = (cpu_after.user - cpu_before.user + cpu_after.system - cpu_before.system) * 1000 / count
+    return times, cpu
+
+
+async def _per_step(scratch: Path, settings: Settings, count: int, provider_p50: float) -> dict[str, Any]:
+    """A five-step run per message, one at a time: its latency and CPU per step, and the time per step
+    over the provider's own run."""
+    times, cpu = await _latencies(scratch / "p6-steps", settings, count, FIVE_STEP_ORCHESTRATOR)
+    p50 = statistics.median(times)
+    return {"steps": STEPS, "messages": count, "latency_p50_ms": round(p50, 3), "ms_per_step": round(p50 / STEPS, 3),
+            "overhead_per_step_ms": round(p50 / STEPS - provider_p50, 3), "cpu_ms_per_step": round(cpu / STEPS, 3)}
 
 
 async def p6(scratch: Path, *, count: int, conversations: int, latency_count: int) -> dict[str, Any]:
@@ -61,8 +81,9 @@ async def p6(scratch: Path, *, count: int, conversations: int, latency_count: in
     settings = chat_settings(script)
     row = await throughput(scratch / "p6", count, conversations, fsync=True, orchestrator=CHAT_ORCHESTRATOR,
                            settings=settings)
-    latencies = await _latencies(scratch / "p6-latency", settings, latency_count)
+    latencies, latency_cpu = await _latencies(scratch / "p6-latency", settings, latency_count)
     bare = [await _bare(["/bin/sh", str(script)]) for _ in range(latency_count)]
+    steps = await _per_step(scratch, settings, latency_count, statistics.median(bare))
     calls_count = max(50, count // 10)
     with count_file_calls() as counter:
         await throughput(scratch / "p6-calls", calls_count, conversations, fsync=True,
@@ -71,4 +92,5 @@ async def p6(scratch: Path, *, count: int, conversations: int, latency_count: in
     return {**row, "cpu_ms": round(row["user_ms"] + row["sys_ms"], 3),
             "latency_p50_ms": round(statistics.median(latencies), 3),
             "provider_p50_ms": round(statistics.median(bare), 3), "overhead_p50_ms": round(overhead, 3),
+            "latency_cpu_ms": round(latency_cpu, 3), "five_steps": steps,
             "calls": {kind: round(value / calls_count, 2) for kind, value in sorted(counter.items())}}

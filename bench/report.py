@@ -56,6 +56,13 @@ def render(results: dict[str, Any]) -> str:
                         "<= 5 ms/msg, >= 150 msg/s, latency over the provider's own p50 <= 5 ms)",
                         ["msgs", "convs", "msg/s", "cpu ms", "latency", "provider", "overhead", "fsync", "create",
                          "rename", "write", "misordered", "goal"], rows)
+        if r.get("five_steps"):
+            f = r["five_steps"]
+            lines += _table(f"P6 five-step run, one message at a time ({f['messages']} messages; overhead = ms per "
+                            "step minus the provider's own p50; cpu = the gateway's, one message at a time)",
+                            ["steps", "latency", "ms/step", "overhead/step", "cpu ms/step", "cpu ms 1-step run"],
+                            [[f["steps"], f["latency_p50_ms"], f["ms_per_step"], f["overhead_per_step_ms"],
+                              f["cpu_ms_per_step"], r["latency_cpu_ms"]]])
     if results.get("P1"):
         rows = [[r["messages"], r["conversations"], r["fsync"], r["variant"], r["rate"], r["floor_rate"], r["ratio"],
                  r.get("user_ms", "-"), r.get("sys_ms", "-"), r["order_problems"],

@@ -139,7 +139,8 @@ class Actions:
             return reply(message, f"I cannot start that workflow: {problem}", agent=SELECTOR_AGENT)
         run = self._store.load(run_id_for(message))
         if run is None:
-            run = self._executor.begin(new_run(message, loaded, workflow_id, data), conversation_key(message))
+            run = self._executor.begin(new_run(message, loaded, workflow_id, data), conversation_key(message),
+                                       waits=True)
         elif not run.finished:
             self._executor.submit(run.runId)
         return await self._outcome_reply(message, run, loaded.config.reply_within_sec)
@@ -159,6 +160,8 @@ class Actions:
         crash came between writing the push and recording it (`Delivery.push`).
         """
         ended = await self._executor.outcome(run.runId, within_sec)
+        if ended is None or not ended.finished:
+            self._executor.outlived(ended or run)
         if ended is None:
             text = (f"{verb} run {run.runId} (workflow {run.workflowId}). I will post the result here "
                     "when it finishes; send /status for its progress.")

@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import Outbox
@@ -21,7 +22,7 @@ from orchestrator.coordination import Coordination
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
 from orchestrator.results import Delivery
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import RunState, RunStore, conversation_key
 from orchestrator.selector import prune_selector_files
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.base import Progress
@@ -75,13 +76,26 @@ class RunExecutor:
         for task in running:
             task.cancel()
         await asyncio.gather(*self._background, *running, return_exceptions=True)
+        self.coordination.flush()
+        self._store.close_events()
 
-    def begin(self, run: RunState, key: str, *, announced: bool = False) -> RunState:
-        """Stores a new queued run as the conversation's active run and wakes the executor."""
-        run = self._store.create(run, key)
+    def begin(self, run: RunState, key: str, *, announced: bool = False, waits: bool = False) -> RunState:
+        """Stores a new queued run and wakes the executor. A run its starting message `waits` for is
+        written without fsync and is not yet the conversation's active run: the message stays unanswered
+        (and is retried after a crash, finding or re-creating the same run) until the run ends, with an
+        fsynced write before the result is the reply, or `outlived` makes it durable and active before
+        an ack. The conversation's next message comes only after that reply, so it never needs the
+        active run of a run that ended meanwhile. Other runs are durable and active at once."""
+        run = self._store.create(run, None if waits else key, durable=not waits)
         self.life.created(run, announced=announced)
         self.wake()
         return run
+
+    def outlived(self, run: RunState) -> None:
+        """A run goes on after its starting message's reply: it becomes its conversation's active run
+        and its state is made durable before that reply is written."""
+        self._store.set_active(conversation_key(run.payload()), run.runId)
+        self._store.sync(run.runId)
 
     def wake(self) -> None:
         """Looks for eligible jobs now instead of after the idle sleep."""
@@ -143,17 +157,19 @@ class RunExecutor:
             if self._marker(run_id).exists():
                 self._end_cancelled(run)
                 return
-            self.life.claimed(run)
+            run = self.life.claimed(run)
         except Exception:
             self._locks.release(job_lock(run_id))
             raise
-        self._tasks[run_id] = asyncio.create_task(self._execute(run_id), name=f"run:{run_id}")
+        self._tasks[run_id] = asyncio.create_task(self._execute([run]), name=f"run:{run_id}")
 
-    async def _execute(self, run_id: str) -> None:
+    async def _execute(self, live: list[RunState]) -> None:
+        """Runs a claimed run's steps; `live[0]` is the run as this process last changed it."""
+        run_id = live[0].runId
         try:
-            await self._run_steps(run_id)
+            await self._run_steps(live)
         except asyncio.CancelledError:
-            run = self._store.load(run_id)
+            run = self._current(live)
             if run_id in self._cancelled:
                 if run is not None and not run.finished:
                     self._end_cancelled(run)
@@ -163,7 +179,7 @@ class RunExecutor:
                 raise
         except Exception as exc:
             log.exception("run %s failed unexpectedly", run_id)
-            run = self._store.load(run_id)
+            run = self._current(live)
             if run is not None and run.state == "running":
                 self.life.failed(run, f"internal error: {type(exc).__name__}: {exc}", "transient")
         finally:
@@ -172,30 +188,36 @@ class RunExecutor:
             self._tasks.pop(run_id, None)
             self.wake()
 
-    async def _run_steps(self, run_id: str) -> None:
-        run = self._store.load(run_id)
-        if run is None or run.state != "running":
-            return
+    def _current(self, live: list[RunState]) -> RunState | None:
+        """The run as stored, or as claimed here when the claim was not written yet (it is written with
+        the first step's start)."""
+        run = self._store.load(live[0].runId)
+        return live[0] if run is not None and run.state == "queued" and live[0].state == "running" else run
+
+    async def _run_steps(self, live: list[RunState]) -> None:
+        run = live[0]
+        after_step = False
         for step_id in list(run.steps):
             if run.steps[step_id].status == "completed":
                 continue
-            live = [run]
             try:
                 if self._steps.kind_of(run, step_id) == "input":
                     self.life.paused(run, step_id)
                     return
-                live[0] = self.life.step_started(run, step_id)
+                live[0] = self.life.step_started(run, step_id, after_step=after_step)
                 outcome: StepOutcome = await self._steps.run(live[0], step_id, self._progress(live, step_id),
                                                              self._handoff_env(live[0], step_id))
             except StepFailed as exc:
                 self.life.step_failed(live[0], step_id, exc)
                 return
-            run = self.life.step_completed(live[0], step_id, outcome)
+            run = live[0] = self.life.step_completed(live[0], step_id, outcome)
+            after_step = True
         self.life.succeeded(run)
 
     def _progress(self, live: list[RunState], step_id: str) -> Progress:
         def save(fields: dict[str, object]) -> None:
-            live[0] = self._store.update_step(live[0], step_id, **fields)
+            changes: dict[str, Any] = dict(fields)
+            live[0] = self._store.update_step(live[0], step_id, **changes)
         return save
 
     @staticmethod
@@ -217,7 +239,9 @@ class RunExecutor:
                 current = self._store.load(run.runId) if held else None
                 if current is not None:
                     self._recover_one(current)
-        queued = {run.runId for run in self._store.unfinished() if run.state == "queued"}
+        unfinished = self._store.unfinished()
+        self._store.restore_active(unfinished)
+        queued = {run.runId for run in unfinished if run.state == "queued"}
         for task in self.coordination.pending():
             if task["id"] not in queued:
                 self.coordination.dequeue(str(task["id"]))

@@ -21,7 +21,14 @@ _REPORT_STATUS = {"done": "complete", "failed_final": "failed", "cancelled": "ca
 
 
 class Lifecycle:
-    """Moves runs through the spec-003 states, emitting `job.*` events and keeping coordination/ current."""
+    """Moves runs through the spec-003 states, emitting `job.*` events and keeping coordination/ current.
+
+    state.json is written once per step boundary. The claim and the start of the first step are one
+    write without fsync: a power cut that loses it leaves the run `queued`, and its first step runs
+    when it is claimed again, as it would have to anyway. Each later boundary (a step completed and
+    the next one started, or the run ended with its delivery decided) is one fsynced write; a step
+    completed but not yet written runs again after a crash, as a step interrupted while running does.
+    """
 
     def __init__(self, *, store: RunStore, steps: StepRunner, events: EventLog, coordination: Coordination,
                  delivery: Delivery, owner: str):
@@ -59,9 +66,10 @@ class Lifecycle:
                             "conversation": run.conversation.model_dump(exclude_none=True)}}
 
     def claimed(self, run: RunState) -> RunState:
-        """queued → running: records owner and started_at, moves the task to active_work.json."""
+        """queued → running: records owner and started_at, moves the task to active_work.json. Not
+        written: what the run does next (its step starting, pausing or ending) writes it."""
         started = utc_now_iso()
-        run = self.store.transition(run, "running", job=run.job.model_copy(update={
+        run = self.store.transition(run, "running", save=False, job=run.job.model_copy(update={
             "owner": self.owner, "started_at": started, "next_retry_at": None}))
         self.emit("job.running", run, owner=self.owner, started_at=started, retries=run.job.retries)
         self.coordination.activate({
@@ -72,24 +80,26 @@ class Lifecycle:
 
     # --- steps ----------------------------------------------------------------------------------
 
-    def step_started(self, run: RunState, step_id: str) -> RunState:
-        """Marks a step running (a checkpoint) and notes it in active_work.json."""
+    def step_started(self, run: RunState, step_id: str, *, after_step: bool) -> RunState:
+        """Marks a step running and writes the run: fsynced and checkpointed when it also records the
+        step completed just before (`after_step`), else (the claim and a first step) without fsync."""
         agent = self.steps.agent_of(run, step_id)
-        run = self.store.update_step(run, step_id, status="running", startedAt=utc_now_iso(), finishedAt=None,
-                                     error=None, exitCode=None, agent=agent)
+        run = self.store.update_step(run, step_id, durable=after_step, status="running", startedAt=utc_now_iso(),
+                                     finishedAt=None, error=None, exitCode=None, agent=agent)
+        if after_step:
+            self.checkpoint(run)
         self.coordination.touch(run.runId, step=step_id, **({"agent": agent} if agent else {}))
         return run
 
     def step_completed(self, run: RunState, step_id: str, outcome: StepOutcome) -> RunState:
-        """Records a completed step, its output file, a checkpoint and a handoff to the next agent."""
+        """Records a completed step (written with the next step's start or the run's end), its output
+        file and a handoff to the next agent."""
         output = cap_text(outcome.output)
         self._write_output(run.runId, step_id, outcome.output)
-        run = self.store.update_step(run, step_id, **{
+        run = self.store.update_step(run, step_id, save=False, **{
             **outcome.fields, "status": "completed", "finishedAt": utc_now_iso(), "exitCode": outcome.exit_code,
             "durationMs": outcome.duration_ms, "output": output, "stderrTail": outcome.stderr_tail or None})
-        run = self._hand_over(run, step_id)
-        self.checkpoint(run)
-        return run
+        return self._hand_over(run, step_id)
 
     def step_failed(self, run: RunState, step_id: str, exc: StepFailed) -> None:
         """Records a failed step, then fails the run (retried or final by category)."""
@@ -104,8 +114,7 @@ class Lifecycle:
         self.failed(run, f"step {step_id}: {exc}", exc.category)
 
     def _write_output(self, run_id: str, step_id: str, output: str) -> None:
-        folder = self.store.folder(run_id) / "outputs"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.store.made(self.store.folder(run_id) / "outputs")
         atomic_write(folder / f"{safe_name(step_id)}.txt", output.encode(), fsync=False)
 
     def _hand_over(self, run: RunState, step_id: str) -> RunState:
@@ -124,11 +133,15 @@ class Lifecycle:
             "from_agent": from_agent, "to_agent": to_agent, "task_id": run.runId, "from_step": step_id,
             "to_step": following, "handoff_context": handoff_context(run.steps[step_id].output),
             "created_at": utc_now_iso()})
-        return self.store.update_step(run, step_id, handoffPath=str(path))
+        return self.store.update_step(run, step_id, save=False, handoffPath=str(path))
 
     def checkpoint(self, run: RunState, completed_at: str | None = None) -> None:
-        """Writes checkpoints/<runId>/{metadata,state,context,artifacts}.json (at step boundaries)."""
+        """Writes checkpoints/<runId>/{metadata,state,context,artifacts}.json (at step boundaries). A run
+        of one step (a chat reply) has no boundary between steps and gets none: spec 001 checkpoints
+        long-running tasks at phase boundaries; its completion report and runs/<id>/ hold its result."""
         names = list(run.steps)
+        if len(names) < 2:
+            return
         done = [n for n in names if run.steps[n].status == "completed"]
         outputs = self.store.folder(run.runId) / "outputs"
         self.coordination.checkpoint(run.runId, {
@@ -141,7 +154,7 @@ class Lifecycle:
             "context": {"input": run.input, "message": run.message.get("message"),
                         "outputs": {n: cap_text(run.steps[n].output or "", CONTEXT_OUTPUT_CAP) for n in done}},
             "artifacts": [{"step": n, "path": str(outputs / f"{safe_name(n)}.txt")} for n in done],
-        })
+        }, now=completed_at is not None)
 
     # --- outcomes -------------------------------------------------------------------------------
 
@@ -158,10 +171,9 @@ class Lifecycle:
         category: FailureCategory = run.job.failure_category or "fatal"
         reason = run.job.failure_reason or run.error or "unknown failure"
         if not policy.allows(category, run.job.retries):
-            run = self.store.transition(run, "failed_final", job=_ended(run))
-            self.emit("job.failed.final", run, reason=reason, failure_reason=reason, failure_category=category,
-                      retries=run.job.retries)
-            self._finish(run)
+            run = self.store.transition(run, "failed_final", save=False, job=_ended(run))
+            self._finish(run, "job.failed.final", reason=reason, failure_reason=reason, failure_category=category,
+                         retries=run.job.retries)
             return
         next_at = iso_in(policy.delay_sec(run.job.retries))
         self.emit("job.failed.retryable", run, reason=reason, failure_reason=reason, failure_category=category,
@@ -181,11 +193,10 @@ class Lifecycle:
         self.requeued(self.store.transition(run, "queued"), reason)
 
     def succeeded(self, run: RunState) -> None:
-        """running → done, then the result is delivered."""
-        run = self.store.transition(run, "done", error=None, job=_ended(run))
-        self.emit("job.succeeded", run, duration=ms_between(run.job.started_at, utc_now_iso()),
-                  retries=run.job.retries)
-        self._finish(run)
+        """running → done (written with its last step's completion), then the result is delivered."""
+        run = self.store.transition(run, "done", save=False, error=None, job=_ended(run))
+        self._finish(run, "job.succeeded", duration=ms_between(run.job.started_at, utc_now_iso()),
+                     retries=run.job.retries)
 
     def paused(self, run: RunState, step_id: str) -> None:
         """running → waiting_input: the input step's question goes to the conversation."""
@@ -214,11 +225,15 @@ class Lifecycle:
             if step.status in ("running", "waiting"):
                 run = self.store.update_step(run, step_id, status="failed", finishedAt=utc_now_iso(),
                                              error="cancelled")
-        run = self.store.transition(run, "cancelled", error="cancelled", job=_ended(run))
-        self.emit("job.cancelled", run, reason="cancelled")
-        self._finish(run)
+        run = self.store.transition(run, "cancelled", save=False, error="cancelled", job=_ended(run))
+        self._finish(run, "job.cancelled", reason="cancelled")
 
-    def _finish(self, run: RunState) -> None:
+    def _finish(self, run: RunState, event: str, **fields: Any) -> None:
+        """Writes a run that reached a final state (one fsynced write, with the delivery decided: a
+        waiting message's reply, else a push after it), announces `event`, writes its coordination
+        records, then delivers."""
+        run, waiting = self.delivery.record(run)
+        self.emit(event, run, **fields)
         finished = run.job.finished_at or utc_now_iso()
         self.coordination.deactivate(run.runId)
         self.coordination.dequeue(run.runId)
@@ -233,7 +248,8 @@ class Lifecycle:
             "artifacts": [str(outputs / f"{safe_name(n)}.txt") for n in done], "completed_at": finished,
             "retries": run.job.retries, "duration_ms": run.job.duration_ms, "error": run.error,
             "handoff_context": handoff_context(result_text(run))})
-        self.delivery.finished(run)
+        self.store.close_events(run.runId)
+        self.delivery.hand_over(run, waiting)
 
 
 def _ended(run: RunState) -> Any:

@@ -118,11 +118,17 @@ class Delivery:
         return run.state == "waiting_input" and step is not None and bool((step.model_extra or {}).get(
             "promptDelivery"))
 
-    def finished(self, run: RunState) -> RunState:
-        """Delivers a finished run's result once: to waiting messages, else pushed to the conversation."""
+    def record(self, run: RunState) -> tuple[RunState, _Waiting | None]:
+        """Writes a finished run (fsynced) with its delivery decided: `reply` when messages wait for it
+        (they are then handed the result by `hand_over`), else none yet (`hand_over` pushes it)."""
         waiting = self._waiting.pop(run.runId, None)
         if waiting is not None and waiting.count > 0:
-            run = self._store.save(run.model_copy(update={"delivery": "reply"}))
+            return self._store.save(run.model_copy(update={"delivery": "reply"})), waiting
+        return self._store.save(run), None
+
+    def hand_over(self, run: RunState, waiting: _Waiting | None) -> RunState:
+        """Delivers a finished run's result once, as `record` decided: to the waiting messages, else pushed."""
+        if waiting is not None:
             waiting.event.set()
             return run
         return self.push(run)

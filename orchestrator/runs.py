@@ -7,6 +7,8 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
+from collections import OrderedDict
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.events import utc_now_iso
-from gateway.home import Home, atomic_write, safe_name
+from gateway.home import Home, atomic_write, fsync_dir, safe_name
 from gateway.models import IncomingPayload
 from orchestrator.jobs import FINISHED, JobInfo, JobState, check_transition
 
@@ -24,6 +26,8 @@ log = logging.getLogger("switchyard.orchestrator.runs")
 StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
 OUTPUT_CAP = 65536
 EVENT_TAIL_BYTES = 8192
+MADE_FOLDERS = 4096  # folders remembered as existing
+OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
 
 
 class StepState(BaseModel):
@@ -105,11 +109,21 @@ def conversation_key(message: IncomingPayload) -> str:
 
 
 class RunStore:
-    """Reads and writes runs on disk; every state change goes through the transition table."""
+    """Reads and writes runs on disk; every state change goes through the transition table.
+
+    Durability: `save` fsyncs state.json by default; the lifecycle saves without fsync (`durable=False`)
+    only where losing the write in a power cut merely makes a step run again (see Lifecycle). The
+    active-run index (`runs/active.json`) is never fsynced: it is rebuilt from the runs' own state
+    at start (`restore_active`).
+    """
 
     def __init__(self, home: Home, *, fsync: bool = True):
         self._root = home.runs
         self._fsync = fsync
+        self._made: set[Path] = set()  # folders known to exist: a run's folders are made once
+        self._event_fds: OrderedDict[str, int] = OrderedDict()
+        self._listed: set[str] = set()  # runs this store made active, until they end
+        self._ended: set[str] = set()  # those that ended since active.json was last written
 
     @property
     def active_file(self) -> Path:
@@ -119,6 +133,15 @@ class RunStore:
     def folder(self, run_id: str) -> Path:
         """The folder of one run (its state, events, request files and workspace)."""
         return self._root / safe_name(run_id)
+
+    def made(self, folder: Path) -> Path:
+        """`folder`, created (with its parents) the first time this store needs it."""
+        if folder not in self._made:
+            folder.mkdir(parents=True, exist_ok=True)
+            if len(self._made) >= MADE_FOLDERS:  # bounded: forgetting one costs a mkdir, not a failure
+                self._made.clear()
+            self._made.add(folder)
+        return folder
 
     def load(self, run_id: str) -> RunState | None:
         """The run with this id, or None when there is none (or the id is not a valid name)."""
@@ -133,49 +156,81 @@ class RunStore:
             log.error("cannot read %s: %s", path, exc)
             return None
 
-    def save(self, run: RunState) -> RunState:
-        """Writes state.json atomically, stamping `updatedAt`."""
+    def save(self, run: RunState, *, durable: bool = True) -> RunState:
+        """Writes state.json atomically, stamping `updatedAt`; fsynced unless `durable` is False."""
         run = run.model_copy(update={"updatedAt": utc_now_iso()})
-        folder = self.folder(run.runId)
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(folder / "state.json", run.model_dump_json(indent=2).encode(), fsync=self._fsync)
+        folder = self.made(self.folder(run.runId))
+        atomic_write(folder / "state.json", run.model_dump_json(indent=2).encode(), fsync=self._fsync and durable)
         return run
 
-    def create(self, run: RunState, key: str) -> RunState:
-        """Stores a new run and makes it the active run of its conversation."""
-        run = self.save(run)
+    def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
+        """Stores a new run and, given its conversation's `key`, makes it the conversation's active run."""
+        run = self.save(run, durable=durable)
         self.append_event(run.runId, "run.created", workflowId=run.workflowId)
-        self.set_active(key, run.runId)
+        if key is not None:
+            self.set_active(key, run.runId)
         return run
 
-    def transition(self, run: RunState, state: JobState, **changes: Any) -> RunState:
-        """Moves a run to `state` (raising IllegalTransition if the table forbids it) and saves it."""
+    def sync(self, run_id: str) -> None:
+        """Makes the run's last write of state.json durable (fsync of the file and its folder)."""
+        if not self._fsync:
+            return
+        folder = self.folder(run_id)
+        fd = os.open(folder / "state.json", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(folder)
+
+    def transition(self, run: RunState, state: JobState, *, save: bool = True, durable: bool = True,
+                   **changes: Any) -> RunState:
+        """Moves a run to `state` (raising IllegalTransition if the table forbids it) and saves it
+        (`save=False`: the caller saves it, with what else changes at the same boundary)."""
         check_transition(run.runId, run.state, state)
-        run = self.save(run.model_copy(update={"state": state, **changes}))
+        run = run.model_copy(update={"state": state, **changes})
+        if run.finished and run.runId in self._listed:
+            self._listed.discard(run.runId)
+            self._ended.add(run.runId)
+        if save:
+            run = self.save(run, durable=durable)
         self.append_event(run.runId, "run.state", state=state, error=changes.get("error"))
-        if run.finished:
-            self.clear_active(run.runId)
         return run
 
-    def update_step(self, run: RunState, step_id: str, **fields: Any) -> RunState:
-        """Changes fields of one step and saves the run (a checkpoint at a step boundary)."""
+    def update_step(self, run: RunState, step_id: str, *, save: bool = True, durable: bool = True,
+                    **fields: Any) -> RunState:
+        """Changes fields of one step and saves the run (`save=False`: the caller saves it)."""
         step = run.steps[step_id].model_copy(update=fields)
         steps = {**run.steps, step_id: step}
         changes: dict[str, Any] = {"steps": steps}
         if fields.get("status") in ("running", "waiting"):
             changes["currentStep"] = step_id
-        run = self.save(run.model_copy(update=changes))
+        run = run.model_copy(update=changes)
+        if save:
+            run = self.save(run, durable=durable)
         if "status" in fields:
             self.append_event(run.runId, "step." + str(step.status), step=step_id, exitCode=step.exitCode)
         return run
 
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
-        """Appends one line to the run's events.jsonl."""
+        """Appends one line to the run's events.jsonl (opened once while the run goes on)."""
         record = {"ts": utc_now_iso(), "event": event, **{k: v for k, v in fields.items() if v is not None}}
-        path = self.folder(run_id) / "events.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+        fd = self._event_fds.get(run_id)
+        if fd is None:
+            path = self.made(self.folder(run_id)) / "events.jsonl"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._event_fds[run_id] = fd
+            if len(self._event_fds) > OPEN_EVENT_FILES:
+                os.close(self._event_fds.popitem(last=False)[1])
+        os.write(fd, line)
+
+    def close_events(self, run_id: str | None = None) -> None:
+        """Closes the events file of a run (None: of every run), e.g. when it ended."""
+        for key in [run_id] if run_id is not None else list(self._event_fds):
+            fd = self._event_fds.pop(key, None)
+            if fd is not None:
+                os.close(fd)
 
     def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
         """The last `limit` events of a run (from the tail of its events.jsonl)."""
@@ -193,7 +248,9 @@ class RunStore:
         return found
 
     def active_runs(self) -> dict[str, str]:
-        """The conversation key → run id association."""
+        """The conversation key → run id association. A run's entry is not removed when it ends (that
+        would be a second write per run): `active_for` checks the run, and the next write drops the
+        entries of runs this process saw end."""
         try:
             data = json.loads(self.active_file.read_bytes())
         except (FileNotFoundError, ValueError):
@@ -207,23 +264,33 @@ class RunStore:
         return run if run is not None and not run.finished else None
 
     def set_active(self, key: str, run_id: str) -> None:
-        """Associates a conversation with a run."""
+        """Associates a conversation with a run (not fsynced: `restore_active` rebuilds what a power cut
+        loses, from the runs' state files)."""
         with self._active_lock():
             self._write_active({**self.active_runs(), key: run_id})
+        self._listed.add(run_id)
 
-    def clear_active(self, run_id: str) -> None:
-        """Removes every association pointing at a run (it ended)."""
+    def restore_active(self, unfinished: list[RunState]) -> None:
+        """At start: drops the entries of ended runs and points each conversation whose entry names no
+        unfinished run at its newest unfinished run."""
+        newest: dict[str, str] = {}
+        for run in unfinished:  # oldest first: the newest wins
+            newest[conversation_key(run.payload())] = run.runId
+        open_ids = {run.runId for run in unfinished}
+        if not newest and not self.active_runs():
+            return
         with self._active_lock():
             active = self.active_runs()
-            remaining = {k: v for k, v in active.items() if v != run_id}
-            if remaining != active:
-                self._write_active(remaining)
+            kept = {k: v for k, v in active.items() if v in open_ids or not _ended(self.load(v))}
+            restored = {**kept, **{k: v for k, v in newest.items() if kept.get(k) not in open_ids}}
+            if restored != active:
+                self._write_active(restored)
+        self._listed.update(run_id for run_id in restored.values() if run_id in open_ids)
 
     @contextlib.contextmanager
     def _active_lock(self) -> Iterator[None]:
         """Serialises read-modify-write of active.json across processes sharing the home."""
-        self._root.mkdir(parents=True, exist_ok=True)
-        with (self._root / ".active.lock").open("a") as handle:
+        with (self.made(self._root) / ".active.lock").open("a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -231,8 +298,9 @@ class RunStore:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _write_active(self, active: dict[str, str]) -> None:
-        self._root.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.active_file, json.dumps(active, indent=2).encode(), fsync=self._fsync)
+        ended, self._ended = self._ended, set()
+        active = {key: run_id for key, run_id in active.items() if run_id not in ended}
+        atomic_write(self.made(self._root) / "active.json", json.dumps(active, indent=2).encode(), fsync=False)
 
     def all_runs(self) -> list[RunState]:
         """Every readable run, oldest first."""
@@ -244,6 +312,11 @@ class RunStore:
     def unfinished(self) -> list[RunState]:
         """Runs not yet in a final state, oldest first."""
         return [run for run in self.all_runs() if not run.finished]
+
+
+def _ended(run: RunState | None) -> bool:
+    """True for a run that ended or is gone."""
+    return run is None or run.finished
 
 
 def cap_text(text: str, limit: int = OUTPUT_CAP) -> str:

@@ -75,8 +75,7 @@ class StepRunner:
     ) -> StepOutcome:
         """Runs one agent, command, wait_for or for_each step; raises StepFailed when it does not complete."""
         loaded, step = self.lookup(run, step_id)
-        folder = self._store.folder(run.runId) / "workspace"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self._store.made(self._store.folder(run.runId) / "workspace")
         env = {"SWITCHYARD_RUN_ID": run.runId, "SWITCHYARD_STEP_ID": step_id,
                "SWITCHYARD_WORKSPACE": str(folder), **(extra_env or {})}
         job = StepJob(run, step, loaded, env, progress)

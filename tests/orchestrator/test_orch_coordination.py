@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import orchestrator.coordination
 import orchestrator.executor
 from gateway.home import Home
 from gateway.locks import LockDirectory
@@ -51,6 +52,65 @@ def _read(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
+def _maybe(path: Path) -> Any:
+    """The file's JSON, or None while it does not exist."""
+    try:
+        return _read(path)
+    except FileNotFoundError:
+        return None
+
+
+async def test_the_views_are_written_together_at_most_every_flush_interval(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coordination = Coordination(home)
+    root = home.coordination
+    writes: list[str] = []
+    real = orchestrator.coordination.atomic_write
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> None:
+        writes.append(path.name)
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(orchestrator.coordination, "atomic_write", counted)
+    for index in range(50):  # runs that start and end within one interval change neither file
+        coordination.enqueue({"id": f"r{index}", "created_at": "2026-01-01T00:00:00Z"})
+        coordination.activate({"task_id": f"r{index}", "status": "in_progress"})
+        coordination.touch(f"r{index}", step="Reply")
+        coordination.deactivate(f"r{index}")
+    coordination.enqueue({"id": "waiting", "created_at": "2026-01-01T00:00:00Z"})
+    coordination.activate({"task_id": "busy", "status": "in_progress"})
+    assert [t["id"] for t in coordination.pending()] == ["waiting"]  # this process sees its changes at once
+    assert [a["task_id"] for a in coordination.active()] == ["busy"]
+    assert writes == []
+    await async_wait_until(lambda: (root / "active_work.json").exists())
+    assert sorted(writes) == ["active_work.json", "work_queue.json"]  # one write each, for all 52 changes
+    assert [a["task_id"] for a in _read(root / "active_work.json")] == ["busy"]
+    assert [t["id"] for t in _read(root / "work_queue.json")["tasks"]] == ["waiting"]
+
+
+async def test_a_tasks_checkpoints_within_an_interval_write_the_last_one_and_its_end_at_once(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coordination = Coordination(home)
+    writes: list[str] = []
+    real = orchestrator.coordination.atomic_write
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> None:
+        writes.append(path.name)
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(orchestrator.coordination, "atomic_write", counted)
+    metadata = home.coordination / "checkpoints" / "r1" / "metadata.json"
+    for phase in range(1, 5):
+        coordination.checkpoint("r1", {"metadata": {"phase": phase}, "state": {"phase": phase}})
+    assert writes == []
+    await async_wait_until(metadata.exists)
+    assert sorted(writes) == ["metadata.json", "state.json"] and _read(metadata) == {"phase": 4}
+    coordination.checkpoint("r1", {"metadata": {"phase": 5, "completed_at": "now"}}, now=True)
+    assert _read(metadata) == {"phase": 5, "completed_at": "now"}
+
+
 async def test_coordination_files_follow_a_run(flow: Callable[..., Any], home: Home, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     f = await flow(_config(gate))
@@ -58,16 +118,18 @@ async def test_coordination_files_follow_a_run(flow: Callable[..., Any], home: H
     run_id = run_id_for(message)
     root = home.coordination
     await async_wait_until(lambda: f.run(run_id).currentStep == "Build")
-    [active] = _read(root / "active_work.json")
-    assert (active["task_id"], active["status"], active["context"]["step"]) == (run_id, "in_progress", "Build")
-    assert _read(root / "work_queue.json") == {"tasks": []}
+    # the two views are written within a quarter second of a change
+    await async_wait_until(lambda: [(a["task_id"], a["status"], a["context"]["step"])
+                                    for a in _maybe(root / "active_work.json") or []]
+                           == [(run_id, "in_progress", "Build")])
+    assert _maybe(root / "work_queue.json") in ({"tasks": []}, None)
     checkpoint = root / "checkpoints" / run_id
     assert _read(checkpoint / "metadata.json")["phase"] == 1
     assert _read(checkpoint / "context.json")["outputs"]["Plan"] == '{"summary": "plan ready"}'
     assert LockDirectory.read(LockDirectory(root / "locks", holder="x").path_for(job_lock(run_id))) is not None
     gate.touch()
     await f.settled(run_id)
-    assert _read(root / "active_work.json") == []
+    await async_wait_until(lambda: _maybe(root / "active_work.json") == [])
     metadata = _read(checkpoint / "metadata.json")
     assert (metadata["phase"], metadata["total_phases"], metadata["state"]) == (3, 3, "done")
     assert metadata["completed_at"]
@@ -90,6 +152,7 @@ async def test_a_waiting_retry_is_listed_in_the_work_queue(flow: Callable[..., A
     ack, message = await f.send("go")
     run_id = run_id_for(message)
     await async_wait_until(lambda: f.run(run_id).job.retries == 1)
+    await async_wait_until(lambda: bool((_maybe(home.coordination / "work_queue.json") or {}).get("tasks")))
     [task] = _read(home.coordination / "work_queue.json")["tasks"]
     assert (task["id"], task["type"], task["agent"]) == (run_id, "workflow", "w")
     assert task["context"]["retries"] == 1 and task["context"]["next_retry_at"] == f.run(run_id).job.next_retry_at
@@ -212,3 +275,18 @@ def test_racing_holders_get_one_lock(home: Home) -> None:
         results = list(pool.map(take, range(12)))
     assert results.count(True) == 1
     assert [p.name for p in folder.iterdir()] == [LockDirectory(folder, holder="x").path_for("job:contended").name]
+
+
+async def test_a_one_step_run_leaves_a_completion_report_and_no_checkpoint(
+    flow: Callable[..., Any], home: Home
+) -> None:
+    f = await flow("""
+        workflows: {chat: {steps: [{id: Reply, provider: echo, prompt: "the answer"}]}}
+        rules: {default_workflow: chat}
+    """)
+    reply, message = await f.send("hi")
+    run_id = run_id_for(message)
+    assert reply.message == "the answer"
+    [report] = [json.loads(line) for line in (home.coordination / "completed.jsonl").read_text().splitlines()]
+    assert (report["task_id"], report["status"]) == (run_id, "complete")
+    assert not (home.coordination / "checkpoints" / run_id).exists()

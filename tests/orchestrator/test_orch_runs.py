@@ -79,6 +79,28 @@ def test_active_run_is_set_and_cleared_when_the_run_ends(home: Home) -> None:
     assert json.loads(store.active_file.read_text()) == {key: "r-1"}
     store.transition(store.transition(store.transition(run, "running"), "failed", error="boom"), "failed_final")
     assert store.active_for(key) is None
+    other = conversation_key(make_message("y", conversationId="c2"))
+    store.create(_run("r-2"), other)  # the next write drops the ended run's entry
+    assert json.loads(store.active_file.read_text()) == {other: "r-2"}
+
+
+def test_the_active_index_lost_in_a_power_cut_is_rebuilt_from_the_runs(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    key = conversation_key(make_message("x"))
+    store.create(_run(), key)
+    store.active_file.write_text("")  # what an unsynced file can be after a power cut
+    assert store.active_for(key) is None
+    store.restore_active(store.unfinished())
+    assert store.active_for(key).runId == "r-1"  # type: ignore[union-attr]
+
+
+def test_the_entries_of_ended_runs_are_dropped_at_start(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    key = conversation_key(make_message("x"))
+    run = store.create(_run(), key)
+    RunStore(home, fsync=False).transition(run, "cancelled")  # ended in another process (or before a crash)
+    assert json.loads(store.active_file.read_text()) == {key: "r-1"}
+    store.restore_active(store.unfinished())
     assert json.loads(store.active_file.read_text()) == {}
 
 
