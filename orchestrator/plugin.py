@@ -51,3 +51,9 @@ def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
 def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Adds `switchyard runs`, `switchyard coordination clean` and `switchyard workspace …`."""
     add_commands(commands)
+
+
+@hookimpl
+def switchyard_recent_runs(home: Home, limit: int) -> list[dict[str, Any]]:
+    """Lists the runs changed last, with their steps, for the dashboard."""
+    return [run.overview() for run in RunStore(home).recent(limit)]
