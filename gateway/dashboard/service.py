@@ -23,7 +23,7 @@ log = logging.getLogger("switchyard.dashboard")
 SEED_EVENTS = 500
 RUNS_SHOWN = 20
 DEAD_SHOWN = 50
-EVENTS_SHOWN = 50
+EVENTS_SHOWN = 30
 
 
 class Dashboard:

@@ -9,15 +9,20 @@ async function refresh() {
   try {
     const response = await fetch("api/sections", {credentials: "same-origin", cache: "no-store"});
     if (!response.ok) {
-      notice.textContent = `refresh failed: HTTP ${response.status}`;
+      tell(`refresh failed: HTTP ${response.status}`, "error");
       return;
     }
     sections.innerHTML = await response.text();  // rendered and escaped by the server
     updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
-    notice.textContent = "";
+    if (notice.dataset.kind === "error") tell("", "");
   } catch (error) {
-    notice.textContent = `gateway unreachable: ${error}`;
+    tell(`gateway unreachable: ${error}`, "error");
   }
+}
+
+function tell(text, kind) {
+  notice.textContent = text;
+  notice.dataset.kind = kind;
 }
 
 async function retry(button) {
@@ -28,7 +33,8 @@ async function retry(button) {
     body: JSON.stringify({names: [button.dataset.name]}),
   });
   const answer = await response.json().catch(() => ({}));
-  notice.textContent = response.ok ? `retried ${answer.retried.join(", ")}` : `retry failed: ${answer.error}`;
+  tell(response.ok ? `retried ${answer.retried.join(", ")}` : `retry failed: ${answer.error}`,
+       response.ok ? "info" : "error");
   await refresh();
 }
 
