@@ -87,8 +87,9 @@ class Lifecycle:
         run = self.store.update_step(run, step_id, **{
             **outcome.fields, "status": "completed", "finishedAt": utc_now_iso(), "exitCode": outcome.exit_code,
             "durationMs": outcome.duration_ms, "output": output, "stderrTail": outcome.stderr_tail or None})
-        self.emit("step.completed", run, step=step_id, step_kind=run.steps[step_id].kind,
-                  agent=run.steps[step_id].agent, duration_ms=outcome.duration_ms)
+        self.events.emit("step.completed", run_id=run.runId, workflow=run.workflowId, step=step_id,
+                         step_kind=run.steps[step_id].kind, agent=run.steps[step_id].agent,
+                         channel=run.conversation.channel, duration_ms=outcome.duration_ms)
         run = self._hand_over(run, step_id)
         self.checkpoint(run)
         return run
