@@ -8,6 +8,7 @@ import pytest
 
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.page import sections
+from gateway.dashboard.state import Activity
 from gateway.settings import DashboardSettings, SettingsError, load_settings
 
 HOSTILE = '<img src=x onerror=alert(1)>"\'&'
@@ -62,3 +63,27 @@ def test_every_value_a_sender_controls_is_escaped() -> None:
     assert html.count("&lt;img src=x onerror=alert(1)&gt;") >= 15
     assert 'data-name="&lt;img src=x onerror=alert(1)&gt;&quot;&#x27;&amp;"' in html
     assert '<circle' in html  # the failed beat is marked on the chart
+
+
+def test_activity_counts_each_profiles_traffic_retries_and_429s() -> None:
+    activity = Activity()
+    activity.observe({"ts": "t1", "event": "message.claimed", "job_id": "a.json", "channel": "slack",
+                      "profile": "team", "conversation": "C1", "attempt": 1})
+    activity.observe({"ts": "t2", "event": "outgoing.retry", "channel": "slack", "profile": "team",
+                      "rate_limited": True})
+    activity.observe({"ts": "t3", "event": "outgoing.retry", "channel": "slack", "profile": "team",
+                      "rate_limited": False})
+    activity.observe({"ts": "t4", "event": "outgoing.sent", "channel": "slack", "profile": "team"})
+    assert activity.profile_counts("team") == {"last_inbound": "t1", "last_outbound": "t4", "retries": 2,
+                                               "rate_limited": 1}
+
+
+def test_in_flight_is_what_was_claimed_and_not_settled_nor_gone_from_processing() -> None:
+    activity = Activity()
+    for name in ("a.json", "b.json", "c.json"):
+        activity.observe({"event": "message.claimed", "job_id": name, "channel": "console", "conversation": name})
+    activity.observe({"event": "job.succeeded", "kind": "message", "job_id": "a.json"})
+    activity.observe({"event": "job.failed.retryable", "kind": "message", "job_id": "b.json"})  # still claimed
+    assert [m["conversation"] for m in activity.in_flight()] == ["b.json", "c.json"]
+    assert [m["name"] for m in activity.in_flight({"c.json"})] == ["c.json"]  # b.json left processing/
+    assert activity.in_flight()[0]["elapsed_s"] >= 0

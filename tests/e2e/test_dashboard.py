@@ -141,3 +141,19 @@ def test_without_a_token_only_loopback_host_names_are_answered(switchyard: Switc
     assert fetch(url).status == 200
     assert fetch(url, headers={"Host": "localhost"}).status == 200
     assert fetch(url, headers={"Host": "attacker.example"}).status == 403  # DNS rebinding
+
+
+def test_a_message_being_processed_is_shown_in_flight_with_its_conversation_and_elapsed_time(
+        switchyard: Switchyard) -> None:
+    url = start_with_dashboard(switchyard, channels=[])
+    slow = switchyard.send("sleep 3 then answer", conversationId="c-slow")
+
+    def in_flight() -> list[dict[str, object]]:
+        return [m for m in fetch(url + "api/state").json()["in_flight"] if float(str(m["elapsed_s"])) >= 0.5]
+
+    [message] = wait_until(in_flight, 20)
+    assert message["conversation"] == "c-slow" and message["channel"] == "console"
+    assert "c-slow" in fetch(url).text
+    assert _samples(fetch(url + "metrics").text)[("switchyard_messages_in_flight", ())] == 1
+    switchyard.reply_to(slow["messageId"])
+    assert fetch(url + "api/state").json()["in_flight"] == []
