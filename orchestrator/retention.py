@@ -1,0 +1,92 @@
+"""Runs retention: finished runs older than `queue.runs_retention_days` are removed with their coordination records.
+
+Applied by the run executor's hourly maintenance and by `switchyard coordination clean`. A run is
+removed only when its state.json says it finished (done, failed_final, cancelled) longer ago than
+the retention, and no conversation names it as its active run: a queued, running, waiting or
+retryable failed run, or a folder whose state cannot be read, is never touched. 0 keeps runs forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gateway.home import Home, safe_name
+from orchestrator.coordination import Coordination
+from orchestrator.jobs import parse_iso
+from orchestrator.runs import RunState, RunStore
+
+RUNS_RETENTION_DAYS = 30.0
+REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden from RunStore: not a valid run id)
+
+
+def finished_at(run: RunState) -> datetime | None:
+    """When a finished run ended (its job's finished_at, else its last update); None if unreadable."""
+    try:
+        return parse_iso(run.job.finished_at or run.updatedAt)
+    except ValueError:
+        return None
+
+
+def expired_runs(store: RunStore, retention_days: float, *, now: datetime | None = None) -> list[RunState]:
+    """The finished runs that ended more than `retention_days` ago (none when it is 0), oldest first."""
+    if retention_days <= 0:
+        return []
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
+    active = set(store.active_runs().values())
+    expired = []
+    for run in store.all_runs():
+        ended = finished_at(run)
+        if run.finished and run.runId not in active and ended is not None and ended < cutoff:
+            expired.append(run)
+    return expired
+
+
+def prune_runs(home: Home, store: RunStore, coordination: Coordination, retention_days: float, *,
+               now: datetime | None = None) -> list[str]:
+    """Removes the expired runs' coordination records, then their folders; returns the run ids removed.
+
+    The run folder goes last: interrupted before, the run is still listed and the next pass removes
+    the rest. The folder is first renamed to a hidden name, so a half-deleted folder is never read
+    as a run; such leftovers are finished at the next pass. completed.jsonl keeps its reports
+    (spec 001: append-only, kept indefinitely).
+    """
+    _finish_interrupted(home.runs)
+    removed = []
+    for run in expired_runs(store, retention_days, now=now):
+        _remove_coordination(coordination, run.runId)
+        folder = store.folder(run.runId)
+        hidden = folder.with_name(REMOVING_PREFIX + folder.name)
+        try:
+            os.rename(folder, hidden)
+        except FileNotFoundError:
+            continue  # removed meanwhile by another process sharing the home
+        shutil.rmtree(hidden, ignore_errors=True)
+        removed.append(run.runId)
+    return removed
+
+
+def _finish_interrupted(runs_root: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(runs_root):
+            if entry.name.startswith(REMOVING_PREFIX) and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _remove_coordination(coordination: Coordination, run_id: str) -> None:
+    """Drops a run's checkpoints and handoffs (pending and archived).
+
+    Files only: work_queue.json and active_work.json lost the run's entries when it finished, and
+    this runs in a worker thread, where the executor's in-memory views of those files are not ours.
+    """
+    shutil.rmtree(coordination.checkpoint_dir(run_id), ignore_errors=True)
+    prefix = f"{safe_name(run_id)}-"
+    for folder in (coordination.root / "handoffs", coordination.root / "archive" / "handoffs"):
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(folder):
+                if entry.name.startswith(prefix) and entry.name.endswith(".json"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
