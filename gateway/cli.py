@@ -226,6 +226,9 @@ def print_status(status: dict[str, Any]) -> None:
         print(f"  dead letter {letter['file']}: {letter['reason']}")
     for problem in status.get("providers", []):
         print(f"  {problem}")
+    if status.get("retention"):
+        print("retention: " + ", ".join(f"{name} {'forever' if days is None else f'{days:g} d'}"
+                                        for name, days in status["retention"].items()))
     for run in status.get("runs", []):
         print(f"run {run.get('runId')} ({run.get('workflowId')}): {run.get('state')}, "
               f"step {run.get('currentStep') or '-'}")

@@ -15,9 +15,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gateway.home import Home, safe_name
-from orchestrator.coordination import Coordination
+from gateway.settings import Settings
+from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
 from orchestrator.jobs import parse_iso
 from orchestrator.runs import RunState, RunStore
+from orchestrator.selector import SELECT_RETENTION_DAYS
 
 RUNS_RETENTION_DAYS = 30.0
 REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden from RunStore: not a valid run id)
@@ -90,3 +92,10 @@ def _remove_coordination(coordination: Coordination, run_id: str) -> None:
                 if entry.name.startswith(prefix) and entry.name.endswith(".json"):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
+
+
+def retention_settings(settings: Settings) -> dict[str, float | None]:
+    """Every retention in force, in days, for `status` (None: kept forever)."""
+    return {"sent": settings.queue.sent_retention_days, "selector_files": SELECT_RETENTION_DAYS,
+            "coordination_archive": ARCHIVE_AFTER_DAYS, "checkpoints": CHECKPOINT_RETENTION_DAYS,
+            "runs": settings.queue.runs_retention_days or None}
