@@ -8,7 +8,9 @@ retryable failed run, or a folder whose state cannot be read, is never touched. 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import json
 import os
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -54,12 +56,16 @@ def prune_runs(home: Home, store: RunStore, coordination: Coordination, retentio
     The run folder goes last: interrupted before, the run is still listed and the next pass removes
     the rest. The folder is first renamed to a hidden name, so a half-deleted folder is never read
     as a run; such leftovers are finished at the next pass. completed.jsonl keeps its reports
-    (spec 001: append-only, kept indefinitely).
+    (spec 001: append-only, kept indefinitely). Coordination files only: work_queue.json and
+    active_work.json lost a run's entries when it finished, and this runs in a worker thread, where
+    the executor's in-memory views of those files are not ours.
     """
     _finish_interrupted(home.runs)
+    handoffs = _Handoffs(coordination)
     removed = []
     for run in expired_runs(store, retention_days, now=now):
-        _remove_coordination(coordination, run.runId)
+        shutil.rmtree(coordination.checkpoint_dir(run.runId), ignore_errors=True)
+        handoffs.remove(run.runId)
         folder = store.folder(run.runId)
         hidden = folder.with_name(REMOVING_PREFIX + folder.name)
         try:
@@ -78,20 +84,37 @@ def _finish_interrupted(runs_root: Path) -> None:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _remove_coordination(coordination: Coordination, run_id: str) -> None:
-    """Drops a run's checkpoints and handoffs (pending and archived).
+class _Handoffs:
+    """The handoff files, pending and archived (`<run>-<step>.json`), listed once and sorted, so each
+    run's are found by bisection however many runs are removed in one pass."""
 
-    Files only: work_queue.json and active_work.json lost the run's entries when it finished, and
-    this runs in a worker thread, where the executor's in-memory views of those files are not ours.
-    """
-    shutil.rmtree(coordination.checkpoint_dir(run_id), ignore_errors=True)
-    prefix = f"{safe_name(run_id)}-"
-    for folder in (coordination.root / "handoffs", coordination.root / "archive" / "handoffs"):
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(folder):
-                if entry.name.startswith(prefix) and entry.name.endswith(".json"):
+    def __init__(self, coordination: Coordination):
+        self._folders: list[tuple[Path, list[str]]] = []
+        for folder in (coordination.root / "handoffs", coordination.root / "archive" / "handoffs"):
+            with contextlib.suppress(FileNotFoundError):
+                self._folders.append((folder, sorted(os.listdir(folder))))
+
+    def remove(self, run_id: str) -> None:
+        """Deletes the run's handoffs; a name that merely starts alike (run `a` and run `a-b`) is
+        checked against the task_id it holds."""
+        prefix = f"{safe_name(run_id)}-"
+        for folder, names in self._folders:
+            index = bisect.bisect_left(names, prefix)
+            while index < len(names) and names[index].startswith(prefix):
+                path = folder / names[index]
+                index += 1
+                if _task_id(path) in (run_id, None):
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
+                        path.unlink()
+
+
+def _task_id(path: Path) -> str | None:
+    """The task_id a handoff file names (None when unreadable: it is removed with the run it is named after)."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return str(record.get("task_id")) if isinstance(record, dict) and record.get("task_id") else None
 
 
 def retention_settings(settings: Settings) -> dict[str, float | None]:
