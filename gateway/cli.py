@@ -19,6 +19,8 @@ import pluggy
 
 from gateway.access import PairingStore
 from gateway.app import Gateway, run_gateway
+from gateway.deadcli import add_dead_command
+from gateway.deadletters import list_dead
 from gateway.events import now_ms
 from gateway.home import Home, resolve_home
 from gateway.models import IncomingPayload
@@ -188,7 +190,9 @@ def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> d
     """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
     status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
     status["gateway"] = _gateway_process(home)
-    status["dead_letters"] = _dead_letters(home, limit=5)
+    dead = list_dead(home)
+    status["dead_letter_count"] = len(dead)
+    status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:5]]
     for section in call_each(pm, "switchyard_status", home=home, settings=settings):
         status.update(section)
     return status
@@ -207,19 +211,6 @@ def _gateway_process(home: Home) -> dict[str, Any]:
     return info
 
 
-def _dead_letters(home: Home, *, limit: int) -> list[dict[str, Any]]:
-    reports = sorted(home.failed.glob("*.error.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    letters = []
-    for path in reports[:limit]:
-        try:
-            report = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            continue
-        letters.append({"file": report.get("file"), "reason": report.get("reason"),
-                        "attempts": report.get("attempts"), "failed_at": report.get("failed_at")})
-    return letters
-
-
 def print_status(status: dict[str, Any]) -> None:
     """Prints the status for a person."""
     gateway = status["gateway"]
@@ -229,10 +220,15 @@ def print_status(status: dict[str, Any]) -> None:
         reason = f" — {info['reason']}" if info.get("reason") else ""
         print(f"  channel {profile} ({info.get('type')}): {info.get('state')}{reason}")
     print("queue: " + ", ".join(f"{name} {count}" for name, count in status["queue"].items()))
+    if status["dead_letter_count"]:
+        print(f"dead letters: {status['dead_letter_count']} (`switchyard dead list`)")
     for letter in status["dead_letters"]:
         print(f"  dead letter {letter['file']}: {letter['reason']}")
     for problem in status.get("providers", []):
         print(f"  {problem}")
+    if status.get("retention"):
+        print("retention: " + ", ".join(f"{name} {'forever' if days is None else f'{days:g} d'}"
+                                        for name, days in status["retention"].items()))
     for run in status.get("runs", []):
         print(f"run {run.get('runId')} ({run.get('workflowId')}): {run.get('state')}, "
               f"step {run.get('currentStep') or '-'}")
@@ -310,6 +306,7 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     pair_commands.add_parser("list", help="pending codes and approved senders")
     approve = pair_commands.add_parser("approve", help="approve a pending code")
     approve.add_argument("code")
+    add_dead_command(commands)
     if pm is not None:
         call_each(pm, "switchyard_cli", commands=commands)
     return parser

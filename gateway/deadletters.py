@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,8 +178,12 @@ def drop(home: Home, names: list[str]) -> list[str]:
     """
     dropped = []
     for name in _known(home, names):
+        path = home.failed / name
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(home.failed / name)
+            if path.is_dir() and not path.is_symlink():  # a directory dropped into incoming/, quarantined
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
             dropped.append(name)
         _report_path(home, name).unlink(missing_ok=True)
     return dropped

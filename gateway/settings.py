@@ -29,6 +29,7 @@ class QueueSettings(_Strict):
     fsync: bool = True
     duplicate_window_sec: int = Field(default=86400, ge=0)
     sent_retention_days: float = Field(default=7, ge=0)
+    runs_retention_days: float = Field(default=30, ge=0)  # finished workflow runs (0: kept forever)
     lock_ttl_sec: float = Field(default=60, gt=0)
     receipt_after_sec: float = Field(default=5, ge=0)  # a message waiting this long behind its conversation
                                                        # is told so (0: never)

@@ -13,6 +13,7 @@ from orchestrator.cli import add_commands
 from orchestrator.config import CONFIG_FILE, write_default_orchestrator
 from orchestrator.doctor import missing_providers
 from orchestrator.handler import Orchestrator
+from orchestrator.retention import retention_settings
 from orchestrator.rules import builtin_providers
 from orchestrator.runs import RunStore
 
@@ -42,9 +43,10 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 
 @hookimpl
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
-    """Lists the runs not yet finished, read from disk, and providers whose CLI cannot be found."""
+    """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, and the
+    retention of every kind of kept file."""
     return {"runs": [run.summary() for run in RunStore(home).unfinished()],
-            "providers": missing_providers(home, settings)}
+            "providers": missing_providers(home, settings), "retention": retention_settings(settings)}
 
 
 @hookimpl

@@ -120,3 +120,15 @@ def test_an_invalid_payload_is_listed_and_shown(home: Home) -> None:
     assert (letter.name, letter.conversation) == ("junk.json", None)
     assert "no error report" in letter.reason
     assert deadletters.show(home, "junk.json")[1] == b"not json"
+
+
+def test_a_quarantined_directory_or_link_is_listed_never_read_and_can_be_dropped(home: Home, tmp_path) -> None:
+    (home.failed / "folder.json").mkdir()
+    (home.failed / "folder.json" / "inside").write_text("x")
+    secret = tmp_path / "secret"
+    secret.write_text("do not read")
+    (home.failed / "link.json").symlink_to(secret)
+    assert sorted(letter.name for letter in deadletters.list_dead(home)) == ["folder.json", "link.json"]
+    assert deadletters.show(home, "link.json")[1] == b""
+    assert deadletters.drop(home, ["folder.json", "link.json"]) == ["folder.json", "link.json"]
+    assert os.listdir(home.failed) == [] and secret.read_text() == "do not read"
