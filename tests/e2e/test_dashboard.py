@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 
 import pytest
@@ -157,3 +158,16 @@ def test_a_message_being_processed_is_shown_in_flight_with_its_conversation_and_
     assert _samples(fetch(url + "metrics").text)[("switchyard_messages_in_flight", ())] == 1
     switchyard.reply_to(slow["messageId"])
     assert fetch(url + "api/state").json()["in_flight"] == []
+
+
+def test_a_port_in_use_is_reported_and_the_gateway_runs_on_without_a_dashboard(switchyard: Switchyard) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        switchyard.configure({"dashboard": {"port": taken.getsockname()[1]}})
+        switchyard.start()
+        [failed] = wait_until(lambda: switchyard.events("dashboard.failed"), 15)
+        assert "address already in use" in failed["reason"].lower()
+        sent = switchyard.send("hello")
+        switchyard.reply_to(sent["messageId"])
+        assert "cannot listen" in switchyard.output()
