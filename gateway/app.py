@@ -99,6 +99,10 @@ class Gateway:
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
         self.sharing = SharedHome(home.state)
         self.started_at = utc_now_iso()
+        self.dashboard: Any = None
+        if settings.dashboard.port is not None:  # loads aiohttp and prometheus-client only when it is on
+            from gateway.dashboard.service import Dashboard
+            self.dashboard = Dashboard(self)  # raises SettingsError when its token variable is unset
 
     # --- start ------------------------------------------------------------------------------
 
@@ -135,6 +139,8 @@ class Gateway:
         self._tasks.append(asyncio.create_task(self.worker.renew_locks(), name="renew-locks"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
                          watch=self._watches[0].mode, home=self.sharing.mode)
+        if self.dashboard is not None and await self.dashboard.start():
+            self._write_status()
 
     def _takes_receipts(self, message: IncomingPayload) -> bool:
         """Whether the channel a message came from is a chat that wants "queued" receipts."""
@@ -318,6 +324,8 @@ class Gateway:
         status = {"pid": os.getpid(), "started_at": self.started_at, "updated_at": utc_now_iso(),
                   "watch": self._watches[0].mode if self._watches else "stopped",
                   "channels": self.channel_status}
+        if self.dashboard is not None and self.dashboard.url:
+            status["dashboard"] = self.dashboard.url
         with suppress(OSError):
             atomic_write(self.home.state / "gateway.json", json.dumps(status, indent=2).encode(), fsync=False)
 
@@ -345,6 +353,8 @@ class Gateway:
         for watch in other_watches:
             watch.stop()
         await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
+        if self.dashboard is not None:
+            await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)
         self.outbox.on_written = None
         for task in self._tasks:
             task.cancel()

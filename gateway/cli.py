@@ -103,6 +103,21 @@ def _pair_arguments(parser: argparse.ArgumentParser) -> None:
     approve.add_argument("code", help="the code the sender was given")
 
 
+def _dead_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="dead_command", required=True, title="subcommands")
+    listing = actions.add_parser("list", help="every dead letter, newest first, with its reason")
+    listing.add_argument("--json", action="store_true", help="print JSON for scripts")
+    show = actions.add_parser("show", help="one dead letter: its report and original payload")
+    show.add_argument("name", help="the file name `dead list` shows")
+    show.add_argument("--json", action="store_true", help="print JSON for scripts")
+    retry = actions.add_parser("retry", help="put dead letters back (messages to incoming/, replies to "
+                                             "outgoing/) with a fresh attempt count")
+    retry.add_argument("names", nargs="*", metavar="NAME", help="file names `dead list` shows")
+    retry.add_argument("--all", action="store_true", help="every dead letter")
+    drop = actions.add_parser("drop", help="delete dead letters for good")
+    drop.add_argument("names", nargs="+", metavar="NAME", help="file names `dead list` shows")
+
+
 @dataclass(frozen=True)
 class Command:
     """A built-in subcommand: its help line, its arguments, and `module:function` to call, imported only
@@ -128,6 +143,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("status", "gateway, channels, queue, dead letters, runs, heartbeat; exit 3 when the gateway is down",
             "gateway.status:cmd_status", _status_arguments),
     Command("pair", "admit senders with one-time pairing codes", "gateway.commands:cmd_pair", _pair_arguments),
+    Command("dead", "dead letters: messages and replies that failed for good (list, show, retry, drop)",
+            "gateway.deadcli:cmd_dead", _dead_arguments),
 )
 
 

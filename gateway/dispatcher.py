@@ -161,9 +161,10 @@ class Dispatcher:
                     self._quarantine(path, f"delivery failed {attempts} time(s): {exc}", attempts)
                     return
                 delay = _retry_delay(exc, attempts, self.settings)
-                self.events.emit("outgoing.retry", file=name, channel=payload.channel,
+                self.events.emit("outgoing.retry", file=name, channel=payload.channel, profile=payload.profile,
                                  conversation=payload.conversationId, reason=str(exc),
-                                 attempt=attempts, backoff_ms=int(delay * 1000))
+                                 attempt=attempts, backoff_ms=int(delay * 1000),
+                                 rate_limited=isinstance(exc, DeliveryError) and exc.retry_after is not None)
                 await asyncio.sleep(delay)
                 continue
             failures = 0
@@ -177,7 +178,7 @@ class Dispatcher:
                     failures += 1
                     await self._pause(name, f"cannot move {name} to sent/: {exc}", failures)
             self.sent += 1
-            self.events.emit("outgoing.sent", file=name, channel=payload.channel,
+            self.events.emit("outgoing.sent", file=name, channel=payload.channel, profile=payload.profile,
                              conversation=payload.conversationId, messageId=payload.messageId,
                              platform_ids=record.platform_ids if record else None,
                              duration_ms=round((time.perf_counter() - started) * 1000, 2))

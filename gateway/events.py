@@ -47,6 +47,10 @@ class EventLog:
         self._loop = loop
         self._loop_thread = threading.get_ident()
 
+    def observe(self, observer: Observer) -> None:
+        """Adds an observer told of every event from now on (it must be quick and may run on any thread)."""
+        self._observers.append(observer)
+
     def add_secret(self, value: str) -> None:
         """Registers a value that must never appear in the log (a token, a signing secret)."""
         if len(value) >= 4 and value not in self._secrets:

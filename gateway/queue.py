@@ -396,12 +396,13 @@ class FileQueue:
 
 def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -> Path:
     """Moves a file to failed/ under its own name (prefixed if taken) beside `<name>.error.json`,
-    which holds `report` plus the file name and time; the report is written first, so a dead
-    letter is never without its reason. Returns the new path."""
+    which holds `report` plus the file name, the name it had before (a retry puts it back under
+    that name) and the time; the report is written first, so a dead letter is never without its
+    reason. Returns the new path."""
     target = home.failed / source.name
     if os.path.lexists(target):
         target = home.failed / f"{time.time_ns()}-{source.name}"
-    body = {"file": target.name, **report, "failed_at": utc_now_iso()}
+    body = {"file": target.name, "original": source.name, **report, "failed_at": utc_now_iso()}
     atomic_write(target.with_name(target.name + ".error.json"), json.dumps(body, indent=2).encode(), fsync=fsync)
     os.rename(source, target)
     if fsync:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,7 @@ class QueueSettings(_Strict):
     fsync: bool = True
     duplicate_window_sec: int = Field(default=86400, ge=0)
     sent_retention_days: float = Field(default=7, ge=0)
+    runs_retention_days: float = Field(default=30, ge=0)  # finished workflow runs (0: kept forever)
     lock_ttl_sec: float = Field(default=60, gt=0)
     receipt_after_sec: float = Field(default=5, ge=0)  # a message waiting this long behind its conversation
                                                        # is told so (0: never)
@@ -102,6 +104,32 @@ class ChannelOptions(_Strict):
     workflow: str | None = None
 
 
+class DashboardSettings(_Strict):
+    """The web dashboard and `/metrics` served by `switchyard run` (off unless `port` is set)."""
+
+    port: int | None = Field(default=None, ge=0, le=65535)  # 0: any free port (written to status)
+    host: str = "127.0.0.1"
+    token_env: str | None = Field(default=None, min_length=1)
+    refresh_sec: float = Field(default=2, gt=0)
+
+    @model_validator(mode="after")
+    def _check_token(self) -> DashboardSettings:
+        if self.port is not None and self.token_env is None and not is_loopback(self.host):
+            raise ValueError(f"token_env: required when host is not a loopback address (host: {self.host!r}); "
+                             "name an environment variable holding the dashboard token")
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address only accepts connections from this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class FileSettings(_Strict):
     extra_roots: list[str] = Field(default_factory=list)
 
@@ -115,6 +143,7 @@ class Settings(_Strict):
     default_orchestrator: str = "main"
     channels: list[ChannelProfile] = Field(default_factory=list)
     files: FileSettings = Field(default_factory=FileSettings)
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     plugins: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")

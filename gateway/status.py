@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.deadletters import list_dead
 from gateway.home import Home
 from gateway.plugin_manager import call_each
 from gateway.queue import queue_depths
@@ -40,7 +41,9 @@ def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> d
     """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
     status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
     status["gateway"] = gateway_process(home)
-    status["dead_letters"] = _dead_letters(home, limit=DEAD_LETTERS_SHOWN)
+    dead = list_dead(home)
+    status["dead_letter_count"] = len(dead)
+    status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:DEAD_LETTERS_SHOWN]]
     for section in call_each(pm, "switchyard_status", home=home, settings=settings):
         status.update(section)
     return status
@@ -85,19 +88,6 @@ def _stale(channel: dict[str, Any]) -> dict[str, Any]:
             "reason": f"gateway not running (last reported {last})"}
 
 
-def _dead_letters(home: Home, *, limit: int) -> list[dict[str, Any]]:
-    reports = sorted(home.failed.glob("*.error.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    letters = []
-    for path in reports[:limit]:
-        try:
-            report = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            continue
-        letters.append({"file": report.get("file"), "reason": report.get("reason"),
-                        "attempts": report.get("attempts"), "failed_at": report.get("failed_at")})
-    return letters
-
-
 def print_status(status: dict[str, Any]) -> None:
     """Prints the status for a person: a headline, then one table per section that has rows."""
     gateway = status["gateway"]
@@ -110,11 +100,16 @@ def print_status(status: dict[str, Any]) -> None:
              [[name, str(info.get("type") or "-"), str(info.get("state")), str(info.get("reason") or "")]
               for name, info in (gateway.get("channels") or {}).items()])
     _section(list(status["queue"]), [[str(count) for count in status["queue"].values()]], title="queue")
+    if status["dead_letter_count"]:
+        print(f"\ndead letters: {status['dead_letter_count']} (`switchyard dead list`)")
     _section(["dead letter", "attempts", "failed at", "reason"],
              [[str(d["file"]), str(d["attempts"]), str(d["failed_at"]), str(d["reason"])]
               for d in status["dead_letters"]])
     for problem in status.get("providers", []):
         print(problem)
+    if status.get("retention"):
+        print("retention: " + ", ".join(f"{name} {'forever' if days is None else f'{days:g} d'}"
+                                        for name, days in status["retention"].items()))
     runs = status.get("runs") or []
     _section(["run", "workflow", "state", "step", "retries", "updated"],
              [[str(r.get("runId")), str(r.get("workflowId")), str(r.get("state")), str(r.get("currentStep") or "-"),

@@ -45,6 +45,7 @@ APOLOGY = (
 class _Job:
     claimed: Claimed
     message: IncomingPayload
+    started: float = 0.0  # time.monotonic() when its processing began
 
 
 def backoff_seconds(attempts: int, settings: QueueSettings) -> float:
@@ -268,7 +269,7 @@ class Worker:
             # held elsewhere: back in line (those keys are blocked for the rest of this pass)
             self.queue.release(claimed, 0.0)
             return
-        self.events.emit("message.claimed", job_id=claimed.name, channel=message.channel,
+        self.events.emit("message.claimed", job_id=claimed.name, channel=message.channel, profile=message.profile,
                          conversation=message.conversation, attempt=claimed.attempts + 1)
         self.scheduler.add(claimed.order, ordering_keys(message), _Job(claimed, message))
         if self.receipts is not None:
@@ -315,6 +316,7 @@ class Worker:
             self.events.emit("message.duplicate", job_id=claimed.name, channel=message.channel,
                              conversation=message.conversation, messageId=message.messageId)
             return
+        job.started = time.monotonic()
         finished = self._on_start(message) if self._on_start is not None else None
         try:
             replies = await self._handle(job)
@@ -375,7 +377,7 @@ class Worker:
         self.processed += 1
         self.events.emit("job.succeeded", job_id=job.claimed.name, state="done", kind="message",
                          channel=job.message.channel, conversation=job.message.conversation,
-                         replies=len(replies))
+                         replies=len(replies), duration_ms=round((time.monotonic() - job.started) * 1000, 2))
 
     async def _retry_or_dead_letter(self, job: _Job, error: str) -> None:
         attempts = job.claimed.attempts + 1

@@ -52,10 +52,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     coordination_commands = coordination.add_subparsers(dest="coordination_command", required=True,
                                                         title="subcommands")
     clean = coordination_commands.add_parser("clean", help="apply retention: archive, old checkpoints, "
-                                                           "expired locks")
+                                                           "expired locks, finished runs past "
+                                                           "queue.runs_retention_days")
     clean.add_argument("--archive-after-days", type=float, help="archive finished records older than this "
                                                                 "(default 30)")
     clean.add_argument("--checkpoint-days", type=float, help="remove checkpoints older than this (default 7)")
+    clean.add_argument("--runs-days", type=float, help="remove finished runs that ended longer ago than this "
+                                                       "(default: queue.runs_retention_days; 0 keeps them)")
     clean.add_argument("--json", action="store_true", help="print JSON for scripts")
     coordination.set_defaults(run=cmd_coordination)
 
@@ -137,21 +140,26 @@ def _show_run(store: RunStore, args: argparse.Namespace) -> int:
 
 
 def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -> int:
-    """Applies the spec-001 retention policy once."""
+    """Applies the spec-001 retention policy and the runs retention once."""
     from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
+    from orchestrator.retention import prune_runs
+    from orchestrator.runs import RunStore
     from orchestrator.selector import prune_selector_files
 
     archive_days = ARCHIVE_AFTER_DAYS if args.archive_after_days is None else args.archive_after_days
     checkpoint_days = CHECKPOINT_RETENTION_DAYS if args.checkpoint_days is None else args.checkpoint_days
-    report: dict[str, Any] = Coordination(home).clean(archive_after_days=archive_days,
-                                                      checkpoint_days=checkpoint_days)
+    coordination = Coordination(home)
+    report: dict[str, Any] = coordination.clean(archive_after_days=archive_days, checkpoint_days=checkpoint_days)
     report["selector_files_removed"] = prune_selector_files(home)
+    runs_days = settings.queue.runs_retention_days if args.runs_days is None else args.runs_days
+    report["runs_removed"] = prune_runs(home, RunStore(home, fsync=False), coordination, runs_days)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"checkpoints removed: {len(report['checkpoints_removed'])}, files archived: "
           f"{len(report['archived'])}, expired locks freed: {len(report['locks_freed'])}, "
-          f"selector files removed: {report['selector_files_removed']}")
+          f"selector files removed: {report['selector_files_removed']}, "
+          f"finished runs removed: {len(report['runs_removed'])}")
     for resource in report["locks_freed"]:
         print(f"  freed lock {resource}")
     return 0

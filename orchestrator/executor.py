@@ -22,6 +22,7 @@ from orchestrator.coordination import Coordination
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
 from orchestrator.results import Delivery
+from orchestrator.retention import RUNS_RETENTION_DAYS, prune_runs
 from orchestrator.runs import RunState, RunStore, conversation_key
 from orchestrator.selector import prune_selector_files
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
@@ -46,8 +47,10 @@ class RunExecutor:
     """Drains queued runs oldest first (spec 003), at most `max_parallel` at once, one process per run."""
 
     def __init__(self, *, home: Home, store: RunStore, steps: StepRunner, events: EventLog, outbox: Outbox,
-                 max_parallel: int = 4, lock_ttl_sec: float = 60.0):
+                 max_parallel: int = 4, lock_ttl_sec: float = 60.0,
+                 runs_retention_days: float = RUNS_RETENTION_DAYS):
         self._home = home
+        self._runs_retention_days = runs_retention_days
         self._store = store
         self._steps = steps
         self._max_parallel = max_parallel
@@ -317,6 +320,8 @@ class RunExecutor:
         try:
             report = await asyncio.to_thread(self.coordination.clean)
             report["selector_files_removed"] = await asyncio.to_thread(prune_selector_files, self._home)
+            report["runs_removed"] = await asyncio.to_thread(prune_runs, self._home, self._store, self.coordination,
+                                                             self._runs_retention_days)
         except OSError as exc:
             log.warning("coordination retention failed: %s", exc)
             return

@@ -46,7 +46,8 @@ class Orchestrator:
         queue = context.settings.queue
         self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
                                      outbox=context.outbox, max_parallel=max_parallel_runs,
-                                     lock_ttl_sec=queue.lock_ttl_sec)
+                                     lock_ttl_sec=queue.lock_ttl_sec,
+                                     runs_retention_days=queue.runs_retention_days)
         self._selector = Selector(context.home, self._runner, context.events)
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,

@@ -99,6 +99,9 @@ class Lifecycle:
         run = self.store.update_step(run, step_id, save=False, **{
             **outcome.fields, "status": "completed", "finishedAt": utc_now_iso(), "exitCode": outcome.exit_code,
             "durationMs": outcome.duration_ms, "output": output, "stderrTail": outcome.stderr_tail or None})
+        self.events.emit("step.completed", run_id=run.runId, workflow=run.workflowId, step=step_id,
+                         step_kind=run.steps[step_id].kind, agent=run.steps[step_id].agent,
+                         channel=run.conversation.channel, duration_ms=outcome.duration_ms)
         return self._hand_over(run, step_id)
 
     def step_failed(self, run: RunState, step_id: str, exc: StepFailed) -> None:

@@ -48,9 +48,19 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 
 @hookimpl
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
-    """Lists the runs not yet finished, read from disk, and providers whose CLI cannot be found."""
+    """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, and the
+    retention of every kind of kept file."""
     from orchestrator.doctor import missing_providers
+    from orchestrator.retention import retention_settings
     from orchestrator.runs import RunStore
 
     return {"runs": [run.summary() for run in RunStore(home).unfinished()],
-            "providers": missing_providers(home, settings)}
+            "providers": missing_providers(home, settings), "retention": retention_settings(settings)}
+
+
+@hookimpl
+def switchyard_recent_runs(home: Home, limit: int) -> list[dict[str, Any]]:
+    """Lists the runs changed last, with their steps, for the dashboard."""
+    from orchestrator.runs import RunStore
+
+    return [run.overview() for run in RunStore(home).recent(limit)]

@@ -90,6 +90,14 @@ class RunState(BaseModel):
         ran = [(name, step) for name, step in self.steps.items() if step.status in ("completed", "failed")]
         return ran[-1] if ran else None
 
+    def overview(self) -> dict[str, Any]:
+        """The summary with its conversation, creation time and every step's status (for the dashboard)."""
+        steps = [{"id": name, "status": step.status, "durationMs": step.durationMs}
+                 for name, step in self.steps.items()]
+        conversation = self.conversation
+        return {**self.summary(), "createdAt": self.createdAt, "error": self.error, "steps": steps,
+                "conversation": f"{conversation.channel}/{conversation.conversationId or conversation.senderId}"}
+
     def summary(self) -> dict[str, Any]:
         """The few fields `status` and the selector request show."""
         return {"runId": self.runId, "workflowId": self.workflowId, "state": self.state,
@@ -308,6 +316,17 @@ class RunStore:
             return []
         runs = [self.load(p.name) for p in self._root.iterdir() if (p / "state.json").is_file()]
         return sorted((r for r in runs if r is not None), key=lambda r: (r.createdAt, r.runId))
+
+    def recent(self, limit: int) -> list[RunState]:
+        """The `limit` runs changed last, newest first (read by state.json's mtime, not every run)."""
+        if not self._root.is_dir():
+            return []
+        stamped = []
+        for entry in os.scandir(self._root):
+            with contextlib.suppress(OSError):
+                stamped.append((os.stat(os.path.join(entry.path, "state.json")).st_mtime, entry.name))
+        runs = (self.load(name) for _, name in sorted(stamped, reverse=True)[:limit])
+        return [run for run in runs if run is not None]
 
     def unfinished(self) -> list[RunState]:
         """Runs not yet in a final state, oldest first."""

@@ -66,6 +66,7 @@ async def test_failed_delivery_is_retried_honouring_retry_after(home: Home) -> N
     await async_wait_until(lambda: len(channel.sent) == 1)
     events = [e for e in read_events(home.events_file) if e["event"] == "outgoing.retry"]
     assert [e["backoff_ms"] for e in events] == [10, 10]
+    assert [(e["rate_limited"], e["profile"]) for e in events] == [(True, "fake")] * 2  # counted as 429s
 
 
 async def test_delivery_that_keeps_failing_is_dead_lettered_not_dropped(home: Home) -> None:

@@ -259,3 +259,32 @@ def test_profiles_whose_token_variable_is_missing_are_disabled_and_the_rest_keep
     dropped = switchyard.send("a dropped file still works", messageId="drop-1")
     assert answer(dropped["message"]) in switchyard.reply_to("drop-1", timeout=REPLY_TIMEOUT_S)[0]["message"]
     finish(switchyard, "tg", fake.token, slack_bot_token)
+
+
+def test_a_reply_the_platform_refused_is_delivered_after_dead_retry(telegram: FakeThread[FakeTelegram],
+                                                                     switchyard: Switchyard) -> None:
+    fake = telegram.server
+    switchyard.env[TELEGRAM_ENV] = fake.token
+    switchyard.configure({"channels": [telegram_profile(fake)]})
+    switchyard.start()
+    telegram.run(fake.refuse_next)  # the user blocked the bot: the reply goes to failed/ at once
+    text = "answer me later"
+    telegram.call(fake.deliver, telegram.run(fake.message, 1001, text))
+
+    def dead() -> list[dict[str, Any]]:
+        letters: list[dict[str, Any]] = json.loads(switchyard.cli("dead", "list", "--json").stdout)
+        return letters
+
+    [letter] = wait_until(dead, REPLY_TIMEOUT_S)
+    assert letter["kind"] == "reply" and "the platform refused it" in letter["reason"]
+    assert letter["conversation"] == "1001"
+    result = switchyard.cli("dead", "retry", letter["name"])  # the user unblocked the bot
+    assert f"retried {letter['name']} → outgoing/" in result.stdout, result.stderr
+
+    def replies() -> list[Any]:
+        return [s for s in telegram.run(lambda: list(fake.sent)) if answer(text) in (s.text or "")]
+
+    assert len(wait_until(replies, REPLY_TIMEOUT_S)) == 1
+    wait_until(lambda: not dead() and json.loads(switchyard.cli("status", "--json").stdout)["queue"]["failed"] == 0,
+               STATUS_TIMEOUT_S)
+    finish(switchyard, "tg", fake.token)

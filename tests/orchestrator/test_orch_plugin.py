@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,23 @@ def test_switchyard_status_lists_unfinished_runs(home: Home) -> None:
     assert {k: run[k] for k in ("runId", "workflowId", "state", "currentStep")} == {
         "runId": "r-1", "workflowId": "build", "state": "running", "currentStep": "Plan"}
     assert "updatedAt" in run
+
+
+def test_switchyard_recent_runs_lists_the_runs_changed_last_with_their_steps(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    for index, run_id in enumerate(("r-old", "r-mid", "r-new")):
+        store.create(RunState(runId=run_id, workflowId="build", orchestratorId="main", state="done",
+                              message=make_message("x").model_dump(mode="json"),
+                              conversation=Conversation(channel="console", conversationId="c9"),
+                              steps={"Plan": StepState(status="completed", durationMs=1500), "Test": StepState()}),
+                     "k")
+        stamp = 1_700_000_000 + index
+        os.utime(store.folder(run_id) / "state.json", (stamp, stamp))
+    [runs] = _manager().hook.switchyard_recent_runs(home=home, limit=2)
+    assert [run["runId"] for run in runs] == ["r-new", "r-mid"]
+    assert runs[0]["steps"] == [{"id": "Plan", "status": "completed", "durationMs": 1500},
+                                {"id": "Test", "status": "pending", "durationMs": None}]
+    assert runs[0]["state"] == "done" and runs[0]["conversation"] == "console/c9"
 
 
 async def test_providers_from_the_context_are_usable(

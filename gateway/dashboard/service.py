@@ -1,0 +1,124 @@
+"""The dashboard of one running gateway: watches its events, reads its state, serves both over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from gateway import deadletters
+from gateway.dashboard import dashboard_token
+from gateway.dashboard.metrics import Metrics
+from gateway.dashboard.server import Server, build_app
+from gateway.dashboard.state import Activity, queue_folders
+from gateway.events import read_events
+from gateway.plugin_manager import call_each
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger("switchyard.dashboard")
+
+SEED_EVENTS = 500
+RUNS_SHOWN = 20
+DEAD_SHOWN = 50
+EVENTS_SHOWN = 30
+
+
+class Dashboard:
+    """Serves the page, `/api/state` and `/metrics` for `gateway`; built before it starts so that it
+    sees every event."""
+
+    def __init__(self, gateway: Gateway):
+        self._gateway = gateway
+        self.settings = gateway.settings.dashboard
+        self.token = dashboard_token(self.settings)
+        if self.token is not None:
+            gateway.events.add_secret(self.token)
+        self.activity = Activity()
+        self.activity.seed(read_events(gateway.home.events_file, limit=SEED_EVENTS))
+        self._metrics = Metrics(self._live)
+        gateway.events.observe(self._observe)
+        self._server: Server | None = None
+        self.url: str | None = None
+
+    def _observe(self, event: dict[str, Any]) -> None:
+        self.activity.observe(event)
+        self._metrics.observe(event)
+
+    async def start(self) -> str | None:
+        """Starts serving; returns the page's address. A port it cannot bind is logged and written as a
+        `dashboard.failed` event, and the gateway runs on without a dashboard (None)."""
+        server = Server(build_app(self, self.settings, self.token), self.settings)
+        try:
+            self.url = await server.start()
+        except OSError as exc:
+            log.error("dashboard: cannot listen on %s port %s: %s", self.settings.host, self.settings.port, exc)
+            self._gateway.events.emit("dashboard.failed", reason=str(exc))
+            await server.stop()
+            return None
+        self._server = server
+        log.info("dashboard at %s", self.url)
+        self._gateway.events.emit("dashboard.started", url=self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        """Stops serving."""
+        if self._server is not None:
+            await self._server.stop()
+
+    # --- what the server reads (server.Source) -----------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """Masks every secret the gateway knows of."""
+        return self._gateway.events.redact(text)
+
+    async def state(self) -> dict[str, Any]:
+        """Everything the page shows, as JSON values (what `/api/state` answers)."""
+        disk = await asyncio.to_thread(self._from_disk)
+        gateway = self._gateway
+        return {
+            "pid": os.getpid(), "started_at": gateway.started_at,
+            "queue": disk["queue"], "in_flight": self.activity.in_flight(disk["processing"]),
+            "dead_letters": disk["dead_letters"], "dead_total": disk["dead_total"], "runs": disk["runs"],
+            "channels": self._channels(), "heartbeats": self.activity.heartbeat_history(),
+            "events": self.activity.recent_events(EVENTS_SHOWN),
+        }
+
+    async def metrics(self) -> bytes:
+        """The Prometheus text of every metric."""
+        return await asyncio.to_thread(self._metrics.text)
+
+    async def retry(self, names: list[str]) -> list[str]:
+        """Puts dead letters back into the queue (KeyError naming any that is not one)."""
+        retried = await asyncio.to_thread(deadletters.retry, self._gateway.home, names)
+        self._gateway.events.emit("dead_letter.retried", names=retried, reason="retried from the dashboard")
+        return retried
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _from_disk(self) -> dict[str, Any]:
+        home = self._gateway.home
+        queue, processing = queue_folders(home)
+        letters = deadletters.list_dead(home)
+        runs: list[dict[str, Any]] = []
+        for found in call_each(self._gateway.pm, "switchyard_recent_runs", events=self._gateway.events,
+                               home=home, limit=RUNS_SHOWN):
+            runs.extend(found)
+        runs.sort(key=lambda run: str(run.get("updatedAt")), reverse=True)
+        return {"queue": queue, "processing": processing, "dead_total": len(letters), "runs": runs[:RUNS_SHOWN],
+                "dead_letters": [{k: v for k, v in letter.to_json().items() if k != "path"}
+                                 for letter in letters[:DEAD_SHOWN]]}
+
+    def _channels(self) -> list[dict[str, Any]]:
+        status = self._gateway.channel_status
+        return [{"profile": p.id, "type": p.type, "state": status.get(p.id, {}).get("state", "starting"),
+                 "reason": status.get(p.id, {}).get("reason"), **self.activity.profile_counts(p.id)}
+                for p in self._gateway.settings.channels]
+
+    def _live(self) -> dict[str, Any]:
+        """The figures `/metrics` reads at scrape time (on a worker thread)."""
+        queue, processing = queue_folders(self._gateway.home)
+        return {"queue": queue, "in_flight": len(self.activity.in_flight(processing)),
+                "channels": dict(self._gateway.channel_status), "heartbeat_last_ms": self.activity.last_rtt_ms()}

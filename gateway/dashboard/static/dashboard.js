@@ -1,0 +1,45 @@
+// Refreshes the dashboard's sections in place and sends the retry button's POST; no build step.
+"use strict";
+const sections = document.getElementById("sections");
+const updated = document.getElementById("updated");
+const notice = document.getElementById("notice");
+const refreshMs = Number(document.body.dataset.refreshMs) || 2000;
+
+async function refresh() {
+  try {
+    const response = await fetch("api/sections", {credentials: "same-origin", cache: "no-store"});
+    if (!response.ok) {
+      tell(`refresh failed: HTTP ${response.status}`, "error");
+      return;
+    }
+    sections.innerHTML = await response.text();  // rendered and escaped by the server
+    updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    if (notice.dataset.kind === "error") tell("", "");
+  } catch (error) {
+    tell(`gateway unreachable: ${error}`, "error");
+  }
+}
+
+function tell(text, kind) {
+  notice.textContent = text;
+  notice.dataset.kind = kind;
+}
+
+async function retry(button) {
+  button.disabled = true;
+  const response = await fetch("api/dead-letters/retry", {
+    method: "POST", credentials: "same-origin",
+    headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({names: [button.dataset.name]}),
+  });
+  const answer = await response.json().catch(() => ({}));
+  tell(response.ok ? `retried ${answer.retried.join(", ")}` : `retry failed: ${answer.error}`,
+       response.ok ? "info" : "error");
+  await refresh();
+}
+
+sections.addEventListener("click", (event) => {
+  const button = event.target.closest("button.retry");
+  if (button) retry(button);
+});
+setInterval(refresh, refreshMs);

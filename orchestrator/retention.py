@@ -1,0 +1,124 @@
+"""Runs retention: finished runs older than `queue.runs_retention_days` are removed with their coordination records.
+
+Applied by the run executor's hourly maintenance and by `switchyard coordination clean`. A run is
+removed only when its state.json says it finished (done, failed_final, cancelled) longer ago than
+the retention, and no conversation names it as its active run: a queued, running, waiting or
+retryable failed run, or a folder whose state cannot be read, is never touched. 0 keeps runs forever.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import os
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gateway.home import Home, safe_name
+from gateway.settings import Settings
+from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
+from orchestrator.jobs import parse_iso
+from orchestrator.runs import RunState, RunStore
+from orchestrator.selector import SELECT_RETENTION_DAYS
+
+RUNS_RETENTION_DAYS = 30.0
+REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden from RunStore: not a valid run id)
+
+
+def finished_at(run: RunState) -> datetime | None:
+    """When a finished run ended (its job's finished_at, else its last update); None if unreadable."""
+    try:
+        return parse_iso(run.job.finished_at or run.updatedAt)
+    except ValueError:
+        return None
+
+
+def expired_runs(store: RunStore, retention_days: float, *, now: datetime | None = None) -> list[RunState]:
+    """The finished runs that ended more than `retention_days` ago (none when it is 0), oldest first."""
+    if retention_days <= 0:
+        return []
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
+    active = set(store.active_runs().values())
+    expired = []
+    for run in store.all_runs():
+        ended = finished_at(run)
+        if run.finished and run.runId not in active and ended is not None and ended < cutoff:
+            expired.append(run)
+    return expired
+
+
+def prune_runs(home: Home, store: RunStore, coordination: Coordination, retention_days: float, *,
+               now: datetime | None = None) -> list[str]:
+    """Removes the expired runs' coordination records, then their folders; returns the run ids removed.
+
+    The run folder goes last: interrupted before, the run is still listed and the next pass removes
+    the rest. The folder is first renamed to a hidden name, so a half-deleted folder is never read
+    as a run; such leftovers are finished at the next pass. completed.jsonl keeps its reports
+    (spec 001: append-only, kept indefinitely). Coordination files only: work_queue.json and
+    active_work.json lost a run's entries when it finished, and this runs in a worker thread, where
+    the executor's in-memory views of those files are not ours.
+    """
+    _finish_interrupted(home.runs)
+    handoffs = _Handoffs(coordination)
+    removed = []
+    for run in expired_runs(store, retention_days, now=now):
+        shutil.rmtree(coordination.checkpoint_dir(run.runId), ignore_errors=True)
+        handoffs.remove(run.runId)
+        folder = store.folder(run.runId)
+        hidden = folder.with_name(REMOVING_PREFIX + folder.name)
+        try:
+            os.rename(folder, hidden)
+        except FileNotFoundError:
+            continue  # removed meanwhile by another process sharing the home
+        shutil.rmtree(hidden, ignore_errors=True)
+        removed.append(run.runId)
+    return removed
+
+
+def _finish_interrupted(runs_root: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(runs_root):
+            if entry.name.startswith(REMOVING_PREFIX) and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+class _Handoffs:
+    """The handoff files, pending and archived (`<run>-<step>.json`), listed once and sorted, so each
+    run's are found by bisection however many runs are removed in one pass."""
+
+    def __init__(self, coordination: Coordination):
+        self._folders: list[tuple[Path, list[str]]] = []
+        for folder in (coordination.root / "handoffs", coordination.root / "archive" / "handoffs"):
+            with contextlib.suppress(FileNotFoundError):
+                self._folders.append((folder, sorted(os.listdir(folder))))
+
+    def remove(self, run_id: str) -> None:
+        """Deletes the run's handoffs; a name that merely starts alike (run `a` and run `a-b`) is
+        checked against the task_id it holds."""
+        prefix = f"{safe_name(run_id)}-"
+        for folder, names in self._folders:
+            index = bisect.bisect_left(names, prefix)
+            while index < len(names) and names[index].startswith(prefix):
+                path = folder / names[index]
+                index += 1
+                if _task_id(path) in (run_id, None):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+
+
+def _task_id(path: Path) -> str | None:
+    """The task_id a handoff file names (None when unreadable: it is removed with the run it is named after)."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return str(record.get("task_id")) if isinstance(record, dict) and record.get("task_id") else None
+
+
+def retention_settings(settings: Settings) -> dict[str, float | None]:
+    """Every retention in force, in days, for `status` (None: kept forever)."""
+    return {"sent": settings.queue.sent_retention_days, "selector_files": SELECT_RETENTION_DAYS,
+            "coordination_archive": ARCHIVE_AFTER_DAYS, "checkpoints": CHECKPOINT_RETENTION_DAYS,
+            "runs": settings.queue.runs_retention_days or None}

@@ -1,0 +1,66 @@
+"""The dashboard page in headless Chromium (Debian's `chromium`, driven by Playwright): it renders the
+state, hostile names stay text, and its retry button brings a dead letter back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.testing import wait_until
+from tests.e2e.conftest import Switchyard
+from tests.e2e.dashboard import HOSTILE, make_dead_letter, start_with_dashboard
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                                                                 "(apt-get install chromium)")]
+
+
+@pytest.fixture
+def browser_page() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM))
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        yield page
+        browser.close()
+
+
+def test_the_page_renders_the_state_and_its_retry_button_brings_a_dead_letter_back(
+        switchyard: Switchyard, browser_page: object) -> None:
+    from playwright.sync_api import Page, expect
+
+    page: Page = browser_page  # type: ignore[assignment]
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    url = start_with_dashboard(switchyard)
+    started = switchyard.send("start build")
+    switchyard.reply_to(started["messageId"])
+    sent = make_dead_letter(switchyard)
+    wait_until(lambda: len(switchyard.events("heartbeat.ok")) >= 3, 20)
+
+    page.goto(url)
+    dead = page.locator("#dead-letters")
+    expect(dead.locator("tbody tr")).to_have_count(1)
+    expect(dead).to_contain_text(HOSTILE)  # shown as the text it is
+    expect(page.locator("#runs")).to_contain_text("build")
+    expect(page.locator("#runs .step.completed")).to_have_count(3)
+    expect(page.locator("#channels")).to_contain_text("running")
+    expect(page.locator("#heartbeat svg polyline")).to_have_count(1)
+    expect(page.locator("#updated")).to_contain_text("updated")  # the script refreshed it in place
+    assert page.locator("img").count() == 0 and page.evaluate("window.pwned") is None and dialogs == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"dashboard screenshot: {shot}")
+
+    dead.locator("button.retry").click()
+    expect(dead).to_contain_text("no dead letters", timeout=20_000)
+    wait_until(lambda: any(e.get("conversation") == HOSTILE for e in switchyard.events("job.succeeded")), 20)
+    assert any("answered" in reply["message"] for reply in switchyard.replies(sent["messageId"]))
+    expect(page.locator("#notice")).to_contain_text("retried")

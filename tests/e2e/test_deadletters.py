@@ -1,0 +1,90 @@
+"""`switchyard dead`: a dead letter listed with its reason, retried into an answer, dropped; `status` agrees."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.testing import drop_incoming, wait_until
+from tests.e2e.conftest import Switchyard, provider_calls
+
+pytestmark = pytest.mark.e2e
+
+
+def _dead_names(switchyard: Switchyard) -> list[str]:
+    result = switchyard.cli("dead", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    return [letter["name"] for letter in json.loads(result.stdout)]
+
+
+def _status(switchyard: Switchyard) -> dict:
+    return json.loads(switchyard.cli("status", "--json").stdout)
+
+
+def test_a_dead_letter_retried_from_the_cli_is_answered_with_fresh_attempts(switchyard: Switchyard,
+                                                                             fake_log) -> None:
+    switchyard.configure()  # max_attempts 3
+    switchyard.start()
+    # fails 4 times: 3 attempts dead-letter it; after the retry, attempt 1 fails and attempt 2 answers
+    switchyard.send("fail-until 5", messageId="phoenix")
+    name = wait_until(lambda: next(iter(_dead_names(switchyard)), None), 30)
+    assert "Sorry" in switchyard.reply_to("phoenix")[0]["message"]  # the apology
+    listing = switchyard.cli("dead", "list")
+    assert name in listing.stdout and "failed 3 time(s)" in listing.stdout
+    shown = switchyard.cli("dead", "show", name)
+    assert "fail-until 5" in shown.stdout and "attempts: 3" in shown.stdout
+    assert _status(switchyard)["dead_letter_count"] == 1
+    assert "dead letters: 1" in switchyard.cli("status").stdout
+
+    retried = switchyard.cli("dead", "retry", name)
+    assert retried.returncode == 0, retried.stderr
+    assert f"retried {name}" in retried.stdout
+    answer = switchyard.reply_to("phoenix", count=2, timeout=30)[1]
+    assert answer["agent"] == "writer" and "fail-until 5" in answer["message"]
+    assert len([c for c in provider_calls(fake_log) if c["kind"] == "fail"]) == 4
+    assert _dead_names(switchyard) == []
+    status = _status(switchyard)
+    assert status["dead_letter_count"] == 0 and status["dead_letters"] == [] and status["queue"]["failed"] == 0
+    assert "dead letter" not in switchyard.cli("status").stdout
+
+
+def test_an_invalid_payload_fixed_by_hand_is_answered_after_retry_all(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    drop_incoming(switchyard.home, b'{"channel": "console", "message": "typo" ', "typo.json")
+    wait_until(lambda: _dead_names(switchyard) == ["typo.json"], 20)
+    assert "not valid JSON" in switchyard.cli("dead", "list").stdout
+    fixed = {"channel": "console", "channelProfileId": "console", "sender": "Ada", "senderId": "u1",
+             "message": "typo fixed", "timestamp": 1700000000000, "messageId": "fixed", "conversationId": "c9"}
+    (switchyard.home.failed / "typo.json").write_text(json.dumps(fixed))
+    result = switchyard.cli("dead", "retry", "--all")
+    assert result.returncode == 0 and "retried typo.json → incoming/" in result.stdout
+    answer = switchyard.reply_to("fixed")[0]
+    assert answer["agent"] == "writer" and "typo fixed" in answer["message"]
+    assert _dead_names(switchyard) == [] and list(switchyard.home.failed.iterdir()) == []
+
+
+def test_a_retried_copy_of_an_answered_message_is_not_answered_twice(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    sent = switchyard.send("only once", messageId="once")
+    switchyard.reply_to("once")
+    (switchyard.home.failed / "copy.json").write_text(json.dumps(sent))  # e.g. a duplicate that failed
+    assert switchyard.cli("dead", "retry", "copy.json").returncode == 0
+    wait_until(lambda: not list(switchyard.home.incoming.iterdir()) and switchyard.events("message.duplicate"), 20)
+    assert len(switchyard.replies("once")) == 1
+    assert _dead_names(switchyard) == []
+
+
+def test_unknown_names_exit_1_and_drop_removes_for_good(switchyard: Switchyard) -> None:
+    switchyard.home.create()
+    (switchyard.home.failed / "a.json").write_text("{}")
+    (switchyard.home.failed / "b.json").write_text("{}")
+    result = switchyard.cli("dead", "retry", "a.json", "ghost.json")
+    assert result.returncode == 1 and "ghost.json" in result.stderr
+    assert switchyard.cli("dead", "show", "ghost.json").returncode == 1
+    assert sorted(_dead_names(switchyard)) == ["a.json", "b.json"]  # nothing moved
+    assert switchyard.cli("dead", "drop", "a.json").stdout.strip() == "dropped a.json"
+    assert _dead_names(switchyard) == ["b.json"]
+    assert switchyard.cli("dead", "list").stdout.splitlines()[0].split()[:2] == ["NAME", "KIND"]
