@@ -2,8 +2,10 @@
 
 Applied by the run executor's hourly maintenance and by `switchyard coordination clean`. A run is
 removed only when its state.json says it finished (done, failed_final, cancelled) longer ago than
-the retention, and no conversation names it as its active run: a queued, running, waiting or
-retryable failed run, or a folder whose state cannot be read, is never touched. 0 keeps runs forever.
+the retention: a queued, running, waiting or retryable failed run, or a folder whose state cannot be
+read, is never touched. An entry of runs/active.json that still names a finished run is stale (the
+index drops ended runs at its next write; `RunStore.active_for` checks the run's state) and does not
+keep the run. 0 keeps runs forever.
 """
 
 from __future__ import annotations
@@ -40,11 +42,10 @@ def expired_runs(store: RunStore, retention_days: float, *, now: datetime | None
     if retention_days <= 0:
         return []
     cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
-    active = set(store.active_runs().values())
     expired = []
     for run in store.all_runs():
         ended = finished_at(run)
-        if run.finished and run.runId not in active and ended is not None and ended < cutoff:
+        if run.finished and ended is not None and ended < cutoff:
             expired.append(run)
     return expired
 

@@ -45,7 +45,10 @@ def test_finished_runs_past_the_retention_are_removed_by_clean_and_by_the_gatewa
     runs = _runs(switchyard)
     assert len(runs) == 3 and {run["state"] for run in runs.values()} == {"done"}
     old, recent, later = sorted(runs)
-    assert _checkpoint(switchyard, old).exists()
+    # a one-step chat run writes no checkpoint (its completion report holds the result): give the old run
+    # the checkpoint a multi-step run leaves, so its removal with the run is seen
+    _checkpoint(switchyard, old).mkdir(parents=True)
+    (_checkpoint(switchyard, old) / "step-1.json").write_text("{}")
     _age(switchyard, old, 11)
     _age(switchyard, recent, 9)
 

@@ -16,12 +16,13 @@ from tests.orchestrator.orch_helpers import make_message
 LATER = datetime.now(UTC) + timedelta(days=31)  # "now" a month on: runs ended today are 31 days old
 
 
-def _store_run(store: RunStore, run_id: str, path: tuple[JobState, ...], key: str | None = None) -> RunState:
+def _store_run(store: RunStore, run_id: str, path: tuple[JobState, ...], key: str | None = None,
+               *, active: bool = True) -> RunState:
     run = RunState(runId=run_id, workflowId="w", orchestratorId="main",
                    message=make_message("hi").model_dump(mode="json"),
                    conversation=Conversation(channel="console", conversationId=run_id),
                    steps={"Plan": StepState()})
-    run = store.create(run, key or f"console/console/{run_id}")
+    run = store.create(run, (key or f"console/console/{run_id}") if active else None)
     for state in path:
         run = store.transition(run, state)
     return run
@@ -48,9 +49,8 @@ def test_only_finished_runs_past_the_retention_are_removed_with_their_records(ho
     unfinished = {"queued": (), "running": ("running",), "waiting": ("running", "waiting_input"),
                   "retrying": ("running", "failed")}
     for run_id, path in {**finished, **unfinished}.items():
-        _store_run(store, run_id, path)
+        _store_run(store, run_id, path, active=False)  # the state alone must protect an unfinished run
         _with_records(coordination, run_id)
-        store.clear_active(run_id)  # the state alone must protect an unfinished run
 
     removed = prune_runs(home, store, coordination, 30, now=LATER)
 
@@ -78,11 +78,12 @@ def test_recent_runs_stay_and_zero_keeps_runs_forever(home: Home, store: RunStor
     assert prune_runs(home, store, coordination, 30.5, now=LATER) == ["done"]
 
 
-def test_a_finished_run_still_named_active_is_kept(home: Home, store: RunStore) -> None:
+def test_a_finished_run_a_stale_active_entry_still_names_is_removed(home: Home, store: RunStore) -> None:
     coordination = Coordination(home)
-    _store_run(store, "done", ("running", "done"))
-    store.set_active("console/console/x", "done")  # e.g. active.json not yet rewritten
-    assert prune_runs(home, store, coordination, 30, now=LATER) == []
+    _store_run(store, "done", ("running", "done"))  # its active.json entry stays until the index's next write
+    assert store.active_runs() == {"console/console/done": "done"}
+    assert prune_runs(home, store, coordination, 30, now=LATER) == ["done"]
+    assert store.active_for("console/console/done") is None
 
 
 def test_an_unreadable_run_folder_is_left_alone_and_a_half_removed_one_is_finished(home: Home,
