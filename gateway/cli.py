@@ -19,10 +19,11 @@ import pluggy
 
 from gateway.access import PairingStore
 from gateway.app import Gateway, run_gateway
+from gateway.check import add_check_command, cmd_check, require_valid_home
 from gateway.events import now_ms
 from gateway.home import Home, resolve_home
 from gateway.models import IncomingPayload
-from gateway.plugin_manager import build_plugin_manager, call_each, check_channel_options
+from gateway.plugin_manager import build_plugin_manager, call_each
 from gateway.queue import FileQueue, queue_depths
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -103,7 +104,7 @@ def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
     recovered by the next start, as after a kill.
     """
     home, settings = run.home, run.settings
-    check_channel_options(settings, run.pm, source=str(_settings_path(args, home)))
+    require_valid_home(home, settings, run.pm, source=str(_settings_path(args, home)))
     gateway = Gateway(home, settings, run.pm)
 
     def on_signal(stop: asyncio.Event, signum: int) -> None:
@@ -233,6 +234,8 @@ def print_status(status: dict[str, Any]) -> None:
         print(f"  dead letter {letter['file']}: {letter['reason']}")
     for problem in status.get("providers", []):
         print(f"  {problem}")
+    for problem in status.get("config", []):
+        print(f"  {problem}")
     for run in status.get("runs", []):
         print(f"run {run.get('runId')} ({run.get('workflowId')}): {run.get('state')}, "
               f"step {run.get('currentStep') or '-'}")
@@ -310,12 +313,14 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     pair_commands.add_parser("list", help="pending codes and approved senders")
     approve = pair_commands.add_parser("approve", help="approve a pending code")
     approve.add_argument("code")
+    add_check_command(commands)
     if pm is not None:
         call_each(pm, "switchyard_cli", commands=commands)
     return parser
 
 
-COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_status, "pair": cmd_pair}
+COMMANDS = {"init": cmd_init, "run": cmd_run, "send": cmd_send, "status": cmd_status, "pair": cmd_pair,
+            "check": cmd_check}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +11,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.events import EventLog
 from gateway.home import Home
-from gateway.settings import Settings, SettingsError, describe_validation_error, parse_yaml_file
+from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
 from orchestrator.jobs import RetryPolicy
 from orchestrator.workflows import (
     QueueDirs,
@@ -23,6 +25,8 @@ from orchestrator.workflows import (
 )
 
 __all__ = ["StepConfig", "WorkflowConfig"]
+
+log = logging.getLogger("switchyard.orchestrator")
 
 CONFIG_FILE = "orchestrator.yaml"
 
@@ -245,10 +249,10 @@ def parse_orchestrator_config(
     try:
         config = OrchestratorConfig.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc, source)) from exc
+        raise SettingsError.of(source, validation_problems(exc)) from exc
     problems = list(config.reference_problems(known_providers))
     if problems:
-        raise SettingsError(f"{source}: " + "; ".join(problems))
+        raise SettingsError.of(source, problems)
     return config
 
 
@@ -264,6 +268,22 @@ def load_orchestrator_config(workspace: Path, known_providers: set[str]) -> Orch
     if not path.exists():
         return default_orchestrator_config(known_providers)
     return parse_orchestrator_config(parse_yaml_file(path), str(path), known_providers)
+
+
+def load_every_config(
+    home: Home, settings: Settings, known_providers: set[str]
+) -> tuple[list[LoadedConfig], list[str]]:
+    """Every orchestrator's configuration that validates, and one `file: key: reason` line per
+    problem of those that do not (the check at start, `switchyard check`, `doctor` and `status`)."""
+    loaded, problems = [], []
+    for orchestrator_id, ref in settings.orchestrators.items():
+        workspace = home.resolve(ref.workspace)
+        try:
+            config = load_orchestrator_config(workspace, known_providers)
+            loaded.append(LoadedConfig(orchestrator_id, workspace, config))
+        except SettingsError as exc:
+            problems += exc.problems
+    return loaded, problems
 
 
 def write_default_orchestrator(workspace: Path) -> Path:
@@ -287,13 +307,18 @@ def read_template(value: str, workspace: Path) -> str:
 
 
 class ConfigCache:
-    """Loads each orchestrator's configuration once, reloading when orchestrator.yaml changes."""
+    """Loads each orchestrator's configuration once, reloading when orchestrator.yaml changes.
 
-    def __init__(self, home: Home, settings: Settings, known_providers: set[str]):
+    An edit that does not validate is reported (a warning, an `orchestrator.config_rejected` event)
+    and the last valid configuration stays in use; the next valid edit is loaded and said so."""
+
+    def __init__(self, home: Home, settings: Settings, known_providers: set[str], *, events: EventLog | None = None):
         self._home = home
         self._settings = settings
         self._known = known_providers
+        self._events = events
         self._cache: dict[str, tuple[tuple[int, int] | None, LoadedConfig]] = {}
+        self._rejected: dict[str, tuple[int, int] | None] = {}  # the file version found invalid, per id
 
     def workspace(self, orchestrator_id: str) -> Path:
         """The private workspace of an orchestrator id, resolved against the home."""
@@ -303,15 +328,37 @@ class ConfigCache:
         return self._home.resolve(ref.workspace)
 
     def get(self, orchestrator_id: str) -> LoadedConfig:
-        """The current configuration of an orchestrator; raises SettingsError when it is invalid."""
+        """The current configuration of an orchestrator: the file as it is if it validates, else the
+        last valid one; raises SettingsError when it never validated."""
         workspace = self.workspace(orchestrator_id)
-        mtime = _stamp(workspace / CONFIG_FILE)
+        stamp = _stamp(workspace / CONFIG_FILE)
         cached = self._cache.get(orchestrator_id)
-        if cached is not None and cached[0] == mtime:
+        if cached is not None and (stamp == cached[0] or self._rejected.get(orchestrator_id, ()) == stamp):
+            return cached[1]  # unchanged, or the same invalid version already reported
+        try:
+            loaded = LoadedConfig(orchestrator_id, workspace, load_orchestrator_config(workspace, self._known))
+        except SettingsError as exc:
+            if cached is None:
+                raise
+            self._reject(orchestrator_id, stamp, exc)
             return cached[1]
-        loaded = LoadedConfig(orchestrator_id, workspace, load_orchestrator_config(workspace, self._known))
-        self._cache[orchestrator_id] = (mtime, loaded)
+        if cached is not None:
+            self._accept(orchestrator_id, workspace / CONFIG_FILE)
+        self._cache[orchestrator_id] = (stamp, loaded)
         return loaded
+
+    def _reject(self, orchestrator_id: str, stamp: tuple[int, int] | None, exc: SettingsError) -> None:
+        self._rejected[orchestrator_id] = stamp
+        log.warning("orchestrator %s: the edited %s is invalid, the last valid configuration stays in use: %s",
+                    orchestrator_id, CONFIG_FILE, exc)
+        if self._events is not None:
+            self._events.emit("orchestrator.config_rejected", orchestrator=orchestrator_id, reason=str(exc))
+
+    def _accept(self, orchestrator_id: str, path: Path) -> None:
+        again = " (valid again)" if self._rejected.pop(orchestrator_id, ()) != () else ""
+        log.info("orchestrator %s: %s reloaded%s", orchestrator_id, path, again)
+        if self._events is not None:
+            self._events.emit("orchestrator.config_reloaded", orchestrator=orchestrator_id, file=str(path))
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from gateway.api import PermanentError
 from gateway.home import Home
-from gateway.settings import ProviderSettings, Settings, SettingsError, secret_env_names
+from gateway.settings import ProviderSettings, Settings, secret_env_names
 from orchestrator.agent_cli import AgentCall
 from orchestrator.clis import PRESETS
 from orchestrator.clis.base import first_line
-from orchestrator.config import load_orchestrator_config
+from orchestrator.config import load_every_config
 from orchestrator.providers import ProviderRunner
 from orchestrator.rules import builtin_providers
 from orchestrator.spawn import ProviderFailed, run_process
@@ -51,19 +51,14 @@ def binary_of(provider: ProviderSettings) -> str:
 
 
 def provider_uses(home: Home, settings: Settings) -> tuple[dict[str, list[str]], list[str]]:
-    """Which orchestrator keys use each provider, and the orchestrators whose file cannot be read."""
-    known = set(settings.providers) | set(builtin_providers())
+    """Which orchestrator keys use each provider, and the problems of the orchestrator files that do not
+    validate (`file: key: reason`)."""
+    loaded, problems = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()))
     uses: dict[str, list[str]] = {}
-    broken = []
-    for orchestrator_id, ref in settings.orchestrators.items():
-        try:
-            config = load_orchestrator_config(home.resolve(ref.workspace), known)
-        except SettingsError as exc:
-            broken.append(f"orchestrator {orchestrator_id}: {exc}")
-            continue
-        for key, provider in config.provider_references():
-            uses.setdefault(provider, []).append(f"{orchestrator_id}:{key.split('.')[0]}")
-    return {name: sorted(set(keys)) for name, keys in uses.items()}, broken
+    for config in loaded:
+        for key, provider in config.config.provider_references():
+            uses.setdefault(provider, []).append(f"{config.orchestrator_id}:{key.split('.')[0]}")
+    return {name: sorted(set(keys)) for name, keys in uses.items()}, problems
 
 
 def check_providers(home: Home, settings: Settings, *, all_providers: bool = True) -> list[ProviderCheck]:

@@ -40,7 +40,7 @@ class Orchestrator:
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings))
-        self._configs = ConfigCache(context.home, context.settings, self._runner.known())
+        self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
         self._store = RunStore(context.home, fsync=context.settings.queue.fsync)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox)
         queue = context.settings.queue

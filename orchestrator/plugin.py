@@ -1,4 +1,4 @@
-"""The orchestrator as a built-in plugin: the handler, the built-in providers, init files, status."""
+"""The orchestrator as a built-in plugin: the handler, the built-in providers, init files, checks, status."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from gateway.api import BuiltinProvider, HandlerContext
 from gateway.home import Home
 from gateway.settings import Settings
 from orchestrator.cli import add_commands
-from orchestrator.config import CONFIG_FILE, write_default_orchestrator
-from orchestrator.doctor import missing_providers
+from orchestrator.config import CONFIG_FILE, load_every_config, write_default_orchestrator
+from orchestrator.doctor import missing_providers, provider_uses
 from orchestrator.handler import Orchestrator
 from orchestrator.rules import builtin_providers
 from orchestrator.runs import RunStore
@@ -41,10 +41,19 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 
 
 @hookimpl
+def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> list[str]:
+    """Validates every orchestrator's orchestrator.yaml: keys, agents, workflows, the providers it names."""
+    return load_every_config(home, settings, set(settings.providers) | set(builtin_providers()) | set(providers))[1]
+
+
+@hookimpl
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
-    """Lists the runs not yet finished, read from disk, and providers whose CLI cannot be found."""
+    """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, and
+    orchestrator files that do not validate (a running gateway keeps their last valid version)."""
+    _, problems = provider_uses(home, settings)
     return {"runs": [run.summary() for run in RunStore(home).unfinished()],
-            "providers": missing_providers(home, settings)}
+            "providers": missing_providers(home, settings),
+            "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in problems]}
 
 
 @hookimpl
