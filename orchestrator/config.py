@@ -90,35 +90,46 @@ workflows:
     steps:
       - {id: Echo, agent: echo}
       - {id: Command, command: ["echo", "demo step ran"]}
-#  review:
-#    description: Wait for QA task files, review each one, ask before publishing
-#    max_retries: 1
-#    steps:
-#      - {id: Wait, wait_for: {glob: "inbox/qa/*.task", timeout_sec: 300, poll_ms: 500}}
-#      - id: Review
-#        for_each: {glob: "inbox/qa/*.task", parallel: 2, on_item_complete: {}}  # moves to processed/{timestamp}/
-#        do: {provider: echo, prompt: "Reviewed {{item}}"}
-#      - {id: Ask, input: {prompt: "Publish {{steps.Review.output}}? (yes/no)"}}
-#      - {id: Publish, command: ["echo", "answer: {{steps.Ask.output}}"], on_failure: fatal}
+  # review:
+  #   description: Wait for QA task files, review each one, ask before publishing
+  #   max_retries: 1
+  #   steps:
+  #     - {id: Wait, wait_for: {glob: "inbox/qa/*.task", timeout_sec: 300, poll_ms: 500}}
+  #     - id: Review
+  #       for_each: {glob: "inbox/qa/*.task", parallel: 2, on_item_complete: {}}  # moves to processed/{timestamp}/
+  #       do: {provider: echo, prompt: "Reviewed {{item}}"}
+  #     - {id: Ask, input: {prompt: "Publish {{steps.Review.output}}? (yes/no)"}}
+  #     - {id: Publish, command: ["echo", "answer: {{steps.Ask.output}}"], on_failure: fatal}
 
 # Extra functions for command_invoke (list_workflows, cancel_run and queue_stats always exist).
-# Each runs its argv with the arguments as JSON on stdin and answers with its stdout:
-#   disk_usage:
-#     description: Show free disk space
-#     parameters: {type: object, properties: {}}
-#     command: ["df", "-h"]
-functions: {}
+# Each runs its argv with the arguments as JSON on stdin and answers with its stdout.
+# Uncomment the example below (an empty `functions:` is an empty mapping).
+functions:
+  # disk_usage:
+  #   description: Show free disk space
+  #   parameters: {type: object, properties: {}}
+  #   command: ["df", "-h"]
 
 # The built-in `rules` selector: a word of the message naming a keyword starts its workflow,
 # a message starting with a workflow id starts that workflow, anything else starts default_workflow.
 rules:
   default_workflow: chat
-  keywords: {}
+  keywords:
+    # deploy: demo               # a message with the word "deploy" starts the demo workflow
 """
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Sections(_Strict):
+    """A model whose keys left with every example commented out (`functions:`) mean their default."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        return {key: value for key, value in data.items() if value is not None} if isinstance(data, dict) else data
 
 
 class SelectorConfig(_Strict):
@@ -156,14 +167,14 @@ class FunctionConfig(_Strict):
         return self
 
 
-class RulesConfig(_Strict):
+class RulesConfig(_Sections):
     """How the built-in `rules` selector maps messages to workflows."""
 
     default_workflow: str | None = None
     keywords: dict[str, str] = Field(default_factory=dict)
 
 
-class OrchestratorConfig(_Strict):
+class OrchestratorConfig(_Sections):
     """The whole orchestrator.yaml."""
 
     version: str = "1.0"

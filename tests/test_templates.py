@@ -1,4 +1,5 @@
-"""The settings file `switchyard init` writes still loads after uncommenting any of its examples."""
+"""The files `switchyard init` writes (settings.yaml, orchestrator.yaml) still load after uncommenting any
+of their examples."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway.plugin_manager import build_plugin_manager, check_channel_options
-from gateway.settings import load_settings
+from gateway.settings import load_settings, parse_yaml_file
+from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML, parse_orchestrator_config
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = sorted({(REPO / name).resolve() for name in ("gateway/templates/settings.example.yaml",
@@ -56,9 +58,9 @@ def entries(lines: list[str], block: list[int]) -> Iterator[list[int]]:
     yield entry
 
 
-def variants(path: Path) -> Iterator[tuple[str, str]]:
+def variants(text: str) -> Iterator[tuple[str, str]]:
     """(what was uncommented, the resulting text): each entry, each block, and every example at once."""
-    lines = path.read_text().splitlines()
+    lines = text.splitlines()
     blocks = example_blocks(lines)
     chosen: list[tuple[str, list[int]]] = []
     for block in blocks:
@@ -82,10 +84,23 @@ def test_the_template_has_examples_to_uncomment(template: Path) -> None:
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda path: str(path.relative_to(REPO)))
 def test_the_settings_template_loads_after_uncommenting_any_example(template: Path, tmp_path: Path) -> None:
     pm = build_plugin_manager()
-    for label, text in variants(template):
+    for label, text in variants(template.read_text()):
         path = tmp_path / "settings.yaml"
         path.write_text(text)
         try:
             check_channel_options(load_settings(path), pm, source=str(path))
         except Exception as exc:
             raise AssertionError(f"{template.name} with {label} uncommented: {exc}") from exc
+
+
+def test_the_orchestrator_template_loads_after_uncommenting_any_example(tmp_path: Path) -> None:
+    lines = DEFAULT_ORCHESTRATOR_YAML.splitlines()
+    uncommented = [_uncomment(lines[i]).strip() for block in example_blocks(lines) for i in block]
+    assert {"review:", "disk_usage:", "deploy: demo"} <= {line.split("  #")[0].strip() for line in uncommented}
+    for label, text in variants(DEFAULT_ORCHESTRATOR_YAML):
+        path = tmp_path / "orchestrator.yaml"
+        path.write_text(text)
+        try:
+            parse_orchestrator_config(parse_yaml_file(path), str(path), {"echo", "rules"})
+        except Exception as exc:
+            raise AssertionError(f"orchestrator.yaml with {label} uncommented: {exc}") from exc
