@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,12 @@ class ConfigCache:
             self._accept(orchestrator_id, workspace / CONFIG_FILE)
         self._cache[orchestrator_id] = (stamp, loaded)
         return loaded
+
+    def refresh(self) -> None:
+        """Reads again every orchestrator.yaml that changed since it was loaded (a broken edit is reported)."""
+        for orchestrator_id in self._settings.orchestrators:
+            with suppress(SettingsError):  # never valid: reported when a message needs it
+                self.get(orchestrator_id)
 
     def _reject(self, orchestrator_id: str, stamp: tuple[int, int] | None, exc: SettingsError) -> None:
         self._rejected[orchestrator_id] = stamp

@@ -110,8 +110,8 @@ def test_a_broken_edit_keeps_the_last_valid_config_in_use_and_is_reported(switch
     switchyard.start()
     assert _answer(switchyard, "one") == "First: one"
     path = _write(switchyard, _echo_config("Second: {{message}}", provider="ghost"))
+    [rejected] = wait_until(lambda: switchyard.events("orchestrator.config_rejected"))  # before any message
     assert _answer(switchyard, "two") == "First: two"
-    [rejected] = switchyard.events("orchestrator.config_rejected")
     assert f"{path}: agents.echo.provider: unknown provider 'ghost'" in rejected["reason"]
     assert "WARNING" in next(line for line in switchyard.output().splitlines() if "stays in use" in line)
     status = switchyard.cli("status")
