@@ -61,9 +61,12 @@ def provider_uses(home: Home, settings: Settings) -> tuple[dict[str, list[str]],
     return {name: sorted(set(keys)) for name, keys in uses.items()}, problems
 
 
-def check_providers(home: Home, settings: Settings, *, all_providers: bool = True) -> list[ProviderCheck]:
-    """One check per provider (those used by an orchestrator, plus all of settings.yaml when asked)."""
-    uses, _ = provider_uses(home, settings)
+def check_providers(home: Home, settings: Settings, *, all_providers: bool = True,
+                    uses: dict[str, list[str]] | None = None) -> list[ProviderCheck]:
+    """One check per provider (those used by an orchestrator, plus all of settings.yaml when asked);
+    `uses` is provider_uses' answer when the caller has it already."""
+    if uses is None:
+        uses, _ = provider_uses(home, settings)
     names = sorted(set(uses) | (set(settings.providers) if all_providers else set()))
     checks = []
     for name in names:
@@ -79,10 +82,10 @@ def check_providers(home: Home, settings: Settings, *, all_providers: bool = Tru
     return checks
 
 
-def missing_providers(home: Home, settings: Settings) -> list[str]:
+def missing_providers(home: Home, settings: Settings, uses: dict[str, list[str]] | None = None) -> list[str]:
     """A line for each provider an orchestrator uses whose program is not on PATH."""
     return [f"provider {c.name}: {c.problem} (used by {', '.join(c.used_by)})"
-            for c in check_providers(home, settings, all_providers=False) if c.problem]
+            for c in check_providers(home, settings, all_providers=False, uses=uses) if c.problem]
 
 
 async def fill_versions(checks: list[ProviderCheck]) -> None:

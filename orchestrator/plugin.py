@@ -50,9 +50,9 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
     """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, and
     orchestrator files that do not validate (a running gateway keeps their last valid version)."""
-    _, problems = provider_uses(home, settings)
+    uses, problems = provider_uses(home, settings)
     return {"runs": [run.summary() for run in RunStore(home).unfinished()],
-            "providers": missing_providers(home, settings),
+            "providers": missing_providers(home, settings, uses),
             "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in problems]}
 
 
