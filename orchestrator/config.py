@@ -35,6 +35,8 @@ DEFAULT_ORCHESTRATOR_YAML = """\
 # orchestrator.yaml: how this orchestrator answers messages.
 # Every provider named here is a key of `providers` in settings.yaml, or a built-in one:
 # `rules` (offline keyword rules) and `echo` (answers with its prompt).
+# Checked by `switchyard check` and before `switchyard run` starts; while running, an edit that does
+# not validate is reported (log, event, `switchyard status`) and the last valid version stays in use.
 
 # Schema version of this file: 1.2 enables for_each.on_item_complete.
 version: 1.2
