@@ -297,7 +297,18 @@ def load_every_config(
             loaded.append(LoadedConfig(orchestrator_id, workspace, config))
         except SettingsError as exc:
             problems += exc.problems
-    return loaded, problems
+    return loaded, problems + list(_profile_workflow_problems(settings, loaded))
+
+
+def _profile_workflow_problems(settings: Settings, loaded: list[LoadedConfig]) -> Iterator[str]:
+    """A channel profile's `workflow:` (e.g. an inbox's) that its orchestrator.yaml does not define."""
+    configs = {config.orchestrator_id: config for config in loaded}
+    for index, profile in enumerate(settings.channels):
+        workflow = profile.option("workflow")
+        config = configs.get(settings.orchestrator_for(profile.id))
+        if workflow and config is not None and workflow not in config.config.workflows:
+            yield (f"{config.workspace / CONFIG_FILE}: workflows: no workflow {workflow!r}, which settings.yaml "
+                   f"channels.{index} ({profile.id}).workflow names; workflows: {_listing(config.config.workflows)}")
 
 
 def write_default_orchestrator(workspace: Path) -> Path:

@@ -98,3 +98,12 @@ def test_switchyard_status_lists_orchestrator_files_that_do_not_validate(home: H
     assert line.startswith(f"{path}: selectr: Extra inputs are not permitted")
     path.write_text("selector: {provider: rules}\n")
     assert _manager().hook.switchyard_status(home=home, settings=settings)[0]["config"] == []
+
+
+def test_switchyard_check_names_a_channel_workflow_its_orchestrator_lacks(home: Home) -> None:
+    settings = Settings.model_validate({"channels": [{"id": "console", "type": "console"},
+                                                     {"id": "prompts", "type": "inbox", "workflow": "review"}]})
+    path = home.root / "orchestrators" / "main" / "orchestrator.yaml"
+    [problems] = _manager().hook.switchyard_check(home=home, settings=settings, providers=[])
+    assert problems == [f"{path}: workflows: no workflow 'review', which settings.yaml channels.1 (prompts).workflow "
+                        "names; workflows: chat, demo"]
