@@ -103,6 +103,10 @@ def _pair_arguments(parser: argparse.ArgumentParser) -> None:
     approve.add_argument("code", help="the code the sender was given")
 
 
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print {ok, problems, ...} as JSON")
+
+
 def _dead_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="dead_command", required=True, title="subcommands")
     listing = actions.add_parser("list", help="every dead letter, newest first, with its reason")
@@ -143,6 +147,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("status", "gateway, channels, queue, dead letters, runs, heartbeat; exit 3 when the gateway is down",
             "gateway.status:cmd_status", _status_arguments),
     Command("pair", "admit senders with one-time pairing codes", "gateway.commands:cmd_pair", _pair_arguments),
+    Command("check", "validate settings.yaml and every orchestrator.yaml without starting anything "
+                     "(exit 2 on a problem)", "gateway.check:cmd_check", _check_arguments),
     Command("dead", "dead letters: messages and replies that failed for good (list, show, retry, drop)",
             "gateway.deadcli:cmd_dead", _dead_arguments),
 )

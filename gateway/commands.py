@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from gateway.access import PairingStore
+from gateway.check import require_valid_home
 from gateway.cli import Invocation, example_settings_text, next_step
 from gateway.events import now_ms
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.plugin_manager import call_each, check_channel_options
+from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
 
 log = logging.getLogger("switchyard")
@@ -50,7 +51,7 @@ def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
     from gateway.app import Gateway, run_gateway
 
     home, settings = run.home, run.settings
-    check_channel_options(settings, run.pm, source=str(run.settings_path))
+    require_valid_home(home, settings, run.pm, source=str(run.settings_path))
     gateway = Gateway(home, settings, run.pm)
 
     def on_signal(stop: asyncio.Event, signum: int) -> None:

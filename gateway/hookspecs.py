@@ -67,6 +67,17 @@ def switchyard_channel_options() -> dict[str, type[BaseModel]]:  # type: ignore[
     """
 
 
+@hookspec
+def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> list[str] | None:
+    """Validates this plugin's own configuration files in a home (e.g. each orchestrator.yaml) without
+    starting anything; returns one `file: key: reason` line per problem.
+
+    `providers` names the in-process providers every plugin declares (`switchyard_providers`).
+    `switchyard run` calls it before any channel starts and exits 2 on a problem; `switchyard check`
+    prints them. All implementations are called; the lists are joined.
+    """
+
+
 @hookspec(firstresult=True)
 def switchyard_handler(context: HandlerContext) -> Handler | None:
     """Builds the handler that answers claimed messages (the orchestrator provides it).

@@ -12,7 +12,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 
 class SettingsError(Exception):
-    """settings.yaml (or orchestrator.yaml) is missing, unreadable or invalid; the message names the key."""
+    """settings.yaml (or orchestrator.yaml) is missing, unreadable or invalid; the message names the key.
+
+    `problems` holds one `file: key: reason` line per problem (the message joins them)."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
+
+    @classmethod
+    def of(cls, source: str, problems: list[str]) -> SettingsError:
+        """One error for the problems of one file, each given as `key: reason`."""
+        return cls(f"{source}: " + "; ".join(problems), [f"{source}: {problem}" for problem in problems])
 
 
 class _Strict(BaseModel):
@@ -202,14 +213,19 @@ def secret_env_names(settings: Settings) -> frozenset[str]:
     return frozenset(names)
 
 
-def describe_validation_error(error: ValidationError, source: str) -> str:
-    """Turns a pydantic error into lines naming each failing key, e.g. `queue.max_attempts: …`."""
+def validation_problems(error: ValidationError) -> list[str]:
+    """A pydantic error as one line per failing key, e.g. `queue.max_attempts: …`."""
     lines = []
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         lines.append(f"{key}: {message}" if not message.startswith(key) else message)
-    return f"{source}: " + "; ".join(lines)
+    return lines
+
+
+def describe_validation_error(error: ValidationError, source: str) -> str:
+    """Turns a pydantic error into lines naming each failing key, e.g. `queue.max_attempts: …`."""
+    return f"{source}: " + "; ".join(validation_problems(error))
 
 
 def parse_yaml_file(path: Path) -> dict[str, Any]:
@@ -218,6 +234,10 @@ def parse_yaml_file(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SettingsError(f"{path}: file not found") from exc
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SettingsError(f"{path}: cannot read: invalid YAML{where}: {exc.problem or exc.context}") from exc
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SettingsError(f"{path}: cannot read: {exc}") from exc
     if data is None:
@@ -235,7 +255,7 @@ def load_settings(path: Path | None, *, required: bool = False) -> Settings:
     try:
         return Settings.model_validate(parse_yaml_file(path))
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc, str(path))) from exc
+        raise SettingsError.of(str(path), validation_problems(exc)) from exc
 
 
 def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseModel]], known: Collection[str],
@@ -255,9 +275,9 @@ def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseM
         try:
             model.model_validate(profile.model_extra or {})
         except ValidationError as exc:
-            problems.append(describe_validation_error(exc, where))
+            problems += [f"{where}: {problem}" for problem in validation_problems(exc)]
     if problems:
-        raise SettingsError(f"{source}: " + "; ".join(problems))
+        raise SettingsError.of(source, problems)
 
 
 def default_settings() -> Settings:

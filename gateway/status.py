@@ -107,6 +107,8 @@ def print_status(status: dict[str, Any]) -> None:
               for d in status["dead_letters"]])
     for problem in status.get("providers", []):
         print(problem)
+    for problem in status.get("config", []):
+        print(problem)
     if status.get("retention"):
         print("retention: " + ", ".join(f"{name} {'forever' if days is None else f'{days:g} d'}"
                                         for name, days in status["retention"].items()))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,8 +12,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.events import EventLog
 from gateway.home import Home
-from gateway.settings import Settings, SettingsError, describe_validation_error, parse_yaml_file
+from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
 from orchestrator.jobs import RetryPolicy
 from orchestrator.workflows import (
     QueueDirs,
@@ -24,12 +27,16 @@ from orchestrator.workflows import (
 
 __all__ = ["StepConfig", "WorkflowConfig"]
 
+log = logging.getLogger("switchyard.orchestrator")
+
 CONFIG_FILE = "orchestrator.yaml"
 
 DEFAULT_ORCHESTRATOR_YAML = """\
 # orchestrator.yaml: how this orchestrator answers messages.
 # Every provider named here is a key of `providers` in settings.yaml, or a built-in one:
 # `rules` (offline keyword rules) and `echo` (answers with its prompt).
+# Checked by `switchyard check` and before `switchyard run` starts; while running, an edit that does
+# not validate is reported (log, event, `switchyard status`) and the last valid version stays in use.
 
 # Schema version of this file: 1.2 enables for_each.on_item_complete.
 version: 1.2
@@ -86,35 +93,46 @@ workflows:
     steps:
       - {id: Echo, agent: echo}
       - {id: Command, command: ["echo", "demo step ran"]}
-#  review:
-#    description: Wait for QA task files, review each one, ask before publishing
-#    max_retries: 1
-#    steps:
-#      - {id: Wait, wait_for: {glob: "inbox/qa/*.task", timeout_sec: 300, poll_ms: 500}}
-#      - id: Review
-#        for_each: {glob: "inbox/qa/*.task", parallel: 2, on_item_complete: {}}  # moves to processed/{timestamp}/
-#        do: {provider: echo, prompt: "Reviewed {{item}}"}
-#      - {id: Ask, input: {prompt: "Publish {{steps.Review.output}}? (yes/no)"}}
-#      - {id: Publish, command: ["echo", "answer: {{steps.Ask.output}}"], on_failure: fatal}
+  # review:
+  #   description: Wait for QA task files, review each one, ask before publishing
+  #   max_retries: 1
+  #   steps:
+  #     - {id: Wait, wait_for: {glob: "inbox/qa/*.task", timeout_sec: 300, poll_ms: 500}}
+  #     - id: Review
+  #       for_each: {glob: "inbox/qa/*.task", parallel: 2, on_item_complete: {}}  # moves to processed/{timestamp}/
+  #       do: {provider: echo, prompt: "Reviewed {{item}}"}
+  #     - {id: Ask, input: {prompt: "Publish {{steps.Review.output}}? (yes/no)"}}
+  #     - {id: Publish, command: ["echo", "answer: {{steps.Ask.output}}"], on_failure: fatal}
 
 # Extra functions for command_invoke (list_workflows, cancel_run and queue_stats always exist).
-# Each runs its argv with the arguments as JSON on stdin and answers with its stdout:
-#   disk_usage:
-#     description: Show free disk space
-#     parameters: {type: object, properties: {}}
-#     command: ["df", "-h"]
-functions: {}
+# Each runs its argv with the arguments as JSON on stdin and answers with its stdout.
+# Uncomment the example below (an empty `functions:` is an empty mapping).
+functions:
+  # disk_usage:
+  #   description: Show free disk space
+  #   parameters: {type: object, properties: {}}
+  #   command: ["df", "-h"]
 
 # The built-in `rules` selector: a word of the message naming a keyword starts its workflow,
 # a message starting with a workflow id starts that workflow, anything else starts default_workflow.
 rules:
   default_workflow: chat
-  keywords: {}
+  keywords:
+    # deploy: demo               # a message with the word "deploy" starts the demo workflow
 """
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Sections(_Strict):
+    """A model whose keys left with every example commented out (`functions:`) mean their default."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        return {key: value for key, value in data.items() if value is not None} if isinstance(data, dict) else data
 
 
 class SelectorConfig(_Strict):
@@ -152,14 +170,14 @@ class FunctionConfig(_Strict):
         return self
 
 
-class RulesConfig(_Strict):
+class RulesConfig(_Sections):
     """How the built-in `rules` selector maps messages to workflows."""
 
     default_workflow: str | None = None
     keywords: dict[str, str] = Field(default_factory=dict)
 
 
-class OrchestratorConfig(_Strict):
+class OrchestratorConfig(_Sections):
     """The whole orchestrator.yaml."""
 
     version: str = "1.0"
@@ -245,10 +263,10 @@ def parse_orchestrator_config(
     try:
         config = OrchestratorConfig.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc, source)) from exc
+        raise SettingsError.of(source, validation_problems(exc)) from exc
     problems = list(config.reference_problems(known_providers))
     if problems:
-        raise SettingsError(f"{source}: " + "; ".join(problems))
+        raise SettingsError.of(source, problems)
     return config
 
 
@@ -264,6 +282,33 @@ def load_orchestrator_config(workspace: Path, known_providers: set[str]) -> Orch
     if not path.exists():
         return default_orchestrator_config(known_providers)
     return parse_orchestrator_config(parse_yaml_file(path), str(path), known_providers)
+
+
+def load_every_config(
+    home: Home, settings: Settings, known_providers: set[str]
+) -> tuple[list[LoadedConfig], list[str]]:
+    """Every orchestrator's configuration that validates, and one `file: key: reason` line per
+    problem of those that do not (the check at start, `switchyard check`, `doctor` and `status`)."""
+    loaded, problems = [], []
+    for orchestrator_id, ref in settings.orchestrators.items():
+        workspace = home.resolve(ref.workspace)
+        try:
+            config = load_orchestrator_config(workspace, known_providers)
+            loaded.append(LoadedConfig(orchestrator_id, workspace, config))
+        except SettingsError as exc:
+            problems += exc.problems
+    return loaded, problems + list(_profile_workflow_problems(settings, loaded))
+
+
+def _profile_workflow_problems(settings: Settings, loaded: list[LoadedConfig]) -> Iterator[str]:
+    """A channel profile's `workflow:` (e.g. an inbox's) that its orchestrator.yaml does not define."""
+    configs = {config.orchestrator_id: config for config in loaded}
+    for index, profile in enumerate(settings.channels):
+        workflow = profile.option("workflow")
+        config = configs.get(settings.orchestrator_for(profile.id))
+        if workflow and config is not None and workflow not in config.config.workflows:
+            yield (f"{config.workspace / CONFIG_FILE}: workflows: no workflow {workflow!r}, which settings.yaml "
+                   f"channels.{index} ({profile.id}).workflow names; workflows: {_listing(config.config.workflows)}")
 
 
 def write_default_orchestrator(workspace: Path) -> Path:
@@ -287,13 +332,18 @@ def read_template(value: str, workspace: Path) -> str:
 
 
 class ConfigCache:
-    """Loads each orchestrator's configuration once, reloading when orchestrator.yaml changes."""
+    """Loads each orchestrator's configuration once, reloading when orchestrator.yaml changes.
 
-    def __init__(self, home: Home, settings: Settings, known_providers: set[str]):
+    An edit that does not validate is reported (a warning, an `orchestrator.config_rejected` event)
+    and the last valid configuration stays in use; the next valid edit is loaded and said so."""
+
+    def __init__(self, home: Home, settings: Settings, known_providers: set[str], *, events: EventLog | None = None):
         self._home = home
         self._settings = settings
         self._known = known_providers
+        self._events = events
         self._cache: dict[str, tuple[tuple[int, int] | None, LoadedConfig]] = {}
+        self._rejected: dict[str, tuple[int, int] | None] = {}  # the file version found invalid, per id
 
     def workspace(self, orchestrator_id: str) -> Path:
         """The private workspace of an orchestrator id, resolved against the home."""
@@ -303,15 +353,43 @@ class ConfigCache:
         return self._home.resolve(ref.workspace)
 
     def get(self, orchestrator_id: str) -> LoadedConfig:
-        """The current configuration of an orchestrator; raises SettingsError when it is invalid."""
+        """The current configuration of an orchestrator: the file as it is if it validates, else the
+        last valid one; raises SettingsError when it never validated."""
         workspace = self.workspace(orchestrator_id)
-        mtime = _stamp(workspace / CONFIG_FILE)
+        stamp = _stamp(workspace / CONFIG_FILE)
         cached = self._cache.get(orchestrator_id)
-        if cached is not None and cached[0] == mtime:
+        if cached is not None and (stamp == cached[0] or self._rejected.get(orchestrator_id, ()) == stamp):
+            return cached[1]  # unchanged, or the same invalid version already reported
+        try:
+            loaded = LoadedConfig(orchestrator_id, workspace, load_orchestrator_config(workspace, self._known))
+        except SettingsError as exc:
+            if cached is None:
+                raise
+            self._reject(orchestrator_id, stamp, exc)
             return cached[1]
-        loaded = LoadedConfig(orchestrator_id, workspace, load_orchestrator_config(workspace, self._known))
-        self._cache[orchestrator_id] = (mtime, loaded)
+        if cached is not None:
+            self._accept(orchestrator_id, workspace / CONFIG_FILE)
+        self._cache[orchestrator_id] = (stamp, loaded)
         return loaded
+
+    def refresh(self) -> None:
+        """Reads again every orchestrator.yaml that changed since it was loaded (a broken edit is reported)."""
+        for orchestrator_id in self._settings.orchestrators:
+            with suppress(SettingsError):  # never valid: reported when a message needs it
+                self.get(orchestrator_id)
+
+    def _reject(self, orchestrator_id: str, stamp: tuple[int, int] | None, exc: SettingsError) -> None:
+        self._rejected[orchestrator_id] = stamp
+        log.warning("orchestrator %s: the edited %s is invalid, the last valid configuration stays in use: %s",
+                    orchestrator_id, CONFIG_FILE, exc)
+        if self._events is not None:
+            self._events.emit("orchestrator.config_rejected", orchestrator=orchestrator_id, reason=str(exc))
+
+    def _accept(self, orchestrator_id: str, path: Path) -> None:
+        again = " (valid again)" if self._rejected.pop(orchestrator_id, ()) != () else ""
+        log.info("orchestrator %s: %s reloaded%s", orchestrator_id, path, again)
+        if self._events is not None:
+            self._events.emit("orchestrator.config_reloaded", orchestrator=orchestrator_id, file=str(path))
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

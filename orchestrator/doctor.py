@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.home import Home
-from gateway.settings import ProviderSettings, Settings, SettingsError, secret_env_names
+from gateway.settings import ProviderSettings, Settings, secret_env_names
 from orchestrator.clis import PRESETS
-from orchestrator.config import load_orchestrator_config
+from orchestrator.config import load_every_config
 from orchestrator.rules import builtin_providers
 
 VERSION_TIMEOUT_SEC = 15.0
@@ -46,24 +46,22 @@ def binary_of(provider: ProviderSettings) -> str:
 
 
 def provider_uses(home: Home, settings: Settings) -> tuple[dict[str, list[str]], list[str]]:
-    """Which orchestrator keys use each provider, and the orchestrators whose file cannot be read."""
-    known = set(settings.providers) | set(builtin_providers())
+    """Which orchestrator keys use each provider, and the problems of the orchestrator files that do not
+    validate (`file: key: reason`)."""
+    loaded, problems = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()))
     uses: dict[str, list[str]] = {}
-    broken = []
-    for orchestrator_id, ref in settings.orchestrators.items():
-        try:
-            config = load_orchestrator_config(home.resolve(ref.workspace), known)
-        except SettingsError as exc:
-            broken.append(f"orchestrator {orchestrator_id}: {exc}")
-            continue
-        for key, provider in config.provider_references():
-            uses.setdefault(provider, []).append(f"{orchestrator_id}:{key.split('.')[0]}")
-    return {name: sorted(set(keys)) for name, keys in uses.items()}, broken
+    for config in loaded:
+        for key, provider in config.config.provider_references():
+            uses.setdefault(provider, []).append(f"{config.orchestrator_id}:{key.split('.')[0]}")
+    return {name: sorted(set(keys)) for name, keys in uses.items()}, problems
 
 
-def check_providers(home: Home, settings: Settings, *, all_providers: bool = True) -> list[ProviderCheck]:
-    """One check per provider (those used by an orchestrator, plus all of settings.yaml when asked)."""
-    uses, _ = provider_uses(home, settings)
+def check_providers(home: Home, settings: Settings, *, all_providers: bool = True,
+                    uses: dict[str, list[str]] | None = None) -> list[ProviderCheck]:
+    """One check per provider (those used by an orchestrator, plus all of settings.yaml when asked);
+    `uses` is provider_uses' answer when the caller has it already."""
+    if uses is None:
+        uses, _ = provider_uses(home, settings)
     names = sorted(set(uses) | (set(settings.providers) if all_providers else set()))
     checks = []
     for name in names:
@@ -79,10 +77,10 @@ def check_providers(home: Home, settings: Settings, *, all_providers: bool = Tru
     return checks
 
 
-def missing_providers(home: Home, settings: Settings) -> list[str]:
+def missing_providers(home: Home, settings: Settings, uses: dict[str, list[str]] | None = None) -> list[str]:
     """A line for each provider an orchestrator uses whose program is not on PATH."""
     return [f"provider {c.name}: {c.problem} (used by {', '.join(c.used_by)})"
-            for c in check_providers(home, settings, all_providers=False) if c.problem]
+            for c in check_providers(home, settings, all_providers=False, uses=uses) if c.problem]
 
 
 async def fill_versions(checks: list[ProviderCheck]) -> None:

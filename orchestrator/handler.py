@@ -26,6 +26,7 @@ from orchestrator.taskqueue import ensure_queue_dirs
 log = logging.getLogger("switchyard.orchestrator")
 
 NOT_WAITING_NOTE = "\n(this run is not waiting for input)"
+CONFIG_CHECK_SEC = 2.0  # how often each orchestrator.yaml is looked at for an edit
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
 
 
@@ -37,10 +38,11 @@ class Orchestrator:
         max_parallel_runs: int = 4,
     ):
         self._context = context
+        self._watch: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings))
-        self._configs = ConfigCache(context.home, context.settings, self._runner.known())
+        self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
         self._store = RunStore(context.home, fsync=context.settings.queue.fsync)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox)
         queue = context.settings.queue
@@ -66,10 +68,24 @@ class Orchestrator:
             log.warning("%s: messages that need it will fail", problem)
             self._context.events.emit("provider.missing", reason=problem)
         await self._executor.start()
+        self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
+
+    async def _watch_configs(self) -> None:
+        """Reads each orchestrator.yaml again soon after an edit, so a broken one is reported before a
+        message needs it."""
+        while True:
+            await asyncio.sleep(CONFIG_CHECK_SEC)
+            try:
+                self._configs.refresh()
+            except OSError as exc:
+                log.warning("cannot look at an orchestrator.yaml: %s", exc)
 
     async def stop(self) -> None:
         """Stops run tasks (their state stays on disk and resumes at the next start); finishes the
         selector files still being written."""
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
         await self._executor.stop()
         await asyncio.to_thread(self._selector.close)
 

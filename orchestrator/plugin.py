@@ -1,4 +1,4 @@
-"""The orchestrator as a built-in plugin: the handler, the built-in providers, init files, status.
+"""The orchestrator as a built-in plugin: the handler, the built-in providers, init files, checks, status.
 
 Its modules are imported inside the hooks, so building a plugin manager (as `switchyard status` does)
 does not import the whole orchestrator. Its subcommands are declared in orchestrator/cli.py.
@@ -47,15 +47,28 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 
 
 @hookimpl
+def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> list[str]:
+    """Validates every orchestrator's orchestrator.yaml: keys, agents, workflows, the providers it names."""
+    from orchestrator.config import load_every_config
+    from orchestrator.rules import builtin_providers
+
+    return load_every_config(home, settings, set(settings.providers) | set(builtin_providers()) | set(providers))[1]
+
+
+@hookimpl
 def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
-    """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, and the
-    retention of every kind of kept file."""
-    from orchestrator.doctor import missing_providers
+    """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, orchestrator
+    files that do not validate (a running gateway keeps their last valid version), and the retention of
+    every kind of kept file."""
+    from orchestrator.doctor import missing_providers, provider_uses
     from orchestrator.retention import retention_settings
     from orchestrator.runs import RunStore
 
+    uses, problems = provider_uses(home, settings)
     return {"runs": [run.summary() for run in RunStore(home).unfinished()],
-            "providers": missing_providers(home, settings), "retention": retention_settings(settings)}
+            "providers": missing_providers(home, settings, uses),
+            "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in problems],
+            "retention": retention_settings(settings)}
 
 
 @hookimpl

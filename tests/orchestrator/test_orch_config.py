@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError
 from orchestrator.config import (
     DEFAULT_ORCHESTRATOR_YAML,
     ConfigCache,
+    load_every_config,
     load_orchestrator_config,
     write_default_orchestrator,
 )
@@ -113,3 +116,43 @@ def test_cache_reloads_when_the_file_changes(home: Home, write_config: Callable[
     write_config("reply_within_sec: 3\n")
     assert cache.get("main").config.reply_within_sec == 3
     assert cache.get("main") is cache.get("main")
+
+
+def test_an_edit_that_does_not_validate_leaves_the_last_valid_config_in_use(
+        home: Home, write_config: Callable[[str], Path], events: EventLog, caplog: pytest.LogCaptureFixture) -> None:
+    cache = ConfigCache(home, Settings(), BUILTINS, events=events)
+    write_config("reply_within_sec: 3\n")
+    assert cache.get("main").config.reply_within_sec == 3
+    path = write_config("reply_within_sec: 4\nagents: {a: {provider: nope}}\n")
+    with caplog.at_level(logging.WARNING, logger="switchyard.orchestrator"):
+        assert cache.get("main").config.reply_within_sec == 3
+        assert cache.get("main").config.reply_within_sec == 3  # the same broken version is reported once
+    [rejected] = [e for e in read_events(home.events_file) if e["event"] == "orchestrator.config_rejected"]
+    assert rejected["orchestrator"] == "main" and f"{path}: agents.a.provider: unknown provider 'nope'" in rejected[
+        "reason"]
+    [record] = [r for r in caplog.records if "last valid configuration stays in use" in r.getMessage()]
+    assert record.levelno == logging.WARNING and "agents.a.provider" in record.getMessage()
+    write_config("reply_within_sec: 5\n")
+    assert cache.get("main").config.reply_within_sec == 5
+    assert [e["event"] for e in read_events(home.events_file)][-1] == "orchestrator.config_reloaded"
+
+
+def test_a_file_that_never_validated_is_an_error(home: Home, write_config: Callable[[str], Path]) -> None:
+    write_config("agents: {a: {provider: nope}}\n")
+    with pytest.raises(SettingsError, match="agents.a.provider: unknown provider"):
+        ConfigCache(home, Settings(), BUILTINS).get("main")
+
+
+def test_every_orchestrator_is_loaded_and_each_problem_named_on_its_own_line(home: Home) -> None:
+    settings = Settings.model_validate({"orchestrators": {"main": {"workspace": "orchestrators/main"},
+                                                          "ops": {"workspace": "orchestrators/ops"}}})
+    (home.root / "orchestrators" / "ops").mkdir(parents=True)
+    path = home.root / "orchestrators" / "ops" / "orchestrator.yaml"
+    path.write_text("selector: {provider: ghost}\nagents: {a: {provider: echo, promt: x}}\n")
+    loaded, problems = load_every_config(home, settings, BUILTINS)
+    assert [config.orchestrator_id for config in loaded] == ["main"]
+    assert problems == [f"{path}: agents.a.promt: Extra inputs are not permitted"]
+    path.write_text("selector: {provider: ghost}\nrules: {default_workflow: nope}\n")
+    assert load_every_config(home, settings, BUILTINS)[1] == [
+        f"{path}: rules.default_workflow: unknown workflow 'nope'; workflows: (none)",
+        f"{path}: selector.provider: unknown provider 'ghost'; known: echo, rules"]

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from gateway.api import HandlerContext, PermanentError
-from gateway.events import EventLog
+from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.settings import ChannelProfile, OrchestratorRef, QueueSettings, Settings
+from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
 from orchestrator.runs import Conversation, RunState, RunStore, StepState, conversation_key
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
@@ -122,12 +123,23 @@ async def test_unknown_slash_command_goes_to_the_selector(
     assert selector.calls == 1
 
 
-async def test_invalid_orchestrator_yaml_is_a_permanent_error(
-    orchestrator: Orchestrator, write_config: Callable[[str], Path]
+async def test_an_orchestrator_yaml_that_never_validated_is_a_permanent_error(
+    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path], start: Callable[..., Any],
 ) -> None:
     write_config("agents: {a: {provider: nowhere}}\n")
+    orchestrator = await start(make_context())
     with pytest.raises(PermanentError, match="agents.a.provider: unknown provider 'nowhere'"):
         await orchestrator.handle(make_message("hello"))
+
+
+async def test_a_broken_edit_is_reported_at_once_and_the_last_valid_orchestrator_yaml_answers(
+    orchestrator: Orchestrator, write_config: Callable[[str], Path], events: EventLog,
+) -> None:
+    write_config("agents: {a: {provider: nowhere}}\n")
+    await async_wait_until(lambda: [e for e in read_events(events.path)
+                                    if e["event"] == "orchestrator.config_rejected"])
+    answer = await orchestrator.handle(make_message("/help"))
+    assert "build" in answer[0].message  # a workflow of the last valid file
 
 
 async def test_channel_profile_selects_its_orchestrator(

@@ -85,3 +85,43 @@ async def test_providers_from_the_context_are_usable(
     orchestrator = await start(make_context(builtin_providers={"shout": shout}))
     [answer] = await orchestrator.handle(make_message("hey"))
     assert answer.message == "HEY!"
+
+
+TWO_ORCHESTRATORS = {"orchestrators": {"main": {"workspace": "orchestrators/main"},
+                                       "ops": {"workspace": "orchestrators/ops"}}}
+
+
+def _broken_ops(home: Home, text: str) -> Path:
+    path = home.root / "orchestrators" / "ops" / "orchestrator.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_switchyard_check_names_the_file_and_key_of_each_problem(home: Home) -> None:
+    path = _broken_ops(home, "agents: {a: {provider: plugged}}\nworkflows: {w: {steps: [{id: S, agent: b}]}}\n")
+    settings = Settings.model_validate(TWO_ORCHESTRATORS)
+    [problems] = _manager().hook.switchyard_check(home=home, settings=settings, providers=[])
+    assert problems == [f"{path}: workflows.w.steps.0.agent: unknown agent 'b'; agents: a",
+                        f"{path}: agents.a.provider: unknown provider 'plugged'; known: echo, rules"]
+    path.write_text("agents: {a: {provider: plugged}}\n")
+    assert _manager().hook.switchyard_check(home=home, settings=settings, providers=["plugged"]) == [[]]
+
+
+def test_switchyard_status_lists_orchestrator_files_that_do_not_validate(home: Home) -> None:
+    path = _broken_ops(home, "selectr: {provider: rules}\n")
+    settings = Settings.model_validate(TWO_ORCHESTRATORS)
+    [section] = _manager().hook.switchyard_status(home=home, settings=settings)
+    [line] = section["config"]
+    assert line.startswith(f"{path}: selectr: Extra inputs are not permitted")
+    path.write_text("selector: {provider: rules}\n")
+    assert _manager().hook.switchyard_status(home=home, settings=settings)[0]["config"] == []
+
+
+def test_switchyard_check_names_a_channel_workflow_its_orchestrator_lacks(home: Home) -> None:
+    settings = Settings.model_validate({"channels": [{"id": "console", "type": "console"},
+                                                     {"id": "prompts", "type": "inbox", "workflow": "review"}]})
+    path = home.root / "orchestrators" / "main" / "orchestrator.yaml"
+    [problems] = _manager().hook.switchyard_check(home=home, settings=settings, providers=[])
+    assert problems == [f"{path}: workflows: no workflow 'review', which settings.yaml channels.1 (prompts).workflow "
+                        "names; workflows: chat, demo"]

@@ -100,12 +100,12 @@ def test_retry_settings_with_a_workflow_override(write_config: Callable[[str], P
 
 def test_the_commented_example_in_the_default_file_loads() -> None:
     lines = DEFAULT_ORCHESTRATOR_YAML.splitlines()
-    start = lines.index("#  review:")
+    start = lines.index("  # review:")
     block = []
     for line in lines[start:]:
-        if not line.startswith("#  "):
+        if not line.startswith("  # "):
             break
-        block.append(line[1:])
+        block.append(line.replace("# ", "", 1))
     data = yaml.safe_load(DEFAULT_ORCHESTRATOR_YAML)
     data["workflows"].update(yaml.safe_load("\n".join(block)))
     config = parse_orchestrator_config(data, "default", BUILTINS)
