@@ -33,6 +33,7 @@ from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write
 from gateway.locks import LockDirectory
+from gateway.logs import apply_log_settings
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.plugin_manager import call_each
@@ -77,6 +78,7 @@ class Gateway:
         self.home = home
         self.settings = settings
         self.pm = pm
+        apply_log_settings(settings)
         home.create()
         listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),

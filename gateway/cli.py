@@ -21,6 +21,7 @@ from gateway.access import PairingStore
 from gateway.app import Gateway, run_gateway
 from gateway.events import now_ms
 from gateway.home import Home, resolve_home
+from gateway.logs import configure_logging
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import build_plugin_manager, call_each, check_channel_options
 from gateway.queue import FileQueue, queue_depths
@@ -322,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     early = argparse.ArgumentParser(add_help=False)
     _global_options(early)
     known, _ = early.parse_known_args(argv)
-    logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(verbose=known.verbose)
     run = Invocation.prepare(known)
     args = build_parser(run.pm).parse_args(argv)
     try:

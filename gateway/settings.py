@@ -116,6 +116,7 @@ class Settings(_Strict):
     channels: list[ChannelProfile] = Field(default_factory=list)
     files: FileSettings = Field(default_factory=FileSettings)
     plugins: list[str] = Field(default_factory=list)
+    log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 
     @model_validator(mode="before")
     @classmethod
