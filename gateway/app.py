@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -101,6 +102,7 @@ class Gateway:
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
         self.sharing = SharedHome(home.state)
         self.started_at = utc_now_iso()
+        self.request_stop: Callable[[], None] = lambda: None  # run_gateway makes it end the run
 
     # --- start ------------------------------------------------------------------------------
 
@@ -168,8 +170,8 @@ class Gateway:
 
     async def _start_channel(self, profile: ChannelProfile) -> Channel:
         """Builds and starts one profile's channel; raises why it cannot."""
-        context = ChannelContext(home=self.home, settings=self.settings, profile=profile,
-                                 events=self.events, outbox=self.outbox)
+        context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
+                                 outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile))
         channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
         if channel is None:
             known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
@@ -201,6 +203,19 @@ class Gateway:
         self.channel_status[profile.id] = {"type": profile.type, "state": state, "reason": reason}
         if retrying and attempt == 1:
             self._tasks.append(asyncio.create_task(self._retry_start(profile), name=f"channel-retry:{profile.id}"))
+
+    def _channel_reported(self, profile: ChannelProfile, state: str, note: str | None) -> None:
+        """A channel's own report: a note beside its state, or that it ended by itself (then, with no
+        channel left running, the gateway stops)."""
+        self.channel_status[profile.id] = {"type": profile.type, "state": state, **({"reason": note} if note else {})}
+        self._write_status()
+        if state != "stopped":
+            return
+        log.info("channel %s (%s) stopped: %s", profile.id, profile.type, note)
+        self.events.emit("channel.stopped", channel=profile.type, profile=profile.id, reason=note)
+        if not any(entry["state"] in ("running", "retrying") for entry in self.channel_status.values()):
+            log.info("no channel is left running: stopping")
+            self.request_stop()
 
     async def _retry_start(self, profile: ChannelProfile) -> None:
         """Retries a failed channel with backoff until it starts, is disabled, or the gateway stops."""
@@ -390,6 +405,7 @@ async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: s
 async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:
     """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI); it adopts its orphans."""
     become_subreaper()
+    gateway.request_stop = stop.set
     await gateway.start()
     try:
         await stop.wait()

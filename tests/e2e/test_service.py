@@ -51,7 +51,7 @@ def test_without_a_terminal_the_console_is_disabled_and_send_is_answered(switchy
     the gateway answers `switchyard send`."""
     switchyard.configure({"channels": [{"id": "console", "type": "console"}]})
     switchyard.start()
-    assert "writer" in switchyard.cli("send", "hello service", "--wait", "20").stdout
+    assert "write about hello service" in switchyard.cli("send", "hello service", "--wait", "20").stdout
     status = json.loads(switchyard.cli("status", "--json").stdout)
     console = status["gateway"]["channels"]["console"]
     assert console["state"] == "disabled" and "stdin is not a terminal" in console["reason"]
@@ -71,7 +71,7 @@ def test_a_piped_stdin_is_not_read_either(switchyard: Switchyard) -> None:
     process.stdin.write(b"typed into a pipe\n")
     process.stdin.close()
     wait_until(lambda: switchyard.count("gateway.started") == 1, 30)
-    assert "writer" in switchyard.cli("send", "hello pipe", "--wait", "20").stdout
+    assert "write about hello pipe" in switchyard.cli("send", "hello pipe", "--wait", "20").stdout
     assert switchyard.stop() == 0
     assert "stdin is not a terminal" in switchyard.output()
     assert not [e for e in switchyard.events("message.claimed") if e.get("conversation") == "console"]
