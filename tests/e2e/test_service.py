@@ -75,3 +75,19 @@ def test_a_piped_stdin_is_not_read_either(switchyard: Switchyard) -> None:
     assert switchyard.stop() == 0
     assert "stdin is not a terminal" in switchyard.output()
     assert not [e for e in switchyard.events("message.claimed") if e.get("conversation") == "console"]
+
+
+def test_an_inbox_file_with_a_bad_name_is_logged_once_and_shown_by_status(switchyard: Switchyard) -> None:
+    switchyard.configure({"channels": [{"id": "prompts", "type": "inbox", "poll_ms": 20, "settle_ms": 0}]})
+    switchyard.start()
+    misnamed = switchyard.home.root / "inbox" / "app" / "main" / "fix the login.md"
+    misnamed.parent.mkdir(parents=True)
+    misnamed.write_text("please")
+    [event] = wait_until(lambda: switchyard.events("inbox.ignored"), 20)
+    assert event["file"] == str(misnamed)
+    wait_until(lambda: json.loads(switchyard.cli("status", "--json").stdout)["gateway"]["channels"]["prompts"]
+               .get("reason"), 20)
+    assert "app/main/fix the login.md" in switchyard.cli("status").stdout
+    assert switchyard.stop() == 0  # the inbox scanned every 20 ms meanwhile
+    assert len(switchyard.events("inbox.ignored")) == 1
+    assert len([line for line in switchyard.output().splitlines() if "fix the login.md" in line]) == 1
