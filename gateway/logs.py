@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the CLI configures logging before it needs pydantic
@@ -58,6 +59,16 @@ def configure_logging(*, verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter(format_from_env()))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+
+
+def _log_uncaught(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+    """Logs an exception nothing caught as one record (Ctrl-C keeps Python's own short report)."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, error, trace)
+        return
+    logging.getLogger("switchyard").critical("uncaught %s: %s", kind.__name__, error, exc_info=(kind, error, trace))
 
 
 def apply_log_settings(settings: Settings) -> None:

@@ -40,12 +40,14 @@ def test_json_is_one_object_per_record_with_time_level_logger_message_and_except
 
 @pytest.fixture
 def root_handlers() -> Iterator[None]:
-    """Restores the root logger's handlers and level after a test configures them."""
+    """Restores what `configure_logging` changes: the root logger's handlers and level, the hooks."""
     root = logging.getLogger()
-    saved, level = root.handlers[:], root.level
+    saved, level, excepthook = root.handlers[:], root.level, sys.excepthook
     yield
     root.handlers[:] = saved
     root.setLevel(level)
+    sys.excepthook = excepthook
+    logging.captureWarnings(False)
 
 
 def _our_formatter() -> OneLineFormatter:
@@ -76,3 +78,16 @@ def test_values_of_env_variables_named_by_settings_are_masked(root_handlers: Non
                                                     None)
         line = _our_formatter().format(record)
         assert "s3cr3t-token-value" not in line and "***" in line
+
+
+def test_an_uncaught_exception_is_one_record_too(root_handlers: None, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_LOG_FORMAT", "json")
+    configure_logging()
+    try:
+        raise RuntimeError("crash\nwith two lines")
+    except RuntimeError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    [line] = capsys.readouterr().err.splitlines()
+    record = json.loads(line)
+    assert record["level"] == "CRITICAL" and "RuntimeError: crash\nwith two lines" in record["exception"]
