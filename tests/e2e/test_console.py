@@ -8,6 +8,7 @@ import pty
 import selectors
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +22,14 @@ from tests.process import SWITCHYARD, clean_environment
 pytestmark = pytest.mark.e2e
 
 # Makes the pty on fd 0 the controlling terminal of a new session, then runs the command in the terminal's
-# foreground, or (argv[1] == "background") in a process group of its own, as `switchyard run &` does.
+# foreground, or (argv[1] == "background") in a process group of its own, as `switchyard run &` does;
+# it exits with the command's exit code.
 ON_TERMINAL = """
-import fcntl, subprocess, sys, termios
+import fcntl, signal, subprocess, sys, termios
 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-background = sys.argv[1] == "background"
-sys.exit(subprocess.call(sys.argv[2:], process_group=0 if background else None))
+child = subprocess.Popen(sys.argv[2:], process_group=0 if sys.argv[1] == "background" else None)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the command; this waits for its exit code
+sys.exit(child.wait())
 """
 
 
@@ -102,6 +105,20 @@ def test_quick_start_console_chat_with_no_settings_at_all(tmp_path: Path,
     session.type("\x04")  # Ctrl-D on an empty line
     session.read_until("no channel is left running")
     assert session.process.wait(30) == 0
+
+
+def test_ctrl_c_while_typing_stops_cleanly_and_gives_the_terminal_back_as_it_was(
+        tmp_path: Path, terminals: list[TerminalSession]) -> None:
+    session = TerminalSession([SWITCHYARD, "run"], clean_environment({"SWITCHYARD_HOME": str(tmp_path / "fresh")}))
+    terminals.append(session)
+    modes = termios.tcgetattr(session.master)
+    session.read_until("> ")
+    session.type("half a thou")
+    session.read_until("half a thou")
+    assert termios.tcgetattr(session.master) != modes  # line editing: no echo, no canonical mode
+    session.type("\x03")
+    assert session.process.wait(30) == 0
+    assert termios.tcgetattr(session.master) == modes
 
 
 def test_a_late_reply_is_printed_above_the_line_being_typed_with_its_run_id(
