@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +36,8 @@ class OneLineFormatter(logging.Formatter):
         return line
 
     def _fields(self, record: logging.LogRecord) -> dict[str, Any]:
-        fields: dict[str, Any] = {"time": self.formatTime(record), "level": record.levelname,
+        when = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+        fields: dict[str, Any] = {"time": when, "level": record.levelname,
                                   "logger": record.name, "message": record.getMessage()}
         if record.exc_info:
             fields["exception"] = self.formatException(record.exc_info)

@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -34,7 +35,8 @@ def test_json_is_one_object_per_record_with_time_level_logger_message_and_except
     assert "\n" not in line
     record = json.loads(line)
     assert record["level"] == "ERROR" and record["logger"] == "switchyard.test"
-    assert record["message"] == "it broke:\ndetails" and record["time"]
+    assert record["message"] == "it broke:\ndetails"
+    assert datetime.fromisoformat(record["time"]).utcoffset() == timedelta(0)
     assert "ValueError: first line\nsecond line" in record["exception"]
 
 
