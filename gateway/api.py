@@ -107,6 +107,20 @@ class ChannelContext:
     profile: ChannelProfile
     events: EventLog
     outbox: Outbox
+    on_state: Callable[[str, str | None], None] | None = None
+    """Set by the gateway: records this channel's own report (`note`, `ended`) for `switchyard status`."""
+
+    def note(self, text: str | None) -> None:
+        """Shows `text` beside this running channel's state in `switchyard status` (None clears it)."""
+        if self.on_state is not None:
+            self.on_state("running", text)
+
+    def ended(self, reason: str) -> None:
+        """Tells the gateway this channel stopped by itself (e.g. its user closed its input): `status` shows
+        it stopped with `reason`, and the gateway stops when no other channel is left running.
+        Call it on the event loop's thread."""
+        if self.on_state is not None:
+            self.on_state("stopped", reason)
 
     @property
     def files_dir(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -33,6 +34,7 @@ from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write
 from gateway.locks import LockDirectory
+from gateway.logs import apply_log_settings
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.plugin_manager import call_each
@@ -77,6 +79,7 @@ class Gateway:
         self.home = home
         self.settings = settings
         self.pm = pm
+        apply_log_settings(settings)
         home.create()
         listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
@@ -103,6 +106,7 @@ class Gateway:
         if settings.dashboard.port is not None:  # loads aiohttp and prometheus-client only when it is on
             from gateway.dashboard.service import Dashboard
             self.dashboard = Dashboard(self)  # raises SettingsError when its token variable is unset
+        self.request_stop: Callable[[], None] = lambda: None  # run_gateway makes it end the run
 
     # --- start ------------------------------------------------------------------------------
 
@@ -172,8 +176,8 @@ class Gateway:
 
     async def _start_channel(self, profile: ChannelProfile) -> Channel:
         """Builds and starts one profile's channel; raises why it cannot."""
-        context = ChannelContext(home=self.home, settings=self.settings, profile=profile,
-                                 events=self.events, outbox=self.outbox)
+        context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
+                                 outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile))
         channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
         if channel is None:
             known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
@@ -205,6 +209,19 @@ class Gateway:
         self.channel_status[profile.id] = {"type": profile.type, "state": state, "reason": reason}
         if retrying and attempt == 1:
             self._tasks.append(asyncio.create_task(self._retry_start(profile), name=f"channel-retry:{profile.id}"))
+
+    def _channel_reported(self, profile: ChannelProfile, state: str, note: str | None) -> None:
+        """A channel's own report: a note beside its state, or that it ended by itself (then, with no
+        channel left running, the gateway stops)."""
+        self.channel_status[profile.id] = {"type": profile.type, "state": state, **({"reason": note} if note else {})}
+        self._write_status()
+        if state != "stopped":
+            return
+        log.info("channel %s (%s) stopped: %s", profile.id, profile.type, note)
+        self.events.emit("channel.stopped", channel=profile.type, profile=profile.id, reason=note)
+        if not any(entry["state"] in ("running", "retrying") for entry in self.channel_status.values()):
+            log.info("no channel is left running: stopping")
+            self.request_stop()
 
     async def _retry_start(self, profile: ChannelProfile) -> None:
         """Retries a failed channel with backoff until it starts, is disabled, or the gateway stops."""
@@ -398,6 +415,7 @@ async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: s
 async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:
     """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI); it adopts its orphans."""
     become_subreaper()
+    gateway.request_stop = stop.set
     await gateway.start()
     try:
         await stop.wait()

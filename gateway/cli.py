@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import shlex
 import sys
@@ -265,8 +264,9 @@ def _main(argv: list[str]) -> int:
     early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     _global_options(early, None)
     known, _ = early.parse_known_args(argv)
-    logging.basicConfig(level=logging.DEBUG if known.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from gateway.logs import configure_logging
+
+    configure_logging(verbose=known.verbose)
     run = Invocation(known)
     parser = build_parser(cli_plugin_manager(run))
     args = parser.parse_args(argv)

@@ -222,6 +222,7 @@ class Dispatcher:
                            source="outgoing")
         self._known.discard(path.name)
         self._parsed.pop(path.name, None)
+        log.error("undeliverable reply %s moved to failed/: %s", path.name, reason)
         self.events.emit("outgoing.failed", file=path.name, reason=reason, attempts=attempts)
 
     def prune_sent(self) -> int:

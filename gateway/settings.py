@@ -156,6 +156,7 @@ class Settings(_Strict):
     files: FileSettings = Field(default_factory=FileSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     plugins: list[str] = Field(default_factory=list)
+    log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 
     @model_validator(mode="before")
     @classmethod

@@ -284,6 +284,7 @@ class Worker:
             with contextlib.suppress(OSError):  # else it stays in processing/ and returns at the next start
                 self.queue.release(claimed, CLAIM_RETRY_S)
             return
+        log.error("invalid payload %s moved to failed/%s: %s", claimed.name, target.name, reason)
         self.events.emit("message.invalid", job_id=claimed.name, reason=reason, file=target.name)
 
     def _start_ready(self) -> None:
@@ -400,6 +401,8 @@ class Worker:
         targets: list[Path] = []
         await self._durably(job, "move the message to failed/", lambda: targets.append(
             self.queue.dead_letter(job.claimed, reason, attempts=attempts)))
+        log.error("dead letter: %s (%s, conversation %s) moved to failed/%s: %s", job.claimed.name,
+                  job.message.channel, job.message.conversation, targets[0].name, reason)
         self.events.emit("job.failed.final", job_id=job.claimed.name, state="failed_final", kind="message",
                          channel=job.message.channel, conversation=job.message.conversation,
                          reason=reason, failure_reason=reason, attempts=attempts, file=targets[0].name)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import logging
+import os
 import sys
+import termios
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -21,6 +25,7 @@ from gateway import (
     DeliveryRecord,
     IncomingPayload,
     OutgoingPayload,
+    PermanentError,
     Sink,
     hookimpl,
     now_ms,
@@ -35,21 +40,27 @@ class ConsoleProfileOptions(ChannelOptions):
     sender: str | None = None
     conversation_id: str = "console"
 
+
 log = logging.getLogger("switchyard.console")
 
 
 class ConsoleChannel:
-    """Reads one message per line from stdin and prints replies to stdout.
+    """Reads one message per line from the terminal and prints the replies to its conversation.
 
-    stdin is read on a daemon thread (a blocking read must not hold the event loop, and a regular
-    file or closed stdin has no async reader); lines are handed to the loop thread-safely. End of
-    input stops intake only: queued work still completes and replies are still printed.
+    It reads only a terminal it owns (stdin a TTY, the process in the terminal's foreground): a service,
+    a pipe or `switchyard run &` leave stdin alone, and the channel is disabled saying why. Lines are
+    read on a daemon thread (a blocking read must not hold the event loop) and handed to the loop
+    thread-safely. End of input (Ctrl-D) stops the channel: work already queued still completes, and
+    with no other channel running the gateway stops. Streams passed in (tests) are read as given.
     """
 
     name = CHANNEL_TYPE
 
-    def __init__(self, profile: ChannelProfile, *, stdin: TextIO | None = None, stdout: TextIO | None = None):
+    def __init__(self, profile: ChannelProfile, *, context: ChannelContext | None = None,
+                 stdin: TextIO | None = None, stdout: TextIO | None = None):
         self.profile_id = profile.id
+        self._context = context
+        self._given_stdin = stdin is not None
         self._stdin = stdin or sys.stdin
         self._stdout = stdout or sys.stdout
         self._user = profile.option("sender") or _login_name()
@@ -57,25 +68,38 @@ class ConsoleChannel:
         self._sink: Sink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: set[asyncio.Future[Path]] = set()
+        self._terminal: Terminal | None = None
 
     async def start(self, sink: Sink) -> None:
+        """Starts reading lines; raises PermanentError (the channel is disabled) without a terminal to own."""
+        if not self._given_stdin:
+            problem = why_not_interactive(self._stdin)
+            if problem is not None:
+                raise PermanentError(problem)
+            if self._stdout.isatty():
+                self._terminal = Terminal(self._stdin, self._stdout)
         self._sink = sink
         self._loop = asyncio.get_running_loop()
-        print("Switchyard console: type a message and press Enter (Ctrl-C to quit).", file=sys.stderr)
+        print("Switchyard console: type a message and press Enter (Ctrl-D or Ctrl-C to quit).", file=sys.stderr)
         threading.Thread(target=self._read_lines, name=f"console:{self.profile_id}", daemon=True).start()
 
     def _read_lines(self) -> None:
         assert self._loop is not None
+        lines = self._terminal.lines() if self._terminal is not None else (line.rstrip("\n") for line in self._stdin)
         try:
-            for line in self._stdin:
-                text = line.rstrip("\n")
+            for text in lines:
                 if text.strip():
                     self._loop.call_soon_threadsafe(self._submit, text)
+            self._loop.call_soon_threadsafe(self._input_ended)
         except (RuntimeError, ValueError, OSError):
             return  # the loop or stdin has closed: the gateway is shutting down
         finally:
-            if self._stdin is not sys.stdin:
+            if self._given_stdin:
                 self._stdin.close()
+
+    def _input_ended(self) -> None:
+        if self._context is not None:
+            self._context.ended("end of input (Ctrl-D)")
 
     def _submit(self, text: str) -> None:
         assert self._sink is not None
@@ -93,19 +117,82 @@ class ConsoleChannel:
         if future.cancelled() or future.exception() is None:
             return
         log.error("console: could not queue the message: %s", future.exception())
-        self._stdout.write(f"[switchyard] {INTAKE_FAILED_REPLY}\n")
-        self._stdout.flush()
+        self._show(f"[switchyard] {INTAKE_FAILED_REPLY}")
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
-        lines = [f"[{outgoing.agent or 'switchyard'}] {outgoing.message}"]
-        lines += [f"  (file: {path})" for path in outgoing.files]
-        self._stdout.write("\n".join(lines) + "\n")
-        self._stdout.flush()
+        """Prints a reply to this console's conversation (with its run id); others are not shown."""
+        if outgoing.conversationId not in (None, self._conversation):
+            return DeliveryRecord(platform_ids=[], detail={"shown": False})
+        who = outgoing.agent or "switchyard"
+        if outgoing.workflowRunId:
+            who += f", run {outgoing.workflowRunId}"
+        self._show("\n".join([f"[{who}] {outgoing.message}", *(f"  (file: {path})" for path in outgoing.files)]))
         return DeliveryRecord(platform_ids=[outgoing.messageId])
+
+    def _show(self, text: str) -> None:
+        if self._terminal is not None:
+            self._terminal.show(text)
+        else:
+            self._stdout.write(text + "\n")
+            self._stdout.flush()
 
     async def stop(self) -> None:
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._terminal is not None:
+            self._terminal.restore()
+
+
+PROMPT = "> "
+
+
+def why_not_interactive(stdin: TextIO) -> str | None:
+    """Why the console may not read `stdin` (None: it is a terminal this process owns)."""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        return "stdin is closed"
+    if not os.isatty(fd):
+        return "stdin is not a terminal"
+    try:
+        foreground = os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return "stdin is not this process's controlling terminal"
+    return None if foreground else "the process runs in the background of its terminal (started with &)"
+
+
+class Terminal:
+    """The terminal a console reads with line editing: a prompt, and replies printed above the line
+    being typed (the line is cleared, the reply printed, the prompt and the typed text printed again)."""
+
+    def __init__(self, stdin: TextIO, stdout: TextIO):
+        import readline  # noqa: F401  (line editing and history for input(); imported only on a terminal)
+
+        self._readline = readline
+        self._stdout = stdout
+        self._fd = stdin.fileno()
+        self._saved = termios.tcgetattr(self._fd)
+
+    def lines(self) -> Iterator[str]:
+        """The lines typed, until end of input (Ctrl-D)."""
+        while True:
+            try:
+                yield input(PROMPT)
+            except EOFError:
+                self._stdout.write("\n")
+                return
+
+    def show(self, text: str) -> None:
+        typed = self._readline.get_line_buffer()
+        self._stdout.write(f"\r\x1b[K{text}\n{PROMPT}{typed}")
+        self._stdout.flush()
+
+    def restore(self) -> None:
+        """Puts the terminal back as it was (a stop while input() is reading leaves it in readline's mode)."""
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
+            self._stdout.write("\r\x1b[K")
+            self._stdout.flush()
 
 
 def _login_name() -> str:
@@ -128,4 +215,4 @@ def switchyard_channel_types() -> list[str]:
 
 @hookimpl
 def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> ConsoleChannel | None:
-    return ConsoleChannel(profile) if profile.type == CHANNEL_TYPE else None
+    return ConsoleChannel(profile, context=context) if profile.type == CHANNEL_TYPE else None

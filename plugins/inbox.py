@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -42,6 +43,9 @@ CHANNEL_TYPE = "inbox"
 PROMPT_NAME = re.compile(r"^(?P<timestamp>[^_.][^_]*)_(?P<slug>[^/]+)\.md$")
 FINAL_STATES = frozenset({"done", "failed_final", "cancelled"})
 FATAL_POLICIES = ("leave", "move")
+MISNAMED = "not a prompt file: expected <repo>/<branch>/<timestamp>_<slug>.md"
+
+log = logging.getLogger("switchyard.inbox")
 
 
 class InboxProfileOptions(ChannelOptions):
@@ -81,21 +85,25 @@ def parse_prompt(root: Path, path: Path) -> PromptFile | None:
     return PromptFile(path, parts[0], "/".join(parts[1:-1]), match["timestamp"], match["slug"])
 
 
-def find_prompts(root: Path, settle_sec: float) -> list[PromptFile]:
-    """Prompt files under `root` not modified in the last `settle_sec`, in name order."""
-    found = []
+def find_prompts(root: Path, settle_sec: float) -> tuple[list[PromptFile], list[Path]]:
+    """Prompt files under `root` not modified in the last `settle_sec`, in name order; and the settled
+    files whose path is not a prompt's (hidden files and folders aside)."""
+    found, misnamed = [], []
     cutoff = time.time() - settle_sec
     for folder, _dirs, files in os.walk(root):
         for name in files:
             path = Path(folder) / name
-            prompt = parse_prompt(root, path)
             try:
-                settled = prompt is not None and path.stat().st_mtime <= cutoff
+                if path.stat().st_mtime > cutoff:
+                    continue
             except FileNotFoundError:
                 continue
-            if prompt is not None and settled:
+            prompt = parse_prompt(root, path)
+            if prompt is not None:
                 found.append(prompt)
-    return sorted(found, key=lambda p: (p.timestamp, str(p.path)))
+            elif not any(part.startswith(".") for part in path.relative_to(root).parts):
+                misnamed.append(path)
+    return sorted(found, key=lambda p: (p.timestamp, str(p.path))), sorted(misnamed)
 
 
 def move_into(source: Path, folder: Path) -> Path | None:
@@ -129,6 +137,7 @@ class InboxChannel:
         self.settle_sec = float(profile.option("settle_ms", 200)) / 1000
         self.jobs = home.state / "inbox" / safe_name(profile.id)
         self._task: asyncio.Task[None] | None = None
+        self._misnamed: list[str] = []  # files under the root that are not prompts, as already reported
 
     async def start(self, sink: Sink) -> None:
         """Creates the inbox and ledger folders and starts watching."""
@@ -148,11 +157,26 @@ class InboxChannel:
     async def scan(self, sink: Sink) -> list[str]:
         """Enqueues every settled prompt file that has no job yet; returns the new job ids."""
         created = []
-        for prompt in await asyncio.to_thread(find_prompts, self.root, self.settle_sec):
+        prompts, misnamed = await asyncio.to_thread(find_prompts, self.root, self.settle_sec)
+        for prompt in prompts:
             if not self._job_path(prompt.job_id).exists():
                 await self._enqueue(sink, prompt)
                 created.append(prompt.job_id)
+        self._report_misnamed(misnamed)
         return created
+
+    def _report_misnamed(self, misnamed: list[Path]) -> None:
+        """Tells of each file that is not a prompt once (log, event), and lists them in `status`."""
+        names = [str(path.relative_to(self.root)) for path in misnamed]
+        if names == self._misnamed:
+            return
+        for name in sorted(set(names) - set(self._misnamed)):
+            log.warning("inbox %s: ignoring %s: %s", self.profile_id, self.root / name, MISNAMED)
+            self.context.events.emit("inbox.ignored", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                     file=str(self.root / name), reason=MISNAMED)
+        self._misnamed = names
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self.context.note(f"ignoring {len(names)} file(s) ({shown}): {MISNAMED}" if names else None)
 
     async def _enqueue(self, sink: Sink, prompt: PromptFile) -> None:
         text = prompt.path.read_text(encoding="utf-8", errors="replace")

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gateway import ConfigurationError, hookimpl
-from gateway.app import Gateway
+from gateway.app import Gateway, run_gateway
+from gateway.events import read_events
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
@@ -188,3 +189,39 @@ async def test_a_channel_whose_platform_is_down_at_start_is_retried_and_gets_its
         assert [e["attempt"] for e in plugin.events if e["event"] == "channel.retrying"] == [1, 2]
     finally:
         await gateway.stop()
+
+
+class _ReportingChannels:
+    """Provides `fake` channels and keeps each one's context, to report as the channel would."""
+
+    def __init__(self) -> None:
+        self.contexts: dict[str, Any] = {}
+
+    @hookimpl
+    def switchyard_channels(self, profile: ChannelProfile, context: Any) -> FakeChannel | None:
+        self.contexts[profile.id] = context
+        return FakeChannel("fake", profile.id) if profile.type == "fake" else None
+
+
+async def test_a_channel_that_ends_by_itself_stops_the_gateway_only_when_no_other_channel_runs(home: Home) -> None:
+    plugin = _ReportingChannels()
+    settings = Settings(queue=QueueSettings(fsync=False),
+                        channels=[ChannelProfile(id="a", type="fake"), ChannelProfile(id="b", type="fake")])
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_gateway(gateway, stop))
+    try:
+        await async_wait_until(lambda: len(gateway.channels) == 2, 10)
+        plugin.contexts["b"].note("2 files ignored")
+        plugin.contexts["a"].ended("end of input")
+        status = json.loads((home.state / "gateway.json").read_text())["channels"]
+        assert status["a"] == {"type": "fake", "state": "stopped", "reason": "end of input"}
+        assert status["b"] == {"type": "fake", "state": "running", "reason": "2 files ignored"}
+        assert not stop.is_set()
+        plugin.contexts["b"].ended("closed")
+        assert stop.is_set()
+        await asyncio.wait_for(task, 30)
+    finally:
+        stop.set()
+        await task
+    assert [e["profile"] for e in read_events(home.events_file) if e["event"] == "channel.stopped"] == ["a", "b"]

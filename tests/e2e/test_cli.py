@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import selectors
 import shlex
 import subprocess
-import time
 from datetime import UTC, datetime, timedelta
 from importlib import metadata
 from pathlib import Path
@@ -25,33 +23,6 @@ from tests.process import clean_environment
 pytestmark = pytest.mark.e2e
 
 
-class _LineReader:
-    """Reads a process's stdout line by line with a deadline (no buffered line is ever missed)."""
-
-    def __init__(self, process: subprocess.Popen[bytes]):
-        assert process.stdout is not None
-        self.fd = process.stdout.fileno()
-        self.buffer = b""
-
-    def line_containing(self, needle: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        selector = selectors.DefaultSelector()
-        selector.register(self.fd, selectors.EVENT_READ)
-        while True:
-            *lines, self.buffer = self.buffer.split(b"\n")
-            for index, raw in enumerate(lines):
-                if needle in raw.decode():
-                    self.buffer = b"\n".join([*lines[index + 1:], self.buffer])
-                    return raw.decode()
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no line containing {needle!r} within {timeout}s")
-            if selector.select(timeout=0.2):
-                chunk = os.read(self.fd, 65536)
-                if not chunk:
-                    raise AssertionError(f"stdout closed before a line containing {needle!r}")
-                self.buffer += chunk
-
-
 def table(text: str, first_header: str) -> list[dict[str, str]]:
     """The rows of the plain-text table whose header line starts with `first_header`, as dicts: the
     columns are cut where the header words start (how gateway/tables.py aligns them)."""
@@ -66,31 +37,6 @@ def table(text: str, first_header: str) -> list[dict[str, str]]:
             break
         rows.append({name: line[a:b].strip() for name, a, b in zip(names, cuts, cuts[1:], strict=False)})
     return rows
-
-
-def test_quick_start_console_chat_with_no_settings_at_all(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    env["SWITCHYARD_HOME"] = str(tmp_path / "fresh-home")
-    process = subprocess.Popen([SWITCHYARD, "run"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL)
-    try:
-        assert process.stdin is not None
-        reader = _LineReader(process)
-        process.stdin.write(b"hello switchyard\n")
-        process.stdin.flush()
-        assert "You said: hello switchyard" in reader.line_containing("hello switchyard", 30)
-        process.stdin.write(b"/help\n")
-        process.stdin.flush()
-        assert "chat" in reader.line_containing("chat", 30)
-        process.terminate()
-        assert process.wait(30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
 
 
 def test_init_writes_settings_and_orchestrator(switchyard: Switchyard) -> None:

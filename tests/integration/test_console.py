@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway import ChannelContext, ChannelProfile
+from gateway import ChannelContext, ChannelProfile, OutgoingPayload
 from gateway.conformance import ChannelConformance, ChannelDriver, SentItem
 from plugins.console import ConsoleChannel
 
@@ -50,3 +50,13 @@ class TestConsoleConformance(ChannelConformance):
         driver = ConsoleDriver()
         yield driver
         driver.close()
+
+
+async def test_without_a_terminal_replies_are_plain_lines_and_other_conversations_are_not_shown() -> None:
+    stdout = io.StringIO()
+    console = ConsoleChannel(ChannelProfile(id="console", type="console"), stdin=io.StringIO(), stdout=stdout)
+    for text, conversation, fields in (("from a run", "console", {"agent": "writer", "workflowRunId": "r-7"}),
+                                       ("for switchyard send", "cli", {}), ("plain", "console", {})):
+        await console.send(OutgoingPayload(channel="console", sender="Ada", message=text, originalMessage="q",
+                                           timestamp=1, messageId="m1", conversationId=conversation, **fields))
+    assert stdout.getvalue() == "[writer, run r-7] from a run\n[switchyard] plain\n"

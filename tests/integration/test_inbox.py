@@ -155,3 +155,26 @@ async def test_the_watcher_task_picks_up_new_files(home: Home, events: EventLog)
         await async_wait_until(lambda: sink.payloads, 5)
     finally:
         await channel.stop()
+
+
+async def test_a_file_that_is_not_a_prompt_is_reported_once_and_listed_until_it_goes(home: Home,
+                                                                                     events: EventLog) -> None:
+    notes: list[tuple[str, str | None]] = []
+    channel, sink = _channel(home, events), Recorder(home)
+    channel.context.on_state = lambda state, note: notes.append((state, note))
+    good = _prompt(home, "app/main/20250101T120000_fix-login.md")
+    wrong = [_prompt(home, "app/main/notes.md"), _prompt(home, "README.md")]
+    _prompt(home, "app/main/.draft_x.md.swp")
+    _prompt(home, ".git/20250101_x.md")
+    for _ in range(3):
+        await channel.scan(sink)
+    assert [p.message for p in sink.payloads] == [good.read_text()]
+    ignored = [e for e in read_events(home.events_file) if e["event"] == "inbox.ignored"]
+    assert sorted(e["file"] for e in ignored) == sorted(str(path) for path in wrong)
+    assert all("<repo>/<branch>/<timestamp>_<slug>.md" in e["reason"] for e in ignored)
+    [(state, note)] = notes
+    assert state == "running" and note is not None and "2 file(s)" in note and "app/main/notes.md" in note
+    for path in wrong:
+        path.unlink()
+    await channel.scan(sink)
+    assert notes[-1] == ("running", None)

@@ -1,0 +1,164 @@
+"""The console as a person at a terminal meets it: `switchyard run` on a pseudo-terminal it owns."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import selectors
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.testing import wait_until
+from tests.e2e.conftest import Switchyard
+from tests.process import SWITCHYARD, clean_environment
+
+pytestmark = pytest.mark.e2e
+
+# Makes the pty on fd 0 the controlling terminal of a new session, then runs the command in the terminal's
+# foreground, or (argv[1] == "background") in a process group of its own, as `switchyard run &` does;
+# it exits with the command's exit code.
+ON_TERMINAL = """
+import fcntl, signal, subprocess, sys, termios
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+child = subprocess.Popen(sys.argv[2:], process_group=0 if sys.argv[1] == "background" else None)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the command; this waits for its exit code
+sys.exit(child.wait())
+"""
+
+
+class TerminalSession:
+    """One command on a fresh pseudo-terminal: what it printed so far, and keys typed into it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], *, background: bool = False):
+        self.master, slave = pty.openpty()
+        self.process = subprocess.Popen([sys.executable, "-c", ON_TERMINAL, "background" if background else "-",
+                                         *argv], env=env, stdin=slave, stdout=slave, stderr=slave,
+                                        start_new_session=True)
+        os.close(slave)
+        self.output = ""
+        self._seen = 0
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def read_until(self, needle: str, timeout: float = 30) -> str:
+        """The output from the end of the last match up to and including `needle` (waiting for it)."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.master, selectors.EVENT_READ)
+            while (found := self.output.find(needle, self._seen)) < 0:
+                left = deadline - time.monotonic()
+                assert left > 0, f"no {needle!r} within {timeout}s; output:\n{self.output[-3000:]}"
+                if selector.select(timeout=min(left, 0.5)):
+                    try:
+                        chunk = os.read(self.master, 65536)
+                    except OSError:  # EIO: every process holding the terminal has exited
+                        chunk = b""
+                    assert chunk, f"the terminal closed before {needle!r}; output:\n{self.output[-3000:]}"
+                    self.output += chunk.decode(errors="replace")
+        start, self._seen = self._seen, found + len(needle)
+        return self.output[start:self._seen]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        os.close(self.master)
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[TerminalSession]]:
+    sessions: list[TerminalSession] = []
+    yield sessions
+    for session in sessions:
+        session.close()
+
+
+def _run_on_terminal(switchyard: Switchyard, terminals: list[TerminalSession], *,
+                     background: bool = False) -> TerminalSession:
+    session = TerminalSession([SWITCHYARD, "--home", str(switchyard.home.root), "run"], switchyard.env,
+                              background=background)
+    terminals.append(session)
+    wait_until(lambda: switchyard.count("gateway.started") or session.process.poll() is not None, 30)
+    assert session.process.poll() is None, session.output
+    return session
+
+
+def test_quick_start_console_chat_with_no_settings_at_all(tmp_path: Path,
+                                                          terminals: list[TerminalSession]) -> None:
+    """A fresh home, a terminal: a prompt, an answer, and Ctrl-D ends the gateway (exit 0)."""
+    session = TerminalSession([SWITCHYARD, "run"], clean_environment({"SWITCHYARD_HOME": str(tmp_path / "fresh")}))
+    terminals.append(session)
+    session.read_until("> ")
+    session.type("hello switchyard\r")
+    assert "hello switchyard" in session.read_until("You said: hello switchyard")
+    session.read_until("> ")
+    session.type("/help\r")
+    session.read_until("chat")
+    session.type("\x04")  # Ctrl-D on an empty line
+    session.read_until("no channel is left running")
+    assert session.process.wait(30) == 0
+
+
+def test_ctrl_c_while_typing_stops_cleanly_and_gives_the_terminal_back_as_it_was(
+        tmp_path: Path, terminals: list[TerminalSession]) -> None:
+    session = TerminalSession([SWITCHYARD, "run"], clean_environment({"SWITCHYARD_HOME": str(tmp_path / "fresh")}))
+    terminals.append(session)
+    modes = termios.tcgetattr(session.master)
+    session.read_until("> ")
+    session.type("half a thou")
+    session.read_until("half a thou")
+    assert termios.tcgetattr(session.master) != modes  # line editing: no echo, no canonical mode
+    session.type("\x03")
+    assert session.process.wait(30) == 0
+    assert termios.tcgetattr(session.master) == modes
+
+
+def test_a_late_reply_is_printed_above_the_line_being_typed_with_its_run_id(
+        switchyard: Switchyard, terminals: list[TerminalSession]) -> None:
+    switchyard.configure({"channels": [{"id": "console", "type": "console"}]})
+    session = _run_on_terminal(switchyard, terminals)
+    session.read_until("> ")
+    session.type("half typ")
+    session.read_until("half typ")
+    switchyard.cli("send", "meanwhile", "--conversation", "console", "--profile", "console")
+    late = session.read_until("> half typ")
+    assert "\r\x1b[K[writer, run r-" in late and "write about meanwhile" in late
+    session.type("ed\r")
+    assert "write about half typed" in session.read_until("write about half typed")
+    claimed = [e for e in switchyard.events("message.claimed") if e.get("conversation") == "console"]
+    assert len(claimed) == 2
+
+
+def test_replies_to_other_conversations_and_empty_lines_never_reach_the_console(
+        switchyard: Switchyard, terminals: list[TerminalSession]) -> None:
+    switchyard.configure({"channels": [{"id": "console", "type": "console"}]})
+    session = _run_on_terminal(switchyard, terminals)
+    session.read_until("> ")
+    session.type("\r   \r")
+    sent = switchyard.cli("send", "from the cli", "--wait", "20")  # conversation `cli`, channel console
+    assert "write about from the cli" in sent.stdout
+    session.type("last\r")
+    session.read_until("write about last")
+    assert "from the cli" not in session.output
+    assert [e.get("conversation") for e in switchyard.events("message.claimed")] == ["cli", "console"]
+
+
+def test_run_in_the_background_of_a_terminal_neither_reads_it_nor_is_stopped(
+        switchyard: Switchyard, terminals: list[TerminalSession]) -> None:
+    """`switchyard run &`: stdin is a terminal the process does not own; reading it would stop it."""
+    switchyard.configure({"channels": [{"id": "console", "type": "console"}]})
+    session = _run_on_terminal(switchyard, terminals, background=True)
+    session.read_until("runs in the background of its terminal")
+    assert "write about still answering" in switchyard.cli("send", "still answering", "--wait", "20").stdout
+    status = json.loads(switchyard.cli("status", "--json").stdout)
+    assert status["gateway"]["channels"]["console"]["state"] == "disabled"
+    os.kill(status["gateway"]["pid"], 15)
+    assert session.process.wait(30) == 0

@@ -1,0 +1,95 @@
+"""gateway/logs.py: one line per record on stderr, text or JSON, secrets masked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+
+from gateway.logs import OneLineFormatter, apply_log_settings, configure_logging
+from gateway.settings import ChannelProfile, Settings
+
+
+def _failing_record() -> logging.LogRecord:
+    try:
+        raise ValueError("first line\nsecond line")
+    except ValueError:
+        logger = logging.getLogger("switchyard.test")
+        return logger.makeRecord(logger.name, logging.ERROR, __file__, 1, "it broke:\n%s", ("details",),
+                                 sys.exc_info())
+
+
+def test_a_multi_line_message_with_a_traceback_is_one_text_line() -> None:
+    line = OneLineFormatter("text").format(_failing_record())
+    assert "\n" not in line
+    assert "ERROR switchyard.test: it broke:\\ndetails" in line
+    assert "Traceback" in line and "ValueError: first line\\nsecond line" in line
+
+
+def test_json_is_one_object_per_record_with_time_level_logger_message_and_exception() -> None:
+    line = OneLineFormatter("json").format(_failing_record())
+    assert "\n" not in line
+    record = json.loads(line)
+    assert record["level"] == "ERROR" and record["logger"] == "switchyard.test"
+    assert record["message"] == "it broke:\ndetails"
+    assert datetime.fromisoformat(record["time"]).utcoffset() == timedelta(0)
+    assert "ValueError: first line\nsecond line" in record["exception"]
+
+
+@pytest.fixture
+def root_handlers() -> Iterator[None]:
+    """Restores what `configure_logging` changes: the root logger's handlers and level, the hooks."""
+    root = logging.getLogger()
+    saved, level, excepthook = root.handlers[:], root.level, sys.excepthook
+    yield
+    root.handlers[:] = saved
+    root.setLevel(level)
+    sys.excepthook = excepthook
+    logging.captureWarnings(False)
+
+
+def _our_formatter() -> OneLineFormatter:
+    [formatter] = [h.formatter for h in logging.getLogger().handlers if isinstance(h.formatter, OneLineFormatter)]
+    return formatter
+
+
+def test_settings_choose_the_format_unless_the_environment_did(root_handlers: None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHYARD_LOG_FORMAT", raising=False)
+    configure_logging()
+    assert _our_formatter().kind == "text"
+    apply_log_settings(Settings(log_format="json"))
+    assert _our_formatter().kind == "json"
+    monkeypatch.setenv("SWITCHYARD_LOG_FORMAT", "text")
+    apply_log_settings(Settings(log_format="json"))
+    assert _our_formatter().kind == "text"
+
+
+def test_values_of_env_variables_named_by_settings_are_masked(root_handlers: None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGS_TEST_TOKEN", "s3cr3t-token-value")
+    configure_logging()
+    apply_log_settings(Settings(channels=[ChannelProfile(id="tg", type="telegram", token_env="LOGS_TEST_TOKEN")]))
+    for kind in ("text", "json"):
+        _our_formatter().kind = kind  # type: ignore[assignment]
+        record = logging.getLogger("t").makeRecord("t", logging.INFO, __file__, 1, "token %s", ("s3cr3t-token-value",),
+                                                    None)
+        line = _our_formatter().format(record)
+        assert "s3cr3t-token-value" not in line and "***" in line
+
+
+def test_an_uncaught_exception_is_one_record_too(root_handlers: None, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_LOG_FORMAT", "json")
+    configure_logging()
+    try:
+        raise RuntimeError("crash\nwith two lines")
+    except RuntimeError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    [line] = capsys.readouterr().err.splitlines()
+    record = json.loads(line)
+    assert record["level"] == "CRITICAL" and "RuntimeError: crash\nwith two lines" in record["exception"]
