@@ -57,10 +57,15 @@ def format_from_env(default: LogFormat = "text") -> LogFormat:
 
 
 def configure_logging(*, verbose: bool = False) -> None:
-    """Sends every record to stderr, one line each, in the format the environment asks for."""
+    """Sends every record to stderr, one line each, in the format the environment asks for. Replaces only
+    the handlers an earlier call installed: handlers others attached to the root logger (pytest's) stay."""
+    root = logging.getLogger()
+    for earlier in [h for h in root.handlers if isinstance(h.formatter, OneLineFormatter)]:
+        root.removeHandler(earlier)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter(format_from_env()))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.captureWarnings(True)
     sys.excepthook = _log_uncaught
 

@@ -119,7 +119,7 @@ def print_status(status: dict[str, Any]) -> None:
     if not runs:
         print("\nruns: none active")
     beats = status.get("heartbeats", [])
-    _section(["heartbeat", "state", "last answer", "round trip ms"],
+    _section(["profile", "state", "last answer", "round trip ms"],
              [[str(b.get("profile")), "MISSED" if b.get("missed") else "ok", str(b.get("last_answer_at") or "never"),
                str(b.get("last_rtt_ms", "-"))] for b in beats])
     for beat in beats:

@@ -115,7 +115,7 @@ def _step(m: Metrics, e: dict[str, Any]) -> None:
 
 def _heartbeat(m: Metrics, e: dict[str, Any]) -> None:
     if (took := _seconds(e, "rtt_ms")) is not None:
-        m.heartbeat.labels(str(e.get("profile") or "heartbeat")).observe(took)
+        m.heartbeat.labels(str(e.get("profile") or "-")).observe(took)
 
 
 _HANDLERS: dict[str, Callable[[Metrics, dict[str, Any]], None]] = {

@@ -31,7 +31,7 @@ def sections(state: dict[str, Any]) -> str:
             ["profile", "type", "status", "last inbound", "last outbound", "retries", "429s"],
             [[c["profile"], c["type"], _status(c), c["last_inbound"] or "—", c["last_outbound"] or "—",
               c["retries"], c["rate_limited"]] for c in state["channels"]], empty="no channels configured")),
-        _section("Heartbeat round trip", "heartbeat", _heartbeats(state["heartbeats"])),
+        _section("Heartbeat round trip", "beats", _heartbeats(state["heartbeats"])),
         _section("Last events", "events", _events(state["events"])),
     ])
 

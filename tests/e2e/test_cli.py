@@ -76,8 +76,8 @@ def test_status_reports_queue_dead_letters_runs_and_heartbeat(switchyard: Switch
     shown = switchyard.cli("status")
     assert shown.returncode == 0
     assert "gateway: running" in shown.stdout
-    beat = table(shown.stdout, "heartbeat")[0]
-    assert (beat["heartbeat"], beat["state"]) == ("beat", "ok")
+    beat = table(shown.stdout, "profile")[0]
+    assert (beat["profile"], beat["state"]) == ("beat", "ok")
     assert table(shown.stdout, "channel")[0] == {"channel": "beat", "type": "heartbeat", "state": "running",
                                                  "detail": ""}
 

@@ -51,7 +51,7 @@ def test_the_page_renders_the_state_and_its_retry_button_brings_a_dead_letter_ba
     expect(page.locator("#runs")).to_contain_text("build")
     expect(page.locator("#runs .step.completed")).to_have_count(3)
     expect(page.locator("#channels")).to_contain_text("running")
-    expect(page.locator("#heartbeat svg polyline")).to_have_count(1)
+    expect(page.locator("#beats svg polyline")).to_have_count(1)
     expect(page.locator("#updated")).to_contain_text("updated")  # the script refreshed it in place
     assert page.locator("img").count() == 0 and page.evaluate("window.pwned") is None and dialogs == []
     ARTIFACTS.mkdir(exist_ok=True)
