@@ -112,7 +112,10 @@ class ChannelProfile(BaseModel):
 
 class ChannelOptions(_Strict):
     """The type-specific keys of a channel profile; each channel type's model extends it (the keys every
-    profile may carry besides id, type, orchestrator and allow_from are declared here)."""
+    profile may carry besides id, type, orchestrator and allow_from are declared here). Each model is
+    built when it first validates (`defer_build`): loading the plugins, as `status` does, builds none."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     pairing: bool = False
     workflow: str | None = None
