@@ -10,8 +10,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import aiofiles
-
 from gateway.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
 from gateway.events import EventLog
 from gateway.home import Home, safe_name
@@ -134,6 +132,8 @@ class ChannelContext:
         folder = attachment_folder(self.home, self.profile.id, conversation) if conversation else self.files_dir
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{time.time_ns()}-{safe_name(filename)}"
+        import aiofiles  # here: it loads asyncio, which `switchyard status` does without
+
         async with aiofiles.open(path, "wb") as handle:
             await handle.write(data)
         return path.resolve()

@@ -32,13 +32,13 @@ from gateway.backoff import delay as backoff_delay
 from gateway.containment import become_subreaper
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
-from gateway.home import Home, atomic_write
+from gateway.home import Home, atomic_write, queue_depths
 from gateway.locks import LockDirectory
 from gateway.logs import apply_log_settings
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.plugin_manager import call_each
-from gateway.queue import FileQueue, queue_depths
+from gateway.queue import FileQueue
 from gateway.receipts import Receipts
 from gateway.settings import ChannelProfile, Settings
 from gateway.sharing import SharedHome

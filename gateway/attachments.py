@@ -8,7 +8,6 @@ workspace is shared by every conversation, so nothing in it is sent.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -166,6 +165,8 @@ async def read_attachment(outgoing: OutgoingPayload, path: str | os.PathLike[str
                           policy: AttachmentPolicy) -> bytes:
     """The bytes to upload for one of `outgoing`'s files: from the file the dispatcher opened and
     checked, else opened and checked now; raises AttachmentRefused."""
+    import asyncio  # here: importing this module (as `switchyard status` does) must not load asyncio
+
     key = os.fspath(path)
     handle: Any = outgoing._opened.get(key)
     if handle is not None:

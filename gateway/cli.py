@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,8 @@ EXIT_BROKEN_PIPE = 1  # what Python's docs recommend after EPIPE (signal module,
 
 def example_settings_text() -> str:
     """The commented settings.example.yaml shipped with the package."""
+    from importlib import resources
+
     return resources.files("gateway").joinpath("templates/settings.example.yaml").read_text("utf-8")
 
 

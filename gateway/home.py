@@ -308,3 +308,24 @@ class Home:
             self.runs, self.coordination, self.logs,
         ):
             folder.mkdir(parents=True, exist_ok=True)
+
+
+def queue_depths(home: Home) -> dict[str, int]:
+    """Counts payload files per queue folder (for `status` and /metrics; here, so that
+    `status` need not import the queue)."""
+    depths = {}
+    for name, folder in (("incoming", home.incoming), ("outgoing", home.outgoing),
+                         ("failed", home.failed), ("sent", home.sent)):
+        try:
+            depths[name] = sum(
+                1 for e in os.scandir(folder)
+                if e.name.endswith(".json") and not e.name.endswith(".error.json")
+            )
+        except FileNotFoundError:
+            depths[name] = 0
+    processing = 0
+    if home.processing.exists():
+        for _dirpath, _dirs, files in os.walk(home.processing):
+            processing += sum(1 for f in files if f.endswith(".json"))
+    depths["processing"] = processing
+    return depths

@@ -13,7 +13,8 @@ _SEND_FILE_TAG = re.compile(r"\[send_file:\s*([^\]]+)\]")
 
 
 class _Payload(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # defer_build: a model is built when it first validates, not on import (`switchyard status` uses none)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     def to_json(self) -> bytes:
         """Serialises the payload as UTF-8 JSON, omitting optional keys that are unset."""
@@ -28,7 +29,7 @@ class Job(BaseModel):
     Extra keys (a channel's own bookkeeping, e.g. `state`, `created_at`, `retries`) are kept.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)  # built on first use, as the payloads
 
     job_id: str | None = Field(default=None, max_length=256)
     repo: str | None = None

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.deadletters import list_dead
-from gateway.home import Home
+from gateway.home import Home, queue_depths
 from gateway.plugin_manager import call_each
-from gateway.queue import queue_depths
 from gateway.tables import print_table
 
 if TYPE_CHECKING:

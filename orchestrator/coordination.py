@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import json
@@ -13,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
@@ -21,6 +20,9 @@ from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.locks import LockDirectory
 from orchestrator.jobs import parse_iso
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("switchyard.orchestrator.coordination")
 
@@ -113,6 +115,8 @@ class Coordination:
     def _schedule(self) -> bool:
         """Arms the flush in FLUSH_SEC unless it is armed; False without a running loop."""
         try:
+            import asyncio  # here: `status` imports this module for its retention figures
+
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
@@ -146,8 +150,7 @@ class Coordination:
                     atomic_write(self.root / name, pretty_json(body), fsync=self._fsync)
         except OSError as exc:  # e.g. a full disk: the changes stay pending and are tried again
             log.warning("cannot write the coordination files: %s", exc)
-            with contextlib.suppress(RuntimeError):
-                self._timer = asyncio.get_running_loop().call_later(FLUSH_SEC, self.flush)
+            self._schedule()  # armed anew: flush cleared the timer
             return
         self._pending.clear()
         self._views.clear()

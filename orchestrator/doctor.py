@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -85,7 +84,9 @@ def missing_providers(home: Home, settings: Settings, uses: dict[str, list[str]]
 
 async def fill_versions(checks: list[ProviderCheck]) -> None:
     """Asks each found CLI for its version (`--version`)."""
-    from orchestrator.spawn import run_process  # the runners are imported here: `status` needs only the checks
+    import asyncio  # imported here, as the runners are: `status` needs only the checks
+
+    from orchestrator.spawn import run_process
 
     async def version(check: ProviderCheck) -> None:
         if check.path is None or check.kind == "command":
@@ -101,6 +102,8 @@ async def fill_versions(checks: list[ProviderCheck]) -> None:
 
 async def probe(home: Home, settings: Settings, checks: list[ProviderCheck]) -> None:
     """Sends each found provider one tiny request and records the answer or the failure."""
+    import asyncio
+
     from gateway.api import PermanentError
     from orchestrator.agent_cli import AgentCall
     from orchestrator.clis.base import first_line

@@ -23,9 +23,9 @@ from gateway.settings import Settings
 from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
 from orchestrator.jobs import parse_iso
 from orchestrator.runs import RunState, RunStore
-from orchestrator.selector import SELECT_RETENTION_DAYS
 
 RUNS_RETENTION_DAYS = 30.0
+SELECT_RETENTION_DAYS = 7.0  # selector request/result files are kept this long (orchestrator/selector.py)
 REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden from RunStore: not a valid run id)
 
 

@@ -33,7 +33,7 @@ OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progres
 class StepState(BaseModel):
     """One step's fragment of state.json."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     status: StepStatus = "pending"
     kind: str | None = None
@@ -50,6 +50,8 @@ class StepState(BaseModel):
 class Conversation(BaseModel):
     """Where a run's results go: the conversation of the message that started it."""
 
+    model_config = ConfigDict(defer_build=True)
+
     channel: str
     channelProfileId: str | None = None
     conversationId: str | None = None
@@ -59,7 +61,7 @@ class Conversation(BaseModel):
 class RunState(BaseModel):
     """The whole of `runs/<runId>/state.json`."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)  # built when a run is first read, not on import
 
     runId: str
     workflowId: str

@@ -22,14 +22,13 @@ from orchestrator.agent_cli import AgentCall
 from orchestrator.clis import unwrap_answer
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderRunner
+from orchestrator.retention import SELECT_RETENTION_DAYS
 from orchestrator.runs import conversation_key
 from orchestrator.sessions import ConversationHistory
 from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.templates import render
 
 log = logging.getLogger(__name__)
-
-SELECT_RETENTION_DAYS = 7.0  # selector request/result files are kept this long
 
 ACTIONS = ("workflow_start", "workflow_status", "diagnostics_investigate", "command_invoke")
 RAW_CAP = 65536

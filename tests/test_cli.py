@@ -1,5 +1,5 @@
 """The `switchyard` parser: every subcommand and option explained, the public API loaded lazily, and
-`--help` kept off the heavy imports (the process-level behaviour is in tests/e2e/test_cli.py)."""
+`--help` and `status` kept off the heavy imports (the process-level behaviour is in tests/e2e/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,38 @@ def test_help_does_not_import_pydantic_or_the_runtime() -> None:
     assert result.returncode == 0, result.stderr
     assert "runs" in result.stdout  # the orchestrator's subcommands are listed all the same
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+STATUS_SETTINGS = """\
+channels:
+  - {id: console, type: console}
+  - {id: beat, type: heartbeat, interval_sec: 60, notify: {profile: pager}}
+  - {id: inbox, type: inbox}
+  - {id: tg, type: telegram, token_env: TG_TOKEN}
+  - {id: sl, type: slack, bot_token_env: SL_BOT, app_token_env: SL_APP}
+"""
+
+
+def test_status_does_not_import_asyncio_the_queue_or_any_channel(tmp_path: Path) -> None:
+    """`switchyard status` must stay quick: it reads files and validates the configuration, so it loads
+    neither asyncio nor the queue, the selector or any channel implementation (the hook modules of the
+    channel plugins are light; bench/ measures the time)."""
+    from gateway.cli import main
+
+    home = tmp_path / "home"
+    assert main(["--home", str(home), "init"]) == 0
+    (home / "settings.yaml").write_text(STATUS_SETTINGS)
+    heavy = ("asyncio", "aiofiles", "gateway.queue", "gateway.app", "orchestrator.selector", "orchestrator.handler",
+             "plugins.console.channel", "plugins.heartbeat.channel", "plugins.inbox.channel",
+             "plugins.telegram.channel", "plugins.slack.channel", "telegram", "slack_bolt")
+    code = ("import sys\nfrom gateway.cli import main\n"
+            f"code = main(['--home', {str(home)!r}, 'status'])\n"
+            f"print('status exit', code, sorted(m for m in {heavy!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "notify profile 'pager' is not configured" in result.stdout  # the heartbeat section is all there
+    assert "retention: sent 7 d" in result.stdout and "runs: none active" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "status exit 3 []"
 
 
 def test_since_takes_a_duration_or_an_iso_date() -> None:

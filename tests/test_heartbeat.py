@@ -1,4 +1,4 @@
-"""plugins/heartbeat.py: the missed-beat flag `status` shows, and forwarding of an answer other than HEARTBEAT_OK."""
+"""plugins/heartbeat: the missed-beat flag `status` shows, and forwarding of an answer other than HEARTBEAT_OK."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from gateway.events import EventLog, now_ms, read_events
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
-from plugins.heartbeat import MISS_GRACE_S, HeartbeatChannel, read_heartbeat, state_path
+from plugins.heartbeat import MISS_GRACE_S, read_heartbeat, state_path
+from plugins.heartbeat.channel import HeartbeatChannel
 
 
 class RecordingOutbox:

@@ -17,7 +17,7 @@ from gateway.outbox import FileOutbox, outgoing_name
 from gateway.testing import make_incoming
 from orchestrator.results import result_reply
 from orchestrator.runs import Conversation, RunState, StepState
-from plugins.heartbeat import HeartbeatChannel
+from plugins.heartbeat.channel import HeartbeatChannel
 
 
 def _outbox(home: Home) -> FileOutbox:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from gateway.home import Home
-from gateway.queue import FileQueue, queue_depths
+from gateway.home import Home, queue_depths
+from gateway.queue import FileQueue
 from gateway.testing import drop_incoming, make_incoming
 
 

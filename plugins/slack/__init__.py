@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
 from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
-from plugins.slack.channel import CHANNEL_TYPE, SlackChannel
-from plugins.slack.config import SlackConfig
+from plugins.slack.config import CHANNEL_TYPE, SlackConfig
 
-__all__ = ["CHANNEL_TYPE", "SlackChannel", "SlackConfig", "SlackProfileOptions"]
+if TYPE_CHECKING:  # the channel module is imported when a slack profile is built, not by `status`
+    from plugins.slack.channel import SlackChannel
+
+__all__ = ["CHANNEL_TYPE", "SlackConfig", "SlackProfileOptions"]
 
 
 class SlackProfileOptions(ChannelOptions):
@@ -43,4 +45,6 @@ def switchyard_channel_types() -> list[str]:
 def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> SlackChannel | None:
     if profile.type != CHANNEL_TYPE:
         return None
+    from plugins.slack.channel import SlackChannel
+
     return SlackChannel(SlackConfig.from_profile(profile), context)

@@ -28,7 +28,7 @@ from gateway import (
     reply_parts,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
-from plugins.slack.config import SlackConfig
+from plugins.slack.config import CHANNEL_TYPE, SlackConfig
 from plugins.slack.inbound import BotIdentity, SlackMessage, person_message, run_ref, split_conversation
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("switchyard.slack")
 
-CHANNEL_TYPE = "slack"
 STOP_DRAIN_S = 5.0
 VISIBLE_TO = "visibleTo"  # an outgoing payload's extra key: the one Slack user who may see it
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gateway import ChannelProfile
 from gateway.api import ConfigurationError
 
+CHANNEL_TYPE = "slack"
 MAX_TEXT_LIMIT = 40_000  # Slack truncates chat.postMessage text beyond 40,000 characters
 MODES = ("socket", "http")
 

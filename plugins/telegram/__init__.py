@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
 from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
-from plugins.telegram.channel import TelegramChannel
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
 
-__all__ = ["CHANNEL_TYPE", "TelegramChannel", "TelegramOptions", "TelegramProfileOptions"]
+if TYPE_CHECKING:  # the channel module is imported when a telegram profile is built, not by `status`
+    from plugins.telegram.channel import TelegramChannel
+
+__all__ = ["CHANNEL_TYPE", "TelegramOptions", "TelegramProfileOptions"]
 
 
 class TelegramProfileOptions(ChannelOptions):
@@ -45,4 +47,6 @@ def switchyard_channel_types() -> list[str]:
 def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> TelegramChannel | None:
     if profile.type != CHANNEL_TYPE:
         return None
+    from plugins.telegram.channel import TelegramChannel
+
     return TelegramChannel(TelegramOptions.from_profile(profile), context)

@@ -10,7 +10,7 @@ import pytest
 
 from gateway import ChannelContext, ChannelProfile, OutgoingPayload
 from gateway.conformance import ChannelConformance, ChannelDriver, SentItem
-from plugins.console import ConsoleChannel
+from plugins.console.channel import ConsoleChannel
 
 
 class ConsoleDriver(ChannelDriver):

@@ -1,4 +1,4 @@
-"""The prompt inbox channel (plugins/inbox.py): jobs from prompt files, idempotent intake, file movement."""
+"""The prompt inbox channel (plugins/inbox/): jobs from prompt files, idempotent intake, file movement."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.settings import Settings
 from gateway.testing import async_wait_until
-from plugins.inbox import InboxChannel, parse_prompt
+from plugins.inbox.channel import InboxChannel, parse_prompt
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,7 +10,7 @@ import pytest
 
 from gateway import ChannelProfile
 from gateway.conformance import ChannelRig, reply
-from plugins.console import ConsoleChannel
+from plugins.console.channel import ConsoleChannel
 from tests.fakes.whatsapp_server import FakeWhatsApp
 from tests.integration.progress_notes import KEY, note
 from tests.integration.test_whatsapp import APP_SECRET_ENV, TOKEN_ENV, VERIFY_TOKEN_ENV, WhatsAppDriver

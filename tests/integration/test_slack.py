@@ -12,7 +12,7 @@ import pytest
 from gateway import Channel, ChannelContext, ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
 from gateway.testing import async_wait_until
-from plugins.slack import SlackChannel
+from plugins.slack.channel import SlackChannel
 from plugins.slack.transport import SocketTransport
 from tests.fakes.slack_server import FakeSlack
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note

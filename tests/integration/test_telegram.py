@@ -24,7 +24,8 @@ from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, S
 from gateway.dispatcher import Dispatcher
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until
-from plugins.telegram import TelegramChannel, TelegramOptions
+from plugins.telegram import TelegramOptions
+from plugins.telegram.channel import TelegramChannel
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
 

@@ -20,6 +20,7 @@ from gateway.testing import async_wait_until
 from gateway.worker import parse_payload
 from orchestrator.rules import select_by_rules
 from plugins import heartbeat
+from plugins.heartbeat.channel import HeartbeatChannel
 from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector
 
 CONFIG = """
@@ -114,8 +115,8 @@ async def test_the_heartbeat_probe_asks_for_its_check_and_gets_heartbeat_ok(
 ) -> None:
     profile = ChannelProfile.model_validate({"id": "beat", "type": "heartbeat", "interval_sec": 3600})
     settings = Settings(queue=QueueSettings(fsync=False), channels=[profile])
-    channel = heartbeat.HeartbeatChannel(profile, ChannelContext(home=home, settings=settings, profile=profile,
-                                                                 events=events, outbox=outbox))
+    channel = HeartbeatChannel(profile, ChannelContext(home=home, settings=settings, profile=profile,
+                                                       events=events, outbox=outbox))
     probes: list[IncomingPayload] = []
 
     async def sink(payload: IncomingPayload) -> Path:

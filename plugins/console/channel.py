@@ -1,4 +1,4 @@
-"""The console channel: chat with Switchyard on stdin/stdout (the reference channel implementation)."""
+"""The console channel itself: reads the terminal, prints replies (imported when a console profile is built)."""
 
 from __future__ import annotations
 
@@ -15,31 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from pydantic import BaseModel
-
 from gateway import (
     INTAKE_FAILED_REPLY,
     ChannelContext,
-    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     IncomingPayload,
     OutgoingPayload,
     PermanentError,
     Sink,
-    hookimpl,
     now_ms,
 )
-
-CHANNEL_TYPE = "console"
-
-
-class ConsoleProfileOptions(ChannelOptions):
-    """The keys of a console profile."""
-
-    sender: str | None = None
-    conversation_id: str = "console"
-
+from plugins.console import CHANNEL_TYPE
 
 log = logging.getLogger("switchyard.console")
 
@@ -200,19 +187,3 @@ def _login_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "console"
-
-
-@hookimpl
-def switchyard_channel_options() -> dict[str, type[BaseModel]]:
-    """Declares the keys a `type: console` profile may carry."""
-    return {CHANNEL_TYPE: ConsoleProfileOptions}
-
-
-@hookimpl
-def switchyard_channel_types() -> list[str]:
-    return [CHANNEL_TYPE]
-
-
-@hookimpl
-def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> ConsoleChannel | None:
-    return ConsoleChannel(profile, context=context) if profile.type == CHANNEL_TYPE else None

@@ -19,13 +19,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from gateway import (
     ChannelContext,
-    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
     IncomingPayload,
@@ -33,30 +30,18 @@ from gateway import (
     OutgoingPayload,
     Sink,
     atomic_write,
-    hookimpl,
     now_ms,
     safe_name,
     utc_now_iso,
 )
+from plugins.inbox import CHANNEL_TYPE
 
-CHANNEL_TYPE = "inbox"
 PROMPT_NAME = re.compile(r"^(?P<timestamp>[^_.][^_]*)_(?P<slug>[^/]+)\.md$")
 FINAL_STATES = frozenset({"done", "failed_final", "cancelled"})
 FATAL_POLICIES = ("leave", "move")
 MISNAMED = "not a prompt file: expected <repo>/<branch>/<timestamp>_<slug>.md"
 
 log = logging.getLogger("switchyard.inbox")
-
-
-class InboxProfileOptions(ChannelOptions):
-    """The keys of an inbox profile (paths relative to the home)."""
-
-    root: str = "inbox"
-    processed_root: str = "processed"
-    failed_root: str = "failed"
-    fatal_policy: Literal["leave", "move"] = "move"
-    poll_ms: float = Field(default=1000, gt=0)
-    settle_ms: float = Field(default=200, ge=0)
 
 
 @dataclass(frozen=True)
@@ -256,21 +241,3 @@ class InboxChannel:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-
-
-@hookimpl
-def switchyard_channel_options() -> dict[str, type[BaseModel]]:
-    """Declares the keys a `type: inbox` profile may carry."""
-    return {CHANNEL_TYPE: InboxProfileOptions}
-
-
-@hookimpl
-def switchyard_channel_types() -> list[str]:
-    """Declares the `inbox` channel type."""
-    return [CHANNEL_TYPE]
-
-
-@hookimpl
-def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> InboxChannel | None:
-    """Builds the inbox channel for `type: inbox` profiles."""
-    return InboxChannel(profile, context) if profile.type == CHANNEL_TYPE else None

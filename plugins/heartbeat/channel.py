@@ -1,69 +1,27 @@
-"""The heartbeat channel: a periodic check-in that travels the whole loop and proves it is alive."""
+"""The heartbeat channel itself: sends the beats, records each answer (imported when a heartbeat profile is built)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, Field
 
 from gateway import (
     ChannelContext,
-    ChannelOptions,
     ChannelProfile,
     DeliveryRecord,
-    FunctionSpec,
-    Home,
     IncomingPayload,
     OutgoingPayload,
-    Settings,
     Sink,
     atomic_write,
-    hookimpl,
     now_ms,
     safe_name,
     utc_now_iso,
 )
+from plugins.heartbeat import CHANNEL_TYPE, CHECK_FUNCTION, OK, notify_problem, state_path
 
 log = logging.getLogger("switchyard.heartbeat")
-
-CHANNEL_TYPE = "heartbeat"
-OK = "HEARTBEAT_OK"
-CHECK_FUNCTION = "heartbeat_check"  # what each probe asks the selector to invoke (`invokeFunction`)
-MISS_GRACE_S = 5.0
-
-
-class HeartbeatNotify(BaseModel):
-    """Where a non-OK answer is forwarded."""
-
-    profile: str
-    conversationId: str | None = None  # noqa: N815 - the payload's own field name
-
-
-class HeartbeatProfileOptions(ChannelOptions):
-    """The keys of a heartbeat profile."""
-
-    interval_sec: float = Field(default=60, gt=0)
-    message: str = "heartbeat"
-    notify: HeartbeatNotify | None = None
-
-
-def state_path(home: Home, profile_id: str) -> Path:
-    """Where a heartbeat profile records its beats (read by `switchyard status`)."""
-    return home.state / "heartbeat" / f"{safe_name(profile_id)}.json"
-
-
-def notify_problem(settings: Settings, profile: ChannelProfile) -> str | None:
-    """Why a heartbeat profile's alerts cannot be forwarded (its `notify` profile does not exist), or None."""
-    notify = profile.option("notify")
-    target = notify.get("profile") if isinstance(notify, dict) else None
-    if not target or settings.profile(str(target)) is not None:
-        return None
-    return f"notify profile {target!r} is not configured: answers other than {OK} are not forwarded"
-
 
 class HeartbeatChannel:
     """Sends a heartbeat payload every `interval_sec` and records the round trip of each answer.
@@ -152,53 +110,3 @@ class HeartbeatChannel:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-
-
-def read_heartbeat(home: Home, profile: ChannelProfile) -> dict[str, Any]:
-    """A heartbeat profile's last recorded beat, with `missed` set when an answer is overdue."""
-    try:
-        state: dict[str, Any] = json.loads(state_path(home, profile.id).read_bytes())
-    except (OSError, ValueError):
-        return {"profile": profile.id, "missed": None, "note": "no beat recorded yet"}
-    interval_ms = float(state.get("interval_sec", 60)) * 1000
-    since = state.get("last_answer_ms") or state.get("started_ms") or 0
-    state["missed"] = now_ms() - since > 2 * interval_ms + MISS_GRACE_S * 1000
-    return state
-
-
-@hookimpl
-def switchyard_channel_options() -> dict[str, type[BaseModel]]:
-    """Declares the keys a `type: heartbeat` profile may carry."""
-    return {CHANNEL_TYPE: HeartbeatProfileOptions}
-
-
-@hookimpl
-def switchyard_channel_types() -> list[str]:
-    return [CHANNEL_TYPE]
-
-
-@hookimpl
-def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> HeartbeatChannel | None:
-    return HeartbeatChannel(profile, context) if profile.type == CHANNEL_TYPE else None
-
-
-@hookimpl
-def switchyard_functions() -> list[FunctionSpec]:
-    return [FunctionSpec(
-        name=CHECK_FUNCTION,
-        description="Answers a heartbeat: HEARTBEAT_OK when the gateway and orchestrator are working.",
-        parameters={"type": "object", "properties": {}, "additionalProperties": False},
-        call=lambda arguments: OK,
-    )]
-
-
-@hookimpl
-def switchyard_status(home: Home, settings: Settings) -> dict[str, Any] | None:
-    beats = []
-    for profile in (p for p in settings.channels if p.type == CHANNEL_TYPE):
-        beat = read_heartbeat(home, profile)
-        problem = notify_problem(settings, profile)
-        if problem:
-            beat["problem"] = problem
-        beats.append(beat)
-    return {"heartbeats": beats} if beats else None

@@ -1,0 +1,111 @@
+"""The heartbeat channel: a periodic check-in that travels the whole loop and proves it is alive.
+
+Here are its profile keys, its hooks and what `switchyard status` reads of its beats; the channel
+(plugins/heartbeat/channel.py) is imported when a heartbeat profile is built.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from gateway import ChannelOptions, hookimpl
+from gateway.events import now_ms
+from gateway.home import safe_name
+
+if TYPE_CHECKING:
+    from gateway import ChannelContext, ChannelProfile, FunctionSpec, Home, Settings
+    from plugins.heartbeat.channel import HeartbeatChannel
+
+CHANNEL_TYPE = "heartbeat"
+OK = "HEARTBEAT_OK"
+CHECK_FUNCTION = "heartbeat_check"  # what each probe asks the selector to invoke (`invokeFunction`)
+MISS_GRACE_S = 5.0
+
+
+class HeartbeatNotify(BaseModel):
+    """Where a non-OK answer is forwarded."""
+
+    profile: str
+    conversationId: str | None = None  # noqa: N815 - the payload's own field name
+
+
+class HeartbeatProfileOptions(ChannelOptions):
+    """The keys of a heartbeat profile."""
+
+    interval_sec: float = Field(default=60, gt=0)
+    message: str = "heartbeat"
+    notify: HeartbeatNotify | None = None
+
+
+def state_path(home: Home, profile_id: str) -> Path:
+    """Where a heartbeat profile records its beats (read by `switchyard status`)."""
+    return home.state / "heartbeat" / f"{safe_name(profile_id)}.json"
+
+
+def notify_problem(settings: Settings, profile: ChannelProfile) -> str | None:
+    """Why a heartbeat profile's alerts cannot be forwarded (its `notify` profile does not exist), or None."""
+    notify = profile.option("notify")
+    target = notify.get("profile") if isinstance(notify, dict) else None
+    if not target or settings.profile(str(target)) is not None:
+        return None
+    return f"notify profile {target!r} is not configured: answers other than {OK} are not forwarded"
+
+
+def read_heartbeat(home: Home, profile: ChannelProfile) -> dict[str, Any]:
+    """A heartbeat profile's last recorded beat, with `missed` set when an answer is overdue."""
+    try:
+        state: dict[str, Any] = json.loads(state_path(home, profile.id).read_bytes())
+    except (OSError, ValueError):
+        return {"profile": profile.id, "missed": None, "note": "no beat recorded yet"}
+    interval_ms = float(state.get("interval_sec", 60)) * 1000
+    since = state.get("last_answer_ms") or state.get("started_ms") or 0
+    state["missed"] = now_ms() - since > 2 * interval_ms + MISS_GRACE_S * 1000
+    return state
+
+
+@hookimpl
+def switchyard_channel_options() -> dict[str, type[BaseModel]]:
+    """Declares the keys a `type: heartbeat` profile may carry."""
+    return {CHANNEL_TYPE: HeartbeatProfileOptions}
+
+
+@hookimpl
+def switchyard_channel_types() -> list[str]:
+    return [CHANNEL_TYPE]
+
+
+@hookimpl
+def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> HeartbeatChannel | None:
+    if profile.type != CHANNEL_TYPE:
+        return None
+    from plugins.heartbeat.channel import HeartbeatChannel
+
+    return HeartbeatChannel(profile, context)
+
+
+@hookimpl
+def switchyard_functions() -> list[FunctionSpec]:
+    from gateway.api import FunctionSpec
+
+    return [FunctionSpec(
+        name=CHECK_FUNCTION,
+        description="Answers a heartbeat: HEARTBEAT_OK when the gateway and orchestrator are working.",
+        parameters={"type": "object", "properties": {}, "additionalProperties": False},
+        call=lambda arguments: OK,
+    )]
+
+
+@hookimpl
+def switchyard_status(home: Home, settings: Settings) -> dict[str, Any] | None:
+    beats = []
+    for profile in (p for p in settings.channels if p.type == CHANNEL_TYPE):
+        beat = read_heartbeat(home, profile)
+        problem = notify_problem(settings, profile)
+        if problem:
+            beat["problem"] = problem
+        beats.append(beat)
+    return {"heartbeats": beats} if beats else None
