@@ -60,19 +60,24 @@ def _maybe(path: Path) -> Any:
         return None
 
 
-async def test_the_views_are_written_together_at_most_every_flush_interval(
-    home: Home, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    coordination = Coordination(home)
-    root = home.coordination
-    writes: list[str] = []
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files the coordination directory writes (atomically), in order."""
+    written: list[str] = []
     real = orchestrator.coordination.atomic_write
 
     def counted(path: Path, *args: Any, **kwargs: Any) -> None:
-        writes.append(path.name)
+        written.append(path.name)
         real(path, *args, **kwargs)
 
     monkeypatch.setattr(orchestrator.coordination, "atomic_write", counted)
+    return written
+
+
+async def test_the_views_are_written_together_at_most_every_flush_interval(home: Home, writes: list[str]) -> None:
+    coordination = Coordination(home)
+    writes.clear()  # the folder's README, written when it is opened, is not a view
+    root = home.coordination
     for index in range(50):  # runs that start and end within one interval change neither file
         coordination.enqueue({"id": f"r{index}", "created_at": "2026-01-01T00:00:00Z"})
         coordination.activate({"task_id": f"r{index}", "status": "in_progress"})
@@ -90,17 +95,10 @@ async def test_the_views_are_written_together_at_most_every_flush_interval(
 
 
 async def test_a_tasks_checkpoints_within_an_interval_write_the_last_one_and_its_end_at_once(
-    home: Home, monkeypatch: pytest.MonkeyPatch
+    home: Home, writes: list[str]
 ) -> None:
     coordination = Coordination(home)
-    writes: list[str] = []
-    real = orchestrator.coordination.atomic_write
-
-    def counted(path: Path, *args: Any, **kwargs: Any) -> None:
-        writes.append(path.name)
-        real(path, *args, **kwargs)
-
-    monkeypatch.setattr(orchestrator.coordination, "atomic_write", counted)
+    writes.clear()  # the folder's README, written when it is opened, is not a view
     metadata = home.coordination / "checkpoints" / "r1" / "metadata.json"
     for phase in range(1, 5):
         coordination.checkpoint("r1", {"metadata": {"phase": phase}, "state": {"phase": phase}})
