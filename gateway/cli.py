@@ -140,6 +140,12 @@ class Command:
 
 # A new built-in command is one entry here: its name, help line, `module:function` (that module imports
 # what the command needs, so other commands do not pay for it) and, if it takes any, its arguments.
+def _db_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="db_command", required=True, title="subcommands")
+    actions.add_parser("migrate", help="create or update the schema in the database queue.dsn_env names")
+    actions.add_parser("check", help="exit 0 when the schema is current, 2 naming what is missing")
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("init", "create the home, settings.yaml and the default orchestrator", "gateway.commands:cmd_init"),
     Command("run", "run the gateway (Ctrl-C to stop)", "gateway.commands:cmd_run"),
@@ -151,6 +157,8 @@ COMMANDS: tuple[Command, ...] = (
                      "(exit 2 on a problem)", "gateway.check:cmd_check", _check_arguments),
     Command("dead", "dead letters: messages and replies that failed for good (list, show, retry, drop)",
             "gateway.deadcli:cmd_dead", _dead_arguments),
+    Command("db", "the PostgreSQL backend's schema (queue.backend: postgres): migrate, check",
+            "gateway.pg.cli:cmd_db", _db_arguments),
 )
 
 

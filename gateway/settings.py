@@ -47,6 +47,9 @@ class QueueSettings(_Strict):
     lock_ttl_sec: float = Field(default=60, gt=0)
     receipt_after_sec: float = Field(default=5, ge=0)  # a message waiting this long behind its conversation
                                                        # is told so (0: never)
+    backend: Literal["files", "postgres"] = "files"  # postgres: shared state in PostgreSQL (more than one host)
+    dsn_env: str = Field(default="SWITCHYARD_DSN", min_length=1)  # the variable holding the PostgreSQL DSN
+    lease_sec: float = Field(default=15, gt=0)  # postgres: a dead channel owner's profile is taken over after this
 
 
 PRESET_TYPES = ("claude", "codex", "gemini", "ollama")

@@ -33,3 +33,28 @@ def home(tmp_path: Path) -> Iterator[Home]:
     created = Home(tmp_path / "home")
     created.create()
     yield created
+
+
+@pytest.fixture
+def pg_dsn() -> Iterator[str]:
+    """A DSN whose search_path is a fresh schema of the test database (SWITCHYARD_TEST_DSN), dropped after.
+
+    Skips with a reason when SWITCHYARD_TEST_DSN is unset (a fresh machine without PostgreSQL); `.ci/run`
+    sets it, and fails when the server cannot be reached.
+    """
+    base = os.environ.get("SWITCHYARD_TEST_DSN")
+    if not base:
+        pytest.skip("SWITCHYARD_TEST_DSN is not set: no PostgreSQL to test the postgres backend against")
+    import uuid
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    schema = f"sy_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield make_conninfo(base, options=f"-c search_path={schema}")
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -1,0 +1,47 @@
+"""How a message becomes Procrastinate jobs: one per ordering key, the key as the job's lock.
+
+Procrastinate starts a job only when no job with the same lock is running or queued before it (a
+retry scheduled later keeps its place), which is exactly "one message at a time per key, in order".
+A job has one lock; a message naming a run holds two keys (`run:…` and `conv:…`), so it becomes two
+jobs deferred together, in one transaction, in key order:
+
+- a **gate** job (`role: gate`) on the conversation key, which, once it starts, marks the message's
+  conversation as held (`switchyard_messages.state` stays as is; the worker records the gate) and
+  then parks (is retried shortly, never counted), keeping the conversation's place until the
+  message is done;
+- a **process** job (`role: process`) on the run key, which runs the message once its gate has
+  started, and parks until then.
+
+Since every message's jobs are deferred in taking-in order, the oldest waiting message is at the
+head of each of its keys, so two-key messages never deadlock, and parked jobs hold no worker slot.
+A one-key message is one `process` job.
+"""
+
+from __future__ import annotations
+
+import json
+
+QUEUE = "switchyard"
+TASK = "switchyard.message"
+
+
+def job_locks(keys: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    """(role, lock) of each job a message with `keys` becomes; no keys (an invalid payload): one unlocked job."""
+    if not keys:
+        return [("process", "")]
+    conversation = [key for key in keys if key.startswith("conv:")]
+    others = [key for key in keys if not key.startswith("conv:")]
+    if conversation and others:
+        return [("gate", conversation[0]), ("process", others[0])]
+    return [("process", keys[0])]
+
+
+def defer_query(message_id: int, keys: list[str] | tuple[str, ...]) -> tuple[str, list[object]]:
+    """(sql, params) deferring the jobs of `message_id`, to run in the transaction that stores it
+    (Procrastinate's versioned defer function, so the jobs commit or roll back with the message)."""
+    rows = []
+    params: list[object] = []
+    for role, lock in job_locks(keys):
+        rows.append("ROW(%s, %s, 0, %s, NULL, %s::jsonb, NULL)::procrastinate_job_to_defer_v1")
+        params += [QUEUE, TASK, lock or None, json.dumps({"message_id": message_id, "role": role})]
+    return f"SELECT procrastinate_defer_jobs_v1(ARRAY[{', '.join(rows)}])", params

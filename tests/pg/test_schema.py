@@ -1,0 +1,88 @@
+"""`switchyard db migrate|check` against a real PostgreSQL: a fresh schema, an up-to-date one, an old one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from gateway.pg import schema
+
+
+def _switchyard(home: Path, dsn: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SWITCHYARD_DSN"}
+    if dsn is not None:
+        env["SWITCHYARD_DSN"] = dsn
+    return subprocess.run([sys.executable, "-m", "gateway.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def pg_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.yaml").write_text("queue:\n  backend: postgres\n  dsn_env: SWITCHYARD_DSN\n")
+    return home
+
+
+def test_migrate_creates_every_table_and_check_then_passes(pg_home: Path, pg_dsn: str) -> None:
+    refused = _switchyard(pg_home, pg_dsn, "db", "check")
+    assert refused.returncode == 2
+    assert "switchyard db migrate" in refused.stderr
+
+    first = _switchyard(pg_home, pg_dsn, "db", "migrate")
+    assert first.returncode == 0, first.stderr
+    assert "0001_core.sql" in first.stdout
+
+    with psycopg.connect(pg_dsn) as conn:
+        tables = {row[0] for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
+    assert {"procrastinate_jobs", "switchyard_messages", "switchyard_outbox", "switchyard_leases",
+            "switchyard_answered", "switchyard_processes", "switchyard_events"} <= tables
+
+    again = _switchyard(pg_home, pg_dsn, "db", "migrate")
+    assert (again.returncode, again.stdout.strip()) == (0, "the schema is up to date")
+    assert _switchyard(pg_home, pg_dsn, "db", "check").returncode == 0
+
+
+def test_a_database_missing_a_migration_is_refused_by_name(pg_dsn: str) -> None:
+    schema.migrate(pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("DELETE FROM switchyard_migrations WHERE name = '0001_core.sql'")
+    with pytest.raises(schema.SchemaOutdated, match=r"0001_core\.sql.*switchyard db migrate"):
+        schema.check(pg_dsn)
+
+
+def test_an_unset_dsn_variable_is_named(pg_home: Path) -> None:
+    result = _switchyard(pg_home, None, "db", "migrate")
+    assert result.returncode == 2
+    assert "SWITCHYARD_DSN is not set" in result.stderr
+
+
+def test_an_unreachable_database_is_one_line_without_the_password(pg_home: Path) -> None:
+    result = _switchyard(pg_home, "postgresql://someone:hunter2@127.0.0.1:1/none?connect_timeout=2", "db", "check")
+    assert result.returncode == 2
+    assert "cannot use the database" in result.stderr
+    assert "hunter2" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_message_of_two_keys_is_two_jobs_deferred_with_it(pg_dsn: str) -> None:
+    from gateway.pg.jobs import defer_query, job_locks
+
+    assert job_locks(("conv:a/b/c",)) == [("process", "conv:a/b/c")]
+    assert job_locks(("run:r-1", "conv:a/b/c")) == [("gate", "conv:a/b/c"), ("process", "run:r-1")]
+    schema.migrate(pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(*defer_query(7, ("run:r-1", "conv:a/b/c")))
+        conn.rollback()  # the jobs go with the transaction that stores the message
+        assert conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone() == (0,)
+        conn.execute(*defer_query(7, ("run:r-1", "conv:a/b/c")))
+        conn.commit()
+        jobs = conn.execute("SELECT lock, args->>'role', args->>'message_id' FROM procrastinate_jobs "
+                            "ORDER BY id").fetchall()
+    assert jobs == [("conv:a/b/c", "gate", "7"), ("run:r-1", "process", "7")]
