@@ -16,6 +16,7 @@ CREATE TABLE switchyard_messages (
     attempts integer NOT NULL DEFAULT 0,      -- failed attempts so far
     errors jsonb NOT NULL DEFAULT '[]',       -- the last errors, newest last
     reason text,                              -- why it is dead
+    gate_open boolean NOT NULL DEFAULT false, -- a two-key message: its conversation's gate job started
     enqueued_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
 );
