@@ -75,8 +75,9 @@ def extra_file_roots(home: Home, settings: Settings) -> list[Path]:
 class Gateway:
     """One running Switchyard process on one home."""
 
-    def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager):
+    def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager, *, role: str = "run"):
         self.home = home
+        self.role = role  # "run"; "worker": processing only, no channels, no dispatcher (postgres backend)
         self.settings = settings
         self.pm = pm
         apply_log_settings(settings)
@@ -90,6 +91,12 @@ class Gateway:
                                       fsync=qs.fsync)
         self.outbox = FileOutbox(home, self.events, extra_roots=extra_file_roots(home, settings),
                                  fsync=qs.fsync)
+        self.pg: Any = None
+        if qs.backend == "postgres":  # the queue in PostgreSQL (gateway/pg), imported only then
+            from gateway.pg.backend import PgBackend
+
+            self.pg = PgBackend(home, settings, self.events, role=role, extra_roots=extra_file_roots(home, settings))
+            self.outbox = self.pg.outbox
         self.channel_status: dict[str, dict[str, Any]] = {}
         self.channels: list[Channel] = []
         self.handler: Handler | None = None
@@ -120,27 +127,37 @@ class Gateway:
         self.answered.open()
         self.handler = self._build_handler()
         await self.handler.start()
-        self.channels = await self._start_channels()
+        self.channels = await self._start_channels() if self.role == "run" else []
         qs = self.settings.queue
-        locks = LockDirectory(self.home.coordination / "locks", holder=f"{socket.gethostname()}:{os.getpid()}",
-                              ttl_s=qs.lock_ttl_sec)
-        self.sharing.open()
-        self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
-                             on_start=self._show_typing, locks=locks, sharing=self.sharing)
-        self.worker.receipts = Receipts(self.outbox, self.events, after_sec=qs.receipt_after_sec,
-                                        ahead=self.worker.scheduler.ahead_of, wanted=self._takes_receipts)
-        self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs,
-                                     extra_roots=extra_file_roots(self.home, self.settings))
+        if self.pg is not None:
+            await self.pg.start(self.handler, self.queue, on_start=self._show_typing)
+        else:
+            locks = LockDirectory(self.home.coordination / "locks",
+                                  holder=f"{socket.gethostname()}:{os.getpid()}", ttl_s=qs.lock_ttl_sec)
+            self.sharing.open()
+            self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
+                                 on_start=self._show_typing, locks=locks, sharing=self.sharing)
+            self.worker.receipts = Receipts(self.outbox, self.events, after_sec=qs.receipt_after_sec,
+                                            ahead=self.worker.scheduler.ahead_of, wanted=self._takes_receipts)
+        if self.role == "run":
+            self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs,
+                                         extra_roots=extra_file_roots(self.home, self.settings))
         self.outbox.on_written = self._on_written
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
-        self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
-        self._watch(self.sharing.requests, lambda name: self._share_requested(), self._share_requested)
-        self._share_requested()
+        if self.dispatcher is not None:
+            self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
+        if self.worker is not None:
+            self._watch(self.sharing.requests, lambda name: self._share_requested(), self._share_requested)
+            self._share_requested()
         self.queue.rescan()
-        self.dispatcher.rescan()
-        self._tasks.append(asyncio.create_task(self.worker.run(), name="worker"))
+        if self.dispatcher is not None:
+            self.dispatcher.rescan()
+        if self.pg is not None:
+            self.pg.wake()
+        if self.worker is not None:
+            self._tasks.append(asyncio.create_task(self.worker.run(), name="worker"))
+            self._tasks.append(asyncio.create_task(self.worker.renew_locks(), name="renew-locks"))
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
-        self._tasks.append(asyncio.create_task(self.worker.renew_locks(), name="renew-locks"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
                          watch=self._watches[0].mode, home=self.sharing.mode)
         if self.dashboard is not None and await self.dashboard.start():
@@ -287,6 +304,8 @@ class Gateway:
         self.queue.notice(name)
         if self.worker is not None:
             self.worker.wake()
+        if self.pg is not None:
+            self.pg.wake()
 
     def _on_written(self, name: str, payload: OutgoingPayload) -> None:
         """Hands a reply the outbox just wrote to the dispatcher, on the loop's thread (a plugin may
@@ -306,6 +325,8 @@ class Gateway:
         self.queue.rescan()
         if self.worker is not None:
             self.worker.wake()
+        if self.pg is not None:
+            self.pg.wake()
 
     def _show_typing(self, message: IncomingPayload) -> Callable[[], None] | None:
         """Shows the channel's typing indicator until the message is answered; returns the stopper."""
@@ -327,6 +348,8 @@ class Gateway:
         if self.worker is not None:
             stats.update(running=self.worker.scheduler.running, pending=self.worker.scheduler.pending_count,
                          processed=self.worker.processed)
+        if self.pg is not None:
+            stats.update(self.pg.stats())
         return stats
 
     async def _maintenance(self) -> None:
@@ -362,6 +385,8 @@ class Gateway:
             watch.stop()
         if self.worker is not None:
             await self._bounded({"worker": self.worker.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
+        if self.pg is not None:
+            await self._bounded({"worker": self.pg.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
         if self.handler is not None:
             await self._bounded({"handler": self.handler.stop()}, STOP_TAIL_S)
         if self.dispatcher is not None:

@@ -159,6 +159,8 @@ COMMANDS: tuple[Command, ...] = (
             "gateway.deadcli:cmd_dead", _dead_arguments),
     Command("db", "the PostgreSQL backend's schema (queue.backend: postgres): migrate, check",
             "gateway.pg.cli:cmd_db", _db_arguments),
+    Command("worker", "process messages from the PostgreSQL queue only: no channels, no delivery "
+                      "(queue.backend: postgres; run any number, on any hosts)", "gateway.pg.worker_command:cmd_worker"),
 )
 
 

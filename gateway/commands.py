@@ -42,8 +42,9 @@ def cmd_init(args: argparse.Namespace, run: Invocation) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
+def cmd_run(args: argparse.Namespace, run: Invocation, *, role: str = "run") -> int:
     """Runs the gateway until SIGINT or SIGTERM; then finishes or requeues in-flight work and exits 0.
+    `role="worker"` (`switchyard worker`, postgres backend) processes only: no channels, no dispatcher.
 
     A second SIGINT/SIGTERM during the stop exits at once: messages in flight stay claimed and are
     recovered by the next start, as after a kill.
@@ -52,7 +53,7 @@ def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
 
     home, settings = run.home, run.settings
     require_valid_home(home, settings, run.pm, source=str(run.settings_path))
-    gateway = Gateway(home, settings, run.pm)
+    gateway = Gateway(home, settings, run.pm, role=role)
 
     def on_signal(stop: asyncio.Event, signum: int) -> None:
         if not stop.is_set():
@@ -68,8 +69,9 @@ def cmd_run(args: argparse.Namespace, run: Invocation) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, stop, signum)
-        log.info("switchyard running on %s (channels: %s)", home.root,
-                 ", ".join(p.id for p in settings.channels) or "none — processing dropped-in files only")
+        log.info("switchyard %s on %s (channels: %s)", "running" if role == "run" else "worker running", home.root,
+                 ", ".join(p.id for p in gateway.settings.channels if role == "run")
+                 or "none — processing dropped-in files only")
         await run_gateway(gateway, stop)
         if gateway.unfinished:  # asyncio.run would wait for them forever
             log.info("switchyard stopped")

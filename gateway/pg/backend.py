@@ -1,0 +1,216 @@
+"""The postgres backend of one process: taking in, processing, and its place in `switchyard_processes`.
+
+Built by the Gateway when `queue.backend` is `postgres`, instead of the FileQueue's Worker: channels
+still write into queue/incoming/, the Intake moves those files into the database, and a
+Procrastinate worker in the same event loop runs the jobs (MessageProcessor), `max_concurrency` at
+a time. The worker heartbeats every `lease_sec / 4`; a process that stops heartbeating for
+`lease_sec` is dead, and the jobs it was running are retried by any live one (not counted as
+attempts). When the database goes away, everything waits and reconnects with backoff, and says so
+in the log, the event log and this process's `switchyard_processes.detail`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from gateway.aio import wait_event
+from gateway.api import Handler
+from gateway.backoff import delay as backoff_delay
+from gateway.events import EventLog, utc_now_iso
+from gateway.home import Home
+from gateway.models import IncomingPayload
+from gateway.pg import schema
+from gateway.pg.db import dsn_from_settings, process_holder, redacted
+from gateway.pg.intake import Intake
+from gateway.pg.jobs import QUEUE, TASK
+from gateway.pg.outbox import PgOutbox
+from gateway.pg.processing import KeepPlace, MessageProcessor
+from gateway.queue import FileQueue
+from gateway.settings import Settings, SettingsError
+
+log = logging.getLogger("switchyard.pg")
+
+FETCH_POLL_S = 0.25  # besides notifications: when a rescheduled (parked, backing-off) job is due
+RECONNECT_MAX_S = 10.0
+
+
+class PgBackend:
+    """Everything one process does with the shared queue, started and stopped by the Gateway."""
+
+    def __init__(self, home: Home, settings: Settings, events: EventLog, *, role: str,
+                 extra_roots: list[Any]):
+        self.home = home
+        self.settings = settings
+        self.events = events
+        self.role = role
+        self.dsn = dsn_from_settings(settings.queue)
+        try:
+            schema.check(self.dsn)
+        except schema.SchemaOutdated as exc:
+            raise SettingsError(str(exc)) from None
+        except Exception as exc:
+            raise SettingsError(f"cannot use the database at {redacted(self.dsn)}: {str(exc).strip()}") from None
+        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, fsync=settings.queue.fsync, dsn=self.dsn)
+        self.holder = process_holder()
+        self.detail: dict[str, Any] = {"database": "connected"}
+        self.intake: Intake | None = None
+        self.processor: MessageProcessor | None = None
+        self._pool: Any = None
+        self._worker: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self._down_since: str | None = None
+
+    @property
+    def timeout_s(self) -> float:
+        """How long a silent worker is taken for alive (`queue.lease_sec`)."""
+        return self.settings.queue.lease_sec
+
+    async def start(self, handler: Handler, queue: FileQueue,
+                    on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None) -> None:
+        """Opens the pool and starts taking in, processing, heartbeats and the stalled-job sweep."""
+        from psycopg_pool import AsyncConnectionPool
+
+        qs = self.settings.queue
+        self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=qs.max_concurrency + 2, open=False,
+                                         check=AsyncConnectionPool.check_connection)
+        await self._pool.open()
+        self.processor = MessageProcessor(self._pool, handler, self.outbox, self.events, qs, on_start=on_start)
+        self.intake = Intake(queue, self._pool, self.events, on_database=self._database_state)
+        await self._register()
+        self._tasks = [asyncio.create_task(self.intake.run(), name="pg-intake"),
+                       asyncio.create_task(self._run_worker(), name="pg-worker"),
+                       asyncio.create_task(self._sweep(), name="pg-sweep")]
+
+    def wake(self) -> None:
+        """A file appeared in incoming/."""
+        if self.intake is not None:
+            self.intake.wake()
+
+    def stats(self) -> dict[str, Any]:
+        """Figures for `queue_stats`."""
+        processor = self.processor
+        return {"running": processor.running if processor else 0, "processed": processor.processed if processor else 0,
+                "taken_in": self.intake.taken if self.intake else 0, "database": self.detail.get("database")}
+
+    # --- processing -------------------------------------------------------------------------
+
+    def _app(self) -> Any:
+        import procrastinate
+
+        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=self.dsn, min_size=1, max_size=4))
+        processor = self.processor
+        assert processor is not None
+
+        async def message(message_id: int, role: str) -> None:
+            await processor.run(message_id, role)
+
+        app.task(name=TASK, queue=QUEUE, retry=KeepPlace(self.settings.queue))(message)
+        return app
+
+    async def _run_worker(self) -> None:
+        """Runs Procrastinate's worker; when the database goes away, reconnects with backoff."""
+        from procrastinate.worker import Worker
+
+        failures = 0
+        while not self._stopping.is_set():
+            app = self._app()
+            try:
+                async with app.open_async():
+                    self._worker = Worker(app, queues=[QUEUE], name=self.holder,
+                                          concurrency=self.settings.queue.max_concurrency,
+                                          install_signal_handlers=False, fetch_job_polling_interval=FETCH_POLL_S,
+                                          update_heartbeat_interval=self.timeout_s / 4,
+                                          stalled_worker_timeout=self.timeout_s)
+                    if failures:
+                        self._database_state(True, None)
+                        failures = 0
+                    await self._worker.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._stopping.is_set():
+                    return
+                failures += 1
+                self._database_state(False, f"{type(exc).__name__}: {exc}")
+            finally:
+                self._worker = None
+            if self._stopping.is_set():
+                return
+            await wait_event(self._stopping, backoff_delay(max(failures, 1), 0.2, RECONNECT_MAX_S))
+
+    async def _sweep(self) -> None:
+        """Retries the jobs of workers that stopped heartbeating, and keeps this process's row fresh."""
+        while not await wait_event(self._stopping, self.timeout_s / 3):
+            try:
+                await self._retry_stalled()
+                await self._register()
+            except Exception as exc:
+                self._database_state(False, f"{type(exc).__name__}: {exc}")
+
+    async def _retry_stalled(self) -> None:
+        worker = self._worker
+        if worker is None:
+            return
+        manager = worker.app.job_manager
+        for job in await manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=self.timeout_s):
+            log.warning("job %s of message %s was running on a worker that stopped heartbeating: retrying it",
+                        job.id, job.task_kwargs.get("message_id"))
+            self.events.emit("queue.recovered", reason=f"retried job {job.id} (message {job.task_kwargs.get('message_id')})"
+                             " of a worker that stopped heartbeating")
+            await manager.retry_job(job)
+        await manager.prune_stalled_workers(self.timeout_s)
+
+    # --- this process in switchyard_processes ------------------------------------------------
+
+    async def _register(self) -> None:
+        host = socket.gethostname()
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO switchyard_processes (holder, role, host, pid, detail) VALUES (%s, %s, %s, %s, %s::jsonb) "
+                "ON CONFLICT (holder) DO UPDATE SET last_seen = now(), detail = EXCLUDED.detail",
+                (self.holder, self.role, host, os.getpid(), json.dumps(self.detail)))
+
+    def _database_state(self, ok: bool, reason: str | None) -> None:
+        """Logs and records the database going away and coming back (each once)."""
+        if not ok and self._down_since is None:
+            self._down_since = utc_now_iso()
+            self.detail = {"database": f"reconnecting since {self._down_since}", "reason": reason}
+            log.error("the database is unreachable (%s): reconnecting with backoff", reason)
+            self.events.emit("queue.error", reason=f"database unreachable, reconnecting: {reason}")
+        elif ok and self._down_since is not None:
+            self.detail = {"database": "connected", "reconnected_at": utc_now_iso(), "down_since": self._down_since}
+            log.warning("the database is back (unreachable since %s)", self._down_since)
+            self.events.emit("queue.recovered", reason=f"database reachable again (down since {self._down_since})")
+            self._down_since = None
+
+    # --- stop -------------------------------------------------------------------------------
+
+    async def stop(self, grace_s: float) -> None:
+        """Stops taking in, lets running jobs finish for `grace_s` (the rest are retried by someone)."""
+        self._stopping.set()
+        if self.intake is not None:
+            self.intake.stop()
+        worker = self._worker
+        if worker is not None:
+            worker.shutdown_graceful_timeout = grace_s
+            worker.stop()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=grace_s + 5)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._pool is not None:
+            try:
+                async with self._pool.connection(timeout=2) as conn:
+                    await conn.execute("DELETE FROM switchyard_processes WHERE holder = %s", (self.holder,))
+            except Exception as exc:
+                log.warning("could not remove this process from switchyard_processes: %s", exc)
+            await self._pool.close()
+

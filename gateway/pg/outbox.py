@@ -1,0 +1,95 @@
+"""Replies into `switchyard_outbox` instead of `queue/outgoing/`: the postgres backend's Outbox.
+
+The delivery side (the owner of each channel profile) reads that table; this module only inserts.
+Names, attachment checks and the heartbeat's `<messageId>.json` naming are the FileOutbox's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gateway.events import now_ms
+from gateway.models import OutgoingPayload
+from gateway.outbox import FileOutbox, outgoing_name
+
+INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
+          "VALUES (%s, %s, %s, %s, %s::jsonb) ON CONFLICT (name) DO NOTHING RETURNING id")
+REPLACE = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
+           "VALUES (%s, %s, %s, %s, %s::jsonb) ON CONFLICT (name) DO UPDATE SET payload = EXCLUDED.payload, "
+           "state = 'pending', attempts = 0, next_attempt_at = now(), reason = NULL, sent_at = NULL RETURNING id")
+
+
+def _conversation(payload: OutgoingPayload) -> str:
+    return payload.conversationId or payload.senderId or payload.sender
+
+
+class PgOutbox(FileOutbox):
+    """Writes replies as `switchyard_outbox` rows (a handler's pushes, a channel's direct replies).
+
+    `write` is synchronous, as the Outbox protocol is: it uses a small psycopg connection pool of its
+    own. The worker inserts a message's replies inside the transaction that marks it done, through
+    `insert` on that transaction's async cursor.
+    """
+
+    def __init__(self, *args: Any, dsn: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._dsn = dsn
+        self._pool: Any = None
+
+    def _connection_pool(self) -> Any:
+        if self._pool is None:
+            from psycopg_pool import ConnectionPool
+
+            self._pool = ConnectionPool(self._dsn, min_size=0, max_size=2, open=True,
+                                        check=ConnectionPool.check_connection)
+        return self._pool
+
+    def prepared(self, payload: OutgoingPayload) -> OutgoingPayload:
+        """The payload as it will be stored: refused attachments dropped and named in its text."""
+        return self._checked_files(payload)
+
+    def rows(self, payload: OutgoingPayload) -> tuple[str, OutgoingPayload]:
+        """(first name to try, payload with a timestamp never below the last one this process used)."""
+        with self._lock:
+            payload.timestamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
+            self._last_ms = payload.timestamp
+        return outgoing_name(payload, self.named_by_message_id), payload
+
+    def _statement(self, payload: OutgoingPayload, name: str) -> tuple[str, tuple[Any, ...]]:
+        sql = REPLACE if payload.channel in self.named_by_message_id else INSERT
+        return sql, (name, payload.channel, payload.profile, _conversation(payload),
+                     json.dumps(json.loads(payload.to_json())))
+
+    def _next_name(self, payload: OutgoingPayload) -> str:
+        """A name taken by another host: the next timestamp."""
+        payload.timestamp += 1
+        with self._lock:
+            self._last_ms = max(self._last_ms, payload.timestamp)
+        return outgoing_name(payload, self.named_by_message_id)
+
+    async def insert(self, cursor: Any, payload: OutgoingPayload) -> str:
+        """Inserts a checked payload through an async cursor, inside the caller's transaction; returns its name."""
+        name, payload = self.rows(payload)
+        while True:
+            await cursor.execute(*self._statement(payload, name))
+            if await cursor.fetchone() is not None:
+                return name
+            name = self._next_name(payload)
+
+    def write(self, payload: OutgoingPayload) -> Path:
+        """Inserts one payload in its own transaction; returns its spec-002 name as a path under outgoing/."""
+        payload = self.prepared(payload)
+        with self._connection_pool().connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            name, payload = self.rows(payload)
+            while cursor.execute(*self._statement(payload, name)).fetchone() is None:
+                name = self._next_name(payload)
+        return self.home.outgoing / name
+
+    def close(self) -> None:
+        """Closes the connection pool (and the spare file the FileOutbox keeps)."""
+        super().close()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

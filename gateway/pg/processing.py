@@ -1,0 +1,219 @@
+"""The Procrastinate task that runs one stored message: the postgres backend's counterpart of gateway/worker.py.
+
+Each job is one role of one message (gateway.pg.jobs): `process` answers it, `gate` holds its
+conversation while its run key's `process` job waits. Every outcome is written in one transaction
+with the message row (replies into `switchyard_outbox`, the answer, the state), so a job run twice
+(after a worker died, or the database went away mid-job) answers once: the second run finds it done.
+A failure reschedules the same job (`Reschedule`), which keeps its place under its lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from procrastinate.jobs import Job
+from procrastinate.retry import BaseRetryStrategy, RetryDecision
+
+from gateway.answered import message_identity
+from gateway.api import Handler, PermanentError
+from gateway.events import EventLog, now_ms
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.pg.jobs import job_locks
+from gateway.pg.outbox import PgOutbox
+from gateway.settings import QueueSettings
+from gateway.worker import APOLOGY, backoff_seconds, parse_payload
+
+log = logging.getLogger("switchyard.pg.worker")
+
+PARK_S = 0.2  # how soon a parked job (a gate, or a process job waiting for its gate) looks again
+KEPT_ERRORS = 20
+
+
+class Reschedule(Exception):
+    """Runs this job again after `delay_s`: the same job, so it keeps its place under its lock."""
+
+    def __init__(self, delay_s: float, why: str):
+        super().__init__(why)
+        self.delay_s = delay_s
+
+
+class KeepPlace(BaseRetryStrategy):
+    """Every failed job is retried, never dropped: after its own delay when it asked (`Reschedule`),
+    else (our bookkeeping failed: the database went away, a shutdown cancelled it) with backoff,
+    not counted as an attempt of the message."""
+
+    def __init__(self, settings: QueueSettings):
+        self.settings = settings
+
+    def get_retry_decision(self, *, exception: BaseException, job: Job) -> RetryDecision | None:
+        if isinstance(exception, Reschedule):
+            delay = exception.delay_s
+        else:
+            delay = backoff_seconds(min(job.attempts + 1, 30), self.settings)
+        return RetryDecision(retry_in={"seconds": delay})  # type: ignore[typeddict-item]
+
+
+class MessageProcessor:
+    """Runs the jobs of stored messages through the handler."""
+
+    def __init__(self, pool: Any, handler: Handler, outbox: PgOutbox, events: EventLog, settings: QueueSettings,
+                 *, on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None):
+        self.pool = pool  # a psycopg_pool.AsyncConnectionPool
+        self.handler = handler
+        self.outbox = outbox
+        self.events = events
+        self.settings = settings
+        self.on_start = on_start
+        self.processed = 0
+        self.running = 0
+
+    async def run(self, message_id: int, role: str) -> None:
+        """The Procrastinate task body (gateway.pg.jobs.TASK)."""
+        if role == "gate":
+            await self._gate(message_id)
+        else:
+            await self._process(message_id)
+
+    async def _gate(self, message_id: int) -> None:
+        """Holds the conversation of a two-key message until it is done or dead (parks meanwhile)."""
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute("UPDATE switchyard_messages SET gate_open = true WHERE id = %s "
+                                        "RETURNING state", (message_id,))
+            row = await cursor.fetchone()
+        if row is None or row[0] in ("done", "dead"):
+            return
+        raise Reschedule(PARK_S, "holding the conversation")
+
+    async def _process(self, message_id: int) -> None:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute("SELECT name, payload, state, attempts, errors, keys, gate_open "
+                                        "FROM switchyard_messages WHERE id = %s", (message_id,))
+            row = await cursor.fetchone()
+        if row is None or row[2] in ("done", "dead"):
+            return  # run again after its outcome was stored: nothing left to do
+        name, payload, _, attempts, errors, keys, gate_open = row
+        try:
+            message = parse_payload(bytes(payload), self.settings.max_payload_bytes)
+        except ValueError as exc:
+            await self._store_dead(message_id, str(exc), attempts, errors, None)
+            log.error("invalid payload %s dead-lettered: %s", name, exc)
+            self.events.emit("message.invalid", job_id=name, reason=str(exc))
+            return
+        if len(job_locks(keys)) > 1 and not gate_open:
+            raise Reschedule(PARK_S, "waiting for its conversation")
+        if await self._answered(message):
+            await self._store_done(message_id, message, [], duplicate=True)
+            self.events.emit("message.duplicate", job_id=name, channel=message.channel,
+                             conversation=message.conversation, messageId=message.messageId)
+            return
+        async with self.pool.connection() as conn:
+            await conn.execute("UPDATE switchyard_messages SET state = 'running', updated_at = now() "
+                               "WHERE id = %s AND state = 'queued'", (message_id,))
+        self.events.emit("message.claimed", job_id=name, channel=message.channel, profile=message.profile,
+                         conversation=message.conversation, attempt=attempts + 1)
+        await self._answer(message_id, name, message, attempts, list(errors))
+
+    async def _answer(self, message_id: int, name: str, message: IncomingPayload, attempts: int,
+                      errors: list[str]) -> None:
+        started = time.monotonic()
+        finished = self.on_start(message) if self.on_start is not None else None
+        self.running += 1
+        try:
+            replies = await self.handler.handle(message)
+        except PermanentError as exc:
+            await self._dead_letter(message_id, name, message, str(exc), attempts + 1, errors, reply=exc.reply)
+            return
+        except Exception as exc:
+            log.warning("processing %s failed: %s", name, exc, exc_info=log.isEnabledFor(10))
+            await self._retry_or_dead_letter(message_id, name, message, f"{type(exc).__name__}: {exc}",
+                                             attempts, errors)
+            return
+        finally:
+            self.running -= 1
+            if finished is not None:
+                finished()
+        if await self._store_done(message_id, message, replies):
+            self.processed += 1
+            self.events.emit("job.succeeded", job_id=name, state="done", kind="message",
+                             channel=message.channel, conversation=message.conversation, replies=len(replies),
+                             duration_ms=round((time.monotonic() - started) * 1000, 2))
+
+    async def _answered(self, message: IncomingPayload) -> bool:
+        window = self.settings.duplicate_window_sec
+        if window <= 0:
+            return False
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT 1 FROM switchyard_answered WHERE identity = %s "
+                "AND answered_at > now() - make_interval(secs => %s)", (message_identity(message), window))
+            return await cursor.fetchone() is not None
+
+    async def _store_done(self, message_id: int, message: IncomingPayload, replies: list[OutgoingPayload],
+                          *, duplicate: bool = False) -> bool:
+        """Replies, the answer and `done` in one transaction; False when another run stored it first."""
+        checked = [self.outbox.prepared(reply) for reply in replies]
+        async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            await cursor.execute("SELECT state FROM switchyard_messages WHERE id = %s FOR UPDATE", (message_id,))
+            row = await cursor.fetchone()
+            if row is None or row[0] in ("done", "dead"):
+                return False
+            for reply in checked:
+                await self.outbox.insert(cursor, reply)
+            if not duplicate:
+                await cursor.execute("INSERT INTO switchyard_answered (identity) VALUES (%s) ON CONFLICT (identity) "
+                                     "DO UPDATE SET answered_at = now()", (message_identity(message),))
+            await cursor.execute("UPDATE switchyard_messages SET state = 'done', updated_at = now() WHERE id = %s",
+                                 (message_id,))
+        return True
+
+    async def _store_dead(self, message_id: int, reason: str, attempts: int, errors: list[str],
+                          apology: OutgoingPayload | None) -> bool:
+        """`dead` with its reason (the original bytes stay in the row), and the apology, in one transaction."""
+        checked = self.outbox.prepared(apology) if apology is not None else None
+        async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            await cursor.execute("SELECT state FROM switchyard_messages WHERE id = %s FOR UPDATE", (message_id,))
+            row = await cursor.fetchone()
+            if row is None or row[0] in ("done", "dead"):
+                return False
+            await cursor.execute("UPDATE switchyard_messages SET state = 'dead', reason = %s, attempts = %s, "
+                                 "errors = %s::jsonb, updated_at = now() WHERE id = %s",
+                                 (reason, attempts, json.dumps(errors[-KEPT_ERRORS:]), message_id))
+            if checked is not None:
+                await self.outbox.insert(cursor, checked)
+        return True
+
+    async def _retry_or_dead_letter(self, message_id: int, name: str, message: IncomingPayload, error: str,
+                                    attempts: int, errors: list[str]) -> None:
+        attempts += 1
+        errors = [*errors, error]
+        if attempts >= self.settings.max_attempts:
+            await self._dead_letter(message_id, name, message, f"failed {attempts} time(s); last error: {error}",
+                                    attempts, errors)
+            return
+        delay = backoff_seconds(attempts, self.settings)
+        fields = {"job_id": name, "channel": message.channel, "conversation": message.conversation,
+                  "retries": attempts}
+        self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
+                         failure_reason=error, **fields)
+        async with self.pool.connection() as conn:
+            await conn.execute("UPDATE switchyard_messages SET state = 'queued', attempts = %s, errors = %s::jsonb, "
+                               "updated_at = now() WHERE id = %s AND state = 'running'",
+                               (attempts, json.dumps(errors[-KEPT_ERRORS:]), message_id))
+        self.events.emit("job.requeued", state="queued", kind="message", backoff_ms=int(delay * 1000), **fields)
+        raise Reschedule(delay, error)
+
+    async def _dead_letter(self, message_id: int, name: str, message: IncomingPayload, reason: str, attempts: int,
+                           errors: list[str], *, reply: str | None = None) -> None:
+        preview = message.message[:60] + ("…" if len(message.message) > 60 else "")
+        text = reply or APOLOGY.format(preview=preview, attempts=attempts)
+        apology = OutgoingPayload.reply_to(message, text, agent="switchyard", timestamp=now_ms())
+        if not await self._store_dead(message_id, reason, attempts, errors, apology):
+            return
+        log.error("dead letter: %s (%s, conversation %s): %s", name, message.channel, message.conversation, reason)
+        self.events.emit("job.failed.final", job_id=name, state="failed_final", kind="message",
+                         channel=message.channel, conversation=message.conversation, reason=reason,
+                         failure_reason=reason, attempts=attempts)
