@@ -1,0 +1,259 @@
+"""The postgres backend's queue in process, with a scripted handler: order, keys, retries, dead letters,
+duplicates, and taking in from incoming/ (PgBackend over a real PostgreSQL; SWITCHYARD_TEST_DSN)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gateway.api import PermanentError
+from gateway.events import EventLog, read_events
+from gateway.home import Home
+from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.queue import FileQueue
+from gateway.settings import Settings
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def message(seq: int, conversation: str, text: str = "", **fields: Any) -> IncomingPayload:
+    values: dict[str, Any] = {"channel": "console", "channelProfileId": "console", "sender": "Ada",
+                              "senderId": conversation, "message": text or f"hello {seq}",
+                              "timestamp": 1_700_000_000_000 + seq, "messageId": f"{conversation}-{seq:05d}",
+                              "conversationId": conversation, **fields}
+    return IncomingPayload(**values)
+
+
+@dataclass
+class ScriptedHandler:
+    """Answers each message after `delay_s`, recording when it ran; `fail` maps a messageId to how many
+    times it fails first (-1: always; "permanent": a PermanentError)."""
+
+    delay_s: float = 0.0
+    fail: dict[str, Any] = field(default_factory=dict)
+    calls: list[tuple[str, float, float]] = field(default_factory=list)  # (messageId, start, end)
+    running: int = 0
+    most_running: int = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def handle(self, msg: IncomingPayload) -> list[OutgoingPayload]:
+        start = time.monotonic()
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await asyncio.sleep(self.delay_s)
+            rule = self.fail.get(msg.messageId)
+            if rule == "permanent":
+                raise PermanentError("cannot be done")
+            if rule == -1 or (isinstance(rule, int) and rule > 0):
+                if isinstance(rule, int) and rule > 0:
+                    self.fail[msg.messageId] = rule - 1
+                raise RuntimeError(f"flaky {msg.messageId}")
+        finally:
+            self.running -= 1
+            self.calls.append((msg.messageId, start, time.monotonic()))
+        return [OutgoingPayload.reply_to(msg, f"re {msg.messageId}", agent="test", timestamp=0)]
+
+
+class Rig:
+    """One PgBackend on a temporary home, fed by files dropped into incoming/."""
+
+    def __init__(self, root: Path, dsn: str, handler: ScriptedHandler, **queue: Any):
+        self.home = Home(root)
+        self.home.create()
+        self.dsn = dsn
+        self.handler = handler
+        self.settings = Settings.model_validate({"queue": {"backend": "postgres", "fsync": False, "lease_sec": 2,
+                                                           "backoff_initial_ms": 50, "backoff_max_ms": 200,
+                                                           **queue}})
+        self.events = EventLog(self.home.events_file)
+        self.queue = FileQueue(self.home, fsync=False, max_payload_bytes=self.settings.queue.max_payload_bytes)
+        self.dropped = 0
+
+    async def start(self) -> None:
+        from gateway.pg.backend import PgBackend
+
+        self.queue.open()
+        self.backend = PgBackend(self.home, self.settings, self.events, role="worker", extra_roots=[])
+        await self.backend.start(self.handler, self.queue)
+
+    def drop(self, payload: IncomingPayload | bytes, name: str | None = None) -> bytes:
+        self.dropped += 1
+        data = payload if isinstance(payload, bytes) else payload.to_json()
+        name = name or f"{self.dropped:07d}.json"
+        tmp = self.home.incoming / f"{name}.tmp"
+        tmp.write_bytes(data)
+        os.rename(tmp, self.home.incoming / name)
+        self.queue.notice(name)
+        self.backend.wake()
+        return data
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def replies(self) -> list[str]:
+        """messageIds of the replies in switchyard_outbox, in insertion order."""
+        return [r[0] for r in self.rows("SELECT payload->>'messageId' FROM switchyard_outbox ORDER BY id")]
+
+    async def until(self, condition: Any, timeout_s: float = 20) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not (result := condition()):
+            assert time.monotonic() < deadline, "condition not met in time"
+            await asyncio.sleep(0.05)
+        return result
+
+    def events_named(self, name: str) -> list[dict[str, Any]]:
+        self.events.flush()
+        return [e for e in read_events(self.home.events_file) if e.get("event") == name]
+
+
+@pytest.fixture
+async def rig_factory(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+    from gateway.pg import schema
+
+    monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
+    schema.migrate(pg_dsn)
+    made: list[Rig] = []
+
+    async def make(handler: ScriptedHandler, **queue: Any) -> Rig:
+        rig = Rig(tmp_path / f"home{len(made)}", pg_dsn, handler, **queue)
+        await rig.start()
+        made.append(rig)
+        return rig
+
+    yield make
+    for rig in made:
+        await rig.backend.stop(1.0)
+        rig.queue.close()
+        rig.events.close()
+
+
+def by_id(calls: list[tuple[str, float, float]]) -> dict[str, tuple[float, float]]:
+    return {mid: (start, end) for mid, start, end in calls}
+
+
+async def test_claims_in_file_order(rig_factory: Any) -> None:
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=1)
+    ids = [rig.drop(message(seq, f"c{seq % 5}")) and f"c{seq % 5}-{seq:05d}" for seq in range(30)]
+    await rig.until(lambda: len(rig.replies()) == 30)
+    assert [c[0] for c in rig.handler.calls] == ids
+    assert rig.replies() == ids
+
+
+async def test_one_at_a_time_in_order_per_conversation_and_parallel_across(rig_factory: Any) -> None:
+    rig = await rig_factory(ScriptedHandler(delay_s=0.05), max_concurrency=4)
+    for seq in range(40):
+        rig.drop(message(seq, f"c{seq % 4}"))
+    await rig.until(lambda: len(rig.replies()) == 40)
+    for conversation in ("c0", "c1", "c2", "c3"):
+        runs = [c for c in rig.handler.calls if c[0].startswith(conversation + "-")]
+        assert [c[0] for c in runs] == sorted(c[0] for c in runs), f"{conversation} out of order"
+        for earlier, later in zip(runs, runs[1:], strict=False):
+            assert earlier[2] <= later[1], f"{conversation} ran twice at once"
+    assert rig.handler.most_running > 1, "independent conversations ran in parallel"
+
+
+async def test_a_message_naming_a_run_waits_for_its_run_and_its_conversation(rig_factory: Any) -> None:
+    handler = ScriptedHandler(delay_s=0.3)
+    rig = await rig_factory(handler, max_concurrency=4)
+    rig.drop(message(1, "a", workflowRunId="r1"))      # holds run r1 and conversation a
+    rig.drop(message(2, "b", workflowRunId="r1"))      # same run, other conversation: after 1
+    rig.drop(message(3, "a"))                          # same conversation, no run: after 1
+    rig.drop(message(4, "c"))                          # independent: at once
+    await rig.until(lambda: len(rig.replies()) == 4)
+    calls = by_id(handler.calls)
+    first = calls["a-00001"]
+    assert calls["b-00002"][0] >= first[1] and calls["a-00003"][0] >= first[1]
+    assert calls["c-00004"][0] < first[1], "an independent conversation did not wait"
+
+
+async def test_a_retry_keeps_its_place_and_counts_its_attempts(rig_factory: Any) -> None:
+    handler = ScriptedHandler(fail={"c-00001": 2})
+    rig = await rig_factory(handler, max_concurrency=4)
+    rig.drop(message(1, "c"))
+    rig.drop(message(2, "c"))
+    rig.drop(message(3, "other"))
+    await rig.until(lambda: len(rig.replies()) == 3)
+    order = [c[0] for c in handler.calls if c[0].startswith("c-")]
+    assert order == ["c-00001", "c-00001", "c-00001", "c-00002"], "the retried message kept its place"
+    assert rig.replies().index("c-00001") < rig.replies().index("c-00002")
+    (attempts, errors, state), = rig.rows("SELECT attempts, errors, state FROM switchyard_messages "
+                                          "WHERE name = '0000001.json'")
+    assert (attempts, len(errors), state) == (2, 2, "done")
+    assert len(rig.events_named("job.requeued")) == 2
+    jobs = rig.rows("SELECT count(*) FROM procrastinate_jobs j JOIN switchyard_messages m "
+                    "ON (j.args->>'message_id')::bigint = m.id WHERE m.name = '0000001.json'")
+    assert jobs == [(1,)], "retried as the same job"
+
+
+async def test_a_dead_letter_keeps_its_original_bytes_and_the_sender_gets_an_apology(rig_factory: Any) -> None:
+    handler = ScriptedHandler(fail={"c-00001": -1, "c-00003": "permanent"})
+    rig = await rig_factory(handler, max_concurrency=2, max_attempts=3)
+    original = rig.drop(message(1, "c", text="please   keep\tthese bytes"))
+    rig.drop(message(2, "c"))
+    permanent = rig.drop(message(3, "c"))
+    garbage = rig.drop(b"{not json")
+    await rig.until(lambda: len(rig.rows("SELECT 1 FROM switchyard_messages WHERE state IN ('done', 'dead')")) == 4)
+    dead = {name: (bytes(payload), attempts, reason) for name, payload, attempts, reason in rig.rows(
+        "SELECT name, payload, attempts, reason FROM switchyard_messages WHERE state = 'dead'")}
+    assert dead["0000001.json"][0] == original and dead["0000001.json"][1] == 3
+    assert "failed 3 time(s)" in dead["0000001.json"][2]
+    assert dead["0000003.json"][0] == permanent and "cannot be done" in dead["0000003.json"][2]
+    assert dead["0000004.json"][0] == garbage and "not valid JSON" in dead["0000004.json"][2]
+    texts = {r[0]: r[1] for r in rig.rows("SELECT payload->>'messageId', payload->>'message' FROM switchyard_outbox")}
+    assert "could not process" in texts["c-00001"] and texts["c-00002"] == "re c-00002"
+    assert len(rig.events_named("job.failed.final")) == 2 and len(rig.events_named("message.invalid")) == 1
+
+
+async def test_a_duplicate_within_the_window_is_skipped(rig_factory: Any) -> None:
+    handler = ScriptedHandler()
+    rig = await rig_factory(handler)
+    rig.drop(message(1, "c"))
+    await rig.until(lambda: len(rig.replies()) == 1)
+    rig.drop(message(1, "c"))  # the same (channel, profile, messageId) again, under another file name
+    await rig.until(lambda: rig.events_named("message.duplicate"))
+    assert len(handler.calls) == 1 and rig.replies() == ["c-00001"]
+
+
+async def test_taking_in_twice_stores_once_and_another_file_under_a_taken_name_is_kept(
+        rig_factory: Any) -> None:
+    from gateway.pg.intake import _insert
+
+    rig = await rig_factory(ScriptedHandler())
+    async with rig.backend._pool.connection() as conn, conn.cursor() as cursor:
+        first = await _insert(cursor, "x.json", b"one", ["", "", "", []])
+        again = await _insert(cursor, "x.json", b"one", ["", "", "", []])  # a crash before its unlink
+        other = await _insert(cursor, "x.json", b"two", ["", "", "", []])
+    assert first is not None and again is None and other is not None
+    assert rig.rows("SELECT name, payload FROM switchyard_messages WHERE name LIKE 'x%%' ORDER BY id") == [
+        ("x.json", b"one"), ("x.again-1.json", b"two")]
+
+
+async def test_hostile_files_are_quarantined_locally(rig_factory: Any) -> None:
+    rig = await rig_factory(ScriptedHandler(), max_payload_bytes=1024)
+    os.mkfifo(rig.home.incoming / "0000001.json")
+    os.symlink("/etc/passwd", rig.home.incoming / "0000002.json")
+    (rig.home.incoming / "0000003.json").write_bytes(b"x" * 5000)
+    rig.drop(message(4, "c"), "0000004.json")
+    rig.queue.rescan()
+    await rig.until(lambda: len(rig.replies()) == 1)
+    await rig.until(lambda: len(rig.events_named("message.invalid")) == 3)
+    assert sorted(p.name for p in rig.home.failed.iterdir() if not p.name.endswith(".error.json")) == [
+        "0000001.json", "0000002.json", "0000003.json"]
+    assert rig.rows("SELECT name FROM switchyard_messages") == [("0000004.json",)]
+    assert not list(rig.home.incoming.iterdir())
+
