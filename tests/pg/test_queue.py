@@ -157,7 +157,7 @@ async def test_claims_in_file_order(rig_factory: Any) -> None:
 async def test_one_at_a_time_in_order_per_conversation_and_parallel_across(rig_factory: Any) -> None:
     rig = await rig_factory(ScriptedHandler(delay_s=0.05), max_concurrency=4)
     for seq in range(40):
-        rig.drop(message(seq, f"c{seq % 4}"))
+        rig.drop(message(seq, f"c{(seq // 3) % 4}"))  # runs of three: the next one must wait
     await rig.until(lambda: len(rig.replies()) == 40)
     for conversation in ("c0", "c1", "c2", "c3"):
         runs = [c for c in rig.handler.calls if c[0].startswith(conversation + "-")]
