@@ -50,6 +50,9 @@ class PgBackend:
         self.events = events
         self.role = role
         self.dsn = dsn_from_settings(settings.queue)
+        quiet = logging.getLogger("procrastinate")
+        if quiet.level == logging.NOTSET and not log.isEnabledFor(logging.DEBUG):
+            quiet.setLevel(logging.WARNING)  # a line per job otherwise; our own events say what happened
         try:
             schema.check(self.dsn)
         except schema.SchemaOutdated as exc:
@@ -78,7 +81,7 @@ class PgBackend:
         from psycopg_pool import AsyncConnectionPool
 
         qs = self.settings.queue
-        self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=qs.max_concurrency + 2, open=False,
+        self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=qs.max_concurrency + 2, open=False, timeout=5,
                                          check=AsyncConnectionPool.check_connection)
         await self._pool.open()
         self.processor = MessageProcessor(self._pool, handler, self.outbox, self.events, qs, on_start=on_start)

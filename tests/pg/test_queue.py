@@ -257,3 +257,38 @@ async def test_hostile_files_are_quarantined_locally(rig_factory: Any) -> None:
     assert rig.rows("SELECT name FROM switchyard_messages") == [("0000004.json",)]
     assert not list(rig.home.incoming.iterdir())
 
+
+
+class RefusingPool:
+    """The real pool, refusing connections while `down` is set (the database restarting)."""
+
+    def __init__(self, pool: Any):
+        self.pool = pool
+        self.down = True
+        self.refused = 0
+
+    def connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            self.refused += 1
+            raise psycopg.OperationalError("connection refused (test)")
+        return self.pool.connection(*args, **kwargs)
+
+
+async def test_files_arriving_while_the_database_is_away_wait_in_incoming_and_keep_their_order(
+        rig_factory: Any) -> None:
+    handler = ScriptedHandler()
+    rig = await rig_factory(handler, max_concurrency=1)
+    assert rig.backend.intake is not None
+    refusing = RefusingPool(rig.backend.intake.pool)
+    rig.backend.intake.pool = refusing
+    ids = []
+    for seq in range(10):
+        rig.drop(message(seq, f"c{seq % 3}"))
+        ids.append(f"c{seq % 3}-{seq:05d}")
+    await rig.until(lambda: refusing.refused >= 2)
+    assert len(list(rig.home.incoming.glob("*.json"))) == 10, "nothing taken in, nothing lost"
+    assert any("cannot take in" in e["reason"] for e in rig.events_named("queue.error"))
+    refusing.down = False
+    await rig.until(lambda: len(rig.replies()) == 10)
+    assert [c[0] for c in handler.calls] == ids
+    assert any("database reachable again" in e["reason"] for e in rig.events_named("queue.recovered"))

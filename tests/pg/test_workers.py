@@ -179,8 +179,8 @@ def test_a_database_restart_during_a_burst_loses_nothing_and_answers_once(tmp_pa
         host.drop(payload)
         ids.append(payload.messageId)
     wait_until(lambda: len(calls(log)) >= 20, 60)
-    subprocess.run(["pg_ctlcluster", "15", "main", "restart"], check=True, timeout=60)
-    for seq in range(80, 100):  # arrives while the worker is reconnecting: kept in incoming/ until then
+    subprocess.run(["pg_ctlcluster", "15", "main", "restart"], check=True, timeout=120)
+    for seq in range(80, 100):  # arriving as the worker reconnects: waits in incoming/, in order
         payload = message(seq, f"c{seq % 8}")
         host.drop(payload)
         ids.append(payload.messageId)
