@@ -160,7 +160,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("db", "the PostgreSQL backend's schema (queue.backend: postgres): migrate, check",
             "gateway.pg.cli:cmd_db", _db_arguments),
     Command("worker", "process messages from the PostgreSQL queue only: no channels, no delivery "
-                      "(queue.backend: postgres; run any number, on any hosts)", "gateway.pg.worker_command:cmd_worker"),
+                      "(queue.backend: postgres; run any number, on any hosts)",
+            "gateway.pg.worker_command:cmd_worker"),
 )
 
 

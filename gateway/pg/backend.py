@@ -163,10 +163,9 @@ class PgBackend:
             return
         manager = worker.app.job_manager
         for job in await manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=self.timeout_s):
-            log.warning("job %s of message %s was running on a worker that stopped heartbeating: retrying it",
-                        job.id, job.task_kwargs.get("message_id"))
-            self.events.emit("queue.recovered", reason=f"retried job {job.id} (message {job.task_kwargs.get('message_id')})"
-                             " of a worker that stopped heartbeating")
+            what = f"job {job.id} (message {job.task_kwargs.get('message_id')})"
+            log.warning("%s was running on a worker that stopped heartbeating: retrying it", what)
+            self.events.emit("queue.recovered", reason=f"retried {what} of a worker that stopped heartbeating")
             await manager.retry_job(job)
         await manager.prune_stalled_workers(self.timeout_s)
 

@@ -9,6 +9,7 @@ A failure reschedules the same job (`Reschedule`), which keeps its place under i
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import time
@@ -54,7 +55,7 @@ class KeepPlace(BaseRetryStrategy):
             delay = exception.delay_s
         else:
             delay = backoff_seconds(min(job.attempts + 1, 30), self.settings)
-        return RetryDecision(retry_in={"seconds": delay})  # type: ignore[typeddict-item]
+        return RetryDecision(retry_at=datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=delay))
 
 
 class MessageProcessor:
