@@ -81,8 +81,10 @@ class PgBackend:
         from psycopg_pool import AsyncConnectionPool
 
         qs = self.settings.queue
-        self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=qs.max_concurrency + 2, open=False, timeout=5,
-                                         check=AsyncConnectionPool.check_connection)
+        # no check on each checkout (a round trip per use): a connection broken by a restart fails its
+        # statement, is discarded by the pool, and what used it is retried (KeepPlace, the intake's backoff)
+        self._pool = AsyncConnectionPool(self.dsn, min_size=2, max_size=qs.max_concurrency + 2, open=False,
+                                         timeout=5)
         await self._pool.open()
         self.processor = MessageProcessor(self._pool, handler, self.outbox, self.events, qs, on_start=on_start)
         self.intake = Intake(queue, self._pool, self.events, on_database=self._database_state)

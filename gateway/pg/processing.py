@@ -106,14 +106,11 @@ class MessageProcessor:
             return
         if len(job_locks(keys)) > 1 and not gate_open:
             raise Reschedule(PARK_S, "waiting for its conversation")
-        if await self._answered(message):
+        if await self._answered_or_start(message_id, message):
             await self._store_done(message_id, message, [], duplicate=True)
             self.events.emit("message.duplicate", job_id=name, channel=message.channel,
                              conversation=message.conversation, messageId=message.messageId)
             return
-        async with self.pool.connection() as conn:
-            await conn.execute("UPDATE switchyard_messages SET state = 'running', updated_at = now() "
-                               "WHERE id = %s AND state = 'queued'", (message_id,))
         self.events.emit("message.claimed", job_id=name, channel=message.channel, profile=message.profile,
                          conversation=message.conversation, attempt=attempts + 1)
         await self._answer(message_id, name, message, attempts, list(errors))
@@ -143,15 +140,19 @@ class MessageProcessor:
                              channel=message.channel, conversation=message.conversation, replies=len(replies),
                              duration_ms=round((time.monotonic() - started) * 1000, 2))
 
-    async def _answered(self, message: IncomingPayload) -> bool:
+    async def _answered_or_start(self, message_id: int, message: IncomingPayload) -> bool:
+        """True when the message was answered within the duplicate window; else marks it running."""
         window = self.settings.duplicate_window_sec
-        if window <= 0:
-            return False
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                "SELECT 1 FROM switchyard_answered WHERE identity = %s "
-                "AND answered_at > now() - make_interval(secs => %s)", (message_identity(message), window))
-            return await cursor.fetchone() is not None
+            if window > 0:
+                cursor = await conn.execute(
+                    "SELECT 1 FROM switchyard_answered WHERE identity = %s "
+                    "AND answered_at > now() - make_interval(secs => %s)", (message_identity(message), window))
+                if await cursor.fetchone() is not None:
+                    return True
+            await conn.execute("UPDATE switchyard_messages SET state = 'running', updated_at = now() "
+                               "WHERE id = %s AND state = 'queued'", (message_id,))
+        return False
 
     async def _store_done(self, message_id: int, message: IncomingPayload, replies: list[OutgoingPayload],
                           *, duplicate: bool = False) -> bool:

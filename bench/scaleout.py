@@ -1,0 +1,198 @@
+"""P7 scale-out (issue 13): 1, 2 and 4 `switchyard worker` processes on one PostgreSQL database.
+
+A provider that takes 200 ms (in process, `asyncio.sleep`, so a 2-core machine measures the queue,
+not process spawns); 2,000 messages over 64 conversations dropped at once into the workers'
+`incoming/` folders (conversation i on host i mod N); throughput from the first drop to the last
+message marked done. Then the added latency: one worker, idle, 100 messages one at a time, from
+the file's rename into `incoming/` to the reply's NOTIFY from `switchyard_outbox`, minus the provider's
+200 ms. Each worker count gets a fresh schema.
+
+    SWITCHYARD_TEST_DSN=postgresql://postgres@127.0.0.1:5432/test .venv/bin/python -m bench.scaleout
+    ... -m bench.scaleout --messages 500 --workers 1,2   # quicker
+
+Also a plugin (SWITCHYARD_PLUGINS=bench.scaleout) giving the workers the `sleepy` provider.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway import hookimpl
+
+PROVIDER_S = 0.2
+DECISION = json.dumps({"action": "command_invoke", "function": "list_workflows", "arguments": {}})
+REPO = Path(__file__).resolve().parents[1]
+
+
+@hookimpl
+def switchyard_providers() -> dict[str, Any]:
+    """`sleepy`: a selector that takes PROVIDER_S and lists the workflows."""
+
+    async def sleepy(prompt: str, request: dict[str, Any]) -> str:
+        await asyncio.sleep(PROVIDER_S)
+        return DECISION
+
+    return {"sleepy": sleepy}
+
+
+def _payload(seq: int, conversation: str) -> bytes:
+    return json.dumps({"channel": "console", "channelProfileId": "console", "sender": "b", "senderId": conversation,
+                       "message": f"hello {seq}", "timestamp": 1_700_000_000_000 + seq,
+                       "messageId": f"{conversation}-{seq:06d}", "conversationId": conversation}).encode()
+
+
+class Cluster:
+    """N worker processes with their own homes on a fresh schema."""
+
+    def __init__(self, base_dsn: str, root: Path, workers: int, concurrency: int):
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        self.schema = f"sy_bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(base_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{self.schema}"')
+        self.base_dsn = base_dsn
+        self.dsn = make_conninfo(base_dsn, options=f"-c search_path={self.schema}")
+        from gateway.pg import schema
+
+        schema.migrate(self.dsn)
+        self.homes = [root / f"{self.schema}-{i}" for i in range(workers)]
+        self.processes: list[subprocess.Popen[bytes]] = []
+        for home in self.homes:
+            (home / "orchestrators" / "main").mkdir(parents=True)
+            (home / "settings.yaml").write_text(yaml.safe_dump({
+                "queue": {"backend": "postgres", "fsync": False, "max_concurrency": concurrency,
+                          "duplicate_window_sec": 0}, "channels": []}))
+            (home / "orchestrators" / "main" / "orchestrator.yaml").write_text(yaml.safe_dump(
+                {"selector": {"provider": "sleepy"}, "diagnostics": {"provider": "rules"}, "workflows": {}}))
+
+    def start(self) -> None:
+        env = {**os.environ, "SWITCHYARD_DSN": self.dsn, "SWITCHYARD_PLUGINS": "bench.scaleout",
+               "PYTHONPATH": str(REPO)}
+        for home in self.homes:
+            log = open(home.with_suffix(".log"), "wb")  # noqa: SIM115 - kept open for the process's life
+            self.processes.append(subprocess.Popen([sys.executable, "-m", "gateway.cli", "--home", str(home), "worker"],
+                                                   env=env, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 60
+        while self.count("SELECT count(*) FROM switchyard_processes") < len(self.homes):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
+                raise RuntimeError(f"workers did not start; see {self.homes[0].with_suffix('.log')}")
+            time.sleep(0.1)
+
+    def count(self, sql: str) -> int:
+        import psycopg
+
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(sql).fetchone()
+        return int(row[0]) if row else 0
+
+    def drop(self, home: Path, name: str, data: bytes) -> None:
+        incoming = home / "queue" / "incoming"
+        incoming.mkdir(parents=True, exist_ok=True)
+        tmp = incoming / f"{name}.tmp"
+        tmp.write_bytes(data)
+        os.rename(tmp, incoming / name)
+
+    def stop(self) -> None:
+        import psycopg
+
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        with psycopg.connect(self.base_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+def throughput(base_dsn: str, root: Path, workers: int, messages: int, conversations: int,
+               concurrency: int) -> dict[str, Any]:
+    cluster = Cluster(base_dsn, root, workers, concurrency)
+    try:
+        cluster.start()
+        started = time.perf_counter()
+        for seq in range(messages):
+            conversation = f"c{seq % conversations:03d}"
+            cluster.drop(cluster.homes[(seq % conversations) % workers], f"{seq:07d}.json", _payload(seq, conversation))
+        while cluster.count("SELECT count(*) FROM switchyard_messages WHERE state = 'done'") < messages:
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        misordered = cluster.count(
+            "SELECT count(*) FROM (SELECT payload->>'messageId' AS m, lag(payload->>'messageId') OVER "
+            "(PARTITION BY conversation ORDER BY id) AS prev FROM switchyard_outbox) s WHERE prev > m")
+        replies = cluster.count("SELECT count(*) FROM switchyard_outbox")
+    finally:
+        cluster.stop()
+    return {"workers": workers, "messages": messages, "seconds": round(elapsed, 2),
+            "msg_s": round(messages / elapsed, 1), "replies": replies, "misordered": misordered}
+
+
+def added_latency(base_dsn: str, root: Path, count: int) -> dict[str, Any]:
+    """Drop-to-reply time of one message at a time on an idle worker, minus the provider's time."""
+    import psycopg
+
+    cluster = Cluster(base_dsn, root, 1, 8)
+    samples: list[float] = []
+    try:
+        cluster.start()
+        with psycopg.connect(cluster.dsn, autocommit=True) as listener:
+            listener.execute("LISTEN switchyard_outbox")
+            for seq in range(count):
+                sent = time.perf_counter()
+                cluster.drop(cluster.homes[0], f"{seq:07d}.json", _payload(seq, "lat"))
+                for _ in listener.notifies(timeout=10, stop_after=1):
+                    samples.append((time.perf_counter() - sent - PROVIDER_S) * 1000)
+                time.sleep(0.02)
+    finally:
+        cluster.stop()
+    samples.sort()
+    return {"messages": len(samples), "p50_ms": round(statistics.median(samples), 2),
+            "p90_ms": round(samples[int(len(samples) * 0.9) - 1], 2), "max_ms": round(samples[-1], 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", default=os.environ.get("SWITCHYARD_TEST_DSN"))
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--conversations", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=8, help="queue.max_concurrency of each worker")
+    parser.add_argument("--latency", type=int, default=100)
+    args = parser.parse_args()
+    if not args.dsn:
+        parser.error("set SWITCHYARD_TEST_DSN or --dsn")
+    with tempfile.TemporaryDirectory(prefix="sy-scaleout-") as scratch:
+        root = Path(os.environ.get("BENCH_KEEP") or scratch)
+        rows = []
+        for workers in (int(n) for n in args.workers.split(",")):
+            row = throughput(args.dsn, root, workers, args.messages, args.conversations, args.concurrency)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        base = rows[0]["msg_s"]
+        for row in rows:
+            print(f"{row['workers']} worker(s): {row['msg_s']:7.1f} msg/s  ×{row['msg_s'] / base:.2f}  "
+                  f"({row['messages']} messages in {row['seconds']} s, misordered {row['misordered']})")
+        if args.latency:
+            latency = added_latency(args.dsn, root, args.latency)
+            print(json.dumps(latency))
+            print(f"added latency over the provider's {PROVIDER_S * 1000:.0f} ms: p50 {latency['p50_ms']} ms, "
+                  f"p90 {latency['p90_ms']} ms, max {latency['max_ms']} ms")
+
+
+if __name__ == "__main__":
+    main()
