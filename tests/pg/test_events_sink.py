@@ -77,3 +77,19 @@ def test_a_database_outage_never_fails_the_caller_and_the_drop_is_counted(
     stored = [event for _, event in _events(pg_dsn)]
     assert stored[0]["event"] == "events.dropped" and stored[0]["count"] == 30
     assert [event["n"] for event in stored[1:]] == list(range(30, 50))
+
+
+def test_a_gateway_on_the_postgres_backend_sends_its_events_to_the_database(
+        tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.app import Gateway
+    from gateway.home import Home
+    from gateway.plugin_manager import build_plugin_manager
+    from gateway.settings import Settings
+
+    schema.migrate(pg_dsn)
+    monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
+    settings = Settings.model_validate({"queue": {"backend": "postgres"}})
+    gateway = Gateway(Home(tmp_path / "home"), settings, build_plugin_manager(settings))
+    gateway.events.emit("gateway.probe", n=1)
+    gateway._close_event_sink()
+    assert [event["event"] for _, event in _events(pg_dsn)] == ["gateway.probe"]
