@@ -131,16 +131,31 @@ def store(conn: psycopg.Connection[Any], message_name: str, payload: Any, home: 
 
 
 def _copy_to_shared(handle: Any, target: Path) -> str:
-    """Copies an open file to `target` in the shared folder (through a temporary name); its sha256."""
+    """Copies an open file to `target` in the shared folder (through a temporary name, never over a
+    different file: FileConflict); returns its sha256."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
-    with temporary.open("wb") as out:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            out.write(chunk)
-    os.replace(temporary, target)
+    try:
+        with temporary.open("wb") as out:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        try:
+            os.link(temporary, target)
+        except FileExistsError:
+            _same_or_conflict(target, digest.hexdigest())
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
     return digest.hexdigest()
+
+
+def unused_shared(conn: psycopg.Connection[Any], relatives: list[str]) -> list[str]:
+    """Which of `relatives` (shared copies) no stored message names any more."""
+    named = {row[0] for row in conn.execute("SELECT DISTINCT path FROM switchyard_files WHERE data IS NULL "
+                                            "AND path = ANY(%s)", (relatives,))}
+    return [relative for relative in relatives if relative not in named]
 
 
 def materialize(conn: psycopg.Connection[Any], message_name: str, payload: P, home: Home, *,

@@ -83,8 +83,9 @@ def print_database(status: dict[str, Any]) -> None:
     if database.get("schema_current"):
         print(f"database: {database['dsn']} (schema current)")
     else:
-        print(f"database: {database['dsn']} (schema behind: missing "
-              f"{', '.join(database['missing_migrations'])}; run `switchyard db migrate`)")
+        absent = database["missing_migrations"]
+        shown = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+        print(f"database: {database['dsn']} (schema behind: missing {shown}; run `switchyard db migrate`)")
     processes = status.get("processes") or []
     if processes:
         print()

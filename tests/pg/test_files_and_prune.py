@@ -160,8 +160,27 @@ def test_prune_deletes_what_retention_allows_and_nothing_else(pg_dsn: str) -> No
                      "created_at = now() - interval '2 days'")
         conn.commit()
         counts = prune(conn, settings)
-        assert counts == {"events": 1, "answered": 1, "sent": 1, "done": 1}
+        assert counts == {"events": 1, "answered": 1, "sent": 1, "done": 1, "shared_files": 0}
         assert {r[0] for r in conn.execute("SELECT name FROM switchyard_messages")} == {
             "dead-old", "queued-old", "done-new"}
         assert [r[0] for r in conn.execute("SELECT name FROM switchyard_outbox")] == ["pending-old"]
         assert [r[0] for r in conn.execute("SELECT identity FROM switchyard_answered")] == ["new"]
+
+
+def test_prune_removes_the_shared_copies_of_finished_messages_only(
+        hosts: tuple[Home, Home], pg_dsn: str, tmp_path: Path) -> None:
+    alpha, _ = hosts
+    settings = _settings(db_files_max_bytes=1, sent_retention_days=0, duplicate_window_sec=0)
+    settings.files.shared_dir = str(tmp_path / "shared")
+    old = _incoming(_downloaded(alpha, "old.bin", b"old bytes"))
+    kept = _incoming(_downloaded(alpha, "kept.bin", b"kept bytes"))
+    with psycopg.connect(pg_dsn) as conn:
+        insert_message(conn, "old.json", old.to_json(), state="done")
+        [old_path] = files.store(conn, "old.json", old, alpha, settings=settings)
+        insert_message(conn, "dead.json", kept.to_json(), state="dead")
+        [kept_path] = files.store(conn, "dead.json", kept, alpha, settings=settings)
+        conn.commit()
+        assert prune(conn, settings, alpha)["shared_files"] == 1
+        assert conn.execute("SELECT message_name FROM switchyard_files").fetchall() == [("dead.json",)]
+    assert not (tmp_path / "shared" / old_path).exists()
+    assert (tmp_path / "shared" / kept_path).read_bytes() == b"kept bytes"
