@@ -85,6 +85,12 @@ class Gateway:
         listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
                                observers=[lambda event: pm.hook.switchyard_event(event=event)] if listening else [])
+        self._close_event_sink: Callable[[], None] = lambda: None
+        if settings.queue.backend == "postgres":  # every event also into switchyard_events (batched)
+            from gateway.pg.db import dsn_from_settings
+            from gateway.pg.events import attach_event_sink
+
+            self._close_event_sink = attach_event_sink(self.events, dsn_from_settings(settings.queue))
         qs = settings.queue
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
@@ -410,6 +416,7 @@ class Gateway:
         self.sharing.close()
         self.queue.close()
         self.outbox.close()
+        await asyncio.to_thread(self._close_event_sink)  # stores the events still buffered
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)
 

@@ -50,6 +50,9 @@ class QueueSettings(_Strict):
     backend: Literal["files", "postgres"] = "files"  # postgres: shared state in PostgreSQL (more than one host)
     dsn_env: str = Field(default="SWITCHYARD_DSN", min_length=1)  # the variable holding the PostgreSQL DSN
     lease_sec: float = Field(default=15, gt=0)  # postgres: a dead channel owner's profile is taken over after this
+    events_retention_days: float = Field(default=30, ge=0)  # postgres: switchyard_events rows kept (0: forever)
+    db_files_max_bytes: int = Field(default=20 * 1024 * 1024, ge=0)  # postgres: larger attachments need
+                                                                     # files.shared_dir
 
 
 PRESET_TYPES = ("claude", "codex", "gemini", "ollama")
@@ -152,6 +155,8 @@ def is_loopback(host: str) -> bool:
 
 class FileSettings(_Strict):
     extra_roots: list[str] = Field(default_factory=list)
+    shared_dir: str | None = None  # postgres: a folder every host mounts, for attachments over
+                                   # queue.db_files_max_bytes
 
 
 class Settings(_Strict):

@@ -1,5 +1,9 @@
 """`switchyard status`: what it gathers (gateway process, channels, queue, dead letters, plugin sections)
-and how it shows it (tables for a person, JSON for a script). Exits 3 when the gateway is down."""
+and how it shows it (tables for a person, JSON for a script). Exits 3 when the gateway is down.
+
+On the PostgreSQL backend the queue, dead letters, the processes attached on every host and the
+channel owners come from the database (gateway/pg/status.py, imported only then); the gateway counts
+as running when any process attached is live; an unreachable database is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     from gateway.cli import Invocation
     from gateway.settings import Settings
 
+EXIT_DATABASE = 2  # the PostgreSQL backend's database is unreachable (as `switchyard db`)
 EXIT_NOT_RUNNING = 3  # as `systemctl status` and LSB init scripts say "program is not running"
 DEAD_LETTERS_SHOWN = 5
 PID_START_SLACK_S = 5.0  # the gateway writes started_at just after its process starts; btime has 1 s steps
@@ -28,7 +33,20 @@ PID_START_SLACK_S = 5.0  # the gateway writes started_at just after its process 
 
 def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     """Prints the status; the exit code says whether the gateway is running (0) or not (3)."""
-    status = gather_status(run.home, run.settings, run.pm)
+    if run.settings.queue.backend == "postgres":
+        from gateway.pg.status import DatabaseUnreachable
+
+        try:
+            status = gather_status(run.home, run.settings, run.pm)
+        except DatabaseUnreachable as exc:
+            if args.json:
+                print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": str(exc)}}))
+            import sys
+
+            print(f"switchyard: {exc}", file=sys.stderr)
+            return EXIT_DATABASE
+    else:
+        status = gather_status(run.home, run.settings, run.pm)
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
@@ -38,11 +56,24 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
 
 def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> dict[str, Any]:
     """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
-    status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
-    status["gateway"] = gateway_process(home)
-    dead = list_dead(home)
-    status["dead_letter_count"] = len(dead)
-    status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:DEAD_LETTERS_SHOWN]]
+    if settings.queue.backend == "postgres":
+        from gateway.pg.status import gather
+
+        status: dict[str, Any] = {"home": str(home.root), "backend": "postgres"}
+        status.update(gather(settings.queue, dead_shown=DEAD_LETTERS_SHOWN))
+        status.setdefault("queue", {})
+        status.setdefault("dead_letter_count", 0)
+        status.setdefault("dead_letters", [])
+        local = gateway_process(home)
+        live = [p for p in status.get("processes", []) if not p["stale"]]
+        status["gateway"] = {**local, "running": bool(live), "local": local.get("running", False),
+                             "processes_live": len(live)}
+    else:
+        status = {"home": str(home.root), "queue": queue_depths(home)}
+        status["gateway"] = gateway_process(home)
+        dead = list_dead(home)
+        status["dead_letter_count"] = len(dead)
+        status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:DEAD_LETTERS_SHOWN]]
     for section in call_each(pm, "switchyard_status", home=home, settings=settings):
         status.update(section)
     return status
@@ -91,14 +122,21 @@ def print_status(status: dict[str, Any]) -> None:
     """Prints the status for a person: a headline, then one table per section that has rows."""
     gateway = status["gateway"]
     print(f"home: {status['home']}")
-    if gateway.get("running"):
+    if status.get("backend") == "postgres":
+        from gateway.pg.status import print_database
+
+        print(f"gateway: {gateway['processes_live']} live process(es) attached to the database"
+              if gateway.get("running") else "gateway: no live process attached to the database")
+        print_database(status)
+    elif gateway.get("running"):
         print(f"gateway: running, pid {gateway.get('pid')}, since {gateway.get('started_at', '?')}")
     else:
         print("gateway: not running" + (f" (last pid {gateway['pid']})" if gateway.get("pid") else ""))
     _section(["channel", "type", "state", "detail"],
              [[name, str(info.get("type") or "-"), str(info.get("state")), str(info.get("reason") or "")]
               for name, info in (gateway.get("channels") or {}).items()])
-    _section(list(status["queue"]), [[str(count) for count in status["queue"].values()]], title="queue")
+    if status["queue"]:
+        _section(list(status["queue"]), [[str(count) for count in status["queue"].values()]], title="queue")
     if status["dead_letter_count"]:
         print(f"\ndead letters: {status['dead_letter_count']} (`switchyard dead list`)")
     _section(["dead letter", "attempts", "failed at", "reason"],

@@ -1,0 +1,107 @@
+"""What `switchyard status` shows of the PostgreSQL backend: the database (reachable, schema current),
+queue depths, the processes attached on every host, the owner of each channel lease, dead letters.
+
+Imported by gateway/status.py only when `queue.backend` is postgres.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from gateway.pg import schema
+from gateway.pg.db import dsn_from_settings, redacted
+from gateway.pg.deadletters import DeadStore
+from gateway.settings import QueueSettings
+from gateway.tables import print_table
+
+CONNECT_TIMEOUT_S = 5
+STALE_AFTER_LEASES = 2  # a process not seen for this many lease_sec is marked stale
+
+
+class DatabaseUnreachable(Exception):
+    """The database cannot be used; the message is one line without the password."""
+
+
+_DEPTHS = """
+SELECT (SELECT count(*) FROM switchyard_messages WHERE state = 'queued'),
+       (SELECT count(*) FROM switchyard_messages WHERE state = 'running'),
+       (SELECT count(*) FROM switchyard_messages WHERE state = 'dead'),
+       (SELECT count(*) FROM switchyard_outbox WHERE state = 'pending'),
+       (SELECT count(*) FROM switchyard_outbox WHERE state = 'dead')
+"""
+
+
+def _iso(stamp: datetime | None) -> str | None:
+    return stamp.isoformat(timespec="seconds").replace("+00:00", "Z") if stamp else None
+
+
+def gather(settings: QueueSettings, *, dead_shown: int) -> dict[str, Any]:
+    """The database's part of the status; raises DatabaseUnreachable."""
+    dsn = dsn_from_settings(settings)
+    shown = redacted(dsn)
+    try:
+        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            missing = schema.missing(conn)
+            database: dict[str, Any] = {"dsn": shown, "reachable": True, "schema_current": not missing,
+                                        "missing_migrations": missing}
+            if missing and "0001_core.sql" in missing:
+                return {"database": database}
+            return {"database": database, **_tables(conn, settings, dead_shown, dsn)}
+    except psycopg.Error as exc:
+        raise DatabaseUnreachable(f"cannot use the database at {shown}: "
+                                  f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+                                  ) from None
+
+
+def _tables(conn: psycopg.Connection[Any], settings: QueueSettings, dead_shown: int, dsn: str) -> dict[str, Any]:
+    row = conn.execute(_DEPTHS).fetchone() or (0, 0, 0, 0, 0)
+    queue = {"queued": row[0], "running": row[1], "dead": row[2], "replies_pending": row[3], "replies_dead": row[4]}
+    stale_s = settings.lease_sec * STALE_AFTER_LEASES
+    processes = [
+        {"holder": holder, "role": role, "host": host, "pid": pid, "started_at": _iso(started),
+         "last_seen": _iso(seen), "seen_ago_s": round(float(ago), 1), "stale": float(ago) > stale_s,
+         "detail": detail or {}}
+        for holder, role, host, pid, started, seen, ago, detail in conn.execute(
+            "SELECT holder, role, host, pid, started_at, last_seen, "
+            "extract(epoch FROM now() - last_seen), detail FROM switchyard_processes ORDER BY host, pid")]
+    leases = [
+        {"name": name, "holder": holder, "expires_at": _iso(expires), "expired": bool(expired),
+         "acquired_at": _iso(acquired)}
+        for name, holder, expires, acquired, expired in conn.execute(
+            "SELECT name, holder, expires_at, acquired_at, expires_at < now() FROM switchyard_leases ORDER BY name")]
+    dead = DeadStore(dsn).list_dead() if queue["dead"] or queue["replies_dead"] else []
+    return {"queue": queue, "processes": processes, "leases": leases, "dead_letter_count": len(dead),
+            "dead_letters": [letter.to_json() | {"file": letter.name} for letter in dead[:dead_shown]]}
+
+
+def print_database(status: dict[str, Any]) -> None:
+    """Prints the database, the processes attached and the channel owners, for a person."""
+    database = status["database"]
+    if database.get("schema_current"):
+        print(f"database: {database['dsn']} (schema current)")
+    else:
+        absent = database["missing_migrations"]
+        shown = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+        print(f"database: {database['dsn']} (schema behind: missing {shown}; run `switchyard db migrate`)")
+    processes = status.get("processes") or []
+    if processes:
+        print()
+        print_table(["role", "host", "pid", "last seen", "state", "detail"],
+                    [[p["role"], p["host"], str(p["pid"]), f"{p['last_seen']} ({p['seen_ago_s']:g} s ago)",
+                      "STALE" if p["stale"] else "ok", _detail(p["detail"])] for p in processes],
+                    title="processes")
+    else:
+        print("\nprocesses: none attached")
+    leases = status.get("leases") or []
+    if leases:
+        print()
+        print_table(["lease", "owner", "until"],
+                    [[lease["name"], lease["holder"], f"{lease['expires_at']}{' EXPIRED' if lease['expired'] else ''}"]
+                     for lease in leases], title="channel owners")
+
+
+def _detail(detail: dict[str, Any]) -> str:
+    return ", ".join(f"{key}: {value}" for key, value in detail.items()) or "-"

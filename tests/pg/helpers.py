@@ -1,0 +1,74 @@
+"""Shared by the PostgreSQL tests of the operator's commands: a home set to the postgres backend, the
+`switchyard` command run as a process with SWITCHYARD_DSN, and rows inserted as the queue would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from gateway.pg.jobs import defer_query
+
+
+def pg_home(root: Path, extra: str = "") -> Path:
+    """A home whose settings select the postgres backend (DSN in SWITCHYARD_DSN)."""
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "settings.yaml").write_text("queue:\n  backend: postgres\n  dsn_env: SWITCHYARD_DSN\n" + extra)
+    return home
+
+
+def switchyard(home: Path, dsn: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """`switchyard --home HOME ARGS…` as a user runs it, with SWITCHYARD_DSN set to `dsn`."""
+    env = {k: v for k, v in os.environ.items() if k != "SWITCHYARD_DSN"}
+    if dsn is not None:
+        env["SWITCHYARD_DSN"] = dsn
+    return subprocess.run([sys.executable, "-m", "gateway.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def payload(message_id: str, conversation: str = "c1", **extra: Any) -> bytes:
+    """An incoming payload's bytes, as a channel writes them."""
+    return json.dumps({"channel": "console", "message": f"hello {message_id}", "timestamp": 1,
+                       "messageId": message_id, "senderId": "u1", "conversationId": conversation, **extra}).encode()
+
+
+def insert_message(conn: psycopg.Connection[Any], name: str, data: bytes, *, state: str = "queued",
+                   keys: tuple[str, ...] = ("conv:console/console/c1",), reason: str | None = None,
+                   attempts: int = 0) -> int:
+    """One switchyard_messages row (no jobs: a test defers them when it needs them)."""
+    row = conn.execute(
+        "INSERT INTO switchyard_messages (name, payload, channel, profile, conversation, keys, state, attempts, "
+        "errors, reason, gate_open) VALUES (%s, %s, 'console', 'console', 'c1', %s, %s, %s, %s, %s, %s) RETURNING id",
+        (name, data, list(keys), state, attempts, json.dumps(["boom"] * attempts), reason, state == "dead"),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def insert_reply(conn: psycopg.Connection[Any], name: str, *, state: str = "pending", reason: str | None = None,
+                 attempts: int = 0) -> int:
+    """One switchyard_outbox row."""
+    body = {"channel": "console", "message": f"reply {name}", "timestamp": 1, "messageId": name,
+            "conversationId": "c1"}
+    row = conn.execute(
+        "INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload, state, attempts, reason, "
+        "next_attempt_at) VALUES (%s, 'console', 'console', 'c1', %s, %s, %s, %s, now() + interval '1 hour') "
+        "RETURNING id", (name, json.dumps(body), state, attempts, reason)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def jobs_of(conn: psycopg.Connection[Any], message_id: int) -> list[tuple[str, str]]:
+    """(role, lock) of the Procrastinate jobs deferred for one message."""
+    return [(role, lock) for role, lock in conn.execute(
+        "SELECT args->>'role', coalesce(lock, '') FROM procrastinate_jobs WHERE (args->>'message_id')::bigint = %s "
+        "ORDER BY id", (message_id,))]
+
+
+__all__ = ["defer_query", "insert_message", "insert_reply", "jobs_of", "payload", "pg_home", "switchyard"]

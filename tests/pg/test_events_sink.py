@@ -1,0 +1,95 @@
+"""The shared event log: events reach switchyard_events in batches with the process holder, secrets
+masked; with the database down the caller is never failed, the buffer stays bounded and the drop is said."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gateway.events import EventLog
+from gateway.pg import schema
+from gateway.pg.db import process_holder
+from gateway.pg.events import EventSink, attach_event_sink
+
+
+def _until(check: Callable[[], bool], deadline_s: float = 10.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < end, "condition not met before the deadline"
+        time.sleep(0.02)
+
+
+def _events(dsn: str) -> list[tuple[str, dict[str, Any]]]:
+    with psycopg.connect(dsn) as conn:
+        return [(holder, event) for holder, event in conn.execute(
+            "SELECT holder, event FROM switchyard_events ORDER BY id")]
+
+
+def test_events_are_stored_with_the_holder_and_secrets_masked(tmp_path: Path, pg_dsn: str) -> None:
+    schema.migrate(pg_dsn)
+    log = EventLog(tmp_path / "events.jsonl", secrets=["s3cr3t-token"])
+    close = attach_event_sink(log, pg_dsn)
+    for n in range(250):
+        log.emit("message.done", job_id=f"m{n}.json", note="token s3cr3t-token")
+    close()
+    stored = _events(pg_dsn)
+    assert [event["job_id"] for _, event in stored] == [f"m{n}.json" for n in range(250)]  # all, in order
+    assert {holder for holder, _ in stored} == {process_holder()}
+    assert all("s3cr3t" not in str(event) for _, event in stored)
+
+
+class _Outage:
+    """Connects to the real database, except while `down` (as when PostgreSQL restarts)."""
+
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+        self.down = True
+        self.attempts = 0
+
+    def __call__(self) -> psycopg.Connection[Any]:
+        self.attempts += 1
+        if self.down:
+            raise psycopg.OperationalError("connection refused (test outage)")
+        return psycopg.connect(self.dsn, autocommit=True)
+
+
+def test_a_database_outage_never_fails_the_caller_and_the_drop_is_counted(
+        pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    schema.migrate(pg_dsn)
+    outage = _Outage(pg_dsn)
+    sink = EventSink(pg_dsn, max_buffered=20, connect=outage)
+    with caplog.at_level(logging.WARNING, logger="switchyard.pg.events"):
+        for n in range(50):
+            sink.observe({"ts": "2026-11-24T10:00:00.000Z", "event": "message.done", "n": n})
+        _until(lambda: outage.attempts >= 1)
+        assert "unreachable" in caplog.text
+        assert sink.dropped_total == 30  # the newest 20 are kept, 30 dropped and counted
+
+        outage.down = False
+        _until(lambda: sink.stored >= 21, deadline_s=30)
+    sink.close()
+    stored = [event for _, event in _events(pg_dsn)]
+    assert stored[0]["event"] == "events.dropped" and stored[0]["count"] == 30
+    assert [event["n"] for event in stored[1:]] == list(range(30, 50))
+
+
+def test_a_gateway_on_the_postgres_backend_sends_its_events_to_the_database(
+        tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.app import Gateway
+    from gateway.home import Home
+    from gateway.plugin_manager import build_plugin_manager
+    from gateway.settings import Settings
+
+    schema.migrate(pg_dsn)
+    monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
+    settings = Settings.model_validate({"queue": {"backend": "postgres"}})
+    gateway = Gateway(Home(tmp_path / "home"), settings, build_plugin_manager(settings))
+    gateway.events.emit("gateway.probe", n=1)
+    gateway._close_event_sink()
+    assert [event["event"] for _, event in _events(pg_dsn)] == ["gateway.probe"]
