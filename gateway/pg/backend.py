@@ -65,6 +65,7 @@ class PgBackend:
         self.intake: Intake | None = None
         self.processor: MessageProcessor | None = None
         self._pool: Any = None
+        self._sync_pool: Any = None
         self._worker: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
@@ -86,8 +87,15 @@ class PgBackend:
         self._pool = AsyncConnectionPool(self.dsn, min_size=2, max_size=qs.max_concurrency + 2, open=False,
                                          timeout=5)
         await self._pool.open()
-        self.processor = MessageProcessor(self._pool, handler, self.outbox, self.events, qs, on_start=on_start)
-        self.intake = Intake(queue, self._pool, self.events, on_database=self._database_state)
+        from psycopg_pool import ConnectionPool
+
+        # sync connections for the steps that share a transaction with gateway.pg.files (run in threads)
+        self._sync_pool = ConnectionPool(self.dsn, min_size=1, max_size=3, open=False, timeout=5)
+        await asyncio.to_thread(self._sync_pool.open)
+        self.processor = MessageProcessor(self._pool, handler, self.outbox, self.events, qs, on_start=on_start,
+                                          files=(self._sync_pool, self.home, self.settings))
+        self.intake = Intake(queue, self._sync_pool, self.events, home=self.home, settings=self.settings,
+                             outbox=self.outbox, on_database=self._database_state)
         await self._register()
         self._tasks = [asyncio.create_task(self.intake.run(), name="pg-intake"),
                        asyncio.create_task(self._run_worker(), name="pg-worker"),
@@ -217,4 +225,6 @@ class PgBackend:
             except Exception as exc:
                 log.warning("could not remove this process from switchyard_processes: %s", exc)
             await self._pool.close()
+        if self._sync_pool is not None:
+            await asyncio.to_thread(self._sync_pool.close)
 

@@ -7,6 +7,8 @@ file claimed; the next start returns it to incoming/ and takes it in again: the 
 same bytes is only unlinked, the same name with other bytes is stored under a new name. Files that
 must never be read (a FIFO, a link, an oversized one) are quarantined to failed/ here, as the file
 backend does; an unparsable payload is stored, keyless, and dead-lettered by the worker with its reason.
+A message's attachments under the home's files/ are stored with it (gateway.pg.files), for a worker
+on another host; one too large to carry is stored dead, and its sender told why.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from typing import Any
 
 from gateway.aio import wait_event
 from gateway.backoff import delay as backoff_delay
-from gateway.events import EventLog
+from gateway.events import EventLog, now_ms
+from gateway.home import Home
 from gateway.keys import ordering_keys
+from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.pg.jobs import defer_query
+from gateway.pg.outbox import PgOutbox
 from gateway.queue import Claimed, FileQueue
+from gateway.settings import Settings
 from gateway.worker import parse_payload
 
 log = logging.getLogger("switchyard.pg.intake")
@@ -31,13 +37,20 @@ INSERT = ("INSERT INTO switchyard_messages (name, payload, channel, profile, con
 
 
 class Intake:
-    """Moves incoming/ into the database, oldest first; pauses with backoff while the database is away."""
+    """Moves incoming/ into the database, oldest first; pauses with backoff while the database is away.
 
-    def __init__(self, queue: FileQueue, pool: Any, events: EventLog, *,
-                 on_database: Any = None):
+    A file's transaction runs on a sync connection in a thread (the message row, its attachments by
+    gateway.pg.files.store, its jobs), so the event loop never waits on it.
+    """
+
+    def __init__(self, queue: FileQueue, pool: Any, events: EventLog, *, home: Home, settings: Settings,
+                 outbox: PgOutbox, on_database: Any = None):
         self.queue = queue
-        self.pool = pool  # a psycopg_pool.AsyncConnectionPool
+        self.pool = pool  # a psycopg_pool.ConnectionPool (sync)
         self.events = events
+        self.home = home
+        self.settings = settings
+        self.outbox = outbox
         self.on_database = on_database  # called with (ok: bool, reason: str | None)
         self.taken = 0
         self._wakeup = asyncio.Event()
@@ -88,32 +101,57 @@ class Intake:
             log.error("invalid payload %s moved to failed/%s: %s", claimed.name, target.name, reason)
             self.events.emit("message.invalid", job_id=claimed.name, reason=reason, file=target.name)
             return
-        data = claimed.data
         try:
-            message = parse_payload(data, limit)
-            keys = list(ordering_keys(message))
-            fields = [message.channel, message.profile, message.conversation, keys]
+            message: IncomingPayload | None = parse_payload(claimed.data, limit)
         except ValueError:  # stored keyless: the worker dead-letters it with its reason
-            keys, fields = [], ["", "", "", []]
-        async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            message_id = await _insert(cursor, claimed.name, data, fields)
-            if message_id is not None:
-                await cursor.execute(*defer_query(message_id, keys))
+            message = None
+        refused = await asyncio.to_thread(self._store, claimed.name, claimed.data, message)
         self.queue.complete(claimed)
         self.taken += 1
+        if refused is not None and message is not None:
+            log.error("dead letter: %s: %s", claimed.name, refused)
+            self.events.emit("job.failed.final", job_id=claimed.name, state="failed_final", kind="message",
+                             channel=message.channel, conversation=message.conversation, reason=refused,
+                             failure_reason=refused, attempts=0)
+
+    def _store(self, name: str, data: bytes, message: IncomingPayload | None) -> str | None:
+        """One transaction: the row, its attachments, its jobs. Returns why it was refused (an attachment
+        too large to carry: stored dead, with the sender told), else None."""
+        from gateway.pg import files
+
+        keys = list(ordering_keys(message)) if message is not None else []
+        fields = [message.channel, message.profile, message.conversation, keys] if message is not None \
+            else ["", "", "", []]
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            message_id = _insert(cursor, name, data, fields)
+            if message_id is None:
+                return None
+            if message is not None:
+                try:
+                    with conn.transaction():  # a savepoint: a refused message keeps none of its files
+                        files.store(conn, name, message, self.home, settings=self.settings)
+                except files.AttachmentTooLarge as exc:
+                    reason = str(exc)
+                    cursor.execute("UPDATE switchyard_messages SET state = 'dead', reason = %s WHERE id = %s",
+                                   (reason, message_id))
+                    apology = self.outbox.prepared(OutgoingPayload.reply_to(
+                        message, f"Sorry, I could not take in your message: {reason}", agent="switchyard",
+                        timestamp=now_ms()))
+                    self.outbox.insert_sync(cursor, apology)
+                    return reason
+            cursor.execute(*defer_query(message_id, keys))
+        return None
 
 
-async def _insert(cursor: Any, name: str, data: bytes, fields: list[Any]) -> int | None:
+def _insert(cursor: Any, name: str, data: bytes, fields: list[Any]) -> int | None:
     """The new row's id; None when this very file was stored before (a crash before its unlink)."""
     path = PurePath(name)
     candidate = name
     for again in range(1, 1000):
-        await cursor.execute(INSERT, (candidate, data, *fields))
-        row = await cursor.fetchone()
+        row = cursor.execute(INSERT, (candidate, data, *fields)).fetchone()
         if row is not None:
             return int(row[0])
-        await cursor.execute("SELECT payload FROM switchyard_messages WHERE name = %s", (candidate,))
-        stored = await cursor.fetchone()
+        stored = cursor.execute("SELECT payload FROM switchyard_messages WHERE name = %s", (candidate,)).fetchone()
         if stored is not None and bytes(stored[0]) == data:
             return None
         candidate = f"{path.stem}.again-{again}{path.suffix}"

@@ -78,13 +78,18 @@ class PgOutbox(FileOutbox):
                 return name
             name = self._next_name(payload)
 
+    def insert_sync(self, cursor: Any, payload: OutgoingPayload) -> str:
+        """`insert` through a sync cursor, inside the caller's transaction; returns its name."""
+        name, payload = self.rows(payload)
+        while cursor.execute(*self._statement(payload, name)).fetchone() is None:
+            name = self._next_name(payload)
+        return name
+
     def write(self, payload: OutgoingPayload) -> Path:
         """Inserts one payload in its own transaction; returns its spec-002 name as a path under outgoing/."""
         payload = self.prepared(payload)
         with self._connection_pool().connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            name, payload = self.rows(payload)
-            while cursor.execute(*self._statement(payload, name)).fetchone() is None:
-                name = self._next_name(payload)
+            name = self.insert_sync(cursor, payload)
         return self.home.outgoing / name
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ A failure reschedules the same job (`Reschedule`), which keeps its place under i
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
@@ -62,13 +63,15 @@ class MessageProcessor:
     """Runs the jobs of stored messages through the handler."""
 
     def __init__(self, pool: Any, handler: Handler, outbox: PgOutbox, events: EventLog, settings: QueueSettings,
-                 *, on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None):
+                 *, on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
+                 files: tuple[Any, Any, Any] | None = None):
         self.pool = pool  # a psycopg_pool.AsyncConnectionPool
         self.handler = handler
         self.outbox = outbox
         self.events = events
         self.settings = settings
         self.on_start = on_start
+        self.files = files  # (sync pool, home, settings): where stored attachments are written back
         self.processed = 0
         self.running = 0
 
@@ -113,7 +116,24 @@ class MessageProcessor:
             return
         self.events.emit("message.claimed", job_id=name, channel=message.channel, profile=message.profile,
                          conversation=message.conversation, attempt=attempts + 1)
+        if self.files is not None and message.file_paths():
+            from gateway.pg.files import FileConflict
+
+            try:
+                message = await asyncio.to_thread(self._materialize, name, message)
+            except FileConflict as exc:
+                await self._dead_letter(message_id, name, message, f"attachment: {exc}", attempts + 1, list(errors))
+                return
         await self._answer(message_id, name, message, attempts, list(errors))
+
+    def _materialize(self, name: str, message: IncomingPayload) -> IncomingPayload:
+        """The message naming its attachments as written back under this host's home (gateway.pg.files)."""
+        from gateway.pg.files import materialize
+
+        assert self.files is not None
+        pool, home, settings = self.files
+        with pool.connection() as conn:
+            return materialize(conn, name, message, home, settings=settings)
 
     async def _answer(self, message_id: int, name: str, message: IncomingPayload, attempts: int,
                       errors: list[str]) -> None:

@@ -42,6 +42,7 @@ class ScriptedHandler:
     calls: list[tuple[str, float, float]] = field(default_factory=list)  # (messageId, start, end)
     running: int = 0
     most_running: int = 0
+    seen_files: dict[str, list[bytes]] = field(default_factory=dict)
 
     async def start(self) -> None:
         return None
@@ -51,6 +52,8 @@ class ScriptedHandler:
 
     async def handle(self, msg: IncomingPayload) -> list[OutgoingPayload]:
         start = time.monotonic()
+        if msg.files:
+            self.seen_files[msg.messageId] = [Path(path).read_bytes() for path in msg.files]
         self.running += 1
         self.most_running = max(self.most_running, self.running)
         try:
@@ -234,10 +237,10 @@ async def test_taking_in_twice_stores_once_and_another_file_under_a_taken_name_i
     from gateway.pg.intake import _insert
 
     rig = await rig_factory(ScriptedHandler())
-    async with rig.backend._pool.connection() as conn, conn.cursor() as cursor:
-        first = await _insert(cursor, "x.json", b"one", ["", "", "", []])
-        again = await _insert(cursor, "x.json", b"one", ["", "", "", []])  # a crash before its unlink
-        other = await _insert(cursor, "x.json", b"two", ["", "", "", []])
+    with psycopg.connect(rig.dsn, autocommit=True) as conn, conn.cursor() as cursor:
+        first = _insert(cursor, "x.json", b"one", ["", "", "", []])
+        again = _insert(cursor, "x.json", b"one", ["", "", "", []])  # a crash before its unlink
+        other = _insert(cursor, "x.json", b"two", ["", "", "", []])
     assert first is not None and again is None and other is not None
     assert rig.rows("SELECT name, payload FROM switchyard_messages WHERE name LIKE 'x%%' ORDER BY id") == [
         ("x.json", b"one"), ("x.again-1.json", b"two")]
@@ -292,3 +295,18 @@ async def test_files_arriving_while_the_database_is_away_wait_in_incoming_and_ke
     await rig.until(lambda: len(rig.replies()) == 10)
     assert [c[0] for c in handler.calls] == ids
     assert any("database reachable again" in e["reason"] for e in rig.events_named("queue.recovered"))
+
+
+async def test_an_attachment_travels_in_the_database_to_the_worker(rig_factory: Any) -> None:
+    rig = await rig_factory(ScriptedHandler(delay_s=0.5), max_concurrency=1)
+    folder = rig.home.files / "console" / "c-1"
+    folder.mkdir(parents=True)
+    attachment = folder / "report.txt"
+    attachment.write_bytes(b"bytes from the channel's host")
+    rig.drop(message(1, "c"))
+    rig.drop(message(2, "c", files=[str(attachment)]))
+    await rig.until(lambda: rig.rows("SELECT 1 FROM switchyard_messages WHERE name = '0000002.json'"))
+    attachment.unlink()  # as on a worker's host, which never had it
+    await rig.until(lambda: len(rig.replies()) == 2)
+    assert rig.handler.seen_files["c-00002"] == [b"bytes from the channel's host"]
+    assert rig.rows("SELECT path FROM switchyard_files") == [("files/console/c-1/report.txt",)]
