@@ -49,7 +49,8 @@ class QueueSettings(_Strict):
                                                        # is told so (0: never)
     backend: Literal["files", "postgres"] = "files"  # postgres: shared state in PostgreSQL (more than one host)
     dsn_env: str = Field(default="SWITCHYARD_DSN", min_length=1)  # the variable holding the PostgreSQL DSN
-    lease_sec: float = Field(default=15, gt=0)  # postgres: a dead channel owner's profile is taken over after this
+    lease_sec: float = Field(default=15, gt=0)  # postgres: a dead channel owner's profile is taken over after
+                                                # this, and a silent worker's messages are retried by another
     events_retention_days: float = Field(default=30, ge=0)  # postgres: switchyard_events rows kept (0: forever)
     db_files_max_bytes: int = Field(default=20 * 1024 * 1024, ge=0)  # postgres: larger attachments need
                                                                      # files.shared_dir
