@@ -139,6 +139,7 @@ class PgBackend:
                     self._worker = Worker(app, queues=[QUEUE], name=self.holder,
                                           concurrency=self.settings.queue.max_concurrency,
                                           install_signal_handlers=False, fetch_job_polling_interval=FETCH_POLL_S,
+                                          delete_jobs="successful",  # the message row keeps the outcome
                                           update_heartbeat_interval=self.timeout_s / 4,
                                           stalled_worker_timeout=self.timeout_s)
                     if failures:
