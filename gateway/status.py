@@ -8,11 +8,12 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.deadletters import list_dead
 from gateway.home import Home, queue_depths
-from gateway.plugin_manager import call_each
+from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
+from gateway.statuscache import LazySettings, StatusCache
 from gateway.tables import print_table
 
 if TYPE_CHECKING:
@@ -27,8 +28,14 @@ PID_START_SLACK_S = 5.0  # the gateway writes started_at just after its process 
 
 
 def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
-    """Prints the status; the exit code says whether the gateway is running (0) or not (3)."""
-    status = gather_status(run.home, run.settings, run.pm)
+    """Prints the status; the exit code says whether the gateway is running (0) or not (3). What it derives
+    from the configuration comes from the status cache while the files are unchanged: the settings are then
+    neither loaded nor validated (invalid ones exit 2 through SettingsError, as every command does)."""
+    cache = StatusCache.load(run.home, run.settings_path)
+    plugins = cache.remember("plugins", lambda: list(run.settings.plugins))
+    settings = cast("Settings", LazySettings(lambda: run.settings))
+    status = gather_status(run.home, settings, plugin_manager_for([*DEFAULT_PLUGINS, *plugins]), cache)
+    cache.save()
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
@@ -36,14 +43,15 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     return 0 if status["gateway"]["running"] else EXIT_NOT_RUNNING
 
 
-def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> dict[str, Any]:
-    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
+def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusCache) -> dict[str, Any]:
+    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections
+    (`cache` keeps what those derive from configuration files)."""
     status: dict[str, Any] = {"home": str(home.root), "queue": queue_depths(home)}
     status["gateway"] = gateway_process(home)
     dead = list_dead(home)
     status["dead_letter_count"] = len(dead)
     status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:DEAD_LETTERS_SHOWN]]
-    for section in call_each(pm, "switchyard_status", home=home, settings=settings):
+    for section in call_each(pm, "switchyard_status", home=home, settings=settings, cache=cache):
         status.update(section)
     return status
 
