@@ -66,10 +66,12 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
     files that do not validate (a running gateway keeps their last valid version), and the retention of
     every kind of kept file. What comes from the configuration is validated once per version of the files
     (the status cache); PATH is searched and the runs read every time."""
+    from orchestrator.pathcheck import not_found, provider_line
+
     config = cache.remember("orchestrator", lambda: _config_status(home, settings),
                             lambda: _config_files(home, settings))
     return {"runs": _unfinished_runs(home),
-            "providers": [f"provider {name}: `{binary}` not found on PATH (used by {', '.join(used_by)})"
+            "providers": [provider_line(name, not_found(binary), used_by)
                           for name, binary, used_by in config["binaries"] if shutil.which(binary) is None],
             "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in config["problems"]],
             "retention": config["retention"]}
@@ -105,6 +107,7 @@ def _unfinished_runs(home: Home) -> list[dict[str, Any]]:
 
 
 def _may_have_unfinished_runs(root: Path) -> bool:
+    """False when every run folder's state.json is in a final state (or there is none)."""
     from orchestrator.jobstates import FINISHED
 
     try:

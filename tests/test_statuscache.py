@@ -122,3 +122,21 @@ def test_a_file_changed_just_now_is_not_trusted(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr("gateway.statuscache.RACY_COARSE_NS", 0)
     assert identity(path) not in (UNTRUSTED, None)
     assert identity(tmp_path / "absent.yaml") is None
+
+
+def test_a_missing_provider_program_is_looked_up_on_path_every_time(
+        home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = home / "settings.yaml"
+    settings.write_text(settings.read_text() + "\nproviders: {agent: {type: claude, binary: sy-no-such-cli}}\n")
+    orchestrator = _orchestrator(home)
+    text = orchestrator.read_text()
+    assert "selector: {provider: rules}" in text
+    orchestrator.write_text(text.replace("selector: {provider: rules}", "selector: {provider: agent}"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    missing = ["provider agent: `sy-no-such-cli` not found on PATH (used by main:selector)"]
+    assert _status(home, capsys)["providers"] == missing
+    assert _status(home, capsys)["providers"] == missing  # from the cache
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sy-no-such-cli").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "sy-no-such-cli").chmod(0o755)
+    assert _status(home, capsys)["providers"] == []  # installed since: PATH is not cached
