@@ -31,11 +31,20 @@ RACY_NS = 50_000_000  # file timestamps come from a coarse clock (a jiffy: 1–1
 RACY_COARSE_NS = 2_000_000_000  # a file system that keeps whole seconds (FAT: 2 s)
 UNTRUSTED = [-1]  # recorded for a file changed too recently to tell a later edit from it
 _ROOT = Path(__file__).resolve().parent.parent
-# The modules whose rules decide what status reports about configuration: an edit or upgrade of one
-# (a new mtime, ctime or inode) invalidates the cache.
-CODE_FILES = ("gateway/settings.py", "gateway/statuscache.py", "orchestrator/config.py", "orchestrator/workflows.py",
-              "orchestrator/plugin.py", "orchestrator/doctor.py", "orchestrator/retention.py",
-              "plugins/heartbeat/__init__.py")
+# The packages whose modules decide what status reports about configuration (validation, the provider
+# presets' programs, retention, heartbeat): an edit or upgrade of any module in them invalidates the cache.
+CODE_FOLDERS = ("gateway", "orchestrator", "orchestrator/clis", "plugins/heartbeat")
+
+
+def code_files() -> list[str]:
+    """Every module of CODE_FOLDERS."""
+    files = []
+    for folder in CODE_FOLDERS:
+        try:
+            files += sorted(entry.path for entry in os.scandir(_ROOT / folder) if entry.name.endswith(".py"))
+        except OSError:
+            continue
+    return files
 
 
 def identity(path: str | os.PathLike[str]) -> list[int] | None:
@@ -61,7 +70,7 @@ class StatusCache:
 
     def __init__(self, path: Path | None, settings_path: Path, stored: dict[str, Any] | None = None):
         self._path = path
-        self._files = _identities([settings_path, *(_ROOT / name for name in CODE_FILES)])
+        self._files = _identities([settings_path, *code_files()])
         self._settings_path = os.fspath(settings_path)
         self._entries: dict[str, Any] = {}
         self._changed = False

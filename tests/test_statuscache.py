@@ -140,3 +140,17 @@ def test_a_missing_provider_program_is_looked_up_on_path_every_time(
     (tmp_path / "bin" / "sy-no-such-cli").write_text("#!/bin/sh\n")
     (tmp_path / "bin" / "sy-no-such-cli").chmod(0o755)
     assert _status(home, capsys)["providers"] == []  # installed since: PATH is not cached
+
+
+def test_a_changed_validating_module_invalidates_the_cache(
+        home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    module = tmp_path / "settings.py"
+    module.write_text("RULES = 1\n")
+    monkeypatch.setattr("gateway.statuscache.code_files", lambda: [str(module)])
+    _status(home, capsys)
+    computed = _computed(monkeypatch)
+    _status(home, capsys)
+    assert computed == []
+    module.write_text("RULES = 2\n")  # an upgrade or an edit of the code that validates
+    _status(home, capsys)
+    assert "orchestrator" in computed
