@@ -66,15 +66,16 @@ class RecordingChannel:
         return [text for conv, text in self.sent if conversation is None or conv == conversation]
 
 
-def insert_reply(dsn: str, conversation: str, message: str, *, profile: str = "p", name: str | None = None) -> int:
+def insert_reply(dsn: str, conversation: str, message: str, *, profile: str = "p", name: str | None = None,
+                 channel: str = CHANNEL) -> int:
     """Inserts one pending row as the pgqueue side would (contract columns only); returns its id."""
-    payload = OutgoingPayload(channel=CHANNEL, channelProfileId=profile, conversationId=conversation,
+    payload = OutgoingPayload(channel=channel, channelProfileId=profile, conversationId=conversation,
                               messageId=f"m-{time.time_ns()}", timestamp=int(time.time() * 1000), message=message,
                               sender="switchyard", senderId="switchyard")
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
                            "VALUES (%s, %s, %s, %s, %s::jsonb) RETURNING id",
-                           (name or f"{CHANNEL}_{payload.messageId}_{payload.timestamp}", CHANNEL, profile,
+                           (name or f"{channel}_{payload.messageId}_{payload.timestamp}", channel, profile,
                             conversation, json.dumps(json.loads(payload.to_json())))).fetchone()
     assert row is not None
     return int(row[0])
