@@ -326,7 +326,8 @@ class PgDelivery:
     # --- the spec-002 folder adapter, retention, reconnection ------------------------------
 
     async def _take_in_file(self, name: str) -> None:
-        """Moves one `queue/outgoing/` file into the table (unchanged name when free), then removes it."""
+        """Moves one `queue/outgoing/` file into the table (its file name as the row's name when free,
+        as PgOutbox names rows), then removes it."""
         path = self.home.outgoing / name
         try:
             raw = path.read_bytes()
@@ -342,7 +343,7 @@ class PgDelivery:
         conversation = payload.conversationId or payload.senderId or payload.sender
         document = json.dumps(json.loads(payload.to_json()))
         for attempt in range(1, 1000):
-            row_name = Path(name).stem if attempt == 1 else f"{Path(name).stem}-{time.time_ns()}"
+            row_name = name if attempt == 1 else f"{Path(name).stem}-{time.time_ns()}.json"
             try:
                 await self._pool.open(wait=False)
                 async with self._pool.connection(timeout=5.0) as conn:

@@ -75,7 +75,7 @@ def insert_reply(dsn: str, conversation: str, message: str, *, profile: str = "p
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
                            "VALUES (%s, %s, %s, %s, %s::jsonb) RETURNING id",
-                           (name or f"{channel}_{payload.messageId}_{payload.timestamp}", channel, profile,
+                           (name or f"{channel}_{payload.messageId}_{payload.timestamp}.json", channel, profile,
                             conversation, json.dumps(json.loads(payload.to_json())))).fetchone()
     assert row is not None
     return int(row[0])
@@ -156,6 +156,10 @@ class CuttableProxy:
             self._server = None
         for writer in list(self._writers):
             writer.transport.abort()
+
+    async def restore(self) -> None:
+        """Listens again on the same port (the database is back, as after a restart)."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -19,7 +19,7 @@ from gateway.pg.delivery import PgDelivery
 from gateway.pg.leases import Leases, channel_lease
 from gateway.settings import Settings
 from gateway.testing import async_wait_until
-from tests.pg.outbound_kit import CHANNEL, RecordingChannel, insert_reply, new_home, rows, settings_for
+from tests.pg.outbound_kit import CHANNEL, CuttableProxy, RecordingChannel, insert_reply, new_home, rows, settings_for
 
 LEASE = channel_lease(CHANNEL, "p")
 
@@ -61,14 +61,15 @@ async def make_owner(pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("SY_TEST_DSN", pg_dsn)
     owners: list[Owner] = []
 
-    async def make(holder: str, *, lease_sec: float = 30, take: bool = True, **queue: object) -> Owner:
+    async def make(holder: str, *, lease_sec: float = 30, take: bool = True, dsn: str = pg_dsn,
+                   **queue: object) -> Owner:
         settings: Settings = settings_for("SY_TEST_DSN", lease_sec, **queue)
         home = new_home(tmp_path / holder)
-        leases = Leases(pg_dsn, lease_sec, _nothing, holder=holder)
+        leases = Leases(dsn, lease_sec, _nothing, holder=holder)
         if take:
             taken, _ = await async_wait_until_taken(leases)
             assert taken == holder
-        delivery = PgDelivery(home, EventLog(home.events_file), settings.queue, pg_dsn, leases)
+        delivery = PgDelivery(home, EventLog(home.events_file), settings.queue, dsn, leases)
         channel = RecordingChannel("p", home, holder)
         delivery.start()
         delivery.add_channel(channel)
@@ -174,7 +175,7 @@ async def test_a_file_dropped_into_outgoing_is_taken_into_the_table_and_delivere
     owner.delivery.rescan()
     await async_wait_until(lambda: owner.channel.texts() == ["from a file"], 10)
     assert not path.exists()
-    assert [r["name"] for r in rows(pg_dsn)] == ["fake_m1_1"]
+    assert [r["name"] for r in rows(pg_dsn)] == ["fake_m1_1.json"]
 
 
 async def test_sent_rows_older_than_the_retention_are_deleted(make_owner: MakeOwner, pg_dsn: str) -> None:
@@ -186,3 +187,21 @@ async def test_sent_rows_older_than_the_retention_are_deleted(make_owner: MakeOw
         conn.execute("UPDATE switchyard_outbox SET sent_at = now() - interval '2 days' WHERE id = %s", (old,))
     owner.delivery.prune_sent()
     await async_wait_until(lambda: list(states(pg_dsn)) == ["new"], 10)
+
+
+async def test_delivery_reconnects_after_the_database_comes_back_and_says_so(make_owner: MakeOwner,
+                                                                             pg_dsn: str) -> None:
+    async with CuttableProxy(pg_dsn) as proxy:
+        owner = await make_owner("A", dsn=proxy.dsn(pg_dsn))
+        insert_reply(pg_dsn, "conv-a", "before")
+        await async_wait_until(lambda: owner.channel.texts() == ["before"], 10)
+        proxy.cut()  # as a database restart does to every connection
+        await async_wait_until(lambda: owner.events("outbox.database_unreachable"), 10)
+        insert_reply(pg_dsn, "conv-a", "during")  # its notification is lost: nobody listens
+        await proxy.restore()
+        await async_wait_until(lambda: owner.channel.texts() == ["before", "during"], 20)
+        await async_wait_until(lambda: owner.events("outbox.database_reconnected"), 10)
+        await async_wait_until(lambda: owner.delivery.listening, 10)
+        insert_reply(pg_dsn, "conv-a", "after")
+        await async_wait_until(lambda: owner.channel.texts() == ["before", "during", "after"], 10)
+        assert owner.leases.held  # a short outage (within the lease) keeps the channel

@@ -98,3 +98,26 @@ def test_only_one_process_polls_a_shared_telegram_profile_and_the_other_takes_ov
                 if switchyard.process is not None:
                     switchyard.process.kill()
                     switchyard.process.wait(10)
+
+
+def test_a_telegram_message_is_answered_through_the_outbox_table(pg_dsn: str, tmp_path: Path) -> None:
+    """The postgres branch of the Gateway end to end: the reply lands in switchyard_outbox (from
+    outgoing/ on the file worker, from PgOutbox on the postgres worker) and the owner sends it."""
+    schema.migrate(pg_dsn)
+    with FakeThread(FakeTelegram) as telegram:
+        fake = telegram.server
+        switchyard = make_switchyard(tmp_path / "a", fake, pg_dsn)
+        try:
+            switchyard.start()
+            message = telegram.run(fake.message, 1001, "hello over postgres", first_name="Ada")
+            telegram.call(fake.deliver, message)
+            sent = wait_until(lambda: [s for s in telegram.run(lambda: list(fake.sent))
+                                       if "write about hello over postgres" in (s.text or "")], 30)
+            assert len(sent) == 1 and sent[0].reply_to == message["message_id"]
+            wait_until(lambda: [r["state"] for r in rows(pg_dsn)] == ["sent"], 10)
+            assert switchyard.stop() == 0
+            assert not list(switchyard.home.outgoing.glob("*.json"))
+        finally:
+            if switchyard.process is not None:
+                switchyard.process.kill()
+                switchyard.process.wait(10)
