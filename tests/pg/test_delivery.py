@@ -150,7 +150,7 @@ async def test_each_part_is_sent_once_when_another_process_takes_the_profile_ove
     await first.kill()
     second = await make_owner("B", lease_sec=1.5)  # waits for A's lease to expire, then takes it
     await async_wait_until(lambda: second.channel.texts() == ["part2", "part3", "after"], 15)
-    assert [r["state"] for r in rows(pg_dsn)] == ["sent", "sent"]
+    await async_wait_until(lambda: [r["state"] for r in rows(pg_dsn)] == ["sent", "sent"], 10)
     assert rows(pg_dsn)[0]["parts_sent"] == {}  # the journal is dropped once the reply is sent
 
 
