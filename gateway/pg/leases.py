@@ -57,7 +57,8 @@ class Leases:
         self.margin = lease_sec / 3  # time left to stop what a lease guards before it can be taken
         self.timeout = max(0.2, min(lease_sec / 4, 5.0))  # one query; a hung database must not stall renewal
         self.held: dict[str, float] = {}  # name -> local deadline (time.monotonic) of the database's expiry
-        self.last_error: str | None = None
+        self.last_error: str | None = None  # why the last renewal failed (None: it worked)
+        self.on_trouble: Callable[[], None] = lambda: None  # called when last_error changes
         self._conn: Any = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -117,11 +118,14 @@ class Leases:
         except Exception as exc:
             if self.last_error is None:
                 log.warning("cannot renew leases %s: %s", ", ".join(names), _brief(exc))
+                self.last_error = _brief(exc)
+                self.on_trouble()
             self.last_error = _brief(exc)
             return time.monotonic() + retry
         if self.last_error is not None:
             log.info("leases renewed again")
-        self.last_error = None
+            self.last_error = None
+            self.on_trouble()
         kept = {row[0] for row in rows}
         for name in names:
             if name not in self.held:

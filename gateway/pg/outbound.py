@@ -42,6 +42,7 @@ class PgOutbound:
         self.lease_sec = settings.queue.lease_sec
         dsn = dsn_from_settings(settings.queue)
         self.leases = Leases(dsn, self.lease_sec, self._lost, holder=holder)
+        self.leases.on_trouble = self._show_owned
         types = [profile.type for profile in settings.channels]
         self.delivery = PgDelivery(gateway.home, gateway.events, settings.queue, dsn, self.leases,
                                    extra_roots=extra_file_roots(gateway.home, settings),
@@ -131,7 +132,7 @@ class PgOutbound:
         self._running[profile.id] = channel
         self.gateway.channels.append(channel)
         self.delivery.add_channel(channel)
-        self._show(profile, "running", f"owner {self.holder}")
+        self._show_owned()
         if attempt > 1:
             self.gateway.events.emit("channel.started", channel=profile.type, profile=profile.id, attempt=attempt)
         return 0.0
@@ -173,6 +174,14 @@ class PgOutbound:
                 await channel.stop()
         except Exception as exc:
             log.warning("channel %s did not stop cleanly: %s", channel.profile_id, exc)
+
+    def _show_owned(self) -> None:
+        """The owned profiles' status: this process owns them, and whether it can renew their leases."""
+        trouble = self.leases.last_error
+        for profile in self.gateway.settings.channels:
+            if profile.id in self._running:
+                self._show(profile, "running", f"owner {self.holder}" + (
+                    f"; cannot renew its lease, retrying: {trouble}" if trouble else ""))
 
     def _show(self, profile: ChannelProfile, state: str, reason: str) -> None:
         entry: dict[str, Any] = {"type": profile.type, "state": state, "reason": reason}

@@ -98,6 +98,7 @@ class StubGateway:
         self.channels: list[Any] = []
         self.channel_status: dict[str, dict[str, Any]] = {}
         self.started: list[RecordingChannel] = []
+        self.status_history: list[dict[str, dict[str, Any]]] = []  # each status written, in order
         self._stopping = asyncio.Event()
 
     async def _start_channel(self, profile: ChannelProfile) -> RecordingChannel:
@@ -107,7 +108,7 @@ class StubGateway:
         return channel
 
     def _write_status(self) -> None:
-        pass
+        self.status_history.append({k: dict(v) for k, v in self.channel_status.items()})
 
     def event_names(self) -> list[str]:
         from gateway.events import read_events

@@ -106,3 +106,7 @@ async def test_an_owner_that_cannot_reach_the_database_stops_its_channel_before_
         assert channel.stopped_at - cut < LEASE_SEC
         assert first_gw.channels == [] and state(first_gw)[0] == "standby"
         assert "channel.lease_lost" in first_gw.event_names()
+        shown = [entry["p"]["reason"] for entry in first_gw.status_history if "p" in entry]
+        trouble = next(i for i, reason in enumerate(shown) if "cannot renew its lease" in reason)
+        lost = next(i for i, reason in enumerate(shown) if reason.startswith("lease lost"))
+        assert trouble < lost  # the status said so while it still owned the channel
