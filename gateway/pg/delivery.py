@@ -95,6 +95,7 @@ class PgDelivery:
         self.listening = False
         self.database_error: str | None = None
         self.sent = 0
+        self.write_retries = 0  # fenced row writes retried because the database was away
 
     # --- the Gateway's surface ------------------------------------------------------------
 
@@ -103,7 +104,7 @@ class PgDelivery:
         from psycopg_pool import AsyncConnectionPool
 
         self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True},
-                                         check=AsyncConnectionPool.check_connection, reconnect_timeout=0)
+                                         check=AsyncConnectionPool.check_connection)
         self._tasks = [asyncio.create_task(self._run(), name="pg-delivery"),
                        asyncio.create_task(self._listen(), name="pg-delivery-listen")]
 
@@ -316,6 +317,7 @@ class PgDelivery:
                     changed = cursor.rowcount
             except Exception as exc:
                 failures += 1
+                self.write_retries += 1
                 self._database_down(exc)
                 await asyncio.sleep(backoff_delay(failures, 0.1, 2.0))
                 continue

@@ -205,3 +205,36 @@ async def test_delivery_reconnects_after_the_database_comes_back_and_says_so(mak
         insert_reply(pg_dsn, "conv-a", "after")
         await async_wait_until(lambda: owner.channel.texts() == ["before", "during", "after"], 10)
         assert owner.leases.held  # a short outage (within the lease) keeps the channel
+
+
+def _postgres(action: str) -> None:
+    """`pg_ctlcluster 15 main <action>` (stop, start): the shared test server, as the brief allows."""
+    import shutil
+    import subprocess
+
+    if shutil.which("pg_ctlcluster") is None:
+        pytest.skip("pg_ctlcluster is not here: cannot stop and start PostgreSQL")
+    done = subprocess.run(["pg_ctlcluster", "15", "main", action], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        pytest.skip(f"cannot {action} PostgreSQL here: {done.stderr.strip()}")
+
+
+async def test_a_postgres_restart_mid_delivery_loses_and_repeats_nothing(make_owner: MakeOwner, pg_dsn: str) -> None:
+    owner = await make_owner("A", lease_sec=30)
+    owner.channel.gates["a1"] = asyncio.Event()
+    for conversation in ("a", "b", "c"):
+        for n in range(1, 4):
+            insert_reply(pg_dsn, f"conv-{conversation}", f"{conversation}{n}")
+    await async_wait_until(lambda: "c3" in owner.channel.texts() and "b3" in owner.channel.texts(), 10)
+    await asyncio.to_thread(_postgres, "stop")
+    try:
+        owner.channel.gates.pop("a1").set()  # a1 goes out while the database is down: its row waits
+        await async_wait_until(lambda: "a1" in owner.channel.texts(), 10)
+        await async_wait_until(lambda: owner.delivery.write_retries >= 2, 20)  # its journal entry waits
+        await async_wait_until(lambda: owner.events("outbox.database_unreachable"), 10)
+    finally:
+        await asyncio.to_thread(_postgres, "start")
+    await async_wait_until(lambda: owner.channel.texts("conv-a") == ["a1", "a2", "a3"], 30)
+    await async_wait_until(lambda: set(states(pg_dsn).values()) == {"sent"}, 30)
+    assert sorted(owner.channel.texts()) == sorted(f"{c}{n}" for c in "abc" for n in range(1, 4))  # each once
+    assert owner.leases.held  # an outage shorter than the lease keeps the channel
