@@ -17,13 +17,11 @@ folder, or a FileOutbox) are taken into the table and removed.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
 from collections.abc import Collection, Sequence
 from contextlib import suppress
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,7 +36,7 @@ from gateway.events import EventLog
 from gateway.home import Home, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.pg.leases import HELD_BY, Leases, channel_lease
-from gateway.queue import move_to_failed
+from gateway.pg.outgoing_files import take_in_file
 from gateway.settings import QueueSettings
 
 log = logging.getLogger("switchyard.pg.delivery")
@@ -57,8 +55,6 @@ SELECT id, name, payload, attempts, parts_sent, next_attempt_at <= now()
 FROM switchyard_outbox WHERE state = 'pending' AND channel = %s AND profile = %s AND conversation = %s
 ORDER BY id LIMIT 1
 """
-INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
-          "VALUES (%s, %s, %s, %s, %s::jsonb) ON CONFLICT (name) DO NOTHING RETURNING id")
 PRUNE = "DELETE FROM switchyard_outbox WHERE state = 'sent' AND sent_at < now() - make_interval(secs => %s)"
 
 Key = tuple[str, str, str]  # (channel type, profile, conversation) as the row has them
@@ -328,41 +324,9 @@ class PgDelivery:
     # --- the spec-002 folder adapter, retention, reconnection ------------------------------
 
     async def _take_in_file(self, name: str) -> None:
-        """Moves one `queue/outgoing/` file into the table (its file name as the row's name when free,
-        as PgOutbox names rows), then removes it."""
-        path = self.home.outgoing / name
-        try:
-            raw = path.read_bytes()
-            payload = OutgoingPayload.model_validate(json.loads(raw))
-        except FileNotFoundError:
-            return
-        except (ValueError, ValidationError) as exc:
-            with suppress(FileNotFoundError):
-                move_to_failed(self.home, path, fsync=self.settings.fsync,
-                               reason=f"invalid outgoing payload: {exc}", attempts=0, source="outgoing")
-            self.events.emit("outgoing.failed", file=name, reason="invalid outgoing payload", attempts=0)
-            return
-        conversation = payload.conversationId or payload.senderId or payload.sender
-        document = json.dumps(json.loads(payload.to_json()))
-        for attempt in range(1, 1000):
-            row_name = name if attempt == 1 else f"{Path(name).stem}-{time.time_ns()}.json"
-            try:
-                await self._pool.open(wait=False)
-                async with self._pool.connection(timeout=5.0) as conn:
-                    cursor = await conn.execute(INSERT, (row_name, payload.channel, payload.profile,
-                                                         conversation, document))
-                    inserted = await cursor.fetchone() is not None
-                    if not inserted:
-                        same = await (await conn.execute("SELECT payload = %s::jsonb FROM switchyard_outbox "
-                                                         "WHERE name = %s", (document, row_name))).fetchone()
-                        inserted = bool(same and same[0])  # taken in before a crash: only the file is left
-            except Exception as exc:
-                self._database_down(exc)
-                await asyncio.sleep(backoff_delay(attempt, 0.5, RECONNECT_MAX_S))
-                continue
-            if inserted:
-                path.unlink(missing_ok=True)
-                return
+        await self._pool.open(wait=False)
+        await take_in_file(self.home, name, self._pool, self.events, fsync=self.settings.fsync,
+                           on_database_error=self._database_down)
 
     async def _prune(self) -> None:
         with suppress(Exception):
