@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -44,6 +44,10 @@ from gateway.settings import ChannelProfile, Settings
 from gateway.sharing import SharedHome
 from gateway.watch import FolderWatch
 from gateway.worker import Worker
+
+if TYPE_CHECKING:
+    from gateway.pg.delivery import PgDelivery
+    from gateway.pg.outbound import PgOutbound
 
 log = logging.getLogger("switchyard")
 
@@ -107,7 +111,8 @@ class Gateway:
         self.channels: list[Channel] = []
         self.handler: Handler | None = None
         self.worker: Worker | None = None
-        self.dispatcher: Dispatcher | None = None
+        self.dispatcher: Dispatcher | PgDelivery | None = None
+        self.outbound: PgOutbound | None = None  # postgres: channels under their leases, replies from the database
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -133,7 +138,13 @@ class Gateway:
         self.answered.open()
         self.handler = self._build_handler()
         await self.handler.start()
-        self.channels = await self._start_channels() if self.role == "run" else []
+        if self.role == "run" and self.settings.queue.backend == "postgres":
+            from gateway.pg.outbound import PgOutbound
+
+            self.outbound = PgOutbound(self)  # each profile connected here only while this process owns it
+            self.channels = await self.outbound.start()
+        elif self.role == "run":
+            self.channels = await self._start_channels()
         qs = self.settings.queue
         if self.pg is not None:
             await self.pg.start(self.handler, self.queue, on_start=self._show_typing)
@@ -146,8 +157,8 @@ class Gateway:
             self.worker.receipts = Receipts(self.outbox, self.events, after_sec=qs.receipt_after_sec,
                                             ahead=self.worker.scheduler.ahead_of, wanted=self._takes_receipts)
         if self.role == "run":
-            self.dispatcher = Dispatcher(self.home, self.channels, self.events, qs,
-                                         extra_roots=extra_file_roots(self.home, self.settings))
+            self.dispatcher = self.outbound.delivery if self.outbound is not None else Dispatcher(
+                self.home, self.channels, self.events, qs, extra_roots=extra_file_roots(self.home, self.settings))
         self.outbox.on_written = self._on_written
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
         if self.dispatcher is not None:
@@ -401,6 +412,8 @@ class Gateway:
         for watch in other_watches:
             watch.stop()
         await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
+        if self.outbound is not None:  # releases the leases once their channels are stopped
+            await self._bounded({"leases": self.outbound.stop()}, STOP_TAIL_S)
         if self.dashboard is not None:
             await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)
         self.outbox.on_written = None

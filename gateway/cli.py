@@ -286,14 +286,17 @@ def _main(argv: list[str]) -> int:
         parser.print_help()
         return 0
     run.args = args
-    from gateway.settings import SettingsError
-
     try:
         if "command_entry" in args:
             return args.command_entry.call(args, run)  # type: ignore[no-any-return]
         code: int = args.run(args, run.home, run.settings)
         return code
-    except SettingsError as exc:
+    except Exception as exc:
+        # Only a command that loaded gateway.settings can raise SettingsError; `status` answered from its
+        # cache never imports it (nor pydantic), so the class is looked up rather than imported here.
+        settings_module = sys.modules.get("gateway.settings")
+        if settings_module is None or not isinstance(exc, settings_module.SettingsError):
+            raise
         print(f"{PROG}: invalid settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.api import DeliveryRecord
 from gateway.chunking import split_message
@@ -80,23 +81,45 @@ class DeliveryJournal:
 SendPart = Callable[[Part], Awaitable[str]]
 
 
+class SharedJournal(Protocol):
+    """A delivery journal kept outside this host (the postgres backend's outbox row), for the one
+    payload being delivered; the delivery that set it forgets it when it marks the payload sent."""
+
+    async def sent_parts(self) -> dict[int, str]:
+        """Part index → platform message id, for the parts already sent (by any process)."""
+
+    async def record(self, index: int, platform_id: str) -> None:
+        """Records one sent part; raises when it cannot, so no later part is sent unrecorded."""
+
+
+SHARED_JOURNAL: ContextVar[SharedJournal | None] = ContextVar("switchyard_shared_journal", default=None)
+"""Set by a dispatcher around `Channel.send` when the journal must outlive this host: `deliver_parts`
+then uses it instead of the channel's own DeliveryJournal, so channels need not know the backend."""
+
+
 async def deliver_parts(
     outgoing: OutgoingPayload, parts: list[Part], send_part: SendPart, journal: DeliveryJournal
 ) -> DeliveryRecord:
     """Sends the parts not yet sent, in order, journaling each platform id; returns all ids.
 
     An exception from `send_part` (e.g. a DeliveryError after a 429) leaves the journal with the
-    parts sent so far; the dispatcher retries the payload and only the rest is sent.
+    parts sent so far; the dispatcher retries the payload and only the rest is sent. The journal
+    is the SHARED_JOURNAL when one is set (see there), else `journal`.
     """
+    shared = SHARED_JOURNAL.get()
     key = delivery_key(outgoing)
-    sent = journal.sent_parts(key)
+    sent = await shared.sent_parts() if shared is not None else journal.sent_parts(key)
     for part in parts:
         if part.index in sent:
             continue
         platform_id = await send_part(part)
-        journal.record(key, part.index, platform_id)
+        if shared is not None:
+            await shared.record(part.index, platform_id)
+        else:
+            journal.record(key, part.index, platform_id)
         sent[part.index] = platform_id
-    journal.forget(key)
+    if shared is None:
+        journal.forget(key)
     return DeliveryRecord(platform_ids=[sent[p.index] for p in parts], detail={"parts": len(parts)})
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
     from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
+    from gateway.statuscache import StatusCache
 
 hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")
@@ -112,11 +113,13 @@ def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 @hookspec
-def switchyard_status(home: Home, settings: Settings) -> dict[str, Any] | None:
+def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dict[str, Any] | None:
     """Adds sections to `switchyard status` (e.g. the orchestrator's active runs), read from disk.
 
-    Called by the CLI, also when no gateway is running. All implementations are called; the
-    returned mappings are merged.
+    Called by the CLI, also when no gateway is running. `settings` are loaded (and pydantic imported)
+    when first read; what a section derives from configuration files belongs in
+    `cache.remember(key, compute, files)`, so status on an unchanged home validates nothing.
+    All implementations are called; the returned mappings are merged.
     """
 
 

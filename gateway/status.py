@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.deadletters import list_dead
 from gateway.home import Home, queue_depths
-from gateway.plugin_manager import call_each
+from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
+from gateway.statuscache import LazySettings, StatusCache
 from gateway.tables import print_table
 
 if TYPE_CHECKING:
@@ -32,21 +34,28 @@ PID_START_SLACK_S = 5.0  # the gateway writes started_at just after its process 
 
 
 def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
-    """Prints the status; the exit code says whether the gateway is running (0) or not (3)."""
-    if run.settings.queue.backend == "postgres":
+    """Prints the status; the exit code says whether the gateway is running (0) or not (3). What it derives
+    from the configuration comes from the status cache while the files are unchanged: the settings are then
+    neither loaded nor validated (invalid ones exit 2 through SettingsError, as every command does). On the
+    postgres backend an unreachable database is one line on stderr and exit 2."""
+    cache = StatusCache.load(run.home, run.settings_path)
+    plugins = cache.remember("plugins", lambda: list(run.settings.plugins))
+    backend = cache.remember("backend", lambda: run.settings.queue.backend)
+    settings = cast("Settings", LazySettings(lambda: run.settings))
+    pm = plugin_manager_for([*DEFAULT_PLUGINS, *plugins])
+    if backend == "postgres":
         from gateway.pg.status import DatabaseUnreachable
 
         try:
-            status = gather_status(run.home, run.settings, run.pm)
+            status = gather_status(run.home, settings, pm, cache, on_database=True)
         except DatabaseUnreachable as exc:
             if args.json:
                 print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": str(exc)}}))
-            import sys
-
             print(f"switchyard: {exc}", file=sys.stderr)
             return EXIT_DATABASE
     else:
-        status = gather_status(run.home, run.settings, run.pm)
+        status = gather_status(run.home, settings, pm, cache)
+    cache.save()
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
@@ -54,9 +63,12 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     return 0 if status["gateway"]["running"] else EXIT_NOT_RUNNING
 
 
-def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> dict[str, Any]:
-    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections."""
-    if settings.queue.backend == "postgres":
+def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusCache, *,
+                 on_database: bool = False) -> dict[str, Any]:
+    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections
+    (`cache` keeps what those derive from configuration files); `on_database`: the postgres backend's
+    queue, dead letters and processes, read from the database."""
+    if on_database:
         from gateway.pg.status import gather
 
         status: dict[str, Any] = {"home": str(home.root), "backend": "postgres"}
@@ -74,7 +86,7 @@ def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager) -> d
         dead = list_dead(home)
         status["dead_letter_count"] = len(dead)
         status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:DEAD_LETTERS_SHOWN]]
-    for section in call_each(pm, "switchyard_status", home=home, settings=settings):
+    for section in call_each(pm, "switchyard_status", home=home, settings=settings, cache=cache):
         status.update(section)
     return status
 

@@ -11,6 +11,7 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings, Settings, secret_env_names
 from orchestrator.clis import PRESETS
 from orchestrator.config import load_every_config
+from orchestrator.pathcheck import not_found, provider_line
 from orchestrator.rules import builtin_providers
 
 VERSION_TIMEOUT_SEC = 15.0
@@ -71,14 +72,14 @@ def check_providers(home: Home, settings: Settings, *, all_providers: bool = Tru
             check.binary = binary_of(provider)
             check.path = shutil.which(check.binary)
             if check.path is None:
-                check.problem = f"`{check.binary}` not found on PATH"
+                check.problem = not_found(check.binary)
         checks.append(check)
     return checks
 
 
 def missing_providers(home: Home, settings: Settings, uses: dict[str, list[str]] | None = None) -> list[str]:
     """A line for each provider an orchestrator uses whose program is not on PATH."""
-    return [f"provider {c.name}: {c.problem} (used by {', '.join(c.used_by)})"
+    return [provider_line(c.name, c.problem, c.used_by)
             for c in check_providers(home, settings, all_providers=False, uses=uses) if c.problem]
 
 

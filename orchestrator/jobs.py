@@ -8,24 +8,11 @@ from typing import Literal
 
 from gateway.backoff import delay as backoff_delay
 from gateway.models import Job
+from orchestrator.jobstates import FINISHED as FINISHED  # re-exported: the run store and tests import them here
+from orchestrator.jobstates import TRANSITIONS as TRANSITIONS
+from orchestrator.jobstates import JobState as JobState
 
-JobState = Literal["queued", "running", "waiting_input", "done", "failed", "failed_final", "cancelled"]
 FailureCategory = Literal["retryable", "transient", "fatal"]
-
-# queued → running → done | failed → queued (retry) | failed_final, plus:
-# running → waiting_input → queued (an input step got its answer),
-# running → queued (the process stopped or died mid-run; resumed from the last completed step),
-# queued | running | waiting_input → cancelled (/cancel, cancel_run).
-TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"running", "cancelled"}),
-    "running": frozenset({"done", "failed", "waiting_input", "queued", "cancelled"}),
-    "waiting_input": frozenset({"queued", "cancelled"}),
-    "failed": frozenset({"queued", "failed_final"}),
-    "done": frozenset(),
-    "failed_final": frozenset(),
-    "cancelled": frozenset(),
-}
-FINISHED = frozenset(state for state, targets in TRANSITIONS.items() if not targets)
 
 
 class IllegalTransition(Exception):

@@ -6,6 +6,10 @@ does not import the whole orchestrator. Its subcommands are declared in orchestr
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import hookimpl
@@ -14,6 +18,7 @@ if TYPE_CHECKING:
     from gateway.api import BuiltinProvider, HandlerContext
     from gateway.home import Home
     from gateway.settings import Settings
+    from gateway.statuscache import StatusCache
     from orchestrator.handler import Orchestrator
 
 
@@ -56,19 +61,69 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
 
 
 @hookimpl
-def switchyard_status(home: Home, settings: Settings) -> dict[str, Any]:
+def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dict[str, Any]:
     """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, orchestrator
     files that do not validate (a running gateway keeps their last valid version), and the retention of
-    every kind of kept file."""
-    from orchestrator.doctor import missing_providers, provider_uses
+    every kind of kept file. What comes from the configuration is validated once per version of the files
+    (the status cache); PATH is searched and the runs read every time."""
+    from orchestrator.pathcheck import not_found, provider_line
+
+    config = cache.remember("orchestrator", lambda: _config_status(home, settings),
+                            lambda: _config_files(home, settings))
+    return {"runs": _unfinished_runs(home),
+            "providers": [provider_line(name, not_found(binary), used_by)
+                          for name, binary, used_by in config["binaries"] if shutil.which(binary) is None],
+            "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in config["problems"]],
+            "retention": config["retention"]}
+
+
+def _config_status(home: Home, settings: Settings) -> dict[str, Any]:
+    """What status shows of the configuration: the problems of the orchestrator files, the program each used
+    provider runs (name, binary, users) and the retention settings."""
+    from orchestrator.doctor import check_providers, provider_uses
     from orchestrator.retention import retention_settings
-    from orchestrator.runs import RunStore
 
     uses, problems = provider_uses(home, settings)
-    return {"runs": [run.summary() for run in RunStore(home).unfinished()],
-            "providers": missing_providers(home, settings, uses),
-            "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in problems],
+    checks = check_providers(home, settings, all_providers=False, uses=uses)
+    return {"problems": problems, "binaries": [[c.name, c.binary, c.used_by] for c in checks if c.binary],
             "retention": retention_settings(settings)}
+
+
+def _config_files(home: Home, settings: Settings) -> list[Path]:
+    """Every orchestrator.yaml (present or not) whose validation status reports."""
+    from orchestrator.config import CONFIG_FILE
+
+    return [home.resolve(ref.workspace) / CONFIG_FILE for ref in settings.orchestrators.values()]
+
+
+def _unfinished_runs(home: Home) -> list[dict[str, Any]]:
+    """The summaries of the runs not yet finished; a home whose runs all ended is told from their state.json
+    as plain JSON, without loading the run models."""
+    if not _may_have_unfinished_runs(home.runs):
+        return []
+    from orchestrator.runs import RunStore
+
+    return [run.summary() for run in RunStore(home).unfinished()]
+
+
+def _may_have_unfinished_runs(root: Path) -> bool:
+    """False when every run folder's state.json is in a final state (or there is none)."""
+    from orchestrator.jobstates import FINISHED
+
+    try:
+        folders = list(os.scandir(root))
+    except OSError:
+        return False
+    for folder in folders:
+        try:
+            state = json.loads((Path(folder.path) / "state.json").read_bytes())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return True  # let the run store read it (and log why it cannot)
+        if not isinstance(state, dict) or state.get("state") not in FINISHED:
+            return True
+    return False
 
 
 @hookimpl

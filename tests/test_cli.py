@@ -89,6 +89,27 @@ def test_status_does_not_import_asyncio_the_queue_or_any_channel(tmp_path: Path)
     assert result.stdout.strip().splitlines()[-1] == "status exit 3 []"
 
 
+def test_status_on_an_unchanged_home_does_not_import_pydantic(tmp_path: Path) -> None:
+    """The second `switchyard status` on a home whose configuration did not change answers from the status
+    cache: the same output, without importing pydantic, the settings or orchestrator models, or the run store."""
+    from gateway.cli import main
+
+    home = tmp_path / "home"
+    assert main(["--home", str(home), "init"]) == 0
+    (home / "settings.yaml").write_text(STATUS_SETTINGS)
+    heavy = ("pydantic", "gateway.settings", "gateway.api", "orchestrator.config", "orchestrator.runs")
+    code = ("import sys\nfrom gateway.cli import main\n"
+            f"code = main(['--home', {str(home)!r}, 'status'])\n"
+            f"print('status exit', code, sorted(m for m in {heavy!r} if m in sys.modules))")
+    cold, warm = (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+                  for _ in range(2))
+    assert cold.returncode == 0 and warm.returncode == 0, cold.stderr + warm.stderr
+    assert "'pydantic'" in cold.stdout.splitlines()[-1]  # the first one validated
+    assert warm.stdout.strip().splitlines()[-1] == "status exit 3 []"
+    assert warm.stdout.splitlines()[:-1] == cold.stdout.splitlines()[:-1]
+    assert "notify profile 'pager' is not configured" in warm.stdout
+
+
 def test_since_takes_a_duration_or_an_iso_date() -> None:
     now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
     assert parse_since("2h", now) == now - timedelta(hours=2)

@@ -8,27 +8,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
-from gateway import ChannelOptions, hookimpl
+from gateway import hookimpl
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gateway import ChannelContext, ChannelProfile
     from plugins.console.channel import ConsoleChannel
 
 CHANNEL_TYPE = "console"
 
 
-class ConsoleProfileOptions(ChannelOptions):
-    """The keys of a console profile."""
-
-    sender: str | None = None
-    conversation_id: str = "console"
-
-
 @hookimpl
 def switchyard_channel_options() -> dict[str, type[BaseModel]]:
     """Declares the keys a `type: console` profile may carry."""
+    from plugins.console.profile import ConsoleProfileOptions
+
     return {CHANNEL_TYPE: ConsoleProfileOptions}
 
 

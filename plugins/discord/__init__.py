@@ -10,25 +10,23 @@ on one profile only. discord.py is imported only when a Discord profile is built
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import TYPE_CHECKING
 
-from gateway import Channel, ChannelContext, ChannelOptions, ChannelProfile, hookimpl
+from gateway import hookimpl
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from gateway import Channel, ChannelContext, ChannelProfile
 
 CHANNEL_TYPE = "discord"
-
-
-class DiscordProfileOptions(ChannelOptions):
-    """The keys of a discord profile (see the module docstring)."""
-
-    token_env: str | None = None
-    api_base_url: str | None = None
-    gateway_url: str | None = None
-    require_mention: bool = False
 
 
 @hookimpl
 def switchyard_channel_options() -> dict[str, type[BaseModel]]:
     """Declares the keys a `type: discord` profile may carry."""
+    from plugins.discord.profile import DiscordProfileOptions
+
     return {CHANNEL_TYPE: DiscordProfileOptions}
 
 

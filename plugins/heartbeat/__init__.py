@@ -10,35 +10,21 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
-
-from gateway import ChannelOptions, hookimpl
+from gateway import hookimpl
 from gateway.events import now_ms
 from gateway.home import safe_name
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gateway import ChannelContext, ChannelProfile, FunctionSpec, Home, Settings
+    from gateway.statuscache import StatusCache
     from plugins.heartbeat.channel import HeartbeatChannel
 
 CHANNEL_TYPE = "heartbeat"
 OK = "HEARTBEAT_OK"
 CHECK_FUNCTION = "heartbeat_check"  # what each probe asks the selector to invoke (`invokeFunction`)
 MISS_GRACE_S = 5.0
-
-
-class HeartbeatNotify(BaseModel):
-    """Where a non-OK answer is forwarded."""
-
-    profile: str
-    conversationId: str | None = None  # noqa: N815 - the payload's own field name
-
-
-class HeartbeatProfileOptions(ChannelOptions):
-    """The keys of a heartbeat profile."""
-
-    interval_sec: float = Field(default=60, gt=0)
-    message: str = "heartbeat"
-    notify: HeartbeatNotify | None = None
 
 
 def state_path(home: Home, profile_id: str) -> Path:
@@ -55,12 +41,13 @@ def notify_problem(settings: Settings, profile: ChannelProfile) -> str | None:
     return f"notify profile {target!r} is not configured: answers other than {OK} are not forwarded"
 
 
-def read_heartbeat(home: Home, profile: ChannelProfile) -> dict[str, Any]:
-    """A heartbeat profile's last recorded beat, with `missed` set when an answer is overdue."""
+def read_heartbeat(home: Home, profile: ChannelProfile | str) -> dict[str, Any]:
+    """A heartbeat profile's (or profile id's) last recorded beat, with `missed` set when an answer is overdue."""
+    profile_id = profile if isinstance(profile, str) else profile.id
     try:
-        state: dict[str, Any] = json.loads(state_path(home, profile.id).read_bytes())
+        state: dict[str, Any] = json.loads(state_path(home, profile_id).read_bytes())
     except (OSError, ValueError):
-        return {"profile": profile.id, "missed": None, "note": "no beat recorded yet"}
+        return {"profile": profile_id, "missed": None, "note": "no beat recorded yet"}
     interval_ms = float(state.get("interval_sec", 60)) * 1000
     since = state.get("last_answer_ms") or state.get("started_ms") or 0
     state["missed"] = now_ms() - since > 2 * interval_ms + MISS_GRACE_S * 1000
@@ -70,6 +57,8 @@ def read_heartbeat(home: Home, profile: ChannelProfile) -> dict[str, Any]:
 @hookimpl
 def switchyard_channel_options() -> dict[str, type[BaseModel]]:
     """Declares the keys a `type: heartbeat` profile may carry."""
+    from plugins.heartbeat.profile import HeartbeatProfileOptions
+
     return {CHANNEL_TYPE: HeartbeatProfileOptions}
 
 
@@ -100,11 +89,13 @@ def switchyard_functions() -> list[FunctionSpec]:
 
 
 @hookimpl
-def switchyard_status(home: Home, settings: Settings) -> dict[str, Any] | None:
+def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dict[str, Any] | None:
+    """Each heartbeat profile's last beat, and why its alerts cannot be forwarded (from the status cache)."""
+    profiles = cache.remember("heartbeat", lambda: [[p.id, notify_problem(settings, p)] for p in settings.channels
+                                                    if p.type == CHANNEL_TYPE])
     beats = []
-    for profile in (p for p in settings.channels if p.type == CHANNEL_TYPE):
-        beat = read_heartbeat(home, profile)
-        problem = notify_problem(settings, profile)
+    for profile_id, problem in profiles:
+        beat = read_heartbeat(home, str(profile_id))
         if problem:
             beat["problem"] = problem
         beats.append(beat)

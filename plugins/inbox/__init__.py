@@ -3,33 +3,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
-
-from gateway import ChannelOptions, hookimpl
+from gateway import hookimpl
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gateway import ChannelContext, ChannelProfile
     from plugins.inbox.channel import InboxChannel
 
 CHANNEL_TYPE = "inbox"
 
 
-class InboxProfileOptions(ChannelOptions):
-    """The keys of an inbox profile (paths relative to the home)."""
-
-    root: str = "inbox"
-    processed_root: str = "processed"
-    failed_root: str = "failed"
-    fatal_policy: Literal["leave", "move"] = "move"
-    poll_ms: float = Field(default=1000, gt=0)
-    settle_ms: float = Field(default=200, ge=0)
-
-
 @hookimpl
 def switchyard_channel_options() -> dict[str, type[BaseModel]]:
     """Declares the keys a `type: inbox` profile may carry."""
+    from plugins.inbox.profile import InboxProfileOptions
+
     return {CHANNEL_TYPE: InboxProfileOptions}
 
 

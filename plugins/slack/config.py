@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gateway import ChannelProfile
-from gateway.api import ConfigurationError
+if TYPE_CHECKING:
+    from gateway import ChannelProfile
 
 CHANNEL_TYPE = "slack"
 MAX_TEXT_LIMIT = 40_000  # Slack truncates chat.postMessage text beyond 40,000 characters
@@ -62,6 +63,8 @@ class SlackConfig:
         name: str = getattr(self, key)
         value = os.environ.get(name, "").strip()
         if not value:
+            from gateway.api import ConfigurationError  # imported on use: `status` loads this module
+
             raise ConfigurationError(f"slack profile {self.profile_id!r}: environment variable {name} "
                                f"(named by {key}) is not set")
         return value

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway import ChannelProfile
-from gateway.api import ConfigurationError
+if TYPE_CHECKING:
+    from gateway import ChannelProfile
 
 CHANNEL_TYPE = "telegram"
 DEFAULT_BASE_URL = "https://api.telegram.org/bot"
@@ -66,6 +66,8 @@ class TelegramOptions:
         """The bot token from `token_env`; the error names the variable, never a value."""
         value = os.environ.get(self.token_env, "").strip()
         if not value:
+            from gateway.api import ConfigurationError  # imported on use: `status` loads this module
+
             raise ConfigurationError(f"telegram profile {self.profile_id!r}: environment variable "
                                f"{self.token_env} (token_env) is not set or empty")
         return value
@@ -76,6 +78,8 @@ class TelegramOptions:
             return None
         value = os.environ.get(self.webhook_secret_env, "").strip()
         if not value:
+            from gateway.api import ConfigurationError  # imported on use: `status` loads this module
+
             raise ConfigurationError(f"telegram profile {self.profile_id!r}: environment variable "
                                f"{self.webhook_secret_env} (webhook_secret_env) is not set or empty")
         return value

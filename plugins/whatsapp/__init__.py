@@ -15,33 +15,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
-from gateway import ChannelContext, ChannelOptions, ChannelProfile, hookimpl
-from gateway.api import ConfigurationError
+from gateway import hookimpl
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from gateway import ChannelContext, ChannelProfile
     from plugins.whatsapp.channel import WhatsAppChannel
 
 CHANNEL_TYPE = "whatsapp"
 
 
-class WhatsAppProfileOptions(ChannelOptions):
-    """The keys of a whatsapp profile (the channel checks which are required when it starts)."""
-
-    token_env: str | None = None
-    phone_number_id: str | int | None = None
-    app_secret_env: str | None = None
-    verify_token_env: str | None = None
-    api_base_url: str | None = None
-    webhook_listen: str | None = None
-    webhook_port: int | None = None
-    webhook_path: str | None = None
-
-
 @hookimpl
 def switchyard_channel_options() -> dict[str, type[BaseModel]]:
     """Declares the keys a `type: whatsapp` profile may carry."""
+    from plugins.whatsapp.profile import WhatsAppProfileOptions
+
     return {CHANNEL_TYPE: WhatsAppProfileOptions}
 
 
@@ -56,6 +45,8 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Wha
     """Builds the WhatsApp channel for `type: whatsapp` profiles."""
     if profile.type != CHANNEL_TYPE:
         return None
+    from gateway.api import ConfigurationError
+
     try:
         import aiohttp  # noqa: F401 - imported here so the gateway starts fast without WhatsApp
     except ImportError as exc:

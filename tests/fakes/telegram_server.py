@@ -3,7 +3,8 @@
 Endpoints `POST /bot{token}/{method}` (form or multipart, values as strings) for getMe,
 deleteWebhook, setWebhook, getUpdates (long poll), sendMessage, sendDocument, editMessageText,
 sendChatAction and getFile, plus `GET /file/bot{token}/{path}` for downloads. While a webhook is set, updates are
-POSTed to it (with the secret-token header) and getUpdates answers 409, as the real API does.
+POSTed to it (with the secret-token header) and getUpdates answers 409, as the real API does; so does a
+getUpdates while another one is still waiting (a second poller of the same bot), counted in `conflicts`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ class FakeTelegram(FakeServer):
         self._fail_after = 0
         self._fail_times = 0
         self._refuse: tuple[int, str] | None = None
+        self.polling = 0  # getUpdates calls waiting now
+        self.conflicts = 0  # getUpdates refused because another one was waiting (two pollers)
+        self.poll_times: list[float] = []  # time.monotonic() of each getUpdates accepted
+        self._hold_after: int | None = None
+        self.release_held = asyncio.Event()
+        self.held = 0  # sends waiting on release_held now
         super().__init__()
 
     def setup_routes(self, app: web.Application) -> None:
@@ -99,6 +106,11 @@ class FakeTelegram(FakeServer):
     def refuse_next(self, status: int = 403, description: str = "Forbidden: bot was blocked by the user") -> None:
         """Answers the next send with this refusal (by default the 403 of a bot the user blocked)."""
         self._refuse = (status, description)
+
+    def hold_sends_after(self, count: int) -> None:
+        """Lets `count` more sends through, then holds each later one until `release_held` is set
+        (a held send whose client goes away is never recorded)."""
+        self._hold_after = len(self.sent) + count
 
     def delete_sent(self) -> None:
         """Deletes every message the bot sent so far: editing one answers "message to edit not found"."""
@@ -158,6 +170,12 @@ class FakeTelegram(FakeServer):
             return _error(404, "Not Found")
         if method in SEND_METHODS and (refusal := self._refusal()) is not None:
             return refusal
+        if method in SEND_METHODS and self._hold_after is not None and len(self.sent) >= self._hold_after:
+            self.held += 1
+            try:
+                await self.release_held.wait()
+            finally:
+                self.held -= 1
         result: web.Response = await handler(params)
         return result
 
@@ -194,6 +212,18 @@ class FakeTelegram(FakeServer):
         if self.fail_polls > 0:
             self.fail_polls -= 1
             return _error(502, "Bad Gateway")
+        if self.polling:
+            self.conflicts += 1
+            return _error(409, "Conflict: terminated by other getUpdates request; make sure that only one "
+                               "bot instance is running")
+        self.polling += 1
+        self.poll_times.append(time.monotonic())
+        try:
+            return await self._poll(params)
+        finally:
+            self.polling -= 1
+
+    async def _poll(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)
         async with self._arrived:
             self._pending = [u for u in self._pending if u["update_id"] >= offset]

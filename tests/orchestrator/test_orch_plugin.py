@@ -14,6 +14,7 @@ from gateway import hookspecs
 from gateway.api import HandlerContext
 from gateway.home import Home
 from gateway.settings import Settings
+from gateway.statuscache import StatusCache
 from orchestrator import Orchestrator
 from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
 from orchestrator.runs import Conversation, RunState, RunStore, StepState
@@ -44,13 +45,17 @@ def test_switchyard_init_writes_the_default_orchestrator_once(home: Home) -> Non
     assert _manager().hook.switchyard_init(home=home, settings=Settings()) == [[]]
 
 
+def _no_cache(home: Home) -> StatusCache:
+    return StatusCache.empty(home.settings_file)
+
+
 def test_switchyard_status_lists_unfinished_runs(home: Home) -> None:
     store = RunStore(home, fsync=False)
     for run_id, state in (("r-1", "running"), ("r-2", "done")):
         store.create(RunState(runId=run_id, workflowId="build", orchestratorId="main", state=state,  # type: ignore[arg-type]
                               currentStep="Plan", message=make_message("x").model_dump(mode="json"),
                               conversation=Conversation(channel="console"), steps={"Plan": StepState()}), "k")
-    [section] = _manager().hook.switchyard_status(home=home, settings=Settings())
+    [section] = _manager().hook.switchyard_status(home=home, settings=Settings(), cache=_no_cache(home))
     [run] = section["runs"]
     assert {k: run[k] for k in ("runId", "workflowId", "state", "currentStep")} == {
         "runId": "r-1", "workflowId": "build", "state": "running", "currentStep": "Plan"}
@@ -111,11 +116,11 @@ def test_switchyard_check_names_the_file_and_key_of_each_problem(home: Home) -> 
 def test_switchyard_status_lists_orchestrator_files_that_do_not_validate(home: Home) -> None:
     path = _broken_ops(home, "selectr: {provider: rules}\n")
     settings = Settings.model_validate(TWO_ORCHESTRATORS)
-    [section] = _manager().hook.switchyard_status(home=home, settings=settings)
+    [section] = _manager().hook.switchyard_status(home=home, settings=settings, cache=_no_cache(home))
     [line] = section["config"]
     assert line.startswith(f"{path}: selectr: Extra inputs are not permitted")
     path.write_text("selector: {provider: rules}\n")
-    assert _manager().hook.switchyard_status(home=home, settings=settings)[0]["config"] == []
+    assert _manager().hook.switchyard_status(home=home, settings=settings, cache=_no_cache(home))[0]["config"] == []
 
 
 def test_switchyard_check_names_a_channel_workflow_its_orchestrator_lacks(home: Home) -> None:
