@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gateway.api import Channel, DeliveryError, DeliveryRecord, PermanentError
-from gateway.attachments import AttachmentPolicy, close_files, note_refusals, open_files
+from gateway.api import Channel, DeliveryError, PermanentError
+from gateway.attachments import AttachmentPolicy, send_with_files
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.home import Home, remove_old_files, scan_mtimes
@@ -149,7 +149,8 @@ class Dispatcher:
             assert channel is not None
             started = time.perf_counter()
             try:
-                record = await (self._send_with_files(channel, payload) if payload.files else channel.send(payload))
+                record = await (send_with_files(channel, payload, self.attachments, self.events) if payload.files
+                                  else channel.send(payload))
             except asyncio.CancelledError:
                 raise
             except PermanentError as exc:  # the platform refused it for good (blocked, gone, not a member)
@@ -184,15 +185,6 @@ class Dispatcher:
                              duration_ms=round((time.perf_counter() - started) * 1000, 2))
             return
 
-    async def _send_with_files(self, channel: Channel, payload: OutgoingPayload) -> DeliveryRecord | None:
-        """Sends a payload with its files opened for upload now; the ones refused now are left out and noted."""
-        opened, refused = open_files(payload, self.attachments)
-        if refused:
-            opened = note_refusals(opened, refused, self.events, stage="delivery")
-        try:
-            return await channel.send(opened)
-        finally:
-            close_files(opened)
 
     async def _pause(self, name: str, reason: str, failures: int) -> None:
         """Reports a file-system refusal and waits out a backoff before the next try."""

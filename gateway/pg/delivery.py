@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.aio import wait_event
-from gateway.api import Channel, DeliveryRecord, PermanentError
-from gateway.attachments import AttachmentPolicy, close_files, note_refusals, open_files
+from gateway.api import Channel, PermanentError
+from gateway.attachments import AttachmentPolicy, send_with_files
 from gateway.backoff import delay as backoff_delay
 from gateway.delivery import SHARED_JOURNAL
 from gateway.dispatcher import MAX_PARALLEL_DELIVERIES, _retry_delay
@@ -247,7 +247,8 @@ class PgDelivery:
         started = time.perf_counter()
         token = SHARED_JOURNAL.set(journal)
         try:
-            record = await (self._send_with_files(channel, payload) if payload.files else channel.send(payload))
+            record = await (send_with_files(channel, payload, self.attachments, self.events) if payload.files
+                                  else channel.send(payload))
         except (asyncio.CancelledError, LeaseLost):
             raise
         except PermanentError as exc:  # the platform refused it for good (blocked, gone, not a member)
@@ -269,14 +270,6 @@ class PgDelivery:
                          platform_ids=record.platform_ids if record else None,
                          duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
-    async def _send_with_files(self, channel: Channel, payload: OutgoingPayload) -> DeliveryRecord | None:
-        opened, refused = open_files(payload, self.attachments)
-        if refused:
-            opened = note_refusals(opened, refused, self.events, stage="delivery")
-        try:
-            return await channel.send(opened)
-        finally:
-            close_files(opened)
 
     async def _failed(self, row_id: int, name: str, lease: str, payload: OutgoingPayload, exc: Exception,
                       attempts: int) -> None:
