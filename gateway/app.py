@@ -279,7 +279,9 @@ class Gateway:
             self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
             self.events.emit("channel.started", channel=profile.type, profile=profile.id, attempt=attempt)
             self._write_status()
-            if self.dispatcher is not None:
+            if self.pg is not None:  # every shared table, sent replies included, whatever this process's role
+                await self.pg.prune()
+            elif isinstance(self.dispatcher, Dispatcher):
                 self.dispatcher.add_channel(channel)
             return
 
@@ -372,7 +374,9 @@ class Gateway:
     async def _maintenance(self) -> None:
         while True:
             self._write_status()
-            if self.dispatcher is not None:
+            if self.pg is not None:  # every shared table, sent replies included, whatever this process's role
+                await self.pg.prune()
+            elif isinstance(self.dispatcher, Dispatcher):
                 with suppress(OSError):
                     self.dispatcher.prune_sent()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)

@@ -106,6 +106,22 @@ class PgBackend:
         if self.intake is not None:
             self.intake.wake()
 
+    async def prune(self) -> None:
+        """Deletes what retention allows from the shared tables (gateway/pg/maintenance.py: events, answered
+        identities, sent replies, finished messages); a database that cannot be reached is tried next time."""
+        await asyncio.to_thread(self._prune)
+
+    def _prune(self) -> None:
+        import psycopg
+
+        from gateway.pg.maintenance import prune
+
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+                prune(conn, self.settings, self.home)
+        except psycopg.Error as exc:
+            log.debug("pruning the database failed (retried at the next maintenance): %s", exc)
+
     def stats(self) -> dict[str, Any]:
         """Figures for `queue_stats`."""
         processor = self.processor

@@ -55,8 +55,6 @@ SELECT id, name, payload, attempts, parts_sent, next_attempt_at <= now()
 FROM switchyard_outbox WHERE state = 'pending' AND channel = %s AND profile = %s AND conversation = %s
 ORDER BY id LIMIT 1
 """
-PRUNE = "DELETE FROM switchyard_outbox WHERE state = 'sent' AND sent_at < now() - make_interval(secs => %s)"
-
 Key = tuple[str, str, str]  # (channel type, profile, conversation) as the row has them
 
 
@@ -68,7 +66,8 @@ class PgDelivery:
     """Sends the rows of owned channel profiles once each, in order per conversation.
 
     Offers the Dispatcher's surface that the Gateway uses (`add_channel`, `channel_for_incoming`,
-    `notice`, `rescan`, `schedule`, `prune_sent`, `stop`), so gateway/app.py swaps it in as is.
+    `notice`, `rescan`, `schedule`, `stop`; sent rows are pruned with
+    the rest of the database by gateway/pg/maintenance.py), so gateway/app.py swaps it in as is.
     """
 
     def __init__(self, home: Home, events: EventLog, settings: QueueSettings, dsn: str, leases: Leases, *,
@@ -137,12 +136,6 @@ class PgDelivery:
     def schedule(self, name: str, payload: OutgoingPayload) -> None:
         """A FileOutbox wrote a reply into `queue/outgoing/`: take it into the table."""
         self.notice(name)
-
-    def prune_sent(self) -> int:
-        """Deletes sent rows older than `sent_retention_days` (in the background); returns 0."""
-        if self._pool is not None and not self._stopping.is_set():
-            self._spawn(self._prune())
-        return 0
 
     async def stop(self, grace_s: float) -> None:
         """Lets deliveries in progress finish for `grace_s`; undelivered rows stay pending."""
@@ -320,11 +313,6 @@ class PgDelivery:
         await self._pool.open(wait=False)
         await take_in_file(self.home, name, self._pool, self.events, fsync=self.settings.fsync,
                            on_database_error=self._database_down)
-
-    async def _prune(self) -> None:
-        with suppress(Exception):
-            async with self._pool.connection(timeout=5.0) as conn:
-                await conn.execute(PRUNE, (self.settings.sent_retention_days * 86400,))
 
     async def _listen(self) -> None:
         """LISTEN switchyard_outbox on a connection of its own; reconnects with backoff."""

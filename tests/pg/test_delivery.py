@@ -17,6 +17,7 @@ from gateway.home import Home
 from gateway.pg import schema
 from gateway.pg.delivery import PgDelivery
 from gateway.pg.leases import Leases, channel_lease
+from gateway.pg.maintenance import prune
 from gateway.settings import Settings
 from gateway.testing import async_wait_until
 from tests.pg.outbound_kit import CHANNEL, CuttableProxy, RecordingChannel, insert_reply, new_home, rows, settings_for
@@ -179,13 +180,14 @@ async def test_a_file_dropped_into_outgoing_is_taken_into_the_table_and_delivere
 
 
 async def test_sent_rows_older_than_the_retention_are_deleted(make_owner: MakeOwner, pg_dsn: str) -> None:
-    owner = await make_owner("A", sent_retention_days=1)
+    await make_owner("A", sent_retention_days=1)
     old = insert_reply(pg_dsn, "conv-a", "old")
     insert_reply(pg_dsn, "conv-a", "new")
     await async_wait_until(lambda: set(states(pg_dsn).values()) == {"sent"}, 10)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("UPDATE switchyard_outbox SET sent_at = now() - interval '2 days' WHERE id = %s", (old,))
-    owner.delivery.prune_sent()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the gateway's maintenance prunes the database so
+        prune(conn, Settings.model_validate({"queue": {"backend": "postgres", "sent_retention_days": 1}}))
     await async_wait_until(lambda: list(states(pg_dsn)) == ["new"], 10)
 
 

@@ -184,3 +184,26 @@ def test_prune_removes_the_shared_copies_of_finished_messages_only(
         assert conn.execute("SELECT message_name FROM switchyard_files").fetchall() == [("dead.json",)]
     assert not (tmp_path / "shared" / old_path).exists()
     assert (tmp_path / "shared" / kept_path).read_bytes() == b"kept bytes"
+
+
+async def test_the_backend_prunes_the_database_and_survives_an_unreachable_one(
+        tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the gateway's maintenance loop calls on the postgres backend, whatever the process's role."""
+    from gateway.events import EventLog
+    from gateway.pg.backend import PgBackend
+
+    schema.migrate(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO switchyard_events (at, holder, event) VALUES (now() - interval '3 days', 'h', '{}'), "
+                     "(now(), 'h', '{}')")
+    monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
+    home = Home(tmp_path / "home")
+    home.create()
+    events = EventLog(home.events_file)
+    backend = PgBackend(home, _settings(events_retention_days=2), events, role="worker", extra_roots=[])
+    await backend.prune()
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM switchyard_events").fetchone() == (1,)
+    backend.dsn = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
+    await backend.prune()  # logged, tried again at the next maintenance: never raises into the loop
+    events.close()
