@@ -75,15 +75,20 @@ class DeadStore:
             found[name] = "message"
         return found
 
+    def _all_dead(self, conn: psycopg.Connection[Any], names: list[str]) -> dict[str, Kind]:
+        """`kinds` of `names`, or KeyError listing those that are not dead letters."""
+        kinds = self.kinds(conn, names)
+        unknown = [name for name in names if name not in kinds]
+        if unknown:
+            raise KeyError(", ".join(unknown))
+        return kinds
+
     def retry(self, names: list[str]) -> list[str]:
         """Puts dead letters back (see the module docstring); nothing changes unless every name is dead
         (else KeyError listing the others). Returns the names put back."""
         wanted = list(dict.fromkeys(names))
         with self._connect() as conn, conn.transaction():
-            kinds = self.kinds(conn, wanted)
-            unknown = [name for name in wanted if name not in kinds]
-            if unknown:
-                raise KeyError(", ".join(unknown))
+            kinds = self._all_dead(conn, wanted)
             return [name for name in wanted if _put_back(conn, name, kinds[name])]
 
     def retry_all(self) -> list[str]:
@@ -96,10 +101,7 @@ class DeadStore:
         """Deletes dead letters for good (KeyError as for `retry`); returns the names deleted."""
         wanted = list(dict.fromkeys(names))
         with self._connect() as conn, conn.transaction():
-            kinds = self.kinds(conn, wanted)
-            unknown = [name for name in wanted if name not in kinds]
-            if unknown:
-                raise KeyError(", ".join(unknown))
+            kinds = self._all_dead(conn, wanted)
             for name in wanted:
                 table = "switchyard_messages" if kinds[name] == "message" else "switchyard_outbox"
                 conn.execute(f"DELETE FROM {table} WHERE name = %s AND state = 'dead'", (name,))  # noqa: S608

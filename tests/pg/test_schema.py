@@ -2,39 +2,27 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from gateway.pg import schema
-
-
-def _switchyard(home: Path, dsn: str | None, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SWITCHYARD_DSN"}
-    if dsn is not None:
-        env["SWITCHYARD_DSN"] = dsn
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "--home", str(home), *args],
-                          capture_output=True, text=True, env=env, timeout=60)
+from tests.pg import helpers
+from tests.pg.helpers import switchyard
 
 
 @pytest.fixture
 def pg_home(tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "settings.yaml").write_text("queue:\n  backend: postgres\n  dsn_env: SWITCHYARD_DSN\n")
-    return home
+    return helpers.pg_home(tmp_path)
 
 
 def test_migrate_creates_every_table_and_check_then_passes(pg_home: Path, pg_dsn: str) -> None:
-    refused = _switchyard(pg_home, pg_dsn, "db", "check")
+    refused = switchyard(pg_home, pg_dsn, "db", "check")
     assert refused.returncode == 2
     assert "switchyard db migrate" in refused.stderr
 
-    first = _switchyard(pg_home, pg_dsn, "db", "migrate")
+    first = switchyard(pg_home, pg_dsn, "db", "migrate")
     assert first.returncode == 0, first.stderr
     assert "0001_core.sql" in first.stdout
 
@@ -44,9 +32,9 @@ def test_migrate_creates_every_table_and_check_then_passes(pg_home: Path, pg_dsn
     assert {"procrastinate_jobs", "switchyard_messages", "switchyard_outbox", "switchyard_leases",
             "switchyard_answered", "switchyard_processes", "switchyard_events"} <= tables
 
-    again = _switchyard(pg_home, pg_dsn, "db", "migrate")
+    again = switchyard(pg_home, pg_dsn, "db", "migrate")
     assert (again.returncode, again.stdout.strip()) == (0, "the schema is up to date")
-    assert _switchyard(pg_home, pg_dsn, "db", "check").returncode == 0
+    assert switchyard(pg_home, pg_dsn, "db", "check").returncode == 0
 
 
 def test_a_database_missing_a_migration_is_refused_by_name(pg_dsn: str) -> None:
@@ -58,13 +46,13 @@ def test_a_database_missing_a_migration_is_refused_by_name(pg_dsn: str) -> None:
 
 
 def test_an_unset_dsn_variable_is_named(pg_home: Path) -> None:
-    result = _switchyard(pg_home, None, "db", "migrate")
+    result = switchyard(pg_home, None, "db", "migrate")
     assert result.returncode == 2
     assert "SWITCHYARD_DSN is not set" in result.stderr
 
 
 def test_an_unreachable_database_is_one_line_without_the_password(pg_home: Path) -> None:
-    result = _switchyard(pg_home, "postgresql://someone:hunter2@127.0.0.1:1/none?connect_timeout=2", "db", "check")
+    result = switchyard(pg_home, "postgresql://someone:hunter2@127.0.0.1:1/none?connect_timeout=2", "db", "check")
     assert result.returncode == 2
     assert "cannot use the database" in result.stderr
     assert "hunter2" not in result.stderr
