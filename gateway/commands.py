@@ -105,7 +105,13 @@ def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     print(f"waiting up to {args.wait:g}s for the reply… (Ctrl-C stops waiting; the message stays queued)",
           file=sys.stderr)
     try:
-        reply = wait_for_reply(home, payload.messageId, args.wait)
+        if run.settings.queue.backend == "postgres":  # replies stay in the database, never in outgoing/
+            from gateway.pg.db import dsn_from_settings
+            from gateway.pg.outbox import find_reply
+
+            reply = find_reply(dsn_from_settings(run.settings.queue), payload.messageId, args.wait)
+        else:
+            reply = wait_for_reply(home, payload.messageId, args.wait)
     except KeyboardInterrupt:
         print("stopped waiting; the message is still queued", file=sys.stderr)
         return 130

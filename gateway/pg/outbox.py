@@ -98,3 +98,24 @@ class PgOutbox(FileOutbox):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def find_reply(dsn: str, message_id: str, timeout_s: float) -> dict[str, Any] | None:
+    """The first reply to `message_id` stored in switchyard_outbox (pending, sent or dead), polled until
+    `timeout_s` passes: `switchyard send --wait` on the postgres backend, where replies never reach
+    outgoing/ or sent/."""
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        while True:
+            row = conn.execute("SELECT payload FROM switchyard_outbox WHERE payload->>'messageId' = %s "
+                               "ORDER BY id LIMIT 1", (message_id,)).fetchone()
+            if row is not None:
+                reply: dict[str, Any] = row[0]
+                return reply
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
