@@ -1,5 +1,6 @@
-"""`python -m bench [--quick] [--only P1,P4] [--dir DIR] [--profile]`: runs the scenarios of issue 5,
-prints a table per scenario and writes bench/results/bench-<time>.json."""
+"""`python -m bench [--quick] [--only P1,P4] [--backends files,postgres] [--dir DIR] [--profile]`: runs the
+scenarios of issue 5 (P1 also on the postgres backend of issue 13), prints a table per scenario and writes
+bench/results/bench-<time>.json."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from bench.chatpath import p6
 from bench.idle import p5
 from bench.latency import p2
 from bench.machine import machine_facts
+from bench.pgthroughput import p1_both
 from bench.providers import p3
 from bench.report import render, save
-from bench.throughput import file_calls, p1, p1_variants, p4
+from bench.throughput import file_calls, p1_variants, p4
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL = {"sizes": [1000, 10000], "floor": 2000, "p2": 500, "p3": 200, "p4": 100_000, "p5": 30.0, "p6": 1000,
@@ -33,6 +35,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", default="P6,P1,P2,P3,P4,P5", help="comma-separated scenarios to run")
     parser.add_argument("--dir", help="scratch folder (default: a temporary folder under /tmp)")
     parser.add_argument("--p4", type=int, help="messages in the P4 backlog (default 100,000; --quick 10,000)")
+    parser.add_argument("--backends", default="files,postgres",
+                        help="P1's queue backends; postgres needs SWITCHYARD_DSN or SWITCHYARD_TEST_DSN (else skipped)")
     parser.add_argument("--profile", action="store_true",
                         help="profile P1 (1k messages, 16 conversations, fsync off) with pyinstrument and stop")
     return parser.parse_args(argv)
@@ -50,8 +54,9 @@ async def _scenario(name: str, scratch: Path, sizes: dict[str, Any], results: di
     if name == "P6":
         results["P6"] = await p6(scratch, count=sizes["p6"], conversations=16, latency_count=sizes["p6_latency"])
     elif name == "P1":
-        results["P1"] = await p1(scratch, sizes=sizes["sizes"], conversations=[1, 16, 256],
-                                 fsyncs=[True, False], floor_count=sizes["floor"])
+        results["P1"], results["P1pg"] = await p1_both(scratch, sizes=sizes["sizes"], conversations=[1, 16, 256],
+                                                       fsyncs=[True, False], floor_count=sizes["floor"],
+                                                       postgres="postgres" in sizes["backends"])
         results["P1x"] = await p1_variants(scratch, count=1000, conversations=16, floor_count=sizes["floor"])
         results["P1calls"] = await file_calls(scratch, count=300, conversations=16)
     elif name == "P2":
@@ -96,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, Any] = {"started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                                    "mode": "quick" if args.quick else "full", "machine": machine_facts(scratch)}
         only = {name.strip().upper() for name in args.only.split(",")}
-        sizes = {**(QUICK if args.quick else FULL), **({"p4": args.p4} if args.p4 else {})}
+        sizes = {**(QUICK if args.quick else FULL), **({"p4": args.p4} if args.p4 else {}),
+                 "backends": {b.strip().lower() for b in args.backends.split(",")}}
         asyncio.run(_run(only, scratch, sizes, results))
         results["duration_s"] = round(time.monotonic() - started, 1)
         print(render(results))

@@ -72,6 +72,8 @@ def render(results: dict[str, Any]) -> str:
                         "user/sys = CPU ms per message)",
                         ["msgs", "convs", "fsync", "path", "msg/s", "floor", "ratio", "user", "sys", "misordered",
                          "goal"], rows)
+    if "P1pg" in results:
+        lines += _backends_table(results)
     if results.get("P1calls"):
         kinds = ["create", "rename", "unlink", "open-read", "stat", "mkdir", "write", "fsync"]
         rows = [[r["variant"], *[r.get(k, 0) for k in kinds]] for r in results["P1calls"]]
@@ -104,6 +106,25 @@ def render(results: dict[str, Any]) -> str:
         lines += _table("P5 idle `switchyard run` (goal CPU < 0.5 %, RSS < 150 MiB)",
                         ["seconds", "cpu %", "rss MiB", "channels", "goal"], rows)
     return "\n".join(lines)
+
+
+def _backends_table(results: dict[str, Any]) -> list[str]:
+    """P1 on the file and the postgres backend, case by case (each pair measured one after the other)."""
+    pg = results["P1pg"]
+    if isinstance(pg, str):
+        return [f"P1 postgres: {pg}", ""]
+    files = {(r["messages"], r["conversations"], r["fsync"]): r for r in results.get("P1", [])}
+    rows = []
+    for r in pg:
+        f = files.get((r["messages"], r["conversations"], r["fsync"]), {})
+        rows.append([r["messages"], r["conversations"], r["fsync"], f.get("rate", "-"),
+                     round(f["user_ms"] + f["sys_ms"], 2) if f else "-", r["rate"],
+                     round(r["user_ms"] + r["sys_ms"], 2), r.get("server_ms", "-"),
+                     round(r["rate"] / f["rate"], 2) if f else "-", r["order_problems"]])
+    return _table("P1 both backends, same cases (msg/s; cpu = the bench process's CPU ms per message, "
+                  "server = PostgreSQL's; fsync applies to the local files only)",
+                  ["msgs", "convs", "fsync", "files", "cpu", "postgres", "cpu", "server", "pg/files",
+                   "misordered"], rows)
 
 
 def save(results: dict[str, Any], folder: Path) -> Path:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -30,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from bench.process import cpu_seconds
 from gateway import hookimpl
 
 PROVIDER_S = 0.2
@@ -48,8 +50,8 @@ def switchyard_providers() -> dict[str, Any]:
     return {"sleepy": sleepy}
 
 
-def _payload(seq: int, conversation: str) -> bytes:
-    return json.dumps({"channel": "console", "channelProfileId": "console", "sender": "b", "senderId": conversation,
+def _payload(seq: int, conversation: str, profile: str = "console") -> bytes:
+    return json.dumps({"channel": "console", "channelProfileId": profile, "sender": "b", "senderId": conversation,
                        "message": f"hello {seq}", "timestamp": 1_700_000_000_000 + seq,
                        "messageId": f"{conversation}-{seq:06d}", "conversationId": conversation}).encode()
 
@@ -65,7 +67,9 @@ class Cluster:
         with psycopg.connect(base_dsn, autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA "{self.schema}"')
         self.base_dsn = base_dsn
-        self.dsn = make_conninfo(base_dsn, options=f"-c search_path={self.schema}")
+        # the workers' connections carry the schema's name, so their server processes can be found (CPU)
+        self.dsn = make_conninfo(base_dsn, options=f"-c search_path={self.schema}", application_name=self.schema)
+        self._monitor: Any = None
         from gateway.pg import schema
 
         schema.migrate(self.dsn)
@@ -93,11 +97,23 @@ class Cluster:
             time.sleep(0.1)
 
     def count(self, sql: str) -> int:
+        """One figure from the schema, on one kept connection (not a new server process per poll)."""
         import psycopg
 
-        with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(sql).fetchone()
+        if self._monitor is None:
+            self._monitor = psycopg.connect(self.dsn, autocommit=True, application_name="sy_bench_monitor")
+        row = self._monitor.execute(sql).fetchone()
         return int(row[0]) if row else 0
+
+    def cpu(self) -> dict[int, float]:
+        """CPU seconds so far of each worker process (by pid) and of each server process serving them."""
+        backends = {pid for (pid,) in self._monitor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.schema,))}
+        seconds = {}
+        for pid in [*(p.pid for p in self.processes), *backends]:
+            with contextlib.suppress(OSError):
+                seconds[pid] = cpu_seconds(pid)
+        return seconds
 
     def drop(self, home: Path, name: str, data: bytes) -> None:
         incoming = home / "queue" / "incoming"
@@ -109,6 +125,8 @@ class Cluster:
     def stop(self) -> None:
         import psycopg
 
+        if self._monitor is not None:
+            self._monitor.close()
         for process in self.processes:
             process.terminate()
         for process in self.processes:
@@ -125,6 +143,8 @@ def throughput(base_dsn: str, root: Path, workers: int, messages: int, conversat
     cluster = Cluster(base_dsn, root, workers, concurrency)
     try:
         cluster.start()
+        cluster.count("SELECT 1")
+        cpu_before, machine_before = cluster.cpu(), _machine_ticks()
         started = time.perf_counter()
         for seq in range(messages):
             conversation = f"c{seq % conversations:03d}"
@@ -132,6 +152,12 @@ def throughput(base_dsn: str, root: Path, workers: int, messages: int, conversat
         while cluster.count("SELECT count(*) FROM switchyard_messages WHERE state = 'done'") < messages:
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
+        cpu_after, machine_after = cluster.cpu(), _machine_ticks()
+        workers_pids = {p.pid for p in cluster.processes}
+        used = {pid: cpu_after[pid] - cpu_before.get(pid, 0.0) for pid in cpu_after}
+        worker_s = sum(v for pid, v in used.items() if pid in workers_pids)
+        server_s = sum(v for pid, v in used.items() if pid not in workers_pids)
+        busy, total = (a - b for a, b in zip(machine_after, machine_before, strict=True))
         misordered = cluster.count(
             "SELECT count(*) FROM (SELECT payload->>'messageId' AS m, lag(payload->>'messageId') OVER "
             "(PARTITION BY conversation ORDER BY id) AS prev FROM switchyard_outbox) s WHERE prev > m")
@@ -139,7 +165,19 @@ def throughput(base_dsn: str, root: Path, workers: int, messages: int, conversat
     finally:
         cluster.stop()
     return {"workers": workers, "messages": messages, "seconds": round(elapsed, 2),
-            "msg_s": round(messages / elapsed, 1), "replies": replies, "misordered": misordered}
+            "msg_s": round(messages / elapsed, 1), "replies": replies, "misordered": misordered,
+            # CPU per message: all worker processes, the PostgreSQL processes serving them; the machine's
+            # busy share over the run (every process on it, other sessions' included), of all its cores
+            "worker_cpu_ms": round(worker_s * 1000 / messages, 2), "pg_cpu_ms": round(server_s * 1000 / messages, 2),
+            "worker_cpu_pct": round(worker_s * 100 / elapsed / max(workers, 1), 1),
+            "machine_busy_pct": round(busy * 100 / total, 1) if total else None}
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def added_latency(base_dsn: str, root: Path, count: int) -> dict[str, Any]:
@@ -152,14 +190,20 @@ def added_latency(base_dsn: str, root: Path, count: int) -> dict[str, Any]:
         cluster.start()
         with psycopg.connect(cluster.dsn, autocommit=True) as listener:
             listener.execute("LISTEN switchyard_outbox")
+            # NOTIFY channels are per database, not per schema: other schemas' replies are told apart by
+            # this run's own profile name (the notification's payload is `channel/profile`)
+            ours = f"console/{cluster.schema}"
             for seq in range(count):
                 for _ in listener.notifies(timeout=0):  # nothing stale may count for this message
                     pass
                 sent = time.perf_counter()
-                cluster.drop(cluster.homes[0], f"{seq:07d}.json", _payload(seq, "lat"))
-                for _ in listener.notifies(timeout=10, stop_after=1):
-                    samples.append((time.perf_counter() - sent - PROVIDER_S) * 1000)
-                    break
+                cluster.drop(cluster.homes[0], f"{seq:07d}.json", _payload(seq, "lat", cluster.schema))
+                deadline = sent + 10
+                while time.perf_counter() < deadline:
+                    if any(n.payload == ours for n in listener.notifies(timeout=deadline - time.perf_counter(),
+                                                                           stop_after=1)):
+                        samples.append((time.perf_counter() - sent - PROVIDER_S) * 1000)
+                        break
                 time.sleep(0.02)
     finally:
         cluster.stop()
@@ -189,7 +233,9 @@ def main() -> None:
         base = rows[0]["msg_s"]
         for row in rows:
             print(f"{row['workers']} worker(s): {row['msg_s']:7.1f} msg/s  ×{row['msg_s'] / base:.2f}  "
-                  f"({row['messages']} messages in {row['seconds']} s, misordered {row['misordered']})")
+                  f"({row['messages']} messages in {row['seconds']} s, misordered {row['misordered']}); CPU ms/msg: "
+                  f"workers {row['worker_cpu_ms']}, PostgreSQL {row['pg_cpu_ms']}; each worker "
+                  f"{row['worker_cpu_pct']} % of a core; machine busy {row['machine_busy_pct']} %")
         if args.latency:
             latency = added_latency(args.dsn, root, args.latency)
             print(json.dumps(latency))

@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,13 @@ DRAIN_TIMEOUT_S = 600.0
 
 async def throughput(root: Path, count: int, conversations: int, *, fsync: bool, variant: str = "orchestrator",
                      orchestrator: str = LIGHT_ORCHESTRATOR, cleanup: bool = True,
-                     settings: Settings | None = None) -> dict[str, Any]:
+                     settings: Settings | None = None,
+                     server_cpu: Callable[[], dict[int, float]] | None = None) -> dict[str, Any]:
     """Feeds `count` messages through the bench channel's sink and times until the last is delivered.
 
     `variant`: `orchestrator` (the real handler), `gateway` (NullHandler) or `key-locks` (the real
     handler with the cross-process key lock files forced on, as when several processes share a home).
+    `server_cpu`: CPU seconds of each database server process (by pid), read before and after the run.
     """
     extra = [NullHandlerPlugin()] if variant == "gateway" else []
     async with Rig(root, settings or bench_settings(fsync=fsync), orchestrator, extra=extra) as rig:
@@ -38,6 +41,7 @@ async def throughput(root: Path, count: int, conversations: int, *, fsync: bool,
         channel = rig.channel
         assert channel.sink is not None
         channel.expect(count)
+        server_before = server_cpu() if server_cpu is not None else {}
         cpu_before = os.times()
         started = time.perf_counter()
         for index in range(count):
@@ -46,6 +50,7 @@ async def throughput(root: Path, count: int, conversations: int, *, fsync: bool,
         await asyncio.wait_for(channel.done.wait(), DRAIN_TIMEOUT_S)
         elapsed = time.perf_counter() - started
         cpu_after = os.times()
+        server_after = server_cpu() if server_cpu is not None else {}
         delivered = list(channel.delivered)
     if cleanup:
         shutil.rmtree(root, ignore_errors=True)
@@ -54,7 +59,9 @@ async def throughput(root: Path, count: int, conversations: int, *, fsync: bool,
             # CPU of the whole process (every thread) per message: steadier than the rate on a drifting disk
             "user_ms": round((cpu_after.user - cpu_before.user) * 1000 / count, 3),
             "sys_ms": round((cpu_after.system - cpu_before.system) * 1000 / count, 3),
-            "unique": len({m for _, m, _ in delivered}), "order_problems": order_problems(delivered)}
+            "unique": len({m for _, m, _ in delivered}), "order_problems": order_problems(delivered),
+            **({"server_ms": round(sum(v - server_before.get(pid, 0.0) for pid, v in server_after.items())
+                                   * 1000 / count, 3)} if server_cpu is not None else {})}
 
 
 def floor(root: Path, count: int, *, fsync: bool) -> float:

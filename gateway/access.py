@@ -9,11 +9,11 @@ import string
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write
-from gateway.settings import ChannelProfile
+from gateway.settings import ChannelProfile, QueueSettings, Settings
 
 CODE_ALPHABET = string.ascii_uppercase + string.digits
 PAIRING_REPLY = ("This bot only answers people its operator has approved. Your pairing code is {code}; "
@@ -27,6 +27,37 @@ class AccessDecision:
     allowed: bool
     reply: str | None = None
     reason: str = ""
+
+
+def new_code() -> str:
+    """A fresh pairing code: 8 random letters and digits."""
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
+
+
+class Pairing(Protocol):
+    """Pending codes and approved senders: PairingStore (the home) or gateway/pg/pairing.py (the database)."""
+
+    def read(self) -> dict[str, Any]:
+        """{"pending": {code: {profile, senderId, sender, requested_at}}, "approved": {profile: [senderId]}}."""
+
+    def is_approved(self, profile_id: str, sender_id: str) -> bool:
+        """True when the sender was approved on this profile."""
+
+    def request(self, profile_id: str, sender_id: str, sender: str) -> tuple[str, bool]:
+        """The pending code of this sender (created if none); True when it was just created."""
+
+    def approve(self, code: str) -> dict[str, Any] | None:
+        """Admits the sender of a pending code; returns its entry, or None for an unknown code."""
+
+
+def pairing_store(home: Home, queue: QueueSettings) -> Pairing:
+    """The pairing store of this backend: the home's file, or the database on postgres (shared by every host)."""
+    if queue.backend == "postgres":
+        from gateway.pg.db import dsn_from_settings
+        from gateway.pg.pairing import PgPairingStore
+
+        return PgPairingStore.pooled(dsn_from_settings(queue))
+    return PairingStore(home)
 
 
 class PairingStore:
@@ -63,7 +94,7 @@ class PairingStore:
             for code, entry in data["pending"].items():
                 if entry["profile"] == profile_id and entry["senderId"] == sender_id:
                     return code, False
-            code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
+            code = new_code()
             data["pending"][code] = {"profile": profile_id, "senderId": sender_id, "sender": sender,
                                      "requested_at": utc_now_iso()}
             return code, True
@@ -86,11 +117,13 @@ class AccessPolicy:
     in `allow_from` or approved through pairing; with pairing an unknown sender gets a code once.
     """
 
-    def __init__(self, home: Home, profile: ChannelProfile):
+    def __init__(self, home: Home, profile: ChannelProfile, settings: Settings | None = None):
+        """Pass the gateway's `settings` (a channel has them as `context.settings`): on the postgres
+        backend approvals are then read from the database; without them, from the home."""
         self.profile_id = profile.id
         self.allow_from = {str(s) for s in profile.allow_from} if profile.allow_from is not None else None
         self.pairing = bool(profile.option("pairing", False))
-        self.store = PairingStore(home)
+        self.store = pairing_store(home, settings.queue) if settings is not None else PairingStore(home)
 
     def check(self, sender_id: str, sender: str = "") -> AccessDecision:
         if self.allow_from is None and not self.pairing:

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import json
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
-from gateway.aio import wait_event
-from gateway.answered import AnsweredIndex
 from gateway.api import (
     BuiltinProvider,
     Channel,
@@ -28,26 +24,18 @@ from gateway.api import (
     HandlerContext,
     PermanentError,
 )
+from gateway.backends import Delivery, build_backend
 from gateway.backoff import delay as backoff_delay
 from gateway.containment import become_subreaper
-from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write, queue_depths
-from gateway.locks import LockDirectory
 from gateway.logs import apply_log_settings
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.outbox import FileOutbox
 from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
-from gateway.receipts import Receipts
+from gateway.receipts import takes_receipts
 from gateway.settings import ChannelProfile, Settings
-from gateway.sharing import SharedHome
 from gateway.watch import FolderWatch
-from gateway.worker import Worker
-
-if TYPE_CHECKING:
-    from gateway.pg.delivery import PgDelivery
-    from gateway.pg.outbound import PgOutbound
 
 log = logging.getLogger("switchyard")
 
@@ -70,12 +58,6 @@ def configured_secrets(settings: Settings) -> list[str]:
     return secrets
 
 
-def extra_file_roots(home: Home, settings: Settings) -> list[Path]:
-    """The folders an operator opened to every conversation (`files.extra_roots`); beyond them a reply
-    carries only its own conversation's files (gateway/attachments.py)."""
-    return [home.resolve(extra) for extra in settings.files.extra_roots]
-
-
 class Gateway:
     """One running Switchyard process on one home."""
 
@@ -89,36 +71,20 @@ class Gateway:
         listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
                                observers=[lambda event: pm.hook.switchyard_event(event=event)] if listening else [])
-        self._close_event_sink: Callable[[], None] = lambda: None
-        if settings.queue.backend == "postgres":  # every event also into switchyard_events (batched)
-            from gateway.pg.db import dsn_from_settings
-            from gateway.pg.events import attach_event_sink
-
-            self._close_event_sink = attach_event_sink(self.events, dsn_from_settings(settings.queue))
         qs = settings.queue
-        self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)
-        self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
-                                      fsync=qs.fsync)
-        self.outbox = FileOutbox(home, self.events, extra_roots=extra_file_roots(home, settings),
-                                 fsync=qs.fsync)
-        self.pg: Any = None
-        if qs.backend == "postgres":  # the queue in PostgreSQL (gateway/pg), imported only then
-            from gateway.pg.backend import PgBackend
-
-            self.pg = PgBackend(home, settings, self.events, role=role, extra_roots=extra_file_roots(home, settings))
-            self.outbox = self.pg.outbox
+        self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)  # incoming/ on both
+        self.backend = build_backend(self, retry_s=(CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S))
+        self._close_event_sink: Callable[[], None] = self.backend.close_events
+        self.outbox = self.backend.outbox
         self.channel_status: dict[str, dict[str, Any]] = {}
         self.channels: list[Channel] = []
         self.handler: Handler | None = None
-        self.worker: Worker | None = None
-        self.dispatcher: Dispatcher | PgDelivery | None = None
-        self.outbound: PgOutbound | None = None  # postgres: channels under their leases, replies from the database
+        self.dispatcher: Delivery | None = None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = asyncio.Event()  # set first thing in stop(); every retry loop checks it
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
-        self.sharing = SharedHome(home.state)
         self.started_at = utc_now_iso()
         self.dashboard: Any = None
         if settings.dashboard.port is not None:  # loads aiohttp and prometheus-client only when it is on
@@ -129,61 +95,44 @@ class Gateway:
     # --- start ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Recovers the queue, starts the handler, the channels, the worker and the dispatcher."""
+        """Recovers the queue, starts the handler, then the backend's channels, processing and delivery."""
         self._loop = asyncio.get_running_loop()
         self.events.write_per_turn(self._loop)
         call_each(self.pm, "switchyard_init", events=self.events, home=self.home, settings=self.settings)
         for action in self.queue.open():
             self.events.emit("queue.recovered", reason=action)
-        self.answered.open()
+        self.backend.open()
         self.handler = self._build_handler()
         await self.handler.start()
-        if self.role == "run" and self.settings.queue.backend == "postgres":
-            from gateway.pg.outbound import PgOutbound
-
-            self.outbound = PgOutbound(self)  # each profile connected here only while this process owns it
-            self.channels = await self.outbound.start()
-        elif self.role == "run":
-            self.channels = await self._start_channels()
-        qs = self.settings.queue
-        if self.pg is not None:
-            await self.pg.start(self.handler, self.queue, on_start=self._show_typing)
-        else:
-            locks = LockDirectory(self.home.coordination / "locks",
-                                  holder=f"{socket.gethostname()}:{os.getpid()}", ttl_s=qs.lock_ttl_sec)
-            self.sharing.open()
-            self.worker = Worker(self.queue, self.handler, self.outbox, self.answered, self.events, qs,
-                                 on_start=self._show_typing, locks=locks, sharing=self.sharing)
-            self.worker.receipts = Receipts(self.outbox, self.events, after_sec=qs.receipt_after_sec,
-                                            ahead=self.worker.scheduler.ahead_of, wanted=self._takes_receipts)
-        if self.role == "run":
-            self.dispatcher = self.outbound.delivery if self.outbound is not None else Dispatcher(
-                self.home, self.channels, self.events, qs, extra_roots=extra_file_roots(self.home, self.settings))
+        self.dispatcher = await self.backend.start(self.handler)
         self.outbox.on_written = self._on_written
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
         if self.dispatcher is not None:
             self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
-        if self.worker is not None:
-            self._watch(self.sharing.requests, lambda name: self._share_requested(), self._share_requested)
-            self._share_requested()
+        self.backend.watch(self._watch)
         self.queue.rescan()
         if self.dispatcher is not None:
             self.dispatcher.rescan()
-        if self.pg is not None:
-            self.pg.wake()
-        if self.worker is not None:
-            self._tasks.append(asyncio.create_task(self.worker.run(), name="worker"))
-            self._tasks.append(asyncio.create_task(self.worker.renew_locks(), name="renew-locks"))
+        self._tasks.extend(self.backend.run())
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
-                         watch=self._watches[0].mode, home=self.sharing.mode)
+                         watch=self._watches[0].mode, home=self.backend.home_mode)
         if self.dashboard is not None and await self.dashboard.start():
             self._write_status()
+
+    @property
+    def worker(self) -> Any:
+        """The file backend's Worker (None on postgres or before start)."""
+        return getattr(self.backend, "worker", None)
 
     def _takes_receipts(self, message: IncomingPayload) -> bool:
         """Whether the channel a message came from is a chat that wants "queued" receipts."""
         channel = next((c for c in self.channels if c.profile_id == message.profile), None)
-        return channel is not None and bool(getattr(channel, "takes_receipts", True))
+        return channel is not None and takes_receipts(channel)
+
+    def receipt_profiles(self) -> list[str]:
+        """The profile ids of the running channels that want "queued" receipts."""
+        return [channel.profile_id for channel in list(self.channels) if takes_receipts(channel)]
 
     def _build_handler(self) -> Handler:
         functions: list[FunctionSpec] = []
@@ -200,14 +149,6 @@ class Gateway:
             raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")
         return handler  # type: ignore[no-any-return]
 
-    async def _start_channels(self) -> list[Channel]:
-        started = []
-        for profile in self.settings.channels:
-            channel = await self._try_start(profile)
-            if channel is not None:
-                started.append(channel)
-        return started
-
     async def _start_channel(self, profile: ChannelProfile) -> Channel:
         """Builds and starts one profile's channel; raises why it cannot."""
         context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
@@ -222,28 +163,6 @@ class Gateway:
         await channel.start(self._sink)
         return channel  # type: ignore[no-any-return]
 
-    async def _try_start(self, profile: ChannelProfile) -> Channel | None:
-        """Starts a profile; a configuration problem disables it, any other failure (a platform that
-        is down, a timeout) is retried in the background with jittered backoff."""
-        try:
-            channel = await self._start_channel(profile)
-        except Exception as exc:
-            self._channel_failed(profile, exc, attempt=1)
-            return None
-        self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
-        return channel
-
-    def _channel_failed(self, profile: ChannelProfile, exc: Exception, *, attempt: int) -> None:
-        reason = self.events.redact(str(exc) or type(exc).__name__)
-        retrying = not isinstance(exc, (PermanentError, ValueError, TypeError, KeyError))
-        state = "retrying" if retrying else "disabled"
-        log.error("channel %s (%s) is %s: %s", profile.id, profile.type, state, reason)
-        self.events.emit("channel.retrying" if retrying else "channel.disabled", channel=profile.type,
-                         profile=profile.id, reason=reason, attempt=attempt)
-        self.channel_status[profile.id] = {"type": profile.type, "state": state, "reason": reason}
-        if retrying and attempt == 1:
-            self._tasks.append(asyncio.create_task(self._retry_start(profile), name=f"channel-retry:{profile.id}"))
-
     def _channel_reported(self, profile: ChannelProfile, state: str, note: str | None) -> None:
         """A channel's own report: a note beside its state, or that it ended by itself (then, with no
         channel left running, the gateway stops)."""
@@ -256,34 +175,6 @@ class Gateway:
         if not any(entry["state"] in ("running", "retrying") for entry in self.channel_status.values()):
             log.info("no channel is left running: stopping")
             self.request_stop()
-
-    async def _retry_start(self, profile: ChannelProfile) -> None:
-        """Retries a failed channel with backoff until it starts, is disabled, or the gateway stops."""
-        for attempt in itertools.count(2):
-            pause = backoff_delay(attempt - 1, CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S, jitter=(0.5, 1.0))
-            if await wait_event(self._stopping, pause):
-                return
-            try:
-                channel = await self._start_channel(profile)
-            except Exception as exc:
-                if self._stopping.is_set():  # a plugin may turn our cancellation into its own error
-                    return
-                self._channel_failed(profile, exc, attempt=attempt)
-                if self.channel_status[profile.id]["state"] == "disabled":
-                    return
-                continue
-            if self._stopping.is_set():  # started while stopping: the stop path no longer looks at it
-                await channel.stop()
-                return
-            self.channels.append(channel)
-            self.channel_status[profile.id] = {"type": profile.type, "state": "running"}
-            self.events.emit("channel.started", channel=profile.type, profile=profile.id, attempt=attempt)
-            self._write_status()
-            if self.pg is not None:  # every shared table, sent replies included, whatever this process's role
-                await self.pg.prune()
-            elif isinstance(self.dispatcher, Dispatcher):
-                self.dispatcher.add_channel(channel)
-            return
 
     def _watch(self, folder: Path, on_name: Any, on_rescan: Any) -> None:
         watch = FolderWatch(folder, on_name, on_rescan, poll_ms=self.settings.queue.poll_ms)
@@ -315,16 +206,9 @@ class Gateway:
         self._on_incoming(path.name)
         return path
 
-    def _share_requested(self) -> None:
-        if self.worker is not None:
-            self.worker.request_share()
-
     def _on_incoming(self, name: str) -> None:
         self.queue.notice(name)
-        if self.worker is not None:
-            self.worker.wake()
-        if self.pg is not None:
-            self.pg.wake()
+        self.backend.wake()
 
     def _on_written(self, name: str, payload: OutgoingPayload) -> None:
         """Hands a reply the outbox just wrote to the dispatcher, on the loop's thread (a plugin may
@@ -342,10 +226,7 @@ class Gateway:
 
     def _rescan_incoming(self) -> None:
         self.queue.rescan()
-        if self.worker is not None:
-            self.worker.wake()
-        if self.pg is not None:
-            self.pg.wake()
+        self.backend.wake()
 
     def _show_typing(self, message: IncomingPayload) -> Callable[[], None] | None:
         """Shows the channel's typing indicator until the message is answered; returns the stopper."""
@@ -363,22 +244,12 @@ class Gateway:
 
     def queue_stats(self) -> dict[str, Any]:
         """Queue depths and worker figures (for diagnostics, `queue_stats` and `status`)."""
-        stats: dict[str, Any] = dict(queue_depths(self.home))
-        if self.worker is not None:
-            stats.update(running=self.worker.scheduler.running, pending=self.worker.scheduler.pending_count,
-                         processed=self.worker.processed)
-        if self.pg is not None:
-            stats.update(self.pg.stats())
-        return stats
+        return {**queue_depths(self.home), **self.backend.stats()}
 
     async def _maintenance(self) -> None:
         while True:
             self._write_status()
-            if self.pg is not None:  # every shared table, sent replies included, whatever this process's role
-                await self.pg.prune()
-            elif isinstance(self.dispatcher, Dispatcher):
-                with suppress(OSError):
-                    self.dispatcher.prune_sent()
+            await self.backend.prune()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
     def _write_status(self) -> None:
@@ -404,10 +275,7 @@ class Gateway:
         incoming_watch, other_watches = self._watches[:1], self._watches[1:]
         for watch in incoming_watch:
             watch.stop()
-        if self.worker is not None:
-            await self._bounded({"worker": self.worker.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
-        if self.pg is not None:
-            await self._bounded({"worker": self.pg.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
+        await self._bounded({"worker": self.backend.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
         if self.handler is not None:
             await self._bounded({"handler": self.handler.stop()}, STOP_TAIL_S)
         if self.dispatcher is not None:
@@ -416,8 +284,7 @@ class Gateway:
         for watch in other_watches:
             watch.stop()
         await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
-        if self.outbound is not None:  # releases the leases once their channels are stopped
-            await self._bounded({"leases": self.outbound.stop()}, STOP_TAIL_S)
+        await self._bounded({"leases": self.backend.release()}, STOP_TAIL_S)
         if self.dashboard is not None:
             await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)
         self.outbox.on_written = None
@@ -429,10 +296,9 @@ class Gateway:
                         ", ".join(self.unfinished))
             self.events.emit("gateway.stop_incomplete", pid=os.getpid(), unfinished=self.unfinished)
         self.events.emit("gateway.stopped", pid=os.getpid())
-        self.answered.close()
-        self.sharing.close()
         self.queue.close()
         self.outbox.close()
+        await self.backend.close()
         await asyncio.to_thread(self._close_event_sink)  # stores the events still buffered
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)

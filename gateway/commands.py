@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.access import PairingStore
+from gateway.access import Pairing, PairingStore
 from gateway.check import require_valid_home
 from gateway.cli import Invocation, example_settings_text, next_step
 from gateway.events import now_ms
@@ -23,6 +23,8 @@ from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
 
 log = logging.getLogger("switchyard")
+
+EXIT_DATABASE = 2  # the database is unreachable (as `switchyard db` and `dead`)
 
 
 def cmd_init(args: argparse.Namespace, run: Invocation) -> int:
@@ -140,8 +142,25 @@ def wait_for_reply(home: Home, message_id: str, timeout_s: float) -> dict[str, A
 
 
 def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
-    """Lists pending pairing codes, or approves one so its sender may talk to the bot."""
-    store = PairingStore(run.home)
+    """Lists pending pairing codes, or approves one so its sender may talk to the bot; on the postgres
+    backend in the database (an approval on any host admits the sender everywhere)."""
+    if run.settings.queue.backend != "postgres":
+        return _pair(args, PairingStore(run.home))
+    import psycopg
+
+    from gateway.pg.db import dsn_from_settings, redacted
+    from gateway.pg.pairing import PgPairingStore
+
+    dsn = dsn_from_settings(run.settings.queue)
+    try:
+        return _pair(args, PgPairingStore.direct(dsn))
+    except psycopg.Error as exc:
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"switchyard: cannot use the database at {redacted(dsn)}: {said}", file=sys.stderr)
+        return EXIT_DATABASE
+
+
+def _pair(args: argparse.Namespace, store: Pairing) -> int:
     if args.pair_command == "approve":
         entry = store.approve(args.code)
         if entry is None:

@@ -60,7 +60,7 @@ def _on_database(args: argparse.Namespace, run: Invocation) -> int:
 
     dsn = dsn_from_settings(run.settings.queue)
     try:
-        return _run(args, DeadStore(dsn))
+        return _run(args, DeadStore(dsn, run.home))
     except psycopg.Error as exc:
         print(f"switchyard: cannot use the database at {redacted(dsn)}: {str(exc).strip()}", file=sys.stderr)
         return EXIT_DATABASE

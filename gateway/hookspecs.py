@@ -124,8 +124,9 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
 
 
 @hookspec
-def switchyard_recent_runs(home: Home, limit: int) -> list[dict[str, Any]]:  # type: ignore[empty-body]
-    """Lists up to `limit` most recent workflow runs, newest first, read from disk (for the dashboard).
+def switchyard_recent_runs(home: Home, limit: int, settings: Settings) -> list[dict[str, Any]]:  # type: ignore[empty-body]
+    """Lists up to `limit` most recent workflow runs, newest first, from the run store `settings` select
+    (for the dashboard).
 
     Each run is a mapping with `runId`, `workflowId`, `state`, `currentStep`, `updatedAt`, `conversation`
     and `steps` (a list of `{id, status, durationMs}`). All implementations are called; the lists are merged.

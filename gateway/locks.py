@@ -6,13 +6,17 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.home import safe_name
+from gateway.home import Home, safe_name
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
 
 UNREADABLE_GRACE_S = 60.0
 
@@ -161,3 +165,28 @@ class LockDirectory:
             if current is not None and current.stale and self._reclaim(path, current):
                 freed.append(current.resource)
         return freed
+
+
+class Locks(Protocol):
+    """TTL locks, one holder per resource: LockDirectory (files) or gateway.pg.locks.PgLocks (postgres)."""
+
+    holder: str
+    ttl_s: float
+    reclaimed: int
+
+    def acquire(self, resource: str) -> bool: ...
+    def release(self, resource: str) -> None: ...
+    def renew(self, resources: list[str]) -> None: ...
+    def clean_expired(self) -> list[str]: ...
+
+
+def open_locks(home: Home, settings: Settings, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
+    """The coordination locks of the configured backend: rows in the database on postgres (shared by
+    every host), else files in `coordination/locks/` (shared by the processes of one home)."""
+    if settings.queue.backend == "postgres":
+        from gateway.pg.db import dsn_from_settings, process_holder
+        from gateway.pg.locks import PgLocks
+
+        return PgLocks(dsn_from_settings(settings.queue), holder=holder or process_holder(), ttl_s=ttl_s)
+    return LockDirectory(home.coordination / "locks", holder=holder or f"{socket.gethostname()}:{os.getpid()}",
+                         ttl_s=ttl_s)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import heapq
-import itertools
 import json
 import logging
 import os
-import re
 import stat
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from gateway.home import (
     safe_name,
     scan_mtimes,
 )
+from gateway.queueorder import NameSequence, order_of
 
 log = logging.getLogger("switchyard.queue")
 
@@ -55,44 +54,6 @@ class Claimed:
     invalid: str | None = None  # why the file cannot be a payload without being read (e.g. "a symbolic link")
 
 
-_GATEWAY_NAME = re.compile(r"(\d{20})-\d+-\d{6}-")
-
-
-def order_of(name: str, mtime_ns: int | None = None) -> int | None:
-    """A file's place in the claim order: the stamp of a name the gateway wrote, else `mtime_ns`.
-
-    Files the gateway writes are named `<stamp:020d>-<pid>-<counter:06d>-<hint>.json` by _Sequence,
-    whose stamps never go backwards, so their order is the order they were taken in even if the
-    clock steps back; a file another program drops has only its mtime (ties broken by name).
-    """
-    match = _GATEWAY_NAME.match(name)
-    return int(match.group(1)) if match else mtime_ns
-
-
-class _Sequence:
-    """Sortable, unique names for files the gateway writes: a stamp that never goes backwards, pid, counter.
-
-    The stamp is the clock in ns, or one more than the last stamp issued or seen in incoming/ when
-    the clock is behind it (stepped back): `see()` is fed every gateway name indexed, which covers
-    the files already queued at start (a restart after a clock step) and those of other processes
-    sharing the home. The pid and counter keep names unique across processes and within a ns.
-    """
-
-    def __init__(self) -> None:
-        self._counter = itertools.count()
-        self._last = 0
-
-    def see(self, stamp: int) -> None:
-        """Raises the floor to a stamp found in incoming/."""
-        if stamp > self._last:
-            self._last = stamp
-
-    def prefix(self) -> str:
-        stamp = max(time.time_ns(), self._last + 1)
-        self._last = stamp
-        return f"{stamp:020d}-{os.getpid()}-{next(self._counter):06d}"
-
-
 class FileQueue:
     """Claims payloads from `incoming/` oldest first by (order_of, name), without rescanning the folder.
 
@@ -109,7 +70,7 @@ class FileQueue:
         self._heap: list[_Entry] = []
         self._waiting: list[tuple[float, _Entry]] = []
         self._indexed: set[str] = set()
-        self._names = _Sequence()
+        self._names = NameSequence()
         self.worker_dir = home.processing / f"w{os.getpid()}"
         self._attempts_dir = home.state / "attempts"
         self._lock_fd = -1

@@ -21,6 +21,23 @@ def receipt_text(ahead: int) -> str:
     return f"queued behind {ahead} message{'s' if ahead != 1 else ''} of this conversation; I'll answer in turn"
 
 
+def takes_receipts(channel: object) -> bool:
+    """Whether a channel is a chat that wants "queued" receipts (a probe or a job queue says no)."""
+    return bool(getattr(channel, "takes_receipts", True))
+
+
+def receipt_for(message: IncomingPayload, ahead: int) -> OutgoingPayload:
+    """The receipt telling the sender of `message` that `ahead` messages of its conversation come first."""
+    return OutgoingPayload.reply_to(message, receipt_text(ahead), agent=RECEIPT_AGENT, timestamp=now_ms(),
+                                    receipt=True).model_copy(update={"files": []})
+
+
+def receipt_sent(events: EventLog, message: IncomingPayload, ahead: int) -> None:
+    """Records a receipt written for `message`."""
+    events.emit("message.queued_receipt", channel=message.channel, conversation=message.conversation,
+                messageId=message.messageId, ahead=ahead)
+
+
 class Receipts:
     """Sends a receipt for a claimed message still waiting `after_sec` after its claim because earlier
     messages of its conversation run or wait; nothing once it has started. `ahead(order)` says how
@@ -62,12 +79,9 @@ class Receipts:
         ahead = self._ahead(order)
         if ahead <= 0:
             return
-        receipt = OutgoingPayload.reply_to(message, receipt_text(ahead), agent=RECEIPT_AGENT, timestamp=now_ms(),
-                                           receipt=True).model_copy(update={"files": []})
         try:
-            self._outbox.write(receipt)
+            self._outbox.write(receipt_for(message, ahead))
         except OSError as exc:  # a receipt is a courtesy; the message itself is safe in the queue
             log.warning("cannot write a receipt for %s: %s", message.messageId, exc)
             return
-        self._events.emit("message.queued_receipt", channel=message.channel, conversation=message.conversation,
-                          messageId=message.messageId, ahead=ahead)
+        receipt_sent(self._events, message, ahead)

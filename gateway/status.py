@@ -72,7 +72,7 @@ def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cach
         from gateway.pg.status import gather
 
         status: dict[str, Any] = {"home": str(home.root), "backend": "postgres"}
-        status.update(gather(settings.queue, dead_shown=DEAD_LETTERS_SHOWN))
+        status.update(gather(settings.queue, dead_shown=DEAD_LETTERS_SHOWN, home=home))
         status.setdefault("queue", {})
         status.setdefault("dead_letter_count", 0)
         status.setdefault("dead_letters", [])

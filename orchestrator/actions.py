@@ -26,14 +26,8 @@ from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT, prompt_reply, result_reply
 from orchestrator.rules import STATUS_WORDS
-from orchestrator.runs import (
-    Conversation,
-    RunState,
-    RunStore,
-    StepState,
-    conversation_key,
-    run_id_for,
-)
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, StepState, conversation_key, run_id_for
 from orchestrator.selector import Decision
 from orchestrator.status import snapshot
 

@@ -8,6 +8,7 @@ timeout, a network error, an exit without a recognised cause) raises ProviderFai
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -30,6 +31,8 @@ from orchestrator.clis import (
 )
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, run_process
+
+log = logging.getLogger(__name__)
 
 NoteSink = Callable[[str], None]
 """Receives short notes on what a running agent does (the tool it uses, the first line it writes)."""
@@ -134,8 +137,17 @@ class AgentCliRunner:
             result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
         checked = self._checked(name, preset, binary, result, reading)
         turn = {"prompt": prompt[-2000:], "answer": checked.stdout[-2000:]} if preset.history_in_prompt else None
-        self._sessions.save(name, scope, reading.session_id or session.id, turn)
+        self.save_session(name, scope, reading.session_id or session.id, turn)
         return checked
+
+    def save_session(self, name: str, scope: str, session_id: str | None, turn: dict[str, str] | None) -> None:
+        """Records the session a call used. A failure is logged, not raised: the agent has already run,
+        and a retry would run it again; the next call then starts the session again (an id of our own
+        that is already in use is resumed; a CLI's own id is lost with its memory)."""
+        try:
+            self._sessions.save(name, scope, session_id, turn)
+        except Exception as exc:  # (OSError, a database error)
+            log.warning("%s: could not keep the session of %s: %s", name, scope, exc)
 
     async def _call(
         self, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway import hookimpl
 
@@ -91,9 +91,9 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Lists runs newest first (filtered and cut to `--limit`), or shows one."""
     from gateway.tables import print_table
     from orchestrator.listing import HEADERS, parse_since, parse_states, select_runs, table_rows
-    from orchestrator.runs import RunStore
+    from orchestrator.runs import open_run_store
 
-    store = RunStore(home, fsync=False)
+    store = open_run_store(home, settings, fsync=False)
     if args.runs_command == "show":
         return _show_run(store, args)
     try:
@@ -129,7 +129,7 @@ def _show_run(store: RunStore, args: argparse.Namespace) -> int:
         print(json.dumps({"state": run.model_dump(mode="json"), "events": events}, indent=2, default=str))
         return 0
     print(snapshot(run, events[-1] if events else None))
-    print(f"state file: {store.folder(run.runId) / 'state.json'}")
+    print(f"state: {'the database' if store.shared else store.folder(run.runId) / 'state.json'}")
     job = run.job.model_dump(exclude_none=True, exclude_defaults=True)
     if job:
         print("job: " + ", ".join(f"{key}={value}" for key, value in job.items()))
@@ -142,17 +142,20 @@ def _show_run(store: RunStore, args: argparse.Namespace) -> int:
 def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Applies the spec-001 retention policy and the runs retention once."""
     from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
-    from orchestrator.retention import prune_runs
-    from orchestrator.runs import RunStore
-    from orchestrator.selector import prune_selector_files
+    from orchestrator.retention import apply_retention
+    from orchestrator.runs import open_run_store
 
-    archive_days = ARCHIVE_AFTER_DAYS if args.archive_after_days is None else args.archive_after_days
-    checkpoint_days = CHECKPOINT_RETENTION_DAYS if args.checkpoint_days is None else args.checkpoint_days
-    coordination = Coordination(home)
-    report: dict[str, Any] = coordination.clean(archive_after_days=archive_days, checkpoint_days=checkpoint_days)
-    report["selector_files_removed"] = prune_selector_files(home)
-    runs_days = settings.queue.runs_retention_days if args.runs_days is None else args.runs_days
-    report["runs_removed"] = prune_runs(home, RunStore(home, fsync=False), coordination, runs_days)
+    shared_locks = None
+    if settings.queue.backend == "postgres":
+        from gateway.locks import open_locks
+
+        shared_locks = open_locks(home, settings)
+    report = apply_retention(
+        home, open_run_store(home, settings, fsync=False), Coordination(home),
+        settings.queue.runs_retention_days if args.runs_days is None else args.runs_days,
+        archive_after_days=ARCHIVE_AFTER_DAYS if args.archive_after_days is None else args.archive_after_days,
+        checkpoint_days=CHECKPOINT_RETENTION_DAYS if args.checkpoint_days is None else args.checkpoint_days,
+        shared_locks=shared_locks)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

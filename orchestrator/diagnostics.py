@@ -14,7 +14,7 @@ from gateway.models import IncomingPayload
 from orchestrator.agent_cli import AgentCall
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunState
+from orchestrator.runstate import RunState
 from orchestrator.spawn import ProviderFailed
 from orchestrator.templates import render
 

@@ -9,23 +9,22 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import Outbox
 from gateway.events import EventLog
 from gateway.home import Home
-from gateway.locks import LockDirectory
+from gateway.locks import LockDirectory, Locks
 from gateway.models import IncomingPayload
 from orchestrator.coordination import Coordination
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
 from orchestrator.results import Delivery
-from orchestrator.retention import RUNS_RETENTION_DAYS, prune_runs
-from orchestrator.runs import RunState, RunStore, conversation_key
-from orchestrator.selector import prune_selector_files
-from orchestrator.steps import StepFailed, StepOutcome, StepRunner
+from orchestrator.retention import RUNS_RETENTION_DAYS, apply_retention
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState, conversation_key
+from orchestrator.steps import StepFailed, StepOutcome, StepRunner, handoff_env
 from orchestrator.steps.base import Progress
 
 log = logging.getLogger("switchyard.orchestrator.executor")
@@ -35,7 +34,7 @@ WATCH_SEC = 0.25
 RECLAIM_SEC = 15.0
 RETENTION_SEC = 3600.0
 CANCEL_WAIT_SEC = 10.0
-CANCEL_MARKER = "cancel.request"
+QUEUED_BATCH = 64  # queued runs read from a shared store per claim pass
 
 
 def job_lock(run_id: str) -> str:
@@ -44,24 +43,33 @@ def job_lock(run_id: str) -> str:
 
 
 class RunExecutor:
-    """Drains queued runs oldest first (spec 003), at most `max_parallel` at once, one process per run."""
+    """Drains queued runs oldest first (spec 003), at most `max_parallel` at once, one process per run.
+
+    The queued runs come from coordination/work_queue.json, or from the store when it is shared by
+    hosts (postgres; the coordination files are then this host's mirror for agents). The job lock
+    decides which process executes a run. A run whose starting (or answering) message waits in this
+    process is reserved by taking its lock before it becomes claimable, so another host never
+    executes it and turns that message's reply into a push; the lock is renewed until this process
+    claims the run, and expires with the process.
+    """
 
     def __init__(self, *, home: Home, store: RunStore, steps: StepRunner, events: EventLog, outbox: Outbox,
                  max_parallel: int = 4, lock_ttl_sec: float = 60.0,
-                 runs_retention_days: float = RUNS_RETENTION_DAYS):
+                 runs_retention_days: float = RUNS_RETENTION_DAYS, locks: Locks | None = None):
         self._home = home
         self._runs_retention_days = runs_retention_days
         self._store = store
         self._steps = steps
         self._max_parallel = max_parallel
         owner = f"{socket.gethostname()}:{os.getpid()}"
-        self._locks = LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
+        self._locks = locks or LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
         self.coordination = Coordination(home)  # an index and mirrors: recover() rebuilds it
         self.delivery = Delivery(store, outbox, home)
         self.life = Lifecycle(store=store, steps=steps, events=events, coordination=self.coordination,
                               delivery=self.delivery, owner=owner)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancelled: set[str] = set()
+        self._reserved: set[str] = set()  # queued runs whose lock this process holds for a waiting message
         self._wake = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
 
@@ -79,6 +87,8 @@ class RunExecutor:
         for task in running:
             task.cancel()
         await asyncio.gather(*self._background, *running, return_exceptions=True)
+        for run_id in list(self._reserved):
+            self._unreserve(run_id)
         self.coordination.flush()
         self._store.close_events()
 
@@ -89,6 +99,8 @@ class RunExecutor:
         fsynced write before the result is the reply, or `outlived` makes it durable and active before
         an ack. The conversation's next message comes only after that reply, so it never needs the
         active run of a run that ended meanwhile. Other runs are durable and active at once."""
+        if waits and self._store.shared:
+            self._reserve(run.runId)
         run = self._store.create(run, None if waits else key, durable=not waits)
         self.life.created(run, announced=announced)
         self.wake()
@@ -127,11 +139,10 @@ class RunExecutor:
     def _claim_ready(self) -> float:
         """Claims eligible queued runs, oldest first, while slots are free; returns how long to sleep."""
         sleep = IDLE_SEC
-        for task in self.coordination.pending():
+        for run_id, next_retry_at in self._queued():
             if len(self._tasks) >= self._max_parallel:
                 break
-            run_id = str(task["id"])
-            wait = seconds_until((task.get("context") or {}).get("next_retry_at"))
+            wait = seconds_until(next_retry_at)
             if run_id in self._tasks:
                 continue
             if wait > 0:
@@ -140,10 +151,30 @@ class RunExecutor:
             self._claim(run_id)
         return max(sleep, 0.01)
 
+    def _queued(self) -> list[tuple[str, str | None]]:
+        """(run id, next_retry_at) of the queued runs, oldest first: the shared store's, else the home's."""
+        shared = self._store.queued(QUEUED_BATCH)
+        if shared is not None:
+            return shared
+        return [(str(task["id"]), (task.get("context") or {}).get("next_retry_at"))
+                for task in self.coordination.pending()]
+
+    def _reserve(self, run_id: str) -> bool:
+        """Takes the run's lock for a message waiting here (kept until this process claims the run)."""
+        if run_id in self._tasks or not self._locks.acquire(job_lock(run_id)):
+            return False
+        self._reserved.add(run_id)
+        return True
+
+    def _unreserve(self, run_id: str) -> None:
+        self._reserved.discard(run_id)
+        self._locks.release(job_lock(run_id))
+
     def _claim(self, run_id: str) -> None:
         """Takes the run's lock, checks it is still queued and due, marks it running, starts its task."""
         if not self._locks.acquire(job_lock(run_id)):
             return
+        self._reserved.discard(run_id)  # the claim's outcome releases the lock now
         try:
             run = self._store.load(run_id)
             if run is not None and run.state == "running":  # its process died: the lock was stale
@@ -157,8 +188,9 @@ class RunExecutor:
             if not is_due(run.job.next_retry_at):
                 self._locks.release(job_lock(run_id))
                 return
-            if self._marker(run_id).exists():
+            if self._store.cancel_requests([run_id]):
                 self._end_cancelled(run)
+                self._locks.release(job_lock(run_id))
                 return
             run = self.life.claimed(run)
         except Exception:
@@ -209,7 +241,7 @@ class RunExecutor:
                     return
                 live[0] = self.life.step_started(run, step_id, after_step=after_step)
                 outcome: StepOutcome = await self._steps.run(live[0], step_id, self._progress(live, step_id),
-                                                             self._handoff_env(live[0], step_id))
+                                                             handoff_env(live[0], step_id))
             except StepFailed as exc:
                 self.life.step_failed(live[0], step_id, exc)
                 return
@@ -223,25 +255,15 @@ class RunExecutor:
             live[0] = self._store.update_step(live[0], step_id, **changes)
         return save
 
-    @staticmethod
-    def _handoff_env(run: RunState, step_id: str) -> dict[str, str]:
-        names = list(run.steps)
-        index = names.index(step_id)
-        previous = run.steps[names[index - 1]] if index > 0 else None
-        path = (previous.model_extra or {}).get("handoffPath") if previous is not None else None
-        return {"SWITCHYARD_HANDOFF": str(path)} if path else {}
-
     # --- recovery, watchdog, retention -----------------------------------------------------------
 
     def recover(self) -> None:
         """Requeues runs whose process died, settles interrupted failures, re-sends undelivered results."""
-        for run in self._store.all_runs():
-            if run.finished and run.delivery is not None:
-                continue
+        for run in self._store.needing_recovery():
             with self._locked(run.runId) as held:
                 current = self._store.load(run.runId) if held else None
                 if current is not None:
-                    self._recover_one(current)
+                    self.life.recover(current)
         unfinished = self._store.unfinished()
         self._store.restore_active(unfinished)
         queued = {run.runId for run in unfinished if run.state == "queued"}
@@ -250,28 +272,10 @@ class RunExecutor:
                 self.coordination.dequeue(str(task["id"]))
         self._reclaim_orphans()
 
-    def _recover_one(self, run: RunState) -> None:
-        if run.finished:
-            if run.delivery is None:
-                self.delivery.push(run, recovering=True)
-        elif run.state == "running":
-            self.life.interrupted(run, "recovered after a restart: resuming from the last completed step")
-        elif run.state == "failed":
-            if run.delivery is not None:  # an older store's final failure, already delivered
-                self._store.transition(run, "failed_final")
-            else:
-                self.life.settle_failure(run)
-        elif run.state == "queued":
-            self.coordination.enqueue(self.life.task(run))
-        elif run.state == "waiting_input":
-            step = run.steps.get(run.currentStep or "")
-            if step is not None and not (step.model_extra or {}).get("promptDelivery"):
-                self.delivery.asked(run, run.currentStep or "", str((step.model_extra or {}).get("prompt", "")))
-
     @contextlib.contextmanager
     def _locked(self, run_id: str) -> Iterator[bool]:
         """Holds the run's lock for a short section; yields False when another process holds it."""
-        if run_id in self._tasks:
+        if run_id in self._tasks or run_id in self._reserved:
             yield False
             return
         held = self._locks.acquire(job_lock(run_id))
@@ -282,9 +286,11 @@ class RunExecutor:
                 self._locks.release(job_lock(run_id))
 
     def _reclaim_orphans(self) -> None:
-        """Requeues runs listed as active whose executing process is gone (its lock went stale)."""
-        for entry in self.coordination.active():
-            run_id = str(entry.get("task_id"))
+        """Requeues runs marked running whose executing process is gone (its lock went stale)."""
+        running = self._store.running_ids()
+        if running is None:
+            running = [str(entry.get("task_id")) for entry in self.coordination.active()]
+        for run_id in running:
             if run_id in self._tasks:
                 continue
             with self._locked(run_id) as held:
@@ -299,29 +305,37 @@ class RunExecutor:
         """Acts on cancel requests from other processes, renews locks, reclaims orphans, applies retention."""
         renewed = reclaimed = time.monotonic()
         cleaned = 0.0
+        reclaim_sec = min(RECLAIM_SEC, self._locks.ttl_s) if self._store.shared else RECLAIM_SEC
         while True:
             await asyncio.sleep(WATCH_SEC)
-            for run_id, task in list(self._tasks.items()):
-                if self._marker(run_id).exists() and run_id not in self._cancelled:
-                    self._cancelled.add(run_id)
-                    task.cancel()
+            try:
+                self._cancel_requested()
+            except Exception:
+                log.exception("cannot read cancel requests; trying again shortly")
             now = time.monotonic()
             if now - renewed > self._locks.ttl_s / 3:
                 renewed = now
-                self._locks.renew([job_lock(run_id) for run_id in self._tasks])
-            if now - reclaimed > RECLAIM_SEC:
+                self._locks.renew([job_lock(run_id) for run_id in [*self._tasks, *self._reserved]])
+            if now - reclaimed > reclaim_sec:
                 reclaimed = now
                 self._reclaim_orphans()
             if now - cleaned > RETENTION_SEC or not cleaned:
                 cleaned = now
                 await self._clean()
 
+    def _cancel_requested(self) -> None:
+        """Cancels the runs executing here that another process asked to cancel."""
+        for run_id in self._store.cancel_requests([r for r in self._tasks if r not in self._cancelled]):
+            task = self._tasks.get(run_id)
+            if task is not None:
+                self._cancelled.add(run_id)
+                task.cancel()
+
     async def _clean(self) -> None:
         try:
-            report = await asyncio.to_thread(self.coordination.clean)
-            report["selector_files_removed"] = await asyncio.to_thread(prune_selector_files, self._home)
-            report["runs_removed"] = await asyncio.to_thread(prune_runs, self._home, self._store, self.coordination,
-                                                             self._runs_retention_days)
+            report = await asyncio.to_thread(apply_retention, self._home, self._store, self.coordination,
+                                             self._runs_retention_days,
+                                             shared_locks=self._locks if self._store.shared else None)
         except OSError as exc:
             log.warning("coordination retention failed: %s", exc)
             return
@@ -330,12 +344,9 @@ class RunExecutor:
 
     # --- control ------------------------------------------------------------------------------
 
-    def _marker(self, run_id: str) -> Path:
-        return self._store.folder(run_id) / CANCEL_MARKER
-
     def _end_cancelled(self, run: RunState) -> None:
         self.life.cancelled(run)
-        self._marker(run.runId).unlink(missing_ok=True)
+        self._store.clear_cancel(run.runId)
 
     async def cancel(self, run_id: str) -> RunState | None:
         """Stops a run (killing its processes, in this or another process) and marks it cancelled."""
@@ -356,9 +367,8 @@ class RunExecutor:
         return await self._cancel_elsewhere(run_id)
 
     async def _cancel_elsewhere(self, run_id: str) -> RunState | None:
-        """Asks the process executing the run to cancel it (a marker file) and waits a little."""
-        marker = self._marker(run_id)
-        marker.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        """Asks the process executing the run to cancel it (through the store) and waits a little."""
+        self._store.request_cancel(run_id)
         deadline = time.monotonic() + CANCEL_WAIT_SEC
         while time.monotonic() < deadline:
             run = self._store.load(run_id)
@@ -368,15 +378,22 @@ class RunExecutor:
         return self._store.load(run_id)
 
     def answer(self, run: RunState, message: IncomingPayload) -> RunState | None:
-        """Resumes a run waiting for input with the message text; None when another process holds it."""
-        with self._locked(run.runId) as held:
-            current = self._store.load(run.runId) if held else None
-            if current is None:
-                return None
-            step_id = current.currentStep or ""
-            if current.state != "waiting_input" or current.steps.get(step_id) is None:
-                return current
+        """Resumes a run waiting for input with the message text; None when another process holds it.
+        Its lock is kept (the run reserved for this process, whose message waits) on a shared store."""
+        if not self._reserve(run.runId):
+            return None
+        current = self._store.load(run.runId)
+        step_id = current.currentStep or "" if current is not None else ""
+        if current is None or current.state != "waiting_input" or current.steps.get(step_id) is None:
+            self._unreserve(run.runId)
+            return current
+        try:
             resumed = self.life.answered(current, step_id, message.message, message.messageId,
                                          message.sender or message.senderId)
+        except BaseException:
+            self._unreserve(run.runId)
+            raise
+        if not self._store.shared:
+            self._unreserve(run.runId)
         self.wake()
         return resumed

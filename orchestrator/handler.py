@@ -7,6 +7,7 @@ import logging
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
+from gateway.locks import open_locks
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
 from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
@@ -18,8 +19,10 @@ from orchestrator.functions import cancel_text, workflow_listing
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import open_run_store
+from orchestrator.runstate import RunState
 from orchestrator.selector import Selector, SelectorError
+from orchestrator.sessions import open_history, open_sessions
 from orchestrator.steps import StepRunner
 from orchestrator.taskqueue import ensure_queue_dirs
 
@@ -41,16 +44,19 @@ class Orchestrator:
         self._watch: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
-                                      hidden_env=secret_env_names(context.settings))
+                                      hidden_env=secret_env_names(context.settings),
+                                      sessions=open_sessions(context.home, context.settings.queue))
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
-        self._store = RunStore(context.home, fsync=context.settings.queue.fsync)
+        self._store = open_run_store(context.home, context.settings)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox)
         queue = context.settings.queue
         self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
                                      outbox=context.outbox, max_parallel=max_parallel_runs,
                                      lock_ttl_sec=queue.lock_ttl_sec,
-                                     runs_retention_days=queue.runs_retention_days)
-        self._selector = Selector(context.home, self._runner, context.events)
+                                     runs_retention_days=queue.runs_retention_days,
+                                     locks=open_locks(context.home, context.settings, ttl_s=queue.lock_ttl_sec))
+        self._selector = Selector(context.home, self._runner, context.events,
+                                  open_history(context.home, context.settings.queue))
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),

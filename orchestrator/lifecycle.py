@@ -11,7 +11,8 @@ from gateway.home import atomic_write, safe_name
 from orchestrator.coordination import Coordination
 from orchestrator.jobs import FailureCategory, iso_in, ms_between
 from orchestrator.results import Delivery, result_text
-from orchestrator.runs import RunState, RunStore, cap_text
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState, cap_text
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.values import parse_json
 
@@ -230,6 +231,26 @@ class Lifecycle:
                                              error="cancelled")
         run = self.store.transition(run, "cancelled", save=False, error="cancelled", job=_ended(run))
         self._finish(run, "job.cancelled", reason="cancelled")
+
+    def recover(self, run: RunState) -> None:
+        """Settles a run a process left at start-up (its lock taken): re-sends an undelivered result,
+        requeues an interrupted run, settles a failure, re-asks an unasked question."""
+        if run.finished:
+            if run.delivery is None:
+                self.delivery.push(run, recovering=True)
+        elif run.state == "running":
+            self.interrupted(run, "recovered after a restart: resuming from the last completed step")
+        elif run.state == "failed":
+            if run.delivery is not None:  # an older store's final failure, already delivered
+                self.store.transition(run, "failed_final")
+            else:
+                self.settle_failure(run)
+        elif run.state == "queued":
+            self.coordination.enqueue(self.task(run))
+        elif run.state == "waiting_input":
+            step = run.steps.get(run.currentStep or "")
+            if step is not None and not (step.model_extra or {}).get("promptDelivery"):
+                self.delivery.asked(run, run.currentStep or "", str((step.model_extra or {}).get("prompt", "")))
 
     def _finish(self, run: RunState, event: str, **fields: Any) -> None:
         """Writes a run that reached a final state (one fsynced write, with the delivery decided: a

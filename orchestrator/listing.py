@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import get_args
 
 from orchestrator.jobs import JobState, parse_iso
-from orchestrator.runs import RunState
+from orchestrator.runstate import RunState
 from orchestrator.status import elapsed_text
 
 STATES: tuple[str, ...] = get_args(JobState)

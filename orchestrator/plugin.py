@@ -70,7 +70,8 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
 
     config = cache.remember("orchestrator", lambda: _config_status(home, settings),
                             lambda: _config_files(home, settings))
-    return {"runs": _unfinished_runs(home),
+    backend = cache.remember("backend", lambda: settings.queue.backend)  # read without loading the settings
+    return {"runs": _unfinished_runs(home, settings, backend),
             "providers": [provider_line(name, not_found(binary), used_by)
                           for name, binary, used_by in config["binaries"] if shutil.which(binary) is None],
             "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in config["problems"]],
@@ -96,14 +97,14 @@ def _config_files(home: Home, settings: Settings) -> list[Path]:
     return [home.resolve(ref.workspace) / CONFIG_FILE for ref in settings.orchestrators.values()]
 
 
-def _unfinished_runs(home: Home) -> list[dict[str, Any]]:
-    """The summaries of the runs not yet finished; a home whose runs all ended is told from their state.json
-    as plain JSON, without loading the run models."""
-    if not _may_have_unfinished_runs(home.runs):
+def _unfinished_runs(home: Home, settings: Settings, backend: str) -> list[dict[str, Any]]:
+    """The summaries of the runs not yet finished (every host's on postgres); a home whose runs all ended
+    is told from their state.json as plain JSON, without loading the run models."""
+    if backend != "postgres" and not _may_have_unfinished_runs(home.runs):
         return []
-    from orchestrator.runs import RunStore
+    from orchestrator.runs import open_run_store  # not before: a home whose runs all ended needs no models
 
-    return [run.summary() for run in RunStore(home).unfinished()]
+    return [run.summary() for run in open_run_store(home, settings, fsync=False).unfinished()]
 
 
 def _may_have_unfinished_runs(root: Path) -> bool:
@@ -127,8 +128,9 @@ def _may_have_unfinished_runs(root: Path) -> bool:
 
 
 @hookimpl
-def switchyard_recent_runs(home: Home, limit: int) -> list[dict[str, Any]]:
-    """Lists the runs changed last, with their steps, for the dashboard."""
-    from orchestrator.runs import RunStore
+def switchyard_recent_runs(home: Home, limit: int, settings: Settings | None = None) -> list[dict[str, Any]]:
+    """Lists the runs changed last, with their steps, for the dashboard (every host's on postgres)."""
+    from orchestrator.runs import RunStore, open_run_store
 
-    return [run.overview() for run in RunStore(home).recent(limit)]
+    store = open_run_store(home, settings, fsync=False) if settings is not None else RunStore(home, fsync=False)
+    return [run.overview() for run in store.recent(limit)]

@@ -9,7 +9,7 @@ from gateway.api import Outbox
 from gateway.events import now_ms
 from gateway.models import OutgoingPayload
 from orchestrator.results import SYSTEM_AGENT
-from orchestrator.runs import RunState
+from orchestrator.runstate import RunState
 
 log = logging.getLogger("switchyard.orchestrator.progress")
 

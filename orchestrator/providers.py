@@ -31,12 +31,13 @@ class ProviderRunner:
     def __init__(
         self, home: Home, providers: Mapping[str, ProviderSettings], builtins: Mapping[str, BuiltinProvider],
         *, events: EventLog | None = None, hidden_env: frozenset[str] = frozenset(),
+        sessions: SessionStore | None = None,
     ):
         self._home = home
         self._providers = dict(providers)
         self._builtins = dict(builtins)
         self._hidden_env = hidden_env
-        self._cli = AgentCliRunner(SessionStore(home), events)
+        self._cli = AgentCliRunner(sessions or SessionStore.in_home(home), events)
 
     def known(self) -> set[str]:
         """Every provider name that can run: settings.yaml ones and built-ins."""

@@ -15,7 +15,8 @@ from gateway.api import Outbox
 from gateway.events import now_ms
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState
 
 log = logging.getLogger("switchyard.orchestrator.results")
 
@@ -146,8 +147,11 @@ class Delivery:
         return self._store.save(run.model_copy(update={"delivery": "push"}))
 
     def _in_outbox(self, run: RunState) -> bool:
-        """Tells whether outgoing/, sent/ or failed/ holds this run's result (in that order, the way
-        files move)."""
+        """Tells whether the outbox holds this run's result: an outbox that can say (the postgres one: its
+        table) is asked, else outgoing/, sent/ and failed/ are looked at (in that order, the way files move)."""
+        holds_result = getattr(self._outbox, "holds_result", None)
+        if holds_result is not None:
+            return bool(holds_result(run.runId, run.state))
         started = run.payload()
         pattern = f"*{glob.escape(safe_name(started.channel))}_{glob.escape(safe_name(started.messageId))}_*.json"
         for folder in (self._home.outgoing, self._home.sent, self._home.failed):

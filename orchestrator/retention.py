@@ -1,7 +1,8 @@
 """Runs retention: finished runs older than `queue.runs_retention_days` are removed with their coordination records.
 
-Applied by the run executor's hourly maintenance and by `switchyard coordination clean`. A run is
-removed only when its state.json says it finished (done, failed_final, cancelled) longer ago than
+Applied by the run executor's hourly maintenance and by `switchyard coordination clean`, on the
+run store in use (folders, or the database's rows and this host's folder). A run is
+removed only when its state says it finished (done, failed_final, cancelled) longer ago than
 the retention: a queued, running, waiting or retryable failed run, or a folder whose state cannot be
 read, is never touched. An entry of runs/active.json that still names a finished run is stale (the
 index drops ended runs at its next write; `RunStore.active_for` checks the run's state) and does not
@@ -17,49 +18,37 @@ import os
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from gateway.home import Home, safe_name
+from gateway.locks import Locks
 from gateway.settings import Settings
 from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
-from orchestrator.jobs import parse_iso
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import REMOVING_PREFIX, RunStore
+from orchestrator.runstate import RunState
+from orchestrator.runstate import finished_at as finished_at  # re-exported: callers read it here
 
 RUNS_RETENTION_DAYS = 30.0
 SELECT_RETENTION_DAYS = 7.0  # selector request/result files are kept this long (orchestrator/selector.py)
-REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden from RunStore: not a valid run id)
-
-
-def finished_at(run: RunState) -> datetime | None:
-    """When a finished run ended (its job's finished_at, else its last update); None if unreadable."""
-    try:
-        return parse_iso(run.job.finished_at or run.updatedAt)
-    except ValueError:
-        return None
 
 
 def expired_runs(store: RunStore, retention_days: float, *, now: datetime | None = None) -> list[RunState]:
     """The finished runs that ended more than `retention_days` ago (none when it is 0), oldest first."""
     if retention_days <= 0:
         return []
-    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
-    expired = []
-    for run in store.all_runs():
-        ended = finished_at(run)
-        if run.finished and ended is not None and ended < cutoff:
-            expired.append(run)
-    return expired
+    return store.finished_before((now or datetime.now(UTC)) - timedelta(days=retention_days))
 
 
 def prune_runs(home: Home, store: RunStore, coordination: Coordination, retention_days: float, *,
                now: datetime | None = None) -> list[str]:
-    """Removes the expired runs' coordination records, then their folders; returns the run ids removed.
+    """Removes the expired runs' coordination records, then the runs; returns the run ids removed.
 
-    The run folder goes last: interrupted before, the run is still listed and the next pass removes
-    the rest. The folder is first renamed to a hidden name, so a half-deleted folder is never read
-    as a run; such leftovers are finished at the next pass. completed.jsonl keeps its reports
-    (spec 001: append-only, kept indefinitely). Coordination files only: work_queue.json and
-    active_work.json lost a run's entries when it finished, and this runs in a worker thread, where
-    the executor's in-memory views of those files are not ours.
+    The run goes last (`RunStore.remove`): interrupted before, the run is still listed and the next
+    pass removes the rest. A folder left half-deleted (renamed to a hidden name first, so it is never
+    read as a run) is finished at the next pass. completed.jsonl keeps its reports (spec 001:
+    append-only, kept indefinitely). Coordination files only: work_queue.json and active_work.json
+    lost a run's entries when it finished, and this runs in a worker thread, where the executor's
+    in-memory views of those files are not ours.
     """
     _finish_interrupted(home.runs)
     handoffs = _Handoffs(coordination)
@@ -67,14 +56,8 @@ def prune_runs(home: Home, store: RunStore, coordination: Coordination, retentio
     for run in expired_runs(store, retention_days, now=now):
         shutil.rmtree(coordination.checkpoint_dir(run.runId), ignore_errors=True)
         handoffs.remove(run.runId)
-        folder = store.folder(run.runId)
-        hidden = folder.with_name(REMOVING_PREFIX + folder.name)
-        try:
-            os.rename(folder, hidden)
-        except FileNotFoundError:
-            continue  # removed meanwhile by another process sharing the home
-        shutil.rmtree(hidden, ignore_errors=True)
-        removed.append(run.runId)
+        if store.remove(run.runId):
+            removed.append(run.runId)
     return removed
 
 
@@ -123,3 +106,19 @@ def retention_settings(settings: Settings) -> dict[str, float | None]:
     return {"sent": settings.queue.sent_retention_days, "selector_files": SELECT_RETENTION_DAYS,
             "coordination_archive": ARCHIVE_AFTER_DAYS, "checkpoints": CHECKPOINT_RETENTION_DAYS,
             "runs": settings.queue.runs_retention_days or None}
+
+
+def apply_retention(home: Home, store: RunStore, coordination: Coordination, runs_days: float, *,
+                    archive_after_days: float = ARCHIVE_AFTER_DAYS, checkpoint_days: float = CHECKPOINT_RETENTION_DAYS,
+                    shared_locks: Locks | None = None) -> dict[str, Any]:
+    """Every retention of the orchestrator once: spec-001's (checkpoints, archive, expired lock files), the
+    selector's request and result files, the expired locks of `shared_locks` (the database's), finished runs;
+    returns what it did. The executor's hourly maintenance and `switchyard coordination clean` call it."""
+    from orchestrator.selector import prune_selector_files  # the selector imports this module
+
+    report = coordination.clean(archive_after_days=archive_after_days, checkpoint_days=checkpoint_days)
+    report["selector_files_removed"] = prune_selector_files(home)
+    if shared_locks is not None:
+        report["locks_freed"] += shared_locks.clean_expired()
+    report["runs_removed"] = prune_runs(home, store, coordination, runs_days)
+    return report

@@ -4,118 +4,31 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
+import shutil
 from collections import OrderedDict
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, fsync_dir, safe_name
-from gateway.models import IncomingPayload
-from orchestrator.jobs import FINISHED, JobInfo, JobState, check_transition
+from gateway.settings import Settings
+from orchestrator.jobs import JobState, check_transition
+from orchestrator.runstate import RunState, conversation_key, finished_at
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
-StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
-OUTPUT_CAP = 65536
 EVENT_TAIL_BYTES = 8192
 MADE_FOLDERS = 4096  # folders remembered as existing
 OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
-
-
-class StepState(BaseModel):
-    """One step's fragment of state.json."""
-
-    model_config = ConfigDict(extra="allow", defer_build=True)
-
-    status: StepStatus = "pending"
-    kind: str | None = None
-    agent: str | None = None
-    startedAt: str | None = None
-    finishedAt: str | None = None
-    exitCode: int | None = None
-    durationMs: int | None = None
-    output: str | None = None
-    error: str | None = None
-    stderrTail: str | None = None
-
-
-class Conversation(BaseModel):
-    """Where a run's results go: the conversation of the message that started it."""
-
-    model_config = ConfigDict(defer_build=True)
-
-    channel: str
-    channelProfileId: str | None = None
-    conversationId: str | None = None
-    senderId: str | None = None
-
-
-class RunState(BaseModel):
-    """The whole of `runs/<runId>/state.json`."""
-
-    model_config = ConfigDict(extra="allow", defer_build=True)  # built when a run is first read, not on import
-
-    runId: str
-    workflowId: str
-    orchestratorId: str
-    state: JobState = "queued"
-    currentStep: str | None = None
-    createdAt: str = Field(default_factory=utc_now_iso)
-    updatedAt: str = Field(default_factory=utc_now_iso)
-    input: dict[str, Any] = Field(default_factory=dict)
-    message: dict[str, Any]
-    conversation: Conversation
-    steps: dict[str, StepState]
-    error: str | None = None
-    delivery: Literal["reply", "push"] | None = None
-    job: JobInfo = Field(default_factory=JobInfo)
-
-    @property
-    def finished(self) -> bool:
-        """Tells whether the run reached a final state."""
-        return self.state in FINISHED
-
-    def payload(self) -> IncomingPayload:
-        """The message that started the run."""
-        return IncomingPayload.model_validate(self.message)
-
-    def last_step(self) -> tuple[str, StepState] | None:
-        """The last step that ran (completed or failed), if any."""
-        ran = [(name, step) for name, step in self.steps.items() if step.status in ("completed", "failed")]
-        return ran[-1] if ran else None
-
-    def overview(self) -> dict[str, Any]:
-        """The summary with its conversation, creation time and every step's status (for the dashboard)."""
-        steps = [{"id": name, "status": step.status, "durationMs": step.durationMs}
-                 for name, step in self.steps.items()]
-        conversation = self.conversation
-        return {**self.summary(), "createdAt": self.createdAt, "error": self.error, "steps": steps,
-                "conversation": f"{conversation.channel}/{conversation.conversationId or conversation.senderId}"}
-
-    def summary(self) -> dict[str, Any]:
-        """The few fields `status` and the selector request show."""
-        return {"runId": self.runId, "workflowId": self.workflowId, "state": self.state,
-                "currentStep": self.currentStep, "updatedAt": self.updatedAt, "retries": self.job.retries}
-
-
-def run_id_for(message: IncomingPayload) -> str:
-    """A run id derived from the starting message, so a retried message finds its run again."""
-    when = datetime.fromtimestamp(message.timestamp / 1000, UTC).strftime("%Y%m%d-%H%M%S")
-    key = "\0".join([message.channel, message.profile, message.messageId, str(message.timestamp)])
-    return f"r-{when}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-
-
-def conversation_key(message: IncomingPayload) -> str:
-    """The key of a conversation in the active-run association."""
-    return f"{message.channel}/{message.profile}/{message.conversation}"
+CANCEL_MARKER = "cancel.request"  # a run folder's cancel request from another process sharing the home
+REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden: not a valid run id)
 
 
 class RunStore:
@@ -125,7 +38,12 @@ class RunStore:
     only where losing the write in a power cut merely makes a step run again (see Lifecycle). The
     active-run index (`runs/active.json`) is never fsynced: it is rebuilt from the runs' own state
     at start (`restore_active`).
+
+    The processes sharing the home see its runs; orchestrator.pg.runs.PgRunStore keeps them in the
+    database for every host (`shared`), with the same interface.
     """
+
+    shared = False  # True: the runs are seen by processes on other hosts (claims come from the store)
 
     def __init__(self, home: Home, *, fsync: bool = True):
         self._root = home.runs
@@ -175,8 +93,7 @@ class RunStore:
 
     def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
         """Stores a new run and, given its conversation's `key`, makes it the conversation's active run."""
-        run = self.save(run, durable=durable)
-        self.append_event(run.runId, "run.created", workflowId=run.workflowId)
+        run = self._save_with_event(run, durable, "run.created", workflowId=run.workflowId)
         if key is not None:
             self.set_active(key, run.runId)
         return run
@@ -203,7 +120,7 @@ class RunStore:
             self._listed.discard(run.runId)
             self._ended.add(run.runId)
         if save:
-            run = self.save(run, durable=durable)
+            return self._save_with_event(run, durable, "run.state", state=state, error=changes.get("error"))
         self.append_event(run.runId, "run.state", state=state, error=changes.get("error"))
         return run
 
@@ -216,10 +133,18 @@ class RunStore:
         if fields.get("status") in ("running", "waiting"):
             changes["currentStep"] = step_id
         run = run.model_copy(update=changes)
+        if "status" not in fields:
+            return self.save(run, durable=durable) if save else run
+        event, details = "step." + str(step.status), {"step": step_id, "exitCode": step.exitCode}
         if save:
-            run = self.save(run, durable=durable)
-        if "status" in fields:
-            self.append_event(run.runId, "step." + str(step.status), step=step_id, exitCode=step.exitCode)
+            return self._save_with_event(run, durable, event, **details)
+        self.append_event(run.runId, event, **details)
+        return run
+
+    def _save_with_event(self, run: RunState, durable: bool, event: str, **fields: Any) -> RunState:
+        """Saves the run, then appends the event that says what changed."""
+        run = self.save(run, durable=durable)
+        self.append_event(run.runId, event, **fields)
         return run
 
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
@@ -334,12 +259,63 @@ class RunStore:
         """Runs not yet in a final state, oldest first."""
         return [run for run in self.all_runs() if not run.finished]
 
+    def needing_recovery(self) -> list[RunState]:
+        """Runs a restart looks at: unfinished, or finished with their result not yet delivered."""
+        return [run for run in self.all_runs() if not (run.finished and run.delivery is not None)]
+
+    def finished_before(self, cutoff: datetime) -> list[RunState]:
+        """Finished runs that ended (their job's finished_at, else their last update) before `cutoff`."""
+        return [run for run in self.all_runs() if run.finished and (ended := finished_at(run)) and ended < cutoff]
+
+    def remove(self, run_id: str) -> bool:
+        """Deletes a run (its folder, renamed to a hidden name first, so a half-deleted folder is never
+        read as a run); False when it was gone already."""
+        folder = self.folder(run_id)
+        hidden = folder.with_name(REMOVING_PREFIX + folder.name)
+        try:
+            os.rename(folder, hidden)
+        except FileNotFoundError:
+            return False  # removed meanwhile by another process sharing the home
+        shutil.rmtree(hidden, ignore_errors=True)
+        self._made.discard(folder)
+        return True
+
+    def queued(self, limit: int) -> list[tuple[str, str | None]] | None:
+        """(run id, next_retry_at) of queued runs to claim, due first; None here: the processes of one
+        home find them in coordination/work_queue.json."""
+        return None
+
+    def running_ids(self) -> list[str] | None:
+        """Runs marked running by any process; None here: coordination/active_work.json lists them."""
+        return None
+
+    # --- cancel requests from another process -----------------------------------------------------
+
+    def request_cancel(self, run_id: str) -> None:
+        """Asks the process executing the run to cancel it (a marker file in the run's folder)."""
+        (self.made(self.folder(run_id)) / CANCEL_MARKER).write_text(f"{os.getpid()}\n", encoding="utf-8")
+
+    def cancel_requests(self, run_ids: Iterable[str]) -> set[str]:
+        """Which of these runs another process asked to cancel."""
+        return {run_id for run_id in run_ids if (self.folder(run_id) / CANCEL_MARKER).exists()}
+
+    def clear_cancel(self, run_id: str) -> None:
+        """Forgets a run's cancel request (it was carried out)."""
+        (self.folder(run_id) / CANCEL_MARKER).unlink(missing_ok=True)
+
 
 def _ended(run: RunState | None) -> bool:
     """True for a run that ended or is gone."""
     return run is None or run.finished
 
 
-def cap_text(text: str, limit: int = OUTPUT_CAP) -> str:
-    """Cuts a long text to `limit` characters, saying so at the end."""
-    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters cut)"
+def open_run_store(home: Home, settings: Settings, *, fsync: bool | None = None) -> RunStore:
+    """The run store of the configured backend: rows in the database on postgres (every host's runs),
+    else folders under `runs/`. `fsync` defaults to `queue.fsync`."""
+    fsync = settings.queue.fsync if fsync is None else fsync
+    if settings.queue.backend == "postgres":
+        from gateway.pg.db import dsn_from_settings
+        from orchestrator.pg.runs import PgRunStore
+
+        return PgRunStore(home, dsn_from_settings(settings.queue), fsync=fsync)
+    return RunStore(home, fsync=fsync)

@@ -23,7 +23,7 @@ from orchestrator.clis import unwrap_answer
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderRunner
 from orchestrator.retention import SELECT_RETENTION_DAYS
-from orchestrator.runs import conversation_key
+from orchestrator.runstate import conversation_key
 from orchestrator.sessions import ConversationHistory
 from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.templates import render
@@ -198,14 +198,15 @@ class SelectorFiles:
 class Selector:
     """Asks the configured selector agent which action answers a message, keeping every exchange on disk."""
 
-    def __init__(self, home: Home, runner: ProviderRunner, events: EventLog):
+    def __init__(self, home: Home, runner: ProviderRunner, events: EventLog,
+                 history: ConversationHistory | None = None):
         self._home = home
         self._runner = runner
         self._events = events
         self._sequence = itertools.count()
         self._random = random.Random(os.urandom(16))  # unique suffixes without a system call each
         self._files = SelectorFiles(home)
-        self._history = ConversationHistory(home)
+        self._history = history or ConversationHistory.in_home(home)
 
     def close(self) -> None:
         """Writes the selector files still pending (blocks until they are on disk)."""
@@ -242,8 +243,12 @@ class Selector:
 
     def remember(self, message: IncomingPayload, loaded: LoadedConfig, answer: str) -> None:
         """Keeps an exchange for the next requests of a provider-CLI selector (nothing for a built-in)."""
-        if not self._runner.in_process(loaded.config.selector.provider):
+        if self._runner.in_process(loaded.config.selector.provider):
+            return
+        try:
             self._history.add(f"conv:{conversation_key(message)}", message.message, answer)
+        except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
+            log.warning("could not keep the exchange for the selector's next requests: %s", exc)
 
     async def decide(self, request: dict[str, Any], loaded: LoadedConfig) -> Decision:
         """Runs the selector on a request; raises SelectorError (bad answer) or ProviderFailed (bad run)."""

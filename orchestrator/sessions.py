@@ -1,8 +1,10 @@
-"""CLI sessions per conversation or run, and each conversation's recent exchanges, kept in the home.
+"""CLI sessions per conversation or run, and each conversation's recent exchanges.
 
 A provider preset continues the CLI session of its scope (`conv:<channel>/<profile>/<conversation>` or
-`run:<runId>`): the map from (provider, scope) to the CLI's session id lives in `<home>/sessions/`, one
-small JSON file each, so it survives restarts. Calls sharing a session run one at a time.
+`run:<runId>`): the map from (provider, scope) to the CLI's session id is one small record each, so it
+survives restarts. Calls sharing a session run one at a time. The records live in `<home>/sessions/`
+(one JSON file each), or in the database on the postgres backend (orchestrator/pg/sessions.py), where
+every host sees them; only reading and writing a record differs between the two.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write
+from gateway.settings import QueueSettings
 from orchestrator.clis import Session
 
 SESSION_NAMESPACE = uuid.UUID("6f1d2a34-3a5c-4b8e-9a51-5d0c2b7e9f10")
@@ -26,37 +29,69 @@ HISTORY_EXCHANGES = 6
 HISTORY_BYTES = 4096
 HISTORY_TEXT_CHARS = 600
 
+Record = dict[str, Any]
+Change = Callable[[Record], Record]
+"""Gets the stored record ({} when there is none) and returns the one to store."""
+
+
+class Records(Protocol):
+    """Where session or history records are kept, each under a key of a few strings."""
+
+    def read(self, key: tuple[str, ...]) -> Record:
+        """The record stored under `key`, {} when there is none."""
+
+    def update(self, key: tuple[str, ...], change: Change) -> None:
+        """Stores `change(current record)` under `key`."""
+
 
 def _file_name(*parts: str) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32] + ".json"
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_bytes())
-    except (FileNotFoundError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+class FileRecords:
+    """Records as JSON files in one folder of the home, named by a hash of their key."""
+
+    def __init__(self, folder: Path, *, fsync: bool):
+        self.folder = folder
+        self._fsync = fsync
+
+    def read(self, key: tuple[str, ...]) -> Record:
+        try:
+            value = json.loads((self.folder / _file_name(*key)).read_bytes())
+        except (FileNotFoundError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def update(self, key: tuple[str, ...], change: Change) -> None:
+        record = change(self.read(key))
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.folder / _file_name(*key), json.dumps(record, ensure_ascii=False).encode(),
+                     fsync=self._fsync)
 
 
 class SessionStore:
     """Which CLI session each (provider, scope) continues; ids for CLIs that take one are uuid5 of the
     scope and a generation that grows when the CLI forgot the session."""
 
-    def __init__(self, home: Home):
-        self.folder = home.root / "sessions"
-        self._locks: dict[str, asyncio.Lock] = {}
+    def __init__(self, records: Records):
+        self.records = records
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    @classmethod
+    def in_home(cls, home: Home) -> SessionStore:
+        """The file store of one home (`<home>/sessions/`)."""
+        return cls(FileRecords(home.root / "sessions", fsync=True))
 
     @asynccontextmanager
     async def hold(self, provider: str, scope: str) -> AsyncIterator[None]:
-        """Runs the calls of one session one at a time."""
-        lock = self._locks.setdefault(_file_name(provider, scope), asyncio.Lock())
+        """Runs the calls of one session one at a time (in this process)."""
+        lock = self._locks.setdefault((provider, scope), asyncio.Lock())
         async with lock:
             yield
 
     def session(self, provider: str, scope: str, *, assigns_ids: bool) -> Session:
         """The session to continue, or a new one (with our own id when the CLI accepts one)."""
-        record = _read(self._path(provider, scope)) or {}
+        record = self.records.read((provider, scope))
         turns = list(record.get("turns", []))
         if record.get("sessionId"):
             return Session(str(record["sessionId"]), resume=True, turns=turns)
@@ -68,45 +103,48 @@ class SessionStore:
 
     def save(self, provider: str, scope: str, session_id: str | None, turn: dict[str, str] | None = None) -> None:
         """Records the session a call used (and the turn, for CLIs without sessions)."""
-        path = self._path(provider, scope)
-        record = _read(path) or {"provider": provider, "scope": scope, "createdAt": utc_now_iso()}
-        record.update(started=True, updatedAt=utc_now_iso())
-        if session_id:
-            record["sessionId"] = session_id
-        if turn is not None:
-            record["turns"] = [*record.get("turns", []), turn][-MAX_TURNS:]
-        self._write(path, record)
+
+        def change(record: Record) -> Record:
+            record = record or {"provider": provider, "scope": scope, "createdAt": utc_now_iso()}
+            record.update(started=True, updatedAt=utc_now_iso())
+            if session_id:
+                record["sessionId"] = session_id
+            if turn is not None:
+                record["turns"] = [*record.get("turns", []), turn][-MAX_TURNS:]
+            return record
+
+        self.records.update((provider, scope), change)
 
     def forget(self, provider: str, scope: str, *, assigns_ids: bool) -> Session:
         """Drops a session the CLI no longer knows; returns the fresh one to start instead."""
-        path = self._path(provider, scope)
-        record = _read(path) or {"provider": provider, "scope": scope, "createdAt": utc_now_iso()}
-        record["generation"] = int(record.get("generation", 0)) + 1
-        record.pop("sessionId", None)
-        record["started"] = False
-        self._write(path, record)
+
+        def change(record: Record) -> Record:
+            record = record or {"provider": provider, "scope": scope, "createdAt": utc_now_iso()}
+            record["generation"] = int(record.get("generation", 0)) + 1
+            record.pop("sessionId", None)
+            record["started"] = False
+            return record
+
+        self.records.update((provider, scope), change)
         return self.session(provider, scope, assigns_ids=assigns_ids)
-
-    def _path(self, provider: str, scope: str) -> Path:
-        return self.folder / _file_name(provider, scope)
-
-    def _write(self, path: Path, record: dict[str, Any]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(record, ensure_ascii=False).encode())
 
 
 class ConversationHistory:
     """The last few exchanges of each conversation, so a stateless selector understands follow-ups."""
 
-    def __init__(self, home: Home):
-        self.folder = home.root / "sessions" / "history"
+    def __init__(self, records: Records):
+        self.records = records
+
+    @classmethod
+    def in_home(cls, home: Home) -> ConversationHistory:
+        """The file store of one home (`<home>/sessions/history/`)."""
+        return cls(FileRecords(home.root / "sessions" / "history", fsync=False))
 
     def recent(self, scope: str) -> list[dict[str, str]]:
         """The latest exchanges (oldest first), capped to HISTORY_BYTES in all."""
-        record = _read(self.folder / _file_name(scope)) or {}
         kept: list[dict[str, str]] = []
         size = 0
-        for exchange in reversed(record.get("exchanges", [])):
+        for exchange in reversed(self.records.read((scope,)).get("exchanges", [])):
             size += len(json.dumps(exchange, ensure_ascii=False).encode())
             if size > HISTORY_BYTES:
                 break
@@ -115,12 +153,32 @@ class ConversationHistory:
 
     def add(self, scope: str, user: str, answer: str) -> None:
         """Appends one exchange, keeping the last HISTORY_EXCHANGES."""
-        path = self.folder / _file_name(scope)
-        record = _read(path) or {"scope": scope}
         exchange = {"user": _clip(user), "assistant": _clip(answer)}
-        record["exchanges"] = [*record.get("exchanges", []), exchange][-HISTORY_EXCHANGES:]
-        self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(record, ensure_ascii=False).encode(), fsync=False)
+
+        def change(record: Record) -> Record:
+            record = record or {"scope": scope}
+            record["exchanges"] = [*record.get("exchanges", []), exchange][-HISTORY_EXCHANGES:]
+            return record
+
+        self.records.update((scope,), change)
+
+
+def open_sessions(home: Home, queue: QueueSettings) -> SessionStore:
+    """The session store of this backend: the home's files, or the database on postgres."""
+    if queue.backend == "postgres":
+        from orchestrator.pg.sessions import PgSessionStore
+
+        return PgSessionStore.for_settings(queue)
+    return SessionStore.in_home(home)
+
+
+def open_history(home: Home, queue: QueueSettings) -> ConversationHistory:
+    """The conversation history of this backend: the home's files, or the database on postgres."""
+    if queue.backend == "postgres":
+        from orchestrator.pg.sessions import database_history
+
+        return database_history(queue)
+    return ConversationHistory.in_home(home)
 
 
 def _clip(text: str) -> str:

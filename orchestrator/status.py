@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.jobs import parse_iso
-from orchestrator.runs import RunState, StepState
+from orchestrator.runstate import RunState, StepState
 
 MARKS = {"completed": "✓", "running": "▶", "waiting": "?", "pending": "·", "failed": "✗"}
 

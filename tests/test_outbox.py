@@ -16,7 +16,7 @@ from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox, outgoing_name
 from gateway.testing import make_incoming
 from orchestrator.results import result_reply
-from orchestrator.runs import Conversation, RunState, StepState
+from orchestrator.runstate import Conversation, RunState, StepState
 from plugins.heartbeat.channel import HeartbeatChannel
 
 

@@ -36,7 +36,8 @@ from gateway.testing import FakeChannel, async_wait_until, make_incoming, wait_u
 from orchestrator.agent_cli import ProviderRefused
 from orchestrator.functions import FunctionRefused, FunctionRegistry
 from orchestrator.providers import ProviderRunner
-from orchestrator.runs import Conversation, RunState, RunStore, run_id_for
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, run_id_for
 from plugins.heartbeat import state_path
 
 REPO = Path(__file__).resolve().parent.parent

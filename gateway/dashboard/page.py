@@ -18,9 +18,10 @@ def page(state: dict[str, Any], *, refresh_ms: int) -> str:
 
 
 def sections(state: dict[str, Any]) -> str:
-    """The page's live part: every section, refreshed in place by the page's script."""
+    """The page's live part: every section, refreshed in place by the page's script (the processes and
+    channel owners only when the backend has them: postgres)."""
     return "\n".join([
-        _section("Queue", "queue", _table(["folder", "files", "oldest"], [
+        _section("Queue", "queue", _database_note(state) + _table(["folder", "files", "oldest"], [
             [q["folder"], q["depth"], _age(q["oldest_age_s"])] for q in state["queue"]])),
         _section("In flight", "in-flight", _table(["message", "channel", "conversation", "attempt", "elapsed"], [
             [m["name"], m.get("profile") or m.get("channel"), m.get("conversation"), m.get("attempt"),
@@ -31,9 +32,27 @@ def sections(state: dict[str, Any]) -> str:
             ["profile", "type", "status", "last inbound", "last outbound", "retries", "429s"],
             [[c["profile"], c["type"], _status(c), c["last_inbound"] or "—", c["last_outbound"] or "—",
               c["retries"], c["rate_limited"]] for c in state["channels"]], empty="no channels configured")),
+        *_processes(state),
         _section("Heartbeat round trip", "beats", _heartbeats(state["heartbeats"])),
         _section("Last events", "events", _events(state["events"])),
     ])
+
+
+def _database_note(state: dict[str, Any]) -> str:
+    return f'<p class="empty">{escape(state["database"])}</p>' if state.get("database") else ""
+
+
+def _processes(state: dict[str, Any]) -> list[str]:
+    if "processes" not in state:
+        return []
+    return [
+        _section("Processes", "processes", _table(["role", "host", "pid", "last seen", "state"], [
+            [p["role"], p["host"], p["pid"], f"{p['last_seen']} ({p['seen_ago_s']:g} s ago)",
+             "stale" if p["stale"] else "ok"] for p in state["processes"]], empty="no process attached")),
+        _section("Channel owners", "owners", _table(["lease", "owner", "until"], [
+            [lease["name"], lease["holder"], f"{lease['expires_at']}{' (expired)' if lease['expired'] else ''}"]
+            for lease in state.get("leases", [])], empty="no channel owned")),
+    ]
 
 
 def _section(title: str, ident: str, body: str) -> str:

@@ -7,11 +7,10 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from gateway import deadletters
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.server import Server, build_app
-from gateway.dashboard.state import Activity, queue_folders
+from gateway.dashboard.state import Activity
 from gateway.events import read_events
 from gateway.plugin_manager import call_each
 
@@ -36,6 +35,7 @@ class Dashboard:
         self.token = dashboard_token(self.settings)
         if self.token is not None:
             gateway.events.add_secret(self.token)
+        self.view = gateway.backend.queue_view()  # the home's folders, or the database
         self.activity = Activity()
         self.activity.seed(read_events(gateway.home.events_file, limit=SEED_EVENTS))
         self._metrics = Metrics(self._live)
@@ -76,12 +76,11 @@ class Dashboard:
 
     async def state(self) -> dict[str, Any]:
         """Everything the page shows, as JSON values (what `/api/state` answers)."""
-        disk = await asyncio.to_thread(self._from_disk)
+        read = await asyncio.to_thread(self._read)
         gateway = self._gateway
         return {
-            "pid": os.getpid(), "started_at": gateway.started_at,
-            "queue": disk["queue"], "in_flight": self.activity.in_flight(disk["processing"]),
-            "dead_letters": disk["dead_letters"], "dead_total": disk["dead_total"], "runs": disk["runs"],
+            **{k: v for k, v in read.items() if k != "processing"},
+            "pid": os.getpid(), "started_at": gateway.started_at, "in_flight": self._in_flight(read),
             "channels": self._channels(), "heartbeats": self.activity.heartbeat_history(),
             "events": self.activity.recent_events(EVENTS_SHOWN),
         }
@@ -92,24 +91,26 @@ class Dashboard:
 
     async def retry(self, names: list[str]) -> list[str]:
         """Puts dead letters back into the queue (KeyError naming any that is not one)."""
-        retried = await asyncio.to_thread(deadletters.retry, self._gateway.home, names)
+        retried = await asyncio.to_thread(self.view.retry, names)
         self._gateway.events.emit("dead_letter.retried", names=retried, reason="retried from the dashboard")
         return retried
 
     # --- reading ----------------------------------------------------------------------------
 
-    def _from_disk(self) -> dict[str, Any]:
-        home = self._gateway.home
-        queue, processing = queue_folders(home)
-        letters = deadletters.list_dead(home)
+    def _read(self) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
         for found in call_each(self._gateway.pm, "switchyard_recent_runs", events=self._gateway.events,
-                               home=home, limit=RUNS_SHOWN):
+                               home=self._gateway.home, limit=RUNS_SHOWN, settings=self._gateway.settings):
             runs.extend(found)
         runs.sort(key=lambda run: str(run.get("updatedAt")), reverse=True)
-        return {"queue": queue, "processing": processing, "dead_total": len(letters), "runs": runs[:RUNS_SHOWN],
-                "dead_letters": [{k: v for k, v in letter.to_json().items() if k != "path"}
-                                 for letter in letters[:DEAD_SHOWN]]}
+        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN]}
+
+    def _in_flight(self, read: dict[str, Any]) -> list[dict[str, Any]]:
+        """The messages in flight: as the backend lists them, else those claimed here still in processing/."""
+        if "in_flight" in read:
+            self.activity.in_flight({job["name"] for job in read["in_flight"]})  # forgets the settled ones
+            return list(read["in_flight"])
+        return self.activity.in_flight(read["processing"])
 
     def _channels(self) -> list[dict[str, Any]]:
         status = self._gateway.channel_status
@@ -119,6 +120,6 @@ class Dashboard:
 
     def _live(self) -> dict[str, Any]:
         """The figures `/metrics` reads at scrape time (on a worker thread)."""
-        queue, processing = queue_folders(self._gateway.home)
-        return {"queue": queue, "in_flight": len(self.activity.in_flight(processing)),
+        live = self.view.live()
+        return {"queue": live["queue"], "in_flight": len(self._in_flight(live)),
                 "channels": dict(self._gateway.channel_status), "heartbeat_last_ms": self.activity.last_rtt_ms()}

@@ -1,4 +1,5 @@
-"""What the dashboard shows: recent activity kept from the event stream, and the queue read from disk."""
+"""What the dashboard shows: recent activity kept from the event stream, and the queue as its backend
+keeps it (FolderView reads the home's folders; gateway/pg/dashboard.py the database)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
+from gateway import deadletters
 from gateway.home import Home
 
 EVENT_HISTORY = 200
@@ -101,6 +103,40 @@ class Activity:
         with self._lock:
             return dict(self.profiles.get(profile) or {"last_inbound": None, "last_outbound": None,
                                                        "retries": 0, "rate_limited": 0})
+
+
+class QueueView(Protocol):
+    """The queue as the dashboard reads it (on a worker thread) and the retry button.
+
+    `live()` answers `queue` (rows of folder, depth, oldest_age_s) and either `processing` (the names
+    in processing/) or `in_flight` (the messages running, as Activity.in_flight lists them); `read`
+    adds `dead_letters` (the first `shown`), `dead_total`, and whatever else the backend shows.
+    """
+
+    def live(self) -> dict[str, Any]: ...
+    def read(self, shown: int) -> dict[str, Any]: ...
+    def retry(self, names: list[str]) -> list[str]: ...
+
+
+class FolderView:
+    """The file backend's queue: the home's folders and the dead letters in failed/."""
+
+    def __init__(self, home: Home):
+        self.home = home
+
+    def live(self) -> dict[str, Any]:
+        queue, processing = queue_folders(self.home)
+        return {"queue": queue, "processing": processing}
+
+    def read(self, shown: int) -> dict[str, Any]:
+        letters = deadletters.list_dead(self.home)
+        return {**self.live(), "dead_total": len(letters),
+                "dead_letters": [{k: v for k, v in letter.to_json().items() if k != "path"}
+                                 for letter in letters[:shown]]}
+
+    def retry(self, names: list[str]) -> list[str]:
+        """Puts dead letters back into the queue (KeyError naming any that is not one)."""
+        return deadletters.retry(self.home, names)
 
 
 def queue_folders(home: Home) -> tuple[list[dict[str, Any]], set[str]]:

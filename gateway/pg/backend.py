@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from gateway.pg.db import dsn_from_settings, process_holder, redacted
 from gateway.pg.intake import Intake
 from gateway.pg.jobs import QUEUE, TASK
 from gateway.pg.outbox import PgOutbox
+from gateway.pg.pools import message_pool, procrastinate_pool, sync_message_pool
 from gateway.pg.processing import KeepPlace, MessageProcessor
 from gateway.queue import FileQueue
 from gateway.settings import Settings, SettingsError
@@ -70,6 +72,7 @@ class PgBackend:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._down_since: str | None = None
+        self._pruned_at: float | None = None  # time.monotonic() of the last prune that reached the database
 
     @property
     def timeout_s(self) -> float:
@@ -79,23 +82,18 @@ class PgBackend:
     async def start(self, handler: Handler, queue: FileQueue,
                     on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None) -> None:
         """Opens the pool and starts taking in, processing, heartbeats and the stalled-job sweep."""
-        from psycopg_pool import AsyncConnectionPool
-
         qs = self.settings.queue
-        # no check on each checkout (a round trip per use): a connection broken by a restart fails its
-        # statement, is discarded by the pool, and what used it is retried (KeepPlace, the intake's backoff)
-        self._pool = AsyncConnectionPool(self.dsn, min_size=2, max_size=qs.max_concurrency + 2, open=False,
-                                         timeout=5)
+        # autocommit, checked without a round trip (gateway.pg.pools); a connection broken all the same
+        # fails its statement, is discarded by the pool, and what used it is retried (KeepPlace)
+        self._pool = message_pool(self.dsn, min_size=2, max_size=qs.max_concurrency + 2, timeout=5)
         await self._pool.open()
-        from psycopg_pool import ConnectionPool
-
         # sync connections for the steps that share a transaction with gateway.pg.files (run in threads)
-        self._sync_pool = ConnectionPool(self.dsn, min_size=1, max_size=3, open=False, timeout=5)
+        self._sync_pool = sync_message_pool(self.dsn, min_size=1, max_size=3, timeout=5)
         await asyncio.to_thread(self._sync_pool.open)
         self.processor = MessageProcessor(self._pool, handler, self.outbox, self.events, qs, on_start=on_start,
                                           files=(self._sync_pool, self.home, self.settings))
         self.intake = Intake(queue, self._sync_pool, self.events, home=self.home, settings=self.settings,
-                             outbox=self.outbox, on_database=self._database_state)
+                             outbox=self.outbox, async_pool=self._pool, on_database=self._database_state)
         await self._register()
         self._tasks = [asyncio.create_task(self.intake.run(), name="pg-intake"),
                        asyncio.create_task(self._run_worker(), name="pg-worker"),
@@ -108,19 +106,30 @@ class PgBackend:
 
     async def prune(self) -> None:
         """Deletes what retention allows from the shared tables (gateway/pg/maintenance.py: events, answered
-        identities, sent replies, finished messages); a database that cannot be reached is tried next time."""
-        await asyncio.to_thread(self._prune)
+        identities, sent replies, finished messages) when this process last did so PRUNE_INTERVAL_S ago or
+        more, and no other process is pruning; a database that cannot be reached is tried next time."""
+        from gateway.pg import maintenance
 
-    def _prune(self) -> None:
+        now = time.monotonic()
+        if self._pruned_at is not None and now - self._pruned_at < maintenance.PRUNE_INTERVAL_S:
+            return
+        if await asyncio.to_thread(self._prune):
+            self._pruned_at = now
+
+    def _prune(self) -> bool:
+        """One attempt; True when it reached the database (pruned, or another process was pruning)."""
         import psycopg
 
-        from gateway.pg.maintenance import prune
+        from gateway.pg.maintenance import prune_alone
 
         try:
             with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-                prune(conn, self.settings, self.home)
+                if prune_alone(conn, self.settings, self.home) is None:
+                    log.debug("another process is pruning the database: skipped")
+            return True
         except psycopg.Error as exc:
             log.debug("pruning the database failed (retried at the next maintenance): %s", exc)
+            return False
 
     def stats(self) -> dict[str, Any]:
         """Figures for `queue_stats`."""
@@ -133,7 +142,9 @@ class PgBackend:
     def _app(self) -> Any:
         import procrastinate
 
-        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=self.dsn, min_size=1, max_size=4))
+        connector = procrastinate.PsycopgConnector(conninfo=self.dsn, min_size=1, max_size=4,
+                                                   pool_factory=procrastinate_pool)
+        app = procrastinate.App(connector=connector)
         processor = self.processor
         assert processor is not None
 
@@ -161,6 +172,10 @@ class PgBackend:
                     if failures:
                         self._database_state(True, None)
                         failures = 0
+                    # a stop() while the app was opening found no worker to stop, and run() forgets a stop
+                    # requested before it starts: checked here, with no await until run() has begun
+                    if self._stopping.is_set():
+                        return
                     await self._worker.run()
             except asyncio.CancelledError:
                 raise
@@ -183,6 +198,8 @@ class PgBackend:
                 await self._register()
             except Exception as exc:
                 self._database_state(False, f"{type(exc).__name__}: {exc}")
+            else:  # the worker's own connections may have come back without its loop failing
+                self._database_state(True, None)
 
     async def _retry_stalled(self) -> None:
         worker = self._worker

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from typing import Any
 
 from gateway.settings import QueueSettings, SettingsError
 
@@ -42,3 +44,36 @@ def process_holder() -> str:
 
 
 _HOLDER: str | None = None
+
+
+_POOLS: dict[str, Any] = {}
+_POOLS_LOCK = threading.Lock()
+SHARED_POOL_SIZE = 4
+
+
+def shared_pool(dsn: str) -> Any:
+    """This process's synchronous connection pool for `dsn` (a psycopg_pool.ConnectionPool), opened on
+    first use: the stores the event loop calls synchronously (the outbox's pushes, runs, sessions,
+    pairing) share it instead of each keeping connections. A connection is checked when it is taken if
+    the server sent it something (gateway/pg/pools.py: no round trip for a healthy one), so a restarted
+    server costs one reconnect, not an error."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(dsn)
+        if pool is None:
+            from psycopg_pool import ConnectionPool
+
+            from gateway.pg.pools import check_if_signalled_sync
+
+            pool = ConnectionPool(dsn, min_size=0, max_size=SHARED_POOL_SIZE, open=True, timeout=10,
+                                  check=check_if_signalled_sync)
+            _POOLS[dsn] = pool
+        return pool
+
+
+def close_shared_pools() -> None:
+    """Closes every pool `shared_pool` opened (at the end of a process, or of a test)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.close()

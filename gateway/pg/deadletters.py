@@ -5,6 +5,11 @@ their original bytes) and dead replies (`switchyard_outbox`, state 'dead'), list
 A retried message is queued again with a fresh attempt count and its jobs deferred again, in one
 transaction, so it is never queued without jobs nor run twice; a retried reply is pending again,
 due now. A name is a message's or a reply's `name`; a message wins when both tables hold it.
+
+Given the home, the store also holds what this host's intake quarantined in `queue/failed/` without
+storing it (a FIFO, a link, a payload over queue.max_payload_bytes: gateway/pg/intake.py), through
+the file store; a name in the database wins over a file of that name. A retried file goes back to
+incoming/, where the intake takes it in (or quarantines it) again.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from typing import Any
 
 import psycopg
 
+from gateway import deadletters
 from gateway.deadletters import DeadLetter, Kind
+from gateway.home import Home
 from gateway.pg.jobs import defer_query
 
 _LIST = """
@@ -37,18 +44,39 @@ def _letter(row: tuple[Any, ...]) -> DeadLetter:
 
 
 class DeadStore:
-    """The dead letters of one database, with the file store's operations (see gateway/deadcli.py)."""
+    """The dead letters of one database (and of this host's failed/ when given the home), with the file
+    store's operations (see gateway/deadcli.py)."""
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, home: Home | None = None):
         self.dsn = dsn
+        self.home = home
 
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn)
 
     def list_dead(self) -> list[DeadLetter]:
-        """Every dead message and reply, newest first."""
+        """Every dead message and reply, and every file quarantined here, newest first."""
         with self._connect() as conn:
-            return [_letter(row) for row in conn.execute(_LIST)]
+            stored = [_letter(row) for row in conn.execute(_LIST)]
+        names = {letter.name for letter in stored}
+        local = [letter for letter in self._local() if letter.name not in names]
+        return sorted(stored + local, key=lambda letter: (letter.failed_at or "", letter.name), reverse=True)
+
+    def has_local(self) -> bool:
+        """Whether this host's failed/ holds any quarantined file."""
+        return bool(self._local())
+
+    def _local(self) -> list[DeadLetter]:
+        return deadletters.list_dead(self.home) if self.home is not None else []
+
+    def _local_names(self, names: list[str], stored: dict[str, Kind]) -> list[str]:
+        """Those of `names` not in the database: each must be a file in failed/, else KeyError naming the others."""
+        local = {letter.name for letter in self._local()}
+        rest = [name for name in names if name not in stored]
+        unknown = [name for name in rest if name not in local]
+        if unknown:
+            raise KeyError(", ".join(unknown))
+        return rest
 
     def show(self, name: str) -> tuple[DeadLetter, bytes]:
         """One dead letter and its payload bytes (a message's exactly as received); KeyError when absent."""
@@ -62,6 +90,8 @@ class DeadStore:
                                "WHERE state = 'dead' AND name = %s", (name,)).fetchone()
             if row is not None:
                 return _letter(row[:6]), json.dumps(row[6], ensure_ascii=False).encode()
+        if self.home is not None:
+            return deadletters.show(self.home, name)
         raise KeyError(name)
 
     def kinds(self, conn: psycopg.Connection[Any], names: list[str]) -> dict[str, Kind]:
@@ -75,37 +105,37 @@ class DeadStore:
             found[name] = "message"
         return found
 
-    def _all_dead(self, conn: psycopg.Connection[Any], names: list[str]) -> dict[str, Kind]:
-        """`kinds` of `names`, or KeyError listing those that are not dead letters."""
-        kinds = self.kinds(conn, names)
-        unknown = [name for name in names if name not in kinds]
-        if unknown:
-            raise KeyError(", ".join(unknown))
-        return kinds
-
     def retry(self, names: list[str]) -> list[str]:
         """Puts dead letters back (see the module docstring); nothing changes unless every name is dead
         (else KeyError listing the others). Returns the names put back."""
         wanted = list(dict.fromkeys(names))
         with self._connect() as conn, conn.transaction():
-            kinds = self._all_dead(conn, wanted)
-            return [name for name in wanted if _put_back(conn, name, kinds[name])]
+            kinds = self.kinds(conn, wanted)
+            local = self._local_names(wanted, kinds)
+            done = [name for name in wanted if name in kinds and _put_back(conn, name, kinds[name])]
+        return done + (deadletters.retry(self.home, local) if self.home is not None and local else [])
 
     def retry_all(self) -> list[str]:
         """Puts every dead letter back; returns the names put back."""
         with self._connect() as conn, conn.transaction():
             dead = [(row[0], row[1]) for row in conn.execute(_LIST)]
-            return [name for name, kind in sorted(dead) if _put_back(conn, name, kind)]
+            done = [name for name, kind in sorted(dead) if _put_back(conn, name, kind)]
+        local = sorted({letter.name for letter in self._local()} - {name for name, _ in dead})
+        return done + (deadletters.retry(self.home, local) if self.home is not None and local else [])
 
     def drop(self, names: list[str]) -> list[str]:
         """Deletes dead letters for good (KeyError as for `retry`); returns the names deleted."""
         wanted = list(dict.fromkeys(names))
         with self._connect() as conn, conn.transaction():
-            kinds = self._all_dead(conn, wanted)
+            kinds = self.kinds(conn, wanted)
+            local = self._local_names(wanted, kinds)
             for name in wanted:
-                table = "switchyard_messages" if kinds[name] == "message" else "switchyard_outbox"
-                conn.execute(f"DELETE FROM {table} WHERE name = %s AND state = 'dead'", (name,))  # noqa: S608
-            return wanted
+                if name in kinds:
+                    table = "switchyard_messages" if kinds[name] == "message" else "switchyard_outbox"
+                    conn.execute(f"DELETE FROM {table} WHERE name = %s AND state = 'dead'", (name,))  # noqa: S608
+        if self.home is not None and local:
+            deadletters.drop(self.home, local)
+        return wanted
 
     def where(self, kind: Kind) -> str:
         """Where a retried letter of `kind` goes, as `dead retry` says it."""

@@ -98,8 +98,11 @@ class PgDelivery:
         """Starts the delivery loop and the LISTEN connection."""
         from psycopg_pool import AsyncConnectionPool
 
+        from gateway.pg.pools import check_if_signalled
+
+        # checked without a round trip unless the server sent the idle connection something (a restart)
         self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True},
-                                         check=AsyncConnectionPool.check_connection)
+                                         check=check_if_signalled)
         self._tasks = [asyncio.create_task(self._run(), name="pg-delivery"),
                        asyncio.create_task(self._listen(), name="pg-delivery-listen")]
 

@@ -1,7 +1,7 @@
 """Taking in: each file of `queue/incoming/` becomes a `switchyard_messages` row and its jobs, then is removed.
 
 Channels keep writing into incoming/ (a local, durable spool that works while the database is
-down); files are taken in one at a time in claim order (gateway.queue.order_of), each in one
+down); files are taken in one at a time in claim order (gateway.queueorder.order_of), each in one
 transaction with its jobs, and unlinked only after it committed. A crash in between leaves the
 file claimed; the next start returns it to incoming/ and takes it in again: the same name with the
 same bytes is only unlinked, the same name with other bytes is stored under a new name. Files that
@@ -24,7 +24,7 @@ from gateway.events import EventLog, now_ms
 from gateway.home import Home
 from gateway.keys import ordering_keys
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.pg.jobs import defer_query
+from gateway.pg.jobs import defer_jobs_of, defer_query
 from gateway.pg.outbox import PgOutbox
 from gateway.queue import Claimed, FileQueue
 from gateway.settings import Settings
@@ -39,14 +39,16 @@ INSERT = ("INSERT INTO switchyard_messages (name, payload, channel, profile, con
 class Intake:
     """Moves incoming/ into the database, oldest first; pauses with backoff while the database is away.
 
-    A file's transaction runs on a sync connection in a thread (the message row, its attachments by
-    gateway.pg.files.store, its jobs), so the event loop never waits on it.
+    A message without attachments is one statement (the row and its jobs) on the async pool. One with
+    attachments is one transaction on a sync connection in a thread (the row, its attachments by
+    gateway.pg.files.store, its jobs), so the event loop never waits on reading the files.
     """
 
     def __init__(self, queue: FileQueue, pool: Any, events: EventLog, *, home: Home, settings: Settings,
-                 outbox: PgOutbox, on_database: Any = None):
+                 outbox: PgOutbox, async_pool: Any, on_database: Any = None):
         self.queue = queue
         self.pool = pool  # a psycopg_pool.ConnectionPool (sync)
+        self.async_pool = async_pool  # a psycopg_pool.AsyncConnectionPool in autocommit (gateway.pg.pools)
         self.events = events
         self.home = home
         self.settings = settings
@@ -105,7 +107,10 @@ class Intake:
             message: IncomingPayload | None = parse_payload(claimed.data, limit)
         except ValueError:  # stored keyless: the worker dead-letters it with its reason
             message = None
-        refused = await asyncio.to_thread(self._store, claimed.name, claimed.data, message)
+        if await self._store_plain(claimed.name, claimed.data, message):
+            refused = None
+        else:
+            refused = await asyncio.to_thread(self._store, claimed.name, claimed.data, message)
         self.queue.complete(claimed)
         self.taken += 1
         if refused is not None and message is not None:
@@ -114,19 +119,30 @@ class Intake:
                              channel=message.channel, conversation=message.conversation, reason=refused,
                              failure_reason=refused, attempts=0)
 
+    async def _store_plain(self, name: str, data: bytes, message: IncomingPayload | None) -> bool:
+        """A message without attachments, stored with its jobs in one statement on the event loop (the
+        async pool is in autocommit: one transaction, one round trip, no thread). False when it has
+        attachments, or its name was stored before (the same bytes after a crash before the unlink, or
+        another file under a taken name): `_store` then does what each case needs."""
+        if message is not None and message.file_paths():
+            return False
+        keys, fields = _fields(message)
+        defer, params = defer_jobs_of("m.id", keys)
+        async with self.async_pool.connection() as conn:
+            cursor = await conn.execute(f"WITH m AS ({INSERT}) SELECT {defer} FROM m", [name, data, *fields, *params])
+            return await cursor.fetchone() is not None
+
     def _store(self, name: str, data: bytes, message: IncomingPayload | None) -> str | None:
         """One transaction: the row, its attachments, its jobs. Returns why it was refused (an attachment
         too large to carry: stored dead, with the sender told), else None."""
         from gateway.pg import files
 
-        keys = list(ordering_keys(message)) if message is not None else []
-        fields = [message.channel, message.profile, message.conversation, keys] if message is not None \
-            else ["", "", "", []]
+        keys, fields = _fields(message)
         with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             message_id = _insert(cursor, name, data, fields)
             if message_id is None:
                 return None
-            if message is not None:
+            if message is not None and message.file_paths():
                 try:
                     with conn.transaction():  # a savepoint: a refused message keeps none of its files
                         files.store(conn, name, message, self.home, settings=self.settings)
@@ -141,6 +157,14 @@ class Intake:
                     return reason
             cursor.execute(*defer_query(message_id, keys))
         return None
+
+
+def _fields(message: IncomingPayload | None) -> tuple[list[str], list[Any]]:
+    """(ordering keys, the row's channel, profile, conversation and keys); keyless for an unparsable one."""
+    if message is None:
+        return [], ["", "", "", []]
+    keys = list(ordering_keys(message))
+    return keys, [message.channel, message.profile, message.conversation, keys]
 
 
 def _insert(cursor: Any, name: str, data: bytes, fields: list[Any]) -> int | None:

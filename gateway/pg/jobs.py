@@ -45,3 +45,15 @@ def defer_query(message_id: int, keys: list[str] | tuple[str, ...]) -> tuple[str
         rows.append("ROW(%s, %s, 0, %s, NULL, %s::jsonb, NULL)::procrastinate_job_to_defer_v1")
         params += [QUEUE, TASK, lock or None, json.dumps({"message_id": message_id, "role": role})]
     return f"SELECT procrastinate_defer_jobs_v1(ARRAY[{', '.join(rows)}])", params
+
+
+def defer_jobs_of(message_id_sql: str, keys: list[str] | tuple[str, ...]) -> tuple[str, list[object]]:
+    """(sql expression, params) deferring the jobs of the message whose id is the SQL expression
+    `message_id_sql`: `defer_query` for a statement that inserts the message itself."""
+    rows = []
+    params: list[object] = []
+    for role, lock in job_locks(keys):
+        rows.append("ROW(%s, %s, 0, %s, NULL, jsonb_build_object('message_id', "
+                    f"{message_id_sql}, 'role', %s::text), NULL)::procrastinate_job_to_defer_v1")
+        params += [QUEUE, TASK, lock or None, role]
+    return f"procrastinate_defer_jobs_v1(ARRAY[{', '.join(rows)}])", params

@@ -8,8 +8,10 @@
   `files.shared_dir` that no remaining message names go with them (a relative shared_dir resolves
   against `home`; without one, only an absolute shared_dir is cleaned).
 
-Dead letters, queued and running messages, pending replies and leases are never touched. Any process
-may call `prune` (say hourly); deleting is idempotent, so two hosts pruning at once do no harm.
+Dead letters, queued and running messages, pending replies and leases are never touched. Deleting is
+idempotent, so two hosts pruning at once do no harm, only double work: each process calls
+`prune_alone` at most once every PRUNE_INTERVAL_S (gateway.pg.backend), and it skips its turn while
+another process of the same schema is pruning (a transaction-level advisory try-lock).
 """
 
 from __future__ import annotations
@@ -25,14 +27,34 @@ from gateway.home import Home
 from gateway.pg.files import unused_shared
 from gateway.settings import Settings
 
+PRUNE_INTERVAL_S = 3600.0
+PRUNE_LOCK_CLASS = 0x5359  # the advisory lock (class, hashtext(schema)) held by the process pruning a schema
+TRY_LOCK = "SELECT pg_try_advisory_xact_lock(%s, hashtext(current_schema()))"
+
 
 def prune(conn: psycopg.Connection[Any], settings: Settings, home: Home | None = None) -> dict[str, int]:
     """Deletes what retention allows, in one transaction; returns how many rows of each kind (and
     shared copies removed)."""
+    counts = _prune(conn, settings, home, alone=False)
+    assert counts is not None
+    return counts
+
+
+def prune_alone(conn: psycopg.Connection[Any], settings: Settings, home: Home | None = None) -> dict[str, int] | None:
+    """`prune`, unless another process is pruning the same schema right now: then None, nothing done."""
+    return _prune(conn, settings, home, alone=True)
+
+
+def _prune(conn: psycopg.Connection[Any], settings: Settings, home: Home | None, *,
+           alone: bool) -> dict[str, int] | None:
     queue = settings.queue
     kept_s = max(queue.sent_retention_days * 86400, float(queue.duplicate_window_sec))
     counts: dict[str, int] = {}
     with conn.transaction():
+        if alone:
+            row = conn.execute(TRY_LOCK, (PRUNE_LOCK_CLASS,)).fetchone()
+            if not (row and row[0]):
+                return None
         if queue.events_retention_days > 0:
             counts["events"] = conn.execute(
                 "DELETE FROM switchyard_events WHERE at < now() - make_interval(secs => %s)",

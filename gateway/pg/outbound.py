@@ -35,7 +35,7 @@ class PgOutbound:
     """Leases, the channels started under them, and the delivery of their replies, for one Gateway."""
 
     def __init__(self, gateway: Gateway, *, holder: str | None = None):
-        from gateway.app import extra_file_roots
+        from gateway.backends import extra_file_roots
 
         self.gateway = gateway
         settings = gateway.settings

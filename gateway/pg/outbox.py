@@ -40,10 +40,9 @@ class PgOutbox(FileOutbox):
 
     def _connection_pool(self) -> Any:
         if self._pool is None:
-            from psycopg_pool import ConnectionPool
+            from gateway.pg.db import shared_pool
 
-            self._pool = ConnectionPool(self._dsn, min_size=0, max_size=2, open=True,
-                                        check=ConnectionPool.check_connection)
+            self._pool = shared_pool(self._dsn)
         return self._pool
 
     def prepared(self, payload: OutgoingPayload) -> OutgoingPayload:
@@ -78,6 +77,34 @@ class PgOutbox(FileOutbox):
                 return name
             name = self._next_name(payload)
 
+    def store_done_statement(self, message_id: int, identity: str | None,
+                             replies: list[OutgoingPayload]) -> tuple[str, list[Any]] | None:
+        """One statement (one transaction in autocommit, one round trip) marking the message `done` unless it
+        is done or dead already, recording `identity` as answered (None: not), and inserting the checked
+        `replies` in order, each only if the message was still open; its row is 1 when it was. None when a
+        reply replaces an earlier one (the heartbeat's channels: use `insert`). A reply's name already
+        taken fails the whole statement with UniqueViolation: then nothing was stored."""
+        if any(reply.channel in self.named_by_message_id for reply in replies):
+            return None
+        parts = ["WITH done AS (UPDATE switchyard_messages SET state = 'done', updated_at = now() "
+                 "WHERE id = %s AND state NOT IN ('done', 'dead') RETURNING id)"]
+        params: list[Any] = [message_id]
+        if identity is not None:
+            parts.append("answered AS (INSERT INTO switchyard_answered (identity) SELECT %s FROM done "
+                         "ON CONFLICT (identity) DO UPDATE SET answered_at = now())")
+            params.append(identity)
+        if replies:
+            rows = []
+            for order, reply in enumerate(replies):
+                name, payload = self.rows(reply)
+                rows.append("(%s, %s, %s, %s, %s, %s)")
+                params += [order, *self._statement(payload, name)[1]]
+            parts.append("replies AS (INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
+                         "SELECT v.name, v.channel, v.profile, v.conversation, v.payload::jsonb FROM done, "
+                         f"(VALUES {', '.join(rows)}) AS v (ord, name, channel, profile, conversation, payload) "
+                         "ORDER BY v.ord)")
+        return ", ".join(parts) + " SELECT count(*) FROM done", params
+
     def insert_sync(self, cursor: Any, payload: OutgoingPayload) -> str:
         """`insert` through a sync cursor, inside the caller's transaction; returns its name."""
         name, payload = self.rows(payload)
@@ -92,12 +119,18 @@ class PgOutbox(FileOutbox):
             name = self.insert_sync(cursor, payload)
         return self.home.outgoing / name
 
+    def holds_result(self, run_id: str, run_state: str) -> bool:
+        """Whether `switchyard_outbox` holds a reply carrying run `run_id` in `run_state` (pending, sent or
+        dead): a result written just before a crash is recorded at recovery, not pushed again."""
+        with self._connection_pool().connection() as conn:
+            row = conn.execute("SELECT 1 FROM switchyard_outbox WHERE payload->>'workflowRunId' = %s "
+                               "AND payload->>'runState' = %s LIMIT 1", (run_id, run_state)).fetchone()
+        return row is not None
+
     def close(self) -> None:
-        """Closes the connection pool (and the spare file the FileOutbox keeps)."""
+        """Lets go of the process's shared pool (closed by PgBackend.stop) and the FileOutbox's spare file."""
         super().close()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        self._pool = None
 
 
 def find_reply(dsn: str, message_id: str, timeout_s: float) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from procrastinate.jobs import Job
 from procrastinate.retry import BaseRetryStrategy, RetryDecision
+from psycopg.errors import UniqueViolation
 
 from gateway.answered import message_identity
 from gateway.api import Handler, PermanentError
@@ -33,6 +34,13 @@ log = logging.getLogger("switchyard.pg.worker")
 
 PARK_S = 0.2  # how soon a parked job (a gate, or a process job waiting for its gate) looks again
 KEPT_ERRORS = 20
+# Whether the message was answered within the window; if not, it is marked running, in the same statement.
+ANSWERED_OR_START = (
+    "WITH seen AS (SELECT 1 FROM switchyard_answered WHERE %(window)s > 0 AND identity = %(identity)s "
+    "AND answered_at > now() - make_interval(secs => %(window)s)), "
+    "started AS (UPDATE switchyard_messages SET state = 'running', updated_at = now() "
+    "WHERE id = %(id)s AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM seen)) "
+    "SELECT EXISTS (SELECT 1 FROM seen)")
 
 
 class Reschedule(Exception):
@@ -161,23 +169,31 @@ class MessageProcessor:
                              duration_ms=round((time.monotonic() - started) * 1000, 2))
 
     async def _answered_or_start(self, message_id: int, message: IncomingPayload) -> bool:
-        """True when the message was answered within the duplicate window; else marks it running."""
-        window = self.settings.duplicate_window_sec
+        """True when the message was answered within the duplicate window; else marks it running (one
+        statement: the pool is in autocommit)."""
         async with self.pool.connection() as conn:
-            if window > 0:
-                cursor = await conn.execute(
-                    "SELECT 1 FROM switchyard_answered WHERE identity = %s "
-                    "AND answered_at > now() - make_interval(secs => %s)", (message_identity(message), window))
-                if await cursor.fetchone() is not None:
-                    return True
-            await conn.execute("UPDATE switchyard_messages SET state = 'running', updated_at = now() "
-                               "WHERE id = %s AND state = 'queued'", (message_id,))
-        return False
+            cursor = await conn.execute(ANSWERED_OR_START, {"identity": message_identity(message), "id": message_id,
+                                                            "window": float(self.settings.duplicate_window_sec)})
+            row = await cursor.fetchone()
+        return bool(row and row[0])
 
     async def _store_done(self, message_id: int, message: IncomingPayload, replies: list[OutgoingPayload],
                           *, duplicate: bool = False) -> bool:
-        """Replies, the answer and `done` in one transaction; False when another run stored it first."""
+        """Replies, the answer and `done` in one transaction; False when another run stored it first.
+
+        One statement when it can be (gateway.pg.outbox.store_done_statement); when a reply's name is
+        taken, or the channel's replies replace earlier ones, the transaction below that names each."""
         checked = [self.outbox.prepared(reply) for reply in replies]
+        identity = None if duplicate else message_identity(message)
+        statement = self.outbox.store_done_statement(message_id, identity, checked)
+        if statement is not None:
+            try:
+                async with self.pool.connection() as conn:
+                    cursor = await conn.execute(*statement)
+                    row = await cursor.fetchone()
+                return bool(row and row[0])
+            except UniqueViolation:
+                pass  # a reply's name was taken (another host, same millisecond): nothing was stored
         async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             await cursor.execute("SELECT state FROM switchyard_messages WHERE id = %s FOR UPDATE", (message_id,))
             row = await cursor.fetchone()
@@ -185,9 +201,9 @@ class MessageProcessor:
                 return False
             for reply in checked:
                 await self.outbox.insert(cursor, reply)
-            if not duplicate:
+            if identity is not None:
                 await cursor.execute("INSERT INTO switchyard_answered (identity) VALUES (%s) ON CONFLICT (identity) "
-                                     "DO UPDATE SET answered_at = now()", (message_identity(message),))
+                                     "DO UPDATE SET answered_at = now()", (identity,))
             await cursor.execute("UPDATE switchyard_messages SET state = 'done', updated_at = now() WHERE id = %s",
                                  (message_id,))
         return True

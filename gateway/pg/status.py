@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from gateway.home import Home
 from gateway.pg import schema
 from gateway.pg.db import dsn_from_settings, redacted
 from gateway.pg.deadletters import DeadStore
@@ -25,21 +26,30 @@ class DatabaseUnreachable(Exception):
     """The database cannot be used; the message is one line without the password."""
 
 
+# (part, count, seconds since the oldest entered its state) of each part of the queue
 _DEPTHS = """
-SELECT (SELECT count(*) FROM switchyard_messages WHERE state = 'queued'),
-       (SELECT count(*) FROM switchyard_messages WHERE state = 'running'),
-       (SELECT count(*) FROM switchyard_messages WHERE state = 'dead'),
-       (SELECT count(*) FROM switchyard_outbox WHERE state = 'pending'),
-       (SELECT count(*) FROM switchyard_outbox WHERE state = 'dead')
+SELECT 'queued', count(*), extract(epoch FROM now() - min(enqueued_at))
+  FROM switchyard_messages WHERE state = 'queued'
+UNION ALL SELECT 'running', count(*), extract(epoch FROM now() - min(updated_at))
+  FROM switchyard_messages WHERE state = 'running'
+UNION ALL SELECT 'dead', count(*), extract(epoch FROM now() - min(updated_at))
+  FROM switchyard_messages WHERE state = 'dead'
+UNION ALL SELECT 'replies_pending', count(*), extract(epoch FROM now() - min(created_at))
+  FROM switchyard_outbox WHERE state = 'pending'
+UNION ALL SELECT 'replies_dead', count(*),
+       extract(epoch FROM now() - min(coalesce(sent_at, next_attempt_at, created_at)))
+  FROM switchyard_outbox WHERE state = 'dead'
 """
 
 
-def _iso(stamp: datetime | None) -> str | None:
+def iso(stamp: datetime | None) -> str | None:
+    """A timestamp as `status` shows it (UTC, seconds, `Z`)."""
     return stamp.isoformat(timespec="seconds").replace("+00:00", "Z") if stamp else None
 
 
-def gather(settings: QueueSettings, *, dead_shown: int) -> dict[str, Any]:
-    """The database's part of the status; raises DatabaseUnreachable."""
+def gather(settings: QueueSettings, *, dead_shown: int, home: Home | None = None) -> dict[str, Any]:
+    """The database's part of the status (dead letters: with those quarantined in `home`'s failed/);
+    raises DatabaseUnreachable."""
     dsn = dsn_from_settings(settings)
     shown = redacted(dsn)
     try:
@@ -49,31 +59,47 @@ def gather(settings: QueueSettings, *, dead_shown: int) -> dict[str, Any]:
                                         "missing_migrations": missing}
             if missing and "0001_core.sql" in missing:
                 return {"database": database}
-            return {"database": database, **_tables(conn, settings, dead_shown, dsn)}
+            return {"database": database, **_tables(conn, settings, dead_shown, dsn, home)}
     except psycopg.Error as exc:
         raise DatabaseUnreachable(f"cannot use the database at {shown}: "
                                   f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
                                   ) from None
 
 
-def _tables(conn: psycopg.Connection[Any], settings: QueueSettings, dead_shown: int, dsn: str) -> dict[str, Any]:
-    row = conn.execute(_DEPTHS).fetchone() or (0, 0, 0, 0, 0)
-    queue = {"queued": row[0], "running": row[1], "dead": row[2], "replies_pending": row[3], "replies_dead": row[4]}
+def depths(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float | None]]:
+    """(count, age in seconds of the oldest) of queued, running and dead messages, pending and dead replies."""
+    return {part: (int(count), round(float(age), 1) if age is not None else None)
+            for part, count, age in conn.execute(_DEPTHS)}
+
+
+def processes(conn: psycopg.Connection[Any], settings: QueueSettings) -> list[dict[str, Any]]:
+    """Every process attached to the database; `stale` when not seen for STALE_AFTER_LEASES leases."""
     stale_s = settings.lease_sec * STALE_AFTER_LEASES
-    processes = [
-        {"holder": holder, "role": role, "host": host, "pid": pid, "started_at": _iso(started),
-         "last_seen": _iso(seen), "seen_ago_s": round(float(ago), 1), "stale": float(ago) > stale_s,
+    return [
+        {"holder": holder, "role": role, "host": host, "pid": pid, "started_at": iso(started),
+         "last_seen": iso(seen), "seen_ago_s": round(float(ago), 1), "stale": float(ago) > stale_s,
          "detail": detail or {}}
         for holder, role, host, pid, started, seen, ago, detail in conn.execute(
             "SELECT holder, role, host, pid, started_at, last_seen, "
             "extract(epoch FROM now() - last_seen), detail FROM switchyard_processes ORDER BY host, pid")]
-    leases = [
-        {"name": name, "holder": holder, "expires_at": _iso(expires), "expired": bool(expired),
-         "acquired_at": _iso(acquired)}
+
+
+def leases(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Every lease (`channel:<type>/<profile>`: the owner of a channel profile) and its holder."""
+    return [
+        {"name": name, "holder": holder, "expires_at": iso(expires), "expired": bool(expired),
+         "acquired_at": iso(acquired)}
         for name, holder, expires, acquired, expired in conn.execute(
             "SELECT name, holder, expires_at, acquired_at, expires_at < now() FROM switchyard_leases ORDER BY name")]
-    dead = DeadStore(dsn).list_dead() if queue["dead"] or queue["replies_dead"] else []
-    return {"queue": queue, "processes": processes, "leases": leases, "dead_letter_count": len(dead),
+
+
+def _tables(conn: psycopg.Connection[Any], settings: QueueSettings, dead_shown: int, dsn: str,
+            home: Home | None) -> dict[str, Any]:
+    queue = {part: count for part, (count, _) in depths(conn).items()}
+    store = DeadStore(dsn, home)
+    dead = store.list_dead() if queue["dead"] or queue["replies_dead"] or store.has_local() else []
+    return {"queue": queue, "processes": processes(conn, settings), "leases": leases(conn),
+            "dead_letter_count": len(dead),
             "dead_letters": [letter.to_json() | {"file": letter.name} for letter in dead[:dead_shown]]}
 
 

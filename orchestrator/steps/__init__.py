@@ -9,7 +9,8 @@ from gateway.settings import SettingsError
 from orchestrator.config import LoadedConfig, StepConfig
 from orchestrator.jobs import RetryPolicy
 from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState
 from orchestrator.steps.base import Progress, StepFailed, StepJob, StepOutcome
 from orchestrator.steps.foreach import ForEach
 from orchestrator.steps.process import BodyRunner
@@ -86,3 +87,12 @@ class StepRunner:
         values = template_values(run, str(loaded.workspace))
         result = await self._bodies.run(job, step, step_id, values, env)
         return StepOutcome(result.stdout, result.exit_code, result.duration_ms, result.stderr_tail)
+
+
+def handoff_env(run: RunState, step_id: str) -> dict[str, str]:
+    """`SWITCHYARD_HANDOFF` for a step: the handoff file the step before it wrote, if it wrote one."""
+    names = list(run.steps)
+    index = names.index(step_id)
+    previous = run.steps[names[index - 1]] if index > 0 else None
+    path = (previous.model_extra or {}).get("handoffPath") if previous is not None else None
+    return {"SWITCHYARD_HANDOFF": str(path)} if path else {}

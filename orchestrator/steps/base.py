@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator.config import LoadedConfig, StepConfig
 from orchestrator.jobs import FailureCategory
-from orchestrator.runs import RunState
+from orchestrator.runstate import RunState
 from orchestrator.spawn import ProviderResult
 
 Progress = Callable[[dict[str, Any]], None]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import utc_now_iso
-from orchestrator.runs import cap_text
+from orchestrator.runstate import cap_text
 from orchestrator.steps.base import StepFailed, StepJob, StepOutcome
 from orchestrator.steps.process import BodyRunner
 from orchestrator.steps.values import parse_json, run_stamp, template_values

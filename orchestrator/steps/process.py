@@ -10,7 +10,8 @@ from orchestrator.agent_cli import AgentCall
 from orchestrator.config import AgentConfig, read_template
 from orchestrator.progress import ProgressNotes
 from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunStore, conversation_key
+from orchestrator.runs import RunStore
+from orchestrator.runstate import conversation_key
 from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.steps.base import StepFailed, StepJob
 from orchestrator.steps.values import step_request

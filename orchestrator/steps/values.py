@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from orchestrator.jobs import parse_iso
-from orchestrator.runs import RunState
+from orchestrator.runstate import RunState
 
 
 def parse_json(text: str | None) -> Any:

@@ -44,6 +44,7 @@ from gateway import (
     reply_parts,
 )
 from plugins.discord import CHANNEL_TYPE
+from plugins.discord.errors import FAILURES, describe, failure, refusal
 from plugins.discord.inbound import Intake
 
 log = logging.getLogger("switchyard.discord")
@@ -51,12 +52,6 @@ log = logging.getLogger("switchyard.discord")
 TEXT_LIMIT = 2000
 RATE_LIMIT_WAIT_MAX_S = 30.0  # discord.py waits out shorter 429s itself; longer ones raise RateLimited
 UNKNOWN_MESSAGE = 10008  # Discord's error code for an edit of a message that was deleted
-FAILURES = (discord.RateLimited, discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError)
-CLOSE_CODES = {
-    4004: "authentication failed",
-    4013: "invalid intents",
-    4014: "disallowed intents: enable the Message Content intent (developer portal → Bot)",
-}
 
 Target = discord.PartialMessageable | discord.DMChannel
 
@@ -116,7 +111,7 @@ class DiscordChannel:
             connected.cancel()
         if self._supervisor.done():
             await client.close()
-            reason = _describe(self._supervisor.exception(), self._token_env)
+            reason = describe(self._supervisor.exception(), self._token_env)
             raise RuntimeError(f"discord profile {self.profile_id!r}: the gateway refused the bot: {reason}")
         if not self._connected.is_set():
             log.warning("discord profile %s: gateway not connected after %.0fs; still trying",
@@ -188,7 +183,7 @@ class DiscordChannel:
         except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
             await client.close()
             raise RuntimeError(f"discord profile {self.profile_id!r}: login failed: "
-                               f"{_describe(exc, self._token_env)}") from None
+                               f"{describe(exc, self._token_env)}") from None
 
     # --- connection supervision ----------------------------------------------------------------
 
@@ -203,7 +198,7 @@ class DiscordChannel:
             except Exception as exc:
                 if not self._started:
                     raise
-                reason = _describe(exc, self._token_env)
+                reason = describe(exc, self._token_env)
             await client.close()
             if self._stopping:
                 return
@@ -311,7 +306,7 @@ class DiscordChannel:
         try:
             return await client.create_dm(discord.Object(int(sender)))
         except (discord.Forbidden, discord.NotFound) as exc:  # no such user, or no DMs from this bot
-            raise PermanentError(f"Discord refused a DM with user {sender}: {_refusal(exc)}") from exc
+            raise PermanentError(f"Discord refused a DM with user {sender}: {refusal(exc)}") from exc
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             raise DeliveryError(f"cannot open a Discord DM with user {sender}: {exc}") from exc
 
@@ -347,7 +342,7 @@ class DiscordChannel:
                 log.info("discord refused the reply reference (%s); posting without it", exc)
                 return await self._post_once(target, part, _again(upload), None)
         except FAILURES as exc:
-            raise _failure(exc) from exc
+            raise failure(exc) from exc
 
     async def _edit(self, target: Target, message_id: str, text: str) -> bool:
         """Replaces the text of a message the bot posted; False when that message was deleted."""
@@ -356,9 +351,9 @@ class DiscordChannel:
         except discord.NotFound as exc:
             if exc.code == UNKNOWN_MESSAGE:
                 return False
-            raise _failure(exc) from exc
+            raise failure(exc) from exc
         except FAILURES as exc:
-            raise _failure(exc) from exc
+            raise failure(exc) from exc
         return True
 
     async def _post_once(self, target: Target, part: Part, upload: discord.File | None,
@@ -376,47 +371,3 @@ def _again(upload: discord.File | None) -> discord.File | None:
     if upload is not None:
         upload.reset()
     return upload
-
-
-def _failure(exc: Exception) -> Exception:
-    """The error a failed post or edit raises: DeliveryError (with retry_after on 429), or
-    PermanentError for a refusal retrying cannot change (403, 404)."""
-    if isinstance(exc, discord.RateLimited):
-        return DeliveryError(f"Discord rate limit: retry in {exc.retry_after:.1f}s", retry_after=exc.retry_after)
-    if isinstance(exc, discord.Forbidden | discord.NotFound):
-        return PermanentError(f"Discord refused the message: {_refusal(exc)}")
-    if isinstance(exc, discord.HTTPException):
-        return DeliveryError(f"Discord answered HTTP {exc.status}: {exc.text or exc.response.reason}",
-                             retry_after=_retry_after(exc))
-    return DeliveryError(f"cannot reach Discord: {exc or type(exc).__name__}")
-
-
-def _refusal(exc: discord.HTTPException) -> str:
-    """Discord's status, error code and wording, e.g. `HTTP 403 (code 50007): Cannot send messages…`."""
-    return f"HTTP {exc.status} (code {exc.code}): {exc.text or exc.response.reason}"
-
-
-def _retry_after(exc: discord.HTTPException) -> float | None:
-    """The Retry-After of a 429 that discord.py stopped retrying."""
-    if exc.status != 429:
-        return None
-    try:
-        return float(exc.response.headers.get("Retry-After", ""))
-    except ValueError:
-        return None
-
-
-def _describe(exc: BaseException | None, token_env: str) -> str:
-    """A one-line reason for a failed connection, without any secret."""
-    if isinstance(exc, discord.PrivilegedIntentsRequired):
-        return "the Message Content intent is not enabled for this bot (developer portal → Bot)"
-    if isinstance(exc, discord.ConnectionClosed):
-        meaning = CLOSE_CODES.get(exc.code or 0, "")
-        if exc.code == 4004:
-            meaning = f"{meaning}: check the token in {token_env}"
-        return f"gateway closed the connection with code {exc.code}" + (f" ({meaning})" if meaning else "")
-    if isinstance(exc, discord.HTTPException):
-        return f"HTTP {exc.status}: {exc.text or exc.response.reason}"
-    if exc is None:
-        return "the gateway connection ended"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -36,7 +36,7 @@ class Intake:
     def __init__(self, context: ChannelContext, threads: RunThreads, *, require_mention: bool):
         self._context = context
         self._profile_id = context.profile.id
-        self._access = AccessPolicy(context.home, context.profile)
+        self._access = AccessPolicy(context.home, context.profile, context.settings)
         self._threads = threads
         self._require_mention = require_mention
         self._seen: OrderedDict[int, int] = OrderedDict()

@@ -58,7 +58,7 @@ class SlackChannel:
         self.config = config
         self.context = context
         self.transport: SocketTransport | HttpTransport | None = None
-        self._access = AccessPolicy(context.home, context.profile)
+        self._access = AccessPolicy(context.home, context.profile, context.settings)
         self._journal = DeliveryJournal(context.home, config.profile_id)
         self._threads = RunThreads(context.home, config.profile_id)
         self._notes = NoteMessages()

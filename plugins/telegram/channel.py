@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from functools import partial
@@ -25,25 +24,24 @@ from gateway import (
     clip_note,
     deliver_note,
     deliver_parts,
-    reply_parts,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from gateway.backoff import delay as backoff_delay
 from plugins.telegram.inbound import InboundMessages
+from plugins.telegram.limits import TEXT_LIMIT, refused_for_good, retry_seconds, telegram_parts, utf16_len
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
 from plugins.telegram.redaction import TokenFilter
 from plugins.telegram.refs import Target, message_ref, replied_message
 
 if TYPE_CHECKING:
     from telegram import Bot, Message, Update
-    from telegram.error import RetryAfter, TelegramError
+    from telegram.error import TelegramError
     from telegram.ext import Application
 
     TelegramApp = Application[Any, Any, Any, Any, Any, Any]
 
 log = logging.getLogger("switchyard.telegram")
 
-TEXT_LIMIT = 4096  # counted by Telegram in UTF-16 code units
 MAX_INLINE_WAIT_S = 30.0  # longer rate limits go back to the dispatcher as retry_after
 ALLOWED_UPDATES = ["message"]
 NOTE_GONE = ("message to edit not found", "message can't be edited")  # post the note anew
@@ -261,7 +259,7 @@ class TelegramChannel:
         async def edit(ref: str, text: str) -> bool:
             return await self._edit(bot, ref, text)
 
-        text = clip_note(outgoing.message, TEXT_LIMIT, _utf16_len)
+        text = clip_note(outgoing.message, TEXT_LIMIT, utf16_len)
         return await deliver_note(outgoing, self.notes, text, post, edit)
 
     async def _edit(self, bot: Bot, ref: str, text: str) -> bool:
@@ -374,33 +372,3 @@ def _build_application(options: TelegramOptions, token: str) -> TelegramApp:
 
     return (ApplicationBuilder().token(token).base_url(options.base_url)
             .base_file_url(options.base_file_url).job_queue(None).build())
-
-
-def refused_for_good(exc: TelegramError) -> bool:
-    """Whether retrying cannot help: the bot was blocked or removed (403), or the chat is gone."""
-    from telegram.error import BadRequest, Forbidden
-
-    return isinstance(exc, Forbidden) or (isinstance(exc, BadRequest) and "chat not found" in str(exc).lower())
-
-
-def telegram_parts(outgoing: OutgoingPayload) -> list[Part]:
-    """The reply's parts, text chunks within 4096 UTF-16 units (emoji count twice), blank ones left out."""
-    limit = TEXT_LIMIT
-    parts = reply_parts(outgoing, limit)
-    while limit > TEXT_LIMIT // 2 and any(_utf16_len(p.text) > TEXT_LIMIT for p in parts if p.text):
-        limit -= 512
-        parts = reply_parts(outgoing, limit)
-    return [part for part in parts if part.file is not None or (part.text or "").strip()]
-
-
-def retry_seconds(exc: RetryAfter) -> float:
-    """The wait a RetryAfter asks for; python-telegram-bot gives an int or a timedelta."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # PTB warns that the int form is going away
-        value: Any = exc.retry_after
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-

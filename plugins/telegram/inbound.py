@@ -34,7 +34,7 @@ class InboundMessages:
     def __init__(self, context: ChannelContext, threads: RunThreads, sink: Sink):
         self.context = context
         self.profile_id = context.profile.id
-        self.access = AccessPolicy(context.home, context.profile)
+        self.access = AccessPolicy(context.home, context.profile, context.settings)
         self.threads = threads
         self.sink = sink
 

@@ -109,7 +109,7 @@ class WhatsAppChannel:
         self.profile = profile
         self.profile_id = profile.id
         self.context = context
-        self.access = AccessPolicy(context.home, profile)
+        self.access = AccessPolicy(context.home, profile, context.settings)
         self.threads = RunThreads(context.home, profile.id)
         self.journal = DeliveryJournal(context.home, profile.id)
         self.config: WhatsAppConfig | None = None

@@ -1,4 +1,4 @@
-"""The four selector actions and the status fast path, end to end."""
+"""The four selector actions and the status fast path, end to end, on both queue backends."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 from gateway.testing import wait_until
-from tests.e2e.conftest import ORCHESTRATOR, Switchyard, provider_calls
+from tests.e2e.conftest import ORCHESTRATOR, Switchyard, both_backends, provider_calls
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, both_backends]
 
 
 def _slow_build(seconds: float) -> dict:
@@ -26,7 +26,7 @@ def test_workflow_start_runs_every_step_and_replies_with_the_result(switchyard: 
     switchyard.send("start build now", messageId="b1")
     reply = switchyard.reply_to("b1")[0]
     assert reply["workflowStepId"] == "Test" and reply["agent"] == "writer"
-    state = json.loads((switchyard.home.runs / reply["workflowRunId"] / "state.json").read_text())
+    state = switchyard.run_state(reply["workflowRunId"])
     assert state["state"] == "done"
     assert [state["steps"][s]["status"] for s in ("Plan", "Build", "Test")] == ["completed"] * 3
 
@@ -47,14 +47,13 @@ def test_status_names_the_run_without_advancing_it(switchyard: Switchyard, fake_
     switchyard.start()
     switchyard.send("start build slowly", messageId="b3")
     run_id = switchyard.reply_to("b3")[0]["workflowRunId"]
-    state_file = switchyard.home.runs / run_id / "state.json"
-    wait_until(lambda: json.loads(state_file.read_text())["currentStep"] == "Build", 20)
-    before = state_file.read_bytes()
+    wait_until(lambda: switchyard.run_state(run_id).get("currentStep") == "Build", 20)
+    before = switchyard.run_state(run_id)
     calls_before = len(provider_calls(fake_log))
     switchyard.send("/status", messageId="s1", workflowRunId=run_id)
     snapshot = switchyard.reply_to("s1")[0]["message"]
     assert run_id in snapshot and "build" in snapshot and "Build" in snapshot and "running" in snapshot
-    assert state_file.read_bytes() == before
+    assert switchyard.run_state(run_id) == before
     assert len(provider_calls(fake_log)) == calls_before
 
 

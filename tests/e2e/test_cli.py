@@ -16,7 +16,8 @@ import pytest
 
 from gateway.testing import make_incoming, wait_until
 from orchestrator.listing import HEADERS
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState
 from tests.e2e.conftest import SWITCHYARD, Switchyard
 from tests.process import clean_environment
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from gateway.testing import wait_until
-from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard, provider_calls
+from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard, both_backends, provider_calls
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), both_backends]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GATED_AGENT = """
@@ -50,11 +50,7 @@ def _job_events(switchyard: Switchyard, job_id: str) -> list[str]:
 
 
 def _state(switchyard: Switchyard, run_id: str) -> dict[str, Any]:
-    try:
-        state: dict[str, Any] = json.loads((switchyard.home.runs / run_id / "state.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return state
+    return switchyard.run_state(run_id)
 
 
 def test_kill_9_in_step_2_resumes_there_without_rerunning_step_1(
@@ -100,7 +96,7 @@ def test_two_processes_share_a_home_without_overlap_or_double_runs(
         "steps": [{"id": "Flaky", "command": [sys.executable, "-c", FLAKY]}]}}
     switchyard.configure(None, _orchestrator(workflows=workflows, retry_backoff_sec=0.3))
     switchyard.start()
-    second = Switchyard(switchyard.home.root, switchyard.env)
+    second = switchyard.another()
     second.start()
     try:
         shared = [switchyard.send(f"sleep 0.2 s{i}", conversationId="shared", messageId=f"s{i}") for i in range(8)]

@@ -14,7 +14,8 @@ from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
-from orchestrator.runs import RunState, RunStore
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState
 
 
 class FakeOutbox:

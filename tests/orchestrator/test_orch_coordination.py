@@ -22,7 +22,7 @@ from gateway.locks import LockDirectory
 from gateway.testing import async_wait_until
 from orchestrator.coordination import Coordination
 from orchestrator.executor import job_lock
-from orchestrator.runs import run_id_for
+from orchestrator.runstate import run_id_for
 from tests.orchestrator.orch_helpers import make_message
 
 GATED = "import os, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.01)\nprint('built')"

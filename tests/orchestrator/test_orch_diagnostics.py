@@ -12,7 +12,8 @@ from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.diagnostics import CONTEXT_CAP, gather_context
-from orchestrator.runs import Conversation, RunState, RunStore, StepState, conversation_key
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, StepState, conversation_key
 from tests.orchestrator.orch_helpers import ScriptedSelector, make_message
 
 DIAG = """

@@ -18,7 +18,8 @@ from gateway.outbox import outgoing_name
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
-from orchestrator.runs import RunState, RunStore, run_id_for
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState, run_id_for
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 
 GATED = """

@@ -14,7 +14,8 @@ from gateway.home import Home
 from gateway.settings import ChannelProfile, OrchestratorRef, QueueSettings, Settings
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
-from orchestrator.runs import Conversation, RunState, RunStore, StepState, conversation_key
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, StepState, conversation_key
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 
 NO_RUN = "no active workflow run found for this conversation"

@@ -15,7 +15,7 @@ from gateway.events import read_events
 from gateway.home import Home
 from gateway.testing import async_wait_until
 from orchestrator.jobs import TRANSITIONS, IllegalTransition, RetryPolicy, check_transition, parse_iso
-from orchestrator.runs import run_id_for
+from orchestrator.runstate import run_id_for
 from tests.orchestrator.orch_helpers import PY
 
 FAIL = f"[{PY}, -c, \"import sys; print('nope', file=sys.stderr); sys.exit(3)\"]"

@@ -17,7 +17,8 @@ from gateway.settings import Settings
 from gateway.statuscache import StatusCache
 from orchestrator import Orchestrator
 from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
-from orchestrator.runs import Conversation, RunState, RunStore, StepState
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, StepState
 from tests.orchestrator.orch_helpers import make_message
 
 
@@ -72,7 +73,7 @@ def test_switchyard_recent_runs_lists_the_runs_changed_last_with_their_steps(hom
                      "k")
         stamp = 1_700_000_000 + index
         os.utime(store.folder(run_id) / "state.json", (stamp, stamp))
-    [runs] = _manager().hook.switchyard_recent_runs(home=home, limit=2)
+    [runs] = _manager().hook.switchyard_recent_runs(home=home, limit=2, settings=Settings())
     assert [run["runId"] for run in runs] == ["r-new", "r-mid"]
     assert runs[0]["steps"] == [{"id": "Plan", "status": "completed", "durationMs": 1500},
                                 {"id": "Test", "status": "pending", "durationMs": None}]

@@ -10,7 +10,8 @@ from gateway.home import Home
 from orchestrator.coordination import Coordination
 from orchestrator.jobs import JobState
 from orchestrator.retention import REMOVING_PREFIX, prune_runs
-from orchestrator.runs import Conversation, RunState, RunStore, StepState
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, StepState
 from tests.orchestrator.orch_helpers import make_message
 
 LATER = datetime.now(UTC) + timedelta(days=31)  # "now" a month on: runs ended today are 31 days old

@@ -8,14 +8,8 @@ import pytest
 
 from gateway.home import Home
 from orchestrator.jobs import TRANSITIONS, IllegalTransition
-from orchestrator.runs import (
-    Conversation,
-    RunState,
-    RunStore,
-    StepState,
-    conversation_key,
-    run_id_for,
-)
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, StepState, conversation_key, run_id_for
 from orchestrator.status import snapshot
 from tests.orchestrator.orch_helpers import make_message
 

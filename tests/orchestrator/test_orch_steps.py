@@ -12,7 +12,7 @@ import pytest
 
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
-from orchestrator.runs import run_id_for
+from orchestrator.runstate import run_id_for
 from orchestrator.steps import wait as wait_module
 from orchestrator.steps.wait import matching_files
 from tests.orchestrator.orch_helpers import PY, ScriptedSelector

@@ -15,7 +15,7 @@ import pytest
 from gateway.cli import main
 from gateway.home import Home
 from orchestrator.config import LoadedConfig, default_orchestrator_config
-from orchestrator.runs import run_id_for
+from orchestrator.runstate import run_id_for
 from orchestrator.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
 
 

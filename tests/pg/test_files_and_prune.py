@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from gateway.attachments import attachment_folder
+from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.pg import files, schema
+from gateway.pg import files, maintenance, schema
 from gateway.pg.maintenance import prune
 from gateway.settings import Settings
 from tests.pg.helpers import insert_message, insert_reply, payload
@@ -186,24 +188,68 @@ def test_prune_removes_the_shared_copies_of_finished_messages_only(
     assert (tmp_path / "shared" / kept_path).read_bytes() == b"kept bytes"
 
 
-async def test_the_backend_prunes_the_database_and_survives_an_unreachable_one(
-        tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the gateway's maintenance loop calls on the postgres backend, whatever the process's role."""
-    from gateway.events import EventLog
+def _backend(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, EventLog]:
     from gateway.pg.backend import PgBackend
 
     schema.migrate(pg_dsn)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO switchyard_events (at, holder, event) VALUES (now() - interval '3 days', 'h', '{}'), "
-                     "(now(), 'h', '{}')")
     monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
     home = Home(tmp_path / "home")
     home.create()
     events = EventLog(home.events_file)
-    backend = PgBackend(home, _settings(events_retention_days=2), events, role="worker", extra_roots=[])
-    await backend.prune()
+    return PgBackend(home, _settings(events_retention_days=2), events, role="worker", extra_roots=[]), events
+
+
+def _old_event(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO switchyard_events (at, holder, event) VALUES (now() - interval '3 days', 'h', '{}')")
+
+
+def _events(pg_dsn: str) -> int:
     with psycopg.connect(pg_dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM switchyard_events").fetchone() == (1,)
-    backend.dsn = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
+        row = conn.execute("SELECT count(*) FROM switchyard_events").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_the_backend_prunes_the_database_and_survives_an_unreachable_one(
+        tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the gateway's maintenance loop calls on the postgres backend, whatever the process's role; a
+    database it could not reach is tried again at the next call, not an interval later."""
+    backend, events = _backend(tmp_path, pg_dsn, monkeypatch)
+    _old_event(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO switchyard_events (at, holder, event) VALUES (now(), 'h', '{}')")
+    dsn, backend.dsn = backend.dsn, "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
     await backend.prune()  # logged, tried again at the next maintenance: never raises into the loop
+    backend.dsn = dsn
+    await backend.prune()
+    assert _events(pg_dsn) == 1
     events.close()
+
+
+async def test_each_process_prunes_once_an_interval(tmp_path: Path, pg_dsn: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The maintenance loop calls prune every minute on every process; the deleting runs hourly."""
+    backend, events = _backend(tmp_path, pg_dsn, monkeypatch)
+    _old_event(pg_dsn)
+    await backend.prune()
+    _old_event(pg_dsn)
+    await backend.prune()
+    assert _events(pg_dsn) == 1
+    monkeypatch.setattr(maintenance, "PRUNE_INTERVAL_S", 0.0)
+    await backend.prune()
+    assert _events(pg_dsn) == 0
+    events.close()
+
+
+def test_only_one_process_prunes_a_schema_at_a_time(pg_dsn: str) -> None:
+    schema.migrate(pg_dsn)
+    _old_event(pg_dsn)
+    settings = _settings(events_retention_days=2)
+    with psycopg.connect(pg_dsn) as holder, psycopg.connect(pg_dsn, autocommit=True) as conn:
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (maintenance.PRUNE_LOCK_CLASS,))
+        assert maintenance.prune_alone(conn, settings) is None  # another process is pruning: skipped
+        assert _events(pg_dsn) == 1
+        holder.rollback()
+        assert maintenance.prune_alone(conn, settings) == {"events": 1, "answered": 0, "sent": 0, "done": 0,
+                                                            "shared_files": 0}

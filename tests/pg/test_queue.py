@@ -4,6 +4,7 @@ duplicates, and taking in from incoming/ (PgBackend over a real PostgreSQL; SWIT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -244,6 +245,20 @@ async def test_taking_in_twice_stores_once_and_another_file_under_a_taken_name_i
         ("x.json", b"one"), ("x.again-1.json", b"two")]
 
 
+async def test_a_file_under_a_taken_name_is_taken_in_under_a_new_one_and_the_same_file_once(
+        rig_factory: Any) -> None:
+    """The intake's one-statement path stores nothing when the name is taken; the careful path then tells
+    a file stored before (only unlinked) from another one (stored under a new name, and answered)."""
+    rig = await rig_factory(ScriptedHandler())
+    first = rig.drop(message(1, "c1"), name="taken.json")
+    await rig.until(lambda: len(rig.replies()) == 1)
+    rig.drop(first, name="taken.json")  # as if the unlink after its commit never happened
+    await rig.until(lambda: not list(rig.home.incoming.glob("*.json")))
+    rig.drop(message(2, "c1"), name="taken.json")
+    await rig.until(lambda: len(rig.replies()) == 2 and not list(rig.home.incoming.glob("*.json")))
+    assert rig.rows("SELECT name FROM switchyard_messages ORDER BY id") == [("taken.json",), ("taken.again-1.json",)]
+
+
 async def test_hostile_files_are_quarantined_locally(rig_factory: Any) -> None:
     rig = await rig_factory(ScriptedHandler(), max_payload_bytes=1024)
     os.mkfifo(rig.home.incoming / "0000001.json")
@@ -280,16 +295,17 @@ async def test_files_arriving_while_the_database_is_away_wait_in_incoming_and_ke
     handler = ScriptedHandler()
     rig = await rig_factory(handler, max_concurrency=1)
     assert rig.backend.intake is not None
-    refusing = RefusingPool(rig.backend.intake.pool)
-    rig.backend.intake.pool = refusing
+    refusing = RefusingPool(rig.backend.intake.pool)  # with attachments
+    refusing_async = RefusingPool(rig.backend.intake.async_pool)  # without
+    rig.backend.intake.pool, rig.backend.intake.async_pool = refusing, refusing_async
     ids = []
     for seq in range(10):
         rig.drop(message(seq, f"c{seq % 3}"))
         ids.append(f"c{seq % 3}-{seq:05d}")
-    await rig.until(lambda: refusing.refused >= 2)
+    await rig.until(lambda: refusing.refused + refusing_async.refused >= 2)
     assert len(list(rig.home.incoming.glob("*.json"))) == 10, "nothing taken in, nothing lost"
     assert any("cannot take in" in e["reason"] for e in rig.events_named("queue.error"))
-    refusing.down = False
+    refusing.down = refusing_async.down = False
     await rig.until(lambda: len(rig.replies()) == 10)
     assert [c[0] for c in handler.calls] == ids
     assert any("database reachable again" in e["reason"] for e in rig.events_named("queue.recovered"))
@@ -308,3 +324,68 @@ async def test_an_attachment_travels_in_the_database_to_the_worker(rig_factory: 
     await rig.until(lambda: len(rig.replies()) == 2)
     assert rig.handler.seen_files["c-00002"] == [b"bytes from the channel's host"]
     assert rig.rows("SELECT path FROM switchyard_files") == [("files/console/c-1/report.txt",)]
+
+
+async def test_a_stop_while_the_worker_connects_ends_it_at_once(tmp_path: Path, pg_dsn: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM right after start: a stop() that comes while the Procrastinate app is still opening (no
+    worker yet to stop) must not be lost, else the worker runs until the stop gives up on it."""
+    import procrastinate
+
+    from gateway.pg import schema
+
+    schema.migrate(pg_dsn)
+    monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
+    opening, go_on = asyncio.Event(), asyncio.Event()
+    real_open = procrastinate.App.open_async
+
+    @contextlib.asynccontextmanager
+    async def slow_open(app: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with real_open(app, *args, **kwargs) as opened:
+            opening.set()
+            await go_on.wait()  # the stop arrives here: the app is open, the worker not yet built
+            yield opened
+
+    monkeypatch.setattr(procrastinate.App, "open_async", slow_open)
+    rig = Rig(tmp_path / "home", pg_dsn, ScriptedHandler())
+    await rig.start()
+    try:
+        await asyncio.wait_for(opening.wait(), 20)
+        started = time.monotonic()
+        stopping = asyncio.create_task(rig.backend.stop(1.0))
+        await asyncio.sleep(0)  # stop() has run up to its wait for the tasks
+        go_on.set()
+        await asyncio.wait_for(stopping, 30)
+        assert time.monotonic() - started < 1.0, "the worker outlived the stop (it gave up after grace + 5 s)"
+    finally:
+        rig.queue.close()
+        rig.events.close()
+
+
+async def test_connections_the_server_ends_lose_nothing_and_answer_once(
+        rig_factory: Any, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a server restart does to a worker's connections (pooled, Procrastinate's, its listener), done
+    to this worker's alone (the server is shared): every message is still answered once, in order."""
+    import uuid
+
+    from psycopg.conninfo import make_conninfo
+
+    name = f"sy_ended_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("SWITCHYARD_DSN", make_conninfo(pg_dsn, application_name=name))
+    handler = ScriptedHandler()
+    rig = await rig_factory(handler, max_concurrency=2)
+    ids = [f"c{seq % 2}-{seq:05d}" for seq in range(10)]
+    for seq in range(5):
+        rig.drop(message(seq, f"c{seq % 2}"))
+    await rig.until(lambda: len(rig.replies()) == 5)
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        ended = admin.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE application_name = %s", (name,)).fetchone()
+    assert ended is not None and ended[0] >= 3
+    for seq in range(5, 10):
+        rig.drop(message(seq, f"c{seq % 2}"))
+    await rig.until(lambda: len(rig.replies()) == 10, timeout_s=30)
+    assert sorted(rig.replies()) == sorted(ids)
+    for conversation in ("c0", "c1"):
+        assert [c[0] for c in handler.calls if c[0].startswith(conversation)] == [i for i in ids
+                                                                                 if i.startswith(conversation)]

@@ -1,0 +1,236 @@
+"""The run store on the postgres backend: runs, their events and the conversation → run association as
+rows every host reads (switchyard_runs, switchyard_run_events, switchyard_active_runs).
+
+A run's folder (workspace, outputs/, request files) stays a local folder under the home. Writes go
+through the process's shared pool, each as one pipelined transaction: a save carries the events
+appended for that run since the last one (an event appended after a save waits for the run's next
+save, `events` or `close_events`; a crash may lose such an event, never a state). `durable=False`
+commits with `synchronous_commit` off: the promise of the file store's unsynced write, losing it in a
+crash only makes a step run again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from gateway.events import utc_now_iso
+from gateway.home import Home, safe_name
+from gateway.pg.db import shared_pool
+from orchestrator.runs import RunStore
+from orchestrator.runstate import RunState
+
+FINISHED_SQL = "('done', 'failed_final', 'cancelled')"
+COLUMNS = "run_id, conv_key, state, created_at, updated_at, next_retry_at, delivered, data"
+SAVE = f"""
+INSERT INTO switchyard_runs ({COLUMNS})
+VALUES (%(run_id)s, %(conv_key)s, %(state)s, %(created_at)s, %(updated_at)s, %(next_retry_at)s, %(delivered)s,
+        %(data)s::json)
+ON CONFLICT (run_id) DO UPDATE SET conv_key = EXCLUDED.conv_key, state = EXCLUDED.state,
+    updated_at = EXCLUDED.updated_at, next_retry_at = EXCLUDED.next_retry_at, delivered = EXCLUDED.delivered,
+    data = EXCLUDED.data
+"""
+EVENTS = ("INSERT INTO switchyard_run_events (run_id, record) "
+          "SELECT %s, value FROM json_array_elements(%s::json) WITH ORDINALITY AS e(value, n) ORDER BY n")
+SET_ACTIVE = ("INSERT INTO switchyard_active_runs (conv_key, run_id) VALUES (%s, %s) "
+              "ON CONFLICT (conv_key) DO UPDATE SET run_id = EXCLUDED.run_id")
+ADD_ACTIVE = ("INSERT INTO switchyard_active_runs (conv_key, run_id) VALUES (%s, %s) "
+              "ON CONFLICT (conv_key) DO NOTHING")
+DROP_ACTIVE = "DELETE FROM switchyard_active_runs WHERE run_id = %s"
+ACTIVE_FOR = ("SELECT r.data::text FROM switchyard_active_runs a JOIN switchyard_runs r USING (run_id) "
+              f"WHERE a.conv_key = %s AND r.state NOT IN {FINISHED_SQL}")
+DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 FROM switchyard_runs r "
+              f"WHERE r.run_id = a.run_id AND r.state NOT IN {FINISHED_SQL})")
+QUEUED = ("SELECT run_id, data->'job'->>'next_retry_at' FROM switchyard_runs WHERE state = 'queued' "
+          "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
+ENDED_AT = "coalesce((data->'job'->>'finished_at')::timestamptz, updated_at)"
+PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
+
+
+class PgRunStore(RunStore):
+    """RunStore on the database: the same interface and lifecycle, shared by every host."""
+
+    shared = True
+
+    def __init__(self, home: Home, dsn: str, *, fsync: bool = True):
+        super().__init__(home, fsync=fsync)
+        self._dsn = dsn
+        self._pending: dict[str, list[dict[str, Any]]] = {}  # events waiting for their run's next write
+        self._unsynced: set[str] = set()  # runs whose last write was committed without waiting for the WAL
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def _write(self, statements: list[tuple[str, Any]], *, durable: bool, runs: Iterable[str] = ()) -> None:
+        """Runs `statements` as one transaction in one round trip (a pipeline)."""
+        durable = durable and self._fsync
+        with shared_pool(self._dsn).connection() as conn, conn.pipeline(), conn.transaction():
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit TO off")
+            for sql, params in statements:
+                conn.execute(sql, params)
+        if durable:  # a synchronous commit flushes the WAL up to it: every earlier commit is durable too
+            self._unsynced.clear()
+        else:
+            self._unsynced.update(runs)
+
+    def _events_of(self, run_id: str) -> list[tuple[str, Any]]:
+        pending = self._pending.pop(run_id, None)
+        return [(EVENTS, (run_id, json.dumps(pending, ensure_ascii=False, default=str)))] if pending else []
+
+    def _save_statements(self, run: RunState) -> list[tuple[str, Any]]:
+        row = {"run_id": run.runId, "conv_key": _conversation_key(run.message), "state": run.state,
+               "created_at": run.createdAt, "updated_at": run.updatedAt, "next_retry_at": run.job.next_retry_at,
+               "delivered": run.delivery is not None, "data": run.model_dump_json()}
+        statements: list[tuple[str, Any]] = [(SAVE, row), *self._events_of(run.runId)]
+        if run.finished:
+            statements.append((DROP_ACTIVE, (run.runId,)))
+        return statements
+
+    def save(self, run: RunState, *, durable: bool = True) -> RunState:
+        """Writes the run's row (stamping `updatedAt`) with its pending events; an ended run leaves the
+        conversation → run association in the same transaction."""
+        run = run.model_copy(update={"updatedAt": utc_now_iso()})
+        self._write(self._save_statements(run), durable=durable, runs=[run.runId])
+        return run
+
+    def _save_with_event(self, run: RunState, durable: bool, event: str, **fields: Any) -> RunState:
+        self.append_event(run.runId, event, **fields)
+        return self.save(run, durable=durable)
+
+    def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
+        """Stores a new run, its `run.created` event and (given `key`) its active-run entry at once."""
+        self.append_event(run.runId, "run.created", workflowId=run.workflowId)
+        run = run.model_copy(update={"updatedAt": utc_now_iso()})
+        statements = self._save_statements(run)
+        if key is not None:
+            statements.append((SET_ACTIVE, (key, run.runId)))
+        self._write(statements, durable=durable, runs=[run.runId])
+        return run
+
+    def sync(self, run_id: str) -> None:
+        """Makes the run's last write durable: a synchronous commit (it flushes the WAL up to itself)."""
+        if self._fsync and run_id in self._unsynced:
+            self._write([("SELECT txid_current()", ())], durable=True)
+
+    def append_event(self, run_id: str, event: str, **fields: Any) -> None:
+        """Holds one event for the run's next write (written at once past PENDING_EVENTS_MAX)."""
+        record = {"ts": utc_now_iso(), "event": event, **{k: v for k, v in fields.items() if v is not None}}
+        pending = self._pending.setdefault(run_id, [])
+        pending.append(record)
+        if len(pending) >= PENDING_EVENTS_MAX:
+            self.close_events(run_id)
+
+    def close_events(self, run_id: str | None = None) -> None:
+        """Writes the events still held for a run (None: for every run)."""
+        statements = [s for key in ([run_id] if run_id is not None else list(self._pending))
+                      for s in self._events_of(key)]
+        if statements:
+            self._write(statements, durable=False)
+
+    def set_active(self, key: str, run_id: str) -> None:
+        """Associates a conversation with a run."""
+        self._write([(SET_ACTIVE, (key, run_id))], durable=True)
+
+    def restore_active(self, unfinished: list[RunState]) -> None:
+        """At start: drops the entries of ended runs and points each conversation without an unfinished
+        run at its newest unfinished run."""
+        newest: dict[str, str] = {}
+        for run in unfinished:  # oldest first: the newest wins
+            newest[_conversation_key(run.message)] = run.runId
+        statements: list[tuple[str, Any]] = [(DROP_ENDED, ())]
+        statements += [(ADD_ACTIVE, item) for item in newest.items()]
+        self._write(statements, durable=False)
+
+    def remove(self, run_id: str) -> bool:
+        """Deletes the run's rows and events, then this host's folder of it."""
+        with shared_pool(self._dsn).connection() as conn, conn.transaction():
+            conn.execute("DELETE FROM switchyard_run_events WHERE run_id = %s", (run_id,))
+            conn.execute(DROP_ACTIVE, (run_id,))
+            gone = conn.execute("DELETE FROM switchyard_runs WHERE run_id = %s", (run_id,)).rowcount
+        super().remove(run_id)
+        return bool(gone)
+
+    # --- cancel requests ------------------------------------------------------------------------
+
+    def request_cancel(self, run_id: str) -> None:
+        """Asks the host executing the run to cancel it (a column its executor polls)."""
+        self._write([("UPDATE switchyard_runs SET cancel_requested_at = now() WHERE run_id = %s", (run_id,))],
+                    durable=True)
+
+    def cancel_requests(self, run_ids: Iterable[str]) -> set[str]:
+        ids = list(run_ids)
+        if not ids:
+            return set()
+        return {str(row[0]) for row in self._query(
+            "SELECT run_id FROM switchyard_runs WHERE run_id = ANY(%s) AND cancel_requested_at IS NOT NULL", (ids,))}
+
+    def clear_cancel(self, run_id: str) -> None:
+        self._write([("UPDATE switchyard_runs SET cancel_requested_at = NULL WHERE run_id = %s "
+                      "AND cancel_requested_at IS NOT NULL", (run_id,))], durable=False)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        with shared_pool(self._dsn).connection() as conn:
+            rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+        return rows
+
+    def _runs(self, where: str, params: Any = (), order: str = "created_at, run_id") -> list[RunState]:
+        rows = self._query(f"SELECT data::text FROM switchyard_runs {where} ORDER BY {order}", params)
+        return [RunState.model_validate_json(row[0]) for row in rows]
+
+    def load(self, run_id: str) -> RunState | None:
+        """The run with this id, or None when there is none (or the id is not a valid name)."""
+        if safe_name(run_id) != run_id:
+            return None
+        rows = self._query("SELECT data::text FROM switchyard_runs WHERE run_id = %s", (run_id,))
+        return RunState.model_validate_json(rows[0][0]) if rows else None
+
+    def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The last `limit` events of a run, oldest first."""
+        self.close_events(run_id)
+        rows = self._query("SELECT record FROM (SELECT id, record FROM switchyard_run_events WHERE run_id = %s "
+                           "ORDER BY id DESC LIMIT %s) last ORDER BY id", (run_id, limit))
+        return [dict(row[0]) for row in rows]
+
+    def active_runs(self) -> dict[str, str]:
+        """The conversation key → run id association (an entry goes when its run ends)."""
+        return {str(key): str(run_id) for key, run_id in self._query(
+            "SELECT conv_key, run_id FROM switchyard_active_runs")}
+
+    def active_for(self, key: str) -> RunState | None:
+        """The unfinished run associated with a conversation, if any (one query)."""
+        rows = self._query(ACTIVE_FOR, (key,))
+        return RunState.model_validate_json(rows[0][0]) if rows else None
+
+    def all_runs(self) -> list[RunState]:
+        return self._runs("")
+
+    def recent(self, limit: int) -> list[RunState]:
+        return self._runs("", order=f"updated_at DESC, run_id DESC LIMIT {int(limit)}")
+
+    def unfinished(self) -> list[RunState]:
+        return self._runs(f"WHERE state NOT IN {FINISHED_SQL}")
+
+    def needing_recovery(self) -> list[RunState]:
+        return self._runs(f"WHERE state NOT IN {FINISHED_SQL} OR NOT delivered")
+
+    def finished_before(self, cutoff: datetime) -> list[RunState]:
+        return self._runs(f"WHERE state IN {FINISHED_SQL} AND {ENDED_AT} < %s", (cutoff,))
+
+    def queued(self, limit: int) -> list[tuple[str, str | None]]:
+        """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims)."""
+        return [(str(run_id), retry) for run_id, retry in self._query(QUEUED, (limit,))]
+
+    def running_ids(self) -> list[str]:
+        """The runs some host marked running (the executor checks their locks for a dead host's)."""
+        return [str(row[0]) for row in self._query("SELECT run_id FROM switchyard_runs WHERE state = 'running'")]
+
+
+def _conversation_key(message: dict[str, Any]) -> str:
+    """orchestrator.runs.conversation_key of a stored message, without validating it."""
+    channel = str(message.get("channel") or "")
+    conversation = message.get("conversationId") or message.get("senderId") or message.get("sender") or ""
+    return f"{channel}/{message.get('channelProfileId') or channel}/{conversation}"

@@ -1,0 +1,117 @@
+"""What a run is: its state.json model (steps, conversation, job), its id and its conversation's key."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.events import utc_now_iso
+from gateway.models import IncomingPayload
+from orchestrator.jobs import FINISHED, JobInfo, JobState, parse_iso
+
+StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
+OUTPUT_CAP = 65536
+
+
+class StepState(BaseModel):
+    """One step's fragment of state.json."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+    status: StepStatus = "pending"
+    kind: str | None = None
+    agent: str | None = None
+    startedAt: str | None = None
+    finishedAt: str | None = None
+    exitCode: int | None = None
+    durationMs: int | None = None
+    output: str | None = None
+    error: str | None = None
+    stderrTail: str | None = None
+
+
+class Conversation(BaseModel):
+    """Where a run's results go: the conversation of the message that started it."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    channel: str
+    channelProfileId: str | None = None
+    conversationId: str | None = None
+    senderId: str | None = None
+
+
+class RunState(BaseModel):
+    """The whole of `runs/<runId>/state.json`."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)  # built when a run is first read, not on import
+
+    runId: str
+    workflowId: str
+    orchestratorId: str
+    state: JobState = "queued"
+    currentStep: str | None = None
+    createdAt: str = Field(default_factory=utc_now_iso)
+    updatedAt: str = Field(default_factory=utc_now_iso)
+    input: dict[str, Any] = Field(default_factory=dict)
+    message: dict[str, Any]
+    conversation: Conversation
+    steps: dict[str, StepState]
+    error: str | None = None
+    delivery: Literal["reply", "push"] | None = None
+    job: JobInfo = Field(default_factory=JobInfo)
+
+    @property
+    def finished(self) -> bool:
+        """Tells whether the run reached a final state."""
+        return self.state in FINISHED
+
+    def payload(self) -> IncomingPayload:
+        """The message that started the run."""
+        return IncomingPayload.model_validate(self.message)
+
+    def last_step(self) -> tuple[str, StepState] | None:
+        """The last step that ran (completed or failed), if any."""
+        ran = [(name, step) for name, step in self.steps.items() if step.status in ("completed", "failed")]
+        return ran[-1] if ran else None
+
+    def overview(self) -> dict[str, Any]:
+        """The summary with its conversation, creation time and every step's status (for the dashboard)."""
+        steps = [{"id": name, "status": step.status, "durationMs": step.durationMs}
+                 for name, step in self.steps.items()]
+        conversation = self.conversation
+        return {**self.summary(), "createdAt": self.createdAt, "error": self.error, "steps": steps,
+                "conversation": f"{conversation.channel}/{conversation.conversationId or conversation.senderId}"}
+
+    def summary(self) -> dict[str, Any]:
+        """The few fields `status` and the selector request show."""
+        return {"runId": self.runId, "workflowId": self.workflowId, "state": self.state,
+                "currentStep": self.currentStep, "updatedAt": self.updatedAt, "retries": self.job.retries}
+
+
+def run_id_for(message: IncomingPayload) -> str:
+    """A run id derived from the starting message, so a retried message finds its run again."""
+    when = datetime.fromtimestamp(message.timestamp / 1000, UTC).strftime("%Y%m%d-%H%M%S")
+    key = "\0".join([message.channel, message.profile, message.messageId, str(message.timestamp)])
+    return f"r-{when}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def conversation_key(message: IncomingPayload) -> str:
+    """The key of a conversation in the active-run association."""
+    return f"{message.channel}/{message.profile}/{message.conversation}"
+
+
+def finished_at(run: RunState) -> datetime | None:
+    """When a finished run ended (its job's finished_at, else its last update); None if unreadable."""
+    try:
+        return parse_iso(run.job.finished_at or run.updatedAt)
+    except ValueError:
+        return None
+
+
+def cap_text(text: str, limit: int = OUTPUT_CAP) -> str:
+    """Cuts a long text to `limit` characters, saying so at the end."""
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters cut)"

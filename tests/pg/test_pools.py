@@ -1,0 +1,49 @@
+"""The pools on a message's path (gateway.pg.pools): autocommit, and a connection the server dropped
+is replaced before it is used, without a round trip for a healthy one."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from gateway.pg.pools import message_pool
+
+
+async def test_a_connection_the_server_ended_is_replaced_before_use(pg_dsn: str) -> None:
+    pool = message_pool(pg_dsn, min_size=1, max_size=1, timeout=5)
+    await pool.open()
+    try:
+        async with pool.connection() as conn:
+            pid = conn.info.backend_pid
+            assert conn.autocommit
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:  # ends only that server process
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        async with pool.connection() as conn:
+            assert conn.info.backend_pid != pid
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+    finally:
+        await pool.close()
+
+
+def test_the_shared_pool_replaces_a_connection_the_server_ended_before_use(pg_dsn: str) -> None:
+    from gateway.pg.db import close_shared_pools, shared_pool
+
+    try:
+        with shared_pool(pg_dsn).connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        with shared_pool(pg_dsn).connection() as conn:
+            assert conn.info.backend_pid != pid
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        close_shared_pools()

@@ -1,0 +1,227 @@
+"""The run store contract on both backends (orchestrator/runs.py RunStore, orchestrator/pg/runs.py PgRunStore),
+and the coordination locks in the database (gateway/pg/locks.py PgLocks), on the real PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from gateway.home import Home
+from gateway.pg.locks import PgLocks
+from orchestrator.jobs import IllegalTransition
+from orchestrator.runs import RunStore
+from orchestrator.runstate import Conversation, RunState, StepState, conversation_key
+from tests.orchestrator.orch_helpers import make_message
+
+KEY = conversation_key(make_message("x"))
+MakeStore = Callable[[str], RunStore]
+
+
+@pytest.fixture
+def db(pg_dsn: str) -> Iterator[str]:
+    from gateway.pg import schema
+    from gateway.pg.db import close_shared_pools
+
+    schema.migrate(pg_dsn)
+    yield pg_dsn
+    close_shared_pools()
+
+
+@pytest.fixture(params=["files", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> MakeStore:
+    """A store on its own home (`host`); on postgres every host's store shares one database."""
+    def make(host: str = "a") -> RunStore:
+        home = Home(tmp_path / host)
+        home.create()
+        if request.param == "files":
+            return RunStore(Home(tmp_path / "a"), fsync=False)  # the processes of one home
+        from orchestrator.pg.runs import PgRunStore
+
+        return PgRunStore(home, request.getfixturevalue("db"), fsync=True)
+    return make
+
+
+def _run(run_id: str = "r-1", **changes: object) -> RunState:
+    message = make_message("build it")
+    run = RunState(runId=run_id, workflowId="build", orchestratorId="main", message=message.model_dump(mode="json"),
+                   conversation=Conversation(channel="console", conversationId="c1"),
+                   steps={"Plan": StepState(), "Test": StepState()})
+    return run.model_copy(update=changes)
+
+
+def test_a_created_run_loads_back_equal_from_another_host(make_store: MakeStore) -> None:
+    store = make_store("a")
+    created = store.create(_run(input={"flag": True}), KEY)
+    assert make_store("b").load("r-1") == created
+    assert store.load("missing") is None and store.load("../settings") is None
+
+
+def test_the_steps_keep_their_order(make_store: MakeStore) -> None:
+    store = make_store("a")
+    store.create(_run(steps={"Review": StepState(), "Do": StepState(), "Ask": StepState()}), KEY)
+    assert list(make_store("b").load("r-1").steps) == ["Review", "Do", "Ask"]  # type: ignore[union-attr]
+
+
+def test_transitions_follow_the_table(make_store: MakeStore) -> None:
+    store = make_store("a")
+    run = store.transition(store.create(_run(), KEY), "running")
+    run = store.transition(run, "done")
+    assert store.load("r-1").state == "done"  # type: ignore[union-attr]
+    with pytest.raises(IllegalTransition, match="done -> running is not allowed"):
+        store.transition(run, "running")
+
+
+def test_events_are_kept_per_run_in_order(make_store: MakeStore) -> None:
+    store = make_store("a")
+    run = store.create(_run(), KEY)
+    run = store.update_step(store.transition(run, "running"), "Plan", status="running")
+    store.append_event("r-1", "job.note", detail="after the save")
+    store.close_events("r-1")
+    events = make_store("b").events("r-1")
+    assert [e["event"] for e in events] == ["run.created", "run.state", "step.running", "job.note"]
+    assert events[2]["step"] == "Plan" and events[3]["detail"] == "after the save"
+    assert [e["event"] for e in make_store("b").events("r-1", limit=2)] == ["step.running", "job.note"]
+
+
+def test_the_active_run_is_every_hosts_and_goes_when_it_ends(make_store: MakeStore) -> None:
+    store, other = make_store("a"), make_store("b")
+    run = store.create(_run(), KEY)
+    assert other.active_for(KEY).runId == "r-1"  # type: ignore[union-attr]
+    other.transition(other.transition(run, "running"), "cancelled")
+    assert store.active_for(KEY) is None
+    store.create(_run("r-2"), "console/console/c2")
+    active = store.active_runs()
+    assert active["console/console/c2"] == "r-2"
+    assert KEY not in active or not store.shared  # files: a run ended in another process leaves its entry
+                                                  # until restore_active; the database drops it as it ends
+
+
+def test_restore_active_points_a_conversation_at_its_newest_unfinished_run(make_store: MakeStore) -> None:
+    store = make_store("a")
+    store.create(_run("r-1", createdAt="2030-01-01T00:00:00.000Z"), None)
+    store.create(_run("r-2", createdAt="2030-01-01T00:00:01.000Z"), None)
+    ended = store.create(_run("r-3"), "console/console/gone")
+    store.transition(ended, "cancelled")
+    assert store.active_for(KEY) is None
+    store.restore_active(store.unfinished())
+    assert store.active_for(KEY).runId == "r-2"  # type: ignore[union-attr]
+    assert "console/console/gone" not in store.active_runs()
+
+
+def test_listings_recovery_and_retention_queries(make_store: MakeStore) -> None:
+    store = make_store("a")
+    store.create(_run("r-q", createdAt="2030-01-01T00:00:03.000Z"), None)
+    done = store.create(_run("r-done", createdAt="2030-01-01T00:00:01.000Z"), None)
+    done = store.transition(store.transition(done, "running"), "done", job=done.job.model_copy(
+        update={"finished_at": "2020-01-01T00:00:05.000Z"}))
+    pushed = store.create(_run("r-pushed", createdAt="2030-01-01T00:00:02.000Z"), None)
+    pushed = store.transition(store.transition(pushed, "running"), "cancelled")
+    store.save(pushed.model_copy(update={"delivery": "push"}))
+    assert [r.runId for r in store.all_runs()] == ["r-done", "r-pushed", "r-q"]
+    assert [r.runId for r in store.unfinished()] == ["r-q"]
+    assert [r.runId for r in store.needing_recovery()] == ["r-done", "r-q"]
+    if store.shared:  # files order by state.json's mtime, too coarse here (tests/orchestrator sets it)
+        assert [r.runId for r in store.recent(2)] == ["r-pushed", "r-done"]
+    assert [r.runId for r in store.finished_before(datetime.now(UTC) - timedelta(days=1))] == ["r-done"]
+    store.made(store.folder("r-done") / "outputs")
+    assert store.remove("r-done") and not store.remove("r-done")
+    assert store.load("r-done") is None and not store.folder("r-done").exists() and store.events("r-done") == []
+
+
+def test_a_cancel_request_reaches_another_host(make_store: MakeStore) -> None:
+    store, other = make_store("a"), make_store("b")
+    store.create(_run(), KEY)
+    assert store.cancel_requests(["r-1"]) == set()
+    other.request_cancel("r-1")
+    assert store.cancel_requests(["r-1", "r-x"]) == {"r-1"}
+    store.clear_cancel("r-1")
+    assert other.cancel_requests(["r-1"]) == set()
+
+
+def test_the_database_store_claims_due_runs_first_and_lists_running_ones(db: str, tmp_path: Path) -> None:
+    from orchestrator.pg.runs import PgRunStore
+
+    store = PgRunStore(Home(tmp_path / "a"), db, fsync=False)
+    later = store.create(_run("r-later", createdAt="2030-01-01T00:00:01.000Z"), None)
+    store.save(later.model_copy(update={"job": later.job.model_copy(update={"next_retry_at": "2999-01-01T00:00:00Z"})}))
+    store.create(_run("r-due", createdAt="2030-01-01T00:00:02.000Z"), None)
+    store.transition(store.create(_run("r-run"), None), "running")
+    assert [run_id for run_id, _ in store.queued(10)] == ["r-due", "r-later"]
+    assert store.queued(10)[1][1] == "2999-01-01T00:00:00Z"
+    assert store.running_ids() == ["r-run"]
+
+
+def test_an_undurable_save_is_made_durable_by_sync(db: str, tmp_path: Path) -> None:
+    from orchestrator.pg.runs import PgRunStore
+
+    store = PgRunStore(Home(tmp_path / "a"), db, fsync=True)
+    store.create(_run(), None, durable=False)
+    assert store._unsynced == {"r-1"}
+    store.sync("r-1")
+    assert store._unsynced == set()
+
+
+# --- PgLocks ------------------------------------------------------------------------------------
+
+def test_a_held_lock_is_refused_to_another_holder(db: str) -> None:
+    first, second = PgLocks(db, holder="a", ttl_s=60), PgLocks(db, holder="b", ttl_s=60)
+    assert first.acquire("job:x") and first.acquire("job:x")
+    assert not second.acquire("job:x") and first.owner("job:x") == "a"
+    second.release("job:x")  # not its lock: nothing happens
+    assert not second.acquire("job:x")
+    first.release("job:x")
+    assert second.acquire("job:x") and second.reclaimed == 0
+
+
+def test_an_expired_lock_is_taken_over_by_the_database_clock(db: str) -> None:
+    assert PgLocks(db, holder="a", ttl_s=0.2).acquire("job:x")
+    taker = PgLocks(db, holder="b", ttl_s=60)
+    assert not taker.acquire("job:x")
+    with psycopg.connect(db) as conn:  # the expiry is the database's: move it, not a host's clock
+        conn.execute("UPDATE switchyard_locks SET expires_at = now() - interval '1 second'")
+    assert taker.acquire("job:x") and taker.reclaimed == 1 and taker.owner("job:x") == "b"
+
+
+def test_a_lock_of_a_process_gone_from_this_host_is_taken_over_at_once(db: str) -> None:
+    """A `switchyard run` killed and started again on its host resumes its runs without waiting out the
+    TTL (as with lock files); a holder on another host, or alive here, keeps its lock until it expires."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           check=True)
+    gone = f"{socket.gethostname()}:{int(ended.stdout)}:1"
+    elsewhere = f"another-host-{socket.gethostname()}:{int(ended.stdout)}:1"
+    alive = f"{socket.gethostname()}:{os.getpid()}:1"
+    for holder, resource in ((gone, "job:gone"), (elsewhere, "job:elsewhere"), (alive, "job:alive")):
+        assert PgLocks(db, holder=holder, ttl_s=600).acquire(resource)
+    taker = PgLocks(db, holder="b", ttl_s=60)
+    assert taker.acquire("job:gone") and taker.owner("job:gone") == "b" and taker.reclaimed == 1
+    assert not taker.acquire("job:elsewhere") and not taker.acquire("job:alive")
+
+
+def test_renew_moves_the_expiry_and_clean_expired_frees_only_stale_locks(db: str) -> None:
+    live, stale = PgLocks(db, holder="a", ttl_s=1), PgLocks(db, holder="b", ttl_s=600)
+    live.acquire("live")
+    stale.acquire("stale")
+
+    def expiry(resource: str) -> datetime:
+        with psycopg.connect(db) as conn:
+            row = conn.execute("SELECT expires_at FROM switchyard_locks WHERE resource = %s", (resource,)).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    before = expiry("live")
+    live.ttl_s = 600
+    live.renew(["live", "stale"])  # only its own
+    assert expiry("live") > before
+    with psycopg.connect(db) as conn:
+        conn.execute("UPDATE switchyard_locks SET expires_at = now() - interval '1 second' WHERE resource = 'stale'")
+    assert PgLocks(db, holder="c").clean_expired() == ["stale"]
+    assert live.owner("live") == "a"
