@@ -73,6 +73,8 @@ class PgBackend:
         self._stopping = asyncio.Event()
         self._down_since: str | None = None
         self._pruned_at: float | None = None  # time.monotonic() of the last prune that reached the database
+        self._running_jobs: set[int] = set()  # ids of the jobs this process's task is running now
+        self._idle_before: tuple[int | None, set[int]] = (None, set())  # (worker id, its 'doing' jobs not running)
 
     @property
     def timeout_s(self) -> float:
@@ -148,10 +150,16 @@ class PgBackend:
         processor = self.processor
         assert processor is not None
 
-        async def message(message_id: int, role: str) -> None:
-            await processor.run(message_id, role)
+        running = self._running_jobs
 
-        app.task(name=TASK, queue=QUEUE, retry=KeepPlace(self.settings.queue))(message)
+        async def message(context: Any, message_id: int, role: str) -> None:
+            running.add(context.job.id)
+            try:
+                await processor.run(message_id, role)
+            finally:
+                running.discard(context.job.id)
+
+        app.task(name=TASK, queue=QUEUE, retry=KeepPlace(self.settings.queue), pass_context=True)(message)
         return app
 
     async def _run_worker(self) -> None:
@@ -195,6 +203,7 @@ class PgBackend:
         while not await wait_event(self._stopping, self.timeout_s / 3):
             try:
                 await self._retry_stalled()
+                await self._retry_left_running()
                 await self._register()
             except Exception as exc:
                 self._database_state(False, f"{type(exc).__name__}: {exc}")
@@ -212,6 +221,28 @@ class PgBackend:
             self.events.emit("queue.recovered", reason=f"retried {what} of a worker that stopped heartbeating")
             await manager.retry_job(job)
         await manager.prune_stalled_workers(self.timeout_s)
+
+    async def _retry_left_running(self) -> None:
+        """Retries the jobs the database says this worker runs but it does not: their outcome could not be
+        recorded (the database went away between the answer and Procrastinate's bookkeeping, or a fetch's
+        reply was lost), and as the worker still heartbeats nobody else would retry them, so their lock
+        would hold their conversation until this process stops. A job is retried when two sweeps in a row
+        found it so, which leaves alone one being fetched or recorded at that moment; run again, a job
+        whose message is already done finds it done (gateway.pg.processing)."""
+        worker = self._worker
+        if worker is None or worker.worker_id is None:
+            return
+        manager = worker.app.job_manager
+        doing = await manager.list_jobs_async(queue=QUEUE, status="doing", worker_id=worker.worker_id)
+        idle = {job.id: job for job in doing if job.id is not None and job.id not in self._running_jobs}
+        before = self._idle_before[1] if self._idle_before[0] == worker.worker_id else set()
+        for job_id in sorted(idle.keys() & before):
+            job = idle.pop(job_id)
+            what = f"job {job_id} (message {job.task_kwargs.get('message_id')})"
+            log.warning("%s was left running on this worker, its outcome not recorded: retrying it", what)
+            self.events.emit("queue.recovered", reason=f"retried {what} left running, its outcome not recorded")
+            await manager.retry_job(job)
+        self._idle_before = (worker.worker_id, set(idle))
 
     # --- this process in switchyard_processes ------------------------------------------------
 

@@ -389,3 +389,30 @@ async def test_connections_the_server_ends_lose_nothing_and_answer_once(
     for conversation in ("c0", "c1"):
         assert [c[0] for c in handler.calls if c[0].startswith(conversation)] == [i for i in ids
                                                                                  if i.startswith(conversation)]
+
+
+async def test_a_job_left_running_on_this_live_worker_is_retried_and_its_conversation_goes_on(
+        rig_factory: Any) -> None:
+    """A job whose outcome Procrastinate could not record (the database restarted between the answer and
+    its bookkeeping, or the fetch's reply was lost) stays 'doing' on a worker that still heartbeats: no
+    sweep for dead workers takes it, and its lock would hold its conversation for good. Its worker,
+    which is not running it, retries it; the conversation goes on, in order."""
+    from gateway.keys import ordering_keys
+    from gateway.pg.jobs import defer_query
+    from tests.pg.helpers import insert_message
+
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=2)
+    rig.drop(message(0, "c0"))
+    await rig.until(lambda: rig.replies() == ["c0-00000"])
+    (worker_id,), = rig.rows("SELECT id FROM procrastinate_workers")
+    stuck = message(1, "c0")
+    keys = tuple(ordering_keys(stuck))
+    with psycopg.connect(rig.dsn) as conn:  # its jobs as a lost bookkeeping leaves them: running on this worker
+        message_id = insert_message(conn, "0000001-stuck.json", stuck.to_json(), keys=keys)
+        conn.execute(*defer_query(message_id, keys))
+        conn.execute("UPDATE procrastinate_jobs SET status = 'doing', worker_id = %s "
+                     "WHERE (args->>'message_id')::bigint = %s", (worker_id, message_id))
+    rig.drop(message(2, "c0"))
+    await rig.until(lambda: len(rig.replies()) == 3)
+    assert rig.replies() == ["c0-00000", "c0-00001", "c0-00002"]
+    assert any(f"message {message_id}" in e.get("reason", "") for e in rig.events_named("queue.recovered"))
