@@ -49,6 +49,11 @@ _HOLDER: str | None = None
 _POOLS: dict[str, Any] = {}
 _POOLS_LOCK = threading.Lock()
 SHARED_POOL_SIZE = 4
+# How long a caller waits for a connection of the shared pool. Its callers run on the event loop, which
+# stands still meanwhile (its own connections cannot finish connecting, and a restarting server waits
+# for them before it starts again): a statement here takes well under a millisecond, so waiting longer
+# than this means the database is away, and the caller's error is the better outcome.
+SHARED_POOL_WAIT_S = 2.0
 
 
 def shared_pool(dsn: str) -> Any:
@@ -64,7 +69,7 @@ def shared_pool(dsn: str) -> Any:
 
             from gateway.pg.pools import check_if_signalled_sync
 
-            pool = ConnectionPool(dsn, min_size=0, max_size=SHARED_POOL_SIZE, open=True, timeout=10,
+            pool = ConnectionPool(dsn, min_size=0, max_size=SHARED_POOL_SIZE, open=True, timeout=SHARED_POOL_WAIT_S,
                                   check=check_if_signalled_sync)
             _POOLS[dsn] = pool
         return pool
