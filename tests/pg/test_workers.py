@@ -167,7 +167,11 @@ def test_a_worker_killed_mid_message_loses_nothing(tmp_path: Path, db: str) -> N
     assert rows(db, "SELECT max(attempts) FROM switchyard_messages") == [(0,)], "a takeover is not an attempt"
 
 
-def test_a_database_restart_during_a_burst_loses_nothing_and_answers_once(tmp_path: Path, db: str) -> None:
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_a_database_restart_during_a_burst_loses_nothing_and_answers_once(tmp_path: Path, db: str,
+                                                                          mode: str) -> None:
+    """`fast`: a clean restart. `immediate`: the server stops as in a crash (no shutdown checkpoint,
+    transactions in flight lost) and recovers from its WAL at start."""
     if subprocess.run(["pg_lsclusters"], capture_output=True).returncode != 0:
         pytest.skip("no pg_ctlcluster here to restart PostgreSQL with")
     log = tmp_path / "calls.jsonl"
@@ -179,7 +183,7 @@ def test_a_database_restart_during_a_burst_loses_nothing_and_answers_once(tmp_pa
         host.drop(payload)
         ids.append(payload.messageId)
     wait_until(lambda: len(calls(log)) >= 20, 60)
-    restarted = subprocess.run(["pg_ctlcluster", "15", "main", "restart"], timeout=120)
+    restarted = subprocess.run(["pg_ctlcluster", "-m", mode, "15", "main", "restart"], timeout=120)
     if restarted.returncode != 0:  # another session restarting the shared server at the same moment
         subprocess.run(["pg_ctlcluster", "15", "main", "start"], timeout=120)
     wait_until(lambda: subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode == 0, 60)
