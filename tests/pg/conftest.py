@@ -1,4 +1,5 @@
-"""PostgreSQL backend tests: no `switchyard` process a test started outlives it, also when it failed."""
+"""PostgreSQL backend tests: a migrated schema per test (`db`), and no `switchyard` process a test started
+outlives it, also when it failed."""
 
 from __future__ import annotations
 
@@ -16,3 +17,14 @@ def _no_process_left_running() -> Iterator[None]:
         if run.alive():
             run.kill()
     GatewayRun.started.clear()
+
+
+@pytest.fixture
+def db(pg_dsn: str) -> Iterator[str]:
+    """`pg_dsn` with Switchyard's schema migrated; this process's shared pools closed after the test."""
+    from gateway.pg import schema
+    from gateway.pg.db import close_shared_pools
+
+    schema.migrate(pg_dsn)
+    yield pg_dsn
+    close_shared_pools()

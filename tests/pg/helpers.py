@@ -64,6 +64,12 @@ def insert_reply(conn: psycopg.Connection[Any], name: str, *, state: str = "pend
     return int(row[0])
 
 
+def rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """The rows one query returns, on a connection of its own."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
 def jobs_of(conn: psycopg.Connection[Any], message_id: int) -> list[tuple[str, str]]:
     """(role, lock) of the Procrastinate jobs deferred for one message."""
     return [(role, lock) for role, lock in conn.execute(
@@ -71,4 +77,4 @@ def jobs_of(conn: psycopg.Connection[Any], message_id: int) -> list[tuple[str, s
         "ORDER BY id", (message_id,))]
 
 
-__all__ = ["defer_query", "insert_message", "insert_reply", "jobs_of", "payload", "pg_home", "switchyard"]
+__all__ = ["defer_query", "insert_message", "insert_reply", "jobs_of", "payload", "pg_home", "rows", "switchyard"]

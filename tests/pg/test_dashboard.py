@@ -15,11 +15,10 @@ import yaml
 from gateway.testing import wait_until
 from tests.e2e.dashboard import fetch
 from tests.faults.harness import message
-from tests.pg.helpers import insert_message, payload
-from tests.pg.test_workers import PgProcess, db, rows
+from tests.pg.helpers import insert_message, payload, rows
+from tests.pg.test_workers import PgProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-__all__ = ["db"]  # the fixture, used by name
 
 
 def with_dashboard(run: PgProcess) -> str:

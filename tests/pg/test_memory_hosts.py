@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ import pytest
 
 from gateway.events import EventLog
 from gateway.home import Home
-from gateway.pg import schema
 from gateway.pg.db import close_shared_pools
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until, wait_until
@@ -43,13 +42,6 @@ from tests.faults.harness import message
 from tests.pg.test_workers import PgProcess
 
 SCOPE = "conv:console/console/c1"
-
-
-@pytest.fixture
-def db(pg_dsn: str) -> Iterator[str]:
-    schema.migrate(pg_dsn)
-    yield pg_dsn
-    close_shared_pools()
 
 
 @pytest.fixture(params=["file", "database"])

@@ -5,7 +5,7 @@ run with another host's settings, and the sender is admitted by the host that ow
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,6 @@ import yaml
 
 from gateway.access import CODE_ALPHABET, AccessPolicy, Pairing, PairingStore
 from gateway.home import Home
-from gateway.pg import schema
-from gateway.pg.db import close_shared_pools
 from gateway.pg.pairing import PgPairingStore
 from gateway.settings import ChannelProfile, Settings
 from gateway.testing import wait_until
@@ -25,13 +23,6 @@ from tests.pg.test_telegram_owner import make_switchyard
 
 PROFILE = ChannelProfile(id="tg", type="x", pairing=True)
 POSTGRES = Settings.model_validate({"queue": {"backend": "postgres", "dsn_env": "SWITCHYARD_DSN"}})
-
-
-@pytest.fixture
-def db(pg_dsn: str) -> Iterator[str]:
-    schema.migrate(pg_dsn)
-    yield pg_dsn
-    close_shared_pools()
 
 
 @pytest.fixture(params=["file", "database"])

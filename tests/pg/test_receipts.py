@@ -23,11 +23,10 @@ from gateway.pg.receipts import PgReceipts
 from gateway.settings import QueueSettings
 from gateway.testing import wait_until
 from tests.faults.harness import message
-from tests.pg.helpers import insert_message, payload
-from tests.pg.test_workers import PgProcess, db, rows
+from tests.pg.helpers import insert_message, payload, rows
+from tests.pg.test_workers import PgProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-__all__ = ["db"]  # the fixture, used by name
 
 CHAT = {"id": "chat", "type": "chat"}
 PROBE = {"id": "probe", "type": "probe"}

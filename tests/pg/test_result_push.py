@@ -3,11 +3,9 @@ is recorded at recovery, not pushed a second time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from gateway.events import EventLog
 from gateway.home import Home
@@ -16,16 +14,6 @@ from orchestrator.results import Delivery, result_reply
 from orchestrator.runs import RunStore
 from orchestrator.runstate import Conversation, RunState, StepState
 from tests.orchestrator.orch_helpers import make_message
-
-
-@pytest.fixture
-def db(pg_dsn: str) -> Iterator[str]:
-    from gateway.pg import schema
-    from gateway.pg.db import close_shared_pools
-
-    schema.migrate(pg_dsn)
-    yield pg_dsn
-    close_shared_pools()
 
 
 def _finished_run(run_id: str) -> RunState:

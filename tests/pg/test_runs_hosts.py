@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from gateway.testing import async_wait_until, wait_until
 from tests.faults.harness import GatewayRun, message
-from tests.pg.helpers import switchyard
+from tests.pg.helpers import rows, switchyard
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -52,19 +51,6 @@ class Host(GatewayRun):
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return switchyard(self.home.root, self.dsn, *args)
-
-
-@pytest.fixture
-def db(pg_dsn: str) -> str:
-    from gateway.pg import schema
-
-    schema.migrate(pg_dsn)
-    return pg_dsn
-
-
-def rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(sql, params).fetchall()
 
 
 def replies_to(dsn: str, message_id: str) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@ and the coordination locks in the database (gateway/pg/locks.py PgLocks), on the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,16 +19,6 @@ from tests.orchestrator.orch_helpers import make_message
 
 KEY = conversation_key(make_message("x"))
 MakeStore = Callable[[str], RunStore]
-
-
-@pytest.fixture
-def db(pg_dsn: str) -> Iterator[str]:
-    from gateway.pg import schema
-    from gateway.pg.db import close_shared_pools
-
-    schema.migrate(pg_dsn)
-    yield pg_dsn
-    close_shared_pools()
 
 
 @pytest.fixture(params=["files", "postgres"])

@@ -15,11 +15,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from gateway.testing import wait_until
 from tests.faults.harness import FAST_ORCHESTRATOR, GatewayRun, message
+from tests.pg.helpers import rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -41,19 +41,6 @@ class PgProcess(GatewayRun):
                        providers={"slow": {"command": [sys.executable, PROVIDER], "timeout_sec": 60}},
                        orchestrator={**FAST_ORCHESTRATOR, "selector": {"provider": "slow"}})
         return self
-
-
-@pytest.fixture
-def db(pg_dsn: str) -> str:
-    from gateway.pg import schema
-
-    schema.migrate(pg_dsn)
-    return pg_dsn
-
-
-def rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(sql, params).fetchall()
 
 
 def replies(dsn: str) -> list[str]:
