@@ -6,25 +6,14 @@ and send it nowhere (what was written is read from switchyard_outbox).
 
 from __future__ import annotations
 
-from gateway import ChannelContext, ChannelProfile, DeliveryRecord, OutgoingPayload, Sink, hookimpl
+from gateway import ChannelContext, ChannelProfile, hookimpl
+from tests.faults.nullchannel import NullChannel
 
 
-class ChatChannel:
+class ChatChannel(NullChannel):
     """A chat: its waiting senders are told they are queued."""
 
     name = "chat"
-
-    def __init__(self, profile_id: str):
-        self.profile_id = profile_id
-
-    async def start(self, sink: Sink) -> None:
-        return None
-
-    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord | None:
-        return None
-
-    async def stop(self) -> None:
-        return None
 
 
 class ProbeChannel(ChatChannel):
