@@ -19,8 +19,6 @@ A one-key message is one `process` job.
 
 from __future__ import annotations
 
-import json
-
 QUEUE = "switchyard"
 TASK = "switchyard.message"
 
@@ -39,12 +37,8 @@ def job_locks(keys: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
 def defer_query(message_id: int, keys: list[str] | tuple[str, ...]) -> tuple[str, list[object]]:
     """(sql, params) deferring the jobs of `message_id`, to run in the transaction that stores it
     (Procrastinate's versioned defer function, so the jobs commit or roll back with the message)."""
-    rows = []
-    params: list[object] = []
-    for role, lock in job_locks(keys):
-        rows.append("ROW(%s, %s, 0, %s, NULL, %s::jsonb, NULL)::procrastinate_job_to_defer_v1")
-        params += [QUEUE, TASK, lock or None, json.dumps({"message_id": message_id, "role": role})]
-    return f"SELECT procrastinate_defer_jobs_v1(ARRAY[{', '.join(rows)}])", params
+    expression, params = defer_jobs_of(str(int(message_id)), keys)  # an int: safe as a literal
+    return f"SELECT {expression}", params
 
 
 def defer_jobs_of(message_id_sql: str, keys: list[str] | tuple[str, ...]) -> tuple[str, list[object]]:
