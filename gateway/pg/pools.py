@@ -17,23 +17,24 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 
-async def check_if_signalled(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Raises when the connection is closed, or when the server sent it something and a real check fails."""
+def _signalled(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Raises when the connection is closed; else whether the server sent it something (to be checked)."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
     poller = select.poll()  # not select.select: it refuses descriptors above 1023
     poller.register(conn.fileno(), select.POLLIN)
-    if poller.poll(0):  # readable, hung up or in error
+    return bool(poller.poll(0))  # readable, hung up or in error
+
+
+async def check_if_signalled(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Raises when the connection is closed, or when the server sent it something and a real check fails."""
+    if _signalled(conn):
         await AsyncConnectionPool.check_connection(conn)
 
 
 def check_if_signalled_sync(conn: psycopg.Connection[Any]) -> None:
     """`check_if_signalled` for a synchronous pool."""
-    if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
-    poller = select.poll()
-    poller.register(conn.fileno(), select.POLLIN)
-    if poller.poll(0):
+    if _signalled(conn):
         ConnectionPool.check_connection(conn)
 
 
