@@ -154,7 +154,7 @@ class PairingStore:
 
 
 def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _expires(entry: dict[str, Any]) -> float:
