@@ -32,12 +32,13 @@ class PairingCodeExpired(Exception):
 
 
 def duration_text(seconds: float) -> str:
-    """A TTL for a person: `1 hour`, `90 minutes`, `45 seconds`."""
+    """A TTL for a person: `1 hour`, `90 minutes`, `45 seconds` (to the minute past two minutes)."""
+    whole = round(seconds) if seconds < 120 else round(seconds / 60) * 60
     for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
-        if seconds >= size and seconds % size == 0 or seconds >= 2 * size:
-            count = round(seconds / size)
+        if whole >= size and (whole % size == 0 or whole >= 2 * size):
+            count = round(whole / size)
             return f"{count} {unit}{'s' if count != 1 else ''}"
-    count = max(1, round(seconds))
+    count = max(1, whole)
     return f"{count} second{'s' if count != 1 else ''}"
 
 

@@ -163,6 +163,7 @@ def test_a_code_issued_on_host_a_and_approved_on_host_b_admits_on_host_a(
 
     listed = switchyard(host_b, db, "pair", "list")
     assert listed.returncode == 0 and f"pending {code}: Eve (42) on tg" in listed.stdout
+    assert "expires in 1 hour" in listed.stdout  # the default TTL, counted by the database's clock
     approved = switchyard(host_b, db, "pair", "approve", code)
     assert approved.returncode == 0, approved.stderr
     assert "approved Eve (42) on tg" in approved.stdout
