@@ -6,18 +6,40 @@ import fcntl
 import json
 import secrets
 import string
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write
-from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.settings import DEFAULT_PAIRING_CODE_TTL_S, ChannelProfile, QueueSettings, Settings
 
 CODE_ALPHABET = string.ascii_uppercase + string.digits
 PAIRING_REPLY = ("This bot only answers people its operator has approved. Your pairing code is {code}; "
-                 "ask the operator to run: switchyard pair approve {code}")
+                 "ask the operator to run: switchyard pair approve {code} (the code expires in {ttl})")
+EXPIRED_KEPT_S = 86_400.0  # an expired code is kept a day, so `pair approve` can say it expired; then pruned
+
+
+class PairingCodeExpired(Exception):
+    """`approve` named a code whose time ran out; it is removed, and the sender's next message gets a new one."""
+
+    def __init__(self, entry: dict[str, Any]):
+        super().__init__(f"pairing code expired at {entry['expires_at']}")
+        self.entry = entry
+
+
+def duration_text(seconds: float) -> str:
+    """A TTL for a person: `1 hour`, `90 minutes`, `45 seconds` (to the minute past two minutes)."""
+    whole = round(seconds) if seconds < 120 else round(seconds / 60) * 60
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if whole >= size and (whole % size == 0 or whole >= 2 * size):
+            count = round(whole / size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    count = max(1, whole)
+    return f"{count} second{'s' if count != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -38,16 +60,20 @@ class Pairing(Protocol):
     """Pending codes and approved senders: PairingStore (the home) or gateway/pg/pairing.py (the database)."""
 
     def read(self) -> dict[str, Any]:
-        """{"pending": {code: {profile, senderId, sender, requested_at}}, "approved": {profile: [senderId]}}."""
+        """{"pending": {code: {profile, senderId, sender, requested_at, expires_at, expires_in_s}},
+        "approved": {profile: [senderId]}}; `expires_in_s` is negative once the code expired."""
 
     def is_approved(self, profile_id: str, sender_id: str) -> bool:
         """True when the sender was approved on this profile."""
 
-    def request(self, profile_id: str, sender_id: str, sender: str) -> tuple[str, bool]:
-        """The pending code of this sender (created if none); True when it was just created."""
+    def request(self, profile_id: str, sender_id: str, sender: str,
+                ttl_s: float = DEFAULT_PAIRING_CODE_TTL_S) -> tuple[str, bool]:
+        """The unexpired pending code of this sender (created, valid `ttl_s`, if none; an expired one is
+        replaced); True when it was just created. Prunes codes expired over EXPIRED_KEPT_S ago."""
 
     def approve(self, code: str) -> dict[str, Any] | None:
-        """Admits the sender of a pending code; returns its entry, or None for an unknown code."""
+        """Admits the sender of a pending code; returns its entry, or None for an unknown code. Raises
+        PairingCodeExpired (and removes the code) when it expired."""
 
 
 def pairing_store(home: Home, queue: QueueSettings) -> Pairing:
@@ -77,37 +103,66 @@ class PairingStore:
             atomic_write(self.path, json.dumps(data, indent=2).encode(), fsync=True)
 
     def read(self) -> dict[str, Any]:
+        return self._read(with_expiry=True)
+
+    def _read(self, *, with_expiry: bool = False) -> dict[str, Any]:
         try:
             data: dict[str, Any] = json.loads(self.path.read_bytes())
         except (OSError, ValueError):
             data = {}
         data.setdefault("pending", {})
         data.setdefault("approved", {})
+        if with_expiry:
+            now = time.time()
+            for entry in data["pending"].values():
+                entry["expires_at"] = _iso(_expires(entry))
+                entry["expires_in_s"] = _expires(entry) - now
         return data
 
     def is_approved(self, profile_id: str, sender_id: str) -> bool:
-        return sender_id in self.read()["approved"].get(profile_id, [])
+        return sender_id in self._read()["approved"].get(profile_id, [])
 
-    def request(self, profile_id: str, sender_id: str, sender: str) -> tuple[str, bool]:
-        """The pending code of this sender (created if none); True when it was just created."""
+    def request(self, profile_id: str, sender_id: str, sender: str,
+                ttl_s: float = DEFAULT_PAIRING_CODE_TTL_S) -> tuple[str, bool]:
+        now = time.time()
         with self._locked() as data:
-            for code, entry in data["pending"].items():
+            pending = data["pending"]
+            for code, entry in list(pending.items()):
                 if entry["profile"] == profile_id and entry["senderId"] == sender_id:
-                    return code, False
+                    if _expires(entry) > now:
+                        return code, False
+                    del pending[code]  # expired: replaced by a new code below
+                elif _expires(entry) + EXPIRED_KEPT_S < now:
+                    del pending[code]
             code = new_code()
-            data["pending"][code] = {"profile": profile_id, "senderId": sender_id, "sender": sender,
-                                     "requested_at": utc_now_iso()}
+            pending[code] = {"profile": profile_id, "senderId": sender_id, "sender": sender,
+                             "requested_at": utc_now_iso(), "expires_at": _iso(now + ttl_s)}
             return code, True
 
     def approve(self, code: str) -> dict[str, Any] | None:
-        """Admits the sender of a pending code; returns its entry, or None for an unknown code."""
         with self._locked() as data:
             entry: dict[str, Any] | None = data["pending"].pop(code.strip().upper(), None)
-            if entry is not None:
+            if entry is None:
+                return None
+            expired = _expires(entry) <= time.time()
+            if not expired:
                 approved = data["approved"].setdefault(entry["profile"], [])
                 if entry["senderId"] not in approved:
                     approved.append(entry["senderId"])
-            return entry
+        if expired:  # raised once the file is written without it: an expired code is removed
+            raise PairingCodeExpired({**entry, "expires_at": _iso(_expires(entry))})
+        return entry
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _expires(entry: dict[str, Any]) -> float:
+    """When a pending code expires (epoch seconds); a code written before codes expired gets the default TTL."""
+    if "expires_at" in entry:
+        return datetime.fromisoformat(entry["expires_at"]).timestamp()
+    return datetime.fromisoformat(entry["requested_at"]).timestamp() + DEFAULT_PAIRING_CODE_TTL_S
 
 
 class AccessPolicy:
@@ -123,6 +178,7 @@ class AccessPolicy:
         self.profile_id = profile.id
         self.allow_from = {str(s) for s in profile.allow_from} if profile.allow_from is not None else None
         self.pairing = bool(profile.option("pairing", False))
+        self.code_ttl_s = float(profile.option("pairing_code_ttl_sec", DEFAULT_PAIRING_CODE_TTL_S))
         self.store = pairing_store(home, settings.queue) if settings is not None else PairingStore(home)
 
     def check(self, sender_id: str, sender: str = "") -> AccessDecision:
@@ -133,7 +189,7 @@ class AccessPolicy:
         if self.pairing:
             if self.store.is_approved(self.profile_id, sender_id):
                 return AccessDecision(True)
-            code, created = self.store.request(self.profile_id, sender_id, sender)
-            reply = PAIRING_REPLY.format(code=code) if created else None
+            code, created = self.store.request(self.profile_id, sender_id, sender, self.code_ttl_s)
+            reply = PAIRING_REPLY.format(code=code, ttl=duration_text(self.code_ttl_s)) if created else None
             return AccessDecision(False, reply, "pairing required")
         return AccessDecision(False, None, "sender not in allow_from")

@@ -69,7 +69,8 @@ class Channel(Protocol):
     `takes_receipts` (default True) and `reply_named_by_message_id` (default False): when True, replies
     to this channel type are written as `outgoing/<messageId>.json` (spec 002's heartbeat name; a later
     reply to the same message replaces an earlier one) instead of `<channel>_<messageId>_<timestamp>.json`,
-    for a probe that waits for one answer under a name it knows.
+    for a probe that waits for one answer under a name it knows. Declare that name with the hook
+    `switchyard_reply_named_by_message_id` instead: it holds while no profile of the type runs.
     """
 
     name: str

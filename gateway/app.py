@@ -76,6 +76,8 @@ class Gateway:
         self.backend = build_backend(self, retry_s=(CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S))
         self._close_event_sink: Callable[[], None] = self.backend.close_events
         self.outbox = self.backend.outbox
+        for types in call_each(pm, "switchyard_reply_named_by_message_id", events=self.events):
+            self.outbox.named_by_message_id.update(types)
         self.channel_status: dict[str, dict[str, Any]] = {}
         self.channels: list[Channel] = []
         self.handler: Handler | None = None

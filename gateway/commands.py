@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.access import Pairing, PairingStore
+from gateway.access import Pairing, PairingCodeExpired, PairingStore, duration_text
 from gateway.check import require_valid_home
 from gateway.cli import Invocation, example_settings_text, next_step
 from gateway.events import now_ms
@@ -162,7 +162,14 @@ def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
 
 def _pair(args: argparse.Namespace, store: Pairing) -> int:
     if args.pair_command == "approve":
-        entry = store.approve(args.code)
+        try:
+            entry = store.approve(args.code)
+        except PairingCodeExpired as exc:
+            old = exc.entry
+            print(f"switchyard: pairing code {args.code.strip().upper()!r} of {old['sender'] or old['senderId']} "
+                  f"({old['senderId']}) on {old['profile']} expired at {old['expires_at']} and is removed; "
+                  "their next message gets a new code", file=sys.stderr)
+            return 1
         if entry is None:
             print(f"switchyard: no pending pairing code {args.code!r} (see `switchyard pair list`)",
                   file=sys.stderr)
@@ -171,8 +178,10 @@ def _pair(args: argparse.Namespace, store: Pairing) -> int:
         return 0
     data = store.read()
     for code, entry in data["pending"].items():
+        left = float(entry["expires_in_s"])
+        expiry = f"expires in {duration_text(left)}" if left > 0 else f"expired {duration_text(-left)} ago"
         print(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
-              f"since {entry['requested_at']}")
+              f"since {entry['requested_at']}, {expiry}")
     for profile, senders in data["approved"].items():
         print(f"approved on {profile}: {', '.join(senders)}")
     return 0

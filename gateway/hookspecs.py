@@ -58,6 +58,18 @@ def switchyard_channel_types() -> list[str]:  # type: ignore[empty-body]
 
 
 @hookspec
+def switchyard_reply_named_by_message_id() -> list[str]:  # type: ignore[empty-body]
+    """Names the channel types this plugin builds whose replies are `outgoing/<messageId>.json` (spec 002's
+    heartbeat name; a later reply to the same message replaces an earlier one) instead of
+    `<channel>_<messageId>_<timestamp>.json`.
+
+    The name belongs to the payload's channel type, whether or not a profile of it runs (a payload
+    dropped into incoming/, a `switchyard worker` without channels). All implementations are called;
+    the lists are joined.
+    """
+
+
+@hookspec
 def switchyard_channel_options() -> dict[str, type[BaseModel]]:  # type: ignore[empty-body]
     """Declares, per channel type this plugin builds, the pydantic model of its profile's type-specific keys.
 

@@ -55,7 +55,8 @@ class Claimed:
 
 
 class FileQueue:
-    """Claims payloads from `incoming/` oldest first by (order_of, name), without rescanning the folder.
+    """Claims payloads from `incoming/` oldest first by (place, name), without rescanning the folder
+    (a file's place: NameSequence.place; a file seen arriving, by first sight).
 
     The index is fed by `notice(name)` (from a FolderWatch) and by `rescan()`; a claim is one
     atomic rename into `processing/w<pid>/`, so two processes sharing a home never claim one file
@@ -71,6 +72,7 @@ class FileQueue:
         self._waiting: list[tuple[float, _Entry]] = []
         self._indexed: set[str] = set()
         self._names = NameSequence()
+        self._backlog_read = False  # whether the start-up listing of incoming/ was indexed
         self.worker_dir = home.processing / f"w{os.getpid()}"
         self._attempts_dir = home.state / "attempts"
         self._lock_fd = -1
@@ -160,35 +162,34 @@ class FileQueue:
                 return f"dropped {path.name} from processing: identical copy already in incoming"
             target = self.home.incoming / f"{path.stem}.recovered-{self._names.prefix()}{path.suffix}"
         os.rename(path, target)
+        with contextlib.suppress(FileNotFoundError):  # it keeps the place it had: by name, else by mtime
+            if target.name not in self._indexed:
+                self._add(target.name, self._names.place(target.name, os.lstat(target).st_mtime_ns))
         return f"returned {path.name} to incoming as {target.name}"
 
     # --- index ------------------------------------------------------------------------------
 
     def rescan(self) -> None:
-        """Lists `incoming/` once and indexes every file not yet known (start-up, inotify overflow)."""
-        for name, mtime_ns in scan_mtimes(self.home.incoming,
-                                          lambda name: not name.endswith(".tmp") and name not in self._indexed):
-            order = order_of(name)
-            if order is None:
-                order = mtime_ns
-            else:
-                self._names.see(order)
-            self._add(name, order)
+        """Lists `incoming/` once and indexes every file not yet known: at start the backlog, placed by
+        `order_of` (a gateway name's stamp, else the mtime); later (an inotify overflow) the files
+        missed, as arrivals seen now, in the order of their names' stamps or mtimes."""
+        found = sorted((order_of(name, mtime_ns), name) for name, mtime_ns in scan_mtimes(
+            self.home.incoming, lambda name: not name.endswith(".tmp") and name not in self._indexed))
+        for mtime_order, name in found:
+            self._add(name, self._names.place(name, None if self._backlog_read else mtime_order))
+        self._backlog_read = True
 
     def notice(self, name: str) -> None:
-        """Indexes a file that just appeared in `incoming/` (called by the folder watch)."""
+        """Indexes a file that just appeared in `incoming/` (called by the folder watch): a name the
+        gateway wrote by its stamp, any other by first sight (never its mtime, which a clock stepped
+        back, or another program, may have put anywhere)."""
         if name.endswith(".tmp") or name in self._indexed:
             return
         try:  # also tells a late inotify event for a file already claimed, and gone, from a new one
-            mtime_ns = os.lstat(self.home.incoming / name).st_mtime_ns  # a link's own, never its target's
+            os.lstat(self.home.incoming / name)
         except FileNotFoundError:
             return
-        order = order_of(name)
-        if order is None:  # dropped by another program
-            order = mtime_ns
-        else:
-            self._names.see(order)
-        self._add(name, order)
+        self._add(name, self._names.place(name, None))
 
     def _add(self, name: str, order: int, not_before: float = 0.0) -> None:
         entry = _Entry(order, name, not_before)

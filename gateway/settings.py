@@ -57,6 +57,7 @@ class QueueSettings(_Strict):
 
 
 PRESET_TYPES = ("claude", "codex", "gemini", "ollama")
+DEFAULT_PAIRING_CODE_TTL_S = 3600.0  # a pending pairing code's life (OpenClaw's codes also expire after 1 hour)
 
 
 class ProviderSettings(_Strict):
@@ -125,6 +126,7 @@ class ChannelOptions(_Strict):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     pairing: bool = False
+    pairing_code_ttl_sec: float = Field(default=DEFAULT_PAIRING_CODE_TTL_S, gt=0)
     workflow: str | None = None
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
+
+from gateway.home import scan_mtimes
 
 log = logging.getLogger("switchyard.watch")
 
@@ -69,16 +70,18 @@ class FolderWatch:
                 self._on_name(event.name)
 
     async def _poll(self) -> None:
+        """Reports the names each listing finds new, oldest mtime first (a listing cannot tell more of the
+        order they arrived in; inotify reports each as it comes)."""
         known: set[str] = set()
         while True:
             try:
-                names = {e.name for e in os.scandir(self.folder) if not e.name.endswith(".tmp")}
+                found = dict(scan_mtimes(self.folder, lambda name: not name.endswith(".tmp")))
             except OSError as exc:
                 log.warning("cannot list %s: %s", self.folder, exc)
-                names = known
-            for name in sorted(names - known):
+                found = dict.fromkeys(known, 0)
+            for name in sorted(found.keys() - known, key=lambda name: (found[name], name)):
                 self._on_name(name)
-            known = names
+            known = set(found)
             await asyncio.sleep(self._poll_s)
 
     def _close_inotify(self) -> None:

@@ -13,6 +13,7 @@ from gateway.delivery import JOURNAL_RETENTION_DAYS, DeliveryJournal, Part, RunT
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile
+from gateway.testing import wait_until
 
 
 def test_without_rules_everyone_is_admitted(home: Home) -> None:
@@ -36,6 +37,31 @@ def test_pairing_gives_one_code_and_approval_admits(home: Home, capsys) -> None:
     assert "approved Eve" in capsys.readouterr().out
     assert policy.check("42").allowed
     assert main(["--home", str(home.root), "pair", "approve", code]) == 1
+
+
+def test_a_pairing_code_expires_after_the_profiles_ttl_and_the_sender_gets_a_new_one(home: Home, capsys) -> None:
+    def listed() -> str:
+        assert main(["--home", str(home.root), "pair", "list"]) == 0
+        return str(capsys.readouterr().out)
+
+    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True, pairing_code_ttl_sec=600))
+    first = policy.check("42", "Eve")
+    assert first.reply is not None and "(the code expires in 10 minutes)" in first.reply
+    code = first.reply.split("pairing code is ")[1].split(";")[0]
+    assert f"pending {code}: Eve (42) on p, since " in listed()
+    short = AccessPolicy(home, ChannelProfile(id="q", type="x", pairing=True, pairing_code_ttl_sec=0.01))
+    told = short.check("7", "Bob").reply
+    assert told is not None
+    stale = told.split("pairing code is ")[1].split(";")[0]
+    out = wait_until(lambda: (text := listed()) and f"pending {stale}: Bob (7) on q" in text and " ago" in text
+                     and text)
+    assert "expires in 10 minutes" in out and "expired " in out
+    assert main(["--home", str(home.root), "pair", "approve", stale]) == 1
+    refusal = capsys.readouterr().err
+    assert f"pairing code '{stale}' of Bob (7) on q expired at " in refusal and "gets a new code" in refusal
+    assert f"pending {stale}" not in listed()  # removed
+    renewed = short.check("7", "Bob")  # the sender writes again: told a new code
+    assert not renewed.allowed and renewed.reply is not None and stale not in renewed.reply
 
 
 async def test_a_restart_mid_delivery_sends_only_the_remaining_parts(home: Home) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -225,3 +227,39 @@ async def test_a_channel_that_ends_by_itself_stops_the_gateway_only_when_no_othe
         stop.set()
         await task
     assert [e["profile"] for e in read_events(home.events_file) if e["event"] == "channel.stopped"] == ["a", "b"]
+
+
+class RecordingGatedHandler(GatedHandler):
+    """A GatedHandler that records the messages in the order it starts them; only `hold` waits for the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[str] = []
+
+    async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
+        self.started.append(message.message)
+        if message.message == "hold":
+            await self.gate.wait()
+        return [OutgoingPayload.reply_to(message, "done", agent="gated", timestamp=message.timestamp)]
+
+
+async def test_a_file_dropped_after_a_clock_step_back_does_not_overtake_its_conversation(home: Home) -> None:
+    handler = RecordingGatedHandler()
+    settings = Settings(queue=QueueSettings(fsync=False))
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[handler]))
+    await gateway.start()
+    try:
+        drop_incoming(home, make_incoming("hold", conversationId="room"), "hold.json")
+        await async_wait_until(lambda: handler.started == ["hold"])  # the conversation is busy: A and B wait
+        drop_incoming(home, make_incoming("A", conversationId="room"), "a.json")
+        tmp = home.incoming / "b.json.tmp"  # B appears with an mtime one hour old: the clock stepped back
+        tmp.write_bytes(make_incoming("B", conversationId="room").to_json())
+        stepped = time.time_ns() - 3600 * 10**9
+        os.utime(tmp, ns=(stepped, stepped))
+        tmp.rename(home.incoming / "b.json")
+        await async_wait_until(lambda: not list(home.incoming.glob("*.json")))  # both taken in line
+        handler.gate.set()
+        await async_wait_until(lambda: len(handler.started) == 3)
+    finally:
+        await gateway.stop()
+    assert handler.started == ["hold", "A", "B"]

@@ -12,7 +12,7 @@ from gateway.app import Gateway
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
-from gateway.testing import FakeChannel, async_wait_until
+from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANNEL_WORDS = {"inbox", "heartbeat"}
@@ -56,6 +56,29 @@ async def test_a_channel_declaring_reply_named_by_message_id_gets_message_id_rep
         await gateway.stop()
     names = sorted(p.name for p in home.sent.glob("*.json"))
     assert names[1] == "probe-7.json" and names[0].startswith("fake_chat-7_"), names
+
+
+class ProbeTypePlugin:
+    """Declares the `probe` type's reply name through the hook; no profile of it is configured."""
+
+    @hookimpl
+    def switchyard_reply_named_by_message_id(self) -> list[str]:
+        return ["probe"]
+
+
+async def test_switchyard_reply_named_by_message_id_holds_while_no_profile_of_the_type_runs(home: Home) -> None:
+    settings = Settings(queue=QueueSettings(fsync=False))
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[ProbeTypePlugin()]))
+    await gateway.start()
+    try:
+        drop_incoming(home, make_incoming("are you there", channel="probe", channelProfileId="p9",
+                                          messageId="probe-9"), "probe-9.json")
+        drop_incoming(home, make_incoming("hello", channel="fake", messageId="chat-9"), "chat-9.json")
+        await async_wait_until(lambda: len(list(home.outgoing.glob("*.json"))) == 2)
+    finally:
+        await gateway.stop()
+    names = sorted(p.name for p in home.outgoing.glob("*.json"))
+    assert names[1] == "probe-9.json" and names[0].startswith("fake_chat-9_"), names
 
 
 def _channel_words(path: Path) -> list[tuple[str, int]]:

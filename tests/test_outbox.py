@@ -14,6 +14,7 @@ from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox, outgoing_name
+from gateway.plugin_manager import build_plugin_manager
 from gateway.testing import make_incoming
 from orchestrator.results import result_reply
 from orchestrator.runstate import Conversation, RunState, StepState
@@ -27,9 +28,10 @@ def _outbox(home: Home) -> FileOutbox:
 def test_names_follow_spec_002() -> None:
     heartbeat = OutgoingPayload(channel="heartbeat", message="HEARTBEAT_OK", timestamp=5, messageId="hb-1")
     chat = OutgoingPayload(channel="telegram", message="hi", timestamp=1700000005000, messageId="77")
-    assert HeartbeatChannel.reply_named_by_message_id  # the heartbeat declares spec 002's name
-    assert outgoing_name(heartbeat, {HeartbeatChannel.name}) == "hb-1.json"
-    assert outgoing_name(chat, {HeartbeatChannel.name}) == "telegram_77_1700000005000.json"
+    declared = {t for types in build_plugin_manager().hook.switchyard_reply_named_by_message_id() for t in types}
+    assert declared == {HeartbeatChannel.name}  # the heartbeat plugin declares spec 002's name for its type
+    assert outgoing_name(heartbeat, declared) == "hb-1.json"
+    assert outgoing_name(chat, declared) == "telegram_77_1700000005000.json"
     assert outgoing_name(heartbeat) == "heartbeat_hb-1_5.json"  # the name comes from the declaration
 
 

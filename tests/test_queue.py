@@ -244,12 +244,54 @@ def test_a_restart_after_a_clock_step_back_names_new_files_after_the_queued_ones
     assert [after.claim().name, after.claim().name] == [first.name, second.name]
 
 
-def test_files_other_programs_drop_are_ordered_by_mtime_among_the_gateways_own(home: Home) -> None:
-    queue = FileQueue(home, fsync=False)
-    queue.open()
-    written = queue.enqueue(make_incoming("gateway").to_json(), hint="console-c1")
+def test_files_other_programs_drop_in_the_backlog_are_ordered_by_mtime_among_the_gateways_own(home: Home) -> None:
+    before = FileQueue(home, fsync=False)
+    before.open()
+    written = before.enqueue(make_incoming("gateway").to_json(), hint="console-c1")
+    before.close()
     dropped = drop_incoming(home, make_incoming("program"), "zz-program.json")
     _set_mtime(dropped, int(written.name[:20]) - 1_000_000)  # dropped a millisecond before the gateway's own
-    queue.notice(written.name)
-    queue.notice(dropped.name)
+    queue = FileQueue(home, fsync=False)
+    queue.open()  # both found at start: the backlog
     assert [queue.claim().name, queue.claim().name] == [dropped.name, written.name]
+
+
+def _drop_with_mtime(home: Home, name: str, mtime_ns: int) -> str:
+    """Drops a payload whose mtime is already `mtime_ns` when it appears (set on the .tmp before the rename)."""
+    tmp = home.incoming / f"{name}.tmp"
+    tmp.write_bytes(make_incoming(name, conversationId="c1").to_json())
+    _set_mtime(tmp, mtime_ns)
+    tmp.rename(home.incoming / name)
+    return name
+
+
+def test_files_seen_arriving_are_ordered_by_first_sight_not_by_an_mtime_a_clock_step_moved(home: Home) -> None:
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    now = time.time_ns()
+    queue.notice(_drop_with_mtime(home, "a.json", now))
+    queue.notice(_drop_with_mtime(home, "b.json", now - 3600 * 10**9))  # the clock stepped back one hour
+    written = queue.enqueue(make_incoming("gateway").to_json(), hint="console-c1")
+    queue.notice(written.name)
+    queue.notice(_drop_with_mtime(home, "c.json", now - 7200 * 10**9))
+    assert [queue.claim().name for _ in range(4)] == ["a.json", "b.json", written.name, "c.json"]
+
+
+def test_files_seen_arriving_go_after_a_backlog_whose_mtimes_are_ahead_of_the_clock(home: Home) -> None:
+    ahead = time.time_ns() + 3600 * 10**9  # queued before the clock stepped back one hour
+    _drop_with_mtime(home, "old.json", ahead)
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    queue.notice(_drop_with_mtime(home, "new.json", time.time_ns()))
+    assert [queue.claim().name, queue.claim().name] == ["old.json", "new.json"]
+
+
+def test_files_a_later_rescan_finds_go_after_those_already_seen_in_their_mtime_order(home: Home) -> None:
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    now = time.time_ns()
+    queue.notice(_drop_with_mtime(home, "seen.json", now))
+    _drop_with_mtime(home, "missed-2.json", now - 1000)  # missed by the watch (an inotify overflow)
+    _drop_with_mtime(home, "missed-1.json", now - 2000)
+    queue.rescan()
+    assert [queue.claim().name for _ in range(3)] == ["seen.json", "missed-1.json", "missed-2.json"]

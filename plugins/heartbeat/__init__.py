@@ -68,6 +68,12 @@ def switchyard_channel_types() -> list[str]:
 
 
 @hookimpl
+def switchyard_reply_named_by_message_id() -> list[str]:
+    """Spec 002: a heartbeat's answer is `outgoing/<messageId>.json`, whether or not a heartbeat profile runs."""
+    return [CHANNEL_TYPE]
+
+
+@hookimpl
 def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> HeartbeatChannel | None:
     if profile.type != CHANNEL_TYPE:
         return None

@@ -32,7 +32,6 @@ class HeartbeatChannel:
 
     name = CHANNEL_TYPE
     takes_receipts = False  # a probe: its one answer is the reply file, nothing else
-    reply_named_by_message_id = True  # spec 002: the answer is `outgoing/<messageId>.json`
 
     def __init__(self, profile: ChannelProfile, context: ChannelContext):
         self.profile_id = profile.id

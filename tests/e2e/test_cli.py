@@ -304,3 +304,16 @@ def test_status_is_not_fooled_by_a_gateway_json_whose_pid_another_process_now_ha
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize("action", [["list"], ["retry", "--all"], ["retry", "x.json"], ["show", "x.json"],
+                                    ["drop", "x.json"]])
+def test_dead_on_a_folder_that_is_not_a_home_says_so_and_exits_2(switchyard: Switchyard, tmp_path: Path,
+                                                                 action: list[str]) -> None:
+    not_a_home = tmp_path / "typo"
+    not_a_home.mkdir()  # a folder, but never a Switchyard home (no queue/incoming/)
+    result = subprocess.run([SWITCHYARD, "--home", str(not_a_home), "dead", *action], env=switchyard.env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert f"{not_a_home} is not a Switchyard home" in result.stderr and result.stdout == ""
+    assert list(not_a_home.iterdir()) == []  # nothing created there

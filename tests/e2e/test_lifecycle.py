@@ -56,11 +56,19 @@ def test_selector_request_and_result_files_are_kept(switchyard: Switchyard) -> N
 
 
 def test_heartbeat_reply_is_named_by_message_id(switchyard: Switchyard) -> None:
-    # the heartbeat channel declares the name (reply_named_by_message_id); its profile makes it known
+    # the heartbeat plugin declares the name for its channel type (switchyard_reply_named_by_message_id)
     switchyard.configure({"channels": [{"id": "beat", "type": "heartbeat", "interval_sec": 3600}]})
     switchyard.start()
     switchyard.send("heartbeat", channel="heartbeat", channelProfileId="beat", messageId="hb-1")
     assert switchyard.reply_to("hb-1")[0]["_file"] == "hb-1.json"
+
+
+def test_heartbeat_reply_is_named_by_message_id_while_no_heartbeat_profile_runs(switchyard: Switchyard) -> None:
+    # the name belongs to the payload's channel type, not to a running profile of it
+    switchyard.configure()
+    switchyard.start()
+    switchyard.send("heartbeat", channel="heartbeat", channelProfileId="beat", messageId="hb-2")
+    assert switchyard.reply_to("hb-2")[0]["_file"] == "hb-2.json"
 
 
 def test_one_conversation_is_sequential_while_others_run_concurrently(switchyard: Switchyard, fake_log) -> None:

@@ -4,14 +4,18 @@ run with another host's settings, and the sender is admitted by the host that ow
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 import yaml
 
-from gateway.access import CODE_ALPHABET, AccessPolicy, Pairing, PairingStore
+from gateway.access import CODE_ALPHABET, EXPIRED_KEPT_S, AccessPolicy, Pairing, PairingCodeExpired, PairingStore
 from gateway.home import Home
 from gateway.pg.pairing import PgPairingStore
 from gateway.settings import ChannelProfile, Settings
@@ -60,6 +64,75 @@ def test_approving_a_code_admits_its_sender_on_its_profile_only(new_store: Calla
     assert approver.approve(code) is None, "a code is used once"
 
 
+@pytest.fixture(params=["file", "database"])
+def ager(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Pairing, Callable[[str, float], None]]:
+    """A store, and how to make one of its codes expire `seconds` ago (time passing, without waiting a day)."""
+    if request.param == "file":
+        home = Home(tmp_path / "home")
+        home.create()
+        store = PairingStore(home)
+
+        def age_file(code: str, seconds: float) -> None:
+            data = json.loads(store.path.read_bytes())
+            data["pending"][code]["expires_at"] = datetime.fromtimestamp(time.time() - seconds, UTC).isoformat()
+            store.path.write_text(json.dumps(data))
+        return store, age_file
+    dsn = request.getfixturevalue("db")
+
+    def age_row(code: str, seconds: float) -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("UPDATE switchyard_pairing_pending SET expires_at = now() - make_interval(secs => %s) "
+                         "WHERE code = %s", (seconds, code))
+    return PgPairingStore.pooled(dsn), age_row
+
+
+def test_codes_expired_over_a_day_ago_are_pruned_and_younger_ones_kept_to_be_refused_by_name(
+        ager: tuple[Pairing, Callable[[str, float], None]]) -> None:
+    store, age = ager
+    old, _ = store.request("tg", "1", "Old")
+    recent, _ = store.request("tg", "2", "Recent")
+    age(old, EXPIRED_KEPT_S + 60)
+    age(recent, 60)
+    store.request("tg", "3", "Newcomer")  # any new request prunes
+    pending = store.read()["pending"]
+    assert old not in pending and recent in pending and pending[recent]["expires_in_s"] < 0
+    with pytest.raises(PairingCodeExpired):
+        store.approve(recent)
+
+
+def _expired(store: Pairing, code: str) -> bool:
+    return float(store.read()["pending"][code]["expires_in_s"]) <= 0
+
+
+def test_a_pending_code_says_when_it_expires(new_store: Callable[[], Pairing]) -> None:
+    code, _ = new_store().request("tg", "42", "Eve", 600)
+    entry = new_store().read()["pending"][code]
+    assert 590 < entry["expires_in_s"] <= 600 and entry["expires_at"] > entry["requested_at"]
+
+
+def test_an_expired_code_is_refused_removed_and_replaced_at_the_senders_next_message(
+        new_store: Callable[[], Pairing]) -> None:
+    store = new_store()
+    code, _ = store.request("tg", "42", "Eve", 0.001)
+    wait_until(lambda: _expired(store, code))
+    with pytest.raises(PairingCodeExpired) as refused:
+        new_store().approve(code)
+    assert (refused.value.entry["senderId"], refused.value.entry["profile"]) == ("42", "tg")
+    assert code not in store.read()["pending"] and not store.is_approved("tg", "42")
+    fresh, created = store.request("tg", "42", "Eve")  # the sender writes again: a new code, told again
+    assert created and fresh != code and not _expired(store, fresh)
+    assert new_store().approve(fresh) is not None and store.is_approved("tg", "42")
+
+
+def test_an_expired_code_replaced_by_a_new_one_is_no_longer_approvable(new_store: Callable[[], Pairing]) -> None:
+    store = new_store()
+    code, _ = store.request("tg", "42", "Eve", 0.001)
+    wait_until(lambda: _expired(store, code))
+    fresh, created = store.request("tg", "42", "Eve")
+    assert created and list(store.read()["pending"]) == [fresh]
+    assert new_store().approve(code) is None
+
+
 def test_hosts_asking_at_once_for_one_sender_share_one_code(db: str) -> None:
     results: list[tuple[str, bool]] = []
     start = threading.Barrier(8)
@@ -90,6 +163,7 @@ def test_a_code_issued_on_host_a_and_approved_on_host_b_admits_on_host_a(
 
     listed = switchyard(host_b, db, "pair", "list")
     assert listed.returncode == 0 and f"pending {code}: Eve (42) on tg" in listed.stdout
+    assert "expires in 1 hour" in listed.stdout  # the default TTL, counted by the database's clock
     approved = switchyard(host_b, db, "pair", "approve", code)
     assert approved.returncode == 0, approved.stderr
     assert "approved Eve (42) on tg" in approved.stdout

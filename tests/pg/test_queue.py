@@ -94,12 +94,14 @@ class Rig:
         self.backend = PgBackend(self.home, self.settings, self.events, role="worker", extra_roots=[])
         await self.backend.start(self.handler, self.queue)
 
-    def drop(self, payload: IncomingPayload | bytes, name: str | None = None) -> bytes:
+    def drop(self, payload: IncomingPayload | bytes, name: str | None = None, *, mtime_ns: int | None = None) -> bytes:
         self.dropped += 1
         data = payload if isinstance(payload, bytes) else payload.to_json()
         name = name or f"{self.dropped:07d}.json"
         tmp = self.home.incoming / f"{name}.tmp"
         tmp.write_bytes(data)
+        if mtime_ns is not None:  # the file appears with this mtime
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
         os.rename(tmp, self.home.incoming / name)
         self.queue.notice(name)
         self.backend.wake()
@@ -309,6 +311,22 @@ async def test_files_arriving_while_the_database_is_away_wait_in_incoming_and_ke
     await rig.until(lambda: len(rig.replies()) == 10)
     assert [c[0] for c in handler.calls] == ids
     assert any("database reachable again" in e["reason"] for e in rig.events_named("queue.recovered"))
+
+
+async def test_a_file_dropped_after_a_clock_step_back_is_taken_in_after_those_seen_before_it(
+        rig_factory: Any) -> None:
+    handler = ScriptedHandler()
+    rig = await rig_factory(handler, max_concurrency=1)
+    assert rig.backend.intake is not None
+    refusing = RefusingPool(rig.backend.intake.pool)  # files pile up in incoming/ while the database is away
+    refusing_async = RefusingPool(rig.backend.intake.async_pool)
+    rig.backend.intake.pool, rig.backend.intake.async_pool = refusing, refusing_async
+    rig.drop(message(1, "c1"), "zz-first.json")
+    rig.drop(message(2, "c1"), "aa-second.json", mtime_ns=time.time_ns() - 3600 * 10**9)  # the clock stepped back
+    await rig.until(lambda: refusing.refused + refusing_async.refused >= 2)
+    refusing.down = refusing_async.down = False
+    await rig.until(lambda: len(rig.replies()) == 2)
+    assert [c[0] for c in handler.calls] == ["c1-00001", "c1-00002"]
 
 
 async def test_an_attachment_travels_in_the_database_to_the_worker(rig_factory: Any) -> None:
