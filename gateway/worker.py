@@ -387,7 +387,7 @@ class Worker:
             await self._dead_letter(job, f"failed {attempts} time(s); last error: {error}", attempts)
             return
         delay = backoff_seconds(attempts, self.settings)
-        fields = {"job_id": job.claimed.name, "channel": job.message.channel,
+        fields = {"job_id": job.claimed.name, "channel": job.message.channel, "profile": job.message.profile,
                   "conversation": job.message.conversation, "retries": attempts}
         self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
                          failure_reason=error, **fields)
@@ -404,7 +404,8 @@ class Worker:
         log.error("dead letter: %s (%s, conversation %s) moved to failed/%s: %s", job.claimed.name,
                   job.message.channel, job.message.conversation, targets[0].name, reason)
         self.events.emit("job.failed.final", job_id=job.claimed.name, state="failed_final", kind="message",
-                         channel=job.message.channel, conversation=job.message.conversation,
+                         channel=job.message.channel, profile=job.message.profile,
+                         conversation=job.message.conversation,
                          reason=reason, failure_reason=reason, attempts=attempts, file=targets[0].name)
         preview = job.message.message[:60] + ("…" if len(job.message.message) > 60 else "")
         text = reply or APOLOGY.format(preview=preview, attempts=attempts)

@@ -264,7 +264,7 @@ class Actions:
     ) -> OutgoingPayload:
         """Runs one available function with validated arguments, or explains the refusal."""
         try:
-            text = await functions.invoke(str(name), {} if arguments is None else arguments)
+            text = await functions.invoke(str(name), {} if arguments is None else arguments, message)
         except FunctionRefused as exc:
             return reply(message, f"I cannot run that: {exc}", agent=SELECTOR_AGENT)
         return reply(message, text, agent=str(name))

@@ -104,6 +104,12 @@ def conversation_key(message: IncomingPayload) -> str:
     return f"{message.channel}/{message.profile}/{message.conversation}"
 
 
+def belongs_to(run: RunState, message: IncomingPayload) -> bool:
+    """True when `message` may act on `run`: the run was started in the message's conversation (same
+    key), or the message's channel names it (`workflowRunId`: a reply in a thread of that run)."""
+    return run.runId == message.workflowRunId or conversation_key(run.payload()) == conversation_key(message)
+
+
 def finished_at(run: RunState) -> datetime | None:
     """When a finished run ended (its job's finished_at, else its last update); None if unreadable."""
     try:

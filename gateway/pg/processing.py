@@ -233,8 +233,8 @@ class MessageProcessor:
                                     attempts, errors)
             return
         delay = backoff_seconds(attempts, self.settings)
-        fields = {"job_id": name, "channel": message.channel, "conversation": message.conversation,
-                  "retries": attempts}
+        fields = {"job_id": name, "channel": message.channel, "profile": message.profile,
+                  "conversation": message.conversation, "retries": attempts}
         self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
                          failure_reason=error, **fields)
         async with self.pool.connection() as conn:
@@ -253,5 +253,5 @@ class MessageProcessor:
             return
         log.error("dead letter: %s (%s, conversation %s): %s", name, message.channel, message.conversation, reason)
         self.events.emit("job.failed.final", job_id=name, state="failed_final", kind="message",
-                         channel=message.channel, conversation=message.conversation, reason=reason,
-                         failure_reason=reason, attempts=attempts)
+                         channel=message.channel, profile=message.profile, conversation=message.conversation,
+                         reason=reason, failure_reason=reason, attempts=attempts)
