@@ -277,6 +277,7 @@ class Worker:
 
     def _quarantine(self, claimed: Claimed, reason: str) -> None:
         """Moves an invalid file to failed/; if failed/ refuses it, puts it back to try again later."""
+        claimed.errors.append(reason)
         try:
             target = self.queue.dead_letter(claimed, reason)
         except OSError as exc:
@@ -334,6 +335,7 @@ class Worker:
             try:
                 return await self.handler.handle(job.message)
             except PermanentError as exc:
+                job.claimed.errors.append(str(exc))  # the report keeps every error, this one too
                 await self._dead_letter(job, str(exc), job.claimed.attempts + 1, reply=exc.reply)
                 return None
             except OSError as exc:

@@ -111,7 +111,7 @@ class MessageProcessor:
         try:
             message = parse_payload(bytes(payload), self.settings.max_payload_bytes)
         except ValueError as exc:
-            await self._store_dead(message_id, str(exc), attempts, errors, None)
+            await self._store_dead(message_id, str(exc), attempts, [*errors, str(exc)], None)
             log.error("invalid payload %s dead-lettered: %s", name, exc)
             self.events.emit("message.invalid", job_id=name, reason=str(exc))
             return
@@ -130,7 +130,8 @@ class MessageProcessor:
             try:
                 message = await asyncio.to_thread(self._materialize, name, message)
             except FileConflict as exc:
-                await self._dead_letter(message_id, name, message, f"attachment: {exc}", attempts + 1, list(errors))
+                reason = f"attachment: {exc}"
+                await self._dead_letter(message_id, name, message, reason, attempts + 1, [*errors, reason])
                 return
         await self._answer(message_id, name, message, attempts, list(errors))
 
@@ -151,7 +152,8 @@ class MessageProcessor:
         try:
             replies = await self.handler.handle(message)
         except PermanentError as exc:
-            await self._dead_letter(message_id, name, message, str(exc), attempts + 1, errors, reply=exc.reply)
+            await self._dead_letter(message_id, name, message, str(exc), attempts + 1, [*errors, str(exc)],
+                                    reply=exc.reply)
             return
         except Exception as exc:
             log.warning("processing %s failed: %s", name, exc, exc_info=log.isEnabledFor(10))
