@@ -112,9 +112,8 @@ def conversation_key(message: IncomingPayload) -> str:
 
 
 def belongs_to(run: RunState, message: IncomingPayload) -> bool:
-    """True when `message` may act on `run`: the run was started in the message's conversation (same
-    key), or the message's channel names it (`workflowRunId`: a reply in a thread of that run)."""
-    return run.runId == message.workflowRunId or conversation_key(run.payload()) == conversation_key(message)
+    """True when `run` was started in the conversation `message` comes from (same key)."""
+    return conversation_key(run.payload()) == conversation_key(message)
 
 
 def finished_at(run: RunState) -> datetime | None:

@@ -134,3 +134,4 @@ def test_lifecycle_events_carry_the_profile(tmp_path: Path) -> None:
     context = gather_context(home.events_file, None, make_message("why?", conversationId="c1"), dict)
     assert [e["reason"] for e in context["events"]] == ["mine", "`claude` is not on PATH"]
     assert json.dumps(context).count(SECRET) == 0
+
