@@ -277,6 +277,7 @@ class Worker:
 
     def _quarantine(self, claimed: Claimed, reason: str) -> None:
         """Moves an invalid file to failed/; if failed/ refuses it, puts it back to try again later."""
+        claimed.errors.append(reason)
         try:
             target = self.queue.dead_letter(claimed, reason)
         except OSError as exc:
@@ -334,6 +335,7 @@ class Worker:
             try:
                 return await self.handler.handle(job.message)
             except PermanentError as exc:
+                job.claimed.errors.append(str(exc))  # the report keeps every error, this one too
                 await self._dead_letter(job, str(exc), job.claimed.attempts + 1, reply=exc.reply)
                 return None
             except OSError as exc:
@@ -387,7 +389,7 @@ class Worker:
             await self._dead_letter(job, f"failed {attempts} time(s); last error: {error}", attempts)
             return
         delay = backoff_seconds(attempts, self.settings)
-        fields = {"job_id": job.claimed.name, "channel": job.message.channel,
+        fields = {"job_id": job.claimed.name, "channel": job.message.channel, "profile": job.message.profile,
                   "conversation": job.message.conversation, "retries": attempts}
         self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
                          failure_reason=error, **fields)
@@ -404,7 +406,8 @@ class Worker:
         log.error("dead letter: %s (%s, conversation %s) moved to failed/%s: %s", job.claimed.name,
                   job.message.channel, job.message.conversation, targets[0].name, reason)
         self.events.emit("job.failed.final", job_id=job.claimed.name, state="failed_final", kind="message",
-                         channel=job.message.channel, conversation=job.message.conversation,
+                         channel=job.message.channel, profile=job.message.profile,
+                         conversation=job.message.conversation,
                          reason=reason, failure_reason=reason, attempts=attempts, file=targets[0].name)
         preview = job.message.message[:60] + ("…" if len(job.message.message) > 60 else "")
         text = reply or APOLOGY.format(preview=preview, attempts=attempts)

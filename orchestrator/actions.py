@@ -8,7 +8,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from gateway.api import FunctionSpec
+from gateway.api import FunctionSpec, PermanentError
 from gateway.events import now_ms
 from gateway.home import safe_name
 from gateway.models import IncomingPayload, Job, OutgoingPayload
@@ -24,7 +24,7 @@ from orchestrator.functions import (
 )
 from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
-from orchestrator.results import SYSTEM_AGENT, prompt_reply, result_reply
+from orchestrator.results import SYSTEM_AGENT, prompt_reply, result_reply, result_text
 from orchestrator.rules import STATUS_WORDS
 from orchestrator.runs import RunStore
 from orchestrator.runstate import Conversation, RunState, StepState, conversation_key, run_id_for
@@ -132,6 +132,9 @@ class Actions:
         if problem is not None:
             return reply(message, f"I cannot start that workflow: {problem}", agent=SELECTOR_AGENT)
         run = self._store.load(run_id_for(message))
+        if run is not None and run.refused:  # its dead letter was retried (`dead retry`): run it afresh
+            self._store.remove(run.runId)
+            run = None
         if run is None:
             run = self._executor.begin(new_run(message, loaded, workflow_id, data), conversation_key(message),
                                        waits=True)
@@ -171,6 +174,8 @@ class Actions:
             self._executor.life.emit("message.already_answered", ended, messageId=message.messageId,
                                      reason="the run's result was pushed to the conversation")
             return None
+        if ended.refused:  # as a refused selector: the sender is told, the message is dead-lettered
+            raise PermanentError(f"run {ended.runId}: {ended.error}", reply=result_text(ended))
         return result_reply(ended, to=message)
 
     @staticmethod
@@ -264,7 +269,7 @@ class Actions:
     ) -> OutgoingPayload:
         """Runs one available function with validated arguments, or explains the refusal."""
         try:
-            text = await functions.invoke(str(name), {} if arguments is None else arguments)
+            text = await functions.invoke(str(name), {} if arguments is None else arguments, message)
         except FunctionRefused as exc:
             return reply(message, f"I cannot run that: {exc}", agent=SELECTOR_AGENT)
         return reply(message, text, agent=str(name))

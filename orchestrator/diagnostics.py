@@ -66,18 +66,28 @@ def _small_event(event: dict[str, Any]) -> dict[str, Any]:
     return small
 
 
+GLOBAL_EVENTS = frozenset({"provider.missing", "orchestrator.invalid"})
+"""Events about no conversation that may explain any silence (a missing CLI, a broken orchestrator.yaml)."""
+
+
 def _relevant(event: dict[str, Any], run: RunState | None, message: IncomingPayload) -> bool:
-    if run is not None and event.get("job_id") == run.runId:
+    """True for an event of the asking conversation: of its run, or naming its channel, profile (when
+    the event has one) and conversation; or a global event in GLOBAL_EVENTS. Never another
+    conversation's: their failures quote their messages."""
+    if run is not None and run.runId in (event.get("job_id"), event.get("run_id")):
         return True
-    return event.get("conversation") in (message.conversationId, message.conversation) or "fail" in str(
-        event.get("event", ""))
+    if "conversation" not in event and "job_id" not in event:
+        return event.get("event") in GLOBAL_EVENTS
+    return (event.get("channel") == message.channel and event.get("conversation") == message.conversation
+            and event.get("profile", message.profile) == message.profile)
 
 
 def gather_context(
     events_file: Path, run: RunState | None, message: IncomingPayload,
     queue_stats: Callable[[], dict[str, Any]], limit: int = CONTEXT_CAP,
 ) -> dict[str, Any]:
-    """The diagnostics context, at most `limit` bytes of JSON: newest events are kept first."""
+    """The diagnostics context, at most `limit` bytes of JSON: newest events are kept first. `run` must
+    be the asking conversation's own (or None); only that conversation's events are read."""
     try:
         queue = queue_stats()
     except Exception as exc:

@@ -5,17 +5,20 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from gateway.api import FunctionSpec
+from gateway.models import IncomingPayload
 from orchestrator.config import FunctionConfig, LoadedConfig
 from orchestrator.executor import RunExecutor
 from orchestrator.providers import ProviderRunner
 from orchestrator.runs import RunStore
+from orchestrator.runstate import belongs_to
 from orchestrator.spawn import ProviderFailed
 
 FUNCTION_MAX_OUTPUT = 65536
@@ -49,13 +52,40 @@ def validate_arguments(spec: FunctionSpec, arguments: Any) -> dict[str, Any]:
     return arguments
 
 
+AskedCall = Callable[[dict[str, Any], IncomingPayload | None], Awaitable[str]]
+"""A built-in's call that also gets the asking message (None: no conversation, e.g. a test)."""
+
+
+@dataclass(frozen=True)
+class AskedFunction:
+    """A built-in that acts for the asking conversation only (`cancel_run`): its call gets the message."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    call: AskedCall
+
+    def spec(self) -> FunctionSpec:
+        """Its description for the selector (the registry calls `call` itself, with the message)."""
+        return FunctionSpec(self.name, self.description, self.parameters, self._unasked)
+
+    async def _unasked(self, arguments: dict[str, Any]) -> str:
+        return await self.call(arguments, None)
+
+
 class FunctionRegistry:
     """The available functions by name; the first one declared under a name wins."""
 
-    def __init__(self, specs: Iterable[FunctionSpec]):
+    def __init__(self, specs: Iterable[FunctionSpec | AskedFunction]):
         self._specs: dict[str, FunctionSpec] = {}
+        self._asked: dict[str, AskedCall] = {}
         for spec in specs:
-            self._specs.setdefault(spec.name, spec)
+            if spec.name in self._specs:
+                continue
+            if isinstance(spec, AskedFunction):
+                self._asked[spec.name] = spec.call
+                spec = spec.spec()
+            self._specs[spec.name] = spec
         self._described = [{"name": s.name, "description": s.description, "parameters": s.parameters}
                            for s in self._specs.values()]
 
@@ -63,12 +93,15 @@ class FunctionRegistry:
         """The `availableFunctions` of a selector request (one shared list: read it, do not change it)."""
         return self._described
 
-    async def invoke(self, name: str, arguments: Any) -> str:
-        """Calls one function with validated arguments; raises FunctionRefused when it may not run."""
+    async def invoke(self, name: str, arguments: Any, message: IncomingPayload | None = None) -> str:
+        """Calls one function with validated arguments for the asking `message`; raises FunctionRefused
+        when it may not run."""
         spec = self._specs.get(name)
         if spec is None:
             raise FunctionRefused(f"unknown function {name!r}; available: {', '.join(self._specs)}")
-        result = spec.call(validate_arguments(spec, arguments))
+        arguments = validate_arguments(spec, arguments)
+        asked = self._asked.get(name)
+        result = asked(arguments, message) if asked is not None else spec.call(arguments)
         if inspect.isawaitable(result):
             result = await result
         return str(result)
@@ -83,14 +116,19 @@ def workflow_listing(loaded: LoadedConfig) -> str:
 
 def builtin_functions(
     loaded: LoadedConfig, store: RunStore, executor: RunExecutor, queue_stats: Callable[[], dict[str, Any]]
-) -> list[FunctionSpec]:
-    """list_workflows, cancel_run and queue_stats, which every orchestrator has."""
+) -> list[FunctionSpec | AskedFunction]:
+    """list_workflows, cancel_run and queue_stats, which every orchestrator has. cancel_run cancels
+    only a run of the asking conversation: another one's run is answered as an unknown id."""
 
     def list_workflows(arguments: dict[str, Any]) -> str:
         return workflow_listing(loaded)
 
-    async def cancel_run(arguments: dict[str, Any]) -> str:
-        return await cancel_text(store, executor, str(arguments["runId"]))
+    async def cancel_run(arguments: dict[str, Any], message: IncomingPayload | None) -> str:
+        run_id = str(arguments["runId"])
+        run = store.load(run_id)
+        if run is None or message is None or not belongs_to(run, message):
+            return unknown_run(run_id)
+        return await cancel_text(store, executor, run_id)
 
     def stats(arguments: dict[str, Any]) -> str:
         figures = queue_stats()
@@ -99,7 +137,7 @@ def builtin_functions(
     return [
         FunctionSpec("list_workflows", "List the workflows that can be started", {"type": "object"},
                      list_workflows),
-        FunctionSpec("cancel_run", "Cancel a workflow run", {
+        AskedFunction("cancel_run", "Cancel a workflow run of this conversation", {
             "type": "object", "properties": {"runId": {"type": "string", "minLength": 1}},
             "required": ["runId"], "additionalProperties": False,
         }, cancel_run),
@@ -108,11 +146,16 @@ def builtin_functions(
     ]
 
 
+def unknown_run(run_id: str) -> str:
+    """The answer about a run id that names no run (or, to a chat user, another conversation's run)."""
+    return f"no workflow run {run_id!r} found"
+
+
 async def cancel_text(store: RunStore, executor: RunExecutor, run_id: str) -> str:
     """Cancels a run and says what happened."""
     before = store.load(run_id)
     if before is None:
-        return f"no workflow run {run_id!r} found"
+        return unknown_run(run_id)
     if before.finished:
         return f"Run {run_id} (workflow {before.workflowId}) is already {before.state}; nothing to cancel."
     after = await executor.cancel(run_id)

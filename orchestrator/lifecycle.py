@@ -44,6 +44,7 @@ class Lifecycle:
         """Writes a `job.*` event to the event log and to the run's events.jsonl."""
         conversation = run.conversation
         common = {"state": run.state, "workflow": run.workflowId, "channel": conversation.channel,
+                  "profile": conversation.channelProfileId or conversation.channel,
                   "conversation": conversation.conversationId or conversation.senderId,
                   "repo": run.job.repo, "branch": run.job.branch}
         self.events.emit(event, job_id=run.runId, **common, **fields)

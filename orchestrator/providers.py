@@ -68,7 +68,7 @@ class ProviderRunner:
         full_env = self.environment({**configured.env, **request_env, **(env or {})})
         if configured.type is not None:
             return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call or AgentCall())
-        argv = [*configured.argv, prompt] if configured.input == "arg" else configured.argv
+        argv = prompt_argv(configured.argv, prompt) if configured.input == "arg" else configured.argv
         stdin = prompt.encode() if configured.input == "stdin" else None
         result = await run_process(argv, stdin=stdin, env=full_env, cwd=cwd, timeout_sec=configured.timeout_sec,
                                    max_output=configured.max_output_bytes,
@@ -104,6 +104,13 @@ class ProviderRunner:
             return ProviderResult("", f"{type(exc).__name__}: {exc}", 1, ms_since(started), False, False)
         truncated = len(answer) > BUILTIN_MAX_OUTPUT
         return ProviderResult(answer[:BUILTIN_MAX_OUTPUT], "", 0, ms_since(started), False, truncated)
+
+
+def prompt_argv(argv: Sequence[str], prompt: str) -> list[str]:
+    """A generic provider's argv with the prompt as its last argument (`input: arg`). A prompt that
+    starts with `-` gets `--` before it, so no option parser (argparse, click, getopt, cobra) reads a
+    chat message such as `--config=/x` as a flag; any other prompt goes alone, as it always did."""
+    return [*argv, "--", prompt] if prompt.startswith("-") else [*argv, prompt]
 
 
 def _prepare(cwd: Path, request_file: Path | None = None, request: dict[str, Any] | None = None) -> None:

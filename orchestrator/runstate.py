@@ -69,6 +69,13 @@ class RunState(BaseModel):
         """Tells whether the run reached a final state."""
         return self.state in FINISHED
 
+    @property
+    def refused(self) -> bool:
+        """True for a run that ended on a permanent failure (a provider refused: CLI missing, not logged
+        in, prompt too large...): retrying cannot fix it, the operator must."""
+        return self.state == "failed_final" and any(
+            step.status == "failed" and (step.model_extra or {}).get("permanent") for step in self.steps.values())
+
     def payload(self) -> IncomingPayload:
         """The message that started the run."""
         return IncomingPayload.model_validate(self.message)
@@ -102,6 +109,11 @@ def run_id_for(message: IncomingPayload) -> str:
 def conversation_key(message: IncomingPayload) -> str:
     """The key of a conversation in the active-run association."""
     return f"{message.channel}/{message.profile}/{message.conversation}"
+
+
+def belongs_to(run: RunState, message: IncomingPayload) -> bool:
+    """True when `run` was started in the conversation `message` comes from (same key)."""
+    return conversation_key(run.payload()) == conversation_key(message)
 
 
 def finished_at(run: RunState) -> datetime | None:

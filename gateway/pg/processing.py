@@ -111,7 +111,7 @@ class MessageProcessor:
         try:
             message = parse_payload(bytes(payload), self.settings.max_payload_bytes)
         except ValueError as exc:
-            await self._store_dead(message_id, str(exc), attempts, errors, None)
+            await self._store_dead(message_id, str(exc), attempts, [*errors, str(exc)], None)
             log.error("invalid payload %s dead-lettered: %s", name, exc)
             self.events.emit("message.invalid", job_id=name, reason=str(exc))
             return
@@ -130,7 +130,8 @@ class MessageProcessor:
             try:
                 message = await asyncio.to_thread(self._materialize, name, message)
             except FileConflict as exc:
-                await self._dead_letter(message_id, name, message, f"attachment: {exc}", attempts + 1, list(errors))
+                reason = f"attachment: {exc}"
+                await self._dead_letter(message_id, name, message, reason, attempts + 1, [*errors, reason])
                 return
         await self._answer(message_id, name, message, attempts, list(errors))
 
@@ -151,7 +152,8 @@ class MessageProcessor:
         try:
             replies = await self.handler.handle(message)
         except PermanentError as exc:
-            await self._dead_letter(message_id, name, message, str(exc), attempts + 1, errors, reply=exc.reply)
+            await self._dead_letter(message_id, name, message, str(exc), attempts + 1, [*errors, str(exc)],
+                                    reply=exc.reply)
             return
         except Exception as exc:
             log.warning("processing %s failed: %s", name, exc, exc_info=log.isEnabledFor(10))
@@ -233,8 +235,8 @@ class MessageProcessor:
                                     attempts, errors)
             return
         delay = backoff_seconds(attempts, self.settings)
-        fields = {"job_id": name, "channel": message.channel, "conversation": message.conversation,
-                  "retries": attempts}
+        fields = {"job_id": name, "channel": message.channel, "profile": message.profile,
+                  "conversation": message.conversation, "retries": attempts}
         self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
                          failure_reason=error, **fields)
         async with self.pool.connection() as conn:
@@ -253,5 +255,5 @@ class MessageProcessor:
             return
         log.error("dead letter: %s (%s, conversation %s): %s", name, message.channel, message.conversation, reason)
         self.events.emit("job.failed.final", job_id=name, state="failed_final", kind="message",
-                         channel=message.channel, conversation=message.conversation, reason=reason,
-                         failure_reason=reason, attempts=attempts)
+                         channel=message.channel, profile=message.profile, conversation=message.conversation,
+                         reason=reason, failure_reason=reason, attempts=attempts)

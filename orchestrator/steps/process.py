@@ -57,8 +57,8 @@ class BodyRunner:
                     notes.close()
         except ProviderFailed as exc:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
-        except PermanentError as exc:
-            raise StepFailed(str(exc), category="fatal") from exc
+        except PermanentError as exc:  # the run ends failed_final and its waiting message is dead-lettered
+            raise StepFailed(str(exc), category="fatal", fields={"permanent": True}) from exc
 
     def _notes(self, job: StepJob) -> ProgressNotes | None:
         if self._outbox is None:

@@ -136,6 +136,11 @@ class Switchyard(SwitchyardProcess):
             return {}
         return state
 
+    def dead_errors(self, name: str) -> list[str]:
+        """Every error a dead message's report keeps (`<name>.error.json`'s `errors`)."""
+        report = json.loads((self.home.failed / f"{name}.error.json").read_text())
+        return [str(error) for error in report.get("errors", [])]
+
     def plant_dead_letter(self, name: str, data: bytes) -> None:
         """Puts a dead letter in place as an operator or a past failure would (replacing one of that name)."""
         self.home.create()
@@ -203,6 +208,11 @@ class PgSwitchyard(Switchyard):
             return {}
         state: dict[str, Any] = json.loads(shown.stdout)["state"]
         return state
+
+    def dead_errors(self, name: str) -> list[str]:
+        """Every error a dead message's row keeps (`errors`)."""
+        [(errors,)] = self._rows("SELECT errors FROM switchyard_messages WHERE name = %s", name)
+        return [str(error) for error in errors]
 
     def plant_dead_letter(self, name: str, data: bytes) -> None:
         """A dead `switchyard_messages` row with these bytes (its ordering keys as the intake computes them)."""

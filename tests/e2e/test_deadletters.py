@@ -64,6 +64,7 @@ def test_an_invalid_payload_fixed_by_hand_is_answered_after_retry_all(switchyard
     drop_incoming(switchyard.home, b'{"channel": "console", "message": "typo" ', "typo.json")
     wait_until(lambda: _dead_names(switchyard) == ["typo.json"], 20)
     assert "not valid JSON" in switchyard.cli("dead", "list").stdout
+    assert any("not valid JSON" in error for error in switchyard.dead_errors("typo.json"))  # every error kept
     fixed = {"channel": "console", "channelProfileId": "console", "sender": "Ada", "senderId": "u1",
              "message": "typo fixed", "timestamp": 1700000000000, "messageId": "fixed", "conversationId": "c9"}
     switchyard.plant_dead_letter("typo.json", json.dumps(fixed).encode())

@@ -55,6 +55,35 @@ async def test_arg_input_appends_the_prompt_as_last_argument(
     assert seen["stdin"] == ""
 
 
+ARGPARSE_AGENT = """
+    import argparse, json
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", help="where to write the answer instead of stdout")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("prompt")
+    args = parser.parse_args()
+    print(json.dumps({"prompt": args.prompt, "out": args.out, "verbose": args.verbose}))
+"""
+
+
+@pytest.mark.parametrize("prompt", ["--out=/tmp/owned", "--verbose", "-h", "-", "-5 degrees, why?"])
+async def test_arg_input_a_prompt_starting_with_a_dash_is_never_a_flag(
+    home: Home, script: Script, tmp_path: Path, prompt: str
+) -> None:
+    """A real argparse CLI gets the chat message as its prompt, not as an option (`--` before it)."""
+    runner = _runner(home, p=ProviderSettings(command=[*script("argparse_agent", ARGPARSE_AGENT), "--verbose"],
+                                              input="arg"))
+    result = await runner.run("p", prompt, request={}, request_file=None, cwd=tmp_path / "ws")
+    assert json.loads(result.stdout) == {"prompt": prompt, "out": None, "verbose": True}
+
+
+async def test_arg_input_an_ordinary_prompt_goes_alone(home: Home, script: Script, tmp_path: Path) -> None:
+    """A script reading its first argument itself keeps working: no `--` unless the prompt needs it."""
+    runner = _runner(home, p=ProviderSettings(command=script("report", REPORT), input="arg"))
+    result = await runner.run("p", "what is -x?", request={}, request_file=None, cwd=tmp_path / "ws")
+    assert json.loads(result.stdout)["argv"] == ["what is -x?"]
+
+
 async def test_environment_request_file_and_cwd(home: Home, script: Script, tmp_path: Path) -> None:
     runner = _runner(home, p=ProviderSettings(command=script("report", REPORT), env={"EXTRA_KEY": "v"}))
     seen = await _run(runner, "p", tmp_path, env={"SWITCHYARD_RUN_ID": "r-1", "SWITCHYARD_STEP_ID": "Plan"})

@@ -1,0 +1,83 @@
+"""One rule for a permanent failure (a provider's CLI missing, not logged in, refused...), on both backends:
+not retried; the sender is told at once in the CLI's own words; the message is a dead letter whose
+report keeps every error; `dead retry` runs it again once fixed. For the selector and an agent step alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.testing import wait_until
+from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard, both_backends, provider_calls
+
+pytestmark = [pytest.mark.e2e, both_backends]
+
+FIXED_AGENT = f"""#!{sys.executable}
+import sys
+sys.stdin.read()
+print("the fixed agent answered")
+"""
+
+
+def _providers(**extra: dict) -> dict:
+    return {"providers": {
+        "fake_selector": {"command": [sys.executable, str(PROVIDERS / "selector.py")], "timeout_sec": 30},
+        "fake_agent": {"command": [sys.executable, str(PROVIDERS / "agent.py")], "timeout_sec": 30},
+        "fake_diagnostics": {"command": [sys.executable, str(PROVIDERS / "diagnostics.py")]}, **extra}}
+
+
+def _one_dead_letter(switchyard: Switchyard) -> str:
+    letters = wait_until(lambda: switchyard.dead_letters() or None, 30)
+    assert len(letters) == 1 and letters[0].kind == "message" and letters[0].attempts == 1
+    return letters[0].name
+
+
+def test_an_agent_step_whose_cli_is_missing_is_dead_lettered_and_runs_again_once_fixed(
+    switchyard: Switchyard, tmp_path: Path, fake_log: Path
+) -> None:
+    agent = tmp_path / "bin" / "my-agent"  # not there yet: the operator installs it later
+    orchestrator = copy.deepcopy(ORCHESTRATOR)
+    orchestrator["agents"]["writer"]["provider"] = "mine"
+    switchyard.configure(_providers(mine={"command": [str(agent)], "timeout_sec": 30}), orchestrator)
+    switchyard.start()
+    switchyard.send("hello there", messageId="perm-agent")
+
+    [told] = switchyard.reply_to("perm-agent")
+    assert f"`{agent}` was not found for the user running switchyard: check the command" in told["message"]
+    name = _one_dead_letter(switchyard)
+    [letter] = switchyard.dead_letters()
+    assert "was not found" in letter.reason
+    assert any(f"`{agent}` was not found" in error for error in switchyard.dead_errors(name))
+    run_id = re.search(r"Run (r-[\w-]+) ", told["message"]).group(1)  # type: ignore[union-attr]
+    assert switchyard.run_state(run_id)["state"] == "failed_final"
+    assert [c["kind"] for c in provider_calls(fake_log)].count("start") == 1  # the selector ran once: no retry
+    assert name in switchyard.cli("dead", "list").stdout
+
+    agent.parent.mkdir()
+    agent.write_text(FIXED_AGENT)
+    agent.chmod(0o755)
+    retried = switchyard.cli("dead", "retry", name)
+    assert retried.returncode == 0, retried.stderr
+    answer = switchyard.reply_to("perm-agent", count=2, timeout=30)[1]
+    assert answer["message"] == "the fixed agent answered" and answer["workflowRunId"] == run_id
+    assert switchyard.run_state(run_id)["state"] == "done"
+    assert switchyard.dead_letters() == []
+
+
+def test_a_selector_whose_cli_is_missing_is_dead_lettered_with_its_error_kept(
+    switchyard: Switchyard, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-selector"
+    switchyard.configure(_providers(fake_selector={"command": [str(missing)]}))
+    switchyard.start()
+    switchyard.send("hello there", messageId="perm-selector")
+
+    [told] = switchyard.reply_to("perm-selector")
+    assert f"`{missing}` was not found for the user running switchyard" in told["message"]
+    name = _one_dead_letter(switchyard)
+    assert any(f"`{missing}` was not found" in error for error in switchyard.dead_errors(name))
