@@ -8,6 +8,7 @@ timeout, a network error, an exit without a recognised cause) raises ProviderFai
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -154,13 +155,16 @@ class AgentCliRunner:
         env: Mapping[str, str], call: AgentCall, session: Session | None,
     ) -> tuple[ProviderResult, Reading]:
         argv = preset.argv(binary, provider, mode=call.mode_for(provider), session=session)
+        watch = _Watch(preset, call.on_note)
         result = await run_process(
             argv, stdin=preset.stdin(prompt, session).encode(), env=env, cwd=cwd,
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
-            watcher=_watcher(preset, call.on_note),
-            first_output_sec=provider.first_output_sec or preset.first_output_sec,
+            watcher=watch, first_output_sec=provider.first_output_sec or preset.first_output_sec, stop=watch.stop,
         )
-        return result, preset.read(result.stdout)
+        reading = preset.read(result.stdout)
+        if watch.refused is not None:
+            reading = replace(reading, answer="", error=watch.refused, refused=True)
+        return result, reading
 
     def _checked(
         self, name: str, preset: Preset, binary: str, result: ProviderResult, reading: Reading
@@ -169,6 +173,8 @@ class AgentCliRunner:
             return replace(result, stdout=reading.answer)
         said = failure_text(result, reading)
         refusal = cannot_start(name, binary, result, preset.install)
+        if refusal is None and reading.refused:
+            refusal = preset.permanent(said, None) or preset.not_logged_in()
         if refusal is None and not result.timed_out:
             everything = "\n".join(filter(None, (reading.error, result.stderr_tail, result.stdout[-4000:])))
             refusal = preset.permanent(strip_ansi(everything), result.exit_code)
@@ -181,13 +187,23 @@ def _failed(result: ProviderResult, reading: Reading) -> bool:
     return result.timed_out or result.exit_code != 0 or reading.error is not None
 
 
-def _watcher(preset: Preset, on_note: NoteSink | None) -> Callable[[str], bool]:
-    def watch(line: str) -> bool:
-        event: StreamEvent | None = preset.stream_event(line)
+class _Watch:
+    """Reads a CLI's stream as it arrives: notes go to the chat; a refusal the CLI would only retry in
+    vain (a refused key) is kept and stops the CLI at once."""
+
+    def __init__(self, preset: Preset, on_note: NoteSink | None):
+        self._preset = preset
+        self._on_note = on_note
+        self.refused: str | None = None
+        self.stop = asyncio.Event()
+
+    def __call__(self, line: str) -> bool:
+        event: StreamEvent | None = self._preset.stream_event(line)
         if event is None:
             return False
-        if event.note and on_note is not None:
-            on_note(event.note)
+        if event.refused:
+            self.refused = self.refused or event.refused
+            self.stop.set()
+        elif event.note and self._on_note is not None:
+            self._on_note(event.note)
         return True
-
-    return watch

@@ -8,6 +8,8 @@ from gateway.settings import ProviderSettings
 from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
 
 EDIT_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep")
+REFUSED_STATUSES = (401, 403)
+REFUSED_ERRORS = ("authentication_failed", "oauth_org_not_allowed")  # claude's names for a refused login
 
 
 class Claude(Preset):
@@ -63,6 +65,8 @@ class Claude(Preset):
 
     def stream_event(self, line: str) -> StreamEvent | None:
         event = json_object(line)
+        if event is not None and event.get("type") == "system" and event.get("subtype") == "api_retry":
+            return _api_retry(event)
         if event is None or event.get("type") not in ("assistant", "user", "result"):
             return None
         for block in _blocks(event):
@@ -71,6 +75,23 @@ class Claude(Preset):
             if block.get("type") == "text" and block.get("text", "").strip():
                 return StreamEvent(note=first_line(block["text"]))
         return StreamEvent()
+
+
+def _api_retry(event: dict[str, Any]) -> StreamEvent | None:
+    """An `api_retry` line: claude retries a failed API call ten times over ~3 minutes. A refused login
+    (401/403, `authentication_failed`) never gets better: refused at once. An API that answers but is
+    busy (429, 529, 5xx) is a sign of life worth a note. No answer at all (no `error_status`: the network
+    is down) is not, so `first_output_sec` still ends the wait."""
+    status = event.get("error_status")
+    error = str(event.get("error") or "")
+    words = " ".join(str(part) for part in (status, error) if part)
+    if status in REFUSED_STATUSES or error in REFUSED_ERRORS:
+        return StreamEvent(refused=f"the model API refused the login: {words}")
+    if not isinstance(status, int):
+        return None
+    attempt, most = event.get("attempt"), event.get("max_retries")
+    tries = f" (attempt {attempt} of {most})" if attempt and most else ""
+    return StreamEvent(note=f"the model API is retrying: {words}{tries}")
 
 
 def _blocks(event: dict[str, Any]) -> list[dict[str, Any]]:

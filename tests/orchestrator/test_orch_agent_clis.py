@@ -4,6 +4,7 @@ failure classes, large and option-like messages, progress notes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -164,6 +165,30 @@ async def test_a_cli_that_shows_no_sign_of_work_is_a_retryable_timeout_within_se
         await orchestrator.handle(make_message("hello"))
     assert failed.value.result.stalled and "no sign of work" in str(failed.value)
     assert "Reconnecting" in str(failed.value)
+
+
+async def test_a_key_the_model_api_refuses_is_a_permanent_login_failure_at_its_first_retry(
+    fake_clis: FakeClis, agents: Start
+) -> None:
+    fake_clis.scenario("claude", "bad_key")  # claude would retry the 401 for ~3 minutes, printing api_retry lines
+    orchestrator = await agents(selector="claude", claude={"first_output_sec": 600, "timeout_sec": 900})
+    with pytest.raises(PermanentError) as refused:
+        await asyncio.wait_for(orchestrator.handle(make_message("hello")), 60)
+    reply = refused.value.reply or ""
+    assert "claude is not logged in for the user running switchyard" in reply and "ANTHROPIC_API_KEY" in reply
+    assert "the model API refused the login: 401 authentication_failed" in reply
+    assert len(fake_clis.calls("claude")) == 1
+
+
+async def test_a_busy_model_api_is_a_sign_of_life_with_a_note(
+    fake_clis: FakeClis, agents: Start, outbox: FakeOutbox
+) -> None:
+    fake_clis.scenario("claude", "overloaded")  # two api_retry lines with 529, then the answer
+    orchestrator = await agents(agent="claude", claude={"first_output_sec": 2})
+    [answer] = await orchestrator.handle(make_message("hello"))
+    assert answer.message == "echo: hello"
+    notes = [p.message for p in outbox.payloads if (p.model_extra or {}).get("progressKey")]
+    assert "⏳ the model API is retrying: 529 overloaded (attempt 1 of 10)" in notes
 
 
 @pytest.mark.parametrize("agent", PRESETS)
