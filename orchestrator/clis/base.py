@@ -58,6 +58,7 @@ class Preset:
     first_output_sec: ClassVar[float] = 90.0
     own_session_ids: ClassVar[bool] = False  # the CLI starts a session under an id we choose
     history_in_prompt: ClassVar[bool] = False  # no sessions: the last turns are sent with the prompt
+    keeps_failed_prompts: ClassVar[bool] = False  # a failed call leaves its prompt in the session
     login_markers: ClassVar[tuple[str, ...]] = ()
     refusal_markers: ClassVar[tuple[str, ...]] = ()
     too_large_markers: ClassVar[tuple[str, ...]] = ()

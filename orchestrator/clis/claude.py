@@ -1,7 +1,16 @@
-"""Claude Code (`claude -p`): stream-json output, sessions by id, tools off unless `mode: edit`."""
+"""Claude Code (`claude -p`): stream-json output, sessions by id, tools off unless `mode: edit`.
+
+A failed call leaves its prompt in the session (next to a synthetic error reply), and `--resume` sends
+it to the model again with every later turn. So a turn never continues a session in place: it forks the
+last good one (`--resume <last> --fork-session --session-id <new>`); a failed call leaves only its
+fork behind, and the retry forks the last good session again. The hidden `--resume-session-at` would
+rewind in place, but it is not in `claude --help`. The price: each turn copies the transcript into a new
+file under `~/.claude/projects/`.
+"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gateway.settings import ProviderSettings
@@ -16,6 +25,7 @@ class Claude(Preset):
     name = "claude"
     binary = "claude"
     own_session_ids = True
+    keeps_failed_prompts = True
     install = "npm install -g @anthropic-ai/claude-code"
     login = "run `claude` once as that user and /login, or set ANTHROPIC_API_KEY in the provider's env"
     login_markers = ("not logged in", "please run /login", "invalid api key", "authentication_error",
@@ -35,8 +45,8 @@ class Claude(Preset):
             argv += ["--permission-mode", "dontAsk", "--tools", ""]
         if session is None:
             argv.append("--no-session-persistence")
-        elif session.resume and session.id:
-            argv += ["--resume", session.id]
+        elif session.resume and session.id:  # a fork: the last good session stays as it is
+            argv += ["--resume", session.id, "--fork-session", "--session-id", str(uuid.uuid4())]
         elif session.id:
             argv += ["--session-id", session.id]
         return argv + settings.extra_args
