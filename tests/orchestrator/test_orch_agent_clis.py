@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from gateway.api import HandlerContext, PermanentError
 from gateway.settings import ProviderSettings
+from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
 from orchestrator.spawn import ProviderFailed
 from tests.fakes.clis import FakeClis
@@ -181,7 +183,16 @@ async def test_a_key_the_model_api_refuses_is_a_permanent_login_failure_at_its_f
     reply = refused.value.reply or ""
     assert "claude is not logged in for the user running switchyard" in reply and "ANTHROPIC_API_KEY" in reply
     assert "the model API refused the login: 401 authentication_failed" in reply
-    assert len(fake_clis.calls("claude")) == 1
+    [call] = fake_clis.calls("claude")
+    await async_wait_until(lambda: not _alive(call["pid"]))  # stopped, not left retrying
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 async def test_a_busy_model_api_is_a_sign_of_life_with_a_note(
