@@ -8,6 +8,7 @@ timeout, a network error, an exit without a recognised cause) raises ProviderFai
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -34,6 +35,7 @@ from orchestrator.spawn import ProviderFailed, ProviderResult, run_process
 
 log = logging.getLogger(__name__)
 
+SESSION_TRIES = 3  # a taken id resumed, that session unknown, a fresh one
 NoteSink = Callable[[str], None]
 """Receives short notes on what a running agent does (the tool it uses, the first line it writes)."""
 
@@ -124,26 +126,39 @@ class AgentCliRunner:
         env: Mapping[str, str], call: AgentCall, scope: str,
     ) -> ProviderResult:
         session = self._sessions.session(name, scope, assigns_ids=preset.own_session_ids)
-        result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
-        said = failure_text(result, reading) if _failed(result, reading) else ""
-        if said and session.resume and preset.unknown_session(said):
-            if self._events is not None:
-                self._events.emit("provider.session_reset", provider=name, scope=scope, session=session.id,
-                                  reason=said)
-            session = self._sessions.forget(name, scope, assigns_ids=preset.own_session_ids)
+        for _ in range(SESSION_TRIES):
             result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
-        elif said and not session.resume and session.id and preset.session_in_use(said):
-            session = replace(session, resume=True)  # started earlier, but its record was lost
-            result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
+            said = failure_text(result, reading) if _failed(result, reading) else ""
+            if said and session.resume and preset.unknown_session(said):
+                session = self._reset(name, preset, scope, session, said)
+            elif said and not session.resume and session.id and preset.session_in_use(said):
+                session = self._in_use(name, preset, scope, session, said)
+            else:
+                break
         checked = self._checked(name, preset, binary, result, reading)
         turn = {"prompt": prompt[-2000:], "answer": checked.stdout[-2000:]} if preset.history_in_prompt else None
         self.save_session(name, scope, reading.session_id or session.id, turn)
         return checked
 
+    def _reset(self, name: str, preset: Preset, scope: str, session: Session, said: str) -> Session:
+        """The CLI does not know the session (lost, or one it cannot resume): a fresh one, with an event."""
+        if self._events is not None:
+            self._events.emit("provider.session_reset", provider=name, scope=scope, session=session.id, reason=said)
+        return self._sessions.forget(name, scope, assigns_ids=preset.own_session_ids)
+
+    def _in_use(self, name: str, preset: Preset, scope: str, session: Session, said: str) -> Session:
+        """The id of a new session is taken: an earlier attempt started it and failed, or its record was
+        lost. A CLI that keeps a failed call's prompt would replay it, so it starts afresh; another
+        resumes it (and starts afresh when that session cannot be resumed: gemini's without a reply)."""
+        if preset.keeps_failed_prompts:
+            return self._reset(name, preset, scope, session, said)
+        return replace(session, resume=True)
+
     def save_session(self, name: str, scope: str, session_id: str | None, turn: dict[str, str] | None) -> None:
         """Records the session a call used. A failure is logged, not raised: the agent has already run,
         and a retry would run it again; the next call then starts the session again (an id of our own
-        that is already in use is resumed; a CLI's own id is lost with its memory)."""
+        that is already in use is resumed, or started afresh by a CLI that keeps failed prompts; a CLI's
+        own id is lost with its memory; claude forks the last session recorded)."""
         try:
             self._sessions.save(name, scope, session_id, turn)
         except Exception as exc:  # (OSError, a database error)
@@ -154,13 +169,16 @@ class AgentCliRunner:
         env: Mapping[str, str], call: AgentCall, session: Session | None,
     ) -> tuple[ProviderResult, Reading]:
         argv = preset.argv(binary, provider, mode=call.mode_for(provider), session=session)
+        watch = _Watch(preset, call.on_note)
         result = await run_process(
             argv, stdin=preset.stdin(prompt, session).encode(), env=env, cwd=cwd,
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
-            watcher=_watcher(preset, call.on_note),
-            first_output_sec=provider.first_output_sec or preset.first_output_sec,
+            watcher=watch, first_output_sec=provider.first_output_sec or preset.first_output_sec, stop=watch.stop,
         )
-        return result, preset.read(result.stdout)
+        reading = preset.read(result.stdout)
+        if watch.refused is not None:
+            reading = replace(reading, answer="", error=watch.refused, refused=True)
+        return result, reading
 
     def _checked(
         self, name: str, preset: Preset, binary: str, result: ProviderResult, reading: Reading
@@ -169,6 +187,8 @@ class AgentCliRunner:
             return replace(result, stdout=reading.answer)
         said = failure_text(result, reading)
         refusal = cannot_start(name, binary, result, preset.install)
+        if refusal is None and reading.refused:
+            refusal = preset.permanent(said, None) or preset.not_logged_in()
         if refusal is None and not result.timed_out:
             everything = "\n".join(filter(None, (reading.error, result.stderr_tail, result.stdout[-4000:])))
             refusal = preset.permanent(strip_ansi(everything), result.exit_code)
@@ -181,13 +201,23 @@ def _failed(result: ProviderResult, reading: Reading) -> bool:
     return result.timed_out or result.exit_code != 0 or reading.error is not None
 
 
-def _watcher(preset: Preset, on_note: NoteSink | None) -> Callable[[str], bool]:
-    def watch(line: str) -> bool:
-        event: StreamEvent | None = preset.stream_event(line)
+class _Watch:
+    """Reads a CLI's stream as it arrives: notes go to the chat; a refusal the CLI would only retry in
+    vain (a refused key) is kept and stops the CLI at once."""
+
+    def __init__(self, preset: Preset, on_note: NoteSink | None):
+        self._preset = preset
+        self._on_note = on_note
+        self.refused: str | None = None
+        self.stop = asyncio.Event()
+
+    def __call__(self, line: str) -> bool:
+        event: StreamEvent | None = self._preset.stream_event(line)
         if event is None:
             return False
-        if event.note and on_note is not None:
-            on_note(event.note)
+        if event.refused:
+            self.refused = self.refused or event.refused
+            self.stop.set()
+        elif event.note and self._on_note is not None:
+            self._on_note(event.note)
         return True
-
-    return watch

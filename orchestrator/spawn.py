@@ -174,12 +174,14 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
 async def run_process(
     argv: Sequence[str], *, stdin: bytes | None, env: Mapping[str, str], cwd: Path,
     timeout_sec: float, max_output: int, watcher: LineWatcher | None = None, first_output_sec: float | None = None,
+    stop: asyncio.Event | None = None,
 ) -> ProviderResult:
     """Runs argv in its own session (never a shell) with capped output; kills what it started when it ends.
 
     `watcher` sees each stdout line as it arrives. With `first_output_sec`, a process that shows no
     sign of work by then (no output, or no line the watcher calls work) is stopped as a timeout:
-    a CLI retrying an unreachable network says nothing useful for minutes.
+    a CLI retrying an unreachable network says nothing useful for minutes. Setting `stop` (a watcher
+    that saw a failure the CLI will not get past) ends the process at once; that is no timeout.
     """
     started = time.monotonic()
     env, token = containment.tagged(env)
@@ -202,17 +204,20 @@ async def run_process(
         asyncio.ensure_future(_feed(proc.stdin, stdin or b"")), waiter,
     ]
     stalled = False
+    stopper = asyncio.ensure_future((stop or asyncio.Event()).wait())
+    stopped = stop.is_set if stop is not None else lambda: False
     try:
         if first_output_sec is not None and first_output_sec < timeout_sec:
             signal_of_life = asyncio.ensure_future(alive.wait())
             try:
-                await asyncio.wait({waiter, signal_of_life}, timeout=first_output_sec,
+                await asyncio.wait({waiter, signal_of_life, stopper}, timeout=first_output_sec,
                                    return_when=asyncio.FIRST_COMPLETED)
             finally:
                 signal_of_life.cancel()
-            stalled = not waiter.done() and not alive.is_set()
-        if not stalled:
-            await asyncio.wait({waiter}, timeout=max(0.0, timeout_sec - (time.monotonic() - started)))
+            stalled = not waiter.done() and not alive.is_set() and not stopped()
+        if not stalled and not stopped():
+            await asyncio.wait({waiter, stopper}, timeout=max(0.0, timeout_sec - (time.monotonic() - started)),
+                               return_when=asyncio.FIRST_COMPLETED)
         # Once the process has exited, its output ends within a moment, unless a descendant that
         # left the process group (setsid) still holds the pipes: stop reading after a short grace.
         grace = min(PIPE_GRACE_S, max(0.0, timeout_sec - (time.monotonic() - started)))
@@ -221,7 +226,9 @@ async def run_process(
         await _terminate(proc, tasks)
         await _end_run(proc, waiter, token)
         raise
-    timed_out = not waiter.done()
+    finally:
+        stopper.cancel()
+    timed_out = not waiter.done() and not stopped()
     if pending:
         await _terminate(proc, tasks)
     duration = ms_since(started)

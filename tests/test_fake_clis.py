@@ -154,3 +154,51 @@ def test_calls_record_the_environment_so_leaks_can_be_checked(fake_clis: FakeCli
     call = wait_until(lambda: fake_clis.calls("ollama"))[0]
     assert "SWITCHYARD_SECRET_TOKEN" in call["env_keys"] and call["cwd"] == str(tmp_path)
     assert call["argv"] == ["run", "m"] and call["stdin"] == "hi"
+
+
+def test_claude_keeps_a_failed_prompt_in_its_session_unless_the_retry_forks_the_last_good_one(
+    fake_clis: FakeClis, tmp_path: Path
+) -> None:
+    assert run([*CLAUDE_ANSWER, "--session-id", SID], "one", tmp_path).returncode == 0
+    fake_clis.scenario("claude", "network,ok")
+    failed_fork = "22222222-2222-4333-8444-555555555555"
+    assert run([*CLAUDE_ANSWER, "--resume", SID, "--fork-session", "--session-id", failed_fork], "two",
+               tmp_path).returncode == 1
+    forked = run([*CLAUDE_ANSWER, "--resume", SID, "--fork-session", "--session-id", SID.replace("1", "3")], "two",
+                 tmp_path)
+    assert forked.returncode == 0 and json.loads(forked.stdout)["session_id"] == SID.replace("1", "3")
+    in_place = run([*CLAUDE_ANSWER, "--resume", failed_fork], "two", tmp_path)
+    assert in_place.returncode == 0
+    assert [call["model_input"] for call in fake_clis.calls("claude")] == [
+        ["one"], ["one", "two"], ["one", "two"], ["one", "two", "two"]]
+
+
+def test_claude_prints_api_retry_lines_for_a_refused_key_and_a_busy_api(fake_clis: FakeClis, tmp_path: Path) -> None:
+    stream = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
+    fake_clis.scenario("claude", "bad_key")
+    with subprocess.Popen(stream, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                          stderr=subprocess.DEVNULL) as process:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write("hi")
+        process.stdin.close()
+        retry = json.loads([process.stdout.readline() for _ in range(2)][-1])
+        assert (retry["subtype"], retry["error_status"], retry["error"]) == ("api_retry", 401, "authentication_failed")
+        assert process.poll() is None, "claude goes on retrying a refused key for minutes"
+        process.kill()
+    fake_clis.scenario("claude", "overloaded")
+    busy = [json.loads(line) for line in run(stream, "hi", tmp_path).stdout.splitlines()]
+    assert [(e.get("error_status"), e.get("error")) for e in busy if e.get("subtype") == "api_retry"] == [
+        (529, "overloaded")] * 2
+    assert busy[-1]["result"] == "echo: hi"
+
+
+def test_gemini_writes_its_session_before_the_model_call_and_cannot_resume_it_without_a_reply(
+    fake_clis: FakeClis, tmp_path: Path
+) -> None:
+    fake_clis.scenario("gemini", "bad_key")
+    assert run([*GEMINI, "--session-id", SID], "hello", tmp_path).returncode == 1
+    taken = run([*GEMINI, "--session-id", SID], "hello", tmp_path)
+    assert taken.returncode == 42 and f'Session ID "{SID}" already exists' in taken.stderr
+    resumed = run([*GEMINI, "--resume", SID], "hello", tmp_path)
+    assert (resumed.returncode, resumed.stderr) == (
+        42, "Error resuming session: No previous sessions found for this project.\n")

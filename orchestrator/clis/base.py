@@ -34,13 +34,18 @@ class Reading:
     answer: str
     session_id: str | None = None
     error: str | None = None
+    refused: bool = False  # the stream showed a failure the CLI would only retry in vain (a refused key)
 
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """One line of a CLI's stream: a sign the model is working, with a short note for the chat if any."""
+    """One line of a CLI's stream: a sign the model is working, with a short note for the chat if any.
+
+    `refused` holds the CLI's words for a failure it will only retry in vain (a refused key): the call
+    stops at once and fails permanently, the preset's `permanent` naming the fix."""
 
     note: str | None = None
+    refused: str | None = None
 
 
 class Preset:
@@ -53,6 +58,7 @@ class Preset:
     first_output_sec: ClassVar[float] = 90.0
     own_session_ids: ClassVar[bool] = False  # the CLI starts a session under an id we choose
     history_in_prompt: ClassVar[bool] = False  # no sessions: the last turns are sent with the prompt
+    keeps_failed_prompts: ClassVar[bool] = False  # a failed call leaves its prompt in the session
     login_markers: ClassVar[tuple[str, ...]] = ()
     refusal_markers: ClassVar[tuple[str, ...]] = ()
     too_large_markers: ClassVar[tuple[str, ...]] = ()
@@ -81,12 +87,16 @@ class Preset:
         """Why a failure cannot be fixed by retrying (with the fix), or None when it may be transient."""
         lowered = text.lower()
         if exit_code in self.login_exit_codes or _has(lowered, self.login_markers):
-            return f"{self.name} is not logged in for the user running switchyard: {self.login}"
+            return self.not_logged_in()
         if exit_code in self.refusal_exit_codes or _has(lowered, self.refusal_markers):
             return f"{self.name} refused to run unattended here: check its trust and approval settings"
         if _has(lowered, self.too_large_markers):
             return f"the message is too large for {self.name}: send a shorter one"
         return None
+
+    def not_logged_in(self) -> str:
+        """The permanent failure of a missing or refused login, with the fix."""
+        return f"{self.name} is not logged in for the user running switchyard: {self.login}"
 
     def unknown_session(self, text: str) -> bool:
         """The CLI no longer knows the session it was asked to continue."""

@@ -1,19 +1,31 @@
-"""Claude Code (`claude -p`): stream-json output, sessions by id, tools off unless `mode: edit`."""
+"""Claude Code (`claude -p`): stream-json output, sessions by id, tools off unless `mode: edit`.
+
+A failed call leaves its prompt in the session (next to a synthetic error reply), and `--resume` sends
+it to the model again with every later turn. So a turn never continues a session in place: it forks the
+last good one (`--resume <last> --fork-session --session-id <new>`); a failed call leaves only its
+fork behind, and the retry forks the last good session again. The hidden `--resume-session-at` would
+rewind in place, but it is not in `claude --help`. The price: each turn copies the transcript into a new
+file under `~/.claude/projects/`.
+"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gateway.settings import ProviderSettings
 from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
 
 EDIT_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep")
+REFUSED_STATUSES = (401, 403)
+REFUSED_ERRORS = ("authentication_failed", "oauth_org_not_allowed")  # claude's names for a refused login
 
 
 class Claude(Preset):
     name = "claude"
     binary = "claude"
     own_session_ids = True
+    keeps_failed_prompts = True
     install = "npm install -g @anthropic-ai/claude-code"
     login = "run `claude` once as that user and /login, or set ANTHROPIC_API_KEY in the provider's env"
     login_markers = ("not logged in", "please run /login", "invalid api key", "authentication_error",
@@ -33,8 +45,8 @@ class Claude(Preset):
             argv += ["--permission-mode", "dontAsk", "--tools", ""]
         if session is None:
             argv.append("--no-session-persistence")
-        elif session.resume and session.id:
-            argv += ["--resume", session.id]
+        elif session.resume and session.id:  # a fork: the last good session stays as it is
+            argv += ["--resume", session.id, "--fork-session", "--session-id", str(uuid.uuid4())]
         elif session.id:
             argv += ["--session-id", session.id]
         return argv + settings.extra_args
@@ -63,6 +75,8 @@ class Claude(Preset):
 
     def stream_event(self, line: str) -> StreamEvent | None:
         event = json_object(line)
+        if event is not None and event.get("type") == "system" and event.get("subtype") == "api_retry":
+            return _api_retry(event)
         if event is None or event.get("type") not in ("assistant", "user", "result"):
             return None
         for block in _blocks(event):
@@ -71,6 +85,23 @@ class Claude(Preset):
             if block.get("type") == "text" and block.get("text", "").strip():
                 return StreamEvent(note=first_line(block["text"]))
         return StreamEvent()
+
+
+def _api_retry(event: dict[str, Any]) -> StreamEvent | None:
+    """An `api_retry` line: claude retries a failed API call ten times over ~3 minutes. A refused login
+    (401/403, `authentication_failed`) never gets better: refused at once. An API that answers but is
+    busy (429, 529, 5xx) is a sign of life worth a note. No answer at all (no `error_status`: the network
+    is down) is not, so `first_output_sec` still ends the wait."""
+    status = event.get("error_status")
+    error = str(event.get("error") or "")
+    words = " ".join(str(part) for part in (status, error) if part)
+    if status in REFUSED_STATUSES or error in REFUSED_ERRORS:
+        return StreamEvent(refused=f"the model API refused the login: {words}")
+    if not isinstance(status, int):
+        return None
+    attempt, most = event.get("attempt"), event.get("max_retries")
+    tries = f" (attempt {attempt} of {most})" if attempt and most else ""
+    return StreamEvent(note=f"the model API is retrying: {words}{tries}")
 
 
 def _blocks(event: dict[str, Any]) -> list[dict[str, Any]]:

@@ -43,6 +43,19 @@ def test_a_cli_that_is_not_logged_in_is_answered_at_once_with_its_words_and_the_
     assert gateway.stop() == 0
 
 
+def test_a_key_the_model_api_refuses_is_answered_at_once_and_not_retried(fake_clis: FakeClis, tmp_path: Path) -> None:
+    fake_clis.scenario("claude", "bad_key")  # api_retry lines with 401 for ~3 minutes, then "Invalid API key"
+    gateway = _gateway(tmp_path, {"type": "claude", "first_output_sec": 600, "timeout_sec": 900}, max_attempts=5)
+    gateway.start()
+    gateway.drop(message(1, "c1", "hello"))
+    [reply] = wait_until(lambda: gateway.replies(), 30)
+    assert "claude is not logged in for the user running switchyard" in reply["message"]
+    assert "the model API refused the login: 401 authentication_failed" in reply["message"]
+    assert _dead_letter(gateway)["attempts"] == 1
+    assert len(fake_clis.calls("claude")) == 1
+    assert gateway.stop() == 0
+
+
 def test_a_cli_stuck_retrying_its_network_is_a_timeout_retried_max_attempts_times(
     fake_clis: FakeClis, tmp_path: Path
 ) -> None:

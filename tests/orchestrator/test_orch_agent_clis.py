@@ -4,7 +4,9 @@ failure classes, large and option-like messages, progress notes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 
 from gateway.api import HandlerContext, PermanentError
 from gateway.settings import ProviderSettings
+from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
 from orchestrator.spawn import ProviderFailed
 from tests.fakes.clis import FakeClis
@@ -37,6 +40,11 @@ workflows:
       - {{id: Reply, agent: helper}}
 """
 
+RETRIES = """
+max_retries: {retries}
+retry_backoff_sec: 0
+"""
+
 Start = Callable[..., Any]
 
 
@@ -45,8 +53,8 @@ def agents(make_context: Callable[..., HandlerContext], write_config: Callable[[
            start: Callable[[HandlerContext], Any]) -> Start:
     """`await agents(selector=…, agent=…, **provider settings)`: an orchestrator whose providers are presets."""
 
-    async def build(selector: str = "rules", agent: str = "claude", **extra: Any) -> Orchestrator:
-        write_config(CONFIG.format(selector=selector, agent=agent))
+    async def build(selector: str = "rules", agent: str = "claude", retries: int = 0, **extra: Any) -> Orchestrator:
+        write_config(CONFIG.format(selector=selector, agent=agent) + RETRIES.format(retries=retries))
         providers = {name: ProviderSettings.model_validate({"type": name, **extra.get(name, {})})
                      for name in PRESETS}
         return await start(make_context(providers))  # type: ignore[no-any-return]
@@ -94,23 +102,22 @@ async def test_messages_of_one_conversation_continue_one_session_and_others_get_
     restarted = await start(make_context({agent: ProviderSettings.model_validate({"type": agent})}))
     [answer] = await restarted.handle(make_message("and now?", conversationId="c1"))
     first, second, other, after_restart = fake_clis.calls(agent)
-    session = _session_of(agent, first, second)
-    assert _session_of(agent, first, after_restart) == session, "a restart continues the conversation's session"
-    assert _session_of(agent, other, other) != session
+    assert _resumed(agent, first) is None and _resumed(agent, other) is None
+    assert _resumed(agent, second) == _session(agent, first)
+    assert _resumed(agent, after_restart) == _session(agent, second), "a restart continues the conversation"
+    assert _session(agent, other) not in (_session(agent, first), _session(agent, second))
     assert answer.message.startswith("echo:")
 
 
-def _session_of(agent: str, first: dict[str, Any], later: dict[str, Any]) -> str:
-    """The session `later` continues, checked to be the one `first` started."""
-    if agent == "codex":
-        assert "resume" not in first["argv"]
-        if later is not first:
-            assert _argv_after(later, "resume") == first["thread_id"]
-        return str(first["thread_id"])
-    started = _argv_after(first, "--session-id")
-    if later is not first:
-        assert _argv_after(later, "--resume") == started
-    return started
+def _session(agent: str, call: dict[str, Any]) -> str:
+    """The session a call ended in (claude: the fork it made of the one it resumed)."""
+    return str(call["thread_id"] if agent == "codex" else call["session_id"])
+
+
+def _resumed(agent: str, call: dict[str, Any]) -> str | None:
+    """The session a call continued, None for a new one."""
+    flag = "resume" if agent == "codex" else "--resume"
+    return _argv_after(call, flag) if flag in call["argv"] else None
 
 
 async def test_a_session_the_cli_forgot_is_started_afresh_with_an_event(
@@ -164,6 +171,39 @@ async def test_a_cli_that_shows_no_sign_of_work_is_a_retryable_timeout_within_se
         await orchestrator.handle(make_message("hello"))
     assert failed.value.result.stalled and "no sign of work" in str(failed.value)
     assert "Reconnecting" in str(failed.value)
+
+
+async def test_a_key_the_model_api_refuses_is_a_permanent_login_failure_at_its_first_retry(
+    fake_clis: FakeClis, agents: Start
+) -> None:
+    fake_clis.scenario("claude", "bad_key")  # claude would retry the 401 for ~3 minutes, printing api_retry lines
+    orchestrator = await agents(selector="claude", claude={"first_output_sec": 600, "timeout_sec": 900})
+    with pytest.raises(PermanentError) as refused:
+        await asyncio.wait_for(orchestrator.handle(make_message("hello")), 60)
+    reply = refused.value.reply or ""
+    assert "claude is not logged in for the user running switchyard" in reply and "ANTHROPIC_API_KEY" in reply
+    assert "the model API refused the login: 401 authentication_failed" in reply
+    [call] = fake_clis.calls("claude")
+    await async_wait_until(lambda: not _alive(call["pid"]))  # stopped, not left retrying
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_busy_model_api_is_a_sign_of_life_with_a_note(
+    fake_clis: FakeClis, agents: Start, outbox: FakeOutbox
+) -> None:
+    fake_clis.scenario("claude", "overloaded")  # two api_retry lines with 529, then the answer
+    orchestrator = await agents(agent="claude", claude={"first_output_sec": 2})
+    [answer] = await orchestrator.handle(make_message("hello"))
+    assert answer.message == "echo: hello"
+    notes = [p.message for p in outbox.payloads if (p.model_extra or {}).get("progressKey")]
+    assert "⏳ the model API is retrying: 529 overloaded (attempt 1 of 10)" in notes
 
 
 @pytest.mark.parametrize("agent", PRESETS)
@@ -225,3 +265,33 @@ async def test_run_and_stateless_sessions_and_template_values(
     assert first["stdin"] == "console/c9/Ada: one"
     assert "--session-id" in second["argv"], "each run starts its own session"
     assert _argv_after(first, "--session-id") != _argv_after(second, "--session-id")
+
+
+async def test_gemini_a_first_turn_that_failed_reaches_the_model_when_retried_and_the_conversation_goes_on(
+    fake_clis: FakeClis, agents: Start
+) -> None:
+    fake_clis.scenario("gemini", "network,ok")  # gemini wrote the session file, then the model call failed
+    orchestrator = await agents(agent="gemini", retries=1)
+    [answer] = await orchestrator.handle(make_message("my name is Ada", conversationId="c1"))
+    assert answer.message == "echo: my name is Ada"
+    [later] = await orchestrator.handle(make_message("what is my name?", conversationId="c1"))
+    assert later.message == "echo: what is my name?"
+    answered = [call for call in fake_clis.calls("gemini") if call["model_input"]][-2:]
+    assert [call["model_input"] for call in answered] == [["my name is Ada"], ["my name is Ada", "what is my name?"]]
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+async def test_claude_a_retried_turn_reaches_the_model_once_and_later_turns_do_not_carry_the_failed_attempt(
+    fake_clis: FakeClis, agents: Start, failing: int
+) -> None:
+    orchestrator = await agents(agent="claude", retries=1)
+    prompts = ["my name is Ada", "what is my name?", "and again?"]
+    for turn, prompt in enumerate(prompts):
+        # claude keeps the prompt of a failed call in its session (next to a synthetic error reply)
+        fake_clis.scenario("claude", "network,ok" if turn == failing else "ok")
+        [answer] = await orchestrator.handle(make_message(prompt, conversationId="c1"))
+        assert answer.message == f"echo: {prompt}"
+    calls = fake_clis.calls("claude")
+    assert len(calls) == 4
+    answered = [call["model_input"] for index, call in enumerate(calls) if index != failing]
+    assert answered == [prompts[:1], prompts[:2], prompts]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.settings import ProviderSettings
-from orchestrator.clis import PRESETS, Session, short_tail, unwrap_answer
+from orchestrator.clis import PRESETS, Preset, Session, short_tail, unwrap_answer
 from orchestrator.selector import parse_decision
 
 DECISION = {"action": "workflow_start", "workflowId": "chat", "input": {}}
@@ -42,7 +42,14 @@ def test_claude_argv_for_answer_edit_and_sessions() -> None:
     assert edit[edit.index("--allowedTools") + 1] == "Read,Edit"
     assert edit[edit.index("--session-id") + 1] == "u-1" and "--resume" not in edit
     resumed = claude.argv("claude", _settings("claude"), mode="answer", session=Session("u-1", resume=True))
-    assert resumed[resumed.index("--resume") + 1] == "u-1" and "--session-id" not in resumed
+    assert resumed[resumed.index("--resume") + 1] == "u-1" and "--fork-session" in resumed, "u-1 stays as it was"
+    assert resumed[resumed.index("--session-id") + 1] not in ("u-1", _after_fork(claude))
+
+
+def _after_fork(claude: Preset) -> str:
+    """The new id of another fork of u-1: each fork gets its own."""
+    argv = claude.argv("claude", _settings("claude"), mode="answer", session=Session("u-1", resume=True))
+    return argv[argv.index("--session-id") + 1]
 
 
 def test_codex_argv_resumes_its_thread_before_the_stdin_marker() -> None:

@@ -15,6 +15,10 @@ NOT_LOGGED_IN = "Not logged in · Please run /login"
 BAD_KEY = "Invalid API key · Fix external API key"
 NETWORK = "API Error: Unable to connect to API (ConnectionRefused)"
 TOO_LONG = 'API Error: 400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}'
+# (status, error, delay after each attempt) of the `api_retry` lines before the outcome, as observed: a 401 is
+# retried ten times over ~3 minutes before "Invalid API key"; a 529 until the API answers.
+API_RETRIES = {"bad_key": (401, "authentication_failed", (0.5, 1.1, 2.2, 4.1, 9.0, 17.0, 34.0, 39.7, 36.4, 35.0)),
+               "overloaded": (529, "overloaded", (1.0, 1.5))}
 CHOICES = {
     "output-format": ("text", "json", "stream-json"),
     "input-format": ("text", "stream-json"),
@@ -69,7 +73,8 @@ def main(argv: list[str]) -> int:
     prompt = positionals[0] if positionals else c.read_stdin()
     if not prompt:
         c.fail("Error: Input must be provided either through stdin or as a prompt argument when using --print", 1)
-    c.log_call("claude", argv, prompt, session_id=session_id)
+    held = session_file if not opts.get("no-session-persistence") else Path(os.devnull)
+    c.log_call("claude", argv, prompt, session_id=session_id, model_input=c.model_input(held, prompt))
     name, seconds = c.scenario("claude")
     return _run(opts, fmt, name, seconds, prompt, session_id, session_file)
 
@@ -118,16 +123,20 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
     if name == "crash":
         c.fail("FATAL ERROR: fake claude crashed", 134)
     c.sleep_if_slow(name, seconds)
-    if persist:
+    if persist:  # the prompt is in the session before the model answers (and stays there when it fails)
         session_file.parent.mkdir(parents=True, exist_ok=True)
         session_file.touch()
+    if stream and name in API_RETRIES:
+        _api_retries(session_id, *API_RETRIES[name])
     failures = {"not_logged_in": (NOT_LOGGED_IN, None, "authentication_failed"),
                 "bad_key": (BAD_KEY, 401, "authentication_failed"), "network": (NETWORK, None, "server_error"),
                 "prompt_too_large": (TOO_LONG, 400, "invalid_request")}
     if name in failures:
         text, status, error = failures[name]
+        if persist:
+            c.append_turn(session_file, prompt, None)
         return _finish(fmt, session_id, text, is_error=True, api_status=status, error=error, verbose_init=array)
-    if name not in ("ok", "slow", "tool_use", "untrusted"):
+    if name not in ("ok", "slow", "tool_use", "untrusted", "overloaded"):
         c.fail(f"fake claude: scenario {name!r} does not apply", 99)
     reply = c.answer("claude", prompt)
     denials: list[dict[str, Any]] = []
@@ -147,6 +156,15 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
     if persist:
         c.append_turn(session_file, prompt, reply)
     return _finish(fmt, session_id, reply, denials=denials, verbose_init=array)
+
+
+def _api_retries(session_id: str, status: int, error: str, delays: tuple[float, ...]) -> None:
+    """The `api_retry` lines claude prints while it retries a failed API call, each after its delay."""
+    for attempt, delay in enumerate(delays, 1):
+        c.out(c.dump({"type": "system", "subtype": "api_retry", "attempt": attempt, "max_retries": 10,
+                      "retry_delay_ms": delay * 1000, "error_status": status, "error": error,
+                      "session_id": session_id, "uuid": str(uuid.uuid4())}) + "\n")
+        time.sleep(delay)
 
 
 def _finish(fmt: str, session_id: str, text: str, *, is_error: bool = False, api_status: int | None = None,

@@ -4,7 +4,8 @@ Environment read by every fake (see CLIS.md for what the real CLIs do):
 - FAKE_CLI_STATE: directory for sessions and `calls.jsonl` (one line per call: cli, argv, stdin, cwd, env).
 - FAKE_CLI_SCENARIO_<CLI> (e.g. FAKE_CLI_SCENARIO_CLAUDE), else FAKE_CLI_SCENARIO: ok (default) | not_logged_in |
   bad_key | untrusted | network | network_hang | hang | crash | slow:<seconds> | tool_use | prompt_too_large |
-  not_running (ollama) | model_missing (ollama).
+  overloaded (claude) | not_running (ollama) | model_missing (ollama). A comma-separated list plays one per
+  call of that CLI, the last one for every later call (`network,ok`: the first call fails, the retry works).
 - FAKE_CLI_ANSWER_<CLI>, else FAKE_CLI_ANSWER: the answer text; default `echo: <last non-empty prompt line>`.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("ok", "not_logged_in", "bad_key", "untrusted", "network", "network_hang", "hang", "crash", "slow",
-             "tool_use", "prompt_too_large", "not_running", "model_missing")
+             "tool_use", "prompt_too_large", "not_running", "model_missing", "overloaded")
 
 
 def state_dir() -> Path:
@@ -37,12 +38,26 @@ def setting(cli: str, name: str) -> str | None:
 
 
 def scenario(cli: str) -> tuple[str, float]:
-    """The scenario for this CLI and its number (slow:<sec>); unknown names fail loudly."""
+    """The scenario for this CLI and its number (slow:<sec>); unknown names fail loudly. Of a list
+    (`network,ok`), this call's entry: each call of the CLI takes the next, the last one stays."""
     raw = setting(cli, "SCENARIO") or "ok"
+    if "," in raw:
+        plays = raw.split(",")
+        raw = plays[min(_next_play(cli), len(plays) - 1)].strip()
     name, _, arg = raw.partition(":")
     if name not in SCENARIOS:
         fail(f"fake {cli}: unknown FAKE_CLI_SCENARIO {raw!r}", 99)
     return name, float(arg or 0)
+
+
+def _next_play(cli: str) -> int:
+    """How many calls of this CLI played a scenario list before this one (counted in the state dir)."""
+    with (state_dir() / f"{cli}.plays").open("a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        played = len(handle.read())
+        handle.write(".")
+    return played
 
 
 def answer(cli: str, prompt: str) -> str:
@@ -123,12 +138,19 @@ def read_turns(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def append_turn(path: Path, prompt: str, reply: str) -> int:
-    """Stores one turn in a session file and returns how many turns it now holds."""
+def append_turn(path: Path, prompt: str, reply: str | None) -> int:
+    """Stores one turn in a session file (`reply` None: the model call failed) and returns how many turns it
+    now holds."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"prompt": prompt, "answer": reply}) + "\n")
     return len(read_turns(path))
+
+
+def model_input(path: Path, prompt: str) -> list[str]:
+    """The user messages the model receives when `prompt` is sent in the session stored at `path`: every
+    prompt the session holds (answered or not), then `prompt`."""
+    return [str(turn.get("prompt", "")) for turn in read_turns(path) if "prompt" in turn] + [prompt]
 
 
 def sleep_if_slow(name: str, seconds: float) -> None:

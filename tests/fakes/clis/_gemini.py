@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     stdin = c.read_stdin()
     flag = opts.get("prompt")
     prompt = f"{stdin}\n\n{flag}" if stdin and flag else (stdin or flag or "")
-    c.log_call("gemini", argv, prompt, session_id=session_id)
+    c.log_call("gemini", argv, prompt, session_id=session_id, model_input=c.model_input(chat, prompt))
     name, seconds = c.scenario("gemini")
     if name == "not_logged_in":
         _error(fmt, session_id, AUTH.format(home=Path.home()), 41)
@@ -87,7 +87,8 @@ def _project() -> Path:
 def _session(opts: dict[str, Any]) -> tuple[str, Path]:
     """--session-id (new, must not exist) or --resume (latest | 1-based index | UUID); rc 42 on errors."""
     chats = _project()
-    stored = sorted(chats.glob("*.jsonl"), key=lambda p: p.stat().st_mtime) if chats.exists() else []
+    stored = sorted((p for p in chats.glob("*.jsonl") if _answered(p)), key=lambda p: p.stat().st_mtime) \
+        if chats.exists() else []  # a session without a model reply is not listed, so it cannot be resumed
     wanted = opts.get("session-id")
     resume = opts.get("resume")
     if wanted is not None and resume is None:
@@ -105,7 +106,7 @@ def _session(opts: dict[str, Any]) -> tuple[str, Path]:
         c.fail("Error resuming session: No previous sessions found for this project.", 42)
     if resume == "latest":
         return stored[-1].stem, stored[-1]
-    if (chats / f"{resume}.jsonl").exists():
+    if (chats / f"{resume}.jsonl") in stored:
         return resume, chats / f"{resume}.jsonl"
     if resume.isdigit() and 0 < int(resume) <= len(stored):
         return stored[int(resume) - 1].stem, stored[int(resume) - 1]
@@ -113,6 +114,10 @@ def _session(opts: dict[str, Any]) -> tuple[str, Path]:
            "  Use --list-sessions to see available sessions, then use --resume {number}, --resume {uuid}, or "
            "--resume latest.", 42)
     raise AssertionError("unreachable")
+
+
+def _answered(chat: Path) -> bool:
+    return any(turn.get("answer") is not None for turn in c.read_turns(chat))
 
 
 def _error(fmt: str, session_id: str, message: str, code: int) -> None:
@@ -131,18 +136,23 @@ def _run(fmt: str, name: str, seconds: float, prompt: str, session_id: str, chat
     if fmt == "stream-json":
         _event("init", session_id=session_id, model=opts.get("model", "gemini-fake"))
         _event("message", role="user", content=prompt)
+    if not chat.exists():  # the session file is written before the model is called (and stays if that fails)
+        chat.parent.mkdir(parents=True, exist_ok=True)
+        chat.write_text(c.dump({"sessionId": session_id, "kind": "main"}) + "\n", encoding="utf-8")
     if name == "hang":
         c.hang_forever()
     if name in ("network_hang", "network"):
         for attempt in range(1, 10_000):
             c.err(f"Attempt {attempt} failed. Retrying with backoff... Error: {NETWORK}\n")
             if name == "network" and attempt == 9:
+                c.append_turn(chat, prompt, None)
                 _error(fmt, session_id, NETWORK, 1)
             time.sleep(0.2 if name == "network_hang" else 0)
     if name == "crash":
         c.fail("FATAL ERROR: fake gemini crashed", 134)
     c.sleep_if_slow(name, seconds)
     if name in ("bad_key", "prompt_too_large"):
+        c.append_turn(chat, prompt, None)
         _error(fmt, session_id, BAD_KEY if name == "bad_key" else TOO_LONG, 1)
     if name not in ("ok", "slow", "tool_use"):
         c.fail(f"fake gemini: scenario {name!r} does not apply", 99)
