@@ -52,9 +52,9 @@ def missing_key(provider: ProviderSettings) -> str:
     return f"api_key_env: the environment variable {provider.api_key_env} is not set (it holds the key for base_url)"
 
 
-def unset_keys(settings: Settings) -> list[str]:
-    """A `settings.yaml: providers.<name>.api_key_env: …` line for each provider whose key variable is unset."""
-    return [f"settings.yaml: providers.{name}.{problem}" for name, provider in settings.providers.items()
+def unset_keys(settings: Settings, source: str) -> list[str]:
+    """A `<source>: providers.<name>.api_key_env: …` line for each provider whose key variable is unset."""
+    return [f"{source}: providers.{name}.{problem}" for name, provider in settings.providers.items()
             if (problem := missing_key(provider))]
 
 

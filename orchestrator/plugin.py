@@ -60,7 +60,7 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
     from orchestrator.rules import builtin_providers
 
     known = set(settings.providers) | set(builtin_providers()) | set(providers)
-    return unset_keys(settings) + load_every_config(home, settings, known)[1]
+    return unset_keys(settings, str(home.settings_file)) + load_every_config(home, settings, known)[1]
 
 
 @hookimpl

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
-import _model
 
 VERSION = "2.1.197 (Claude Code)"
 NOT_LOGGED_IN = "Not logged in · Please run /login"
@@ -162,6 +161,8 @@ def _endpoint_reply(opts: dict[str, Any], fmt: str, session_id: str, prompt: str
     if not key:
         raise SystemExit(_finish(fmt, session_id, NOT_LOGGED_IN, is_error=True, error="authentication_failed",
                                  verbose_init=array))
+    import _model  # only here: urllib costs ~20 ms of every fake's start
+
     try:
         return _model.anthropic(base_url, key, prompt, opts.get("model") or "claude-fake")
     except _model.ModelError as exc:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
-import _model
 
 VERSION = "0.61.0"
 AUTH = ("Please set an Auth method in your {home}/.gemini/settings.json or specify one of the following environment "
@@ -123,6 +122,8 @@ def _endpoint_reply(fmt: str, session_id: str, prompt: str, model: str) -> str |
     base_url = os.environ.get("GOOGLE_GEMINI_BASE_URL")
     if not base_url:
         return None
+    import _model  # only here: urllib costs ~20 ms of every fake's start
+
     try:
         return _model.gemini(base_url, os.environ.get("GEMINI_API_KEY"), prompt, model)
     except _model.ModelError as exc:
