@@ -1,6 +1,6 @@
 """`switchyard run` with a preset pointed at a custom model endpoint (`base_url`, `api_key_env`): the message is
 answered by the fake model server (tests/fakes/model_server.py) through the fake CLI, with the key the
-gateway read; `check` and `run` name a key variable that is not set."""
+gateway read; `check`, `run` and `doctor` name a key variable that is not set."""
 
 from __future__ import annotations
 
@@ -64,5 +64,6 @@ def test_check_and_run_name_an_api_key_env_that_is_not_set(switchyard: Switchyar
     assert checked.returncode == 2 and checked.stdout.startswith(expected), checked.stdout
     refused = switchyard.cli("run")
     assert refused.returncode == 2 and expected in refused.stderr
+    assert f"api_key_env: the environment variable {KEY_VARIABLE} is not set" in switchyard.cli("doctor").stdout
     switchyard.env[KEY_VARIABLE] = "sk-set"
     assert switchyard.cli("check").returncode == 0
