@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.api import BuiltinProvider, PermanentError
 from gateway.events import EventLog
-from gateway.home import Home, atomic_write
+from gateway.home import Home, atomic_write, safe_name
 from gateway.settings import ProviderSettings
 from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.clis import PRESETS
@@ -127,7 +127,7 @@ class ProviderRunner:
 
 def endpoint_folder(home: Home, name: str) -> Path:
     """The private folder of one provider's CLI config (codex's CODEX_HOME, gemini's GEMINI_CLI_HOME)."""
-    return home.root / "providers" / name
+    return home.root / "providers" / safe_name(name)
 
 
 def _prepare(cwd: Path, request_file: Path | None = None, request: dict[str, Any] | None = None) -> None:

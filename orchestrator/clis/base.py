@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gateway.home import atomic_write
 from gateway.settings import ProviderSettings
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -104,19 +102,6 @@ class Preset:
         any config file it needs under `folder` (this provider's private folder, never the user's own);
         called only for a provider with `base_url` or `api_key_env`."""
         raise NotImplementedError(f"{self.name} takes no base_url")
-
-
-def write_private(path: Path, text: str) -> None:
-    """Writes a config file the CLI reads, in folders only its user may enter (0700); unchanged files are
-    left alone, so calls running at once never rewrite each other's."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    atomic_write(path, text.encode(), fsync=False)
 
 
 def _has(text: str, markers: tuple[str, ...]) -> bool:

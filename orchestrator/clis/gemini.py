@@ -6,16 +6,8 @@ import json
 from pathlib import Path
 
 from gateway.settings import ProviderSettings
-from orchestrator.clis.base import (
-    Preset,
-    Reading,
-    Session,
-    StreamEvent,
-    first_line,
-    json_lines,
-    json_object,
-    write_private,
-)
+from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+from orchestrator.clis.endpoint import write_private
 
 AUTH_EXIT = 41
 UNTRUSTED_EXIT = 55
