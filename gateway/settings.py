@@ -6,6 +6,7 @@ import ipaddress
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -58,6 +59,7 @@ class QueueSettings(_Strict):
 
 PRESET_TYPES = ("claude", "codex", "gemini", "ollama")
 DEFAULT_PAIRING_CODE_TTL_S = 3600.0  # a pending pairing code's life (OpenClaw's codes also expire after 1 hour)
+ENDPOINT_TYPES = ("claude", "codex", "gemini")  # presets that take `base_url` and `api_key_env`
 
 
 class ProviderSettings(_Strict):
@@ -76,6 +78,20 @@ class ProviderSettings(_Strict):
     mode: Literal["answer", "edit"] | None = None
     allowed_tools: list[str] | None = None
     first_output_sec: float | None = Field(default=None, gt=0)
+    base_url: str | None = Field(default=None, min_length=1)  # the model API the CLI calls (proxy, gateway, …)
+    api_key_env: str | None = Field(default=None, min_length=1)  # the variable holding the key for it
+
+    @model_validator(mode="after")
+    def _check_endpoint(self) -> ProviderSettings:
+        given = [key for key in ("base_url", "api_key_env") if getattr(self, key) is not None]
+        if given and self.type not in ENDPOINT_TYPES:
+            raise ValueError(f"{', '.join(given)}: only for the {', '.join(ENDPOINT_TYPES)} presets "
+                             "(a `command` entry sets its own `env`)")
+        if self.base_url is not None:
+            parts = urlsplit(self.base_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"base_url: {self.base_url!r} is not an http:// or https:// URL")
+        return self
 
     @model_validator(mode="after")
     def _check_kind(self) -> ProviderSettings:

@@ -45,6 +45,19 @@ def binary_of(provider: ProviderSettings) -> str:
     return provider.argv[0]
 
 
+def missing_key(provider: ProviderSettings) -> str:
+    """Why a provider cannot run for want of the key its `api_key_env` names ("" when it has it)."""
+    if provider.api_key_env is None or os.environ.get(provider.api_key_env, "").strip():
+        return ""
+    return f"api_key_env: the environment variable {provider.api_key_env} is not set (it holds the key for base_url)"
+
+
+def unset_keys(settings: Settings, source: str) -> list[str]:
+    """A `<source>: providers.<name>.api_key_env: …` line for each provider whose key variable is unset."""
+    return [f"{source}: providers.{name}.{problem}" for name, provider in settings.providers.items()
+            if (problem := missing_key(provider))]
+
+
 def provider_uses(home: Home, settings: Settings) -> tuple[dict[str, list[str]], list[str]]:
     """Which orchestrator keys use each provider, and the problems of the orchestrator files that do not
     validate (`file: key: reason`)."""
@@ -73,6 +86,7 @@ def check_providers(home: Home, settings: Settings, *, all_providers: bool = Tru
             check.path = shutil.which(check.binary)
             if check.path is None:
                 check.problem = not_found(check.binary)
+            check.problem = check.problem or missing_key(provider)
         checks.append(check)
     return checks
 

@@ -53,11 +53,14 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 
 @hookimpl
 def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> list[str]:
-    """Validates every orchestrator's orchestrator.yaml: keys, agents, workflows, the providers it names."""
+    """Validates every orchestrator's orchestrator.yaml (keys, agents, workflows, the providers it names) and
+    that the key variable of each provider with `api_key_env` is set."""
     from orchestrator.config import load_every_config
+    from orchestrator.doctor import unset_keys
     from orchestrator.rules import builtin_providers
 
-    return load_every_config(home, settings, set(settings.providers) | set(builtin_providers()) | set(providers))[1]
+    known = set(settings.providers) | set(builtin_providers()) | set(providers)
+    return unset_keys(settings, str(home.settings_file)) + load_every_config(home, settings, known)[1]
 
 
 @hookimpl

@@ -11,9 +11,10 @@ from typing import Any
 
 from gateway.api import BuiltinProvider, PermanentError
 from gateway.events import EventLog
-from gateway.home import Home, atomic_write
+from gateway.home import Home, atomic_write, safe_name
 from gateway.settings import ProviderSettings
 from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
+from orchestrator.clis import PRESETS
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, ms_since, run_process
 
@@ -65,7 +66,8 @@ class ProviderRunner:
         if configured is None:
             return _checked(name, await self._run_builtin(self._builtins[name], prompt, request))
         request_env = {"SWITCHYARD_REQUEST": str(request_file)} if request_file is not None else {}
-        full_env = self.environment({**configured.env, **request_env, **(env or {})})
+        full_env = self.environment({**configured.env, **self._endpoint_env(name, configured), **request_env,
+                                     **(env or {})})
         if configured.type is not None:
             return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call or AgentCall())
         argv = prompt_argv(configured.argv, prompt) if configured.input == "arg" else configured.argv
@@ -94,6 +96,23 @@ class ProviderRunner:
                      if key not in self._hidden_env and not key.startswith("SWITCHYARD_")}
         return {**inherited, "SWITCHYARD_HOME": str(self._home.root), **(extra or {})}
 
+    def _endpoint_env(self, name: str, provider: ProviderSettings) -> dict[str, str]:
+        """What points a preset's CLI at its `base_url` with the key `api_key_env` names: the key goes only
+        under the CLI's own variable (the named one is hidden like every `*_env`), config files only into
+        `<home>/providers/<name>/` (0700)."""
+        if provider.type is None or (provider.base_url is None and provider.api_key_env is None):
+            return {}
+        key = None
+        if provider.api_key_env is not None:
+            key = os.environ.get(provider.api_key_env, "").strip()
+            if not key:
+                raise ProviderRefused(name, f"the environment variable {provider.api_key_env} (api_key_env) is not "
+                                            "set for the user running switchyard")
+        folder = endpoint_folder(self._home, name)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+        return PRESETS[provider.type].endpoint_env(provider, key, folder)
+
     async def _run_builtin(
         self, provider: BuiltinProvider, prompt: str, request: dict[str, Any]
     ) -> ProviderResult:
@@ -111,6 +130,9 @@ def prompt_argv(argv: Sequence[str], prompt: str) -> list[str]:
     starts with `-` gets `--` before it, so no option parser (argparse, click, getopt, cobra) reads a
     chat message such as `--config=/x` as a flag; any other prompt goes alone, as it always did."""
     return [*argv, "--", prompt] if prompt.startswith("-") else [*argv, prompt]
+def endpoint_folder(home: Home, name: str) -> Path:
+    """The private folder of one provider's CLI config (codex's CODEX_HOME, gemini's GEMINI_CLI_HOME)."""
+    return home.root / "providers" / safe_name(name)
 
 
 def _prepare(cwd: Path, request_file: Path | None = None, request: dict[str, Any] | None = None) -> None:

@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from gateway.settings import ProviderSettings
@@ -105,6 +106,12 @@ class Preset:
     def session_in_use(self, text: str) -> bool:
         """The CLI refused to start a session under an id it already has."""
         return _has(text.lower(), self.session_in_use_markers)
+
+    def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
+        """The variables that point the CLI at `settings.base_url` with `key` (its own key variable), writing
+        any config file it needs under `folder` (this provider's private folder, never the user's own);
+        called only for a provider with `base_url` or `api_key_env`."""
+        raise NotImplementedError(f"{self.name} takes no base_url")
 
 
 def _has(text: str, markers: tuple[str, ...]) -> bool:

@@ -11,6 +11,7 @@ file under `~/.claude/projects/`.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from gateway.settings import ProviderSettings
@@ -50,6 +51,11 @@ class Claude(Preset):
         elif session.id:
             argv += ["--session-id", session.id]
         return argv + settings.extra_args
+
+    def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
+        """claude reads both from its environment (Messages API, `x-api-key`); it writes no config for it."""
+        env = {"ANTHROPIC_BASE_URL": settings.base_url} if settings.base_url else {}
+        return env | ({"ANTHROPIC_API_KEY": key} if key is not None else {})
 
     def read(self, stdout: str) -> Reading:
         reading = Reading(answer="")

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from gateway.settings import ProviderSettings
 from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+from orchestrator.clis.endpoint import write_private
 
+OPENAI_URL = "https://api.openai.com/v1"
+KEY_VARIABLE = "OPENAI_API_KEY"
 WORK_ITEMS = {"agent_message", "reasoning", "command_execution", "file_change", "mcp_tool_call", "web_search",
               "todo_list"}
 
@@ -31,6 +37,14 @@ class Codex(Preset):
         if session is not None and session.resume and session.id:
             argv += ["resume", session.id]
         return [*argv, "-"]
+
+    def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
+        """codex ignores OPENAI_BASE_URL: a `model_provider` in its own CODEX_HOME names the URL (Responses
+        API, the only `wire_api` left) and the variable of the key. That CODEX_HOME also keeps the threads,
+        so it stays the same for every call of the provider."""
+        home = folder / "codex"
+        write_private(home / "config.toml", _codex_config(settings.base_url or OPENAI_URL, key is not None))
+        return {"CODEX_HOME": str(home)} | ({KEY_VARIABLE: key} if key is not None else {})
 
     def read(self, stdout: str) -> Reading:
         reading = Reading(answer="")
@@ -69,3 +83,13 @@ class Codex(Preset):
         if kind == "agent_message" and item.get("text"):
             return StreamEvent(note=first_line(str(item["text"])))
         return StreamEvent()
+
+
+def _codex_config(base_url: str, with_key: bool) -> str:
+    quoted = json.dumps(base_url)  # a TOML basic string
+    return "\n".join([
+        "# Written by switchyard from this provider's base_url and api_key_env; edits here are replaced.",
+        'model_provider = "switchyard"', "",
+        "[model_providers.switchyard]", 'name = "switchyard"', f"base_url = {quoted}", 'wire_api = "responses"',
+        *([f'env_key = "{KEY_VARIABLE}"'] if with_key else []), "",
+    ])

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from gateway.settings import ProviderSettings
 from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+from orchestrator.clis.endpoint import write_private
 
 AUTH_EXIT = 41
 UNTRUSTED_EXIT = 55
+API_KEY_AUTH = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
 
 
 class Gemini(Preset):
@@ -31,6 +36,16 @@ class Gemini(Preset):
         if session is not None and session.id:
             argv += ["--resume", session.id] if session.resume else ["--session-id", session.id]
         return [*argv, *settings.extra_args, "--prompt", ""]
+
+    def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
+        """GOOGLE_GEMINI_BASE_URL alone makes gemini pick its "gateway" auth, which it then rejects (exit 41):
+        a settings.json under a home of its own (GEMINI_CLI_HOME) selects the API-key auth. Its sessions
+        live there too, so that home stays the same for every call of the provider."""
+        home = folder / "gemini"
+        write_private(home / ".gemini" / "settings.json", json.dumps(API_KEY_AUTH, indent=2) + "\n")
+        env = {"GEMINI_CLI_HOME": str(home)}
+        env |= {"GOOGLE_GEMINI_BASE_URL": settings.base_url} if settings.base_url else {}
+        return env | ({"GEMINI_API_KEY": key} if key is not None else {})
 
     def read(self, stdout: str) -> Reading:
         reading = Reading(answer="")

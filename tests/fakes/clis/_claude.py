@@ -138,7 +138,8 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
         return _finish(fmt, session_id, text, is_error=True, api_status=status, error=error, verbose_init=array)
     if name not in ("ok", "slow", "tool_use", "untrusted", "overloaded"):
         c.fail(f"fake claude: scenario {name!r} does not apply", 99)
-    reply = c.answer("claude", prompt)
+    reply = _endpoint_reply(opts, fmt, session_id, prompt, array)
+    reply = c.answer("claude", prompt) if reply is None else reply
     denials: list[dict[str, Any]] = []
     if name in ("tool_use", "untrusted") and stream:
         c.out(c.dump(_assistant(session_id, [{"type": "tool_use", "id": "toolu_01fake", "name": "Edit",
@@ -165,6 +166,26 @@ def _api_retries(session_id: str, status: int, error: str, delays: tuple[float, 
                       "retry_delay_ms": delay * 1000, "error_status": status, "error": error,
                       "session_id": session_id, "uuid": str(uuid.uuid4())}) + "\n")
         time.sleep(delay)
+def _endpoint_reply(opts: dict[str, Any], fmt: str, session_id: str, prompt: str,
+                    array: dict[str, Any] | None) -> str | None:
+    """With ANTHROPIC_BASE_URL, the answer of that Messages API (key: ANTHROPIC_API_KEY), as the real CLI
+    gets it; a failure ends the run as the real one does. None without it."""
+    base_url = os.environ.get("ANTHROPIC_BASE_URL")
+    if not base_url:
+        return None
+    key = os.environ.get("ANTHROPIC_API_KEY")
+    if not key:
+        raise SystemExit(_finish(fmt, session_id, NOT_LOGGED_IN, is_error=True, error="authentication_failed",
+                                 verbose_init=array))
+    import _model  # only here: urllib costs ~20 ms of every fake's start
+
+    try:
+        return _model.anthropic(base_url, key, prompt, opts.get("model") or "claude-fake")
+    except _model.ModelError as exc:
+        text = BAD_KEY if exc.status == 401 else f"API Error: {exc}"
+        raise SystemExit(_finish(fmt, session_id, text, is_error=True, api_status=exc.status,
+                                 error="authentication_failed" if exc.status == 401 else "server_error",
+                                 verbose_init=array)) from exc
 
 
 def _finish(fmt: str, session_id: str, text: str, *, is_error: bool = False, api_status: int | None = None,

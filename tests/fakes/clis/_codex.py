@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def _in_git_repo(path: Path) -> bool:
 
 def _thread(resume_id: str | None, last: bool) -> tuple[str, Path]:
     """A new thread (fresh id) or the stored one being resumed; an unknown id fails as real codex does."""
-    threads = c.state_dir() / "codex" / "sessions"
+    threads = _codex_home() / "sessions"
     if last:
         stored = sorted(threads.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
         resume_id = stored[-1].stem if stored else None
@@ -113,6 +114,28 @@ def _thread(resume_id: str | None, last: bool) -> tuple[str, Path]:
         return resume_id, threads / f"{resume_id}.jsonl"
     thread_id = c.uuid7()
     return thread_id, threads / f"{thread_id}.jsonl"
+
+
+def _codex_home() -> Path:
+    """Where threads are kept: $CODEX_HOME when set (as the real CLI does), else the fakes' state dir."""
+    home = os.environ.get("CODEX_HOME")
+    return Path(home) if home else c.state_dir() / "codex"
+
+
+def _provider() -> dict[str, Any] | None:
+    """The `model_providers` entry $CODEX_HOME/config.toml selects with `model_provider` (only read when
+    CODEX_HOME is set, so a developer's own ~/.codex never changes a test)."""
+    home = os.environ.get("CODEX_HOME")
+    config_file = Path(home) / "config.toml" if home else None
+    if config_file is None or not config_file.exists():
+        return None
+    config = tomllib.loads(config_file.read_text(encoding="utf-8"))
+    provider = config.get("model_providers", {}).get(config.get("model_provider", ""))
+    if not isinstance(provider, dict) or "base_url" not in provider:
+        return None
+    if provider.get("wire_api", "responses") != "responses":
+        c.fail(f'Error loading config.toml: `wire_api = "{provider["wire_api"]}"` is no longer supported.', 1)
+    return provider
 
 
 def _prompt(positionals: list[str]) -> str:
@@ -182,7 +205,10 @@ class _Run:
             c.fail(f"fake codex: scenario {name!r} does not apply", 99)
         if name == "tool_use":
             self.command("bash -lc ls")
-        reply = c.answer("codex", self.prompt)
+        reply = self.endpoint_reply()
+        if isinstance(reply, int):
+            return reply
+        reply = c.answer("codex", self.prompt) if reply is None else reply
         self.item({"type": "agent_message", "text": reply}, "item.completed")
         self.event({"type": "turn.completed", "usage": {"input_tokens": 10, "cached_input_tokens": 0,
                                                          "output_tokens": 5}})
@@ -193,6 +219,25 @@ class _Run:
         if self.opts.get("output-last-message"):
             Path(self.opts["output-last-message"]).write_text(reply, encoding="utf-8")
         return 0
+
+    def endpoint_reply(self) -> str | int | None:
+        """With a `model_provider` in $CODEX_HOME/config.toml, the answer of its Responses API (key: the
+        variable its `env_key` names; OPENAI_BASE_URL is ignored, as by the real CLI), or the exit code of
+        the failed turn. None without one."""
+        provider = _provider()
+        if provider is None:
+            return None
+        env_key = provider.get("env_key")
+        key = os.environ.get(env_key) if env_key else None
+        if env_key and not key:
+            return self.fail_turn(f"Missing environment variable: `{env_key}`.", retries=False)
+        import _model  # only here: urllib costs ~20 ms of every fake's start
+
+        try:
+            return _model.responses(provider["base_url"], key, self.prompt, self.opts.get("model") or "gpt-fake")
+        except _model.ModelError as exc:
+            status = {401: "401 Unauthorized"}.get(exc.status or 0, str(exc.status))
+            return self.fail_turn(f"unexpected status {status}: {exc}", retries=True)
 
     def item(self, details: dict[str, Any], kind: str, item_id: str | None = None) -> str:
         """Prints an item event; returns its id."""

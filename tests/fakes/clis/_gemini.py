@@ -21,6 +21,9 @@ UNTRUSTED = ("\x1b[31mGemini CLI is not running in a trusted directory. To proce
              "#headless-and-automated-environments\x1b[0m")
 NETWORK = "exception TypeError: fetch failed sending request"
 BAD_KEY = "[API Error: API key not valid. Please pass a valid API key.]"
+INVALID_AUTH = "Invalid auth method selected."
+NO_KEY = ("When using Gemini API, you must specify the GEMINI_API_KEY environment variable.\nUpdate your environment "
+          "and try again (no reload needed if using .env)!")
 TOO_LONG = "[API Error: The input token count exceeds the maximum number of tokens allowed.]"
 CHOICES = {"approval-mode": ("default", "auto_edit", "yolo", "plan"), "output-format": ("text", "json", "stream-json")}
 _KINDS = {"debug": "bool", "model": "value", "prompt": "value", "prompt-interactive": "value", "skip-trust": "bool",
@@ -74,6 +77,7 @@ def main(argv: list[str]) -> int:
     name, seconds = c.scenario("gemini")
     if name == "not_logged_in":
         _error(fmt, session_id, AUTH.format(home=Path.home()), 41)
+    _check_endpoint_auth(fmt, session_id)
     trusted = opts.get("skip-trust") or os.environ.get("GEMINI_CLI_TRUST_WORKSPACE") == "true"
     if name == "untrusted" or not trusted:
         c.fail(UNTRUSTED + "\n", 55)
@@ -81,7 +85,50 @@ def main(argv: list[str]) -> int:
 
 
 def _project() -> Path:
-    return c.state_dir() / "gemini" / "tmp" / c.cwd_slug(os.getcwd()) / "chats"
+    """Where this cwd's sessions are kept: under $GEMINI_CLI_HOME/.gemini when set (as the real CLI does),
+    else in the fakes' state dir."""
+    home = os.environ.get("GEMINI_CLI_HOME")
+    root = Path(home) / ".gemini" if home else c.state_dir() / "gemini"
+    return root / "tmp" / c.cwd_slug(os.getcwd()) / "chats"
+
+
+def _selected_auth() -> str | None:
+    """`security.auth.selectedType` of $GEMINI_CLI_HOME/.gemini/settings.json (only read when GEMINI_CLI_HOME
+    is set, so a developer's own ~/.gemini never changes a test)."""
+    home = os.environ.get("GEMINI_CLI_HOME")
+    settings = Path(home) / ".gemini" / "settings.json" if home else None
+    if settings is None or not settings.exists():
+        return None
+    selected = json.loads(settings.read_text(encoding="utf-8")).get("security", {}).get("auth", {})
+    return selected.get("selectedType") if isinstance(selected, dict) else None
+
+
+def _check_endpoint_auth(fmt: str, session_id: str) -> None:
+    """With GOOGLE_GEMINI_BASE_URL the auth type from the environment is "gateway", which the CLI rejects
+    (exit 41) unless settings.json selects gemini-api-key, which then needs GEMINI_API_KEY."""
+    if not os.environ.get("GOOGLE_GEMINI_BASE_URL"):
+        return
+    selected = _selected_auth()
+    problem = INVALID_AUTH if selected != "gemini-api-key" else None if os.environ.get("GEMINI_API_KEY") else NO_KEY
+    if problem is None:
+        return
+    if fmt == "json":
+        _error(fmt, session_id, problem, 41)
+    c.fail(problem, 41)
+
+
+def _endpoint_reply(fmt: str, session_id: str, prompt: str, model: str) -> str | None:
+    """With GOOGLE_GEMINI_BASE_URL, the answer of that API (key: GEMINI_API_KEY); None without it."""
+    base_url = os.environ.get("GOOGLE_GEMINI_BASE_URL")
+    if not base_url:
+        return None
+    import _model  # only here: urllib costs ~20 ms of every fake's start
+
+    try:
+        return _model.gemini(base_url, os.environ.get("GEMINI_API_KEY"), prompt, model)
+    except _model.ModelError as exc:
+        _error(fmt, session_id, f"[API Error: {exc}]", 1)
+        raise
 
 
 def _session(opts: dict[str, Any]) -> tuple[str, Path]:
@@ -156,7 +203,8 @@ def _run(fmt: str, name: str, seconds: float, prompt: str, session_id: str, chat
         _error(fmt, session_id, BAD_KEY if name == "bad_key" else TOO_LONG, 1)
     if name not in ("ok", "slow", "tool_use"):
         c.fail(f"fake gemini: scenario {name!r} does not apply", 99)
-    reply = c.answer("gemini", prompt)
+    reply = _endpoint_reply(fmt, session_id, prompt, opts.get("model") or "gemini-fake")
+    reply = c.answer("gemini", prompt) if reply is None else reply
     if name == "tool_use" and fmt == "stream-json":
         _event("tool_use", tool_name="read_file", tool_id="read_file-1", parameters={"file_path": "notes.txt"})
         _event("tool_result", tool_id="read_file-1", status="success", output="")

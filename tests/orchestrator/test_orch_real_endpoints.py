@@ -1,0 +1,81 @@
+"""The REAL claude, codex and gemini CLIs through the presets with `base_url` and `api_key_env`, against the fake
+model server on 127.0.0.1 (tests/fakes/model_server.py): what the fakes assume about how each CLI reads its
+endpoint, checked on the real thing. Skipped where a CLI is not installed (on PATH or in /opt/agent-clis:
+`npm install --prefix /opt/agent-clis @anthropic-ai/claude-code @openai/codex @google/gemini-cli`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.api import HandlerContext
+from gateway.home import Home
+from gateway.settings import ProviderSettings
+from tests.fakes.clis import FOLDER as FAKE_CLIS
+from tests.fakes.model_server import ModelServer
+from tests.orchestrator.orch_helpers import make_message
+
+INSTALLED = Path("/opt/agent-clis/node_modules/.bin")
+KEY_VARIABLE = "SWITCHYARD_REAL_CLI_TEST_KEY"
+PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
+CONFIG = """
+selector: {provider: rules}
+diagnostics: {provider: rules}
+reply_within_sec: 60
+rules: {default_workflow: chat}
+agents:
+  helper: {provider: remote, prompt: "{{message}}"}
+workflows:
+  chat:
+    description: Talk with the helper agent
+    steps:
+      - {id: Reply, agent: helper}
+"""
+
+
+def real_cli(name: str) -> str:
+    """The path of the real CLI (never the fakes of tests/fakes/clis), or the test is skipped."""
+    candidates = [INSTALLED / name]
+    found = shutil.which(name)
+    if found and Path(found).resolve().parent != FAKE_CLIS.resolve():
+        candidates.insert(0, Path(found))
+    for path in candidates:
+        if path.exists() and os.access(path, os.X_OK):
+            if path.resolve().suffix == ".js" and shutil.which("node") is None:
+                pytest.skip(f"the real {name} CLI needs node, which is not on PATH")
+            return str(path)
+    pytest.skip(f"the real {name} CLI is not installed (not on PATH, not in {INSTALLED})")
+
+
+@pytest.mark.parametrize("cli", sorted(PREFIX))
+async def test_the_real_cli_answers_from_the_endpoint_with_the_key_and_keeps_its_session(
+    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+    start: Callable[[HandlerContext], Any], home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: str,
+) -> None:
+    binary = real_cli(cli)
+    user_home = tmp_path / "user-home"
+    user_home.mkdir()
+    monkeypatch.setenv("HOME", str(user_home))
+    monkeypatch.setenv(KEY_VARIABLE, f"sk-real-{cli}")
+    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME", "GEMINI_API_KEY",
+                     "GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    write_config(CONFIG)
+    async with ModelServer(reply="the fake model says hi") as server:
+        provider = ProviderSettings(type=cli, binary=binary, base_url=server.url + PREFIX[cli],
+                                    api_key_env=KEY_VARIABLE, timeout_sec=90, first_output_sec=60)
+        orchestrator = await start(make_context({"remote": provider}))
+        answers = [await orchestrator.handle(make_message(text, conversationId="c1"))
+                   for text in ("my name is Ada", "what is my name?")]
+    assert [answer.message for [answer] in answers] == ["the fake model says hi"] * 2, answers
+    calls = server.model_calls
+    assert calls and all(call.path.startswith(PREFIX[cli]) for call in calls)
+    assert {call.api_key for call in calls} == {f"sk-real-{cli}"}
+    assert "my name is Ada" in json.dumps(calls[-1].body), "the second turn continued the first one's session"
+    assert not (user_home / ".codex").exists() and not (user_home / ".gemini").exists()
