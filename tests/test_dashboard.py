@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.dashboard import dashboard_token
+from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.page import sections
 from gateway.dashboard.state import Activity
 from gateway.settings import DashboardSettings, SettingsError, load_settings
@@ -87,3 +89,18 @@ def test_in_flight_is_what_was_claimed_and_not_settled_nor_gone_from_processing(
     assert [m["conversation"] for m in activity.in_flight()] == ["b.json", "c.json"]
     assert [m["name"] for m in activity.in_flight({"c.json"})] == ["c.json"]  # b.json left processing/
     assert activity.in_flight()[0]["elapsed_s"] >= 0
+
+
+def test_a_channel_label_is_a_known_channel_type_or_other_so_payloads_cannot_add_series_without_end() -> None:
+    metrics = Metrics(lambda: {"queue": [], "in_flight": 0, "channels": {}, "heartbeat_last_ms": {}},
+                      channels=["console", "slack"])
+    for channel in ["console", "slack", *(f"made-up-{n}" for n in range(100)), None, 7]:
+        metrics.observe({"event": "message.claimed", "channel": channel})
+        metrics.observe({"event": "job.succeeded", "kind": "message", "channel": channel, "duration_ms": 5})
+        metrics.observe({"event": "outgoing.retry", "channel": channel, "rate_limited": True})
+    labels = {s.labels.get("channel") for family in text_string_to_metric_families(metrics.text().decode())
+              for s in family.samples} - {None}
+    assert labels == {"console", "slack", "other"}
+    claimed = {s.labels["channel"]: s.value for family in text_string_to_metric_families(metrics.text().decode())
+               for s in family.samples if s.name == "switchyard_messages_claimed_total"}
+    assert claimed == {"console": 1, "slack": 1, "other": 102}
