@@ -74,6 +74,8 @@ class ThrottledLog(logging.LoggerAdapter):  # type: ignore[type-arg]  # generic 
         if held:
             text += f" ({held} more like it in the last {self.interval_s:g} s not logged)"
         self.logger.log(level, "%s", text, extra=extra)
+        if error is not None:  # the traceback too with `-v`
+            self.logger.debug("traceback of: %s", text, exc_info=error)
 
     def _admit(self, key: str) -> int | None:
         """How many were held back since this message was last written, or None to hold this one back."""
