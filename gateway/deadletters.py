@@ -1,8 +1,10 @@
 """The dead-letter store: what is in `queue/failed/`, and putting it back (retry) or removing it (drop).
 
 A dead letter is a payload file in `failed/` (the original bytes) beside its `<name>.error.json`
-report. It is either an incoming message the worker gave up on (retried into `incoming/`) or a
-reply the dispatcher could not deliver (report `source: outgoing`, retried into `outgoing/`).
+report, which names its conversation (reports written before it did: read from the payload, unless
+the reader asks for metadata only, as the dashboard does on every refresh). It is either an incoming
+message the worker gave up on (retried into `incoming/`) or a reply the dispatcher could not deliver
+(report `source: outgoing`, retried into `outgoing/`).
 
 What counts as dead is the payload file, never the report: a report whose payload is gone (moved
 back by hand, or a retry interrupted between its two steps) is ignored by `list_dead`, and removed
@@ -83,7 +85,7 @@ def _payload_bytes(path: Path) -> bytes:
         return b""
 
 
-def _letter(home: Home, name: str) -> DeadLetter:
+def _letter(home: Home, name: str, *, read_payload: bool = True) -> DeadLetter:
     path = home.failed / name
     report = _read_report(home, name)
     kind: Kind = "reply" if report.get("source") == "outgoing" else "message"
@@ -91,11 +93,17 @@ def _letter(home: Home, name: str) -> DeadLetter:
         attempts = int(report.get("attempts") or 0)
     except (TypeError, ValueError):
         attempts = 0
-    with contextlib.suppress(OSError):
-        data = _payload_bytes(path)
-        return DeadLetter(name, kind, str(report.get("reason") or "no error report (put in failed/ by hand?)"),
-                          attempts, report.get("failed_at"), _conversation(data), path)
-    raise KeyError(name)
+    named = report.get("conversation")
+    try:
+        if named or not read_payload:
+            os.lstat(path)  # still dead (not retried or dropped meanwhile)
+            conversation = str(named) if named else None
+        else:
+            conversation = _conversation(_payload_bytes(path))
+    except OSError:
+        raise KeyError(name) from None
+    return DeadLetter(name, kind, str(report.get("reason") or "no error report (put in failed/ by hand?)"),
+                      attempts, report.get("failed_at"), conversation, path)
 
 
 def _payload_names(home: Home) -> set[str]:
@@ -127,14 +135,15 @@ def _report_path_of(letter: DeadLetter) -> Path:
     return letter.path.with_name(letter.path.name + REPORT_SUFFIX)
 
 
-def list_dead(home: Home) -> list[DeadLetter]:
-    """Every dead letter, newest first."""
+def list_dead(home: Home, *, read_payloads: bool = True) -> list[DeadLetter]:
+    """Every dead letter, newest first; without `read_payloads` from the reports alone (no payload is
+    read: a letter whose report names no conversation shows none)."""
     names = _payload_names(home)
     _remove_stale_orphans(home, names)
     letters = []
     for name in names:
         with contextlib.suppress(KeyError):  # retried or dropped meanwhile by another process
-            letters.append(_letter(home, name))
+            letters.append(_letter(home, name, read_payload=read_payloads))
     return sorted(letters, key=lambda letter: (_sort_key(letter), letter.name), reverse=True)
 
 

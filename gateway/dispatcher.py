@@ -154,12 +154,12 @@ class Dispatcher:
             except asyncio.CancelledError:
                 raise
             except PermanentError as exc:  # the platform refused it for good (blocked, gone, not a member)
-                self._quarantine(path, f"the platform refused it: {exc}", attempts + 1)
+                self._quarantine(path, f"the platform refused it: {exc}", attempts + 1, payload)
                 return
             except Exception as exc:
                 attempts += 1
                 if attempts >= self.settings.max_attempts:
-                    self._quarantine(path, f"delivery failed {attempts} time(s): {exc}", attempts)
+                    self._quarantine(path, f"delivery failed {attempts} time(s): {exc}", attempts, payload)
                     return
                 delay = _retry_delay(exc, attempts, self.settings)
                 self.events.emit("outgoing.retry", file=name, channel=payload.channel, profile=payload.profile,
@@ -208,10 +208,11 @@ class Dispatcher:
         os.rename(path, target)
         self._known.discard(path.name)
 
-    def _quarantine(self, path: Path, reason: str, attempts: int) -> None:
+    def _quarantine(self, path: Path, reason: str, attempts: int, payload: OutgoingPayload | None = None) -> None:
+        conversation = (payload.conversationId or payload.senderId) if payload is not None else None
         with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing left to keep
             move_to_failed(self.home, path, fsync=self.settings.fsync, reason=reason, attempts=attempts,
-                           source="outgoing")
+                           source="outgoing", conversation=conversation)
         self._known.discard(path.name)
         self._parsed.pop(path.name, None)
         log.error("undeliverable reply %s moved to failed/: %s", path.name, reason)

@@ -6,6 +6,9 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -44,6 +47,55 @@ class OneLineFormatter(logging.Formatter):
         if record.stack_info:
             fields["stack"] = self.formatStack(record.stack_info)
         return fields
+
+
+class ThrottledLog(logging.LoggerAdapter):  # type: ignore[type-arg]  # generic only in typeshed
+    """A logger that writes each message (told apart by its format string) at most once every `interval_s`,
+    as one line: an exception's type and text instead of its traceback, and how many it held back since.
+
+    For what a stranger can repeat at will (malformed requests, a connection flood): the log stays small.
+    """
+
+    def __init__(self, logger: logging.Logger, interval_s: float):
+        super().__init__(logger, {})
+        self.interval_s = interval_s
+        self._last: dict[str, tuple[float, int]] = {}  # format string -> (when last written, held back since)
+        self._lock = threading.Lock()
+
+    def log(self, level: int, msg: object, *args: object, exc_info: Any = None, stack_info: bool = False,
+            stacklevel: int = 1, extra: Mapping[str, object] | None = None, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        held = self._admit(str(msg))
+        if held is None:
+            return
+        error = _exception(exc_info)
+        text = (str(msg) % args if args else str(msg)) + (f": {type(error).__name__}: {error}" if error else "")
+        if held:
+            text += f" ({held} more like it in the last {self.interval_s:g} s not logged)"
+        self.logger.log(level, "%s", text, extra=extra)
+        if error is not None:  # the traceback too with `-v`
+            self.logger.debug("traceback of: %s", text, exc_info=error)
+
+    def _admit(self, key: str) -> int | None:
+        """How many were held back since this message was last written, or None to hold this one back."""
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._last.get(key, (float("-inf"), 0))
+            if now - last < self.interval_s:
+                self._last[key] = (last, held + 1)
+                return None
+            self._last[key] = (now, 0)
+            return held
+
+
+def _exception(exc_info: Any) -> BaseException | None:
+    """The exception `exc_info` names, as `Logger.log` takes it (True: the one being handled)."""
+    if isinstance(exc_info, BaseException):
+        return exc_info
+    if isinstance(exc_info, tuple):
+        return exc_info[1] if isinstance(exc_info[1], BaseException) else None
+    return sys.exc_info()[1] if exc_info else None
 
 
 def _escape_newlines(text: str) -> str:

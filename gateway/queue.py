@@ -329,11 +329,13 @@ class FileQueue:
         os.rename(claimed.path, self.home.incoming / claimed.name)
         self._add(claimed.name, claimed.order[0], time.monotonic() + delay_s)
 
-    def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None) -> Path:
-        """Moves the original bytes to failed/ under the original name, with `<name>.error.json`."""
+    def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None,
+                    conversation: str | None = None) -> Path:
+        """Moves the original bytes to failed/ under the original name, with `<name>.error.json` (which
+        names the message's conversation when known, so listing dead letters need not read them)."""
         target = move_to_failed(self.home, claimed.path, fsync=self.fsync, reason=reason,
                                 attempts=attempts if attempts is not None else claimed.attempts,
-                                errors=claimed.errors)
+                                errors=claimed.errors, **({"conversation": conversation} if conversation else {}))
         self._forget_attempts(claimed.name)
         return target
 

@@ -402,7 +402,7 @@ class Worker:
     async def _dead_letter(self, job: _Job, reason: str, attempts: int, *, reply: str | None = None) -> None:
         targets: list[Path] = []
         await self._durably(job, "move the message to failed/", lambda: targets.append(
-            self.queue.dead_letter(job.claimed, reason, attempts=attempts)))
+            self.queue.dead_letter(job.claimed, reason, attempts=attempts, conversation=job.message.conversation)))
         log.error("dead letter: %s (%s, conversation %s) moved to failed/%s: %s", job.claimed.name,
                   job.message.channel, job.message.conversation, targets[0].name, reason)
         self.events.emit("job.failed.final", job_id=job.claimed.name, state="failed_final", kind="message",

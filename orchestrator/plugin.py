@@ -131,9 +131,11 @@ def _may_have_unfinished_runs(root: Path) -> bool:
 
 
 @hookimpl
-def switchyard_recent_runs(home: Home, limit: int, settings: Settings | None = None) -> list[dict[str, Any]]:
-    """Lists the runs changed last, with their steps, for the dashboard (every host's on postgres)."""
-    from orchestrator.runs import RunStore, open_run_store
+def switchyard_recent_runs(home: Home, limit: int, settings: Settings) -> list[dict[str, Any]]:
+    """Lists the runs changed last, with their steps, for the dashboard (every host's on postgres).
 
-    store = open_run_store(home, settings, fsync=False) if settings is not None else RunStore(home, fsync=False)
-    return [run.overview() for run in store.recent(limit)]
+    `settings` has no default: pluggy passes only the arguments an implementation names without one,
+    so a default would always be used, and the postgres dashboard would read this home's run folders."""
+    from orchestrator.runs import open_run_store
+
+    return [run.overview() for run in open_run_store(home, settings, fsync=False).recent(limit)]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.dashboard import dashboard_token
+from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.page import sections
-from gateway.dashboard.state import Activity
+from gateway.dashboard.state import Activity, FolderView
+from gateway.deadletters import list_dead
+from gateway.home import Home
+from gateway.queue import move_to_failed
 from gateway.settings import DashboardSettings, SettingsError, load_settings
 
 HOSTILE = '<img src=x onerror=alert(1)>"\'&'
@@ -87,3 +94,39 @@ def test_in_flight_is_what_was_claimed_and_not_settled_nor_gone_from_processing(
     assert [m["conversation"] for m in activity.in_flight()] == ["b.json", "c.json"]
     assert [m["name"] for m in activity.in_flight({"c.json"})] == ["c.json"]  # b.json left processing/
     assert activity.in_flight()[0]["elapsed_s"] >= 0
+
+
+def test_a_channel_label_is_a_known_channel_type_or_other_so_payloads_cannot_add_series_without_end() -> None:
+    metrics = Metrics(lambda: {"queue": [], "in_flight": 0, "channels": {}, "heartbeat_last_ms": {}},
+                      channels=["console", "slack"])
+    for channel in ["console", "slack", *(f"made-up-{n}" for n in range(100)), None, 7]:
+        metrics.observe({"event": "message.claimed", "channel": channel})
+        metrics.observe({"event": "job.succeeded", "kind": "message", "channel": channel, "duration_ms": 5})
+        metrics.observe({"event": "outgoing.retry", "channel": channel, "rate_limited": True})
+    labels = {s.labels.get("channel") for family in text_string_to_metric_families(metrics.text().decode())
+              for s in family.samples} - {None}
+    assert labels == {"console", "slack", "other"}
+    claimed = {s.labels["channel"]: s.value for family in text_string_to_metric_families(metrics.text().decode())
+               for s in family.samples if s.name == "switchyard_messages_claimed_total"}
+    assert claimed == {"console": 1, "slack": 1, "other": 102}
+
+
+def test_a_refresh_lists_dead_letters_from_their_reports_and_reads_none_of_their_payloads(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.create()
+    big = json.dumps({"channel": "console", "message": "x" * 200_000, "conversationId": "in-the-payload"}).encode()
+    for n, conversation in enumerate(["c-0", "c-1", None]):  # None: a report written before it named one
+        path = home.processing / f"m{n}.json"
+        path.write_bytes(big)
+        move_to_failed(home, path, fsync=False, reason=f"failed {n}", attempts=3,
+                       **({"conversation": conversation} if conversation else {}))
+    payloads = sorted(p for p in home.failed.iterdir() if not p.name.endswith(".error.json"))
+    for payload in payloads:
+        os.utime(payload, (1, payload.stat().st_mtime))  # an access time a read would move (relatime)
+
+    seen = FolderView(home).read(50)
+    assert seen["dead_total"] == 3
+    assert {d["name"]: d["conversation"] for d in seen["dead_letters"]} == {
+        "m0.json": "c-0", "m1.json": "c-1", "m2.json": None}
+    assert [p.stat().st_atime for p in payloads] == [1, 1, 1]  # no payload was read
+    assert {d.name: d.conversation for d in list_dead(home)}["m2.json"] == "in-the-payload"  # `dead list` reads it

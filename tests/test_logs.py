@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from gateway.logs import OneLineFormatter, apply_log_settings, configure_logging
+from gateway.logs import OneLineFormatter, ThrottledLog, apply_log_settings, configure_logging
 from gateway.settings import ChannelProfile, Settings
+from gateway.testing import wait_until
 
 
 def _failing_record() -> logging.LogRecord:
@@ -93,3 +94,28 @@ def test_an_uncaught_exception_is_one_record_too(root_handlers: None, capsys: py
     [line] = capsys.readouterr().err.splitlines()
     record = json.loads(line)
     assert record["level"] == "CRITICAL" and "RuntimeError: crash\nwith two lines" in record["exception"]
+
+
+def test_a_throttled_log_writes_each_message_once_per_interval_in_one_line_and_counts_the_others(
+        caplog: pytest.LogCaptureFixture) -> None:
+    log = ThrottledLog(logging.getLogger("switchyard.test.throttled"), interval_s=3600)
+    for attempt in range(100):
+        try:
+            raise ValueError(f"bad request {attempt}")
+        except ValueError:
+            log.exception("request from %s failed", "peer")
+    log.error("another message")
+    assert [r.getMessage() for r in caplog.records] == ["request from peer failed: ValueError: bad request 0",
+                                                       "another message"]
+    assert all(r.exc_info is None for r in caplog.records)
+
+    caplog.clear()
+    quick = ThrottledLog(logging.getLogger("switchyard.test.throttled"), interval_s=0.05)
+
+    def counted() -> bool:
+        quick.warning("flood")
+        return any("more like it" in r.getMessage() for r in caplog.records)
+
+    wait_until(counted, 10, interval_s=0.001)
+    assert caplog.records[0].getMessage() == "flood"
+    assert caplog.records[-1].getMessage().startswith("flood (") and "not logged" in caplog.records[-1].getMessage()

@@ -37,6 +37,11 @@ def test_the_unit_runs_the_gateway_as_its_own_user_with_its_home_and_secrets_and
     assert "StandardError" not in service  # stderr goes to the journal, systemd's default
 
 
+def test_the_unit_raises_the_open_files_limit_above_systemds_default_of_1024() -> None:
+    [limit] = _service()["LimitNOFILE"]
+    assert int(limit) >= 8192
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_analyze_verify_finds_nothing_to_say(tmp_path: Path) -> None:
     """The unit with this machine's user and switchyard path: systemd warns of no unknown key or bad value."""

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+OTHER = "other"  # the `channel` label of every channel type not known to this gateway
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 Snapshot = Callable[[], dict[str, Any]]
 
 
 class Metrics:
-    """The gateway's metrics in a registry of their own (never the process-global one)."""
+    """The gateway's metrics in a registry of their own (never the process-global one).
 
-    def __init__(self, live: Snapshot):
+    A `channel` label is one of `channels` (the types configured or installed), else `other`: a payload
+    file naming any channel it likes cannot add series without end."""
+
+    def __init__(self, live: Snapshot, channels: Iterable[str]):
+        self.channels = frozenset(channels)
         self.registry = CollectorRegistry(auto_describe=True)
         counter = _factory(Counter, self.registry)
         self.claimed = counter("switchyard_messages_claimed", "Messages claimed from incoming/", ["channel"])
@@ -49,6 +54,11 @@ class Metrics:
         if handler is not None:
             handler(self, event)
 
+    def channel(self, event: dict[str, Any]) -> str:
+        """The `channel` label of an event: its channel when known, else `other`."""
+        channel = event.get("channel")
+        return channel if isinstance(channel, str) and channel in self.channels else OTHER
+
     def text(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
@@ -59,10 +69,6 @@ def _factory(kind: Any, registry: CollectorRegistry) -> Callable[..., Any]:
         extra = {"buckets": DURATION_BUCKETS} if kind is Histogram else {}
         return kind(name, doc, labels, registry=registry, **extra)
     return make
-
-
-def _channel(event: dict[str, Any]) -> str:
-    return str(event.get("channel") or "unknown")
 
 
 def _seconds(event: dict[str, Any], key: str) -> float | None:
@@ -76,20 +82,20 @@ def _is_message(event: dict[str, Any]) -> bool:
 
 def _succeeded(m: Metrics, e: dict[str, Any]) -> None:
     if _is_message(e):
-        m.answered.labels(_channel(e)).inc()
+        m.answered.labels(m.channel(e)).inc()
         if (took := _seconds(e, "duration_ms")) is not None:
-            m.processing.labels(_channel(e)).observe(took)
+            m.processing.labels(m.channel(e)).observe(took)
 
 
 def _failed_final(m: Metrics, e: dict[str, Any]) -> None:
     if _is_message(e):
-        m.failed.labels(_channel(e)).inc()
+        m.failed.labels(m.channel(e)).inc()
         m.dead.labels("message").inc()
 
 
 def _retryable(m: Metrics, e: dict[str, Any]) -> None:
     if _is_message(e):
-        m.retries.labels(_channel(e)).inc()
+        m.retries.labels(m.channel(e)).inc()
 
 
 def _invalid(m: Metrics, e: dict[str, Any]) -> None:
@@ -98,9 +104,9 @@ def _invalid(m: Metrics, e: dict[str, Any]) -> None:
 
 
 def _sent(m: Metrics, e: dict[str, Any]) -> None:
-    m.sent.labels(_channel(e)).inc()
+    m.sent.labels(m.channel(e)).inc()
     if (took := _seconds(e, "duration_ms")) is not None:
-        m.delivery.labels(_channel(e)).observe(took)
+        m.delivery.labels(m.channel(e)).observe(took)
 
 
 def _selector(m: Metrics, e: dict[str, Any]) -> None:
@@ -119,13 +125,13 @@ def _heartbeat(m: Metrics, e: dict[str, Any]) -> None:
 
 
 _HANDLERS: dict[str, Callable[[Metrics, dict[str, Any]], None]] = {
-    "message.claimed": lambda m, e: m.claimed.labels(_channel(e)).inc(),
+    "message.claimed": lambda m, e: m.claimed.labels(m.channel(e)).inc(),
     "job.succeeded": _succeeded,
     "job.failed.final": _failed_final,
     "job.failed.retryable": _retryable,
     "message.invalid": _invalid,
     "outgoing.sent": _sent,
-    "outgoing.retry": lambda m, e: m.delivery_retries.labels(_channel(e), str(bool(e.get("rate_limited"))).lower())
+    "outgoing.retry": lambda m, e: m.delivery_retries.labels(m.channel(e), str(bool(e.get("rate_limited"))).lower())
     .inc(),
     "outgoing.failed": lambda m, e: m.dead.labels("reply").inc(),
     "selector.decided": _selector,

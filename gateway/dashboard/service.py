@@ -38,7 +38,8 @@ class Dashboard:
         self.view = gateway.backend.queue_view()  # the home's folders, or the database
         self.activity = Activity()
         self.activity.seed(read_events(gateway.home.events_file, limit=SEED_EVENTS))
-        self._metrics = Metrics(self._live)
+        installed = [t for types in call_each(gateway.pm, "switchyard_channel_types") for t in types]
+        self._metrics = Metrics(self._live, [p.type for p in gateway.settings.channels] + installed)
         gateway.events.observe(self._observe)
         self._server: Server | None = None
         self.url: str | None = None

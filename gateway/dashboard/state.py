@@ -129,7 +129,7 @@ class FolderView:
         return {"queue": queue, "processing": processing}
 
     def read(self, shown: int) -> dict[str, Any]:
-        letters = deadletters.list_dead(self.home)
+        letters = deadletters.list_dead(self.home, read_payloads=False)  # each refresh: metadata only
         return {**self.live(), "dead_total": len(letters),
                 "dead_letters": [{k: v for k, v in letter.to_json().items() if k != "path"}
                                  for letter in letters[:shown]]}

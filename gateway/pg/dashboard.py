@@ -53,7 +53,7 @@ class PgQueueView:
                 depths = status.depths(conn)
                 seen = {"queue": _folders(depths, conn), "in_flight": _running(conn),
                         "processes": status.processes(conn, self.settings), "leases": status.leases(conn)}
-            letters = (self.dead.list_dead() if depths["dead"][0] or depths["replies_dead"][0]
+            letters = (self.dead.list_dead(read_payloads=False) if depths["dead"][0] or depths["replies_dead"][0]
                        or self.dead.has_local() else [])
         except psycopg.Error as exc:
             return {**self._unreadable(exc), "dead_total": 0, "dead_letters": []}

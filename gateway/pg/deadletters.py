@@ -54,20 +54,21 @@ class DeadStore:
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn)
 
-    def list_dead(self) -> list[DeadLetter]:
-        """Every dead message and reply, and every file quarantined here, newest first."""
+    def list_dead(self, *, read_payloads: bool = True) -> list[DeadLetter]:
+        """Every dead message and reply, and every file quarantined here, newest first (the files' payloads
+        unread without `read_payloads`: gateway/deadletters.list_dead)."""
         with self._connect() as conn:
             stored = [_letter(row) for row in conn.execute(_LIST)]
         names = {letter.name for letter in stored}
-        local = [letter for letter in self._local() if letter.name not in names]
+        local = [letter for letter in self._local(read_payloads) if letter.name not in names]
         return sorted(stored + local, key=lambda letter: (letter.failed_at or "", letter.name), reverse=True)
 
     def has_local(self) -> bool:
         """Whether this host's failed/ holds any quarantined file."""
-        return bool(self._local())
+        return bool(self._local(read_payloads=False))
 
-    def _local(self) -> list[DeadLetter]:
-        return deadletters.list_dead(self.home) if self.home is not None else []
+    def _local(self, read_payloads: bool = True) -> list[DeadLetter]:
+        return deadletters.list_dead(self.home, read_payloads=read_payloads) if self.home is not None else []
 
     def _local_names(self, names: list[str], stored: dict[str, Kind]) -> list[str]:
         """Those of `names` not in the database: each must be a file in failed/, else KeyError naming the others."""

@@ -14,14 +14,15 @@ import yaml
 
 from gateway.testing import wait_until
 from tests.e2e.dashboard import fetch
-from tests.faults.harness import message
+from tests.faults.harness import GatewayRun, message
 from tests.pg.helpers import insert_message, payload, rows
+from tests.pg.test_runs_hosts import Host
 from tests.pg.test_workers import PgProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
-def with_dashboard(run: PgProcess) -> str:
+def with_dashboard(run: GatewayRun) -> str:
     """Turns the dashboard on (a free port), starts the process, returns the page's address."""
     loaded = yaml.safe_load(run.home.settings_file.read_text())
     loaded["dashboard"] = {"port": 0, "refresh_sec": 0.3}
@@ -84,3 +85,18 @@ def test_the_dashboard_shows_the_database_and_its_retry_button_puts_a_dead_lette
                     headers={"Content-Type": "application/json"})
     assert unknown.status == 404
     assert run.stop() == 0 and worker.stop() == 0
+
+
+def test_the_dashboard_lists_the_runs_the_database_holds(tmp_path: Path, db: str) -> None:
+    host = Host(tmp_path / "a", db, tmp_path).setup()
+    url = with_dashboard(host)
+    host.drop(message(1, "c1", "/ask"))  # a run that waits for an answer: a row of switchyard_runs
+    [(run_id,)] = wait_until(lambda: rows(db, "SELECT run_id FROM switchyard_runs WHERE state = 'waiting_input'"),
+                             60)
+
+    [run] = wait_until(lambda: state(url)["runs"], 30)
+    assert run["runId"] == run_id and run["workflowId"] == "ask" and run["state"] == "waiting_input"
+    assert [step["id"] for step in run["steps"]] == ["Ask", "Do"]
+    page = fetch(url).text
+    assert run_id in page and "no runs yet" not in page
+    assert host.stop() == 0
