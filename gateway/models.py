@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic_core import PydanticSerializationError
+
+from gateway.storable import safe_json
 
 _FILE_TAG = re.compile(r"\[file:\s*([^\]]+)\]")
 _SEND_FILE_TAG = re.compile(r"\[send_file:\s*([^\]]+)\]")
@@ -113,6 +116,17 @@ class OutgoingPayload(_Payload):
     job: Job | None = None
     """The job a reply concerns (a copy of the incoming `job`, or a finished run's spec-003 job fields)."""
     _opened: dict[str, BinaryIO] = PrivateAttr(default_factory=dict)  # files the dispatcher opened for upload
+
+    def to_json(self) -> bytes:
+        """UTF-8 JSON as for an incoming payload, with text no store can hold (a NUL, a lone surrogate)
+        replaced by U+FFFD (gateway.storable): a reply is never lost, nor its queue stuck, for one character."""
+        try:
+            data = super().to_json()
+        except PydanticSerializationError:  # a lone surrogate cannot be encoded: dumped again, made safe
+            data = b""
+        if data and b"\\u0000" not in data:
+            return data
+        return safe_json(self.model_dump(mode="json", exclude_none=True))
 
     @classmethod
     def reply_to(

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -27,6 +28,7 @@ from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.receipts import Receipts
 from gateway.settings import QueueSettings
 from gateway.sharing import SharedHome
+from gateway.storable import made_safe, unstorable
 
 log = logging.getLogger("switchyard.worker")
 
@@ -39,6 +41,7 @@ APOLOGY = (
     "Sorry, I could not process your message (\"{preview}\") after {attempts} attempt(s). "
     "It has been kept for the operator; please try again later."
 )
+INVALID_APOLOGY = "Sorry, I could not take in your message: {reason}"
 
 
 @dataclass
@@ -53,17 +56,50 @@ def backoff_seconds(attempts: int, settings: QueueSettings) -> float:
     return backoff_delay(attempts, settings.backoff_initial_ms, settings.backoff_max_ms) / 1000
 
 
+class UnstorableText(ValueError):
+    """A payload holding text no store can hold (gateway.storable): invalid input on every backend. Its
+    sender is still told why (`apology`) when the payload, that text made safe, addresses a conversation
+    none of that text is part of; else the reason says no apology was sent."""
+
+    def __init__(self, problem: str, raw: dict[str, Any]):
+        self.safe = _addressable(raw)
+        super().__init__(problem if self.safe else f"{problem}; no apology sent: no conversation to address")
+
+    def apology(self) -> OutgoingPayload | None:
+        """The reply telling the sender why the message was refused; None when it cannot be addressed."""
+        if self.safe is None:
+            return None
+        text = INVALID_APOLOGY.format(reason=self)  # quoted: a tag in the reason is text, never a file sent
+        return OutgoingPayload.reply_to(self.safe, text, agent="switchyard", timestamp=now_ms(), quoted=[text])
+
+
+def _addressable(raw: dict[str, Any]) -> IncomingPayload | None:
+    """The payload with unstorable text made safe, when it is valid and its address (channel, profile and
+    the field naming its conversation) held none; else None."""
+    try:
+        safe = IncomingPayload.model_validate(made_safe(raw))
+    except Exception:
+        return None
+    source = "conversationId" if safe.conversationId else "senderId" if safe.senderId else "sender"
+    if any(unstorable(raw.get(name)) for name in ("channel", "channelProfileId", source)):
+        return None
+    return safe
+
+
 def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:
     """Validates a payload file's bytes; raises ValueError with a reason a person can act on.
 
     Any failure of the parsers counts as invalid input, not only ValueError: a deeply nested
     document makes `json.loads` raise RecursionError, which must send the file to failed/ like
-    any other unparseable one instead of leaving it claimed forever.
+    any other unparseable one instead of leaving it claimed forever. Text no store can hold (a NUL
+    character, a lone surrogate: gateway.storable), in any value or key, is invalid input too
+    (`UnstorableText`), on the file backend as on the postgres one.
     """
     if len(data) > max_bytes:
         raise ValueError(f"payload larger than queue.max_payload_bytes ({max_bytes} bytes)")
-    with contextlib.suppress(Exception):  # a ValidationError, or anything else: explained below
-        return IncomingPayload.model_validate_json(data)  # the common case, in one pass
+    if b"\\u0000" not in data:  # a NUL passes the fast parser; a lone surrogate never does
+        with contextlib.suppress(Exception):  # a ValidationError, or anything else: explained below
+            return IncomingPayload.model_validate_json(data)  # the common case, in one pass
     try:
         raw = json.loads(data)
     except RecursionError as exc:
@@ -72,6 +108,12 @@ def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:
         raise ValueError(f"not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
+    try:
+        problem = unstorable(raw)
+    except RecursionError as exc:
+        raise ValueError(f"not valid JSON: nested too deeply ({exc})") from exc
+    if problem is not None:
+        raise UnstorableText(problem, raw)
     try:
         return IncomingPayload.model_validate(raw)
     except ValidationError as exc:
@@ -262,7 +304,7 @@ class Worker:
         try:
             message = parse_payload(claimed.data, self.queue.max_payload_bytes)
         except ValueError as exc:
-            self._quarantine(claimed, str(exc))
+            self._quarantine(claimed, str(exc), exc.apology() if isinstance(exc, UnstorableText) else None)
             return
         if self.scheduler.locks is not None and not self._admit(ordering_keys(message)):
             # replaced in incoming/ between its reading and its claim by a file of other keys,
@@ -275,8 +317,9 @@ class Worker:
         if self.receipts is not None:
             self.receipts.claimed(claimed.order, message)
 
-    def _quarantine(self, claimed: Claimed, reason: str) -> None:
-        """Moves an invalid file to failed/; if failed/ refuses it, puts it back to try again later."""
+    def _quarantine(self, claimed: Claimed, reason: str, apology: OutgoingPayload | None = None) -> None:
+        """Moves an invalid file to failed/ (then writes `apology`, if any); if failed/ refuses it, puts it
+        back to try again later."""
         try:
             target = self.queue.dead_letter(claimed, reason)
         except OSError as exc:
@@ -286,6 +329,11 @@ class Worker:
             return
         log.error("invalid payload %s moved to failed/%s: %s", claimed.name, target.name, reason)
         self.events.emit("message.invalid", job_id=claimed.name, reason=reason, file=target.name)
+        if apology is not None:
+            try:
+                self.outbox.write(apology)
+            except OSError as exc:  # the dead letter holds the reason; the sender is not told this time
+                self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot write the apology: {exc}")
 
     def _start_ready(self) -> None:
         for keys, job in self.scheduler.ready():

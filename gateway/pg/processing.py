@@ -28,7 +28,7 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.pg.jobs import job_locks
 from gateway.pg.outbox import PgOutbox
 from gateway.settings import QueueSettings
-from gateway.worker import APOLOGY, backoff_seconds, parse_payload
+from gateway.worker import APOLOGY, UnstorableText, backoff_seconds, parse_payload
 
 log = logging.getLogger("switchyard.pg.worker")
 
@@ -111,7 +111,8 @@ class MessageProcessor:
         try:
             message = parse_payload(bytes(payload), self.settings.max_payload_bytes)
         except ValueError as exc:
-            await self._store_dead(message_id, str(exc), attempts, errors, None)
+            apology = exc.apology() if isinstance(exc, UnstorableText) else None
+            await self._store_dead(message_id, str(exc), attempts, errors, apology)
             log.error("invalid payload %s dead-lettered: %s", name, exc)
             self.events.emit("message.invalid", job_id=name, reason=str(exc))
             return

@@ -21,6 +21,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import FileQueue
 from gateway.settings import Settings
+from tests.test_worker import UNSTORABLE, UNSTORABLE_IDS, unstorable_payload
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -273,6 +274,25 @@ async def test_hostile_files_are_quarantined_locally(rig_factory: Any) -> None:
     assert rig.rows("SELECT name FROM switchyard_messages") == [("0000004.json",)]
     assert not list(rig.home.incoming.iterdir())
 
+
+
+@pytest.mark.parametrize(("field", "value", "reason", "told"), UNSTORABLE, ids=UNSTORABLE_IDS)
+async def test_text_no_store_can_hold_is_invalid_input_and_the_sender_is_told(
+        rig_factory: Any, field: str, value: object, reason: str, told: bool) -> None:
+    """The file backend's cases (tests/test_worker.py), with the same outcome: dead with its bytes and why,
+    the sender told where a conversation can be addressed, the same and other conversations answered."""
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=2)
+    content = rig.drop(unstorable_payload(field, value))
+    rig.drop(message(2, "c1"))
+    rig.drop(message(3, "c2"))
+    await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
+    await rig.until(lambda: rig.rows("SELECT 1 FROM switchyard_messages WHERE state = 'dead'"))
+    (payload, stored_reason), = rig.rows("SELECT payload, reason FROM switchyard_messages WHERE state = 'dead'")
+    assert bytes(payload) == content and reason in stored_reason
+    apologies = rig.rows("SELECT payload->>'conversationId', payload->>'message' FROM switchyard_outbox "
+                         "WHERE payload->>'message' LIKE 'Sorry, I could not take in%%'")
+    assert [(conversation, reason in text) for conversation, text in apologies] == ([("c1", True)] if told else [])
+    assert rig.events_named("message.invalid") and not list(rig.home.incoming.glob("*.json"))
 
 
 class RefusingPool:
