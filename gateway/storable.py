@@ -35,6 +35,12 @@ def unstorable(value: Any, where: str = "") -> str | None:
     return None
 
 
+def storable(json_text: str) -> bool:
+    """Whether JSON text (as `json.dumps(..., ensure_ascii=False)` writes it) holds no NUL and no lone
+    surrogate; False may be wrong only for an escaped backslash followed by `u0000` (made safe for nothing)."""
+    return "\\u0000" not in json_text and _UNSAFE.search(json_text) is None
+
+
 def made_safe(value: Any) -> Any:
     """`value` (parsed JSON) with every NUL and lone surrogate, in values and keys, replaced by U+FFFD."""
     if isinstance(value, str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -293,6 +294,25 @@ async def test_text_no_store_can_hold_is_invalid_input_and_the_sender_is_told(
                          "WHERE payload->>'message' LIKE 'Sorry, I could not take in%%'")
     assert [(conversation, reason in text) for conversation, text in apologies] == ([("c1", True)] if told else [])
     assert rig.events_named("message.invalid") and not list(rig.home.incoming.glob("*.json"))
+
+
+async def test_a_file_the_database_refuses_is_dead_lettered_and_the_intake_goes_on(rig_factory: Any) -> None:
+    """A name that is not UTF-8 (a program wrote bytes) cannot be stored: that file is the database's
+    refusal, not the database being away, so it goes to failed/ with its bytes and why, its sender is
+    told, and the files behind it are taken in and answered."""
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=1)
+    refused = os.fsdecode(b"0000001-\xff.json")
+    content = rig.drop(message(1, "c1"), name=refused)
+    rig.drop(message(2, "c1"), name="0000002.json")
+    rig.drop(message(3, "c2"), name="0000003.json")
+    await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
+    assert (rig.home.failed / refused).read_bytes() == content
+    report = json.loads((rig.home.failed / f"{refused}.error.json").read_bytes())
+    assert "the database refused it: UnicodeEncodeError" in report["reason"]
+    await rig.until(lambda: "c1-00001" in rig.replies())
+    texts = dict(rig.rows("SELECT payload->>'messageId', payload->>'message' FROM switchyard_outbox"))
+    assert texts["c1-00001"].startswith("Sorry, I could not take in your message: the database refused it")
+    assert not rig.events_named("queue.error") and not list(rig.home.incoming.glob("*.json"))
 
 
 class RefusingPool:
