@@ -315,6 +315,50 @@ async def test_a_file_the_database_refuses_is_dead_lettered_and_the_intake_goes_
     assert not rig.events_named("queue.error") and not list(rig.home.incoming.glob("*.json"))
 
 
+class QuotingHandler(ScriptedHandler):
+    """Fails `failing` with an error quoting a NUL (as a provider's output may), every time."""
+
+    def __init__(self, failing: str):
+        super().__init__()
+        self.failing = failing
+
+    async def handle(self, msg: IncomingPayload) -> list[OutgoingPayload]:
+        if msg.messageId == self.failing:
+            raise RuntimeError("provider said \x00 and \udcff")
+        return await super().handle(msg)
+
+
+async def test_an_error_quoting_text_no_store_can_hold_is_counted_and_dead_lettered(rig_factory: Any) -> None:
+    """Its retries are counted and it ends dead with its bytes, its sender told, its conversation going on
+    (before: recording the error failed, and the job was retried uncounted, forever, holding its key)."""
+    rig = await rig_factory(QuotingHandler("c1-00001"), max_concurrency=2, max_attempts=2)
+    content = rig.drop(message(1, "c1"))
+    rig.drop(message(2, "c1"))
+    rig.drop(message(3, "c2"))
+    await rig.until(lambda: {"c1-00001", "c1-00002", "c2-00003"} <= set(rig.replies()))
+    (payload, reason), = rig.rows("SELECT payload, reason FROM switchyard_messages WHERE state = 'dead'")
+    assert bytes(payload) == content and "provider said" in reason
+    texts = dict(rig.rows("SELECT payload->>'messageId', payload->>'message' FROM switchyard_outbox"))
+    assert texts["c1-00001"].startswith("Sorry") and texts["c1-00002"] == "re c1-00002"
+
+
+async def test_a_reply_the_database_refuses_is_its_messages_failure_not_the_queues(rig_factory: Any) -> None:
+    """Any refusal but a lost connection (here a constraint) ends that message dead with why, once; its
+    conversation and the others go on."""
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=2)
+    with psycopg.connect(rig.dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE switchyard_outbox ADD CONSTRAINT refuse_one "
+                     "CHECK (payload->>'message' <> 're c1-00001')")
+    content = rig.drop(message(1, "c1"))
+    rig.drop(message(2, "c1"))
+    rig.drop(message(3, "c2"))
+    await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
+    (payload, reason), = rig.rows("SELECT payload, reason FROM switchyard_messages WHERE state = 'dead'")
+    assert bytes(payload) == content and "the database refused its bookkeeping: CheckViolation" in reason
+    assert [e["job_id"] for e in rig.events_named("job.failed.final")] == ["0000001.json"]
+    assert [c[0] for c in rig.handler.calls].count("c1-00001") == 1
+
+
 class RefusingPool:
     """The real pool, refusing connections while `down` is set (the database restarting)."""
 
