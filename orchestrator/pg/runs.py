@@ -16,9 +16,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from pydantic_core import PydanticSerializationError
+
 from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
 from gateway.pg.db import shared_pool
+from gateway.storable import safe_json, storable
+from orchestrator.jobs import iso
 from orchestrator.runs import RunStore
 from orchestrator.runstate import RunState
 
@@ -43,7 +47,8 @@ ACTIVE_FOR = ("SELECT r.data::text FROM switchyard_active_runs a JOIN switchyard
               f"WHERE a.conv_key = %s AND r.state NOT IN {FINISHED_SQL}")
 DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 FROM switchyard_runs r "
               f"WHERE r.run_id = a.run_id AND r.state NOT IN {FINISHED_SQL})")
-QUEUED = ("SELECT run_id, data->'job'->>'next_retry_at' FROM switchyard_runs WHERE state = 'queued' "
+# Columns only: a claim never parses `data` in the database, so no run's JSON can fail every claim.
+QUEUED = ("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued' "
           "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
 ENDED_AT = "coalesce((data->'job'->>'finished_at')::timestamptz, updated_at)"
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
@@ -77,12 +82,14 @@ class PgRunStore(RunStore):
 
     def _events_of(self, run_id: str) -> list[tuple[str, Any]]:
         pending = self._pending.pop(run_id, None)
-        return [(EVENTS, (run_id, json.dumps(pending, ensure_ascii=False, default=str)))] if pending else []
+        if not pending:
+            return []
+        return [(EVENTS, (run_id, _storable_json(json.dumps(pending, ensure_ascii=False, default=str))))]
 
     def _save_statements(self, run: RunState) -> list[tuple[str, Any]]:
         row = {"run_id": run.runId, "conv_key": _conversation_key(run.message), "state": run.state,
                "created_at": run.createdAt, "updated_at": run.updatedAt, "next_retry_at": run.job.next_retry_at,
-               "delivered": run.delivery is not None, "data": run.model_dump_json()}
+               "delivered": run.delivery is not None, "data": _data(run)}
         statements: list[tuple[str, Any]] = [(SAVE, row), *self._events_of(run.runId)]
         if run.finished:
             statements.append((DROP_ACTIVE, (run.runId,)))
@@ -222,11 +229,24 @@ class PgRunStore(RunStore):
 
     def queued(self, limit: int) -> list[tuple[str, str | None]]:
         """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims)."""
-        return [(str(run_id), retry) for run_id, retry in self._query(QUEUED, (limit,))]
+        return [(str(run_id), iso(retry) if retry else None) for run_id, retry in self._query(QUEUED, (limit,))]
 
     def running_ids(self) -> list[str]:
         """The runs some host marked running (the executor checks their locks for a dead host's)."""
         return [str(row[0]) for row in self._query("SELECT run_id FROM switchyard_runs WHERE state = 'running'")]
+
+
+def _data(run: RunState) -> str:
+    """The run as JSON the database can read back: a NUL or a lone surrogate (in a step's output, say)
+    becomes U+FFFD (gateway.storable), since one `\\u0000` in `data` fails every query reading into it."""
+    try:
+        return _storable_json(run.model_dump_json())
+    except PydanticSerializationError:  # a lone surrogate cannot be encoded at all
+        return safe_json(run.model_dump(mode="json")).decode()
+
+
+def _storable_json(text: str) -> str:
+    return text if storable(text) else safe_json(json.loads(text)).decode()
 
 
 def _conversation_key(message: dict[str, Any]) -> str:
