@@ -294,6 +294,20 @@ async def test_text_no_store_can_hold_is_invalid_input_and_the_sender_is_told(
     assert "message.invalid" in harness.event_names() and not any(home.processing.rglob("*.json"))
 
 
+async def test_an_answer_holding_text_no_store_can_hold_is_written_made_safe(make_harness, home: Home) -> None:
+    """A provider's NUL or lone surrogate becomes U+FFFD in the reply (before: a surrogate failed the write,
+    and the message stayed claimed, holding its conversation)."""
+    async def garbled(message: IncomingPayload) -> str:
+        return "ok \x00 and \ud800" if message.messageId == "g" else "fine"
+
+    harness = await make_harness(ScriptedHandler(garbled))
+    harness.drop(make_incoming("hi", messageId="g", conversationId="c1"), "g.json")
+    harness.drop(make_incoming("then", messageId="n", conversationId="c1"), "n.json")
+    replies = await async_wait_until(lambda: len(harness.replies()) == 2 and harness.replies())
+    assert sorted(r["message"] for r in replies) == ["fine", "ok \ufffd and \ufffd"]
+    assert not any(home.processing.rglob("*.json")) and not any(home.failed.iterdir())
+
+
 async def test_a_repeated_message_already_answered_is_skipped(make_harness) -> None:
     handler = ScriptedHandler()
     harness = await make_harness(handler)
