@@ -12,10 +12,12 @@ crash only makes a step run again.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
@@ -25,6 +27,8 @@ from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
 from orchestrator.runs import RunStore
 from orchestrator.runstate import RunState
+
+log = logging.getLogger("switchyard.orchestrator.runs")
 
 FINISHED_SQL = "('done', 'failed_final', 'cancelled')"
 COLUMNS = "run_id, conv_key, state, created_at, updated_at, next_retry_at, delivered, data"
@@ -43,7 +47,7 @@ SET_ACTIVE = ("INSERT INTO switchyard_active_runs (conv_key, run_id) VALUES (%s,
 ADD_ACTIVE = ("INSERT INTO switchyard_active_runs (conv_key, run_id) VALUES (%s, %s) "
               "ON CONFLICT (conv_key) DO NOTHING")
 DROP_ACTIVE = "DELETE FROM switchyard_active_runs WHERE run_id = %s"
-ACTIVE_FOR = ("SELECT r.data::text FROM switchyard_active_runs a JOIN switchyard_runs r USING (run_id) "
+ACTIVE_FOR = ("SELECT r.run_id, r.data::text FROM switchyard_active_runs a JOIN switchyard_runs r USING (run_id) "
               f"WHERE a.conv_key = %s AND r.state NOT IN {FINISHED_SQL}")
 DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 FROM switchyard_runs r "
               f"WHERE r.run_id = a.run_id AND r.state NOT IN {FINISHED_SQL})")
@@ -51,6 +55,7 @@ DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 F
 QUEUED = ("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued' "
           "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
 ENDED_AT = "coalesce((data->'job'->>'finished_at')::timestamptz, updated_at)"
+UNREADABLE = f"UPDATE switchyard_runs SET state = 'failed_final' WHERE run_id = %s AND state NOT IN {FINISHED_SQL}"
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
 
 
@@ -185,15 +190,26 @@ class PgRunStore(RunStore):
         return rows
 
     def _runs(self, where: str, params: Any = (), order: str = "created_at, run_id") -> list[RunState]:
-        rows = self._query(f"SELECT data::text FROM switchyard_runs {where} ORDER BY {order}", params)
-        return [RunState.model_validate_json(row[0]) for row in rows]
+        rows = self._query(f"SELECT run_id, data::text FROM switchyard_runs {where} ORDER BY {order}", params)
+        return [run for run_id, data in rows if (run := self._parsed(run_id, data)) is not None]
 
     def load(self, run_id: str) -> RunState | None:
         """The run with this id, or None when there is none (or the id is not a valid name)."""
         if safe_name(run_id) != run_id:
             return None
         rows = self._query("SELECT data::text FROM switchyard_runs WHERE run_id = %s", (run_id,))
-        return RunState.model_validate_json(rows[0][0]) if rows else None
+        return self._parsed(run_id, rows[0][0]) if rows else None
+
+    def _parsed(self, run_id: str, data: str) -> RunState | None:
+        """The stored run; None, as the file store answers for a state.json it cannot read, for one that is
+        not a run (written by another version, or by hand): it is marked failed_final, so no claim or
+        listing stops at it again, and its data is left for the operator."""
+        try:
+            return RunState.model_validate_json(data)
+        except ValidationError as exc:
+            log.error("run %s cannot be read (marked failed_final, its data kept): %s", run_id, exc)
+            self._write([(UNREADABLE, (run_id,))], durable=False)
+            return None
 
     def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
         """The last `limit` events of a run, oldest first."""
@@ -210,7 +226,7 @@ class PgRunStore(RunStore):
     def active_for(self, key: str) -> RunState | None:
         """The unfinished run associated with a conversation, if any (one query)."""
         rows = self._query(ACTIVE_FOR, (key,))
-        return RunState.model_validate_json(rows[0][0]) if rows else None
+        return self._parsed(*rows[0]) if rows else None
 
     def all_runs(self) -> list[RunState]:
         return self._runs("")

@@ -160,6 +160,25 @@ def test_text_the_database_cannot_read_back_never_stops_the_claims(db: str, tmp_
     assert store.load("r-old").message["message"] == "build \x00 it"  # type: ignore[union-attr]
 
 
+def test_a_stored_run_that_is_not_a_run_is_failed_and_the_others_go_on(db: str, tmp_path: Path) -> None:
+    """As the file store answers for a state.json it cannot read: none, logged; and it is marked
+    failed_final, so the oldest queued run no longer stops every claim (before: each claim pass raised)."""
+    from orchestrator.pg.runs import PgRunStore
+
+    store = PgRunStore(Home(tmp_path / "a"), db, fsync=False)
+    store.create(_run("r-bad", createdAt="2030-01-01T00:00:01.000Z"), KEY)
+    store.create(_run("r-good", createdAt="2030-01-01T00:00:02.000Z"), None)
+    with psycopg.connect(db, autocommit=True) as conn:  # written by another version, or by hand
+        conn.execute("UPDATE switchyard_runs SET data = '{\"runId\": \"r-bad\", \"state\": \"paused\"}' "
+                     "WHERE run_id = 'r-bad'")
+    assert store.active_for(KEY) is None and store.load("r-bad") is None
+    assert [run_id for run_id, _ in store.queued(10)] == ["r-good"]
+    assert [run.runId for run in store.all_runs()] == ["r-good"]
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT state, data->>'state' FROM switchyard_runs WHERE run_id = 'r-bad'").fetchone() \
+            == ("failed_final", "paused")
+
+
 def test_an_undurable_save_is_made_durable_by_sync(db: str, tmp_path: Path) -> None:
     from orchestrator.pg.runs import PgRunStore
 
