@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any, BinaryIO
@@ -20,8 +21,13 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     def to_json(self) -> bytes:
-        """Serialises the payload as UTF-8 JSON, omitting optional keys that are unset."""
-        return self.model_dump_json(exclude_none=True).encode()
+        """Serialises the payload as UTF-8 JSON, omitting optional keys that are unset. A lone surrogate
+        (a channel's text decoded from JSON's `\\ud800`) is written as that escape: the file keeps it, and
+        its reader refuses it as invalid input (gateway.storable), as it does a NUL."""
+        try:
+            return self.model_dump_json(exclude_none=True).encode()
+        except PydanticSerializationError:
+            return json.dumps(self.model_dump(mode="json", exclude_none=True), separators=(",", ":")).encode()
 
 
 class Job(BaseModel):
@@ -121,7 +127,7 @@ class OutgoingPayload(_Payload):
         """UTF-8 JSON as for an incoming payload, with text no store can hold (a NUL, a lone surrogate)
         replaced by U+FFFD (gateway.storable): a reply is never lost, nor its queue stuck, for one character."""
         try:
-            data = super().to_json()
+            data = self.model_dump_json(exclude_none=True).encode()
         except PydanticSerializationError:  # a lone surrogate cannot be encoded: dumped again, made safe
             data = b""
         if data and b"\\u0000" not in data:
