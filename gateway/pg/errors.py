@@ -15,3 +15,9 @@ import psycopg
 def database_away(exc: BaseException) -> bool:
     """Whether `exc` says the database cannot be reached now (a reason to wait, never to give up)."""
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def worth_waiting(exc: BaseException) -> bool:
+    """Whether `exc` is waited out rather than failing the message: the database away, or this host's
+    storage refusing (a full disk while writing a message's attachments back)."""
+    return database_away(exc) or isinstance(exc, OSError)

@@ -26,7 +26,7 @@ from gateway.events import EventLog, now_ms
 from gateway.home import Home
 from gateway.keys import ordering_keys
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.pg.errors import database_away
+from gateway.pg.errors import database_away, worth_waiting
 from gateway.pg.jobs import defer_jobs_of, defer_query
 from gateway.pg.outbox import PgOutbox
 from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
@@ -82,7 +82,7 @@ class Intake:
             try:
                 await self.take_in(claimed)
             except Exception as exc:
-                if not database_away(exc):  # refused: that file's failure, never the queue's
+                if not worth_waiting(exc):  # refused: that file's failure, never the queue's
                     await self._refused(claimed, exc)
                     continue
                 self.queue.release(claimed, 0.0)  # the database is away: back in line, nothing skipped
@@ -91,7 +91,7 @@ class Intake:
                     log.error("cannot take %s into the database (retrying with backoff): %s", claimed.name, exc)
                     self.events.emit("queue.error", job_id=claimed.name,
                                      reason=f"cannot take in: {type(exc).__name__}: {exc}")
-                if self.on_database is not None:
+                if self.on_database is not None and database_away(exc):
                     self.on_database(False, f"{type(exc).__name__}: {exc}")
                 if await wait_event(self._stopping, backoff_delay(failures, 0.2, 5.0)):
                     return
@@ -104,8 +104,8 @@ class Intake:
     async def _refused(self, claimed: Claimed, exc: Exception) -> None:
         """A file the database refused (text it cannot hold, a name it cannot encode...) goes to this host's
         failed/ with its bytes and why, as a file that must never be read does; its sender is told when
-        it parses. The database answered, so it is not away: the files behind this one go on."""
-        reason = made_safe(f"the database refused it: {type(exc).__name__}: {exc}".strip())
+        it parses. The files behind it go on."""
+        reason = made_safe(f"cannot be stored in the database: {type(exc).__name__}: {exc}".strip())
         try:
             target = self.queue.dead_letter(claimed, reason)
         except OSError as error:  # failed/ refuses it too: back in line, tried again shortly

@@ -25,7 +25,7 @@ from gateway.answered import message_identity
 from gateway.api import Handler, PermanentError
 from gateway.events import EventLog, now_ms
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.pg.errors import database_away
+from gateway.pg.errors import worth_waiting
 from gateway.pg.jobs import job_locks
 from gateway.pg.outbox import PgOutbox
 from gateway.settings import QueueSettings
@@ -91,8 +91,8 @@ class MessageProcessor:
 
     async def run(self, message_id: int, role: str) -> None:
         """The Procrastinate task body (gateway.pg.jobs.TASK). A failure of its own bookkeeping that is not
-        the database being away (gateway.pg.errors: the database refused what the message made us write)
-        is that message's failure: it is dead with the reason, never retried forever holding its keys."""
+        worth waiting out (gateway.pg.errors: the database refused what the message made us write) is that
+        message's failure: it is dead with the reason, never retried forever holding its keys."""
         try:
             if role == "gate":
                 await self._gate(message_id)
@@ -101,7 +101,7 @@ class MessageProcessor:
         except Reschedule:
             raise
         except Exception as exc:
-            if database_away(exc):
+            if worth_waiting(exc):
                 raise
             await self._refused(message_id, exc)
 

@@ -308,10 +308,10 @@ async def test_a_file_the_database_refuses_is_dead_lettered_and_the_intake_goes_
     await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
     assert (rig.home.failed / refused).read_bytes() == content
     report = json.loads((rig.home.failed / f"{refused}.error.json").read_bytes())
-    assert "the database refused it: UnicodeEncodeError" in report["reason"]
+    assert "cannot be stored in the database: UnicodeEncodeError" in report["reason"]
     await rig.until(lambda: "c1-00001" in rig.replies())
     texts = dict(rig.rows("SELECT payload->>'messageId', payload->>'message' FROM switchyard_outbox"))
-    assert texts["c1-00001"].startswith("Sorry, I could not take in your message: the database refused it")
+    assert texts["c1-00001"].startswith("Sorry, I could not take in your message: cannot be stored in the database")
     assert not rig.events_named("queue.error") and not list(rig.home.incoming.glob("*.json"))
 
 
