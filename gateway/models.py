@@ -10,8 +10,10 @@ from typing import Any, BinaryIO
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_core import PydanticSerializationError
 
-from gateway.storable import safe_json
+from gateway.events import now_ms
+from gateway.storable import made_safe, safe_json, unstorable
 
+INVALID_APOLOGY = "Sorry, I could not take in your message: {reason}"
 _FILE_TAG = re.compile(r"\[file:\s*([^\]]+)\]")
 _SEND_FILE_TAG = re.compile(r"\[send_file:\s*([^\]]+)\]")
 
@@ -170,6 +172,36 @@ class OutgoingPayload(_Payload):
         """The `progressKey` of a progress note (None for an ordinary reply)."""
         key = (self.model_extra or {}).get("progressKey")
         return key if isinstance(key, str) and key else None
+
+
+class UnstorableText(ValueError):
+    """A payload holding text no store can hold (gateway.storable): invalid input on every backend. Its
+    sender is still told why (`apology`) when the payload, that text made safe, addresses a conversation
+    none of that text is part of; else the reason says no apology was sent."""
+
+    def __init__(self, problem: str, raw: dict[str, Any]):
+        self.safe = _addressable(raw)
+        super().__init__(problem if self.safe else f"{problem}; no apology sent: no conversation to address")
+
+    def apology(self) -> OutgoingPayload | None:
+        """The reply telling the sender why the message was refused; None when it cannot be addressed."""
+        if self.safe is None:
+            return None
+        text = INVALID_APOLOGY.format(reason=self)  # quoted: a tag in the reason is text, never a file sent
+        return OutgoingPayload.reply_to(self.safe, text, agent="switchyard", timestamp=now_ms(), quoted=[text])
+
+
+def _addressable(raw: dict[str, Any]) -> IncomingPayload | None:
+    """The payload with unstorable text made safe, when it is valid and its address (channel, profile and
+    the field naming its conversation) held none; else None."""
+    try:
+        safe = IncomingPayload.model_validate(made_safe(raw))
+    except Exception:
+        return None
+    source = "conversationId" if safe.conversationId else "senderId" if safe.senderId else "sender"
+    if any(unstorable(raw.get(name)) for name in ("channel", "channelProfileId", source)):
+        return None
+    return safe
 
 
 def split_send_file_tags(text: str, *, quoted: str = "") -> tuple[str, list[str]]:

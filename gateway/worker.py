@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,12 +22,12 @@ from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, now_ms
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import LockDirectory
-from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.receipts import Receipts
 from gateway.settings import QueueSettings
 from gateway.sharing import SharedHome
-from gateway.storable import made_safe, unstorable
+from gateway.storable import unstorable
 
 log = logging.getLogger("switchyard.worker")
 
@@ -41,7 +40,6 @@ APOLOGY = (
     "Sorry, I could not process your message (\"{preview}\") after {attempts} attempt(s). "
     "It has been kept for the operator; please try again later."
 )
-INVALID_APOLOGY = "Sorry, I could not take in your message: {reason}"
 
 
 @dataclass
@@ -54,36 +52,6 @@ class _Job:
 def backoff_seconds(attempts: int, settings: QueueSettings) -> float:
     """Exponential backoff after `attempts` failures: initial × 2^(attempts-1), capped."""
     return backoff_delay(attempts, settings.backoff_initial_ms, settings.backoff_max_ms) / 1000
-
-
-class UnstorableText(ValueError):
-    """A payload holding text no store can hold (gateway.storable): invalid input on every backend. Its
-    sender is still told why (`apology`) when the payload, that text made safe, addresses a conversation
-    none of that text is part of; else the reason says no apology was sent."""
-
-    def __init__(self, problem: str, raw: dict[str, Any]):
-        self.safe = _addressable(raw)
-        super().__init__(problem if self.safe else f"{problem}; no apology sent: no conversation to address")
-
-    def apology(self) -> OutgoingPayload | None:
-        """The reply telling the sender why the message was refused; None when it cannot be addressed."""
-        if self.safe is None:
-            return None
-        text = INVALID_APOLOGY.format(reason=self)  # quoted: a tag in the reason is text, never a file sent
-        return OutgoingPayload.reply_to(self.safe, text, agent="switchyard", timestamp=now_ms(), quoted=[text])
-
-
-def _addressable(raw: dict[str, Any]) -> IncomingPayload | None:
-    """The payload with unstorable text made safe, when it is valid and its address (channel, profile and
-    the field naming its conversation) held none; else None."""
-    try:
-        safe = IncomingPayload.model_validate(made_safe(raw))
-    except Exception:
-        return None
-    source = "conversationId" if safe.conversationId else "senderId" if safe.senderId else "sender"
-    if any(unstorable(raw.get(name)) for name in ("channel", "channelProfileId", source)):
-        return None
-    return safe
 
 
 def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:

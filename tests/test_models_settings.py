@@ -22,7 +22,8 @@ def test_unknown_keys_survive_a_round_trip() -> None:
 def test_a_channels_text_no_store_can_hold_is_written_as_is_and_refused_when_read(text: str, reason: str) -> None:
     """The channel's write never fails (a lone surrogate failed it); the file keeps the text, and the
     worker refuses it as invalid input, naming the field, with an apology that can be written."""
-    from gateway.worker import UnstorableText, parse_payload
+    from gateway.models import UnstorableText
+    from gateway.worker import parse_payload
 
     data = IncomingPayload(channel="console", message=text, timestamp=1, messageId="m1", senderId="u1").to_json()
     with pytest.raises(UnstorableText) as refused:

@@ -24,13 +24,13 @@ from psycopg.errors import UniqueViolation
 from gateway.answered import message_identity
 from gateway.api import Handler, PermanentError
 from gateway.events import EventLog, now_ms
-from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.pg.errors import worth_waiting
 from gateway.pg.jobs import job_locks
 from gateway.pg.outbox import PgOutbox
 from gateway.settings import QueueSettings
 from gateway.storable import made_safe
-from gateway.worker import APOLOGY, UnstorableText, backoff_seconds, parse_payload
+from gateway.worker import APOLOGY, backoff_seconds, parse_payload
 
 log = logging.getLogger("switchyard.pg.worker")
 
