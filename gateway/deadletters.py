@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gateway.home import Home, NotRegularFile, fsync_dir, read_file
+from gateway.storable import made_safe
 
 REPORT_SUFFIX = ".error.json"
 STALE_REPORT_S = 60.0
@@ -74,7 +75,7 @@ def _conversation(data: bytes) -> str | None:
     if not isinstance(payload, dict):
         return None
     found = payload.get("conversationId") or payload.get("senderId")
-    return str(found) if found else None
+    return made_safe(str(found)) if found else None  # shown: a NUL or lone surrogate (invalid input) as U+FFFD
 
 
 def _payload_bytes(path: Path) -> bytes:

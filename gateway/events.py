@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.storable import made_safe, storable
+
 if TYPE_CHECKING:  # for annotations only: `status` reads the clock without loading asyncio
     import asyncio
 
@@ -68,7 +70,11 @@ class EventLog:
         """Writes one event with `ts` and `event` plus the given fields (None values left out)."""
         record = {"ts": utc_now_iso(), "event": event}
         record.update({k: v for k, v in fields.items() if v is not None})
-        self._append((self.redact(json.dumps(record, default=str, ensure_ascii=False)) + "\n").encode())
+        text = json.dumps(record, default=str, ensure_ascii=False)
+        if not storable(text):  # a NUL or a lone surrogate (a file's name, an error's text): made safe
+            record = made_safe(json.loads(text))
+            text = json.dumps(record, ensure_ascii=False)
+        self._append((self.redact(text) + "\n").encode())
         for observer in self._observers:
             try:
                 observer(record)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic_core import PydanticSerializationError
 
+from gateway.events import now_ms
+from gateway.storable import made_safe, safe_json, unstorable
+
+INVALID_APOLOGY = "Sorry, I could not take in your message: {reason}"
 _FILE_TAG = re.compile(r"\[file:\s*([^\]]+)\]")
 _SEND_FILE_TAG = re.compile(r"\[send_file:\s*([^\]]+)\]")
 
@@ -17,8 +23,13 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     def to_json(self) -> bytes:
-        """Serialises the payload as UTF-8 JSON, omitting optional keys that are unset."""
-        return self.model_dump_json(exclude_none=True).encode()
+        """Serialises the payload as UTF-8 JSON, omitting optional keys that are unset. A lone surrogate
+        (a channel's text decoded from JSON's `\\ud800`) is written as that escape: the file keeps it, and
+        its reader refuses it as invalid input (gateway.storable), as it does a NUL."""
+        try:
+            return self.model_dump_json(exclude_none=True).encode()
+        except PydanticSerializationError:
+            return json.dumps(self.model_dump(mode="json", exclude_none=True), separators=(",", ":")).encode()
 
 
 class Job(BaseModel):
@@ -114,6 +125,17 @@ class OutgoingPayload(_Payload):
     """The job a reply concerns (a copy of the incoming `job`, or a finished run's spec-003 job fields)."""
     _opened: dict[str, BinaryIO] = PrivateAttr(default_factory=dict)  # files the dispatcher opened for upload
 
+    def to_json(self) -> bytes:
+        """UTF-8 JSON as for an incoming payload, with text no store can hold (a NUL, a lone surrogate)
+        replaced by U+FFFD (gateway.storable): a reply is never lost, nor its queue stuck, for one character."""
+        try:
+            data = self.model_dump_json(exclude_none=True).encode()
+        except PydanticSerializationError:  # a lone surrogate cannot be encoded: dumped again, made safe
+            data = b""
+        if data and b"\\u0000" not in data:
+            return data
+        return safe_json(self.model_dump(mode="json", exclude_none=True))
+
     @classmethod
     def reply_to(
         cls, incoming: IncomingPayload, text: str, *, agent: str, timestamp: int, quoted: Sequence[str] = (),
@@ -150,6 +172,36 @@ class OutgoingPayload(_Payload):
         """The `progressKey` of a progress note (None for an ordinary reply)."""
         key = (self.model_extra or {}).get("progressKey")
         return key if isinstance(key, str) and key else None
+
+
+class UnstorableText(ValueError):
+    """A payload holding text no store can hold (gateway.storable): invalid input on every backend. Its
+    sender is still told why (`apology`) when the payload, that text made safe, addresses a conversation
+    none of that text is part of; else the reason says no apology was sent."""
+
+    def __init__(self, problem: str, raw: dict[str, Any]):
+        self.safe = _addressable(raw)
+        super().__init__(problem if self.safe else f"{problem}; no apology sent: no conversation to address")
+
+    def apology(self) -> OutgoingPayload | None:
+        """The reply telling the sender why the message was refused; None when it cannot be addressed."""
+        if self.safe is None:
+            return None
+        text = INVALID_APOLOGY.format(reason=self)  # quoted: a tag in the reason is text, never a file sent
+        return OutgoingPayload.reply_to(self.safe, text, agent="switchyard", timestamp=now_ms(), quoted=[text])
+
+
+def _addressable(raw: dict[str, Any]) -> IncomingPayload | None:
+    """The payload with unstorable text made safe, when it is valid and its address (channel, profile and
+    the field naming its conversation) held none; else None."""
+    try:
+        safe = IncomingPayload.model_validate(made_safe(raw))
+    except Exception:
+        return None
+    source = "conversationId" if safe.conversationId else "senderId" if safe.senderId else "sender"
+    if any(unstorable(raw.get(name)) for name in ("channel", "channelProfileId", source)):
+        return None
+    return safe
 
 
 def split_send_file_tags(text: str, *, quoted: str = "") -> tuple[str, list[str]]:

@@ -22,11 +22,12 @@ from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, now_ms
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import LockDirectory
-from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.receipts import Receipts
 from gateway.settings import QueueSettings
 from gateway.sharing import SharedHome
+from gateway.storable import unstorable
 
 log = logging.getLogger("switchyard.worker")
 
@@ -58,12 +59,15 @@ def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:
 
     Any failure of the parsers counts as invalid input, not only ValueError: a deeply nested
     document makes `json.loads` raise RecursionError, which must send the file to failed/ like
-    any other unparseable one instead of leaving it claimed forever.
+    any other unparseable one instead of leaving it claimed forever. Text no store can hold (a NUL
+    character, a lone surrogate: gateway.storable), in any value or key, is invalid input too
+    (`UnstorableText`), on the file backend as on the postgres one.
     """
     if len(data) > max_bytes:
         raise ValueError(f"payload larger than queue.max_payload_bytes ({max_bytes} bytes)")
-    with contextlib.suppress(Exception):  # a ValidationError, or anything else: explained below
-        return IncomingPayload.model_validate_json(data)  # the common case, in one pass
+    if b"\\u0000" not in data:  # a NUL passes the fast parser; a lone surrogate never does
+        with contextlib.suppress(Exception):  # a ValidationError, or anything else: explained below
+            return IncomingPayload.model_validate_json(data)  # the common case, in one pass
     try:
         raw = json.loads(data)
     except RecursionError as exc:
@@ -72,6 +76,12 @@ def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:
         raise ValueError(f"not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
+    try:
+        problem = unstorable(raw)
+    except RecursionError as exc:
+        raise ValueError(f"not valid JSON: nested too deeply ({exc})") from exc
+    if problem is not None:
+        raise UnstorableText(problem, raw)
     try:
         return IncomingPayload.model_validate(raw)
     except ValidationError as exc:
@@ -262,7 +272,7 @@ class Worker:
         try:
             message = parse_payload(claimed.data, self.queue.max_payload_bytes)
         except ValueError as exc:
-            self._quarantine(claimed, str(exc))
+            self._quarantine(claimed, str(exc), exc.apology() if isinstance(exc, UnstorableText) else None)
             return
         if self.scheduler.locks is not None and not self._admit(ordering_keys(message)):
             # replaced in incoming/ between its reading and its claim by a file of other keys,
@@ -275,8 +285,9 @@ class Worker:
         if self.receipts is not None:
             self.receipts.claimed(claimed.order, message)
 
-    def _quarantine(self, claimed: Claimed, reason: str) -> None:
-        """Moves an invalid file to failed/; if failed/ refuses it, puts it back to try again later."""
+    def _quarantine(self, claimed: Claimed, reason: str, apology: OutgoingPayload | None = None) -> None:
+        """Moves an invalid file to failed/ (then writes `apology`, if any); if failed/ refuses it, puts it
+        back to try again later."""
         claimed.errors.append(reason)
         try:
             target = self.queue.dead_letter(claimed, reason)
@@ -287,6 +298,11 @@ class Worker:
             return
         log.error("invalid payload %s moved to failed/%s: %s", claimed.name, target.name, reason)
         self.events.emit("message.invalid", job_id=claimed.name, reason=reason, file=target.name)
+        if apology is not None:
+            try:
+                self.outbox.write(apology)
+            except OSError as exc:  # the dead letter holds the reason; the sender is not told this time
+                self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot write the apology: {exc}")
 
     def _start_ready(self) -> None:
         for keys, job in self.scheduler.ready():

@@ -122,6 +122,17 @@ def test_an_invalid_payload_is_listed_and_shown(home: Home) -> None:
     assert deadletters.show(home, "junk.json")[1] == b"not json"
 
 
+def test_a_conversation_no_store_can_hold_is_listed_printable(home: Home) -> None:
+    """Its NUL and lone surrogate are shown as U+FFFD (a lone surrogate made `dead list` crash printing it);
+    the bytes stay as they came."""
+    data = json.dumps({"channel": "console", "message": "x", "timestamp": 1, "messageId": "m",
+                       "conversationId": "c\x00\ud800"}).encode()
+    (home.failed / "bad.json").write_bytes(data)
+    [letter] = deadletters.list_dead(home)
+    assert letter.conversation == "c\ufffd\ufffd" and letter.conversation.encode()
+    assert deadletters.show(home, "bad.json")[1] == data
+
+
 def test_a_quarantined_directory_or_link_is_listed_never_read_and_can_be_dropped(home: Home, tmp_path) -> None:
     (home.failed / "folder.json").mkdir()
     (home.failed / "folder.json" / "inside").write_text("x")

@@ -18,6 +18,21 @@ def test_unknown_keys_survive_a_round_trip() -> None:
     assert IncomingPayload.model_validate(raw).model_dump(exclude_none=True)["threadTs"] == "1.2"
 
 
+@pytest.mark.parametrize(("text", "reason"), [("a\ud800", "a lone surrogate (\\ud800)"), ("a\x00", "a NUL character")])
+def test_a_channels_text_no_store_can_hold_is_written_as_is_and_refused_when_read(text: str, reason: str) -> None:
+    """The channel's write never fails (a lone surrogate failed it); the file keeps the text, and the
+    worker refuses it as invalid input, naming the field, with an apology that can be written."""
+    from gateway.models import UnstorableText
+    from gateway.worker import parse_payload
+
+    data = IncomingPayload(channel="console", message=text, timestamp=1, messageId="m1", senderId="u1").to_json()
+    with pytest.raises(UnstorableText) as refused:
+        parse_payload(data, 1 << 20)
+    assert f"message contains {reason}" in str(refused.value)
+    apology = refused.value.apology()
+    assert apology is not None and apology.senderId == "u1" and apology.to_json().decode()
+
+
 def test_reply_copies_the_conversation_fields() -> None:
     incoming = IncomingPayload(channel="slack", channelProfileId="team", sender="Ada", senderId="U1",
                                message="hi [file: /tmp/a.png]", timestamp=1, messageId="m",

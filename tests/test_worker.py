@@ -251,6 +251,63 @@ async def test_invalid_payloads_are_quarantined_and_the_worker_goes_on(
     assert "message.invalid" in harness.event_names()
 
 
+def unstorable_payload(field: str, value: object) -> bytes:
+    """A payload of conversation c1 whose `field` is `value` (JSON spells NUL `\\u0000`, a lone surrogate
+    `\\ud800`)."""
+    body = {"channel": "console", "channelProfileId": "console", "sender": "Ada", "senderId": "u1",
+            "message": "hello", "timestamp": 1, "messageId": "bad", "conversationId": "c1", field: value}
+    return json.dumps(body).encode()
+
+
+# (field, value, what the dead letter's reason says, whether the sender can be told): the same cases on
+# the postgres backend (tests/pg/test_queue.py), which must treat them alike
+UNSTORABLE = [
+    ("message", "a\x00b", "message contains a NUL character", True),
+    ("sender", "Ada\x00", "sender contains a NUL character", True),
+    ("note", {"deep": ["x\x00"]}, "note.deep[0] contains a NUL character", True),
+    ("k\x00ey", 1, 'a key ("k\\u0000ey") contains a NUL character', True),
+    ("conversationId", "c\x00", "conversationId contains a NUL character; no apology sent", False),
+    ("messageId", "m\x00", "messageId contains a NUL character", True),
+    ("message", "a\ud800b", "message contains a lone surrogate (\\ud800)", True),
+    ("conversationId", "c\ud800", "conversationId contains a lone surrogate (\\ud800)", False),
+]
+UNSTORABLE_IDS = ["nul-text", "nul-sender", "nul-extra", "nul-key", "nul-conversation", "nul-message-id",
+                  "surrogate-text", "surrogate-conversation"]
+
+
+@pytest.mark.parametrize(("field", "value", "reason", "told"), UNSTORABLE, ids=UNSTORABLE_IDS)
+async def test_text_no_store_can_hold_is_invalid_input_and_the_sender_is_told(
+    make_harness, home: Home, field: str, value: object, reason: str, told: bool
+) -> None:
+    harness = await make_harness()
+    content = unstorable_payload(field, value)
+    harness.drop(content, "bad.json")
+    harness.drop(make_incoming("after", messageId="same", conversationId="c1"), "same.json")
+    harness.drop(make_incoming("other", messageId="other", conversationId="c2"), "other.json")
+    await async_wait_until(lambda: len(harness.replies()) == (3 if told else 2))
+    assert (home.failed / "bad.json").read_bytes() == content
+    assert reason in json.loads((home.failed / "bad.json.error.json").read_bytes())["reason"]
+    texts = {r["message"] for r in harness.replies()}
+    assert {"echo: after", "echo: other"} <= texts
+    apologies = [r for r in harness.replies() if r["message"].startswith("Sorry, I could not take in")]
+    assert [(a["conversationId"], reason in a["message"]) for a in apologies] == ([("c1", True)] if told else [])
+    assert "message.invalid" in harness.event_names() and not any(home.processing.rglob("*.json"))
+
+
+async def test_an_answer_holding_text_no_store_can_hold_is_written_made_safe(make_harness, home: Home) -> None:
+    """A provider's NUL or lone surrogate becomes U+FFFD in the reply (before: a surrogate failed the write,
+    and the message stayed claimed, holding its conversation)."""
+    async def garbled(message: IncomingPayload) -> str:
+        return "ok \x00 and \ud800" if message.messageId == "g" else "fine"
+
+    harness = await make_harness(ScriptedHandler(garbled))
+    harness.drop(make_incoming("hi", messageId="g", conversationId="c1"), "g.json")
+    harness.drop(make_incoming("then", messageId="n", conversationId="c1"), "n.json")
+    replies = await async_wait_until(lambda: len(harness.replies()) == 2 and harness.replies())
+    assert sorted(r["message"] for r in replies) == ["fine", "ok \ufffd and \ufffd"]
+    assert not any(home.processing.rglob("*.json")) and not any(home.failed.iterdir())
+
+
 async def test_a_repeated_message_already_answered_is_skipped(make_harness) -> None:
     handler = ScriptedHandler()
     harness = await make_harness(handler)

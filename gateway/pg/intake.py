@@ -6,7 +6,8 @@ transaction with its jobs, and unlinked only after it committed. A crash in betw
 file claimed; the next start returns it to incoming/ and takes it in again: the same name with the
 same bytes is only unlinked, the same name with other bytes is stored under a new name. Files that
 must never be read (a FIFO, a link, an oversized one) are quarantined to failed/ here, as the file
-backend does; an unparsable payload is stored, keyless, and dead-lettered by the worker with its reason.
+backend does, and so is one the database refuses (only a lost connection means the database is away:
+gateway.pg.errors); an unparsable payload is stored, keyless, and dead-lettered by the worker with its reason.
 A message's attachments under the home's files/ are stored with it (gateway.pg.files), for a worker
 on another host; one too large to carry is stored dead, and its sender told why.
 """
@@ -14,6 +15,7 @@ on another host; one too large to carry is stored dead, and its sender told why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import PurePath
 from typing import Any
@@ -24,10 +26,12 @@ from gateway.events import EventLog, now_ms
 from gateway.home import Home
 from gateway.keys import ordering_keys
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.pg.errors import database_away, worth_waiting
 from gateway.pg.jobs import defer_jobs_of, defer_query
 from gateway.pg.outbox import PgOutbox
-from gateway.queue import Claimed, FileQueue
+from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.settings import Settings
+from gateway.storable import made_safe
 from gateway.worker import parse_payload
 
 log = logging.getLogger("switchyard.pg.intake")
@@ -77,14 +81,17 @@ class Intake:
                 continue
             try:
                 await self.take_in(claimed)
-            except Exception as exc:  # the database is away (or refused it): back in line, nothing skipped
-                self.queue.release(claimed, 0.0)
+            except Exception as exc:
+                if not worth_waiting(exc):  # refused: that file's failure, never the queue's
+                    await self._refused(claimed, exc)
+                    continue
+                self.queue.release(claimed, 0.0)  # the database is away: back in line, nothing skipped
                 failures += 1
                 if failures == 1:
                     log.error("cannot take %s into the database (retrying with backoff): %s", claimed.name, exc)
                     self.events.emit("queue.error", job_id=claimed.name,
                                      reason=f"cannot take in: {type(exc).__name__}: {exc}")
-                if self.on_database is not None:
+                if self.on_database is not None and database_away(exc):
                     self.on_database(False, f"{type(exc).__name__}: {exc}")
                 if await wait_event(self._stopping, backoff_delay(failures, 0.2, 5.0)):
                     return
@@ -93,6 +100,29 @@ class Intake:
                 failures = 0
                 if self.on_database is not None:
                     self.on_database(True, None)
+
+    async def _refused(self, claimed: Claimed, exc: Exception) -> None:
+        """A file the database refused (text it cannot hold, a name it cannot encode...) goes to this host's
+        failed/ with its bytes and why, as a file that must never be read does; its sender is told when
+        it parses. The files behind it go on."""
+        reason = made_safe(f"cannot be stored in the database: {type(exc).__name__}: {exc}".strip())
+        try:
+            target = self.queue.dead_letter(claimed, reason)
+        except OSError as error:  # failed/ refuses it too: back in line, tried again shortly
+            self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot quarantine a refused file: {error}")
+            with contextlib.suppress(OSError):
+                self.queue.release(claimed, CLAIM_RETRY_S)
+            return
+        log.error("dead letter: %s moved to failed/%s: %s", claimed.name, target.name, reason)
+        self.events.emit("job.failed.final", job_id=target.name, state="failed_final", kind="message",
+                         reason=reason, failure_reason=reason, attempts=0, file=target.name)
+        try:
+            message = parse_payload(claimed.data, self.queue.max_payload_bytes)
+            apology = OutgoingPayload.reply_to(message, f"Sorry, I could not take in your message: {reason}",
+                                               agent="switchyard", timestamp=now_ms(), quoted=[reason])
+            await asyncio.to_thread(self.outbox.write, apology)
+        except Exception as error:  # the dead letter holds the reason; the sender is not told this time
+            log.warning("no apology for %s: %s", target.name, error)
 
     async def take_in(self, claimed: Claimed) -> None:
         """Stores one claimed file with its jobs (or quarantines it), then removes it from the spool."""

@@ -13,6 +13,7 @@ from typing import Any
 from gateway.events import now_ms
 from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox, outgoing_name
+from gateway.storable import made_safe
 
 INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
           "VALUES (%s, %s, %s, %s, %s::jsonb) ON CONFLICT (name) DO NOTHING RETURNING id")
@@ -58,8 +59,8 @@ class PgOutbox(FileOutbox):
 
     def _statement(self, payload: OutgoingPayload, name: str) -> tuple[str, tuple[Any, ...]]:
         sql = REPLACE if payload.channel in self.named_by_message_id else INSERT
-        return sql, (name, payload.channel, payload.profile, _conversation(payload),
-                     json.dumps(json.loads(payload.to_json())))
+        columns = made_safe([payload.channel, payload.profile, _conversation(payload)])  # as to_json makes them
+        return sql, (name, *columns, json.dumps(json.loads(payload.to_json())))
 
     def _next_name(self, payload: OutgoingPayload) -> str:
         """A name taken by another host: the next timestamp."""

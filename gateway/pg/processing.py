@@ -24,10 +24,12 @@ from psycopg.errors import UniqueViolation
 from gateway.answered import message_identity
 from gateway.api import Handler, PermanentError
 from gateway.events import EventLog, now_ms
-from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
+from gateway.pg.errors import worth_waiting
 from gateway.pg.jobs import job_locks
 from gateway.pg.outbox import PgOutbox
 from gateway.settings import QueueSettings
+from gateway.storable import made_safe
 from gateway.worker import APOLOGY, backoff_seconds, parse_payload
 
 log = logging.getLogger("switchyard.pg.worker")
@@ -42,6 +44,9 @@ ANSWERED_OR_START = (
     "WHERE id = %(id)s AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM seen)) "
     "SELECT EXISTS (SELECT 1 FROM seen)")
 
+REFUSED = ("UPDATE switchyard_messages SET state = 'dead', reason = %s, updated_at = now() "
+           "WHERE id = %s AND state NOT IN ('done', 'dead') RETURNING name, channel, conversation")
+
 
 class Reschedule(Exception):
     """Runs this job again after `delay_s`: the same job, so it keeps its place under its lock."""
@@ -54,7 +59,8 @@ class Reschedule(Exception):
 class KeepPlace(BaseRetryStrategy):
     """Every failed job is retried, never dropped: after its own delay when it asked (`Reschedule`),
     else (our bookkeeping failed: the database went away, a shutdown cancelled it) with backoff,
-    not counted as an attempt of the message."""
+    not counted as an attempt of the message. A job whose bookkeeping the database refused never gets
+    here: `MessageProcessor.run` makes it its message's failure (dead, with the reason)."""
 
     def __init__(self, settings: QueueSettings):
         self.settings = settings
@@ -84,11 +90,31 @@ class MessageProcessor:
         self.running = 0
 
     async def run(self, message_id: int, role: str) -> None:
-        """The Procrastinate task body (gateway.pg.jobs.TASK)."""
-        if role == "gate":
-            await self._gate(message_id)
-        else:
-            await self._process(message_id)
+        """The Procrastinate task body (gateway.pg.jobs.TASK). A failure of its own bookkeeping that is not
+        worth waiting out (gateway.pg.errors: the database refused what the message made us write) is that
+        message's failure: it is dead with the reason, never retried forever holding its keys."""
+        try:
+            if role == "gate":
+                await self._gate(message_id)
+            else:
+                await self._process(message_id)
+        except Reschedule:
+            raise
+        except Exception as exc:
+            if worth_waiting(exc):
+                raise
+            await self._refused(message_id, exc)
+
+    async def _refused(self, message_id: int, exc: Exception) -> None:
+        """Marks the message dead (its bytes stay in its row) because the database refused its bookkeeping."""
+        reason = made_safe(f"the database refused its bookkeeping: {type(exc).__name__}: {exc}".strip())
+        log.error("message %s dead-lettered: %s", message_id, reason, exc_info=True)
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(REFUSED, (reason, message_id))
+            row = await cursor.fetchone()
+        if row is not None:
+            self.events.emit("job.failed.final", job_id=row[0], state="failed_final", kind="message", channel=row[1],
+                             conversation=row[2], reason=reason, failure_reason=reason)
 
     async def _gate(self, message_id: int) -> None:
         """Holds the conversation of a two-key message until it is done or dead (parks meanwhile)."""
@@ -111,7 +137,8 @@ class MessageProcessor:
         try:
             message = parse_payload(bytes(payload), self.settings.max_payload_bytes)
         except ValueError as exc:
-            await self._store_dead(message_id, str(exc), attempts, [*errors, str(exc)], None)
+            apology = exc.apology() if isinstance(exc, UnstorableText) else None
+            await self._store_dead(message_id, str(exc), attempts, [*errors, str(exc)], apology)
             log.error("invalid payload %s dead-lettered: %s", name, exc)
             self.events.emit("message.invalid", job_id=name, reason=str(exc))
             return
@@ -214,6 +241,7 @@ class MessageProcessor:
                           apology: OutgoingPayload | None) -> bool:
         """`dead` with its reason (the original bytes stay in the row), and the apology, in one transaction."""
         checked = self.outbox.prepared(apology) if apology is not None else None
+        reason, errors = made_safe(reason), made_safe(errors)  # an error's text may quote what no store holds
         async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             await cursor.execute("SELECT state FROM switchyard_messages WHERE id = %s FOR UPDATE", (message_id,))
             row = await cursor.fetchone()
@@ -229,6 +257,7 @@ class MessageProcessor:
     async def _retry_or_dead_letter(self, message_id: int, name: str, message: IncomingPayload, error: str,
                                     attempts: int, errors: list[str]) -> None:
         attempts += 1
+        error = made_safe(error)  # an error's text may quote what no store holds (a NUL from a provider)
         errors = [*errors, error]
         if attempts >= self.settings.max_attempts:
             await self._dead_letter(message_id, name, message, f"failed {attempts} time(s); last error: {error}",

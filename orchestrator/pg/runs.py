@@ -12,15 +12,23 @@ crash only makes a step run again.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
 from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
 from gateway.pg.db import shared_pool
+from gateway.storable import safe_json, storable
+from orchestrator.jobs import iso
 from orchestrator.runs import RunStore
 from orchestrator.runstate import RunState
+
+log = logging.getLogger("switchyard.orchestrator.runs")
 
 FINISHED_SQL = "('done', 'failed_final', 'cancelled')"
 COLUMNS = "run_id, conv_key, state, created_at, updated_at, next_retry_at, delivered, data"
@@ -39,13 +47,15 @@ SET_ACTIVE = ("INSERT INTO switchyard_active_runs (conv_key, run_id) VALUES (%s,
 ADD_ACTIVE = ("INSERT INTO switchyard_active_runs (conv_key, run_id) VALUES (%s, %s) "
               "ON CONFLICT (conv_key) DO NOTHING")
 DROP_ACTIVE = "DELETE FROM switchyard_active_runs WHERE run_id = %s"
-ACTIVE_FOR = ("SELECT r.data::text FROM switchyard_active_runs a JOIN switchyard_runs r USING (run_id) "
+ACTIVE_FOR = ("SELECT r.run_id, r.data::text FROM switchyard_active_runs a JOIN switchyard_runs r USING (run_id) "
               f"WHERE a.conv_key = %s AND r.state NOT IN {FINISHED_SQL}")
 DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 FROM switchyard_runs r "
               f"WHERE r.run_id = a.run_id AND r.state NOT IN {FINISHED_SQL})")
-QUEUED = ("SELECT run_id, data->'job'->>'next_retry_at' FROM switchyard_runs WHERE state = 'queued' "
+# Columns only: a claim never parses `data` in the database, so no run's JSON can fail every claim.
+QUEUED = ("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued' "
           "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
 ENDED_AT = "coalesce((data->'job'->>'finished_at')::timestamptz, updated_at)"
+UNREADABLE = f"UPDATE switchyard_runs SET state = 'failed_final' WHERE run_id = %s AND state NOT IN {FINISHED_SQL}"
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
 
 
@@ -77,12 +87,14 @@ class PgRunStore(RunStore):
 
     def _events_of(self, run_id: str) -> list[tuple[str, Any]]:
         pending = self._pending.pop(run_id, None)
-        return [(EVENTS, (run_id, json.dumps(pending, ensure_ascii=False, default=str)))] if pending else []
+        if not pending:
+            return []
+        return [(EVENTS, (run_id, _storable_json(json.dumps(pending, ensure_ascii=False, default=str))))]
 
     def _save_statements(self, run: RunState) -> list[tuple[str, Any]]:
         row = {"run_id": run.runId, "conv_key": _conversation_key(run.message), "state": run.state,
                "created_at": run.createdAt, "updated_at": run.updatedAt, "next_retry_at": run.job.next_retry_at,
-               "delivered": run.delivery is not None, "data": run.model_dump_json()}
+               "delivered": run.delivery is not None, "data": _data(run)}
         statements: list[tuple[str, Any]] = [(SAVE, row), *self._events_of(run.runId)]
         if run.finished:
             statements.append((DROP_ACTIVE, (run.runId,)))
@@ -178,15 +190,26 @@ class PgRunStore(RunStore):
         return rows
 
     def _runs(self, where: str, params: Any = (), order: str = "created_at, run_id") -> list[RunState]:
-        rows = self._query(f"SELECT data::text FROM switchyard_runs {where} ORDER BY {order}", params)
-        return [RunState.model_validate_json(row[0]) for row in rows]
+        rows = self._query(f"SELECT run_id, data::text FROM switchyard_runs {where} ORDER BY {order}", params)
+        return [run for run_id, data in rows if (run := self._parsed(run_id, data)) is not None]
 
     def load(self, run_id: str) -> RunState | None:
         """The run with this id, or None when there is none (or the id is not a valid name)."""
         if safe_name(run_id) != run_id:
             return None
         rows = self._query("SELECT data::text FROM switchyard_runs WHERE run_id = %s", (run_id,))
-        return RunState.model_validate_json(rows[0][0]) if rows else None
+        return self._parsed(run_id, rows[0][0]) if rows else None
+
+    def _parsed(self, run_id: str, data: str) -> RunState | None:
+        """The stored run; None, as the file store answers for a state.json it cannot read, for one that is
+        not a run (written by another version, or by hand): it is marked failed_final, so no claim or
+        listing stops at it again, and its data is left for the operator."""
+        try:
+            return RunState.model_validate_json(data)
+        except ValidationError as exc:
+            log.error("run %s cannot be read (marked failed_final, its data kept): %s", run_id, exc)
+            self._write([(UNREADABLE, (run_id,))], durable=False)
+            return None
 
     def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
         """The last `limit` events of a run, oldest first."""
@@ -203,7 +226,7 @@ class PgRunStore(RunStore):
     def active_for(self, key: str) -> RunState | None:
         """The unfinished run associated with a conversation, if any (one query)."""
         rows = self._query(ACTIVE_FOR, (key,))
-        return RunState.model_validate_json(rows[0][0]) if rows else None
+        return self._parsed(*rows[0]) if rows else None
 
     def all_runs(self) -> list[RunState]:
         return self._runs("")
@@ -222,11 +245,24 @@ class PgRunStore(RunStore):
 
     def queued(self, limit: int) -> list[tuple[str, str | None]]:
         """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims)."""
-        return [(str(run_id), retry) for run_id, retry in self._query(QUEUED, (limit,))]
+        return [(str(run_id), iso(retry) if retry else None) for run_id, retry in self._query(QUEUED, (limit,))]
 
     def running_ids(self) -> list[str]:
         """The runs some host marked running (the executor checks their locks for a dead host's)."""
         return [str(row[0]) for row in self._query("SELECT run_id FROM switchyard_runs WHERE state = 'running'")]
+
+
+def _data(run: RunState) -> str:
+    """The run as JSON the database can read back: a NUL or a lone surrogate (in a step's output, say)
+    becomes U+FFFD (gateway.storable), since one `\\u0000` in `data` fails every query reading into it."""
+    try:
+        return _storable_json(run.model_dump_json())
+    except PydanticSerializationError:  # a lone surrogate cannot be encoded at all
+        return safe_json(run.model_dump(mode="json")).decode()
+
+
+def _storable_json(text: str) -> str:
+    return text if storable(text) else safe_json(json.loads(text)).decode()
 
 
 def _conversation_key(message: dict[str, Any]) -> str:

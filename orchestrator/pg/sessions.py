@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from gateway.pg.db import dsn_from_settings, shared_pool
 from gateway.settings import QueueSettings
+from gateway.storable import made_safe
 from orchestrator.sessions import Change, ConversationHistory, Record, SessionStore
 
 # The lock key is 64 bits of md5(schema, provider, scope): the schema keeps two Switchyards sharing one
@@ -47,7 +48,7 @@ class PgRecords:
                                (self._kind, list(key))).fetchone()
             current = dict(row[0]) if row and isinstance(row[0], dict) else {}
             conn.execute("UPDATE switchyard_memory SET record = %s, updated_at = now() WHERE kind = %s AND key = %s",
-                         (Jsonb(change(current)), self._kind, list(key)))
+                         (Jsonb(made_safe(change(current))), self._kind, list(key)))  # an answer's NUL: U+FFFD
 
 
 class PgSessionStore(SessionStore):

@@ -19,10 +19,11 @@ from gateway.answered import AnsweredIndex
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.keys import KeyScheduler, ordering_keys
-from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.outbox import FileOutbox, outgoing_name
 from gateway.queue import FileQueue
 from gateway.settings import QueueSettings
+from gateway.storable import storable
 from gateway.testing import async_wait_until
 from gateway.worker import Worker, parse_payload
 
@@ -32,7 +33,9 @@ SCALE = 4 if os.environ.get("COVERAGE_RUN") else 1
 
 MAX_BYTES = 4096
 REQUIRED = ("channel", "message", "timestamp", "messageId")
-text = st.text(max_size=40)
+# Text no store can hold (a NUL, lone surrogates) among the drawn strings, keys included: refused, naming where
+unstorable_text = st.sampled_from(["\x00", "a\x00b", "\ud800", "x\udfffy", "\ud83d"])
+text = st.one_of(st.text(max_size=40), unstorable_text)
 ids = st.one_of(text, st.sampled_from(["..", ".", "/", "../../etc/passwd", "a/b", "\x00", "-", " ", "con", "~"]))
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text,
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
@@ -57,10 +60,14 @@ def test_parse_payload_accepts_or_gives_a_reason_never_crashes(data: bytes) -> N
         message = parse_payload(data, MAX_BYTES)
     except ValueError as exc:
         assert str(exc).strip(), "a refusal always says why"
+        apology = exc.apology() if isinstance(exc, UnstorableText) else None
+        assert apology is None or storable(apology.to_json().decode()), "the sender can always be told"
         return
     assert len(data) <= MAX_BYTES and message.channel and message.messageId
     assert ordering_keys(message)
-    json.loads(message.to_json())  # what is accepted can be written back
+    written = message.to_json()
+    json.loads(written)  # what is accepted can be written back
+    assert storable(written.decode()), "and held by every store"
 
 
 @settings(max_examples=6000 // SCALE, deadline=None)
@@ -164,9 +171,12 @@ def _check_outcomes(home: Home, batch: list[bytes]) -> None:
         report = home.failed / f"{name}.error.json"
         try:
             message = parse_payload(data, MAX_BYTES)
-        except ValueError:
+        except ValueError as exc:
             assert (home.failed / name).read_bytes() == data, "the bad bytes are kept as they were"
             assert json.loads(report.read_text())["reason"], "with the reason"
+            if isinstance(exc, UnstorableText) and exc.safe is not None and exc.safe.channel != "heartbeat":
+                told = outgoing_name(_reply_stub(exc.safe)).rsplit("_", 1)[0]
+                assert any(n.startswith(told) for n in answered), f"{name}'s sender was told"
             continue
         assert not report.exists()
         replies = [n for n in answered if n.startswith(outgoing_name(_reply_stub(message)).rsplit("_", 1)[0])]

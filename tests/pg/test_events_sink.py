@@ -44,6 +44,22 @@ def test_events_are_stored_with_the_holder_and_secrets_masked(tmp_path: Path, pg
     assert all("s3cr3t" not in str(event) for _, event in stored)
 
 
+def test_an_event_quoting_text_no_store_can_hold_is_stored_made_safe_and_the_log_goes_on(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """An error's text with a NUL, a file name that is not UTF-8: the event is kept (U+FFFD in their place)
+    in events.jsonl and in the database, never failing the caller nor holding up the events after it."""
+    schema.migrate(pg_dsn)
+    log = EventLog(tmp_path / "events.jsonl")
+    close = attach_event_sink(log, pg_dsn)
+    log.emit("job.failed.retryable", job_id="a.json", reason="provider said \x00")
+    log.emit("job.failed.final", job_id="\udcff.json", reason="refused")
+    log.emit("job.succeeded", job_id="b.json")
+    close()
+    assert [(event["job_id"], event.get("reason")) for _, event in _events(pg_dsn)] == [
+        ("a.json", "provider said \ufffd"), ("\ufffd.json", "refused"), ("b.json", None)]
+    assert (tmp_path / "events.jsonl").read_text().count("\ufffd") == 2
+
+
 class _Outage:
     """Connects to the real database, except while `down` (as when PostgreSQL restarts)."""
 

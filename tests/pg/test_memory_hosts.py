@@ -59,6 +59,16 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], tuple
 # --- the store contract, on both stores ---------------------------------------------------------------
 
 
+def test_an_answer_holding_a_nul_is_remembered_and_the_conversation_goes_on(
+        stores: Callable[[], tuple[SessionStore, ConversationHistory]]) -> None:
+    """A provider's NUL is kept in a file and stored as U+FFFD in the database (it was refused)."""
+    _, history = stores()
+    history.add(SCOPE, "hi", "a\x00b")
+    history.add(SCOPE, "next", "fine")
+    assert [e["assistant"] for e in stores()[1].recent(SCOPE)] in (
+        [["a\x00b", "fine"], ["a\ufffdb", "fine"]])
+
+
 def test_a_session_with_our_own_id_is_continued_and_started_afresh_when_forgotten(
         stores: Callable[[], tuple[SessionStore, ConversationHistory]]) -> None:
     sessions, _ = stores()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import FileQueue
 from gateway.settings import Settings
+from tests.test_worker import UNSTORABLE, UNSTORABLE_IDS, unstorable_payload
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -275,6 +277,88 @@ async def test_hostile_files_are_quarantined_locally(rig_factory: Any) -> None:
     assert rig.rows("SELECT name FROM switchyard_messages") == [("0000004.json",)]
     assert not list(rig.home.incoming.iterdir())
 
+
+
+@pytest.mark.parametrize(("field", "value", "reason", "told"), UNSTORABLE, ids=UNSTORABLE_IDS)
+async def test_text_no_store_can_hold_is_invalid_input_and_the_sender_is_told(
+        rig_factory: Any, field: str, value: object, reason: str, told: bool) -> None:
+    """The file backend's cases (tests/test_worker.py), with the same outcome: dead with its bytes and why,
+    the sender told where a conversation can be addressed, the same and other conversations answered."""
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=2)
+    content = rig.drop(unstorable_payload(field, value))
+    rig.drop(message(2, "c1"))
+    rig.drop(message(3, "c2"))
+    await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
+    await rig.until(lambda: rig.rows("SELECT 1 FROM switchyard_messages WHERE state = 'dead'"))
+    (payload, stored_reason), = rig.rows("SELECT payload, reason FROM switchyard_messages WHERE state = 'dead'")
+    assert bytes(payload) == content and reason in stored_reason
+    apologies = rig.rows("SELECT payload->>'conversationId', payload->>'message' FROM switchyard_outbox "
+                         "WHERE payload->>'message' LIKE 'Sorry, I could not take in%%'")
+    assert [(conversation, reason in text) for conversation, text in apologies] == ([("c1", True)] if told else [])
+    assert rig.events_named("message.invalid") and not list(rig.home.incoming.glob("*.json"))
+
+
+async def test_a_file_the_database_refuses_is_dead_lettered_and_the_intake_goes_on(rig_factory: Any) -> None:
+    """A name that is not UTF-8 (a program wrote bytes) cannot be stored: that file is the database's
+    refusal, not the database being away, so it goes to failed/ with its bytes and why, its sender is
+    told, and the files behind it are taken in and answered."""
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=1)
+    refused = os.fsdecode(b"0000001-\xff.json")
+    content = rig.drop(message(1, "c1"), name=refused)
+    rig.drop(message(2, "c1"), name="0000002.json")
+    rig.drop(message(3, "c2"), name="0000003.json")
+    await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
+    assert (rig.home.failed / refused).read_bytes() == content
+    report = json.loads((rig.home.failed / f"{refused}.error.json").read_bytes())
+    assert "cannot be stored in the database: UnicodeEncodeError" in report["reason"]
+    await rig.until(lambda: "c1-00001" in rig.replies())
+    texts = dict(rig.rows("SELECT payload->>'messageId', payload->>'message' FROM switchyard_outbox"))
+    assert texts["c1-00001"].startswith("Sorry, I could not take in your message: cannot be stored in the database")
+    assert not rig.events_named("queue.error") and not list(rig.home.incoming.glob("*.json"))
+
+
+class QuotingHandler(ScriptedHandler):
+    """Fails `failing` with an error quoting a NUL (as a provider's output may), every time."""
+
+    def __init__(self, failing: str):
+        super().__init__()
+        self.failing = failing
+
+    async def handle(self, msg: IncomingPayload) -> list[OutgoingPayload]:
+        if msg.messageId == self.failing:
+            raise RuntimeError("provider said \x00 and \udcff")
+        return await super().handle(msg)
+
+
+async def test_an_error_quoting_text_no_store_can_hold_is_counted_and_dead_lettered(rig_factory: Any) -> None:
+    """Its retries are counted and it ends dead with its bytes, its sender told, its conversation going on
+    (before: recording the error failed, and the job was retried uncounted, forever, holding its key)."""
+    rig = await rig_factory(QuotingHandler("c1-00001"), max_concurrency=2, max_attempts=2)
+    content = rig.drop(message(1, "c1"))
+    rig.drop(message(2, "c1"))
+    rig.drop(message(3, "c2"))
+    await rig.until(lambda: {"c1-00001", "c1-00002", "c2-00003"} <= set(rig.replies()))
+    (payload, reason), = rig.rows("SELECT payload, reason FROM switchyard_messages WHERE state = 'dead'")
+    assert bytes(payload) == content and "provider said" in reason
+    texts = dict(rig.rows("SELECT payload->>'messageId', payload->>'message' FROM switchyard_outbox"))
+    assert texts["c1-00001"].startswith("Sorry") and texts["c1-00002"] == "re c1-00002"
+
+
+async def test_a_reply_the_database_refuses_is_its_messages_failure_not_the_queues(rig_factory: Any) -> None:
+    """Any refusal but a lost connection (here a constraint) ends that message dead with why, once; its
+    conversation and the others go on."""
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=2)
+    with psycopg.connect(rig.dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE switchyard_outbox ADD CONSTRAINT refuse_one "
+                     "CHECK (payload->>'message' <> 're c1-00001')")
+    content = rig.drop(message(1, "c1"))
+    rig.drop(message(2, "c1"))
+    rig.drop(message(3, "c2"))
+    await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
+    (payload, reason), = rig.rows("SELECT payload, reason FROM switchyard_messages WHERE state = 'dead'")
+    assert bytes(payload) == content and "the database refused its bookkeeping: CheckViolation" in reason
+    assert [e["job_id"] for e in rig.events_named("job.failed.final")] == ["0000001.json"]
+    assert [c[0] for c in rig.handler.calls].count("c1-00001") == 1
 
 
 class RefusingPool:

@@ -141,8 +141,42 @@ def test_the_database_store_claims_due_runs_first_and_lists_running_ones(db: str
     store.create(_run("r-due", createdAt="2030-01-01T00:00:02.000Z"), None)
     store.transition(store.create(_run("r-run"), None), "running")
     assert [run_id for run_id, _ in store.queued(10)] == ["r-due", "r-later"]
-    assert store.queued(10)[1][1] == "2999-01-01T00:00:00Z"
+    assert store.queued(10)[1][1] == "2999-01-01T00:00:00.000Z"
     assert store.running_ids() == ["r-run"]
+
+
+def test_text_the_database_cannot_read_back_never_stops_the_claims(db: str, tmp_path: Path) -> None:
+    """A NUL in a run's stored JSON failed every query reading into it: the claims of every run on every
+    host. A run saved now holds U+FFFD instead; one stored so before no longer stops the others."""
+    from orchestrator.pg.runs import PgRunStore
+
+    store = PgRunStore(Home(tmp_path / "a"), db, fsync=False)
+    store.create(_run("r-old", createdAt="2030-01-01T00:00:01.000Z"), None)
+    with psycopg.connect(db, autocommit=True) as conn:  # as an earlier version stored it
+        conn.execute("UPDATE switchyard_runs SET data = replace(data::text, 'build it', 'build \\u0000 it')::json")
+    store.create(_run("r-new", createdAt="2030-01-01T00:00:02.000Z", input={"out": "a\x00b\ud800"}), None)
+    assert [run_id for run_id, _ in store.queued(10)] == ["r-old", "r-new"]
+    assert store.load("r-new").input == {"out": "a\ufffdb\ufffd"}  # type: ignore[union-attr]
+    assert store.load("r-old").message["message"] == "build \x00 it"  # type: ignore[union-attr]
+
+
+def test_a_stored_run_that_is_not_a_run_is_failed_and_the_others_go_on(db: str, tmp_path: Path) -> None:
+    """As the file store answers for a state.json it cannot read: none, logged; and it is marked
+    failed_final, so the oldest queued run no longer stops every claim (before: each claim pass raised)."""
+    from orchestrator.pg.runs import PgRunStore
+
+    store = PgRunStore(Home(tmp_path / "a"), db, fsync=False)
+    store.create(_run("r-bad", createdAt="2030-01-01T00:00:01.000Z"), KEY)
+    store.create(_run("r-good", createdAt="2030-01-01T00:00:02.000Z"), None)
+    with psycopg.connect(db, autocommit=True) as conn:  # written by another version, or by hand
+        conn.execute("UPDATE switchyard_runs SET data = '{\"runId\": \"r-bad\", \"state\": \"paused\"}' "
+                     "WHERE run_id = 'r-bad'")
+    assert store.active_for(KEY) is None and store.load("r-bad") is None
+    assert [run_id for run_id, _ in store.queued(10)] == ["r-good"]
+    assert [run.runId for run in store.all_runs()] == ["r-good"]
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT state, data->>'state' FROM switchyard_runs WHERE run_id = 'r-bad'").fetchone() \
+            == ("failed_final", "paused")
 
 
 def test_an_undurable_save_is_made_durable_by_sync(db: str, tmp_path: Path) -> None:
