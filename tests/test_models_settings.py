@@ -123,3 +123,19 @@ def test_switchyard_channel_options_declares_a_model_for_every_built_in_type() -
 
 def test_the_example_settings_channels_pass_the_plugins_checks() -> None:
     check_channel_options(load_settings(EXAMPLE), build_plugin_manager(), source=str(EXAMPLE))
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text("queue:\n  runs_retention_days: 30\n  fsync: true\n  runs_retention_days: 7\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    assert "duplicate key 'runs_retention_days' on line 2 and line 4" in str(caught.value)
+
+
+def test_check_names_a_key_given_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    (tmp_path / "settings.yaml").write_text("log_format: text\nplugins: []\nlog_format: json\n")
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert "duplicate key 'log_format' on line 1 and line 3" in capsys.readouterr().out
