@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.yamlfile import load_yaml
 
@@ -109,7 +109,16 @@ class ChannelProfile(BaseModel):
     id: str = Field(min_length=1, max_length=128)
     type: str = Field(min_length=1)
     orchestrator: str | None = None
-    allow_from: list[str] | None = None
+    allow_from: list[str] | None = None  # absent: everyone; [] nobody; `allow_from:` left empty is an error
+
+    @field_validator("allow_from", mode="before")
+    @classmethod
+    def _allow_from_given(cls, value: Any) -> Any:
+        """`allow_from:` with every entry commented out must not quietly mean "everyone"."""
+        if value is None:
+            raise ValueError("empty (every entry commented out?): list the sender ids to admit, "
+                             "`[]` to admit nobody, or remove the key to admit everyone")
+        return value
 
     def option(self, key: str, default: Any = None) -> Any:
         """Reads a type-specific key (e.g. `interval_sec`), with a default."""
@@ -232,9 +241,9 @@ def validation_problems(error: ValidationError) -> list[str]:
     """A pydantic error as one line per failing key, e.g. `queue.max_attempts: …`."""
     lines = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        key = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{key}: {message}" if not message.startswith(key) else message)
+        lines.append(f"{key}: {message}" if key and not message.startswith(key) else message)
     return lines
 
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.access import AccessPolicy
+from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager, check_channel_options
-from gateway.settings import SettingsError, load_settings
+from gateway.settings import Settings, SettingsError, load_settings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "settings.example.yaml"
 
@@ -139,3 +141,19 @@ def test_check_names_a_key_given_twice(tmp_path: Path, capsys: pytest.CaptureFix
     (tmp_path / "settings.yaml").write_text("log_format: text\nplugins: []\nlog_format: json\n")
     assert main(["--home", str(tmp_path), "check"]) == 2
     assert "duplicate key 'log_format' on line 1 and line 3" in capsys.readouterr().out
+
+
+def test_an_allow_from_left_empty_is_an_error_not_everyone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    (tmp_path / "settings.yaml").write_text("channels:\n  - id: desk\n    type: console\n    allow_from:\n"
+                                            "    #  - '12345'\n")
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert "channels.0.allow_from: empty (every entry commented out?)" in capsys.readouterr().out
+    assert main(["--home", str(tmp_path), "run"]) == 2
+    assert "channels.0.allow_from: empty" in capsys.readouterr().err
+
+
+def test_an_empty_allow_from_list_admits_nobody(home: Home) -> None:
+    profile = Settings.model_validate({"channels": [{"id": "desk", "type": "console", "allow_from": []}]}).channels[0]
+    assert not AccessPolicy(home, profile).check("12345", "someone").allowed
