@@ -119,7 +119,7 @@ class ChannelRig:
     async def start(self) -> Channel:
         home = Home(self.root)
         home.create()
-        access = {} if self.allow_from is None else {"allow_from": self.allow_from}  # absent: everyone
+        access: dict[str, Any] = {} if self.allow_from is None else {"allow_from": self.allow_from}  # absent: all
         profile = ChannelProfile(id="conformance", type=self.driver.type, **access, **self.driver.profile_options())
         settings = Settings(channels=[profile], files=FileSettings(extra_roots=[str(self.root.parent)]))
         events = EventLog(home.events_file)
