@@ -21,6 +21,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
+from gateway.tables import printable
 
 log = logging.getLogger("switchyard")
 
@@ -167,12 +168,13 @@ def _pair(args: argparse.Namespace, store: Pairing) -> int:
             print(f"switchyard: no pending pairing code {args.code!r} (see `switchyard pair list`)",
                   file=sys.stderr)
             return 1
-        print(f"approved {entry['sender'] or entry['senderId']} ({entry['senderId']}) on {entry['profile']}")
+        who = entry["sender"] or entry["senderId"]
+        print(printable(f"approved {who} ({entry['senderId']}) on {entry['profile']}"))
         return 0
     data = store.read()
-    for code, entry in data["pending"].items():
-        print(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
-              f"since {entry['requested_at']}")
+    for code, entry in data["pending"].items():  # a display name is the sender's choice: no raw controls
+        print(printable(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
+                        f"since {entry['requested_at']}"))
     for profile, senders in data["approved"].items():
-        print(f"approved on {profile}: {', '.join(senders)}")
+        print(printable(f"approved on {profile}: {', '.join(senders)}"))
     return 0

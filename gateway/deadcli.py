@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import deadletters
 from gateway.home import Home
-from gateway.tables import print_table
+from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
     from gateway.cli import Invocation
@@ -107,9 +107,10 @@ def _show(store: Any, name: str, *, as_json: bool) -> int:
                          indent=2))
         return 0
     for key, value in letter.to_json().items():
-        print(f"{key}: {value if value is not None else '-'}")
+        print(printable(f"{key}: {value if value is not None else '-'}"))
     print("payload:")
-    print(json.dumps(payload, indent=2, ensure_ascii=False) if payload is not None else text)
+    shown = json.dumps(payload, indent=2, ensure_ascii=False) if payload is not None else text
+    print("\n".join(printable(line) for line in shown.split("\n")))
     return 0
 
 
