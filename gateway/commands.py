@@ -149,15 +149,15 @@ def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
         return _pair(args, PairingStore(run.home))
     import psycopg
 
-    from gateway.pg.db import dsn_from_settings, redacted
+    from gateway.pg.db import dsn_from_settings
     from gateway.pg.pairing import PgPairingStore
+    from gateway.redaction import database_error
 
     dsn = dsn_from_settings(run.settings.queue)
     try:
         return _pair(args, PgPairingStore.direct(dsn))
     except psycopg.Error as exc:
-        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"switchyard: cannot use the database at {redacted(dsn)}: {said}", file=sys.stderr)
+        print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
         return EXIT_DATABASE
 
 

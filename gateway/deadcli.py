@@ -55,14 +55,15 @@ def _on_database(args: argparse.Namespace, run: Invocation) -> int:
     """`dead` against the database; an unreachable one is one line on stderr and exit 2."""
     import psycopg
 
-    from gateway.pg.db import dsn_from_settings, redacted
+    from gateway.pg.db import dsn_from_settings
     from gateway.pg.deadletters import DeadStore
+    from gateway.redaction import database_error
 
     dsn = dsn_from_settings(run.settings.queue)
     try:
         return _run(args, DeadStore(dsn, run.home))
     except psycopg.Error as exc:
-        print(f"switchyard: cannot use the database at {redacted(dsn)}: {str(exc).strip()}", file=sys.stderr)
+        print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
         return EXIT_DATABASE
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from orchestrator.runs import RunStore
 
 RUNS_LIMIT = 20
+EXIT_DATABASE = 2  # the postgres backend's database is unreachable (as `status`, `dead`, `db`)
 
 
 @hookimpl
@@ -88,12 +89,29 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
-    """Lists runs newest first (filtered and cut to `--limit`), or shows one."""
-    from gateway.tables import print_table
-    from orchestrator.listing import HEADERS, parse_since, parse_states, select_runs, table_rows
+    """Lists runs newest first (filtered and cut to `--limit`), or shows one; on the postgres backend an
+    unreachable database is one line on stderr and exit 2."""
     from orchestrator.runs import open_run_store
 
     store = open_run_store(home, settings, fsync=False)
+    if settings.queue.backend != "postgres":
+        return _runs(args, store)
+    import psycopg
+
+    from gateway.pg.db import dsn_from_settings
+    from gateway.redaction import database_error
+
+    try:
+        return _runs(args, store)
+    except psycopg.Error as exc:  # the pool's own warnings said why; this is the one line that stays
+        print(f"switchyard: {database_error(exc, dsn_from_settings(settings.queue))}", file=sys.stderr)
+        return EXIT_DATABASE
+
+
+def _runs(args: argparse.Namespace, store: RunStore) -> int:
+    from gateway.tables import print_table
+    from orchestrator.listing import HEADERS, parse_since, parse_states, select_runs, table_rows
+
     if args.runs_command == "show":
         return _show_run(store, args)
     try:
