@@ -24,8 +24,15 @@ class SettingsError(Exception):
 
     @classmethod
     def of(cls, source: str, problems: list[str]) -> SettingsError:
-        """One error for the problems of one file, each given as `key: reason`."""
-        return cls(f"{source}: " + "; ".join(problems), [f"{source}: {problem}" for problem in problems])
+        """One error for the problems of one file, each given as `key: reason` (one line each)."""
+        return cls.listing([f"{source}: {problem}" for problem in problems])
+
+    @classmethod
+    def listing(cls, problems: list[str]) -> SettingsError:
+        """One error for several `file: key: reason` lines: the message gives each on its own line."""
+        if len(problems) == 1:
+            return cls(problems[0], problems)
+        return cls(f"{len(problems)} problems:\n  " + "\n  ".join(problems), problems)
 
 
 class _Strict(BaseModel):
@@ -237,19 +244,22 @@ def secret_env_names(settings: Settings) -> frozenset[str]:
     return frozenset(names)
 
 
-def validation_problems(error: ValidationError) -> list[str]:
-    """A pydantic error as one line per failing key, e.g. `queue.max_attempts: …`."""
+def validation_problems(error: ValidationError, model: type[BaseModel] | None = None,
+                        also: Collection[str] = ()) -> list[str]:
+    """A pydantic error as one line per failing key, e.g. `queue.max_attempts: …`; an unknown key of
+    `model` is named with the closest key declared there (`also`: more keys allowed at the top)."""
+    from gateway.keyhints import home_of, keys_at, unknown_key
+
     lines = []
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and model is not None:
+            where, name = item["loc"][:-1], str(item["loc"][-1])
+            known = keys_at(model, where) + (list(also) if not where else [])
+            message = unknown_key(name, known, belongs=home_of(model, where, name))
         lines.append(f"{key}: {message}" if key and not message.startswith(key) else message)
     return lines
-
-
-def describe_validation_error(error: ValidationError, source: str) -> str:
-    """Turns a pydantic error into lines naming each failing key, e.g. `queue.max_attempts: …`."""
-    return f"{source}: " + "; ".join(validation_problems(error))
 
 
 def parse_yaml_file(path: Path) -> dict[str, Any]:
@@ -279,7 +289,7 @@ def load_settings(path: Path | None, *, required: bool = False) -> Settings:
     try:
         return Settings.model_validate(parse_yaml_file(path))
     except ValidationError as exc:
-        raise SettingsError.of(str(path), validation_problems(exc)) from exc
+        raise SettingsError.of(str(path), validation_problems(exc, Settings)) from exc
 
 
 def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseModel]], known: Collection[str],
@@ -299,7 +309,8 @@ def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseM
         try:
             model.model_validate(profile.model_extra or {})
         except ValidationError as exc:
-            problems += [f"{where}: {problem}" for problem in validation_problems(exc)]
+            also = [key for key in ChannelProfile.model_fields if key not in model.model_fields]
+            problems += [f"{where}: {problem}" for problem in validation_problems(exc, model, also)]
     if problems:
         raise SettingsError.of(source, problems)
 

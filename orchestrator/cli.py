@@ -190,7 +190,7 @@ def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) 
     """An orchestrator's configuration for CLI helpers (provider names are not checked here)."""
     from pydantic import ValidationError
 
-    from gateway.settings import SettingsError, describe_validation_error, parse_yaml_file
+    from gateway.settings import SettingsError, parse_yaml_file, validation_problems
     from orchestrator.config import CONFIG_FILE, LoadedConfig, OrchestratorConfig, default_orchestrator_config
     from orchestrator.rules import builtin_providers
 
@@ -205,7 +205,7 @@ def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) 
     try:
         config = OrchestratorConfig.model_validate(parse_yaml_file(path))
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc, str(path))) from exc
+        raise SettingsError.of(str(path), validation_problems(exc, OrchestratorConfig)) from exc
     return LoadedConfig(chosen, workspace, config)
 
 

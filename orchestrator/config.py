@@ -263,7 +263,7 @@ def parse_orchestrator_config(
     try:
         config = OrchestratorConfig.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError.of(source, validation_problems(exc)) from exc
+        raise SettingsError.of(source, validation_problems(exc, OrchestratorConfig)) from exc
     problems = list(config.reference_problems(known_providers))
     if problems:
         raise SettingsError.of(source, problems)

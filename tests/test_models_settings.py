@@ -68,10 +68,13 @@ def test_an_explicitly_named_settings_file_that_is_missing_is_an_error(tmp_path:
 @pytest.mark.parametrize(
     ("channel", "named"),
     [
-        ("{id: desk, type: console, alow_from: ['1']}", "channels.0 (desk): alow_from: extra inputs"),
-        ("{id: beat, type: heartbeat, intervall_sec: 5}", "channels.0 (beat): intervall_sec: extra inputs"),
+        ("{id: desk, type: console, alow_from: ['1']}",
+         "channels.0 (desk): alow_from: unknown key; did you mean `allow_from`"),
+        ("{id: beat, type: heartbeat, intervall_sec: 5}",
+         "channels.0 (beat): intervall_sec: unknown key; did you mean `interval_sec`"),
         ("{id: beat, type: heartbeat, interval_sec: soon}", "channels.0 (beat): interval_sec:"),
-        ("{id: tg, type: telegram, token_env: T, mod: webhook}", "channels.0 (tg): mod: extra inputs"),
+        ("{id: tg, type: telegram, token_env: T, mod: webhook}",
+         "channels.0 (tg): mod: unknown key; did you mean `mode`"),
         ("{id: pidgin, type: carrier-pigeon}", "channels.0 (pidgin): type: no installed plugin provides "
                                                "channel type 'carrier-pigeon'"),
     ],
