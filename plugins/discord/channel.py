@@ -24,7 +24,7 @@ try:
         import discord.gateway
         import discord.http
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ConfigurationError("discord.py is not installed: pip install 'switchyard[discord]'") from exc
+    raise ConfigurationError("discord.py is not installed: pip install '.[discord]' in the Switchyard clone") from exc
 
 from gateway import (
     ChannelContext,

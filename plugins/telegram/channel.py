@@ -364,7 +364,8 @@ def _import_library() -> None:
     try:
         import telegram.ext  # noqa: F401
     except ImportError:
-        raise ConfigurationError("python-telegram-bot is not installed: pip install 'switchyard[telegram]'") from None
+        raise ConfigurationError("python-telegram-bot is not installed: pip install '.[telegram]' in the "
+                                 "Switchyard clone") from None
 
 
 def _build_application(options: TelegramOptions, token: str) -> TelegramApp:
