@@ -9,6 +9,7 @@ form and URL parameter (`password=PASSWORD`).
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import unquote
 
@@ -20,7 +21,8 @@ _KEY_PASSWORD = re.compile(r"(?i)(?:^|[\s?&])password\s*=\s*('(?:\\.|[^'\\])*'|[
 
 
 def dsn_passwords(dsn: str) -> list[str]:
-    """Every password `dsn` holds as written, and as decoded (%-escapes, quotes), longest first."""
+    """Every password `dsn` holds as written, and as decoded (%-escapes, quotes), and as a JSON line or a
+    one-line log record escapes it (a `"` or `\\` in it), longest first."""
     found: set[str] = set()
     for match in [*_URL_PASSWORD.finditer(dsn), *_KEY_PASSWORD.finditer(dsn)]:
         raw = match.group(1)
@@ -28,6 +30,7 @@ def dsn_passwords(dsn: str) -> list[str]:
         if raw.startswith("'") and raw.endswith("'") and len(raw) >= 2:
             found.add(re.sub(r"\\(.)", r"\1", raw[1:-1]))
         found.add(unquote(raw))
+    found |= {json.dumps(value)[1:-1] for value in found} | {value.replace("\\", "\\\\") for value in found}
     return sorted((value for value in found if len(value) >= MIN_MASKED), key=len, reverse=True)
 
 

@@ -25,7 +25,7 @@ BAD_DSN = f"postgresql://u:{PASSWORD}@127.0.0.1:1/x"  # port 1: nothing ever con
     ("postgresql://u@h:5432/x", []),
 ])
 def test_the_password_is_found_in_the_raw_dsn(dsn: str, passwords: list[str]) -> None:
-    assert dsn_passwords(dsn) == passwords
+    assert set(passwords) <= set(dsn_passwords(dsn)) and (passwords or not dsn_passwords(dsn))
     for password in passwords:
         assert password not in redacted_dsn(dsn) and password not in redact(f"said {password}", dsn)
 
@@ -50,3 +50,17 @@ def test_no_command_shows_a_password_libpq_cannot_parse(tmp_path: Path, argv: tu
     written = "".join(path.read_text(errors="replace") for path in tmp_path.rglob("*") if path.is_file())
     for shown in (result.stdout, result.stderr, written):
         assert PASSWORD not in shown and "p%25ss" not in shown
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_password_with_quotes_and_backslashes_is_masked_in_escaped_log_lines(tmp_path: Path,
+                                                                              log_format: str) -> None:
+    password = 'q"u\\o%te'
+    (tmp_path / "settings.yaml").write_text("queue: {backend: postgres}\n")
+    env = clean_environment({"SWITCHYARD_DSN": f"postgresql://u:{password}@127.0.0.1:1/x",
+                             "SWITCHYARD_LOG_FORMAT": log_format})
+    result = subprocess.run([SWITCHYARD, "--home", str(tmp_path), "runs"], capture_output=True, text=True,
+                            env=env, stdin=subprocess.DEVNULL, timeout=60)
+    assert "psycopg.pool" in result.stderr and "***" in result.stderr, result.stderr
+    for form in ("o%te", 'q\\"u', "q\\\\u"):
+        assert form not in result.stderr, (form, result.stderr)
