@@ -305,3 +305,18 @@ def test_a_telegram_token_the_api_refuses_disables_the_profile_with_the_reason(
     assert "disabled" in status.stdout and "rejected the bot token" in status.stdout, status.stdout
     assert switchyard.stop() == 0
     assert_secrets_not_written(switchyard, wrong)
+
+
+def test_a_discord_token_the_api_refuses_disables_the_profile_with_the_reason(
+    discord: FakeThread[DiscordFakeServer], switchyard: Switchyard
+) -> None:
+    fake = discord.server
+    switchyard.env["SWITCHYARD_E2E_DISCORD_TOKEN"] = "wrong-e2e-discord-token"  # the fake answers 401
+    switchyard.configure({"channels": [{"id": "dc", "type": "discord", "token_env": "SWITCHYARD_E2E_DISCORD_TOKEN",
+                                        "api_base_url": fake.api_base_url, "gateway_url": fake.gateway_url}]})
+    switchyard.start()
+    entry = wait_for_state(switchyard, "dc", "disabled")
+    assert "rejected the token in SWITCHYARD_E2E_DISCORD_TOKEN" in entry["reason"], entry
+    assert switchyard.events("channel.retrying") == []
+    assert switchyard.stop() == 0
+    assert_secrets_not_written(switchyard, "wrong-e2e-discord-token")
