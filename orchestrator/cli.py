@@ -136,6 +136,7 @@ def _runs(args: argparse.Namespace, store: RunStore) -> int:
 
 
 def _show_run(store: RunStore, args: argparse.Namespace) -> int:
+    from gateway.tables import printable
     from orchestrator.status import snapshot
 
     run = store.load(args.run_id)
@@ -146,14 +147,14 @@ def _show_run(store: RunStore, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"state": run.model_dump(mode="json"), "events": events}, indent=2, default=str))
         return 0
-    print(snapshot(run, events[-1] if events else None))
+    print("\n".join(printable(line) for line in snapshot(run, events[-1] if events else None).split("\n")))
     print(f"state: {'the database' if store.shared else store.folder(run.runId) / 'state.json'}")
     job = run.job.model_dump(exclude_none=True, exclude_defaults=True)
     if job:
-        print("job: " + ", ".join(f"{key}={value}" for key, value in job.items()))
+        print(printable("job: " + ", ".join(f"{key}={value}" for key, value in job.items())))
     for event in events:
         detail = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("ts", "event") and v is not None)
-        print(f"  {event.get('ts')} {event.get('event')} {detail}".rstrip())
+        print(printable(f"  {event.get('ts')} {event.get('event')} {detail}".rstrip()))
     return 0
 
 

@@ -80,7 +80,8 @@ def test_markup_and_control_characters_are_shown_as_text_on_a_terminal(hostile_h
     assert SHOWN in output, output
 
 
-@pytest.mark.parametrize("argv", [("dead", "list"), ("status",), ("pair", "list"), ("runs",)])
+@pytest.mark.parametrize("argv", [("dead", "list"), ("dead", "show", "m1.json"), ("status",), ("pair", "list"),
+                                  ("runs",), ("runs", "show", "r-1")])
 def test_control_characters_are_shown_as_escapes_in_a_pipe(hostile_home: Home, argv: tuple[str, ...]) -> None:
     result = in_a_pipe(hostile_home, *argv)
     assert "\x1b" not in result.stdout and "\r" not in result.stdout, result.stdout
