@@ -34,7 +34,8 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
 from gateway.receipts import takes_receipts
-from gateway.settings import ChannelProfile, Settings
+from gateway.redaction import dsn_passwords
+from gateway.settings import ChannelProfile, Settings, secret_env_names
 from gateway.watch import FolderWatch
 
 log = logging.getLogger("switchyard")
@@ -49,13 +50,10 @@ MAINTENANCE_INTERVAL_S = 60.0
 
 
 def configured_secrets(settings: Settings) -> list[str]:
-    """The values of every environment variable named by a `*_env` key of a channel profile."""
-    secrets = []
-    for profile in settings.channels:
-        for key, value in (profile.model_extra or {}).items():
-            if key.endswith("_env") and isinstance(value, str) and os.environ.get(value):
-                secrets.append(os.environ[value])
-    return secrets
+    """The values of every environment variable a `*_env` key names (channel tokens, the DSN, the dashboard
+    token), and any password written inside one of them (a DSN's: libpq's errors may quote it alone)."""
+    values = [os.environ[name] for name in sorted(secret_env_names(settings)) if os.environ.get(name)]
+    return [*values, *(password for value in values for password in dsn_passwords(value))]
 
 
 class Gateway:

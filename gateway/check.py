@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,32 +16,75 @@ import pluggy
 
 from gateway.home import Home
 from gateway.plugin_manager import call_each, check_channel_options
-from gateway.settings import Settings, SettingsError
+from gateway.settings import Settings, SettingsError, parse_yaml_file
 
 if TYPE_CHECKING:
     from gateway.cli import Invocation
 
 
-def home_problems(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:
-    """Every problem of the channel profiles and of the files plugins check (`switchyard_check`)."""
+def home_problems(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str,
+                  channels: bool = True, plugins: bool = True) -> list[str]:
+    """Every problem of the channel profiles and of the files plugins check (`switchyard_check`); either
+    part may be left out (`check` on settings that are only partly valid)."""
     problems: list[str] = []
-    try:
-        check_channel_options(settings, pm, source=source)
-    except SettingsError as exc:
-        problems += exc.problems
-    providers = sorted({name for declared in call_each(pm, "switchyard_providers") for name in declared})
-    for found in call_each(pm, "switchyard_check", home=home, settings=settings, providers=providers):
-        problems += found
+    if channels:
+        try:
+            check_channel_options(settings, pm, source=source)
+        except SettingsError as exc:
+            problems += exc.problems
+    if plugins:
+        providers = sorted({name for declared in call_each(pm, "switchyard_providers") for name in declared})
+        for found in call_each(pm, "switchyard_check", home=home, settings=settings, providers=providers):
+            problems += found
     return problems
+
+
+def unset_variables(settings: Settings, *, source: str) -> list[str]:
+    """A problem for each variable a `*_env` key names that is unset or empty: a channel profile's (`run`
+    would start with that profile disabled), the dashboard's token and the postgres DSN (`run` would refuse
+    to start). `check` reports them; `run` itself keeps going with the other profiles."""
+    missing = []
+    for index, profile in enumerate(settings.channels):
+        for key, name in (profile.model_extra or {}).items():
+            if key.endswith("_env") and isinstance(name, str) and not os.environ.get(name, "").strip():
+                missing.append((f"channels.{index} ({profile.id}): {key}", name, "run would disable this profile"))
+    token_env = settings.dashboard.token_env if settings.dashboard.port is not None else None
+    if token_env and not os.environ.get(token_env, "").strip():
+        missing.append(("dashboard.token_env", token_env, "run would not start"))
+    if settings.queue.backend == "postgres" and not os.environ.get(settings.queue.dsn_env, "").strip():
+        missing.append(("queue.dsn_env", settings.queue.dsn_env, "run would not start"))
+    return [f"{source}: {key}: the environment variable {name} is not set ({effect})"
+            for key, name, effect in missing]
+
+
+def salvage(path: Path) -> tuple[Settings, set[str]] | None:
+    """The sections of an invalid settings file that are valid on their own (the others at their defaults),
+    and the names of those that are not; None when the file cannot be read. Lets `check` report channel
+    and orchestrator problems in the same pass as the top-level ones."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        data = parse_yaml_file(path)
+    except SettingsError:
+        return None
+    valid: dict[str, Any] = {}
+    invalid: set[str] = set()
+    for key, value in data.items():
+        field = Settings.model_fields.get(key) if isinstance(key, str) else None
+        if field is None or field.annotation is None or value is None:
+            continue
+        try:
+            valid[key] = TypeAdapter(field.annotation).validate_python(value)
+        except ValidationError:
+            invalid.add(key)
+    return Settings.model_construct(**valid), invalid
 
 
 def require_valid_home(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str) -> None:
     """Raises SettingsError naming every problem (file, key, reason); `switchyard run` exits 2 on it."""
     problems = home_problems(home, settings, pm, source=source)
-    if len(problems) == 1:
-        raise SettingsError(problems[0], problems)
     if problems:
-        raise SettingsError(f"{len(problems)} problems:\n  " + "\n  ".join(problems), problems)
+        raise SettingsError.listing(problems)
 
 
 def cmd_check(args: argparse.Namespace, run: Invocation) -> int:
@@ -48,10 +92,11 @@ def cmd_check(args: argparse.Namespace, run: Invocation) -> int:
     source = run.settings_path
     try:
         settings: Settings | None = run.settings
+        problems = home_problems(run.home, run.settings, run.pm, source=str(source))
+        problems += unset_variables(run.settings, source=str(source))
     except SettingsError as exc:
         settings, problems = None, exc.problems or [str(exc)]
-    if settings is not None:
-        problems = home_problems(run.home, settings, run.pm, source=str(source))
+        problems += [problem for problem in _partly_valid_problems(run, source) if problem not in problems]
     summary = _summary(run.home, settings, source) if settings is not None else {}
     if args.json:
         print(json.dumps({"ok": not problems, "problems": problems, **summary}, indent=2))
@@ -64,6 +109,18 @@ def cmd_check(args: argparse.Namespace, run: Invocation) -> int:
         print(f"ok: {summary['settings']}: {len(summary['channels'])} channel profile(s), "
               f"{len(summary['providers'])} provider(s); orchestrators: {orchestrators}")
     return 2 if problems else 0
+
+
+def _partly_valid_problems(run: Invocation, source: Path) -> list[str]:
+    """The channel and orchestrator problems of settings with top-level problems, from the sections that
+    are valid (a check that depends on an invalid section is left out: it would only repeat it)."""
+    found = salvage(source)
+    if found is None:
+        return []
+    partial, invalid = found
+    problems = home_problems(run.home, partial, run.pm, source=str(source), channels="channels" not in invalid,
+                             plugins=not invalid & {"providers", "orchestrators", "default_orchestrator"})
+    return problems + unset_variables(partial, source=str(source))
 
 
 def _summary(home: Home, settings: Settings, source: Path) -> dict[str, Any]:

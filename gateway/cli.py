@@ -242,9 +242,10 @@ def _listed_plugins(path: Path) -> list[str]:
         return []
     import yaml
 
+    from gateway.yamlfile import load_yaml
+
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the commented template is slow in Python
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, yaml.YAMLError):
         return []
     listed = data.get("plugins") if isinstance(data, dict) else None

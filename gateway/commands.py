@@ -21,6 +21,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
+from gateway.tables import printable
 
 log = logging.getLogger("switchyard")
 
@@ -148,15 +149,15 @@ def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
         return _pair(args, PairingStore(run.home))
     import psycopg
 
-    from gateway.pg.db import dsn_from_settings, redacted
+    from gateway.pg.db import dsn_from_settings
     from gateway.pg.pairing import PgPairingStore
+    from gateway.redaction import database_error
 
     dsn = dsn_from_settings(run.settings.queue)
     try:
         return _pair(args, PgPairingStore.direct(dsn))
     except psycopg.Error as exc:
-        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"switchyard: cannot use the database at {redacted(dsn)}: {said}", file=sys.stderr)
+        print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
         return EXIT_DATABASE
 
 
@@ -166,22 +167,24 @@ def _pair(args: argparse.Namespace, store: Pairing) -> int:
             entry = store.approve(args.code)
         except PairingCodeExpired as exc:
             old = exc.entry
-            print(f"switchyard: pairing code {args.code.strip().upper()!r} of {old['sender'] or old['senderId']} "
-                  f"({old['senderId']}) on {old['profile']} expired at {old['expires_at']} and is removed; "
-                  "their next message gets a new code", file=sys.stderr)
+            print(printable(f"switchyard: pairing code {args.code.strip().upper()!r} of "
+                            f"{old['sender'] or old['senderId']} ({old['senderId']}) on {old['profile']} expired "
+                            f"at {old['expires_at']} and is removed; their next message gets a new code"),
+                  file=sys.stderr)
             return 1
         if entry is None:
             print(f"switchyard: no pending pairing code {args.code!r} (see `switchyard pair list`)",
                   file=sys.stderr)
             return 1
-        print(f"approved {entry['sender'] or entry['senderId']} ({entry['senderId']}) on {entry['profile']}")
+        who = entry["sender"] or entry["senderId"]
+        print(printable(f"approved {who} ({entry['senderId']}) on {entry['profile']}"))
         return 0
     data = store.read()
-    for code, entry in data["pending"].items():
+    for code, entry in data["pending"].items():  # a display name is the sender's choice: no raw controls
         left = float(entry["expires_in_s"])
         expiry = f"expires in {duration_text(left)}" if left > 0 else f"expired {duration_text(-left)} ago"
-        print(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
-              f"since {entry['requested_at']}, {expiry}")
+        print(printable(f"pending {code}: {entry['sender']} ({entry['senderId']}) on {entry['profile']}, "
+                        f"since {entry['requested_at']}, {expiry}"))
     for profile, senders in data["approved"].items():
-        print(f"approved on {profile}: {', '.join(senders)}")
+        print(printable(f"approved on {profile}: {', '.join(senders)}"))
     return 0

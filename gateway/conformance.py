@@ -119,8 +119,8 @@ class ChannelRig:
     async def start(self) -> Channel:
         home = Home(self.root)
         home.create()
-        profile = ChannelProfile(id="conformance", type=self.driver.type, allow_from=self.allow_from,
-                                 **self.driver.profile_options())
+        access: dict[str, Any] = {} if self.allow_from is None else {"allow_from": self.allow_from}  # absent: all
+        profile = ChannelProfile(id="conformance", type=self.driver.type, **access, **self.driver.profile_options())
         settings = Settings(channels=[profile], files=FileSettings(extra_roots=[str(self.root.parent)]))
         events = EventLog(home.events_file)
         outbox = FileOutbox(home, events, extra_roots=[self.root.parent], fsync=False)

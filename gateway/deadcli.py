@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import deadletters
 from gateway.home import Home
-from gateway.tables import print_table
+from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
     from gateway.cli import Invocation
@@ -60,14 +60,15 @@ def _on_database(args: argparse.Namespace, run: Invocation) -> int:
     """`dead` against the database; an unreachable one is one line on stderr and exit 2."""
     import psycopg
 
-    from gateway.pg.db import dsn_from_settings, redacted
+    from gateway.pg.db import dsn_from_settings
     from gateway.pg.deadletters import DeadStore
+    from gateway.redaction import database_error
 
     dsn = dsn_from_settings(run.settings.queue)
     try:
         return _run(args, DeadStore(dsn, run.home))
     except psycopg.Error as exc:
-        print(f"switchyard: cannot use the database at {redacted(dsn)}: {str(exc).strip()}", file=sys.stderr)
+        print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
         return EXIT_DATABASE
 
 
@@ -112,9 +113,10 @@ def _show(store: Any, name: str, *, as_json: bool) -> int:
                          indent=2))
         return 0
     for key, value in letter.to_json().items():
-        print(f"{key}: {value if value is not None else '-'}")
+        print(printable(f"{key}: {value if value is not None else '-'}"))
     print("payload:")
-    print(json.dumps(payload, indent=2, ensure_ascii=False) if payload is not None else text)
+    shown = json.dumps(payload, indent=2, ensure_ascii=False) if payload is not None else text
+    print("\n".join(printable(line) for line in shown.split("\n")))
     return 0
 
 

@@ -133,11 +133,20 @@ def _log_uncaught(kind: type[BaseException], error: BaseException, trace: Traceb
 def apply_log_settings(settings: Settings) -> None:
     """Applies settings to the handlers `configure_logging` installed: `log_format` (unless the environment
     chose one), and the values of every `*_env` variable, masked. Does nothing to other handlers (tests)."""
+    from gateway.redaction import dsn_passwords
     from gateway.settings import secret_env_names
 
-    secrets = [value for name in secret_env_names(settings) if len(value := os.environ.get(name, "")) >= 4]
+    values = [value for name in secret_env_names(settings) if len(value := os.environ.get(name, "")) >= 4]
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, OneLineFormatter):
+            handler.formatter.kind = format_from_env(settings.log_format)
+    hide_in_logs([*values, *(password for value in values for password in dsn_passwords(value))])
+
+
+def hide_in_logs(secrets: list[str]) -> None:
+    """Masks these values in every record the handlers `configure_logging` installed write from now on
+    (a database password found in a DSN: libpq's errors may quote it)."""
     for handler in logging.getLogger().handlers:
         formatter = handler.formatter
         if isinstance(formatter, OneLineFormatter):
-            formatter.kind = format_from_env(settings.log_format)
             formatter.secrets.extend(s for s in secrets if s not in formatter.secrets)

@@ -9,10 +9,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: the commented template
-                                                             # takes ~20 ms in pure Python
+from gateway.yamlfile import load_yaml
 
 
 class SettingsError(Exception):
@@ -26,8 +25,15 @@ class SettingsError(Exception):
 
     @classmethod
     def of(cls, source: str, problems: list[str]) -> SettingsError:
-        """One error for the problems of one file, each given as `key: reason`."""
-        return cls(f"{source}: " + "; ".join(problems), [f"{source}: {problem}" for problem in problems])
+        """One error for the problems of one file, each given as `key: reason` (one line each)."""
+        return cls.listing([f"{source}: {problem}" for problem in problems])
+
+    @classmethod
+    def listing(cls, problems: list[str]) -> SettingsError:
+        """One error for several `file: key: reason` lines: the message gives each on its own line."""
+        if len(problems) == 1:
+            return cls(problems[0], problems)
+        return cls(f"{len(problems)} problems:\n  " + "\n  ".join(problems), problems)
 
 
 class _Strict(BaseModel):
@@ -127,7 +133,16 @@ class ChannelProfile(BaseModel):
     id: str = Field(min_length=1, max_length=128)
     type: str = Field(min_length=1)
     orchestrator: str | None = None
-    allow_from: list[str] | None = None
+    allow_from: list[str] | None = None  # absent: everyone; [] nobody; `allow_from:` left empty is an error
+
+    @field_validator("allow_from", mode="before")
+    @classmethod
+    def _allow_from_given(cls, value: Any) -> Any:
+        """`allow_from:` with every entry commented out must not quietly mean "everyone"."""
+        if value is None:
+            raise ValueError("empty (every entry commented out?): list the sender ids to admit, "
+                             "`[]` to admit nobody, or remove the key to admit everyone")
+        return value
 
     def option(self, key: str, default: Any = None) -> Any:
         """Reads a type-specific key (e.g. `interval_sec`), with a default."""
@@ -247,25 +262,28 @@ def secret_env_names(settings: Settings) -> frozenset[str]:
     return frozenset(names)
 
 
-def validation_problems(error: ValidationError) -> list[str]:
-    """A pydantic error as one line per failing key, e.g. `queue.max_attempts: …`."""
+def validation_problems(error: ValidationError, model: type[BaseModel] | None = None,
+                        also: Collection[str] = ()) -> list[str]:
+    """A pydantic error as one line per failing key, e.g. `queue.max_attempts: …`; an unknown key of
+    `model` is named with the closest key declared there (`also`: more keys allowed at the top)."""
+    from gateway.keyhints import home_of, keys_at, unknown_key
+
     lines = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        key = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{key}: {message}" if not message.startswith(key) else message)
+        if item["type"] == "extra_forbidden" and model is not None:
+            where, name = item["loc"][:-1], str(item["loc"][-1])
+            known = keys_at(model, where) + (list(also) if not where else [])
+            message = unknown_key(name, known, belongs=home_of(model, where, name))
+        lines.append(f"{key}: {message}" if key and not message.startswith(key) else message)
     return lines
-
-
-def describe_validation_error(error: ValidationError, source: str) -> str:
-    """Turns a pydantic error into lines naming each failing key, e.g. `queue.max_attempts: …`."""
-    return f"{source}: " + "; ".join(validation_problems(error))
 
 
 def parse_yaml_file(path: Path) -> dict[str, Any]:
     """Reads a YAML mapping, raising SettingsError with the file name on any problem."""
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SettingsError(f"{path}: file not found") from exc
     except yaml.MarkedYAMLError as exc:
@@ -289,7 +307,7 @@ def load_settings(path: Path | None, *, required: bool = False) -> Settings:
     try:
         return Settings.model_validate(parse_yaml_file(path))
     except ValidationError as exc:
-        raise SettingsError.of(str(path), validation_problems(exc)) from exc
+        raise SettingsError.of(str(path), validation_problems(exc, Settings)) from exc
 
 
 def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseModel]], known: Collection[str],
@@ -309,7 +327,8 @@ def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseM
         try:
             model.model_validate(profile.model_extra or {})
         except ValidationError as exc:
-            problems += [f"{where}: {problem}" for problem in validation_problems(exc)]
+            also = [key for key in ChannelProfile.model_fields if key not in model.model_fields]
+            problems += [f"{where}: {problem}" for problem in validation_problems(exc, model, also)]
     if problems:
         raise SettingsError.of(source, problems)
 

@@ -19,7 +19,7 @@ from gateway.deadletters import list_dead
 from gateway.home import Home, queue_depths
 from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
 from gateway.statuscache import LazySettings, StatusCache
-from gateway.tables import print_table
+from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
     import pluggy
@@ -154,10 +154,8 @@ def print_status(status: dict[str, Any]) -> None:
     _section(["dead letter", "attempts", "failed at", "reason"],
              [[str(d["file"]), str(d["attempts"]), str(d["failed_at"]), str(d["reason"])]
               for d in status["dead_letters"]])
-    for problem in status.get("providers", []):
-        print(problem)
-    for problem in status.get("config", []):
-        print(problem)
+    for problem in [*status.get("providers", []), *status.get("config", [])]:
+        print(printable(problem))
     if status.get("retention"):
         print("retention: " + ", ".join(f"{name} {'forever' if days is None else f'{days:g} d'}"
                                         for name, days in status["retention"].items()))
@@ -173,7 +171,7 @@ def print_status(status: dict[str, Any]) -> None:
                str(b.get("last_rtt_ms", "-"))] for b in beats])
     for beat in beats:
         if beat.get("problem"):
-            print(f"heartbeat {beat.get('profile')}: {beat['problem']}")
+            print(printable(f"heartbeat {beat.get('profile')}: {beat['problem']}"))
 
 
 def _section(headers: list[str], rows: list[list[str]], *, title: str | None = None) -> None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from orchestrator.runs import RunStore
 
 RUNS_LIMIT = 20
+EXIT_DATABASE = 2  # the postgres backend's database is unreachable (as `status`, `dead`, `db`)
 
 
 @hookimpl
@@ -88,12 +89,29 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
-    """Lists runs newest first (filtered and cut to `--limit`), or shows one."""
-    from gateway.tables import print_table
-    from orchestrator.listing import HEADERS, parse_since, parse_states, select_runs, table_rows
+    """Lists runs newest first (filtered and cut to `--limit`), or shows one; on the postgres backend an
+    unreachable database is one line on stderr and exit 2."""
     from orchestrator.runs import open_run_store
 
     store = open_run_store(home, settings, fsync=False)
+    if settings.queue.backend != "postgres":
+        return _runs(args, store)
+    import psycopg
+
+    from gateway.pg.db import dsn_from_settings
+    from gateway.redaction import database_error
+
+    try:
+        return _runs(args, store)
+    except psycopg.Error as exc:  # the pool's own warnings said why; this is the one line that stays
+        print(f"switchyard: {database_error(exc, dsn_from_settings(settings.queue))}", file=sys.stderr)
+        return EXIT_DATABASE
+
+
+def _runs(args: argparse.Namespace, store: RunStore) -> int:
+    from gateway.tables import print_table
+    from orchestrator.listing import HEADERS, parse_since, parse_states, select_runs, table_rows
+
     if args.runs_command == "show":
         return _show_run(store, args)
     try:
@@ -118,6 +136,7 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
 
 
 def _show_run(store: RunStore, args: argparse.Namespace) -> int:
+    from gateway.tables import printable
     from orchestrator.status import snapshot
 
     run = store.load(args.run_id)
@@ -128,14 +147,14 @@ def _show_run(store: RunStore, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"state": run.model_dump(mode="json"), "events": events}, indent=2, default=str))
         return 0
-    print(snapshot(run, events[-1] if events else None))
+    print("\n".join(printable(line) for line in snapshot(run, events[-1] if events else None).split("\n")))
     print(f"state: {'the database' if store.shared else store.folder(run.runId) / 'state.json'}")
     job = run.job.model_dump(exclude_none=True, exclude_defaults=True)
     if job:
-        print("job: " + ", ".join(f"{key}={value}" for key, value in job.items()))
+        print(printable("job: " + ", ".join(f"{key}={value}" for key, value in job.items())))
     for event in events:
         detail = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("ts", "event") and v is not None)
-        print(f"  {event.get('ts')} {event.get('event')} {detail}".rstrip())
+        print(printable(f"  {event.get('ts')} {event.get('event')} {detail}".rstrip()))
     return 0
 
 
@@ -172,7 +191,7 @@ def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) 
     """An orchestrator's configuration for CLI helpers (provider names are not checked here)."""
     from pydantic import ValidationError
 
-    from gateway.settings import SettingsError, describe_validation_error, parse_yaml_file
+    from gateway.settings import SettingsError, parse_yaml_file, validation_problems
     from orchestrator.config import CONFIG_FILE, LoadedConfig, OrchestratorConfig, default_orchestrator_config
     from orchestrator.rules import builtin_providers
 
@@ -187,7 +206,7 @@ def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) 
     try:
         config = OrchestratorConfig.model_validate(parse_yaml_file(path))
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc, str(path))) from exc
+        raise SettingsError.of(str(path), validation_problems(exc, OrchestratorConfig)) from exc
     return LoadedConfig(chosen, workspace, config)
 
 

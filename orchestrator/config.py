@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
+from gateway.yamlfile import load_yaml
 from orchestrator.jobs import RetryPolicy
 from orchestrator.workflows import (
     QueueDirs,
@@ -263,7 +263,7 @@ def parse_orchestrator_config(
     try:
         config = OrchestratorConfig.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError.of(source, validation_problems(exc)) from exc
+        raise SettingsError.of(source, validation_problems(exc, OrchestratorConfig)) from exc
     problems = list(config.reference_problems(known_providers))
     if problems:
         raise SettingsError.of(source, problems)
@@ -272,7 +272,7 @@ def parse_orchestrator_config(
 
 def default_orchestrator_config(known_providers: set[str]) -> OrchestratorConfig:
     """The embedded default configuration (built-in providers only)."""
-    data = yaml.safe_load(DEFAULT_ORCHESTRATOR_YAML)
+    data = load_yaml(DEFAULT_ORCHESTRATOR_YAML)
     return parse_orchestrator_config(data, "(embedded default orchestrator.yaml)", known_providers)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from gateway import hookimpl
 from gateway.api import BuiltinProvider
 from gateway.check import home_problems, require_valid_home
+from gateway.cli import main
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import Settings, SettingsError
@@ -44,6 +46,40 @@ def test_every_problem_is_named_in_the_error_run_stops_on(home: Home) -> None:
     settings = Settings.model_validate({"channels": [{"id": "beat", "type": "heartbeat", "intervall_sec": 5}]})
     with pytest.raises(SettingsError) as caught:
         require_valid_home(home, settings, build_plugin_manager(extra=[Plugged()]), source="s.yaml")
-    assert caught.value.problems == ["s.yaml: channels.0 (beat): intervall_sec: Extra inputs are not permitted",
+    assert caught.value.problems == ["s.yaml: channels.0 (beat): intervall_sec: unknown key; "
+                                     "did you mean `interval_sec`?",
                                      f"{home.root / 'plugged.yaml'}: (file): missing"]
     assert str(caught.value).startswith("2 problems:\n  s.yaml: channels.0 (beat): intervall_sec")
+
+
+def test_check_names_every_problem_in_one_pass_one_line_each_with_the_likely_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHYARD_TEST_UNSET_TOKEN", raising=False)
+    path = tmp_path / "settings.yaml"
+    path.write_text("queue: {max_attemps: 5}\nallow_from: ['1']\nchannels:\n"
+                    "  - {id: beat, type: heartbeat, intervall_sec: 5}\n"
+                    "  - {id: tg, type: telegram, token_env: SWITCHYARD_TEST_UNSET_TOKEN}\n")
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: queue.max_attemps: unknown key; did you mean `max_attempts`?",
+        f"{path}: allow_from: unknown key here; it belongs under `channels`",
+        f"{path}: channels.0 (beat): intervall_sec: unknown key; did you mean `interval_sec`?",
+        f"{path}: channels.1 (tg): token_env: the environment variable SWITCHYARD_TEST_UNSET_TOKEN is not set "
+        "(run would disable this profile)",
+        "4 problems found"]
+    assert main(["--home", str(tmp_path), "run"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "switchyard: invalid settings: 2 problems:",
+        f"  {path}: queue.max_attemps: unknown key; did you mean `max_attempts`?",
+        f"  {path}: allow_from: unknown key here; it belongs under `channels`"]
+
+
+def test_check_is_not_ok_while_a_profile_token_variable_is_unset(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "settings.yaml").write_text("channels:\n  - {id: tg, type: telegram, token_env: SY_TEST_TOKEN}\n")
+    monkeypatch.delenv("SY_TEST_TOKEN", raising=False)
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert "channels.0 (tg): token_env: the environment variable SY_TEST_TOKEN is not set" in capsys.readouterr().out
+    monkeypatch.setenv("SY_TEST_TOKEN", "123:abc")
+    assert main(["--home", str(tmp_path), "check"]) == 0
+    assert capsys.readouterr().out.startswith("ok: ")

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.access import AccessPolicy
+from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager, check_channel_options
-from gateway.settings import SettingsError, load_settings
+from gateway.settings import Settings, SettingsError, load_settings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "settings.example.yaml"
 
@@ -81,10 +83,13 @@ def test_an_explicitly_named_settings_file_that_is_missing_is_an_error(tmp_path:
 @pytest.mark.parametrize(
     ("channel", "named"),
     [
-        ("{id: desk, type: console, alow_from: ['1']}", "channels.0 (desk): alow_from: extra inputs"),
-        ("{id: beat, type: heartbeat, intervall_sec: 5}", "channels.0 (beat): intervall_sec: extra inputs"),
+        ("{id: desk, type: console, alow_from: ['1']}",
+         "channels.0 (desk): alow_from: unknown key; did you mean `allow_from`"),
+        ("{id: beat, type: heartbeat, intervall_sec: 5}",
+         "channels.0 (beat): intervall_sec: unknown key; did you mean `interval_sec`"),
         ("{id: beat, type: heartbeat, interval_sec: soon}", "channels.0 (beat): interval_sec:"),
-        ("{id: tg, type: telegram, token_env: T, mod: webhook}", "channels.0 (tg): mod: extra inputs"),
+        ("{id: tg, type: telegram, token_env: T, mod: webhook}",
+         "channels.0 (tg): mod: unknown key; did you mean `mode`"),
         ("{id: pidgin, type: carrier-pigeon}", "channels.0 (pidgin): type: no installed plugin provides "
                                                "channel type 'carrier-pigeon'"),
     ],
@@ -138,3 +143,35 @@ def test_switchyard_channel_options_declares_a_model_for_every_built_in_type() -
 
 def test_the_example_settings_channels_pass_the_plugins_checks() -> None:
     check_channel_options(load_settings(EXAMPLE), build_plugin_manager(), source=str(EXAMPLE))
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text("queue:\n  runs_retention_days: 30\n  fsync: true\n  runs_retention_days: 7\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    assert "duplicate key 'runs_retention_days' on line 2 and line 4" in str(caught.value)
+
+
+def test_check_names_a_key_given_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    (tmp_path / "settings.yaml").write_text("log_format: text\nplugins: []\nlog_format: json\n")
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert "duplicate key 'log_format' on line 1 and line 3" in capsys.readouterr().out
+
+
+def test_an_allow_from_left_empty_is_an_error_not_everyone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    (tmp_path / "settings.yaml").write_text("channels:\n  - id: desk\n    type: console\n    allow_from:\n"
+                                            "    #  - '12345'\n")
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert "channels.0.allow_from: empty (every entry commented out?)" in capsys.readouterr().out
+    assert main(["--home", str(tmp_path), "run"]) == 2
+    assert "channels.0.allow_from: empty" in capsys.readouterr().err
+
+
+def test_an_empty_allow_from_list_admits_nobody(home: Home) -> None:
+    profile = Settings.model_validate({"channels": [{"id": "desk", "type": "console", "allow_from": []}]}).channels[0]
+    assert not AccessPolicy(home, profile).check("12345", "someone").allowed

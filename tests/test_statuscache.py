@@ -95,7 +95,7 @@ def test_an_orchestrator_file_that_appears_is_validated(
 def test_a_changed_settings_file_is_loaded_again(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _status(home, capsys)["retention"]["sent"] == 7  # type: ignore[index]
     settings = home / "settings.yaml"
-    settings.write_text(settings.read_text() + "\nqueue: {sent_retention_days: 3}\n")
+    settings.write_text(settings.read_text().replace("sent_retention_days: 7 ", "sent_retention_days: 3 "))
     assert _status(home, capsys)["retention"]["sent"] == 3  # type: ignore[index]
     settings.write_text("channels: nonsense\n")
     assert main(["--home", str(home), "status"]) == 2  # invalid settings, as without a cache
@@ -127,7 +127,8 @@ def test_a_file_changed_just_now_is_not_trusted(tmp_path: Path, monkeypatch: pyt
 def test_a_missing_provider_program_is_looked_up_on_path_every_time(
         home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     settings = home / "settings.yaml"
-    settings.write_text(settings.read_text() + "\nproviders: {agent: {type: claude, binary: sy-no-such-cli}}\n")
+    settings.write_text(settings.read_text().replace("\nproviders:\n",
+                                                     "\nproviders:\n  agent: {type: claude, binary: sy-no-such-cli}\n"))
     orchestrator = _orchestrator(home)
     text = orchestrator.read_text()
     assert "selector: {provider: rules}" in text

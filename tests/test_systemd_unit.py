@@ -53,3 +53,11 @@ def test_systemd_analyze_verify_finds_nothing_to_say(tmp_path: Path) -> None:
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     complaints = [line for line in (result.stdout + result.stderr).splitlines() if "switchyard.service" in line]
     assert result.returncode == 0 and complaints == [], result.stdout + result.stderr
+
+
+def test_the_unit_says_what_its_program_path_is_and_how_it_is_installed() -> None:
+    program = _service()["ExecStart"][0].split()[0]
+    root = program.removesuffix("/.venv/bin/switchyard")
+    comments = "\n".join(line for line in UNIT.read_text().splitlines() if line.startswith("#"))
+    assert f"{root} (ExecStart) is a clone" in comments
+    assert f"git clone <repository> {root}" in comments and ".venv/bin/pip install '.[all]'" in comments

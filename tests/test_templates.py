@@ -104,3 +104,14 @@ def test_the_orchestrator_template_loads_after_uncommenting_any_example(tmp_path
             parse_orchestrator_config(parse_yaml_file(path), str(path), {"echo", "rules"})
         except Exception as exc:
             raise AssertionError(f"orchestrator.yaml with {label} uncommented: {exc}") from exc
+
+
+TOP_LEVEL_KEY = re.compile(r"^(?:# ?)?([a-z_][a-z0-9_]*):(?:\s|$)")
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda path: str(path.relative_to(REPO)))
+def test_the_settings_template_gives_each_key_once_even_its_commented_sections(template: Path) -> None:
+    parse_yaml_file(template)  # refuses a duplicate key, naming both lines
+    lines = template.read_text().splitlines()
+    top = [match.group(1) for line in lines if (match := TOP_LEVEL_KEY.match(line))]
+    assert sorted(key for key in set(top) if top.count(key) > 1) == []

@@ -27,13 +27,14 @@ from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.pg import schema
-from gateway.pg.db import dsn_from_settings, process_holder, redacted
+from gateway.pg.db import dsn_from_settings, process_holder
 from gateway.pg.intake import Intake
 from gateway.pg.jobs import QUEUE, TASK
 from gateway.pg.outbox import PgOutbox
 from gateway.pg.pools import message_pool, procrastinate_pool, sync_message_pool
 from gateway.pg.processing import KeepPlace, MessageProcessor
 from gateway.queue import FileQueue
+from gateway.redaction import database_error
 from gateway.settings import Settings, SettingsError
 
 log = logging.getLogger("switchyard.pg")
@@ -60,7 +61,7 @@ class PgBackend:
         except schema.SchemaOutdated as exc:
             raise SettingsError(str(exc)) from None
         except Exception as exc:
-            raise SettingsError(f"cannot use the database at {redacted(self.dsn)}: {str(exc).strip()}") from None
+            raise SettingsError(database_error(exc, self.dsn)) from None
         self.outbox = PgOutbox(home, events, extra_roots=extra_roots, fsync=settings.queue.fsync, dsn=self.dsn)
         self.holder = process_holder()
         self.detail: dict[str, Any] = {"database": "connected"}

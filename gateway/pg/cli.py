@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from gateway.pg.db import dsn_from_settings, redacted
+from gateway.pg.db import dsn_from_settings
+from gateway.redaction import database_error
 
 if TYPE_CHECKING:
     from gateway.cli import Invocation
@@ -33,5 +34,5 @@ def cmd_db(args: argparse.Namespace, run: Invocation) -> int:
     except schema.SchemaOutdated as exc:
         print(f"switchyard: {exc}", file=sys.stderr)
     except psycopg.Error as exc:
-        print(f"switchyard: cannot use the database at {redacted(dsn)}: {str(exc).strip()}", file=sys.stderr)
+        print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
     return EXIT_PROBLEM

@@ -17,8 +17,9 @@ import psycopg
 from gateway.dashboard.state import queue_folders
 from gateway.home import Home
 from gateway.pg import status
-from gateway.pg.db import redacted, shared_pool
+from gateway.pg.db import shared_pool
 from gateway.pg.deadletters import DeadStore
+from gateway.redaction import database_error
 from gateway.settings import QueueSettings
 
 _RUNNING = """
@@ -67,9 +68,7 @@ class PgQueueView:
 
     def _unreadable(self, exc: psycopg.Error) -> dict[str, Any]:
         queue, _ = queue_folders(self.home)
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return {"queue": queue, "in_flight": [],
-                "database": f"cannot read the database at {redacted(self.dsn)}: {reason}"}
+        return {"queue": queue, "in_flight": [], "database": database_error(exc, self.dsn, doing="read")}
 
 
 def _folders(depths: dict[str, tuple[int, float | None]], conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:

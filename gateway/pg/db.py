@@ -6,6 +6,8 @@ import os
 import threading
 from typing import Any
 
+from gateway.logs import hide_in_logs
+from gateway.redaction import dsn_passwords, redacted_dsn
 from gateway.settings import QueueSettings, SettingsError
 
 
@@ -15,20 +17,13 @@ def dsn_from_settings(settings: QueueSettings) -> str:
     if not dsn:
         raise SettingsError(f"queue.dsn_env: the environment variable {settings.dsn_env} is not set; "
                             f"it must hold the PostgreSQL DSN (e.g. postgresql://user@host:5432/db)")
+    hide_in_logs(dsn_passwords(dsn))  # psycopg's pool logs libpq's errors, which may quote the password
     return dsn
 
 
 def redacted(dsn: str) -> str:
-    """The DSN without its password, fit for a log line or `status`."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:
-        return "<unparsable DSN>"
-    if "password" in parts:
-        parts["password"] = "***"
-    return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
+    """The DSN without its password, fit for a log line or `status` (also one libpq cannot parse)."""
+    return redacted_dsn(dsn)
 
 
 def process_holder() -> str:

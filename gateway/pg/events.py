@@ -20,7 +20,8 @@ from typing import Any
 import psycopg
 
 from gateway.events import EventLog, utc_now_iso
-from gateway.pg.db import process_holder, redacted
+from gateway.pg.db import process_holder
+from gateway.redaction import database_error
 
 log = logging.getLogger("switchyard.pg.events")
 
@@ -114,9 +115,8 @@ class EventSink:
                 conn = None
                 if self._down_since is None:
                     self._down_since = utc_now_iso()
-                    log.warning("events: the database at %s is unreachable (%s); keeping the newest %d events "
-                                "to store when it is back", redacted(self._dsn), str(exc).strip().splitlines()[0]
-                                if str(exc).strip() else type(exc).__name__, self._max)
+                    log.warning("events: the database is unreachable (%s); keeping the newest %d events "
+                                "to store when it is back", database_error(exc, self._dsn), self._max)
                 with self._cond:
                     if self._stopping:
                         break

@@ -15,6 +15,7 @@ from gateway.home import Home
 from gateway.pg import schema
 from gateway.pg.db import dsn_from_settings, redacted
 from gateway.pg.deadletters import DeadStore
+from gateway.redaction import database_error
 from gateway.settings import QueueSettings
 from gateway.tables import print_table
 
@@ -61,9 +62,7 @@ def gather(settings: QueueSettings, *, dead_shown: int, home: Home | None = None
                 return {"database": database}
             return {"database": database, **_tables(conn, settings, dead_shown, dsn, home)}
     except psycopg.Error as exc:
-        raise DatabaseUnreachable(f"cannot use the database at {shown}: "
-                                  f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
-                                  ) from None
+        raise DatabaseUnreachable(database_error(exc, dsn)) from None
 
 
 def depths(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float | None]]:

@@ -24,7 +24,7 @@ try:
         import discord.gateway
         import discord.http
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ConfigurationError("discord.py is not installed: pip install 'switchyard[discord]'") from exc
+    raise ConfigurationError("discord.py is not installed: pip install '.[discord]' in the Switchyard clone") from exc
 
 from gateway import (
     ChannelContext,
@@ -176,10 +176,11 @@ class DiscordChannel:
         """Checks the token over REST (GET /users/@me); closes the client and raises when refused."""
         try:
             await asyncio.wait_for(client.login(token), self.login_timeout_s)
-        except discord.LoginFailure:
+        except discord.LoginFailure:  # 401: retrying the same token cannot help
             await client.close()
-            raise RuntimeError(f"discord profile {self.profile_id!r}: login failed: Discord rejected the "
-                               f"token in {self._token_env}") from None
+            raise ConfigurationError(f"discord profile {self.profile_id!r}: login failed: Discord rejected the "
+                                     f"token in {self._token_env} (401 Unauthorized); set a valid token and "
+                                     "restart") from None
         except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
             await client.close()
             raise RuntimeError(f"discord profile {self.profile_id!r}: login failed: "

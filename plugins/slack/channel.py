@@ -82,7 +82,8 @@ class SlackChannel:
             from plugins.slack.client import SlackApi
             from plugins.slack.transport import HttpTransport, SocketTransport, build_app
         except ImportError as exc:
-            raise ConfigurationError("slack-bolt is not installed: pip install 'switchyard[slack]'") from exc
+            raise ConfigurationError("slack-bolt is not installed: pip install '.[slack]' in the "
+                                     "Switchyard clone") from exc
         self._api = SlackApi(bot_token, self.config.api_base_url, token_env=self.config.bot_token_env)
         self._bot = await self._api.login()
         app = build_app(self._api.web, self._receive, None if socket_mode else second)

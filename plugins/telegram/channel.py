@@ -114,9 +114,10 @@ class TelegramChannel:
         where = f"the Bot API at {self.options.base_url}"
         try:
             await app.initialize()
-        except InvalidToken:
-            raise RuntimeError(f"telegram profile {self.profile_id!r}: {where} rejected the bot token "
-                               f"in {self.options.token_env}") from None
+        except InvalidToken:  # 401 (or 404: a malformed token): retrying the same token cannot help
+            raise ConfigurationError(f"telegram profile {self.profile_id!r}: {where} rejected the bot token "
+                                     f"in {self.options.token_env} (401 Unauthorized); set a valid token and "
+                                     "restart") from None
         except TelegramError as exc:
             raise RuntimeError(f"telegram profile {self.profile_id!r}: cannot log in to {where}: "
                                f"{self._scrub(exc)}") from None
@@ -363,7 +364,8 @@ def _import_library() -> None:
     try:
         import telegram.ext  # noqa: F401
     except ImportError:
-        raise ConfigurationError("python-telegram-bot is not installed: pip install 'switchyard[telegram]'") from None
+        raise ConfigurationError("python-telegram-bot is not installed: pip install '.[telegram]' in the "
+                                 "Switchyard clone") from None
 
 
 def _build_application(options: TelegramOptions, token: str) -> TelegramApp:

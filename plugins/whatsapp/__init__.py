@@ -50,7 +50,7 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Wha
     try:
         import aiohttp  # noqa: F401 - imported here so the gateway starts fast without WhatsApp
     except ImportError as exc:
-        raise ConfigurationError("aiohttp is not installed: pip install 'switchyard[whatsapp]'") from exc
+        raise ConfigurationError("aiohttp is not installed: pip install '.[whatsapp]' in the Switchyard clone") from exc
     from plugins.whatsapp.channel import WhatsAppChannel
 
     return WhatsAppChannel(profile, context)

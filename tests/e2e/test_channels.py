@@ -288,3 +288,35 @@ def test_a_reply_the_platform_refused_is_delivered_after_dead_retry(telegram: Fa
     wait_until(lambda: not dead() and json.loads(switchyard.cli("status", "--json").stdout)["queue"]["failed"] == 0,
                STATUS_TIMEOUT_S)
     finish(switchyard, "tg", fake.token)
+
+
+def test_a_telegram_token_the_api_refuses_disables_the_profile_with_the_reason(
+    telegram: FakeThread[FakeTelegram], switchyard: Switchyard
+) -> None:
+    wrong = "999999:WRONG-e2e-token-value"
+    switchyard.env[TELEGRAM_ENV] = wrong  # the fake answers 401 Unauthorized to getMe with any other token
+    switchyard.configure({"channels": [telegram_profile(telegram.server)]})
+    switchyard.start()
+    entry = wait_for_state(switchyard, "tg", "disabled")
+    assert "rejected the bot token" in entry["reason"] and TELEGRAM_ENV in entry["reason"], entry
+    assert switchyard.events("channel.retrying") == []
+    assert [e["profile"] for e in switchyard.events("channel.disabled")] == ["tg"]
+    status = switchyard.cli("status")
+    assert "disabled" in status.stdout and "rejected the bot token" in status.stdout, status.stdout
+    assert switchyard.stop() == 0
+    assert_secrets_not_written(switchyard, wrong)
+
+
+def test_a_discord_token_the_api_refuses_disables_the_profile_with_the_reason(
+    discord: FakeThread[DiscordFakeServer], switchyard: Switchyard
+) -> None:
+    fake = discord.server
+    switchyard.env["SWITCHYARD_E2E_DISCORD_TOKEN"] = "wrong-e2e-discord-token"  # the fake answers 401
+    switchyard.configure({"channels": [{"id": "dc", "type": "discord", "token_env": "SWITCHYARD_E2E_DISCORD_TOKEN",
+                                        "api_base_url": fake.api_base_url, "gateway_url": fake.gateway_url}]})
+    switchyard.start()
+    entry = wait_for_state(switchyard, "dc", "disabled")
+    assert "rejected the token in SWITCHYARD_E2E_DISCORD_TOKEN" in entry["reason"], entry
+    assert switchyard.events("channel.retrying") == []
+    assert switchyard.stop() == 0
+    assert_secrets_not_written(switchyard, "wrong-e2e-discord-token")

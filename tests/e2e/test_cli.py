@@ -94,8 +94,10 @@ def test_invalid_settings_name_the_key_and_exit_2(switchyard: Switchyard) -> Non
 @pytest.mark.parametrize(
     ("channel", "named"),
     [
-        ({"id": "desk", "type": "console", "alow_from": ["1"]}, "channels.0 (desk): alow_from: Extra inputs"),
-        ({"id": "beat", "type": "heartbeat", "intervall_sec": 5}, "channels.0 (beat): intervall_sec: Extra inputs"),
+        ({"id": "desk", "type": "console", "alow_from": ["1"]},
+         "channels.0 (desk): alow_from: unknown key; did you mean `allow_from`"),
+        ({"id": "beat", "type": "heartbeat", "intervall_sec": 5},
+         "channels.0 (beat): intervall_sec: unknown key; did you mean `interval_sec`"),
         ({"id": "mystery", "type": "carrier-pigeon"}, "channels.0 (mystery): type: no installed plugin provides"),
     ],
 )

@@ -29,7 +29,8 @@ BROKEN = [
                  "cannot read: invalid YAML at line 2", id="bad-yaml"),
     pytest.param(_with(agents={"writer": {"provider": "ghost"}}),
                  "agents.writer.provider: unknown provider 'ghost'", id="unknown-provider"),
-    pytest.param(_with(reply_within_secs=5), "reply_within_secs: Extra inputs are not permitted", id="misspelt-key"),
+    pytest.param(_with(reply_within_secs=5), "reply_within_secs: unknown key; did you mean `reply_within_sec`",
+                 id="misspelt-key"),
     pytest.param(_with(workflows={"chat": {"description": "d", "steps": [{"id": "Reply", "agent": "nobody"}]}}),
                  "workflows.chat.steps.0.agent: unknown agent 'nobody'", id="unknown-agent"),
     pytest.param(_with(rules={"default_workflow": "nope"}),
@@ -80,7 +81,7 @@ def test_check_lists_problems_of_settings_and_orchestrator_together(switchyard: 
     switchyard.configure({"channels": [{"id": "beat", "type": "heartbeat", "intervall_sec": 5}]},
                          _with(selector={"provider": "ghost"}))
     lines = switchyard.cli("check").stdout.splitlines()
-    assert lines[0].startswith(f"{switchyard.home.settings_file}: channels.0 (beat): intervall_sec: Extra inputs")
+    assert lines[0].startswith(f"{switchyard.home.settings_file}: channels.0 (beat): intervall_sec: unknown key;")
     assert lines[1].startswith(f"{_orchestrator_file(switchyard)}: selector.provider: unknown provider 'ghost'")
     assert lines[2] == "2 problems found"
 

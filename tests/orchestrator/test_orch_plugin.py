@@ -119,7 +119,7 @@ def test_switchyard_status_lists_orchestrator_files_that_do_not_validate(home: H
     settings = Settings.model_validate(TWO_ORCHESTRATORS)
     [section] = _manager().hook.switchyard_status(home=home, settings=settings, cache=_no_cache(home))
     [line] = section["config"]
-    assert line.startswith(f"{path}: selectr: Extra inputs are not permitted")
+    assert line.startswith(f"{path}: selectr: unknown key; did you mean `selector`?")
     path.write_text("selector: {provider: rules}\n")
     assert _manager().hook.switchyard_status(home=home, settings=settings, cache=_no_cache(home))[0]["config"] == []
 
