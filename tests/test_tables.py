@@ -61,7 +61,8 @@ def hostile_home(home: Home) -> Home:
     (home.failed / "m1.json.error.json").write_text(json.dumps({"reason": f"refused: {HOSTILE}", "attempts": 5}))
     home.state.mkdir(parents=True, exist_ok=True)
     (home.state / "pairing.json").write_text(json.dumps({
-        "pending": {"ABC123": {"profile": "tg", "senderId": "7", "sender": HOSTILE, "requested_at": "now"}},
+        "pending": {"ABC123": {"profile": "tg", "senderId": "7", "sender": HOSTILE,
+                                "requested_at": "2026-11-26T12:00:00.000Z"}},
         "approved": {}}))
     RunStore(home, fsync=False).save(RunState(
         runId="r-1", workflowId=HOSTILE, orchestratorId="main", message={}, conversation={"channel": "console"},
@@ -86,3 +87,13 @@ def test_control_characters_are_shown_as_escapes_in_a_pipe(hostile_home: Home, a
     result = in_a_pipe(hostile_home, *argv)
     assert "\x1b" not in result.stdout and "\r" not in result.stdout, result.stdout
     assert SHOWN in result.stdout, result.stdout
+
+
+def test_dead_show_prints_a_payload_holding_a_lone_surrogate(home: Home) -> None:
+    """A dead letter kept for its lone surrogate (text no store can hold) can still be shown."""
+    home.failed.mkdir(parents=True, exist_ok=True)
+    (home.failed / "m2.json").write_bytes(b'{"conversationId": "c1", "text": "hi \\ud800 there"}')
+    (home.failed / "m2.json.error.json").write_text(json.dumps({"reason": "text contains a lone surrogate"}))
+    result = in_a_pipe(home, "dead", "show", "m2.json")
+    assert result.returncode == 0, result.stderr
+    assert "hi \\ud800 there" in result.stdout, result.stdout
