@@ -3,7 +3,7 @@
 PostgreSQL's text and jsonb refuse the NUL character, and no UTF-8 file or column can hold a lone
 surrogate (half of a UTF-16 pair, which JSON can spell as `\\ud800`). The rule, the same on every
 backend: an incoming payload holding such text anywhere (a value or a key, however deep) is invalid
-input, dead-lettered at once with a reason naming where (gateway.worker.parse_payload); what we
+input, dead-lettered at once with a reason naming where (gateway.payloads.parse_payload); what we
 write ourselves (replies, apologies, run state) has such characters replaced by U+FFFD instead, so an
 answer is never lost for one character.
 """

@@ -25,7 +25,7 @@ def test_a_channels_text_no_store_can_hold_is_written_as_is_and_refused_when_rea
     """The channel's write never fails (a lone surrogate failed it); the file keeps the text, and the
     worker refuses it as invalid input, naming the field, with an apology that can be written."""
     from gateway.models import UnstorableText
-    from gateway.worker import parse_payload
+    from gateway.payloads import parse_payload
 
     data = IncomingPayload(channel="console", message=text, timestamp=1, messageId="m1", senderId="u1").to_json()
     with pytest.raises(UnstorableText) as refused:

@@ -19,10 +19,11 @@ from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
+from gateway.payloads import backoff_seconds
 from gateway.queue import FileQueue
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until, drop_incoming, make_incoming, read_json_files
-from gateway.worker import Worker, backoff_seconds
+from gateway.worker import Worker
 
 Behaviour = Callable[[IncomingPayload], Awaitable[str]]
 

@@ -26,13 +26,13 @@ from gateway.events import EventLog, now_ms
 from gateway.home import Home
 from gateway.keys import ordering_keys
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.payloads import parse_payload
 from gateway.pg.errors import database_away, worth_waiting
 from gateway.pg.jobs import defer_jobs_of, defer_query
 from gateway.pg.outbox import PgOutbox
 from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.settings import Settings
 from gateway.storable import made_safe
-from gateway.worker import parse_payload
 
 log = logging.getLogger("switchyard.pg.intake")
 

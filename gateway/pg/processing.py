@@ -25,12 +25,12 @@ from gateway.answered import message_identity
 from gateway.api import Handler, PermanentError
 from gateway.events import EventLog, now_ms
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
+from gateway.payloads import APOLOGY, backoff_seconds, parse_payload
 from gateway.pg.errors import worth_waiting
 from gateway.pg.jobs import job_locks
 from gateway.pg.outbox import PgOutbox
 from gateway.settings import QueueSettings
 from gateway.storable import made_safe
-from gateway.worker import APOLOGY, backoff_seconds, parse_payload
 
 log = logging.getLogger("switchyard.pg.worker")
 

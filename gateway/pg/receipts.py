@@ -22,11 +22,11 @@ from typing import Any
 
 from gateway.events import EventLog
 from gateway.models import IncomingPayload
+from gateway.payloads import parse_payload
 from gateway.pg.db import shared_pool
 from gateway.pg.outbox import PgOutbox
 from gateway.receipts import receipt_for, receipt_sent
 from gateway.settings import QueueSettings
-from gateway.worker import parse_payload
 
 log = logging.getLogger("switchyard.pg.receipts")
 

@@ -217,7 +217,7 @@ class PgSwitchyard(Switchyard):
     def plant_dead_letter(self, name: str, data: bytes) -> None:
         """A dead `switchyard_messages` row with these bytes (its ordering keys as the intake computes them)."""
         from gateway.keys import ordering_keys
-        from gateway.worker import parse_payload
+        from gateway.payloads import parse_payload
 
         try:
             message = parse_payload(data, 1 << 20)

@@ -15,9 +15,9 @@ from gateway import ChannelContext, FunctionSpec, IncomingPayload, Job
 from gateway.api import HandlerContext
 from gateway.events import EventLog
 from gateway.home import Home
+from gateway.payloads import parse_payload
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import async_wait_until
-from gateway.worker import parse_payload
 from orchestrator.rules import select_by_rules
 from plugins import heartbeat
 from plugins.heartbeat.channel import HeartbeatChannel
