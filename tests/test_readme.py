@@ -1,11 +1,13 @@
-"""README.md: its commands work as written (the project installs from the clone, not from PyPI)."""
+"""README.md and docs/: their commands work as written (the project installs from the clone, not from PyPI)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+DOCS = "\n".join(path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 PIP_INSTALL = re.compile(r"pip install((?:\s+-\S+)*)\s+(['\"]?)([^\s'\"`]+)")
 
 
@@ -14,8 +16,9 @@ def _section(title: str) -> str:
 
 
 def test_every_pip_install_of_switchyard_installs_this_clone_not_the_unrelated_pypi_project() -> None:
-    targets = [match.group(3) for match in PIP_INSTALL.finditer(README)]
+    targets = [match.group(3) for match in PIP_INSTALL.finditer(DOCS)]
     assert targets, "the README shows no install command"
+    assert PIP_INSTALL.search(_section("Quick start")), "the quick start shows no install command"
     by_name = [target for target in targets if re.match(r"switchyard\b", target)]
     assert by_name == [], f"installs `switchyard` from PyPI: {by_name}"
     assert all(target.startswith(".") for target in targets), targets
@@ -31,7 +34,7 @@ def test_the_tests_section_names_the_postgres_test_variable() -> None:
 
 
 def test_the_settings_template_and_the_plugins_install_extras_from_the_clone_too() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     texts = [(root / "gateway/templates/settings.example.yaml").read_text()]
     texts += [path.read_text() for path in sorted((root / "plugins").rglob("*.py"))]
     assert not [text for text in texts if re.search(r"pip install\s+['\"]?switchyard\b", text)]
