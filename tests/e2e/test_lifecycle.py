@@ -108,7 +108,9 @@ def test_dead_letter_after_max_attempts_keeps_bytes_and_apologises(switchyard: S
     assert letter.attempts == 3 and "exit" in letter.reason.lower()
     apology = switchyard.reply_to("doomed")[0]
     assert "Sorry" in apology["message"]
-    assert switchyard.events("job.failed.final")
+    # the event is written after the dead letter and its apology (at the end of the worker's turn): wait for it
+    [final] = wait_until(lambda: switchyard.events("job.failed.final"), 10)
+    assert final["job_id"] == "doomed.json" and final["attempts"] == 3
 
 
 def test_invalid_payloads_are_quarantined_and_the_worker_goes_on(switchyard: Switchyard) -> None:
