@@ -17,7 +17,7 @@ import pytest
 
 from gateway.testing import wait_until
 from tests.e2e.conftest import Switchyard
-from tests.process import SWITCHYARD, clean_environment
+from tests.process import SWITCHYARD, clean_environment, kill_session
 
 pytestmark = pytest.mark.e2e
 
@@ -67,14 +67,16 @@ class TerminalSession:
         return self.output[start:self._seen]
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        """Kills every process of the terminal's session: the wrapper, and `switchyard run` also when it
+        runs in a process group of its own (the background case, which no SIGHUP reaches)."""
+        kill_session(self.process.pid)
+        self.process.wait(10)
         os.close(self.master)
 
 
 @pytest.fixture
 def terminals() -> Iterator[list[TerminalSession]]:
+    """The terminal sessions a test opens, each closed (its processes killed) after it, also when it failed."""
     sessions: list[TerminalSession] = []
     yield sessions
     for session in sessions:
