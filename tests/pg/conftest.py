@@ -1,4 +1,5 @@
-"""PostgreSQL backend tests: a migrated schema per test (`db`)."""
+"""PostgreSQL backend tests: a migrated schema per test (`db`); a server of the test's own for the tests
+that stop or restart it (`throwaway_pg`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.pg.throwaway import ThrowawayServer, throwaway_server
 from tests.process import SwitchyardProcess
 
 
@@ -20,3 +22,17 @@ def db(pg_dsn: str) -> Iterator[str]:
     yield pg_dsn
     SwitchyardProcess.kill_started()
     close_shared_pools()
+
+
+@pytest.fixture
+def throwaway_pg() -> Iterator[ThrowawayServer]:
+    """A PostgreSQL server of this test's own, with Switchyard's schema migrated into its `postgres`
+    database (`.dsn`); `.stop(mode)`, `.start()`, `.restart(mode)`; removed after the test."""
+    from gateway.pg import schema
+    from gateway.pg.db import close_shared_pools
+
+    with throwaway_server() as server:
+        schema.migrate(server.dsn)
+        yield server
+        SwitchyardProcess.kill_started()
+        close_shared_pools()
