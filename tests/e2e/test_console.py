@@ -83,6 +83,10 @@ def terminals() -> Iterator[list[TerminalSession]]:
         session.close()
 
 
+def claimed_from(switchyard: Switchyard, conversation: str) -> list[dict[str, object]]:
+    return [e for e in switchyard.events("message.claimed") if e.get("conversation") == conversation]
+
+
 def _run_on_terminal(switchyard: Switchyard, terminals: list[TerminalSession], *,
                      background: bool = False) -> TerminalSession:
     session = TerminalSession([SWITCHYARD, "--home", str(switchyard.home.root), "run"], switchyard.env,
@@ -135,8 +139,8 @@ def test_a_late_reply_is_printed_above_the_line_being_typed_with_its_run_id(
     assert "\r\x1b[K[writer, run r-" in late and "write about meanwhile" in late
     session.type("ed\r")
     assert "write about half typed" in session.read_until("write about half typed")
-    claimed = [e for e in switchyard.events("message.claimed") if e.get("conversation") == "console"]
-    assert len(claimed) == 2
+    wait_until(lambda: len(claimed_from(switchyard, "console")) >= 2, 10)  # the event log is written per turn
+    assert len(claimed_from(switchyard, "console")) == 2
 
 
 def test_replies_to_other_conversations_and_empty_lines_never_reach_the_console(
@@ -150,6 +154,7 @@ def test_replies_to_other_conversations_and_empty_lines_never_reach_the_console(
     session.type("last\r")
     session.read_until("write about last")
     assert "from the cli" not in session.output
+    wait_until(lambda: claimed_from(switchyard, "console"), 10)  # the event log is written per turn
     assert [e.get("conversation") for e in switchyard.events("message.claimed")] == ["cli", "console"]
 
 
