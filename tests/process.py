@@ -6,14 +6,16 @@ The base of the end-to-end harness (tests/e2e/conftest.py) and the fault harness
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gateway.events import read_events
 from gateway.home import Home
@@ -21,6 +23,10 @@ from gateway.testing import wait_until
 
 SWITCHYARD = str(Path(sys.executable).parent / "switchyard")
 START_TIMEOUT_S = 30.0
+# Set by tests/conftest.py in the suite's environment, so every process it starts (and their children)
+# carries them: this run's token (what the end-of-suite check looks for) and the test that started it.
+TEST_RUN_VARIABLE = "SY_TEST_RUN"
+TEST_NODE_VARIABLE = "SY_TEST_NODE"
 
 
 def clean_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -31,8 +37,59 @@ def clean_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...); [] when gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def _pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def session_members(session: int) -> list[int]:
+    """The live (not zombie) processes of a session, its leader included."""
+    return [pid for pid in _pids() if (fields := _stat(pid)) and fields[3] == str(session) and fields[0] != "Z"]
+
+
+def kill_session(session: int, timeout_s: float = 10.0) -> None:
+    """SIGKILLs every process of a session (whatever process group it moved to) and waits until none is left."""
+    deadline = time.monotonic() + timeout_s
+    while members := session_members(session):
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert time.monotonic() < deadline, f"processes of session {session} outlived SIGKILL: {members}"
+        time.sleep(0.02)
+
+
+def marked_processes(token: str) -> dict[int, str]:
+    """Live processes (other than this one) whose environment carries this run's token: pid -> the test that
+    started it and its command line."""
+    found = {}
+    needle = f"{TEST_RUN_VARIABLE}={token}".encode()
+    for pid in _pids():
+        if pid == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in environ and (_stat(pid)[:1] or ["Z"])[0] != "Z":
+            node = next((v.decode(errors="replace").partition("=")[2] for v in environ
+                         if v.startswith(TEST_NODE_VARIABLE.encode() + b"=")), "(no test)")
+            found[pid] = f"{node}: {argv.strip()}"
+    return found
+
+
 class SwitchyardProcess:
     """One `switchyard run` on a home: started in its own session, its output kept in a log file."""
+
+    started: ClassVar[list[SwitchyardProcess]] = []  # killed after each test by tests/conftest.py
 
     def __init__(self, root: Path, env: dict[str, str], *, log: Path):
         self.home = Home(root)
@@ -47,6 +104,7 @@ class SwitchyardProcess:
     def start(self) -> None:
         """Starts the process and waits for its `gateway.started` event."""
         before = self.count("gateway.started")
+        SwitchyardProcess.started.append(self)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(self.command(), env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -70,6 +128,22 @@ class SwitchyardProcess:
         self.process.kill()
         self.process.wait(10)
         self.process = None
+
+    def kill_group(self) -> None:
+        """SIGKILLs the process and its process group (the providers it started) if it is still running."""
+        if self.alive():
+            assert self.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self.process = None
+
+    @classmethod
+    def kill_started(cls) -> None:
+        """Kills every process started since the last call that still runs (the end of a test)."""
+        for run in cls.started:
+            run.kill_group()
+        cls.started.clear()
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

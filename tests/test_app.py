@@ -90,7 +90,9 @@ async def test_a_failing_channel_is_disabled_without_leaking_its_token(running, 
     assert "s3cr3t-t0ken" not in gateway.channel_status["broken"]["reason"]
     assert gateway.channel_status["f1"]["state"] == "running"
     disabled = [e for e in plugin.events if e["event"] == "channel.disabled"]
-    assert disabled and "***" in home.events_file.read_text()
+    assert disabled
+    await async_wait_until(lambda: "channel.disabled" in home.events_file.read_text(), 5)  # written per turn
+    assert "***" in home.events_file.read_text()
     assert "s3cr3t-t0ken" not in home.events_file.read_text()
 
 

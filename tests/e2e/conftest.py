@@ -256,9 +256,7 @@ def switchyard(tmp_path: Path, fake_log: Path, backend: str, request: pytest.Fix
     else:
         instance = Switchyard(tmp_path / "home", env)
     yield instance
-    if instance.process is not None:
-        instance.process.kill()
-        instance.process.wait(10)
+    SwitchyardProcess.kill_started()  # this one and any other() it started, before the schema is dropped
 
 
 def provider_calls(fake_log: Path) -> list[dict[str, Any]]:

@@ -246,6 +246,8 @@ def test_profiles_whose_token_variable_is_missing_are_disabled_and_the_rest_keep
     for profile, variable in missing.items():
         entry = wait_for_state(switchyard, profile, "disabled")
         assert variable in entry["reason"], (profile, entry)
+    # the events are written at the end of the turn that set the status: wait for them too
+    wait_until(lambda: {e["profile"] for e in switchyard.events("channel.disabled")} >= set(missing), 10)
     disabled = {e["profile"]: e["reason"] for e in switchyard.events("channel.disabled")}
     assert set(disabled) == set(missing)
 

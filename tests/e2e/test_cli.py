@@ -170,7 +170,7 @@ def test_init_prints_a_next_line_that_starts_the_gateway(switchyard: Switchyard)
     assert argv == ["switchyard", "run", "--home", str(switchyard.home.root)]
     switchyard.command = lambda: [SWITCHYARD, *argv[1:], "-v"]  # type: ignore[method-assign]
     switchyard.start()
-    assert "DEBUG" in switchyard.output()  # -v after the subcommand counts too
+    wait_until(lambda: "DEBUG" in switchyard.output(), 10)  # -v after the subcommand counts too
     assert switchyard.stop() == 0
 
 

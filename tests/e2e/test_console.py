@@ -17,7 +17,7 @@ import pytest
 
 from gateway.testing import wait_until
 from tests.e2e.conftest import Switchyard
-from tests.process import SWITCHYARD, clean_environment
+from tests.process import SWITCHYARD, clean_environment, kill_session
 
 pytestmark = pytest.mark.e2e
 
@@ -67,18 +67,24 @@ class TerminalSession:
         return self.output[start:self._seen]
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        """Kills every process of the terminal's session: the wrapper, and `switchyard run` also when it
+        runs in a process group of its own (the background case, which no SIGHUP reaches)."""
+        kill_session(self.process.pid)
+        self.process.wait(10)
         os.close(self.master)
 
 
 @pytest.fixture
 def terminals() -> Iterator[list[TerminalSession]]:
+    """The terminal sessions a test opens, each closed (its processes killed) after it, also when it failed."""
     sessions: list[TerminalSession] = []
     yield sessions
     for session in sessions:
         session.close()
+
+
+def claimed_from(switchyard: Switchyard, conversation: str) -> list[dict[str, object]]:
+    return [e for e in switchyard.events("message.claimed") if e.get("conversation") == conversation]
 
 
 def _run_on_terminal(switchyard: Switchyard, terminals: list[TerminalSession], *,
@@ -133,8 +139,8 @@ def test_a_late_reply_is_printed_above_the_line_being_typed_with_its_run_id(
     assert "\r\x1b[K[writer, run r-" in late and "write about meanwhile" in late
     session.type("ed\r")
     assert "write about half typed" in session.read_until("write about half typed")
-    claimed = [e for e in switchyard.events("message.claimed") if e.get("conversation") == "console"]
-    assert len(claimed) == 2
+    wait_until(lambda: len(claimed_from(switchyard, "console")) >= 2, 10)  # the event log is written per turn
+    assert len(claimed_from(switchyard, "console")) == 2
 
 
 def test_replies_to_other_conversations_and_empty_lines_never_reach_the_console(
@@ -148,6 +154,7 @@ def test_replies_to_other_conversations_and_empty_lines_never_reach_the_console(
     session.type("last\r")
     session.read_until("write about last")
     assert "from the cli" not in session.output
+    wait_until(lambda: claimed_from(switchyard, "console"), 10)  # the event log is written per turn
     assert [e.get("conversation") for e in switchyard.events("message.claimed")] == ["cli", "console"]
 
 

@@ -157,7 +157,7 @@ def test_a_message_being_processed_is_shown_in_flight_with_its_conversation_and_
     assert "c-slow" in fetch(url).text
     assert _samples(fetch(url + "metrics").text)[("switchyard_messages_in_flight", ())] == 1
     switchyard.reply_to(slow["messageId"])
-    assert fetch(url + "api/state").json()["in_flight"] == []
+    wait_until(lambda: fetch(url + "api/state").json()["in_flight"] == [], 10)  # settled just after the reply
 
 
 def test_a_port_in_use_is_reported_and_the_gateway_runs_on_without_a_dashboard(switchyard: Switchyard) -> None:

@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.e2e,
 
 @pytest.fixture
 def browser_page() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=15_000)  # each expect waits this long for its state (a busy machine)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM))
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
@@ -59,7 +60,14 @@ def test_the_page_renders_the_state_and_its_retry_button_brings_a_dead_letter_ba
     page.screenshot(path=str(shot), full_page=True)
     print(f"dashboard screenshot: {shot}")
 
-    dead.locator("button.retry").click()
+    # A click the way a person makes it, its button held while the sections refresh twice: the refresh
+    # must not replace the button between the press and the release (the click would be lost).
+    dead.locator("button.retry").hover()
+    page.mouse.down()
+    for _ in range(2):
+        with page.expect_response(lambda response: response.url.endswith("/api/sections")):
+            pass
+    page.mouse.up()
     expect(dead).to_contain_text("no dead letters", timeout=20_000)
     wait_until(lambda: any(e.get("conversation") == HOSTILE for e in switchyard.events("job.succeeded")), 20)
     assert any("answered" in reply["message"] for reply in switchyard.replies(sent["messageId"]))

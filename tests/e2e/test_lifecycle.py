@@ -96,9 +96,13 @@ def test_forced_failures_are_requeued_with_events_then_answered(switchyard: Swit
     switchyard.send("fail-until 3", messageId="flaky")
     reply = switchyard.reply_to("flaky")[0]
     assert reply["agent"] == "writer"
-    retries = [e for e in switchyard.events("job.failed.retryable") if e.get("job_id", "").endswith("flaky.json")]
-    assert len(retries) == 2
-    assert len([e for e in switchyard.events("job.requeued") if e["job_id"].endswith("flaky.json")]) == 2
+
+    def flaky_events(name: str) -> list[dict[str, object]]:
+        return [e for e in switchyard.events(name) if str(e.get("job_id", "")).endswith("flaky.json")]
+
+    wait_until(lambda: len(flaky_events("job.requeued")) >= 2, 10)  # the event log is written per turn
+    assert len(flaky_events("job.failed.retryable")) == 2
+    assert len(flaky_events("job.requeued")) == 2
     assert switchyard.dead_letters() == []
 
 
@@ -116,7 +120,9 @@ def test_dead_letter_after_max_attempts_keeps_bytes_and_apologises(switchyard: S
     assert letter.attempts == 3 and "exit" in letter.reason.lower()
     apology = switchyard.reply_to("doomed")[0]
     assert "Sorry" in apology["message"]
-    assert switchyard.events("job.failed.final")
+    # the event is written after the dead letter and its apology (at the end of the worker's turn): wait for it
+    [final] = wait_until(lambda: switchyard.events("job.failed.final"), 10)
+    assert final["job_id"] == "doomed.json" and final["attempts"] == 3
 
 
 def test_invalid_payloads_are_quarantined_and_the_worker_goes_on(switchyard: Switchyard) -> None:
@@ -133,6 +139,7 @@ def test_invalid_payloads_are_quarantined_and_the_worker_goes_on(switchyard: Swi
                          ("huge.json", "max_payload_bytes")):
         assert reason in letters[name].reason
     assert letters["broken.json"].data == b"{broken"
+    wait_until(lambda: len(switchyard.events("message.invalid")) >= 3, 10)  # written after the quarantine
     assert len(switchyard.events("message.invalid")) == 3
 
 

@@ -6,7 +6,7 @@ import os
 import pwd
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 
@@ -32,8 +32,6 @@ class GatewayRun(SwitchyardProcess):
     """Configures a home, starts / kills / stops `switchyard run` (as another user when asked), and
     reads what it wrote."""
 
-    started: ClassVar[list[GatewayRun]] = []  # killed after each test by tests/faults/conftest.py
-
     def __init__(self, root: Path, env: dict[str, str] | None = None, user: str | None = None,
                  log: Path | None = None):
         super().__init__(root, clean_environment({"PYTHONPATH": str(REPO), **(env or {})}),
@@ -58,10 +56,6 @@ class GatewayRun(SwitchyardProcess):
             account = pwd.getpwnam(self.user)
             argv = ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups", *argv]
         return argv
-
-    def start(self) -> None:
-        GatewayRun.started.append(self)
-        super().start()
 
     def drop(self, payload: IncomingPayload | bytes, name: str | None = None) -> str:
         """Writes a payload into incoming/ the way other programs must (`.tmp`, then rename)."""

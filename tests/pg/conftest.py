@@ -1,5 +1,5 @@
-"""PostgreSQL backend tests: a migrated schema per test (`db`), and no `switchyard` process a test started
-outlives it, also when it failed."""
+"""PostgreSQL backend tests: a migrated schema per test (`db`); a server of the test's own for the tests
+that stop or restart it (`throwaway_pg`)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,32 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.harness import GatewayRun
-
-
-@pytest.fixture(autouse=True)
-def _no_process_left_running() -> Iterator[None]:
-    yield
-    for run in GatewayRun.started:
-        if run.alive():
-            run.kill()
-    GatewayRun.started.clear()
+from tests.pg.throwaway import ThrowawayServer, throwaway_server
+from tests.process import SwitchyardProcess
 
 
 @pytest.fixture
 def db(pg_dsn: str) -> Iterator[str]:
-    """`pg_dsn` with Switchyard's schema migrated; this process's shared pools closed after the test."""
+    """`pg_dsn` with Switchyard's schema migrated; after the test, the processes it started are killed and
+    this process's shared pools closed (before the schema is dropped)."""
     from gateway.pg import schema
     from gateway.pg.db import close_shared_pools
 
     schema.migrate(pg_dsn)
     yield pg_dsn
+    SwitchyardProcess.kill_started()
     close_shared_pools()
+
+
+@pytest.fixture
+def throwaway_pg() -> Iterator[ThrowawayServer]:
+    """A PostgreSQL server of this test's own, with Switchyard's schema migrated into its `postgres`
+    database (`.dsn`); `.stop(mode)`, `.start()`, `.restart(mode)`; removed after the test."""
+    from gateway.pg import schema
+    from gateway.pg.db import close_shared_pools
+
+    with throwaway_server() as server:
+        schema.migrate(server.dsn)
+        yield server
+        SwitchyardProcess.kill_started()
+        close_shared_pools()

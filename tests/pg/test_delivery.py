@@ -4,6 +4,7 @@ place, dead rows, each part once across a takeover, the spec-002 outgoing/ adapt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from gateway.pg.maintenance import prune
 from gateway.settings import Settings
 from gateway.testing import async_wait_until
 from tests.pg.outbound_kit import CHANNEL, CuttableProxy, RecordingChannel, insert_reply, new_home, rows, settings_for
+from tests.pg.throwaway import ThrowawayServer
 
 LEASE = channel_lease(CHANNEL, "p")
 
@@ -58,11 +60,18 @@ MakeOwner = Callable[..., Awaitable[Owner]]
 
 @pytest.fixture
 async def make_owner(pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[MakeOwner]:
-    schema.migrate(pg_dsn)
-    monkeypatch.setenv("SY_TEST_DSN", pg_dsn)
+    async with owners_on(pg_dsn, tmp_path, monkeypatch) as make:
+        yield make
+
+
+@contextlib.asynccontextmanager
+async def owners_on(base_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[MakeOwner]:
+    """Makes Owners on the database at `base_dsn` (its schema migrated); stops them at the end."""
+    schema.migrate(base_dsn)
+    monkeypatch.setenv("SY_TEST_DSN", base_dsn)
     owners: list[Owner] = []
 
-    async def make(holder: str, *, lease_sec: float = 30, take: bool = True, dsn: str = pg_dsn,
+    async def make(holder: str, *, lease_sec: float = 30, take: bool = True, dsn: str = base_dsn,
                    **queue: object) -> Owner:
         settings: Settings = settings_for("SY_TEST_DSN", lease_sec, **queue)
         home = new_home(tmp_path / holder)
@@ -78,12 +87,14 @@ async def make_owner(pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         owners.append(owner)
         return owner
 
-    yield make
-    for owner in owners:
-        if not owner.renewing.done():
-            await owner.delivery.stop(1.0)
-            owner.renewing.cancel()
-            await owner.leases.close()
+    try:
+        yield make
+    finally:
+        for owner in owners:
+            if not owner.renewing.done():
+                await owner.delivery.stop(1.0)
+                owner.renewing.cancel()
+                await owner.leases.close()
 
 
 async def async_wait_until_taken(leases: Leases) -> tuple[str | None, float]:
@@ -209,34 +220,26 @@ async def test_delivery_reconnects_after_the_database_comes_back_and_says_so(mak
         assert owner.leases.held  # a short outage (within the lease) keeps the channel
 
 
-def _postgres(action: str) -> None:
-    """`pg_ctlcluster 15 main <action>` (stop, start): the shared test server, as the brief allows."""
-    import shutil
-    import subprocess
-
-    if shutil.which("pg_ctlcluster") is None:
-        pytest.skip("pg_ctlcluster is not here: cannot stop and start PostgreSQL")
-    done = subprocess.run(["pg_ctlcluster", "15", "main", action], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        pytest.skip(f"cannot {action} PostgreSQL here: {done.stderr.strip()}")
-
-
-async def test_a_postgres_restart_mid_delivery_loses_and_repeats_nothing(make_owner: MakeOwner, pg_dsn: str) -> None:
-    owner = await make_owner("A", lease_sec=30)
-    owner.channel.gates["a1"] = asyncio.Event()
-    for conversation in ("a", "b", "c"):
-        for n in range(1, 4):
-            insert_reply(pg_dsn, f"conv-{conversation}", f"{conversation}{n}")
-    await async_wait_until(lambda: "c3" in owner.channel.texts() and "b3" in owner.channel.texts(), 10)
-    await asyncio.to_thread(_postgres, "stop")
-    try:
-        owner.channel.gates.pop("a1").set()  # a1 goes out while the database is down: its row waits
-        await async_wait_until(lambda: "a1" in owner.channel.texts(), 10)
-        await async_wait_until(lambda: owner.delivery.write_retries >= 2, 20)  # its journal entry waits
-        await async_wait_until(lambda: owner.events("outbox.database_unreachable"), 10)
-    finally:
-        await asyncio.to_thread(_postgres, "start")
-    await async_wait_until(lambda: owner.channel.texts("conv-a") == ["a1", "a2", "a3"], 30)
-    await async_wait_until(lambda: set(states(pg_dsn).values()) == {"sent"}, 30)
-    assert sorted(owner.channel.texts()) == sorted(f"{c}{n}" for c in "abc" for n in range(1, 4))  # each once
-    assert owner.leases.held  # an outage shorter than the lease keeps the channel
+async def test_a_postgres_restart_mid_delivery_loses_and_repeats_nothing(
+        throwaway_pg: ThrowawayServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server stopped and started again (a server of the test's own) while a part is being sent."""
+    pg_dsn = throwaway_pg.dsn
+    async with owners_on(pg_dsn, tmp_path, monkeypatch) as make_owner:
+        owner = await make_owner("A", lease_sec=30)
+        owner.channel.gates["a1"] = asyncio.Event()
+        for conversation in ("a", "b", "c"):
+            for n in range(1, 4):
+                insert_reply(pg_dsn, f"conv-{conversation}", f"{conversation}{n}")
+        await async_wait_until(lambda: "c3" in owner.channel.texts() and "b3" in owner.channel.texts(), 10)
+        await asyncio.to_thread(throwaway_pg.stop)
+        try:
+            owner.channel.gates.pop("a1").set()  # a1 goes out while the database is down: its row waits
+            await async_wait_until(lambda: "a1" in owner.channel.texts(), 10)
+            await async_wait_until(lambda: owner.delivery.write_retries >= 2, 20)  # its journal entry waits
+            await async_wait_until(lambda: owner.events("outbox.database_unreachable"), 10)
+        finally:
+            await asyncio.to_thread(throwaway_pg.start)
+        await async_wait_until(lambda: owner.channel.texts("conv-a") == ["a1", "a2", "a3"], 30)
+        await async_wait_until(lambda: set(states(pg_dsn).values()) == {"sent"}, 30)
+        assert sorted(owner.channel.texts()) == sorted(f"{c}{n}" for c in "abc" for n in range(1, 4))  # each once
+        assert owner.leases.held  # an outage shorter than the lease keeps the channel

@@ -84,6 +84,7 @@ def test_only_one_process_polls_a_shared_telegram_profile_and_the_other_takes_ov
             takeover = first_poll[0] - killed
             print(f"the standby polled {takeover:.2f}s after the owner's kill -9 (lease_sec {LEASE_SEC:g})")
             assert takeover <= LEASE_SEC + 1.5
+            wait_until(lambda: second.count("channel.lease_taken") >= 1, 10)
             assert second.count("channel.lease_taken") == 1
 
             sent = wait_until(lambda: (s := telegram.run(lambda: list(fake.sent))) and len(s) >= 3 and s, 30)

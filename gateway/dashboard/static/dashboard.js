@@ -4,6 +4,11 @@ const sections = document.getElementById("sections");
 const updated = document.getElementById("updated");
 const notice = document.getElementById("notice");
 const refreshMs = Number(document.body.dataset.refreshMs) || 2000;
+// While a button is held, a refresh leaves the sections alone: replacing the button between the press
+// and the release would lose the click.
+let pressed = false;
+sections.addEventListener("pointerdown", () => { pressed = true; });
+for (const type of ["pointerup", "pointercancel"]) document.addEventListener(type, () => { pressed = false; });
 
 async function refresh() {
   try {
@@ -12,7 +17,8 @@ async function refresh() {
       tell(`refresh failed: HTTP ${response.status}`, "error");
       return;
     }
-    sections.innerHTML = await response.text();  // rendered and escaped by the server
+    const html = await response.text();  // rendered and escaped by the server
+    if (!pressed) sections.innerHTML = html;
     updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
     if (notice.dataset.kind === "error") tell("", "");
   } catch (error) {
