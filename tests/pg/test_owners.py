@@ -70,7 +70,7 @@ async def test_a_standby_shows_the_owner_and_takes_over_within_lease_sec_when_th
     took = second_gw.started[0].started_at
     assert took is not None
     print(f"takeover after {took - died:.2f}s (lease_sec {LEASE_SEC:g})")
-    assert took - died <= LEASE_SEC + 0.5
+    assert took - died <= LEASE_SEC * 2  # a lease's life and a few renewal periods: not a timing goal, a bound
     assert state(second_gw) == ("running", "owner B")
 
 
@@ -85,7 +85,9 @@ async def test_a_clean_stop_releases_the_lease_so_the_standby_need_not_wait_for_
     assert "channel.lease_released" in first_gw.event_names()
     await async_wait_until(lambda: second_gw.started, LEASE_SEC * 3)
     took = second_gw.started[0].started_at
-    assert took is not None and took - released <= LEASE_SEC / 3 + 0.5
+    # Without the release the standby waits for expiry: at least 2/3 of lease_sec after the stop (the owner
+    # renews every lease_sec / 3). With it, the standby's next look finds the lease free.
+    assert took is not None and took - released < LEASE_SEC * 2 / 3
 
 
 async def test_an_owner_that_cannot_reach_the_database_stops_its_channel_before_another_takes_it(

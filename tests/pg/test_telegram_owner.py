@@ -83,7 +83,7 @@ def test_only_one_process_polls_a_shared_telegram_profile_and_the_other_takes_ov
             first_poll = wait_until(lambda: telegram.run(lambda: [t for t in fake.poll_times if t > killed]), 30)
             takeover = first_poll[0] - killed
             print(f"the standby polled {takeover:.2f}s after the owner's kill -9 (lease_sec {LEASE_SEC:g})")
-            assert takeover <= LEASE_SEC + 1.5
+            assert takeover <= LEASE_SEC * 2  # within a lease's life and its renewals (a bound, not a goal)
             wait_until(lambda: second.count("channel.lease_taken") >= 1, 10)
             assert second.count("channel.lease_taken") == 1
 
