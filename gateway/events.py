@@ -83,21 +83,26 @@ class EventLog:
         return record
 
     def _append(self, line: bytes) -> None:
+        """Queues a line of the loop's thread for the end of its turn; a line of any other thread is
+        written at once, after the loop's queued lines (emitted before it), so the log keeps their order."""
         loop = self._loop
-        if loop is not None and threading.get_ident() == self._loop_thread and loop.is_running():
-            self._pending.append(line)
-            if len(self._pending) == 1:
-                loop.call_soon(self.flush)
-            return
         with self._lock:
+            if loop is not None and threading.get_ident() == self._loop_thread and loop.is_running():
+                self._pending.append(line)
+                if len(self._pending) == 1:
+                    loop.call_soon(self.flush)
+                return
+            if self._pending:
+                line = b"".join(self._pending) + line
+                self._pending.clear()
             self._write(line)
 
     def flush(self) -> None:
         """Writes the lines waiting for the end of the loop's turn."""
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
-            with self._lock:
+        with self._lock:
+            if self._pending:
+                data = b"".join(self._pending)
+                self._pending.clear()
                 self._write(data)
 
     def _write(self, data: bytes) -> None:

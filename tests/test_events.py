@@ -43,6 +43,20 @@ async def test_an_event_from_another_thread_is_written_at_once(tmp_path: Path) -
     log.close()
 
 
+async def test_an_event_from_another_thread_comes_after_the_loop_events_emitted_before_it(tmp_path: Path) -> None:
+    """A loop hands work to a thread after emitting (job.created, then the thread's job.archived): the
+    log keeps that order although the loop's line waits for the end of its turn."""
+    log = EventLog(tmp_path / "events.jsonl")
+    log.write_per_turn(asyncio.get_running_loop())
+    log.emit("job.created")
+    thread = threading.Thread(target=log.emit, args=("job.archived",))
+    thread.start()
+    thread.join()
+    await asyncio.sleep(0)  # the turn ends: nothing waits any more
+    assert [event["event"] for event in read_events(log.path)] == ["job.created", "job.archived"]
+    log.close()
+
+
 def test_without_a_running_loop_each_event_is_written_at_once(tmp_path: Path) -> None:
     log = EventLog(tmp_path / "events.jsonl")
     log.emit("test.cli")
