@@ -93,9 +93,13 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     unreachable database is one line on stderr and exit 2."""
     from orchestrator.runs import open_run_store
 
-    store = open_run_store(home, settings, fsync=False)
     if settings.queue.backend != "postgres":
-        return _runs(args, store)
+        from gateway.cli import EXIT_NO_HOME, not_a_home
+
+        if not_a_home(home):  # else a mistyped --home would answer "no runs"
+            return EXIT_NO_HOME
+        return _runs(args, open_run_store(home, settings, fsync=False))
+    store = open_run_store(home, settings, fsync=False)
     import psycopg
 
     from gateway.pg.db import dsn_from_settings
