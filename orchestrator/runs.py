@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, fsync_dir, safe_name
 from gateway.settings import Settings
+from gateway.storable import made_safe, storable
 from orchestrator.jobs import JobState, check_transition
 from orchestrator.runstate import RunState, conversation_key, finished_at
 
@@ -85,10 +87,12 @@ class RunStore:
             return None
 
     def save(self, run: RunState, *, durable: bool = True) -> RunState:
-        """Writes state.json atomically, stamping `updatedAt`; fsynced unless `durable` is False."""
-        run = run.model_copy(update={"updatedAt": utc_now_iso()})
+        """Writes state.json atomically, stamping `updatedAt`; fsynced unless `durable` is False. A NUL or a
+        lone surrogate (in a step's output, say) is written as U+FFFD (gateway.storable), as the database
+        store does, and the run returned holds what was written."""
+        run, data = _storable_state(run.model_copy(update={"updatedAt": utc_now_iso()}))
         folder = self.made(self.folder(run.runId))
-        atomic_write(folder / "state.json", run.model_dump_json(indent=2).encode(), fsync=self._fsync and durable)
+        atomic_write(folder / "state.json", data, fsync=self._fsync and durable)
         return run
 
     def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
@@ -150,7 +154,10 @@ class RunStore:
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
         """Appends one line to the run's events.jsonl (opened once while the run goes on)."""
         record = {"ts": utc_now_iso(), "event": event, **{k: v for k, v in fields.items() if v is not None}}
-        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+        text = json.dumps(record, ensure_ascii=False, default=str)
+        if not storable(text):  # an error's text may quote a NUL or a lone surrogate: U+FFFD
+            text = json.dumps(made_safe(json.loads(text)), ensure_ascii=False)
+        line = (text + "\n").encode()
         fd = self._event_fds.get(run_id)
         if fd is None:
             path = self.made(self.folder(run_id)) / "events.jsonl"
@@ -302,6 +309,18 @@ class RunStore:
     def clear_cancel(self, run_id: str) -> None:
         """Forgets a run's cancel request (it was carried out)."""
         (self.folder(run_id) / CANCEL_MARKER).unlink(missing_ok=True)
+
+
+def _storable_state(run: RunState) -> tuple[RunState, bytes]:
+    """The run and its state.json bytes; when it holds text no store can hold, both made safe."""
+    try:
+        text = run.model_dump_json(indent=2)
+    except PydanticSerializationError:  # a lone surrogate cannot be encoded at all
+        text = None
+    if text is not None and storable(text):
+        return run, text.encode()
+    run = RunState.model_validate(made_safe(run.model_dump(mode="json")))
+    return run, run.model_dump_json(indent=2).encode()
 
 
 def _ended(run: RunState | None) -> bool:

@@ -121,3 +121,19 @@ def test_events_are_appended_per_run(home: Home) -> None:
     store.update_step(store.transition(run, "running"), "Plan", status="running")
     lines = (home.runs / "r-1" / "events.jsonl").read_text().splitlines()
     assert [json.loads(line)["event"] for line in lines] == ["run.created", "run.state", "step.running"]
+
+
+def test_text_no_store_holds_is_stored_as_replacement_characters(home: Home) -> None:
+    """A step's output or an event's field holding a NUL or a lone surrogate (an agent's answer can) is
+    written as U+FFFD, as the database store writes it; before, a lone surrogate failed the save."""
+    store = RunStore(home, fsync=False)
+    run = store.create(_run(), "k")
+    run = store.update_step(run, "Plan", status="completed", output="a\x00b\ud800c", error="e\udfff")
+    store.append_event(run.runId, "step.note", note="n\x00\ud800")
+    assert run.steps["Plan"].output == "a\ufffdb\ufffdc"  # the run returned is what was written
+    loaded = store.load("r-1")
+    assert loaded is not None and loaded.steps["Plan"].output == "a\ufffdb\ufffdc"
+    assert loaded.steps["Plan"].error == "e\ufffd"
+    assert "\\u0000" not in (home.runs / "r-1" / "state.json").read_text()
+    assert store.events("r-1")[-1]["note"] == "n\ufffd\ufffd"
+    assert [event["event"] for event in store.events("r-1")] == ["run.created", "step.completed", "step.note"]
