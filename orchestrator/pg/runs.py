@@ -26,7 +26,7 @@ from gateway.pg.db import shared_pool
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
 from orchestrator.runs import RunStore
-from orchestrator.runstate import RunState
+from orchestrator.runstate import RunState, finished_at
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
@@ -54,7 +54,6 @@ DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 F
 # Columns only: a claim never parses `data` in the database, so no run's JSON can fail every claim.
 QUEUED = ("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued' "
           "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
-ENDED_AT = "coalesce((data->'job'->>'finished_at')::timestamptz, updated_at)"
 UNREADABLE = f"UPDATE switchyard_runs SET state = 'failed_final' WHERE run_id = %s AND state NOT IN {FINISHED_SQL}"
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
 
@@ -241,7 +240,11 @@ class PgRunStore(RunStore):
         return self._runs(f"WHERE state NOT IN {FINISHED_SQL} OR NOT delivered")
 
     def finished_before(self, cutoff: datetime) -> list[RunState]:
-        return self._runs(f"WHERE state IN {FINISHED_SQL} AND {ENDED_AT} < %s", (cutoff,))
+        """Finished runs that ended (their job's finished_at, else their last update) before `cutoff`. Columns
+        only pick the candidates, as for a claim (a NUL in one row's JSON would fail a query reading into
+        `data` for every run): a run ends after it was created, so `created_at` finds every one."""
+        candidates = self._runs(f"WHERE state IN {FINISHED_SQL} AND created_at < %s", (cutoff,))
+        return [run for run in candidates if (ended := finished_at(run)) is not None and ended < cutoff]
 
     def queued(self, limit: int) -> list[tuple[str, str | None]]:
         """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims)."""
