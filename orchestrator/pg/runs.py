@@ -23,6 +23,7 @@ from pydantic_core import PydanticSerializationError
 from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
 from gateway.pg.db import shared_pool
+from gateway.pg.errors import database_away
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
 from orchestrator.runs import RunStore
@@ -198,6 +199,24 @@ class PgRunStore(RunStore):
             return None
         rows = self._query("SELECT data::text FROM switchyard_runs WHERE run_id = %s", (run_id,))
         return self._parsed(run_id, rows[0][0]) if rows else None
+
+    def read(self, run_id: str) -> RunState | None:
+        """`load`: a stored run that is not one is marked failed_final as it is read (`_parsed`)."""
+        return self.load(run_id)
+
+    def quarantine(self, run_id: str, reason: str) -> RunState | None:
+        """Ends a run that cannot be claimed (marked failed_final, its data kept for the operator)."""
+        log.error("run %s is marked failed_final, its data kept: %s", run_id, reason)
+        self._write([(UNREADABLE, (run_id,))], durable=True)
+        return None
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        """None to end here: a row that is not a run is marked failed_final as it is read."""
+        return []
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a failure is the database (or the disk) away now rather than that run's."""
+        return isinstance(exc, OSError) or database_away(exc)
 
     def _parsed(self, run_id: str, data: str) -> RunState | None:
         """The stored run; None, as the file store answers for a state.json it cannot read, for one that is
