@@ -206,6 +206,30 @@ async def test_a_file_dropped_into_outgoing_is_taken_into_the_table_and_delivere
     assert [r["name"] for r in rows(pg_dsn)] == ["fake_m1_1.json"]
 
 
+async def test_a_dropped_file_the_database_refuses_goes_to_failed_and_the_next_one_is_delivered(
+        make_owner: MakeOwner, pg_dsn: str) -> None:
+    """A file whose row the database refuses is that file's failure (failed/, with the reason), never a
+    wedge: before, it was retried forever as "database unreachable" and no later file was taken in."""
+    owner = await make_owner("A")
+    from gateway.models import OutgoingPayload
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # as a row no column can hold would be refused
+        conn.execute("ALTER TABLE switchyard_outbox ADD CONSTRAINT refused CHECK (conversation <> 'conv-bad')")
+    for conversation in ("conv-bad", "conv-nul"):
+        payload = OutgoingPayload(channel=CHANNEL, channelProfileId="p", conversationId=conversation, timestamp=1,
+                                  messageId=f"m-{conversation[5:]}", message=f"to {conversation[5:]}",
+                                  sender="switchyard", senderId="switchyard")
+        data = payload.to_json().replace(b'"conv-nul"', b'"conv-nul\\u0000"')  # as another program may write
+        (owner.home.outgoing / f"fake_{conversation[5:]}_1.json").write_bytes(data)
+    owner.delivery.rescan()
+    await async_wait_until(lambda: owner.channel.texts() == ["to nul"], 10)
+    assert owner.channel.texts("conv-nul\ufffd") == ["to nul"]  # a NUL no column holds: U+FFFD
+    await async_wait_until(lambda: (owner.home.failed / "fake_bad_1.json").exists(), 10)
+    report = json.loads((owner.home.failed / "fake_bad_1.json.error.json").read_text())
+    assert "cannot be stored in the database: CheckViolation" in str(report)
+    assert list(owner.home.outgoing.glob("*.json")) == []
+
+
 async def test_sent_rows_older_than_the_retention_are_deleted(make_owner: MakeOwner, pg_dsn: str) -> None:
     await make_owner("A", sent_retention_days=1)
     old = insert_reply(pg_dsn, "conv-a", "old")
