@@ -97,7 +97,7 @@ class RunStore:
         except FileNotFoundError:
             return None
         except ValidationError as exc:
-            raise UnreadableRun(f"{path} is not a run: {_first_error(exc)}") from None
+            raise UnreadableRun(f"its state.json is not a run: {_first_error(exc)}") from None
 
     def quarantine(self, run_id: str, reason: str) -> RunState | None:
         """Ends a run whose state.json is not a run: its bytes are kept (`state.json.unreadable-<ns>`) and a
