@@ -173,6 +173,11 @@ def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -
         from gateway.locks import open_locks
 
         shared_locks = open_locks(home, settings)
+    else:
+        from gateway.cli import EXIT_NO_HOME, not_a_home
+
+        if not_a_home(home):  # else a mistyped --home would get coordination/ made and "0 removed"
+            return EXIT_NO_HOME
     report = apply_retention(
         home, open_run_store(home, settings, fsync=False), Coordination(home),
         settings.queue.runs_retention_days if args.runs_days is None else args.runs_days,

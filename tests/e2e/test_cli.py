@@ -314,7 +314,7 @@ def test_status_is_not_fooled_by_a_gateway_json_whose_pid_another_process_now_ha
                                     ["dead", "show", "x.json"], ["dead", "drop", "x.json"], ["pair", "list"],
                                     ["pair", "approve", "ABC123"], ["runs"], ["runs", "--active"],
                                     ["runs", "show", "r-001"], ["status"], ["status", "--json"],
-                                    ["send", "hello", "--wait", "1"]])
+                                    ["send", "hello", "--wait", "1"], ["coordination", "clean"]])
 def test_an_operator_command_on_a_folder_that_is_not_a_home_says_so_and_exits_2(switchyard: Switchyard, tmp_path: Path,
                                                                  action: list[str]) -> None:
     not_a_home = tmp_path / "typo"
