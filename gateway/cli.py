@@ -28,6 +28,7 @@ PROG = "switchyard"
 CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli",)  # built-in modules that only add subcommands
 EXIT_USAGE = 2  # argparse's code for a bad command line; also invalid settings
 EXIT_BROKEN_PIPE = 1  # what Python's docs recommend after EPIPE (signal module, "Note on SIGPIPE")
+EXIT_NO_HOME = 2  # the home named is not one (a wrong --home or $SWITCHYARD_HOME, as a bad command line)
 
 
 def example_settings_text() -> str:
@@ -70,6 +71,17 @@ class Invocation:
         except SettingsError:
             settings = None
         return build_plugin_manager(settings)
+
+
+def not_a_home(home: Home) -> bool:
+    """True, having said so on stderr, when `home` is not a Switchyard home (it has no queue/incoming/): an
+    operator command reading the home's files would otherwise answer "nothing here" for a mistyped --home
+    or $SWITCHYARD_HOME (or create a home there). The caller exits EXIT_NO_HOME and creates nothing."""
+    if home.incoming.is_dir():
+        return False
+    print(f"switchyard: {home.root} is not a Switchyard home (it has no queue/incoming/): check --home "
+          "or $SWITCHYARD_HOME, or create it with `switchyard init`", file=sys.stderr)
+    return True
 
 
 # --- the subcommand table ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.access import Pairing, PairingCodeExpired, PairingStore, duration_text
 from gateway.check import require_valid_home
-from gateway.cli import Invocation, example_settings_text, next_step
+from gateway.cli import EXIT_NO_HOME, Invocation, example_settings_text, next_step, not_a_home
 from gateway.events import now_ms
 from gateway.home import Home
 from gateway.models import IncomingPayload
@@ -94,6 +94,8 @@ def _exit_now(code: int) -> None:
 def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     """Drops one message into the queue, as a channel would; `--wait` prints the reply."""
     home = run.home
+    if run.settings.queue.backend != "postgres" and not_a_home(home):  # no gateway would ever read it there
+        return EXIT_NO_HOME
     home.create()
     payload = IncomingPayload(
         channel=args.channel, channelProfileId=args.profile, sender=args.sender,
@@ -146,6 +148,8 @@ def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
     """Lists pending pairing codes, or approves one so its sender may talk to the bot; on the postgres
     backend in the database (an approval on any host admits the sender everywhere)."""
     if run.settings.queue.backend != "postgres":
+        if not_a_home(run.home):  # else a mistyped --home would list no codes
+            return EXIT_NO_HOME
         return _pair(args, PairingStore(run.home))
     import psycopg
 

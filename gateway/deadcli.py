@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gateway import deadletters
+from gateway.cli import EXIT_NO_HOME, not_a_home
 from gateway.home import Home
 from gateway.tables import print_table, printable
 
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
     from gateway.cli import Invocation
 
 EXIT_DATABASE = 2  # the database is unreachable (as `switchyard db`)
-EXIT_NO_HOME = 2  # the home named is not one (a wrong --home or $SWITCHYARD_HOME, as a bad command line)
 
 
 class FileStore:
@@ -49,9 +49,7 @@ def cmd_dead(args: argparse.Namespace, run: Invocation) -> int:
     changes nothing."""
     if run.settings.queue.backend == "postgres":
         return _on_database(args, run)
-    if not run.home.incoming.is_dir():  # else a mistyped --home would answer "no dead letters"
-        print(f"switchyard: {run.home.root} is not a Switchyard home (it has no queue/incoming/): check --home "
-              "or $SWITCHYARD_HOME, or create it with `switchyard init`", file=sys.stderr)
+    if not_a_home(run.home):  # else a mistyped --home would answer "no dead letters"
         return EXIT_NO_HOME
     return _run(args, FileStore(run.home))
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from gateway.cli import EXIT_NO_HOME, not_a_home
 from gateway.deadletters import list_dead
 from gateway.home import Home, queue_depths
 from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
@@ -53,6 +54,8 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
                 print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": str(exc)}}))
             print(f"switchyard: {exc}", file=sys.stderr)
             return EXIT_DATABASE
+    elif not_a_home(run.home):  # else a mistyped --home would show an empty queue and "not running"
+        return EXIT_NO_HOME
     else:
         status = gather_status(run.home, settings, pm, cache)
     cache.save()

@@ -19,6 +19,7 @@ from pathlib import Path
 from gateway.api import PermanentError
 from gateway.events import EventLog
 from gateway.settings import ProviderSettings
+from gateway.storable import made_safe
 from orchestrator.clis import (
     MISSING_EXIT,
     NOT_EXECUTABLE_EXIT,
@@ -184,7 +185,7 @@ class AgentCliRunner:
         self, name: str, preset: Preset, binary: str, result: ProviderResult, reading: Reading
     ) -> ProviderResult:
         if not _failed(result, reading):
-            return replace(result, stdout=reading.answer)
+            return replace(result, stdout=made_safe(reading.answer))  # its envelope may spell a NUL, `\\ud800`
         said = failure_text(result, reading)
         refusal = cannot_start(name, binary, result, preset.install)
         if refusal is None and reading.refused:

@@ -93,9 +93,13 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     unreachable database is one line on stderr and exit 2."""
     from orchestrator.runs import open_run_store
 
-    store = open_run_store(home, settings, fsync=False)
     if settings.queue.backend != "postgres":
-        return _runs(args, store)
+        from gateway.cli import EXIT_NO_HOME, not_a_home
+
+        if not_a_home(home):  # else a mistyped --home would answer "no runs"
+            return EXIT_NO_HOME
+        return _runs(args, open_run_store(home, settings, fsync=False))
+    store = open_run_store(home, settings, fsync=False)
     import psycopg
 
     from gateway.pg.db import dsn_from_settings
@@ -169,6 +173,11 @@ def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -
         from gateway.locks import open_locks
 
         shared_locks = open_locks(home, settings)
+    else:
+        from gateway.cli import EXIT_NO_HOME, not_a_home
+
+        if not_a_home(home):  # else a mistyped --home would get coordination/ made and "0 removed"
+            return EXIT_NO_HOME
     report = apply_retention(
         home, open_run_store(home, settings, fsync=False), Coordination(home),
         settings.queue.runs_retention_days if args.runs_days is None else args.runs_days,

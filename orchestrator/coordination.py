@@ -14,11 +14,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, safe_name
 from gateway.locks import LockDirectory
+from gateway.storable import made_safe, storable
 from orchestrator.jobs import parse_iso
 
 if TYPE_CHECKING:
@@ -51,7 +52,10 @@ Retention: `switchyard coordination clean` (also hourly while `switchyard run` r
 def pretty_json(value: Any) -> bytes:
     """`value` as indented UTF-8 JSON, by pydantic-core's encoder (json's indented encoder is pure Python:
     ten times slower, and these files are written for every run)."""
-    return to_json(value, indent=2, fallback=str)
+    try:
+        return to_json(value, indent=2, fallback=str)
+    except PydanticSerializationError:  # a lone surrogate (an agent's summary, say): U+FFFD
+        return to_json(made_safe(to_jsonable_python(value, fallback=str)), indent=2)
 
 
 class Coordination:
@@ -198,7 +202,10 @@ class Coordination:
 
     def complete(self, report: dict[str, Any]) -> None:
         """Appends one completion report to completed.jsonl (append-only, never rewritten)."""
-        line = (json.dumps(report, ensure_ascii=False, default=str) + "\n").encode()
+        text = json.dumps(report, ensure_ascii=False, default=str)
+        if not storable(text):  # a lone surrogate (an agent's summary, say) cannot be written: U+FFFD
+            text = json.dumps(made_safe(json.loads(text)), ensure_ascii=False)
+        line = (text + "\n").encode()
         fd = os.open(self.root / "completed.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, line)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from gateway.aio import wait_event
@@ -17,8 +15,8 @@ from gateway.events import EventLog
 from gateway.home import Home
 from gateway.locks import LockDirectory, Locks
 from gateway.models import IncomingPayload
+from orchestrator.claims import IDLE_SEC, Claims, job_lock
 from orchestrator.coordination import Coordination
-from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
 from orchestrator.results import Delivery
 from orchestrator.retention import RUNS_RETENTION_DAYS, apply_retention
@@ -29,28 +27,19 @@ from orchestrator.steps.base import Progress
 
 log = logging.getLogger("switchyard.orchestrator.executor")
 
-IDLE_SEC = 1.0
 WATCH_SEC = 0.25
 RECLAIM_SEC = 15.0
 RETENTION_SEC = 3600.0
 CANCEL_WAIT_SEC = 10.0
-QUEUED_BATCH = 64  # queued runs read from a shared store per claim pass
-
-
-def job_lock(run_id: str) -> str:
-    """The coordination lock a process holds while it executes a run (`run:<id>` is a message key)."""
-    return f"job:{run_id}"
 
 
 class RunExecutor:
     """Drains queued runs oldest first (spec 003), at most `max_parallel` at once, one process per run.
 
-    The queued runs come from coordination/work_queue.json, or from the store when it is shared by
-    hosts (postgres; the coordination files are then this host's mirror for agents). The job lock
-    decides which process executes a run. A run whose starting (or answering) message waits in this
-    process is reserved by taking its lock before it becomes claimable, so another host never
-    executes it and turns that message's reply into a push; the lock is renewed until this process
-    claims the run, and expires with the process.
+    Which runs it takes is orchestrator.claims (the queue of the store or the home, the job locks).
+    A run whose starting (or answering) message waits in this process is reserved by taking its lock
+    before it becomes claimable, so another host never executes it and turns that message's reply
+    into a push; the lock is renewed until this process claims the run, and expires with the process.
     """
 
     def __init__(self, *, home: Home, store: RunStore, steps: StepRunner, events: EventLog, outbox: Outbox,
@@ -68,8 +57,9 @@ class RunExecutor:
         self.life = Lifecycle(store=store, steps=steps, events=events, coordination=self.coordination,
                               delivery=self.delivery, owner=owner)
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._claims = Claims(store=store, locks=self._locks, coordination=self.coordination, life=self.life,
+                              tasks=self._tasks, start=self._start, max_parallel=max_parallel)
         self._cancelled: set[str] = set()
-        self._reserved: set[str] = set()  # queued runs whose lock this process holds for a waiting message
         self._wake = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
 
@@ -87,8 +77,8 @@ class RunExecutor:
         for task in running:
             task.cancel()
         await asyncio.gather(*self._background, *running, return_exceptions=True)
-        for run_id in list(self._reserved):
-            self._unreserve(run_id)
+        for run_id in list(self._claims.reserved):
+            self._claims.unreserve(run_id)
         self.coordination.flush()
         self._store.close_events()
 
@@ -100,7 +90,7 @@ class RunExecutor:
         an ack. The conversation's next message comes only after that reply, so it never needs the
         active run of a run that ended meanwhile. Other runs are durable and active at once."""
         if waits and self._store.shared:
-            self._reserve(run.runId)
+            self._claims.reserve(run.runId)
         run = self._store.create(run, None if waits else key, durable=not waits)
         self.life.created(run, announced=announced)
         self.wake()
@@ -137,66 +127,12 @@ class RunExecutor:
             await wait_event(self._wake, delay)
 
     def _claim_ready(self) -> float:
-        """Claims eligible queued runs, oldest first, while slots are free; returns how long to sleep."""
-        sleep = IDLE_SEC
-        for run_id, next_retry_at in self._queued():
-            if len(self._tasks) >= self._max_parallel:
-                break
-            wait = seconds_until(next_retry_at)
-            if run_id in self._tasks:
-                continue
-            if wait > 0:
-                sleep = min(sleep, wait)
-                continue
-            self._claim(run_id)
-        return max(sleep, 0.01)
+        """One claim pass (orchestrator.claims); returns how long to sleep."""
+        return self._claims.ready()
 
-    def _queued(self) -> list[tuple[str, str | None]]:
-        """(run id, next_retry_at) of the queued runs, oldest first: the shared store's, else the home's."""
-        shared = self._store.queued(QUEUED_BATCH)
-        if shared is not None:
-            return shared
-        return [(str(task["id"]), (task.get("context") or {}).get("next_retry_at"))
-                for task in self.coordination.pending()]
-
-    def _reserve(self, run_id: str) -> bool:
-        """Takes the run's lock for a message waiting here (kept until this process claims the run)."""
-        if run_id in self._tasks or not self._locks.acquire(job_lock(run_id)):
-            return False
-        self._reserved.add(run_id)
-        return True
-
-    def _unreserve(self, run_id: str) -> None:
-        self._reserved.discard(run_id)
-        self._locks.release(job_lock(run_id))
-
-    def _claim(self, run_id: str) -> None:
-        """Takes the run's lock, checks it is still queued and due, marks it running, starts its task."""
-        if not self._locks.acquire(job_lock(run_id)):
-            return
-        self._reserved.discard(run_id)  # the claim's outcome releases the lock now
-        try:
-            run = self._store.load(run_id)
-            if run is not None and run.state == "running":  # its process died: the lock was stale
-                self.life.interrupted(run, "recovered: the process running it is gone")
-                run = self._store.load(run_id)
-            if run is None or run.state != "queued":
-                if run is None or run.state != "failed":
-                    self.coordination.dequeue(run_id)
-                self._locks.release(job_lock(run_id))
-                return
-            if not is_due(run.job.next_retry_at):
-                self._locks.release(job_lock(run_id))
-                return
-            if self._store.cancel_requests([run_id]):
-                self._end_cancelled(run)
-                self._locks.release(job_lock(run_id))
-                return
-            run = self.life.claimed(run)
-        except Exception:
-            self._locks.release(job_lock(run_id))
-            raise
-        self._tasks[run_id] = asyncio.create_task(self._execute([run]), name=f"run:{run_id}")
+    def _start(self, run: RunState) -> None:
+        """Starts executing a run just claimed."""
+        self._tasks[run.runId] = asyncio.create_task(self._execute([run]), name=f"run:{run.runId}")
 
     async def _execute(self, live: list[RunState]) -> None:
         """Runs a claimed run's steps; `live[0]` is the run as this process last changed it."""
@@ -259,11 +195,18 @@ class RunExecutor:
 
     def recover(self) -> None:
         """Requeues runs whose process died, settles interrupted failures, re-sends undelivered results."""
+        for run_id, reason in self._store.unreadable():  # a corrupt state ends failed_final, its bytes kept
+            with self._claims.locked(run_id) as held:
+                if held:
+                    self._claims.end_unclaimable(run_id, reason)
         for run in self._store.needing_recovery():
-            with self._locked(run.runId) as held:
-                current = self._store.load(run.runId) if held else None
-                if current is not None:
-                    self.life.recover(current)
+            try:
+                with self._claims.locked(run.runId) as held:
+                    current = self._store.load(run.runId) if held else None
+                    if current is not None:
+                        self.life.recover(current)
+            except Exception as exc:  # that run's trouble, never the others'
+                self._claims.failed(run.runId, exc)
         unfinished = self._store.unfinished()
         self._store.restore_active(unfinished)
         queued = {run.runId for run in unfinished if run.state == "queued"}
@@ -271,19 +214,6 @@ class RunExecutor:
             if task["id"] not in queued:
                 self.coordination.dequeue(str(task["id"]))
         self._reclaim_orphans()
-
-    @contextlib.contextmanager
-    def _locked(self, run_id: str) -> Iterator[bool]:
-        """Holds the run's lock for a short section; yields False when another process holds it."""
-        if run_id in self._tasks or run_id in self._reserved:
-            yield False
-            return
-        held = self._locks.acquire(job_lock(run_id))
-        try:
-            yield held
-        finally:
-            if held:
-                self._locks.release(job_lock(run_id))
 
     def _reclaim_orphans(self) -> None:
         """Requeues runs marked running whose executing process is gone (its lock went stale)."""
@@ -293,7 +223,7 @@ class RunExecutor:
         for run_id in running:
             if run_id in self._tasks:
                 continue
-            with self._locked(run_id) as held:
+            with self._claims.locked(run_id) as held:
                 run = self._store.load(run_id) if held else None
                 if run is not None and run.state == "running":
                     self.life.interrupted(run, "recovered: the process running it is gone")
@@ -315,7 +245,7 @@ class RunExecutor:
             now = time.monotonic()
             if now - renewed > self._locks.ttl_s / 3:
                 renewed = now
-                self._locks.renew([job_lock(run_id) for run_id in [*self._tasks, *self._reserved]])
+                self._locks.renew([job_lock(run_id) for run_id in [*self._tasks, *self._claims.reserved]])
             if now - reclaimed > reclaim_sec:
                 reclaimed = now
                 self._reclaim_orphans()
@@ -359,7 +289,7 @@ class RunExecutor:
             task.cancel()
             await asyncio.wait([task])
             return self._store.load(run_id)
-        with self._locked(run_id) as held:
+        with self._claims.locked(run_id) as held:
             current = self._store.load(run_id) if held else None
             if current is not None and not current.finished and current.state != "running":
                 self._end_cancelled(current)
@@ -380,20 +310,20 @@ class RunExecutor:
     def answer(self, run: RunState, message: IncomingPayload) -> RunState | None:
         """Resumes a run waiting for input with the message text; None when another process holds it.
         Its lock is kept (the run reserved for this process, whose message waits) on a shared store."""
-        if not self._reserve(run.runId):
+        if not self._claims.reserve(run.runId):
             return None
         current = self._store.load(run.runId)
         step_id = current.currentStep or "" if current is not None else ""
         if current is None or current.state != "waiting_input" or current.steps.get(step_id) is None:
-            self._unreserve(run.runId)
+            self._claims.unreserve(run.runId)
             return current
         try:
             resumed = self.life.answered(current, step_id, message.message, message.messageId,
                                          message.sender or message.senderId)
         except BaseException:
-            self._unreserve(run.runId)
+            self._claims.unreserve(run.runId)
             raise
         if not self._store.shared:
-            self._unreserve(run.runId)
+            self._claims.unreserve(run.runId)
         self.wake()
         return resumed

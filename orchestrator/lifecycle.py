@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import atomic_write, safe_name
+from gateway.storable import made_safe
 from orchestrator.coordination import Coordination
 from orchestrator.jobs import FailureCategory, iso_in, ms_between
 from orchestrator.results import Delivery, result_text
@@ -120,7 +121,7 @@ class Lifecycle:
 
     def _write_output(self, run_id: str, step_id: str, output: str) -> None:
         folder = self.store.made(self.store.folder(run_id) / "outputs")
-        atomic_write(folder / f"{safe_name(step_id)}.txt", output.encode(), fsync=False)
+        atomic_write(folder / f"{safe_name(step_id)}.txt", made_safe(output).encode(), fsync=False)
 
     def _hand_over(self, run: RunState, step_id: str) -> RunState:
         names = list(run.steps)

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -15,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, fsync_dir, safe_name
 from gateway.settings import Settings
+from gateway.storable import made_safe, storable
 from orchestrator.jobs import JobState, check_transition
-from orchestrator.runstate import RunState, conversation_key, finished_at
+from orchestrator.runstate import RunState, conversation_key, finished_at, unreadable_stand_in
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
@@ -29,6 +32,10 @@ MADE_FOLDERS = 4096  # folders remembered as existing
 OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
 CANCEL_MARKER = "cancel.request"  # a run folder's cancel request from another process sharing the home
 REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden: not a valid run id)
+
+
+class UnreadableRun(Exception):
+    """A stored run that is not one (a corrupt or hand-edited state): what is wrong with it."""
 
 
 class RunStore:
@@ -72,7 +79,16 @@ class RunStore:
         return folder
 
     def load(self, run_id: str) -> RunState | None:
-        """The run with this id, or None when there is none (or the id is not a valid name)."""
+        """The run with this id, or None when there is none, it cannot be read (logged), or the id is not
+        a valid name."""
+        try:
+            return self.read(run_id)
+        except (OSError, UnreadableRun) as exc:
+            log.error("cannot read run %s: %s", run_id, exc)
+            return None
+
+    def read(self, run_id: str) -> RunState | None:
+        """`load`, raising UnreadableRun for a stored state that is not a run, OSError when the disk refuses."""
         if safe_name(run_id) != run_id:
             return None
         path = self.folder(run_id) / "state.json"
@@ -80,15 +96,38 @@ class RunStore:
             return RunState.model_validate_json(path.read_bytes())
         except FileNotFoundError:
             return None
-        except (OSError, ValidationError) as exc:
-            log.error("cannot read %s: %s", path, exc)
+        except ValidationError as exc:
+            raise UnreadableRun(f"its state.json is not a run: {_first_error(exc)}") from None
+
+    def quarantine(self, run_id: str, reason: str) -> RunState | None:
+        """Ends a run whose state.json is not a run: its bytes are kept (`state.json.unreadable-<ns>`) and a
+        failed_final stand-in saying `reason` takes its place, so no claim or listing stops at it again and
+        `runs show` says what happened. Returns the stand-in (None: the run is gone)."""
+        folder = self.folder(run_id)
+        try:
+            raw = (folder / "state.json").read_bytes()
+        except FileNotFoundError:
             return None
+        kept = folder / f"state.json.unreadable-{time.time_ns()}"
+        try:
+            os.link(folder / "state.json", kept)  # the same bytes under a second name, never rewritten
+        except OSError:
+            atomic_write(kept, raw, fsync=self._fsync)
+        run = unreadable_stand_in(run_id, raw, f"{reason} (its bytes are kept in {kept.name})")
+        return self._save_with_event(run, True, "run.state", state=run.state, error=run.error)
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a failure reading or writing a run is this host's trouble, tried again later (a full
+        or failing disk), rather than that run's."""
+        return isinstance(exc, OSError)
 
     def save(self, run: RunState, *, durable: bool = True) -> RunState:
-        """Writes state.json atomically, stamping `updatedAt`; fsynced unless `durable` is False."""
-        run = run.model_copy(update={"updatedAt": utc_now_iso()})
+        """Writes state.json atomically, stamping `updatedAt`; fsynced unless `durable` is False. A NUL or a
+        lone surrogate (in a step's output, say) is written as U+FFFD (gateway.storable), as the database
+        store does, and the run returned holds what was written."""
+        run, data = _storable_state(run.model_copy(update={"updatedAt": utc_now_iso()}))
         folder = self.made(self.folder(run.runId))
-        atomic_write(folder / "state.json", run.model_dump_json(indent=2).encode(), fsync=self._fsync and durable)
+        atomic_write(folder / "state.json", data, fsync=self._fsync and durable)
         return run
 
     def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
@@ -150,7 +189,10 @@ class RunStore:
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
         """Appends one line to the run's events.jsonl (opened once while the run goes on)."""
         record = {"ts": utc_now_iso(), "event": event, **{k: v for k, v in fields.items() if v is not None}}
-        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode()
+        text = json.dumps(record, ensure_ascii=False, default=str)
+        if not storable(text):  # an error's text may quote a NUL or a lone surrogate: U+FFFD
+            text = json.dumps(made_safe(json.loads(text)), ensure_ascii=False)
+        line = (text + "\n").encode()
         fd = self._event_fds.get(run_id)
         if fd is None:
             path = self.made(self.folder(run_id)) / "events.jsonl"
@@ -210,7 +252,8 @@ class RunStore:
         unfinished run at its newest unfinished run."""
         newest: dict[str, str] = {}
         for run in unfinished:  # oldest first: the newest wins
-            newest[conversation_key(run.payload())] = run.runId
+            with contextlib.suppress(ValidationError):  # its message is not one: it ends at its claim
+                newest[conversation_key(run.payload())] = run.runId
         open_ids = {run.runId for run in unfinished}
         if not newest and not self.active_runs():
             return
@@ -243,6 +286,18 @@ class RunStore:
             return []
         runs = [self.load(p.name) for p in self._root.iterdir() if (p / "state.json").is_file()]
         return sorted((r for r in runs if r is not None), key=lambda r: (r.createdAt, r.runId))
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        """(run id, what is wrong) of every stored run that is not one (`all_runs` leaves them out)."""
+        found = []
+        for entry in os.scandir(self._root) if self._root.is_dir() else ():
+            try:
+                self.read(entry.name)
+            except UnreadableRun as exc:
+                found.append((entry.name, str(exc)))
+            except OSError:
+                continue
+        return found
 
     def recent(self, limit: int) -> list[RunState]:
         """The `limit` runs changed last, newest first (read by state.json's mtime, not every run)."""
@@ -302,6 +357,25 @@ class RunStore:
     def clear_cancel(self, run_id: str) -> None:
         """Forgets a run's cancel request (it was carried out)."""
         (self.folder(run_id) / CANCEL_MARKER).unlink(missing_ok=True)
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, in one line."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error.get("loc", ()))
+    return f"{error.get('msg', 'invalid')}" + (f" at {where}" if where else "")
+
+
+def _storable_state(run: RunState) -> tuple[RunState, bytes]:
+    """The run and its state.json bytes; when it holds text no store can hold, both made safe."""
+    try:
+        text = run.model_dump_json(indent=2)
+    except PydanticSerializationError:  # a lone surrogate cannot be encoded at all
+        text = None
+    if text is not None and storable(text):
+        return run, text.encode()
+    run = RunState.model_validate(made_safe(run.model_dump(mode="json")))
+    return run, run.model_dump_json(indent=2).encode()
 
 
 def _ended(run: RunState | None) -> bool:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.events import utc_now_iso
 from gateway.models import IncomingPayload
@@ -127,3 +128,26 @@ def finished_at(run: RunState) -> datetime | None:
 def cap_text(text: str, limit: int = OUTPUT_CAP) -> str:
     """Cuts a long text to `limit` characters, saying so at the end."""
     return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters cut)"
+
+
+def unreadable_stand_in(run_id: str, raw: bytes, reason: str) -> RunState:
+    """What stands for a run whose stored state is not a run (corrupt, or edited by hand): failed_final
+    with `reason`, keeping what of its workflow and conversation can still be read, so its sender is
+    told. With no conversation left to tell, `delivery` says there is nothing to hand over."""
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        found = None
+    data: dict[str, Any] = found if isinstance(found, dict) else {}
+    now = utc_now_iso()
+    base = {"runId": run_id, "workflowId": str(data.get("workflowId") or "?"),
+            "orchestratorId": str(data.get("orchestratorId") or "?"), "state": "failed_final", "steps": {},
+            "createdAt": data["createdAt"] if isinstance(data.get("createdAt"), str) else now, "error": reason,
+            "job": {"finished_at": now, "failure_reason": reason, "failure_category": "fatal"}}
+    try:
+        run = RunState.model_validate({**base, "message": data.get("message"),
+                                       "conversation": data.get("conversation")})
+        run.payload()
+        return run
+    except ValidationError:
+        return RunState.model_validate({**base, "message": {}, "conversation": {"channel": "?"}, "delivery": "push"})

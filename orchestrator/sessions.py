@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write
 from gateway.settings import QueueSettings
+from gateway.storable import safe_json
 from orchestrator.clis import Session
 
 SESSION_NAMESPACE = uuid.UUID("6f1d2a34-3a5c-4b8e-9a51-5d0c2b7e9f10")
@@ -65,8 +66,7 @@ class FileRecords:
     def update(self, key: tuple[str, ...], change: Change) -> None:
         record = change(self.read(key))
         self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.folder / _file_name(*key), json.dumps(record, ensure_ascii=False).encode(),
-                     fsync=self._fsync)
+        atomic_write(self.folder / _file_name(*key), safe_json(record), fsync=self._fsync)  # an answer's NUL
 
 
 class SessionStore:

@@ -12,7 +12,6 @@ in the log, the event log and this process's `switchyard_processes.detail`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -28,6 +27,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.pg import schema
 from gateway.pg.db import dsn_from_settings, process_holder
+from gateway.pg.errors import database_away
 from gateway.pg.intake import Intake
 from gateway.pg.jobs import QUEUE, TASK
 from gateway.pg.outbox import PgOutbox
@@ -36,6 +36,7 @@ from gateway.pg.processing import KeepPlace, MessageProcessor
 from gateway.queue import FileQueue
 from gateway.redaction import database_error
 from gateway.settings import Settings, SettingsError
+from gateway.storable import safe_json
 
 log = logging.getLogger("switchyard.pg")
 
@@ -73,6 +74,7 @@ class PgBackend:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._down_since: str | None = None
+        self._sweep_error: str | None = None  # why the last sweep failed, the database not being away
         self._pruned_at: float | None = None  # time.monotonic() of the last prune that reached the database
         self._running_jobs: set[int] = set()  # ids of the jobs this process's task is running now
         self._idle_before: tuple[int | None, set[int]] = (None, set())  # (worker id, its 'doing' jobs not running)
@@ -192,7 +194,11 @@ class PgBackend:
                 if self._stopping.is_set():
                     return
                 failures += 1
-                self._database_state(False, f"{type(exc).__name__}: {exc}")
+                if database_away(exc):
+                    self._database_state(False, f"{type(exc).__name__}: {exc}")
+                else:  # not the database going away: said as what it is, and the worker restarted
+                    log.error("the worker stopped on an error (restarting it): %s: %s", type(exc).__name__, exc,
+                              exc_info=exc)
             finally:
                 self._worker = None
             if self._stopping.is_set():
@@ -207,9 +213,25 @@ class PgBackend:
                 await self._retry_left_running()
                 await self._register()
             except Exception as exc:
-                self._database_state(False, f"{type(exc).__name__}: {exc}")
+                if database_away(exc):
+                    self._database_state(False, f"{type(exc).__name__}: {exc}")
+                else:  # the database answered (or our code failed): not a reason to call it away
+                    self._sweep_failed(exc)
             else:  # the worker's own connections may have come back without its loop failing
+                self._sweep_failed(None)
                 self._database_state(True, None)
+
+    def _sweep_failed(self, exc: Exception | None) -> None:
+        """Logs a sweep failing for another reason than the database being away (once per reason), and
+        the sweep working again; tried again at the next sweep either way."""
+        reason = f"{type(exc).__name__}: {exc}" if exc is not None else None
+        if reason is not None and reason != self._sweep_error:
+            log.error("the sweep failed (retried at the next sweep; the database is not away): %s", reason,
+                      exc_info=exc)
+            self.events.emit("queue.error", reason=f"sweep failed: {reason}")
+        elif reason is None and self._sweep_error is not None:
+            log.warning("the sweep works again")
+        self._sweep_error = reason
 
     async def _retry_stalled(self) -> None:
         worker = self._worker
@@ -248,12 +270,13 @@ class PgBackend:
     # --- this process in switchyard_processes ------------------------------------------------
 
     async def _register(self) -> None:
+        """Records this process in switchyard_processes (its `detail` made storable: a reason may quote a NUL)."""
         host = socket.gethostname()
         async with self._pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO switchyard_processes (holder, role, host, pid, detail) VALUES (%s, %s, %s, %s, %s::jsonb) "
                 "ON CONFLICT (holder) DO UPDATE SET last_seen = now(), detail = EXCLUDED.detail",
-                (self.holder, self.role, host, os.getpid(), json.dumps(self.detail)))
+                (self.holder, self.role, host, os.getpid(), safe_json(self.detail).decode()))
 
     def _database_state(self, ok: bool, reason: str | None) -> None:
         """Logs and records the database going away and coming back (each once)."""

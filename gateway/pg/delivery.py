@@ -35,9 +35,11 @@ from gateway.dispatcher import MAX_PARALLEL_DELIVERIES, _retry_delay
 from gateway.events import EventLog
 from gateway.home import Home, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.pg.errors import database_away
 from gateway.pg.leases import HELD_BY, Leases, channel_lease
 from gateway.pg.outgoing_files import take_in_file
 from gateway.settings import QueueSettings
+from gateway.storable import made_safe
 
 log = logging.getLogger("switchyard.pg.delivery")
 
@@ -89,6 +91,7 @@ class PgDelivery:
         self._pool: Any = None
         self.listening = False
         self.database_error: str | None = None
+        self._refused: str | None = None  # the last failure that was not the database away, said once
         self.sent = 0
         self.write_retries = 0  # fenced row writes retried because the database was away
 
@@ -276,13 +279,14 @@ class PgDelivery:
         await self._write("UPDATE switchyard_outbox SET attempts = %s, last_error = %s, "
                           "next_attempt_at = now() + make_interval(secs => %s) "
                           "WHERE id = %s AND state = 'pending' AND " + HELD_BY,
-                          (attempts, self.events.redact(str(exc)), delay, row_id, lease, self.leases.holder), lease)
+                          (attempts, made_safe(self.events.redact(str(exc))), delay, row_id, lease, self.leases.holder),
+                          lease)  # a platform's error may quote a NUL or a lone surrogate: U+FFFD
         self.events.emit("outgoing.retry", file=name, channel=payload.channel, profile=payload.profile,
                          conversation=payload.conversationId, reason=str(exc), attempt=attempts,
                          backoff_ms=int(delay * 1000), rate_limited=getattr(exc, "retry_after", None) is not None)
 
     async def _dead(self, row_id: int, name: str, lease: str, reason: str, attempts: int) -> None:
-        reason = self.events.redact(reason)
+        reason = made_safe(self.events.redact(reason))  # a platform's error may quote what no column holds
         await self._write("UPDATE switchyard_outbox SET state = 'dead', reason = %s, last_error = %s, attempts = %s "
                           "WHERE id = %s AND state = 'pending' AND " + HELD_BY,
                           (reason, reason, attempts, row_id, lease, self.leases.holder), lease)
@@ -343,12 +347,18 @@ class PgDelivery:
 
     def _database_down(self, exc: BaseException) -> None:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not database_away(exc):  # the database answered (or our code failed): said as what it is, once
+            if reason != self._refused:
+                log.error("outbox: %s: %s (tried again with backoff)", type(exc).__name__, reason, exc_info=exc)
+            self._refused = reason
+            return
         if self.database_error is None:
             log.warning("outbox: the database is unreachable, retrying with backoff: %s", reason)
             self.events.emit("outbox.database_unreachable", reason=reason)
         self.database_error = reason
 
     def _database_back(self) -> None:
+        self._refused = None
         if self.database_error is not None:
             log.info("outbox: the database is reachable again")
             self.events.emit("outbox.database_reconnected")

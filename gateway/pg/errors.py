@@ -13,8 +13,16 @@ import psycopg
 
 
 def database_away(exc: BaseException) -> bool:
-    """Whether `exc` says the database cannot be reached now (a reason to wait, never to give up)."""
-    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    """Whether `exc` says the database cannot be reached now (a reason to wait, never to give up); an
+    error raised from such a one (Procrastinate wraps psycopg's errors in its ConnectorException) says so too."""
+    cause: BaseException | None = exc
+    for _ in range(8):  # a chain of causes is short; a cycle is not followed forever
+        if cause is None:
+            return False
+        if isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def worth_waiting(exc: BaseException) -> bool:

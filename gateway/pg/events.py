@@ -21,6 +21,7 @@ import psycopg
 
 from gateway.events import EventLog, utc_now_iso
 from gateway.pg.db import process_holder
+from gateway.pg.errors import database_away
 from gateway.redaction import database_error
 
 log = logging.getLogger("switchyard.pg.events")
@@ -50,6 +51,7 @@ class EventSink:
         self.dropped = 0  # events dropped since the last `events.dropped` was stored
         self.dropped_total = 0
         self.stored = 0
+        self.refused = 0  # events the database refused (each batch holding one is left out)
         self._down_since: str | None = None
         self._holder = process_holder()
         self._thread = threading.Thread(target=self._run, name="switchyard-pg-events", daemon=True)
@@ -109,6 +111,11 @@ class EventSink:
                 with conn.cursor() as cursor:
                     cursor.executemany(_INSERT, [(at, self._holder, text) for at, text in batch])
             except psycopg.Error as exc:
+                if not database_away(exc):  # the database refused this batch: kept, it would be refused again
+                    log.error("events: the database refused %d event(s), not stored there (events.jsonl has "
+                              "them): %s", len(batch), database_error(exc, self._dsn))
+                    self.refused += len(batch)
+                    continue
                 self._give_back(batch)
                 if conn is not None:
                     conn.close()

@@ -19,6 +19,7 @@ from gateway.api import Channel, PermanentError
 from gateway.backoff import delay as backoff_delay
 from gateway.pg.db import dsn_from_settings
 from gateway.pg.delivery import PgDelivery
+from gateway.pg.errors import database_away
 from gateway.pg.leases import Leases, channel_lease
 from gateway.settings import ChannelProfile
 
@@ -109,7 +110,9 @@ class PgOutbound:
         try:
             owner, left = await self.leases.take(name)
         except Exception as exc:
-            reason = f"database unreachable: {str(exc).strip() or type(exc).__name__}"
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = (f"database unreachable: {said}" if database_away(exc)  # else said as what it is
+                      else f"cannot take its lease: {type(exc).__name__}: {said}")
             self._show(profile, "standby", reason)
             return backoff_delay(attempt, 0.5, self.lease_sec / 3, jitter=(0.8, 1.2))
         if owner != self.holder:

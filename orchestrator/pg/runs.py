@@ -23,10 +23,11 @@ from pydantic_core import PydanticSerializationError
 from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
 from gateway.pg.db import shared_pool
+from gateway.pg.errors import database_away
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
 from orchestrator.runs import RunStore
-from orchestrator.runstate import RunState
+from orchestrator.runstate import RunState, finished_at
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
@@ -54,7 +55,6 @@ DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 F
 # Columns only: a claim never parses `data` in the database, so no run's JSON can fail every claim.
 QUEUED = ("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued' "
           "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
-ENDED_AT = "coalesce((data->'job'->>'finished_at')::timestamptz, updated_at)"
 UNREADABLE = f"UPDATE switchyard_runs SET state = 'failed_final' WHERE run_id = %s AND state NOT IN {FINISHED_SQL}"
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
 
@@ -200,6 +200,24 @@ class PgRunStore(RunStore):
         rows = self._query("SELECT data::text FROM switchyard_runs WHERE run_id = %s", (run_id,))
         return self._parsed(run_id, rows[0][0]) if rows else None
 
+    def read(self, run_id: str) -> RunState | None:
+        """`load`: a stored run that is not one is marked failed_final as it is read (`_parsed`)."""
+        return self.load(run_id)
+
+    def quarantine(self, run_id: str, reason: str) -> RunState | None:
+        """Ends a run that cannot be claimed (marked failed_final, its data kept for the operator)."""
+        log.error("run %s is marked failed_final, its data kept: %s", run_id, reason)
+        self._write([(UNREADABLE, (run_id,))], durable=True)
+        return None
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        """None to end here: a row that is not a run is marked failed_final as it is read."""
+        return []
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a failure is the database (or the disk) away now rather than that run's."""
+        return isinstance(exc, OSError) or database_away(exc)
+
     def _parsed(self, run_id: str, data: str) -> RunState | None:
         """The stored run; None, as the file store answers for a state.json it cannot read, for one that is
         not a run (written by another version, or by hand): it is marked failed_final, so no claim or
@@ -241,7 +259,11 @@ class PgRunStore(RunStore):
         return self._runs(f"WHERE state NOT IN {FINISHED_SQL} OR NOT delivered")
 
     def finished_before(self, cutoff: datetime) -> list[RunState]:
-        return self._runs(f"WHERE state IN {FINISHED_SQL} AND {ENDED_AT} < %s", (cutoff,))
+        """Finished runs that ended (their job's finished_at, else their last update) before `cutoff`. Columns
+        only pick the candidates, as for a claim (a NUL in one row's JSON would fail a query reading into
+        `data` for every run): a run ends after it was created, so `created_at` finds every one."""
+        candidates = self._runs(f"WHERE state IN {FINISHED_SQL} AND created_at < %s", (cutoff,))
+        return [run for run in candidates if (ended := finished_at(run)) is not None and ended < cutoff]
 
     def queued(self, limit: int) -> list[tuple[str, str | None]]:
         """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gateway.home import Home
 from gateway.testing import make_incoming, wait_until
 from orchestrator.listing import HEADERS
 from orchestrator.runs import RunStore
@@ -187,6 +188,7 @@ def test_global_options_follow_any_subcommand_plugin_ones_too(switchyard: Switch
     assert (runs.returncode, runs.stdout.strip()) == (0, "no runs"), runs.stderr
     doctor = run_cli("doctor", "--json", "--home", home, env=switchyard.env)
     assert {p["name"] for p in json.loads(doctor.stdout)["providers"]} >= {"fake_agent", "fake_selector"}
+    Home(tmp_path / "other").create()
     elsewhere = run_cli("status", "--json", "--settings", str(switchyard.home.settings_file), "--home",
                         str(tmp_path / "other"), env=switchyard.env)
     assert json.loads(elsewhere.stdout)["home"] == str(tmp_path / "other")
@@ -308,13 +310,16 @@ def test_status_is_not_fooled_by_a_gateway_json_whose_pid_another_process_now_ha
         other.wait()
 
 
-@pytest.mark.parametrize("action", [["list"], ["retry", "--all"], ["retry", "x.json"], ["show", "x.json"],
-                                    ["drop", "x.json"]])
-def test_dead_on_a_folder_that_is_not_a_home_says_so_and_exits_2(switchyard: Switchyard, tmp_path: Path,
+@pytest.mark.parametrize("action", [["dead", "list"], ["dead", "retry", "--all"], ["dead", "retry", "x.json"],
+                                    ["dead", "show", "x.json"], ["dead", "drop", "x.json"], ["pair", "list"],
+                                    ["pair", "approve", "ABC123"], ["runs"], ["runs", "--active"],
+                                    ["runs", "show", "r-001"], ["status"], ["status", "--json"],
+                                    ["send", "hello", "--wait", "1"], ["coordination", "clean"]])
+def test_an_operator_command_on_a_folder_that_is_not_a_home_says_so_and_exits_2(switchyard: Switchyard, tmp_path: Path,
                                                                  action: list[str]) -> None:
     not_a_home = tmp_path / "typo"
     not_a_home.mkdir()  # a folder, but never a Switchyard home (no queue/incoming/)
-    result = subprocess.run([SWITCHYARD, "--home", str(not_a_home), "dead", *action], env=switchyard.env,
+    result = subprocess.run([SWITCHYARD, "--home", str(not_a_home), *action], env=switchyard.env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result
     assert f"{not_a_home} is not a Switchyard home" in result.stderr and result.stdout == ""

@@ -4,6 +4,7 @@ gateway read; `check`, `run` and `doctor` name a key variable that is not set.""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,28 @@ def test_check_and_run_name_an_api_key_env_that_is_not_set(switchyard: Switchyar
     assert f"api_key_env: the environment variable {KEY_VARIABLE} is not set" in switchyard.cli("doctor").stdout
     switchyard.env[KEY_VARIABLE] = "sk-set"
     assert switchyard.cli("check").returncode == 0
+
+
+def test_an_answer_holding_a_lone_surrogate_and_a_nul_reaches_the_user_and_the_run_is_listed(
+        switchyard: Switchyard, tmp_path: Path) -> None:
+    """The model answers with a lone surrogate and a NUL, which the CLI's JSON envelope spells `\\ud800` and
+    `\\u0000`: the run completes, the user gets the answer with U+FFFD, and `runs` and `runs show` work
+    (before, the run failed writing its output, and saving its state would have failed too)."""
+    with FakeThread(lambda: ModelServer(reply="broken \ud800 and \x00 here")) as model:
+        _configure(switchyard, tmp_path, {"type": "claude", "base_url": model.server.url + PREFIX["claude"],
+                                          "api_key_env": KEY_VARIABLE})
+        switchyard.env[KEY_VARIABLE] = "sk-endpoint-e2e"
+        switchyard.start()
+        sent = switchyard.send("hello there")
+        [reply] = switchyard.reply_to(sent["messageId"])
+        assert switchyard.stop() == 0
+    assert reply["message"] == "broken \ufffd and \ufffd here"
+    listed = switchyard.cli("runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [run] = json.loads(listed.stdout)
+    assert run["state"] == "done"
+    shown = switchyard.cli("runs", "show", run["runId"])
+    assert shown.returncode == 0 and "(workflow chat): done" in shown.stdout, shown.stderr
+    shown = switchyard.cli("runs", "show", run["runId"], "--json")
+    assert json.loads(shown.stdout)["state"]["steps"]["Reply"]["output"] == "broken \ufffd and \ufffd here"
+    assert "Traceback" not in switchyard.output()

@@ -20,8 +20,8 @@ import orchestrator.executor
 from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.testing import async_wait_until
+from orchestrator.claims import job_lock
 from orchestrator.coordination import Coordination
-from orchestrator.executor import job_lock
 from orchestrator.runstate import run_id_for
 from tests.orchestrator.orch_helpers import make_message
 

@@ -326,3 +326,27 @@ async def test_input_is_validated_against_the_workflow_schema(
     [answer] = await orchestrator.handle(make_message("build"))
     assert answer.message == ("I cannot start that workflow: workflow build: input 'flag' ($.flag): "
                               "'yes' is not of type 'boolean'")
+
+
+async def test_a_queued_run_whose_state_turned_unreadable_ends_failed_final_and_the_next_runs(
+    rig: Rig, write_config: Callable[[str], Path], running: list[Orchestrator]
+) -> None:
+    """Its state.json corrupted while it waited for a slot: the claim ends it failed_final (its bytes kept,
+    the reason in its state) and claims the next run. Before, it was dropped from the queue unseen."""
+    write_config(config(within=0))
+    orchestrator = Orchestrator(rig.context, max_parallel_runs=1)
+    await orchestrator.start()
+    running.append(orchestrator)
+    first, second, third = (make_message(f"build {n}", conversationId=f"c{n}") for n in (1, 2, 3))
+    for message in (first, second, third):
+        await orchestrator.handle(message)
+    await async_wait_until(lambda: rig.call_lines())  # the first runs (held at the gate); the others wait
+    corrupt = b'{"runId": "' + run_id_for(second).encode() + b'", "state": "queu'
+    (rig.home.runs / run_id_for(second) / "state.json").write_bytes(corrupt)
+    rig.gate.touch()
+    await async_wait_until(lambda: rig.state(run_id_for(third)).state == "done")
+    ended = rig.state(run_id_for(second))
+    assert ended.state == "failed_final" and "state.json is not a run" in (ended.error or "")
+    [kept] = (rig.home.runs / run_id_for(second)).glob("state.json.unreadable-*")
+    assert kept.read_bytes() == corrupt
+    assert rig.state(run_id_for(first)).state == "done"

@@ -121,3 +121,37 @@ def test_events_are_appended_per_run(home: Home) -> None:
     store.update_step(store.transition(run, "running"), "Plan", status="running")
     lines = (home.runs / "r-1" / "events.jsonl").read_text().splitlines()
     assert [json.loads(line)["event"] for line in lines] == ["run.created", "run.state", "step.running"]
+
+
+def test_text_no_store_holds_is_stored_as_replacement_characters(home: Home) -> None:
+    """A step's output or an event's field holding a NUL or a lone surrogate (an agent's answer can) is
+    written as U+FFFD, as the database store writes it; before, a lone surrogate failed the save."""
+    store = RunStore(home, fsync=False)
+    run = store.create(_run(), "k")
+    run = store.update_step(run, "Plan", status="completed", output="a\x00b\ud800c", error="e\udfff")
+    store.append_event(run.runId, "step.note", note="n\x00\ud800")
+    assert run.steps["Plan"].output == "a\ufffdb\ufffdc"  # the run returned is what was written
+    loaded = store.load("r-1")
+    assert loaded is not None and loaded.steps["Plan"].output == "a\ufffdb\ufffdc"
+    assert loaded.steps["Plan"].error == "e\ufffd"
+    assert "\\u0000" not in (home.runs / "r-1" / "state.json").read_text()
+    assert store.events("r-1")[-1]["note"] == "n\ufffd\ufffd"
+    assert [event["event"] for event in store.events("r-1")] == ["run.created", "step.completed", "step.note"]
+
+
+def test_a_state_that_is_not_a_run_is_kept_and_ended_by_a_stand_in_that_tells_its_sender(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    store.create(_run(), "k")
+    path = home.runs / "r-1" / "state.json"
+    broken = path.read_bytes().replace(b'"state": "queued"', b'"state": "paused"')  # another version, a hand edit
+    path.write_bytes(broken)
+    assert store.load("r-1") is None and [run_id for run_id, _ in store.unreadable()] == ["r-1"]
+    stand_in = store.quarantine("r-1", "its state.json is not a run")
+    assert stand_in is not None and store.load("r-1") == stand_in and store.unreadable() == []
+    assert (stand_in.state, stand_in.delivery, stand_in.conversation.conversationId) == ("failed_final", None, "c1")
+    assert stand_in.payload().message == "build it"  # so its sender can be told
+    assert stand_in.error is not None and stand_in.error.startswith("its state.json is not a run (its bytes are kept")
+    [kept] = (home.runs / "r-1").glob("state.json.unreadable-*")
+    assert kept.read_bytes() == broken
+    path.write_bytes(b"\xff not even JSON")
+    assert store.quarantine("r-1", "unreadable").delivery == "push"  # type: ignore[union-attr]  # nobody to tell

@@ -32,6 +32,7 @@ class RecordingChannel:
         self.owner = owner
         self.sent: list[tuple[str, str]] = []  # (conversation, part text), in sending order
         self.failures: dict[str, int] = {}  # part text -> failures still to give
+        self.errors: dict[str, str] = {}  # part text -> what its failures say (else "<text> failed on purpose")
         self.gates: dict[str, asyncio.Event] = {}  # part text -> held until set
         self.hang_on: set[str] = set()  # part texts whose send never returns (a process killed mid-reply)
         self.started_at: float | None = None
@@ -56,7 +57,7 @@ class RecordingChannel:
                 await self.gates[text].wait()
             if self.failures.get(text, 0) > 0:
                 self.failures[text] -= 1
-                raise DeliveryError(f"{text} failed on purpose")
+                raise DeliveryError(self.errors.get(text, f"{text} failed on purpose"))
             self.sent.append((conversation, text))
             return f"{self.owner}:{text}"
 

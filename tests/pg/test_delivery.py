@@ -151,6 +151,33 @@ async def test_after_max_attempts_a_row_is_dead_with_its_reason_and_the_next_row
     assert owner.events("outgoing.failed")[0]["attempts"] == 3
 
 
+async def test_a_platform_error_quoting_a_nul_or_a_lone_surrogate_never_wedges_the_conversation(
+        make_owner: MakeOwner, pg_dsn: str) -> None:
+    """The platform's error text is kept (as last_error, then the dead reason) with U+FFFD; before, no
+    column took it, the update was retried forever as "database unreachable" and a2 never went out."""
+    owner = await make_owner("A", max_attempts=2)
+    owner.channel.failures["a1"] = 99
+    owner.channel.errors["a1"] = "the platform said: bad\x00body\ud800"
+    insert_reply(pg_dsn, "conv-a", "a1")
+    insert_reply(pg_dsn, "conv-a", "a2")
+    await async_wait_until(lambda: owner.channel.texts() == ["a2"], 10)
+    [dead] = [r for r in rows(pg_dsn) if r["state"] == "dead"]
+    assert "the platform said: bad\ufffdbody\ufffd" in dead["reason"] and dead["attempts"] == 2
+    assert owner.delivery.database_error is None and owner.events("outbox.database_unreachable") == []
+
+
+async def test_a_write_the_database_refuses_is_said_as_what_it_is_never_database_unreachable(
+        make_owner: MakeOwner, pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    owner = await make_owner("A")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # marking a row sent is refused from now on
+        conn.execute("ALTER TABLE switchyard_outbox ADD CONSTRAINT refused CHECK (state <> 'sent') NOT VALID")
+    insert_reply(pg_dsn, "conv-a", "a1")
+    await async_wait_until(lambda: "CheckViolation" in caplog.text, 10)
+    assert owner.channel.texts() == ["a1"]
+    assert owner.delivery.database_error is None and owner.events("outbox.database_unreachable") == []
+    assert "the database is unreachable" not in caplog.text
+
+
 async def test_each_part_is_sent_once_when_another_process_takes_the_profile_over_mid_reply(
         make_owner: MakeOwner, pg_dsn: str) -> None:
     first = await make_owner("A", lease_sec=1.5)
@@ -188,6 +215,30 @@ async def test_a_file_dropped_into_outgoing_is_taken_into_the_table_and_delivere
     await async_wait_until(lambda: owner.channel.texts() == ["from a file"], 10)
     assert not path.exists()
     assert [r["name"] for r in rows(pg_dsn)] == ["fake_m1_1.json"]
+
+
+async def test_a_dropped_file_the_database_refuses_goes_to_failed_and_the_next_one_is_delivered(
+        make_owner: MakeOwner, pg_dsn: str) -> None:
+    """A file whose row the database refuses is that file's failure (failed/, with the reason), never a
+    wedge: before, it was retried forever as "database unreachable" and no later file was taken in."""
+    owner = await make_owner("A")
+    from gateway.models import OutgoingPayload
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # as a row no column can hold would be refused
+        conn.execute("ALTER TABLE switchyard_outbox ADD CONSTRAINT refused CHECK (conversation <> 'conv-bad')")
+    for conversation in ("conv-bad", "conv-nul"):
+        payload = OutgoingPayload(channel=CHANNEL, channelProfileId="p", conversationId=conversation, timestamp=1,
+                                  messageId=f"m-{conversation[5:]}", message=f"to {conversation[5:]}",
+                                  sender="switchyard", senderId="switchyard")
+        data = payload.to_json().replace(b'"conv-nul"', b'"conv-nul\\u0000"')  # as another program may write
+        (owner.home.outgoing / f"fake_{conversation[5:]}_1.json").write_bytes(data)
+    owner.delivery.rescan()
+    await async_wait_until(lambda: owner.channel.texts() == ["to nul"], 10)
+    assert owner.channel.texts("conv-nul\ufffd") == ["to nul"]  # a NUL no column holds: U+FFFD
+    await async_wait_until(lambda: (owner.home.failed / "fake_bad_1.json").exists(), 10)
+    report = json.loads((owner.home.failed / "fake_bad_1.json.error.json").read_text())
+    assert "cannot be stored in the database: CheckViolation" in str(report)
+    assert list(owner.home.outgoing.glob("*.json")) == []
 
 
 async def test_sent_rows_older_than_the_retention_are_deleted(make_owner: MakeOwner, pg_dsn: str) -> None:

@@ -109,3 +109,20 @@ def test_a_gateway_on_the_postgres_backend_sends_its_events_to_the_database(
     gateway.events.emit("gateway.probe", n=1)
     gateway._close_event_sink()
     assert [event["event"] for _, event in _events(pg_dsn)] == ["gateway.probe"]
+
+
+def test_a_batch_the_database_refuses_is_left_out_and_the_events_after_it_are_stored(
+        tmp_path: Path, pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Only the database away keeps a batch for later; one it refuses would be refused forever and hold
+    every later event back (before: given back and retried as "database unreachable", forever)."""
+    schema.migrate(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE switchyard_events ADD CONSTRAINT refused CHECK (event->>'event' <> 'refused.one')")
+    sink = EventSink(pg_dsn)
+    sink.observe({"ts": "2026-01-01T00:00:00Z", "event": "refused.one"})
+    _until(lambda: sink.refused == 1)
+    sink.observe({"ts": "2026-01-01T00:00:01Z", "event": "after.it"})
+    sink.close()
+    assert [event["event"] for _, event in _events(pg_dsn)] == ["after.it"]
+    assert "the database refused 1 event(s)" in caplog.text
+    assert "database is unreachable" not in caplog.text

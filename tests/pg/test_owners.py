@@ -112,3 +112,15 @@ async def test_an_owner_that_cannot_reach_the_database_stops_its_channel_before_
         trouble = next(i for i, reason in enumerate(shown) if "cannot renew its lease" in reason)
         lost = next(i for i, reason in enumerate(shown) if reason.startswith("lease lost"))
         assert trouble < lost  # the status said so while it still owned the channel
+
+
+async def test_a_lease_the_database_refuses_is_shown_as_what_it_is_never_database_unreachable(
+        make_outbound: MakeOutbound, pg_dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # every lease taken is refused
+        conn.execute("ALTER TABLE switchyard_leases ADD CONSTRAINT refused CHECK (false) NOT VALID")
+    _, gateway = await make_outbound("A")
+    await async_wait_until(lambda: state(gateway)[0] == "standby", LEASE_SEC * 3)
+    assert state(gateway)[1].startswith("cannot take its lease: CheckViolation"), state(gateway)
+    assert gateway.started == []

@@ -518,3 +518,27 @@ async def test_a_job_left_running_on_this_live_worker_is_retried_and_its_convers
     await rig.until(lambda: len(rig.replies()) == 3)
     assert rig.replies() == ["c0-00000", "c0-00001", "c0-00002"]
     assert any(f"message {message_id}" in e.get("reason", "") for e in rig.events_named("queue.recovered"))
+
+
+async def test_a_process_detail_no_store_holds_is_recorded_made_safe(rig_factory: Any) -> None:
+    """A reason may quote a NUL or a lone surrogate: the process row holds it as U+FFFD, and the
+    database is never called away for it."""
+    rig = await rig_factory(ScriptedHandler())
+    rig.backend.detail = {"database": "connected", "note": "a\x00b\ud800c"}
+    await rig.until(lambda: rig.rows("SELECT detail->>'note' FROM switchyard_processes") == [("a\ufffdb\ufffdc",)])
+    assert rig.backend.stats()["database"] == "connected"
+    assert not [e for e in rig.events_named("queue.error") if "unreachable" in e["reason"]]
+
+
+async def test_a_sweep_the_database_refuses_is_said_as_what_it_is_never_database_away(
+        rig_factory: Any, caplog: pytest.LogCaptureFixture) -> None:
+    rig = await rig_factory(ScriptedHandler())
+    with psycopg.connect(rig.dsn, autocommit=True) as conn:  # every write of this process's row is refused
+        conn.execute("ALTER TABLE switchyard_processes ADD CONSTRAINT refused CHECK (pid < 0) NOT VALID")
+    refused = await rig.until(lambda: [e for e in rig.events_named("queue.error") if "sweep failed" in e["reason"]])
+    assert "CheckViolation" in refused[0]["reason"]
+    assert rig.backend.stats()["database"] == "connected"  # not "reconnecting since …"
+    assert not [e for e in rig.events_named("queue.error") if "unreachable" in e["reason"]]
+    assert "the database is unreachable" not in caplog.text
+    rig.drop(message(1, "c1"))  # and the queue goes on
+    await rig.until(lambda: rig.replies() == ["c1-00001"])

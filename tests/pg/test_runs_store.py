@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from gateway.events import utc_now_iso
 from gateway.home import Home
 from gateway.pg.locks import PgLocks
 from orchestrator.jobs import IllegalTransition
@@ -105,7 +106,7 @@ def test_restore_active_points_a_conversation_at_its_newest_unfinished_run(make_
 def test_listings_recovery_and_retention_queries(make_store: MakeStore) -> None:
     store = make_store("a")
     store.create(_run("r-q", createdAt="2030-01-01T00:00:03.000Z"), None)
-    done = store.create(_run("r-done", createdAt="2030-01-01T00:00:01.000Z"), None)
+    done = store.create(_run("r-done", createdAt="2019-12-31T00:00:01.000Z"), None)  # it ends in 2020
     done = store.transition(store.transition(done, "running"), "done", job=done.job.model_copy(
         update={"finished_at": "2020-01-01T00:00:05.000Z"}))
     pushed = store.create(_run("r-pushed", createdAt="2030-01-01T00:00:02.000Z"), None)
@@ -249,3 +250,26 @@ def test_renew_moves_the_expiry_and_clean_expired_frees_only_stale_locks(db: str
         conn.execute("UPDATE switchyard_locks SET expires_at = now() - interval '1 second' WHERE resource = 'stale'")
     assert PgLocks(db, holder="c").clean_expired() == ["stale"]
     assert live.owner("live") == "a"
+
+
+def test_retention_lists_an_old_run_whose_json_holds_a_nul(db: str, tmp_path: Path) -> None:
+    """The retention listing read the runs' JSON in the database (their job's finished_at): one old row
+    holding a NUL (`\\u0000`, stored so by an earlier version) failed it for every run, so no finished
+    run was ever removed again. It reads columns only now; both old runs go, the new one stays."""
+    from orchestrator.coordination import Coordination
+    from orchestrator.pg.runs import PgRunStore
+    from orchestrator.retention import prune_runs
+
+    home = Home(tmp_path / "a")
+    store = PgRunStore(home, db, fsync=False)
+    ended = {"finished_at": "2020-01-01T00:00:05.000Z"}
+    for run_id, created in (("r-nul", "2020-01-01T00:00:01.000Z"), ("r-old", "2020-01-01T00:00:02.000Z"),
+                            ("r-new", utc_now_iso())):
+        run = store.create(_run(run_id, createdAt=created), None)
+        store.transition(store.transition(run, "running"), "done",
+                         job=run.job.model_copy(update=ended if run_id != "r-new" else {}))
+    with psycopg.connect(db, autocommit=True) as conn:  # as an earlier version stored it, a while ago
+        conn.execute("UPDATE switchyard_runs SET data = replace(data::text, 'build it', 'build \\u0000 it')::json "
+                     "WHERE run_id = 'r-nul'")
+    assert sorted(prune_runs(home, store, Coordination(home), 30)) == ["r-nul", "r-old"]
+    assert [run.runId for run in store.all_runs()] == ["r-new"]

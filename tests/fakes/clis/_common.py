@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -221,5 +222,7 @@ class MissingValue(Exception):
 
 
 def dump(value: Any) -> str:
-    """Compact JSON as the real CLIs print it (no spaces after separators, UTF-8 kept)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON as the real CLIs print it (no spaces after separators, UTF-8 kept; a lone surrogate
+    escaped, `\\ud800`, as JavaScript's JSON.stringify writes one)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return re.sub("[\ud800-\udfff]", lambda found: f"\\u{ord(found.group()):04x}", text)
