@@ -143,7 +143,7 @@ class Gateway:
             providers.update(declared)
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
-                                 builtin_providers=providers)
+                                 builtin_providers=providers, dead_letter=self.backend.dead_letter)
         handler = self.pm.hook.switchyard_handler(context=context)
         if handler is None:
             raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")
