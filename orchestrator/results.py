@@ -178,9 +178,15 @@ class Delivery:
         return False
 
     def _bury_again(self, run_id: str, attempt: int) -> None:
-        run = self._store.load(run_id)
-        if run is not None and run.finished and run.delivery is None and self._bury(run, attempt):
-            self._store.save(run.model_copy(update={"delivery": "push"}))
+        """`_bury` once more for a pushed refused run not yet recorded (a run replaced meanwhile is left)."""
+        try:
+            run = self._store.load(run_id)
+            if run is not None and run.refused and run.delivery is None and self._bury(run, attempt):
+                self._store.save(run.model_copy(update={"delivery": "push"}))
+        except Exception:  # the run store is away: tried again, as a refusal of the dead-lettering is
+            log.exception("cannot dead-letter the message of run %s; tried again", run_id)
+            delay = min(BURY_RETRY_SEC[0] * 2 ** attempt, BURY_RETRY_SEC[1])
+            asyncio.get_running_loop().call_later(delay, self._bury_again, run_id, attempt + 1)
 
     def _in_outbox(self, run: RunState) -> bool:
         """Tells whether the outbox holds this run's result: an outbox that can say (the postgres one: its

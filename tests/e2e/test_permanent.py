@@ -123,6 +123,8 @@ def test_a_run_acknowledged_before_its_step_fails_permanently_is_dead_lettered_t
     assert switchyard.run_state(run_id)["state"] == "failed_final"
     assert name in switchyard.cli("dead", "list").stdout
     assert len(switchyard.replies("perm-late")) == 2  # the failure once, no apology besides
+    dead = [e for e in switchyard.events("job.failed.final") if e.get("kind") == "message"]
+    assert [(e["job_id"], e["conversation"]) for e in dead] == [(name, sent["conversationId"])]
 
     agent.parent.mkdir()
     agent.write_text(FIXED_AGENT)
