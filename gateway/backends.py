@@ -101,7 +101,8 @@ class FileBackend:
                                       fsync=qs.fsync)
         self.outbox = FileOutbox(home, gateway.events, extra_roots=extra_file_roots(home, settings), fsync=qs.fsync)
         self.sharing = SharedHome(home.state)
-        self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync)
+        self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
+                                             max_payload_bytes=qs.max_payload_bytes)
         self.worker: Worker | None = None
         self.dispatcher: Dispatcher | None = None
         self._retry_s = retry_s

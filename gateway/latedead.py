@@ -28,10 +28,11 @@ def letter_name(message: IncomingPayload) -> str:
 class FileLateDeadLetters:
     """Dead-letters answered messages into `failed/` and forgets their answer (`bury`)."""
 
-    def __init__(self, home: Home, answered: AnsweredIndex, *, fsync: bool):
+    def __init__(self, home: Home, answered: AnsweredIndex, *, fsync: bool, max_payload_bytes: int):
         self.home = home
         self.answered = answered
         self.fsync = fsync
+        self.max_payload_bytes = max_payload_bytes  # a larger queued file is no message: not read
 
     def bury(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter: the letter's name; None while a worker still holds the message."""
@@ -56,12 +57,13 @@ class FileLateDeadLetters:
         """Whether incoming/ or a worker's processing/ folder holds this message (not finished)."""
         identity = message_identity(message)
         paths = [*self.home.processing.glob("*/*.json"), *self.home.incoming.glob("*.json")]
-        return any(_identity(path) == identity for path in paths)
+        return any(_identity(path, self.max_payload_bytes) == identity for path in paths)
 
 
-def _identity(path: Path) -> str | None:
+def _identity(path: Path, limit: int) -> str | None:
     try:
-        payload = json.loads(read_file(path))
+        data = read_file(path, limit=limit)
+        payload = json.loads(data) if len(data) <= limit else None
     except (OSError, NotRegularFile, ValueError, RecursionError):
         return None
     if not isinstance(payload, dict):

@@ -20,7 +20,7 @@ def _setup(tmp_path: Path) -> tuple[Home, AnsweredIndex, FileLateDeadLetters]:
     home.create()
     answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=60, fsync=False)
     answered.open()
-    return home, answered, FileLateDeadLetters(home, answered, fsync=False)
+    return home, answered, FileLateDeadLetters(home, answered, fsync=False, max_payload_bytes=1 << 20)
 
 
 def test_the_runs_copy_is_a_dead_letter_with_its_report_and_the_answer_is_forgotten(tmp_path: Path) -> None:
