@@ -40,7 +40,9 @@ class AnsweredIndex:
         for line in lines:
             try:
                 record = json.loads(line)
-                if record["t"] >= cutoff:
+                if record.get("forget"):
+                    self._seen.pop(record["k"], None)
+                elif record["t"] >= cutoff:
                     self._seen[record["k"]] = record["t"]
             except (ValueError, KeyError, TypeError):
                 continue
@@ -58,6 +60,16 @@ class AnsweredIndex:
         key, stamp = message_identity(message), time.time()
         self._seen[key] = stamp
         os.write(self._fd, (json.dumps({"k": key, "t": stamp}) + "\n").encode())
+        if self.fsync:
+            os.fdatasync(self._fd)
+
+    def forget(self, message: IncomingPayload) -> None:
+        """Counts `message` as unanswered again (its answer was an ack and its work then failed: it is a
+        dead letter now, which `dead retry` must run, not skip as a duplicate)."""
+        key = message_identity(message)
+        if self._seen.pop(key, None) is None:
+            return
+        os.write(self._fd, (json.dumps({"k": key, "t": time.time(), "forget": True}) + "\n").encode())
         if self.fsync:
             os.fdatasync(self._fd)
 

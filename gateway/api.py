@@ -22,6 +22,13 @@ Sink = Callable[[IncomingPayload], Awaitable[Path]]
 BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
 """An in-process provider: `async (prompt, request) -> answer` (from the `switchyard_providers` hook)."""
 
+LateDeadLetter = Callable[[IncomingPayload, str, list[str]], str | None]
+"""Dead-letters a message already answered (acknowledged) whose work then failed permanently:
+`(message, reason, errors) -> the dead letter's name`, None while the message is still being answered
+(call again shortly). Its original bytes when the queue still holds them, else `message` itself
+(the report says `source: run`); it is no longer counted as answered, so `dead retry` runs it again.
+Idempotent: a message already dead-lettered so gives the same name."""
+
 
 INTAKE_FAILED_REPLY = ("Sorry, I could not take in your message: the gateway could not store it. "
                        "Please send it again in a few minutes.")
@@ -193,3 +200,4 @@ class HandlerContext:
     queue_stats: Callable[[], dict[str, Any]]
     functions: list[FunctionSpec] = field(default_factory=list)
     builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)
+    dead_letter: LateDeadLetter | None = None

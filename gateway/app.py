@@ -143,11 +143,20 @@ class Gateway:
             providers.update(declared)
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
-                                 builtin_providers=providers)
+                                 builtin_providers=providers, dead_letter=self._dead_letter)
         handler = self.pm.hook.switchyard_handler(context=context)
         if handler is None:
             raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")
         return handler  # type: ignore[no-any-return]
+
+    def _dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
+        """gateway.api.LateDeadLetter through the backend, with the `job.failed.final` a dead message has."""
+        name = self.backend.dead_letter(message, reason, errors)
+        if name is not None:
+            self.events.emit("job.failed.final", job_id=name, state="failed_final", kind="message",
+                             channel=message.channel, profile=message.profile, conversation=message.conversation,
+                             reason=reason, failure_reason=reason, attempts=1, file=name)
+        return name
 
     async def _start_channel(self, profile: ChannelProfile) -> Channel:
         """Builds and starts one profile's channel; raises why it cannot."""

@@ -2,7 +2,8 @@
 
 `build_backend` picks one from `queue.backend`. The Gateway (gateway/app.py) runs the lifecycle and
 calls the same steps on either: `open`, `start` (channels, processing, delivery), `watch`, `run`,
-`wake`, `stats`, `prune`, `stop`, `release`, `close`; `queue_view` is what the dashboard reads.
+`wake`, `stats`, `prune`, `stop`, `release`, `close`; `queue_view` is what the dashboard reads, and
+`dead_letter` what the handler calls for a message answered before its work failed permanently.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gateway.backoff import delay as backoff_delay
 from gateway.dashboard.state import FolderView, QueueView
 from gateway.dispatcher import Dispatcher
 from gateway.home import Home
+from gateway.latedead import FileLateDeadLetters
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
@@ -78,6 +80,7 @@ class Backend(Protocol):
     async def release(self) -> None: ...
     async def close(self) -> None: ...
     def queue_view(self) -> QueueView: ...
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None: ...
 
 
 def build_backend(gateway: Gateway, *, retry_s: tuple[float, float]) -> Backend:
@@ -98,6 +101,8 @@ class FileBackend:
                                       fsync=qs.fsync)
         self.outbox = FileOutbox(home, gateway.events, extra_roots=extra_file_roots(home, settings), fsync=qs.fsync)
         self.sharing = SharedHome(home.state)
+        self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
+                                             max_payload_bytes=qs.max_payload_bytes)
         self.worker: Worker | None = None
         self.dispatcher: Dispatcher | None = None
         self._retry_s = retry_s
@@ -174,6 +179,10 @@ class FileBackend:
 
     def queue_view(self) -> QueueView:
         return FolderView(self.gateway.home)
+
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
+        """gateway.api.LateDeadLetter: into failed/ (gateway/latedead.py)."""
+        return self.late_dead.bury(message, reason, errors)
 
     # --- channels -----------------------------------------------------------------------------
 
@@ -321,3 +330,9 @@ class PostgresBackend:
         from gateway.pg.dashboard import PgQueueView
 
         return PgQueueView(self.dsn, self.gateway.settings.queue, self.gateway.home)
+
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
+        """gateway.api.LateDeadLetter: its row turned dead (gateway/pg/latedead.py)."""
+        from gateway.pg.latedead import PgLateDeadLetters
+
+        return PgLateDeadLetters(self.dsn).bury(message, reason, errors)

@@ -223,6 +223,9 @@ class Actions:
         run_id = job.job_id or ""
         run_id = run_id if run_id and safe_name(run_id) == run_id else run_id_for(message)
         run = self._store.load(run_id)
+        if run is not None and run.refused:  # its dead letter was retried (`dead retry`): run it afresh
+            self._store.remove(run.runId)
+            run = None
         if run is None:
             data = {"text": message.message, **job.input_fields()}
             run = new_run(message, loaded, workflow_id, data, run_id=run_id, job=job)

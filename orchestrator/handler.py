@@ -55,6 +55,7 @@ class Orchestrator:
                                      lock_ttl_sec=queue.lock_ttl_sec,
                                      runs_retention_days=queue.runs_retention_days,
                                      locks=open_locks(context.home, context.settings, ttl_s=queue.lock_ttl_sec))
+        self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
         self._selector = Selector(context.home, self._runner, context.events,
                                   open_history(context.home, context.settings.queue))
         self._actions = Actions(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.aio import wait_event
-from gateway.api import Outbox
+from gateway.api import LateDeadLetter, Outbox
 from gateway.events import now_ms
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -22,6 +22,7 @@ log = logging.getLogger("switchyard.orchestrator.results")
 
 SYSTEM_AGENT = "switchyard"
 POLL_SEC = 0.25
+BURY_RETRY_SEC = (0.5, 60.0)  # first and longest wait before dead-lettering a refused run's message again
 
 
 def result_text(run: RunState) -> str:
@@ -82,13 +83,19 @@ class _Waiting:
 
 
 class Delivery:
-    """Hands a run's result or question to a waiting message, or pushes it; records which was done."""
+    """Hands a run's result or question to a waiting message, or pushes it; records which was done.
+
+    A refused run (a permanent failure) whose result is pushed had its message answered with an ack:
+    that message is dead-lettered too (`dead_letter`, given by the gateway), as a waiting one is, so
+    every permanent failure is in `dead list`; the push is recorded only once it is.
+    """
 
     def __init__(self, store: RunStore, outbox: Outbox, home: Home):
         self._store = store
         self._outbox = outbox
         self._home = home
         self._waiting: dict[str, _Waiting] = {}
+        self.dead_letter: LateDeadLetter | None = None
 
     async def outcome(self, run_id: str, timeout_sec: float) -> RunState | None:
         """Waits up to `timeout_sec` for the run to end or ask; returns it then, else None."""
@@ -144,7 +151,42 @@ class Delivery:
         except Exception:
             log.exception("cannot push the result of run %s; it is retried at the next start", run.runId)
             return run
+        if run.refused and not self._bury(run):
+            return run
         return self._store.save(run.model_copy(update={"delivery": "push"}))
+
+    def _bury(self, run: RunState, attempt: int = 0) -> bool:
+        """Dead-letters a refused run's message (already answered with an ack); False when it must wait:
+        then it is tried again soon (the push is not repeated), and at the next start at the latest."""
+        if self.dead_letter is None:
+            return True
+        reason = f"run {run.runId}: {run.error}"
+        try:
+            name = self.dead_letter(run.payload(), reason, [reason])
+        except Exception:
+            log.exception("cannot dead-letter the message of run %s; tried again", run.runId)
+            name = None
+        if name is not None:
+            log.error("dead letter: the message of run %s is %s: %s", run.runId, name, reason)
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        delay = min(BURY_RETRY_SEC[0] * 2 ** attempt, BURY_RETRY_SEC[1])
+        loop.call_later(delay, self._bury_again, run.runId, attempt + 1)
+        return False
+
+    def _bury_again(self, run_id: str, attempt: int) -> None:
+        """`_bury` once more for a pushed refused run not yet recorded (a run replaced meanwhile is left)."""
+        try:
+            run = self._store.load(run_id)
+            if run is not None and run.refused and run.delivery is None and self._bury(run, attempt):
+                self._store.save(run.model_copy(update={"delivery": "push"}))
+        except Exception:  # the run store is away: tried again, as a refusal of the dead-lettering is
+            log.exception("cannot dead-letter the message of run %s; tried again", run_id)
+            delay = min(BURY_RETRY_SEC[0] * 2 ** attempt, BURY_RETRY_SEC[1])
+            asyncio.get_running_loop().call_later(delay, self._bury_again, run_id, attempt + 1)
 
     def _in_outbox(self, run: RunState) -> bool:
         """Tells whether the outbox holds this run's result: an outbox that can say (the postgres one: its

@@ -332,7 +332,7 @@ class RunStore:
         except FileNotFoundError:
             return False  # removed meanwhile by another process sharing the home
         shutil.rmtree(hidden, ignore_errors=True)
-        self._made.discard(folder)
+        self._made = {made for made in self._made if not made.is_relative_to(folder)}  # its outputs/ too
         return True
 
     def queued(self, limit: int) -> list[tuple[str, str | None]] | None:

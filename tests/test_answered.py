@@ -84,3 +84,20 @@ def test_a_restart_after_the_window_forgets_and_compacts(tmp_path: Path, clock: 
     kept = [json.loads(line)["k"] for line in path.read_text().splitlines()]
     assert kept == [answered_module.message_identity(make_incoming("new", messageId="new"))]
     after.close()
+
+
+def test_a_forgotten_answer_is_not_a_duplicate_and_stays_forgotten_after_a_restart(
+    tmp_path: Path, clock: Clock
+) -> None:
+    path = tmp_path / "answered.jsonl"
+    message = make_incoming("hello", messageId="acked-then-dead")
+    index = _index(path)
+    index.record(message)
+    index.forget(message)  # its run failed permanently after the ack: a dead letter, to be retried
+    assert not index.contains(message)
+    index.close()
+    reopened = _index(path)
+    assert not reopened.contains(message)
+    reopened.record(message)  # answered again after `dead retry`
+    reopened.close()
+    assert _index(path).contains(message)

@@ -6,6 +6,7 @@ report keeps every error; `dead retry` runs it again once fixed. For the selecto
 from __future__ import annotations
 
 import copy
+import json
 import re
 import sys
 from pathlib import Path
@@ -21,6 +22,13 @@ FIXED_AGENT = f"""#!{sys.executable}
 import sys
 sys.stdin.read()
 print("the fixed agent answered")
+"""
+
+WAIT_FOR_GATE = """
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+print("first step done")
 """
 
 
@@ -81,3 +89,52 @@ def test_a_selector_whose_cli_is_missing_is_dead_lettered_with_its_error_kept(
     assert f"`{missing}` was not found for the user running switchyard" in told["message"]
     name = _one_dead_letter(switchyard)
     assert any(f"`{missing}` was not found" in error for error in switchyard.dead_errors(name))
+
+
+def test_a_run_acknowledged_before_its_step_fails_permanently_is_dead_lettered_too(
+    switchyard: Switchyard, tmp_path: Path
+) -> None:
+    agent = tmp_path / "bin" / "late-agent"  # not there yet: the operator installs it later
+    gate = tmp_path / "go"  # the first step ends once the test saw the ack
+    orchestrator = copy.deepcopy(ORCHESTRATOR)
+    orchestrator["reply_within_sec"] = 0.5
+    orchestrator["agents"]["late"] = {"provider": "mine", "prompt": "finish {{message}}"}
+    orchestrator["workflows"]["late"] = {"description": "A fast step, then an agent", "steps": [
+        {"id": "First", "command": [sys.executable, "-c", WAIT_FOR_GATE, str(gate)]},
+        {"id": "Finish", "agent": "late"}]}
+    switchyard.configure(_providers(mine={"command": [str(agent)], "timeout_sec": 30}), orchestrator)
+    switchyard.start()
+    sent = switchyard.send("start late now", messageId="perm-late")
+
+    [ack] = switchyard.reply_to("perm-late")
+    run_id = ack["workflowRunId"]
+    assert "I will post the result here" in ack["message"]
+    gate.touch()
+    told = switchyard.reply_to("perm-late", count=2)[1]
+    assert told["workflowRunId"] == run_id and told["runState"] == "failed_final"
+    assert f"`{agent}` was not found for the user running switchyard: check the command" in told["message"]
+    name = _one_dead_letter(switchyard)
+    [letter] = switchyard.dead_letters()
+    assert "was not found" in letter.reason and run_id in letter.reason
+    assert json.loads(letter.data) == sent  # the file queue's copy is gone: the run's copy (`source: run`)
+    if switchyard.backend == "postgres":  # the message's own row, with its original bytes, not a copy
+        assert not name.startswith("answered-")
+    assert any(f"`{agent}` was not found" in error for error in switchyard.dead_errors(name))
+    assert switchyard.run_state(run_id)["state"] == "failed_final"
+    assert name in switchyard.cli("dead", "list").stdout
+    assert len(switchyard.replies("perm-late")) == 2  # the failure once, no apology besides
+    dead = [e for e in switchyard.events("job.failed.final") if e.get("kind") == "message"]
+    assert [(e["job_id"], e["conversation"]) for e in dead] == [(name, sent["conversationId"])]
+
+    agent.parent.mkdir()
+    agent.write_text(FIXED_AGENT)
+    agent.chmod(0o755)
+    retried = switchyard.cli("dead", "retry", name)
+    assert retried.returncode == 0, retried.stderr
+    answered = wait_until(lambda: [r for r in switchyard.replies("perm-late")
+                                   if r["message"] == "the fixed agent answered"] or None, 30)
+    assert answered[0]["workflowRunId"] == run_id
+    assert switchyard.run_state(run_id)["state"] == "done"
+    assert switchyard.dead_letters() == []
+    failures = [r for r in switchyard.replies("perm-late") if r.get("runState") == "failed_final"]
+    assert len(failures) == 1
