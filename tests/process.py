@@ -169,3 +169,15 @@ class SwitchyardProcess:
 
     def count(self, name: str) -> int:
         return len(self.events(name))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, waiting only for its parent to reap it, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -16,6 +16,7 @@ import yaml
 
 from gateway.testing import wait_until
 from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard, both_backends, provider_calls
+from tests.process import pid_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), both_backends]
 
@@ -84,7 +85,7 @@ def test_kill_9_in_step_2_resumes_there_without_rerunning_step_1(
     assert result["message"] == "Three done" and result["workflowRunId"] == run_id
     requeued = [e for e in switchyard.events("job.requeued") if e["job_id"] == run_id]
     assert requeued[0]["reason"].startswith("recovered after a restart")
-    if _alive(orphan):  # the killed process's agent; it exits by itself once its gate exists
+    if pid_alive(orphan):  # the killed process's agent; it exits by itself once its gate exists
         os.kill(orphan, signal.SIGKILL)
 
 
@@ -199,10 +200,3 @@ def test_the_example_workflow_waits_loops_and_asks(switchyard: Switchyard) -> No
 def _agent_steps(fake_log: Path) -> list[str]:
     return [c["step"] for c in provider_calls(fake_log) if c["kind"] == "agent"]
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,20 +11,11 @@ import pytest
 
 from gateway.testing import wait_until
 from tests.faults.harness import FAST_ORCHESTRATOR, GatewayRun, message
+from tests.process import pid_alive
 
 SCRIPT = str(Path(__file__).with_name("misbehaving_provider.py"))
 CAP = 65536
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -76,7 +66,7 @@ def test_a_hanging_provider_and_its_child_are_killed_at_the_timeout_while_others
     assert "timed out after 1.0s" in report["reason"] and report["attempts"] == 2
     pids = [int(line) for line in (tmp_path / "pids").read_text().split()]
     assert len(pids) == 4, "each of the two attempts started a provider and a child"
-    wait_until(lambda: not any(_alive(pid) for pid in pids), 5)
+    wait_until(lambda: not any(pid_alive(pid) for pid in pids), 5)
     assert run.alive()
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from orchestrator import Orchestrator
 from orchestrator.spawn import ProviderFailed
 from tests.fakes.clis import FakeClis
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message
+from tests.process import pid_alive
 
 PRESETS = ("claude", "codex", "gemini", "ollama")
 CHAT_DECISION = {"action": "workflow_start", "workflowId": "chat", "input": {}}
@@ -184,15 +184,8 @@ async def test_a_key_the_model_api_refuses_is_a_permanent_login_failure_at_its_f
     assert "claude is not logged in for the user running switchyard" in reply and "ANTHROPIC_API_KEY" in reply
     assert "the model API refused the login: 401 authentication_failed" in reply
     [call] = fake_clis.calls("claude")
-    await async_wait_until(lambda: not _alive(call["pid"]))  # stopped, not left retrying
+    await async_wait_until(lambda: not pid_alive(call["pid"]))  # stopped, not left retrying
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_a_busy_model_api_is_a_sign_of_life_with_a_note(

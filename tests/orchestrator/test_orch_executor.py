@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from orchestrator import Orchestrator
 from orchestrator.runs import RunStore
 from orchestrator.runstate import RunState, run_id_for
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
+from tests.process import pid_alive
 
 GATED = """
     import os, sys, time
@@ -291,19 +291,12 @@ async def test_cancel_stops_the_process_and_pushes_once(
     assert answer.message == f"Cancelled run {run_id} (workflow build)."
     run = rig.state(run_id)
     assert run.state == "cancelled" and run.steps["Plan"].status == "failed" and run.steps["Plan"].error == "cancelled"
-    await async_wait_until(lambda: not _alive(pid), timeout_s=5)
+    await async_wait_until(lambda: not pid_alive(pid), timeout_s=5)
     [pushed] = rig.outbox.payloads
     assert pushed.message == f"Run {run_id} (workflow build) was cancelled."
     [again] = await orchestrator.handle(make_message("/cancel"))
     assert again.message == "no active workflow run found for this conversation"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_unknown_workflow_is_refused_with_the_ids(

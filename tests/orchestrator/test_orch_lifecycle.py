@@ -17,6 +17,7 @@ from gateway.testing import async_wait_until
 from orchestrator.jobs import TRANSITIONS, IllegalTransition, RetryPolicy, check_transition, parse_iso
 from orchestrator.runstate import run_id_for
 from tests.orchestrator.orch_helpers import PY
+from tests.process import pid_alive
 
 FAIL = f"[{PY}, -c, \"import sys; print('nope', file=sys.stderr); sys.exit(3)\"]"
 
@@ -160,7 +161,7 @@ async def test_a_cancel_request_from_another_process_kills_the_step(
     (home.runs / run_id / "cancel.request").write_text("12345\n")
     run = await f.settled(run_id)
     assert run.state == "cancelled" and not (home.runs / run_id / "cancel.request").exists()
-    await async_wait_until(lambda: not _alive(pid), 5)
+    await async_wait_until(lambda: not pid_alive(pid), 5)
     assert f.outbox.payloads[-1].message == f"Run {run_id} (workflow w) was cancelled."
 
 
@@ -177,10 +178,3 @@ async def test_per_run_events_and_state_shape(flow: Callable[..., Any], home: Ho
     assert run_events[:2] == ["run.created", "job.created"] and run_events[-1] == "job.succeeded"
     assert [e["event"] for e in read_events(home.events_file) if e.get("job_id") == run_id][-1] == "job.succeeded"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

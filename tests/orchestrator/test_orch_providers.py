@@ -19,6 +19,7 @@ from gateway.testing import async_wait_until
 from orchestrator.providers import ProviderRunner
 from orchestrator.rules import builtin_providers
 from orchestrator.spawn import ProviderFailed, run_process
+from tests.process import pid_alive
 
 Script = Callable[[str, str], list[str]]
 
@@ -127,20 +128,12 @@ async def test_timeout_kills_the_whole_process_group(home: Home, script: Script,
     assert caught.value.result.timed_out
     assert "timed out" in str(caught.value)
     child = int(pid_file.read_text())
-    await async_wait_until(lambda: not _alive(child), timeout_s=5)
+    await async_wait_until(lambda: not pid_alive(child), timeout_s=5)
 
 
 def _read_json(path: str) -> Any:
     return json.loads(Path(path).read_text())
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().split()[2] != "Z"
 
 
 async def test_output_is_capped_while_a_flood_is_drained(tmp_path: Path) -> None:
