@@ -113,8 +113,12 @@ def conversation_key(message: IncomingPayload) -> str:
 
 
 def belongs_to(run: RunState, message: IncomingPayload) -> bool:
-    """True when `run` was started in the conversation `message` comes from (same key)."""
-    return conversation_key(run.payload()) == conversation_key(message)
+    """True when `run` was started in the conversation `message` comes from (same key); False for a run
+    whose message cannot be read (an unreadable run's stand-in): it belongs to no conversation."""
+    try:
+        return conversation_key(run.payload()) == conversation_key(message)
+    except ValidationError:
+        return False
 
 
 def finished_at(run: RunState) -> datetime | None:

@@ -20,6 +20,7 @@ from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_
 EDIT_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep")
 REFUSED_STATUSES = (401, 403)
 REFUSED_ERRORS = ("authentication_failed", "oauth_org_not_allowed")  # claude's names for a refused login
+REFUSALS_TRUSTED = 2  # the attempt whose refusal is final: the first may end in a refreshed claude.ai token
 
 
 class Claude(Preset):
@@ -95,17 +96,20 @@ class Claude(Preset):
 
 def _api_retry(event: dict[str, Any]) -> StreamEvent | None:
     """An `api_retry` line: claude retries a failed API call ten times over ~3 minutes. A refused login
-    (401/403, `authentication_failed`) never gets better: refused at once. An API that answers but is
-    busy (429, 529, 5xx) is a sign of life worth a note. No answer at all (no `error_status`: the network
-    is down) is not, so `first_output_sec` still ends the wait."""
+    (401/403, `authentication_failed`) twice in a row never gets better: refused then. Once is a sign of
+    life: with a claude.ai login claude refreshes its access token after one 401 and goes on. An API that
+    answers but is busy (429, 529, 5xx) is a sign of life worth a note. No answer at all (no
+    `error_status`: the network is down) is not, so `first_output_sec` still ends the wait."""
     status = event.get("error_status")
     error = str(event.get("error") or "")
     words = " ".join(str(part) for part in (status, error) if part)
+    attempt, most = event.get("attempt"), event.get("max_retries")
     if status in REFUSED_STATUSES or error in REFUSED_ERRORS:
+        if isinstance(attempt, int) and attempt < REFUSALS_TRUSTED:
+            return StreamEvent()
         return StreamEvent(refused=f"the model API refused the login: {words}")
     if not isinstance(status, int):
         return None
-    attempt, most = event.get("attempt"), event.get("max_retries")
     tries = f" (attempt {attempt} of {most})" if attempt and most else ""
     return StreamEvent(note=f"the model API is retrying: {words}{tries}")
 

@@ -187,6 +187,14 @@ async def test_a_key_the_model_api_refuses_is_a_permanent_login_failure_at_its_f
     await async_wait_until(lambda: not pid_alive(call["pid"]))  # stopped, not left retrying
 
 
+async def test_a_login_claude_refreshes_after_one_refusal_is_answered(fake_clis: FakeClis, agents: Start) -> None:
+    """A claude.ai login whose access token the API refuses once prints one `api_retry` 401 line, refreshes
+    the token and answers: that first refusal is no reason to stop it (a refused key repeats it)."""
+    fake_clis.scenario("claude", "token_refreshed")
+    orchestrator = await agents(agent="claude", claude={"first_output_sec": 600, "timeout_sec": 900})
+    [answer] = await asyncio.wait_for(orchestrator.handle(make_message("hello")), 60)
+    assert answer.message == "echo: hello"
+
 
 async def test_a_busy_model_api_is_a_sign_of_life_with_a_note(
     fake_clis: FakeClis, agents: Start, outbox: FakeOutbox

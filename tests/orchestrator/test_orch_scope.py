@@ -135,3 +135,23 @@ def test_lifecycle_events_carry_the_profile(tmp_path: Path) -> None:
     assert [e["reason"] for e in context["events"]] == ["mine", "`claude` is not on PATH"]
     assert json.dumps(context).count(SECRET) == 0
 
+
+
+async def test_cancel_run_of_an_unreadable_run_is_an_unknown_id(tmp_path: Path) -> None:
+    """A run whose state.json is not a run stands in with no message: cancel_run answers it as unknown
+    instead of failing the asking message (which the queue would retry in vain)."""
+    from gateway.home import Home
+    from orchestrator.config import LoadedConfig, default_orchestrator_config
+    from orchestrator.functions import FunctionRegistry, builtin_functions
+    from orchestrator.runs import RunStore
+
+    home = Home(tmp_path / "h")
+    home.create()
+    store = RunStore(home, fsync=False)
+    folder = store.made(store.folder("r-broken"))
+    (folder / "state.json").write_text('{"runId": "r-broken", "message": 7}')
+    assert store.quarantine("r-broken", "its state.json is not a run") is not None
+    loaded = LoadedConfig("o", tmp_path, default_orchestrator_config({"rules", "echo"}))
+    registry = FunctionRegistry(builtin_functions(loaded, store, None, dict))  # type: ignore[arg-type]
+    answer = await registry.invoke("cancel_run", {"runId": "r-broken"}, make_message("cancel r-broken"))
+    assert answer == "no workflow run 'r-broken' found"

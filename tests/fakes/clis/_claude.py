@@ -18,7 +18,9 @@ TOO_LONG = 'API Error: 400 {"type":"error","error":{"type":"invalid_request_erro
 # (status, error, delay after each attempt) of the `api_retry` lines before the outcome, as observed: a 401 is
 # retried ten times over ~3 minutes before "Invalid API key"; a 529 until the API answers.
 API_RETRIES = {"bad_key": (401, "authentication_failed", (0.5, 1.1, 2.2, 4.1, 9.0, 17.0, 34.0, 39.7, 36.4, 35.0)),
-               "overloaded": (529, "overloaded", (1.0, 1.5))}
+               "overloaded": (529, "overloaded", (1.0, 1.5)),
+               # a claude.ai login whose access token the API refused: claude refreshes it, then answers
+               "token_refreshed": (401, "authentication_failed", (0.5,))}
 CHOICES = {
     "output-format": ("text", "json", "stream-json"),
     "input-format": ("text", "stream-json"),
@@ -136,7 +138,7 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
         if persist:
             c.append_turn(session_file, prompt, None)
         return _finish(fmt, session_id, text, is_error=True, api_status=status, error=error, verbose_init=array)
-    if name not in ("ok", "slow", "tool_use", "untrusted", "overloaded"):
+    if name not in ("ok", "slow", "tool_use", "untrusted", "overloaded", "token_refreshed"):
         c.fail(f"fake claude: scenario {name!r} does not apply", 99)
     reply = _endpoint_reply(opts, fmt, session_id, prompt, array)
     reply = c.answer("claude", prompt) if reply is None else reply

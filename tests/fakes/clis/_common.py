@@ -4,8 +4,9 @@ Environment read by every fake (see CLIS.md for what the real CLIs do):
 - FAKE_CLI_STATE: directory for sessions and `calls.jsonl` (one line per call: cli, argv, stdin, cwd, env).
 - FAKE_CLI_SCENARIO_<CLI> (e.g. FAKE_CLI_SCENARIO_CLAUDE), else FAKE_CLI_SCENARIO: ok (default) | not_logged_in |
   bad_key | untrusted | network | network_hang | hang | crash | slow:<seconds> | tool_use | prompt_too_large |
-  overloaded (claude) | not_running (ollama) | model_missing (ollama). A comma-separated list plays one per
-  call of that CLI, the last one for every later call (`network,ok`: the first call fails, the retry works).
+  overloaded, token_refreshed (claude) | not_running (ollama) | model_missing (ollama). A comma-separated list
+  plays one per call of that CLI, the last one for every later call (`network,ok`: the first call fails, the
+  retry works).
 - FAKE_CLI_ANSWER_<CLI>, else FAKE_CLI_ANSWER: the answer text; default `echo: <last non-empty prompt line>`.
 """
 
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("ok", "not_logged_in", "bad_key", "untrusted", "network", "network_hang", "hang", "crash", "slow",
-             "tool_use", "prompt_too_large", "not_running", "model_missing", "overloaded")
+             "tool_use", "prompt_too_large", "not_running", "model_missing", "overloaded",
+             "token_refreshed")
 
 
 def state_dir() -> Path:
