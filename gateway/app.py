@@ -53,7 +53,8 @@ def configured_secrets(settings: Settings) -> list[str]:
     """The values of every environment variable a `*_env` key names (channel tokens, the DSN, the dashboard
     token), and any password written inside one of them (a DSN's: libpq's errors may quote it alone)."""
     values = [os.environ[name] for name in sorted(secret_env_names(settings)) if os.environ.get(name)]
-    return [*values, *(password for value in values for password in dsn_passwords(value))]
+    stripped = [value.strip() for value in values if value.strip() != value]  # as a provider's key is passed on
+    return [*values, *stripped, *(password for value in values for password in dsn_passwords(value))]
 
 
 class Gateway:
