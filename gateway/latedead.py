@@ -9,6 +9,7 @@ so `dead retry` puts it back into incoming/ and the worker runs it again instead
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -21,8 +22,10 @@ from gateway.models import IncomingPayload
 
 
 def letter_name(message: IncomingPayload) -> str:
-    """The dead letter's file name in failed/ (one per message identity)."""
-    return f"answered-{safe_name(message.profile)}-{safe_name(message.messageId)}.json"
+    """The dead letter's file name in failed/ (one per message identity): safe_name shortens and replaces
+    characters, so ids such as `chat:1` and `chat/1` would share a name; a digest of the identity tells them apart."""
+    digest = hashlib.sha256(message_identity(message).encode()).hexdigest()[:12]
+    return f"answered-{safe_name(message.profile)}-{safe_name(message.messageId)}-{digest}.json"
 
 
 class FileLateDeadLetters:

@@ -43,8 +43,14 @@ def redact(text: str, dsn: str | None) -> str:
 
 def redacted_dsn(dsn: str) -> str:
     """The DSN with its password masked, fit for a log line or `status`; works on a DSN libpq refuses."""
-    shown = _URL_PASSWORD.sub(lambda match: match.group(0).replace(match.group(1), MASK, 1), dsn, count=1)
-    return _KEY_PASSWORD.sub(lambda match: match.group(0).replace(match.group(1), MASK, 1), shown)
+    shown = _URL_PASSWORD.sub(_masked, dsn, count=1)
+    return _KEY_PASSWORD.sub(_masked, shown)
+
+
+def _masked(match: re.Match[str]) -> str:
+    """The match with its password group (and only that: the user name may hold the same text) masked."""
+    start, end = match.start(1) - match.start(), match.end(1) - match.start()
+    return match.group(0)[:start] + MASK + match.group(0)[end:]
 
 
 def database_error(exc: BaseException, dsn: str, *, doing: str = "use") -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from gateway import deadletters
 from gateway.answered import AnsweredIndex
 from gateway.home import Home
-from gateway.latedead import FileLateDeadLetters
+from gateway.latedead import FileLateDeadLetters, letter_name
 from gateway.testing import make_incoming
 
 REASON = "run r-1: step Finish: mine: `late-agent` was not found"
@@ -28,7 +28,7 @@ def test_the_runs_copy_is_a_dead_letter_with_its_report_and_the_answer_is_forgot
     message = make_incoming("start late now", messageId="m1")
     answered.record(message)
     name = late.bury(message, REASON, [REASON])
-    assert name == "answered-console-m1.json"
+    assert name == letter_name(message) and name.startswith("answered-console-m1-")
     assert not answered.contains(message)
     [letter] = deadletters.list_dead(home)
     assert (letter.name, letter.kind, letter.reason, letter.attempts, letter.conversation) == (
@@ -51,4 +51,17 @@ def test_a_message_a_worker_still_holds_is_left_for_later(tmp_path: Path) -> Non
     (held / "0001-console-m2.json").write_bytes(message.to_json())
     assert late.bury(message, REASON, [REASON]) is None
     assert deadletters.list_dead(home) == []
+    answered.close()
+
+
+def test_two_messages_whose_ids_make_the_same_file_name_are_both_dead_letters(tmp_path: Path) -> None:
+    home, answered, late = _setup(tmp_path)
+    first, second = make_incoming("first", messageId="chat:1"), make_incoming("second", messageId="chat/1")
+    for message in (first, second):
+        answered.record(message)
+    names = {late.bury(message, REASON, [REASON]) for message in (first, second)}
+    letters = deadletters.list_dead(home)
+    assert len(names) == 2 and len(letters) == 2
+    kept = {json.loads(letter.path.read_bytes())["message"] for letter in letters}
+    assert kept == {"first", "second"}
     answered.close()

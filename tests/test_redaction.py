@@ -64,3 +64,12 @@ def test_a_password_with_quotes_and_backslashes_is_masked_in_escaped_log_lines(t
     assert "psycopg.pool" in result.stderr and "***" in result.stderr, result.stderr
     for form in ("o%te", 'q\\"u', "q\\\\u"):
         assert form not in result.stderr, (form, result.stderr)
+
+
+@pytest.mark.parametrize("dsn, shown", [
+    ("postgresql://postgres:postgres@db:5432/app", "postgresql://postgres:***@db:5432/app"),  # user = password
+    ("postgresql://admin:adm@db/app", "postgresql://admin:***@db/app"),  # the password inside the user name
+    ("host=db user=u password=password", "host=db user=u password=***"),  # the password is the key's name
+])
+def test_the_dsn_shown_masks_the_password_even_when_the_text_before_it_holds_it(dsn: str, shown: str) -> None:
+    assert redacted_dsn(dsn) == shown

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from gateway.answered import message_identity
+from gateway.latedead import letter_name
 from gateway.models import IncomingPayload
 from gateway.pg.latedead import PgLateDeadLetters
 from tests.pg.helpers import insert_message, payload
@@ -68,8 +69,17 @@ def test_a_row_retention_deleted_is_replaced_by_the_runs_copy(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         message = _message("m9")
         name = PgLateDeadLetters(db).bury(message, REASON, [REASON])
-        assert name == "answered-console-m9.json"
+        assert name == letter_name(message)
         state, reason, attempts, errors, data = _row(conn, name)
         assert (state, attempts, errors) == ("dead", 1, [REASON])
         assert reason.startswith(REASON) and "as its run kept it" in reason
         assert IncomingPayload.model_validate_json(bytes(data)) == message
+
+
+def test_two_pruned_messages_whose_ids_make_the_same_name_are_both_dead(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        first, second = _message("chat:1"), _message("chat/1")
+        names = {PgLateDeadLetters(db).bury(message, REASON, [REASON]) for message in (first, second)}
+        assert len(names) == 2
+        kept = {IncomingPayload.model_validate_json(bytes(_row(conn, str(name))[4])).messageId for name in names}
+        assert kept == {"chat:1", "chat/1"}

@@ -542,3 +542,41 @@ async def test_a_sweep_the_database_refuses_is_said_as_what_it_is_never_database
     assert "the database is unreachable" not in caplog.text
     rig.drop(message(1, "c1"))  # and the queue goes on
     await rig.until(lambda: rig.replies() == ["c1-00001"])
+
+
+class ReadOnlyPool:
+    """The real async pool whose connections the server runs read-only while `read_only` is set (a primary
+    demoted in a failover, a maintenance window): PostgreSQL answers every write with ReadOnlySqlTransaction."""
+
+    def __init__(self, pool: Any):
+        self.pool = pool
+        self.read_only = True
+        self.refused = 0
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with self.pool.connection(*args, **kwargs) as conn:
+            read_only = self.read_only
+            if read_only:
+                self.refused += 1
+                await conn.execute("SET default_transaction_read_only = on")
+            try:
+                yield conn
+            finally:
+                if read_only:
+                    await conn.execute("RESET default_transaction_read_only")
+
+
+async def test_a_read_only_database_is_waited_out_never_a_messages_failure(rig_factory: Any) -> None:
+    """A server that takes no writes for now refuses the database, not this file: the file waits in
+    incoming/ and is answered once writes are taken again (it is not moved to failed/)."""
+    rig = await rig_factory(ScriptedHandler(), max_concurrency=1)
+    assert rig.backend.intake is not None
+    read_only = ReadOnlyPool(rig.backend.intake.async_pool)
+    rig.backend.intake.async_pool = read_only
+    rig.drop(message(1, "c1"))
+    await rig.until(lambda: read_only.refused >= 2)
+    assert not list(rig.home.failed.glob("*.json")) and len(list(rig.home.incoming.glob("*.json"))) == 1
+    read_only.read_only = False
+    await rig.until(lambda: "c1-00001" in rig.replies())
+    assert not list(rig.home.failed.glob("*.json"))
