@@ -96,7 +96,7 @@ def test_retry_over_http_brings_a_dead_letter_back_to_an_answer(switchyard: Swit
     answer = fetch(retry, data=body, headers={"Content-Type": "application/json"})
     assert answer.status == 200 and answer.json() == {"retried": [name]}
     wait_until(lambda: any(e.get("conversation") == "c-retry" for e in switchyard.events("job.succeeded")), 20)
-    assert any("answered" in r["message"] for r in switchyard.replies(sent["messageId"]))
+    wait_until(lambda: any("answered" in r["message"] for r in switchyard.replies(sent["messageId"])), 20)
     assert fetch(url + "api/state").json()["dead_letters"] == []
 
 

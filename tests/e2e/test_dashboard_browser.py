@@ -70,5 +70,5 @@ def test_the_page_renders_the_state_and_its_retry_button_brings_a_dead_letter_ba
     page.mouse.up()
     expect(dead).to_contain_text("no dead letters", timeout=20_000)
     wait_until(lambda: any(e.get("conversation") == HOSTILE for e in switchyard.events("job.succeeded")), 20)
-    assert any("answered" in reply["message"] for reply in switchyard.replies(sent["messageId"]))
+    wait_until(lambda: any("answered" in reply["message"] for reply in switchyard.replies(sent["messageId"])), 20)
     expect(page.locator("#notice")).to_contain_text("retried")
