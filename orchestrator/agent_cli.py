@@ -130,6 +130,8 @@ class AgentCliRunner:
         for _ in range(SESSION_TRIES):
             result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
             said = failure_text(result, reading) if _failed(result, reading) else ""
+            if said and session.resume and reading.session_id not in (None, session.id):
+                preset.superseded(str(reading.session_id), env)  # a failed fork: never recorded, never resumed
             if said and session.resume and preset.unknown_session(said):
                 session = self._reset(name, preset, scope, session, said)
             elif said and not session.resume and session.id and preset.session_in_use(said):
@@ -138,7 +140,9 @@ class AgentCliRunner:
                 break
         checked = self._checked(name, preset, binary, result, reading)
         turn = {"prompt": prompt[-2000:], "answer": checked.stdout[-2000:]} if preset.history_in_prompt else None
-        self.save_session(name, scope, reading.session_id or session.id, turn)
+        recorded = reading.session_id or session.id
+        if self.save_session(name, scope, recorded, turn) and session.resume and session.id not in (None, recorded):
+            preset.superseded(str(session.id), env)  # a fork holds it all now, and is what the next turn resumes
         return checked
 
     def _reset(self, name: str, preset: Preset, scope: str, session: Session, said: str) -> Session:
@@ -155,15 +159,17 @@ class AgentCliRunner:
             return self._reset(name, preset, scope, session, said)
         return replace(session, resume=True)
 
-    def save_session(self, name: str, scope: str, session_id: str | None, turn: dict[str, str] | None) -> None:
-        """Records the session a call used. A failure is logged, not raised: the agent has already run,
-        and a retry would run it again; the next call then starts the session again (an id of our own
-        that is already in use is resumed, or started afresh by a CLI that keeps failed prompts; a CLI's
-        own id is lost with its memory; claude forks the last session recorded)."""
+    def save_session(self, name: str, scope: str, session_id: str | None, turn: dict[str, str] | None) -> bool:
+        """Records the session a call used; False when it could not. A failure is logged, not raised: the
+        agent has already run, and a retry would run it again; the next call then starts the session again
+        (an id of our own that is already in use is resumed, or started afresh by a CLI that keeps failed
+        prompts; a CLI's own id is lost with its memory; claude forks the last session recorded)."""
         try:
             self._sessions.save(name, scope, session_id, turn)
         except Exception as exc:  # (OSError, a database error)
             log.warning("%s: could not keep the session of %s: %s", name, scope, exc)
+            return False
+        return True
 
     async def _call(
         self, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,

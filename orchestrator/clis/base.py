@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -106,6 +106,10 @@ class Preset:
     def session_in_use(self, text: str) -> bool:
         """The CLI refused to start a session under an id it already has."""
         return _has(text.lower(), self.session_in_use_markers)
+
+    def superseded(self, session_id: str, env: Mapping[str, str]) -> None:
+        """Called once a later session, recorded in its place, holds all of `session_id`'s turns (a fork):
+        a CLI whose sessions are files of their own removes that one. Nothing by default."""
 
     def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
         """The variables that point the CLI at `settings.base_url` with `key` (its own key variable), writing

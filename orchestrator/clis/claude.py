@@ -4,13 +4,17 @@ A failed call leaves its prompt in the session (next to a synthetic error reply)
 it to the model again with every later turn. So a turn never continues a session in place: it forks the
 last good one (`--resume <last> --fork-session --session-id <new>`); a failed call leaves only its
 fork behind, and the retry forks the last good session again. The hidden `--resume-session-at` would
-rewind in place, but it is not in `claude --help`. The price: each turn copies the transcript into a new
-file under `~/.claude/projects/`.
+rewind in place, but it is not in `claude --help`. Each turn copies the transcript into a new file under
+`~/.claude/projects/`; once the fork is recorded the session it came from is removed (`superseded`), so a
+conversation keeps one transcript, not one per turn (the real claude 2.1.197 answers a fork's later turns
+from the fork alone: checked with its parent deleted).
 """
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_
 
 EDIT_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep")
 REFUSED_STATUSES = (401, 403)
+_SESSION_ID = re.compile(r"[0-9a-fA-F-]{36}")  # a uuid: never a path, never a glob
 REFUSED_ERRORS = ("authentication_failed", "oauth_org_not_allowed")  # claude's names for a refused login
 REFUSALS_TRUSTED = 2  # the attempt whose refusal is final: the first may end in a refreshed claude.ai token
 
@@ -57,6 +62,15 @@ class Claude(Preset):
         """claude reads both from its environment (Messages API, `x-api-key`); it writes no config for it."""
         env = {"ANTHROPIC_BASE_URL": settings.base_url} if settings.base_url else {}
         return env | ({"ANTHROPIC_API_KEY": key} if key is not None else {})
+
+    def superseded(self, session_id: str, env: Mapping[str, str]) -> None:
+        """Removes the transcript a recorded fork copied (`<config>/projects/<project>/<id>.jsonl`, the config
+        folder `$CLAUDE_CONFIG_DIR`, else `$HOME/.claude`); a later turn resumes the fork, never it."""
+        config = env.get("CLAUDE_CONFIG_DIR") or (str(Path(env["HOME"]) / ".claude") if env.get("HOME") else None)
+        if config is None or not _SESSION_ID.fullmatch(session_id):
+            return
+        for transcript in Path(config).glob(f"projects/*/{session_id}.jsonl"):
+            transcript.unlink(missing_ok=True)
 
     def read(self, stdout: str) -> Reading:
         reading = Reading(answer="")

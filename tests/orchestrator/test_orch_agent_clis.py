@@ -281,6 +281,20 @@ async def test_gemini_a_first_turn_that_failed_reaches_the_model_when_retried_an
     assert [call["model_input"] for call in answered] == [["my name is Ada"], ["my name is Ada", "what is my name?"]]
 
 
+async def test_claude_keeps_one_transcript_per_conversation_each_fork_replacing_the_session_it_came_from(
+    fake_clis: FakeClis, agents: Start, tmp_path: Path
+) -> None:
+    config = tmp_path / "claude-config"  # CLAUDE_CONFIG_DIR: where claude keeps projects/<project>/<id>.jsonl
+    orchestrator = await agents(agent="claude", retries=1, claude={"env": {"CLAUDE_CONFIG_DIR": str(config)}})
+    prompts = ["my name is Ada", "what is my name?", "and again?", "once more?"]
+    for turn, prompt in enumerate(prompts):
+        fake_clis.scenario("claude", "network,ok" if turn == 2 else "ok")  # a failed fork, then its retry
+        [answer] = await orchestrator.handle(make_message(prompt, conversationId="c1"))
+        assert answer.message == f"echo: {prompt}"
+        assert len(list(config.glob("projects/*/*.jsonl"))) == 1  # not one per turn (nor per failed attempt)
+    assert fake_clis.calls("claude")[-1]["model_input"] == prompts  # the fork alone carries every turn
+
+
 @pytest.mark.parametrize("failing", [0, 1])
 async def test_claude_a_retried_turn_reaches_the_model_once_and_later_turns_do_not_carry_the_failed_attempt(
     fake_clis: FakeClis, agents: Start, failing: int

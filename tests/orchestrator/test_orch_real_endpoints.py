@@ -72,10 +72,12 @@ async def test_the_real_cli_answers_from_the_endpoint_with_the_key_and_keeps_its
                                     api_key_env=KEY_VARIABLE, timeout_sec=90, first_output_sec=60)
         orchestrator = await start(make_context({"remote": provider}))
         answers = [await orchestrator.handle(make_message(text, conversationId="c1"))
-                   for text in ("my name is Ada", "what is my name?")]
-    assert [answer.message for [answer] in answers] == ["the fake model says hi"] * 2, answers
+                   for text in ("my name is Ada", "what is my name?", "and again?")]
+    assert [answer.message for [answer] in answers] == ["the fake model says hi"] * 3, answers
     calls = server.model_calls
     assert calls and all(call.path.startswith(PREFIX[cli]) for call in calls)
     assert {call.api_key for call in calls} == {f"sk-real-{cli}"}
-    assert "my name is Ada" in json.dumps(calls[-1].body), "the second turn continued the first one's session"
+    assert "my name is Ada" in json.dumps(calls[-1].body), "the later turns continued the first one's session"
+    if cli == "claude":  # each turn forks; the session it came from is removed once the fork is recorded
+        assert len(list(user_home.glob(".claude/projects/*/*.jsonl"))) == 1
     assert not (user_home / ".codex").exists() and not (user_home / ".gemini").exists()

@@ -83,7 +83,8 @@ def main(argv: list[str]) -> int:
 
 def _session(opts: dict[str, Any]) -> tuple[str, Path]:
     """Checks --session-id / --resume against the stored sessions of this cwd; returns (id, file)."""
-    project = c.state_dir() / "claude" / "projects" / c.cwd_slug(os.getcwd())
+    config = os.environ.get("CLAUDE_CONFIG_DIR")  # as the real claude: its config folder holds projects/
+    project = (Path(config) if config else c.state_dir() / "claude") / "projects" / c.cwd_slug(os.getcwd())
     wanted = opts.get("session-id")
     resume = opts.get("resume")
     if wanted is not None and not c.is_uuid(wanted):
