@@ -19,6 +19,7 @@ from gateway.deadletters import REPORT_SUFFIX
 from gateway.events import utc_now_iso
 from gateway.home import Home, NotRegularFile, atomic_write, fsync_dir, read_file, safe_name
 from gateway.models import IncomingPayload
+from gateway.payloads import parse_payload
 
 
 def letter_name(message: IncomingPayload) -> str:
@@ -64,12 +65,8 @@ class FileLateDeadLetters:
 
 
 def _identity(path: Path, limit: int) -> str | None:
+    """The identity of the message a queued file holds; None for a file that is no valid message."""
     try:
-        data = read_file(path, limit=limit)
-        payload = json.loads(data) if len(data) <= limit else None
-    except (OSError, NotRegularFile, ValueError, RecursionError):
+        return message_identity(parse_payload(read_file(path, limit=limit), limit))
+    except (OSError, NotRegularFile, ValueError):
         return None
-    if not isinstance(payload, dict):
-        return None
-    channel = payload.get("channel")
-    return f"{channel}\x1f{payload.get('channelProfileId') or channel}\x1f{payload.get('messageId')}"

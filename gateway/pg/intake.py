@@ -25,7 +25,7 @@ from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, now_ms
 from gateway.home import Home
 from gateway.keys import ordering_keys
-from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.models import INVALID_APOLOGY, IncomingPayload, OutgoingPayload
 from gateway.payloads import parse_payload
 from gateway.pg.errors import database_away, worth_waiting
 from gateway.pg.jobs import defer_jobs_of, defer_query
@@ -118,7 +118,7 @@ class Intake:
                          reason=reason, failure_reason=reason, attempts=0, file=target.name)
         try:
             message = parse_payload(claimed.data, self.queue.max_payload_bytes)
-            apology = OutgoingPayload.reply_to(message, f"Sorry, I could not take in your message: {reason}",
+            apology = OutgoingPayload.reply_to(message, INVALID_APOLOGY.format(reason=reason),
                                                agent="switchyard", timestamp=now_ms(), quoted=[reason])
             await asyncio.to_thread(self.outbox.write, apology)
         except Exception as error:  # the dead letter holds the reason; the sender is not told this time
