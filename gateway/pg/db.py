@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from gateway.logs import hide_in_logs
-from gateway.redaction import dsn_passwords, redacted_dsn
+from gateway.redaction import dsn_passwords
 from gateway.settings import QueueSettings, SettingsError
 
 
@@ -19,11 +19,6 @@ def dsn_from_settings(settings: QueueSettings) -> str:
                             f"it must hold the PostgreSQL DSN (e.g. postgresql://user@host:5432/db)")
     hide_in_logs(dsn_passwords(dsn))  # psycopg's pool logs libpq's errors, which may quote the password
     return dsn
-
-
-def redacted(dsn: str) -> str:
-    """The DSN without its password, fit for a log line or `status` (also one libpq cannot parse)."""
-    return redacted_dsn(dsn)
 
 
 def process_holder() -> str:

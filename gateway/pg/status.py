@@ -13,9 +13,9 @@ import psycopg
 
 from gateway.home import Home
 from gateway.pg import schema
-from gateway.pg.db import dsn_from_settings, redacted
+from gateway.pg.db import dsn_from_settings
 from gateway.pg.deadletters import DeadStore
-from gateway.redaction import database_error
+from gateway.redaction import database_error, redacted_dsn
 from gateway.settings import QueueSettings
 from gateway.tables import print_table
 
@@ -52,7 +52,7 @@ def gather(settings: QueueSettings, *, dead_shown: int, home: Home | None = None
     """The database's part of the status (dead letters: with those quarantined in `home`'s failed/);
     raises DatabaseUnreachable."""
     dsn = dsn_from_settings(settings)
-    shown = redacted(dsn)
+    shown = redacted_dsn(dsn)
     try:
         with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
             missing = schema.missing(conn)
