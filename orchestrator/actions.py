@@ -21,6 +21,7 @@ from orchestrator.functions import (
     builtin_functions,
     config_functions,
     describe_argument_error,
+    unknown_run,
 )
 from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
@@ -131,10 +132,7 @@ class Actions:
         problem = input_problem(workflow_id, workflows[workflow_id], data)
         if problem is not None:
             return reply(message, f"I cannot start that workflow: {problem}", agent=SELECTOR_AGENT)
-        run = self._store.load(run_id_for(message))
-        if run is not None and run.refused:  # its dead letter was retried (`dead retry`): run it afresh
-            self._store.remove(run.runId)
-            run = None
+        run = self._unrefused(run_id_for(message))
         if run is None:
             run = self._executor.begin(new_run(message, loaded, workflow_id, data), conversation_key(message),
                                        waits=True)
@@ -222,10 +220,7 @@ class Actions:
             return reply(message, text, agent=SYSTEM_AGENT, runState="failed_final", job=job)
         run_id = job.job_id or ""
         run_id = run_id if run_id and safe_name(run_id) == run_id else run_id_for(message)
-        run = self._store.load(run_id)
-        if run is not None and run.refused:  # its dead letter was retried (`dead retry`): run it afresh
-            self._store.remove(run.runId)
-            run = None
+        run = self._unrefused(run_id)
         if run is None:
             data = {"text": message.message, **job.input_fields()}
             run = new_run(message, loaded, workflow_id, data, run_id=run_id, job=job)
@@ -252,11 +247,20 @@ class Actions:
         events = self._store.events(run.runId, limit=1)
         return snapshot(run, events[-1] if events else None)
 
+    def _unrefused(self, run_id: str) -> RunState | None:
+        """The stored run of `run_id`; None for none, and for a refused one, removed: its message came back
+        (`dead retry` of its dead letter), so it runs afresh."""
+        run = self._store.load(run_id)
+        if run is not None and run.refused:
+            self._store.remove(run.runId)
+            return None
+        return run
+
     def run_snapshot(self, message: IncomingPayload, run_id: str, note: str = "") -> OutgoingPayload:
         """The snapshot of one named run (the status fast path); advances nothing."""
         run = self._store.load(run_id)
         if run is None:
-            return reply(message, f"no workflow run {run_id!r} found", agent=SYSTEM_AGENT)
+            return reply(message, unknown_run(run_id), agent=SYSTEM_AGENT)
         return reply(message, self.snapshot_text(run) + note, agent=SYSTEM_AGENT, run=run)
 
     async def diagnostics_investigate(
