@@ -17,6 +17,21 @@ from gateway.testing import async_wait_until
 from orchestrator.runs import RunStore
 from orchestrator.runstate import RunState
 
+REMOTE_AGENT_CONFIG = """
+selector: {provider: rules}
+diagnostics: {provider: rules}
+reply_within_sec: 60
+rules: {default_workflow: chat}
+agents:
+  helper: {provider: remote, prompt: "{{message}}"}
+workflows:
+  chat:
+    description: Talk with the helper agent
+    steps:
+      - {id: Reply, agent: helper}
+"""
+"""orchestrator.yaml whose chat workflow is one step of the agent behind the provider named `remote`."""
+
 
 class FakeOutbox:
     """Records pushed payloads instead of writing them into queue/outgoing/."""

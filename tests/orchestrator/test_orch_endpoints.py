@@ -18,21 +18,7 @@ from gateway.settings import ProviderSettings
 from orchestrator import Orchestrator
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer
-from tests.orchestrator.orch_helpers import make_message
-
-CONFIG = """
-selector: {provider: rules}
-diagnostics: {provider: rules}
-reply_within_sec: 30
-rules: {default_workflow: chat}
-agents:
-  helper: {provider: remote, prompt: "{{message}}"}
-workflows:
-  chat:
-    description: Talk with the helper agent
-    steps:
-      - {id: Reply, agent: helper}
-"""
+from tests.orchestrator.orch_helpers import REMOTE_AGENT_CONFIG, make_message
 
 KEY_VARIABLE = "SWITCHYARD_TEST_MODEL_KEY"
 # how each CLI reads the endpoint: (path prefix in base_url, the API path it calls, its own key variable,
@@ -61,7 +47,7 @@ def remote(make_context: Callable[..., HandlerContext], write_config: Callable[[
     """`await remote(cli, **settings)`: an orchestrator whose agent is the provider `remote` of that preset."""
 
     async def build(cli: str, **settings: Any) -> Orchestrator:
-        write_config(CONFIG)
+        write_config(REMOTE_AGENT_CONFIG)
         provider = ProviderSettings.model_validate({"type": cli, **settings})
         return await start(make_context({"remote": provider}))  # type: ignore[no-any-return]
 

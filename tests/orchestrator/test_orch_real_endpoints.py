@@ -19,24 +19,11 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from tests.fakes.clis import FOLDER as FAKE_CLIS
 from tests.fakes.model_server import ModelServer
-from tests.orchestrator.orch_helpers import make_message
+from tests.orchestrator.orch_helpers import REMOTE_AGENT_CONFIG, make_message
 
 INSTALLED = Path("/opt/agent-clis/node_modules/.bin")
 KEY_VARIABLE = "SWITCHYARD_REAL_CLI_TEST_KEY"
 PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
-CONFIG = """
-selector: {provider: rules}
-diagnostics: {provider: rules}
-reply_within_sec: 60
-rules: {default_workflow: chat}
-agents:
-  helper: {provider: remote, prompt: "{{message}}"}
-workflows:
-  chat:
-    description: Talk with the helper agent
-    steps:
-      - {id: Reply, agent: helper}
-"""
 
 
 def real_cli(name: str) -> str:
@@ -66,7 +53,7 @@ async def test_the_real_cli_answers_from_the_endpoint_with_the_key_and_keeps_its
     for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME", "GEMINI_API_KEY",
                      "GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME"):
         monkeypatch.delenv(variable, raising=False)
-    write_config(CONFIG)
+    write_config(REMOTE_AGENT_CONFIG)
     async with ModelServer(reply="the fake model says hi") as server:
         provider = ProviderSettings(type=cli, binary=binary, base_url=server.url + PREFIX[cli],
                                     api_key_env=KEY_VARIABLE, timeout_sec=90, first_output_sec=60)
