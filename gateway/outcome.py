@@ -17,15 +17,11 @@ from typing import Any
 from gateway.api import Handler, PermanentError
 from gateway.events import EventLog, now_ms
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.payloads import backoff_seconds
+from gateway.payloads import APOLOGY, backoff_seconds
 from gateway.settings import QueueSettings
 
 log = logging.getLogger("switchyard.worker")
 
-APOLOGY = (
-    "Sorry, I could not process your message (\"{preview}\") after {attempts} attempt(s). "
-    "It has been kept for the operator; please try again later."
-)
 # The file system refuses writes for reasons outside the message: a backend may wait these out.
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
