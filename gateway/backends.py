@@ -28,7 +28,7 @@ from gateway.home import Home
 from gateway.latedead import FileLateDeadLetters
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.outbox import FileOutbox
+from gateway.outbox import BaseOutbox, FileOutbox
 from gateway.receipts import Receipts
 from gateway.settings import ChannelProfile, Settings
 from gateway.sharing import SharedHome
@@ -61,7 +61,7 @@ class Delivery(Protocol):
 class Backend(Protocol):
     """The steps the Gateway runs on its backend, in this order."""
 
-    outbox: FileOutbox
+    outbox: BaseOutbox
 
     @property
     def home_mode(self) -> str:
@@ -99,7 +99,8 @@ class FileBackend:
         home, settings, qs = gateway.home, gateway.settings, gateway.settings.queue
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
-        self.outbox = FileOutbox(home, gateway.events, extra_roots=extra_file_roots(home, settings), fsync=qs.fsync)
+        self.outbox: BaseOutbox = FileOutbox(home, gateway.events, extra_roots=extra_file_roots(home, settings),
+                                             fsync=qs.fsync)
         self.sharing = SharedHome(home.state)
         self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
                                              max_payload_bytes=qs.max_payload_bytes)
@@ -264,7 +265,7 @@ class PostgresBackend:
         self.close_events = attach_event_sink(gateway.events, self.dsn)  # every event also into switchyard_events
         self.pg = PgBackend(gateway.home, gateway.settings, gateway.events, role=gateway.role,
                             extra_roots=extra_file_roots(gateway.home, gateway.settings))
-        self.outbox: FileOutbox = self.pg.outbox
+        self.outbox: BaseOutbox = self.pg.outbox
         self.outbound: Any = None  # a PgOutbound in a `run`
         self.receipts: Any = None  # a PgReceipts in a `run`
         self._receipts_task: asyncio.Task[None] | None = None
