@@ -38,8 +38,9 @@ def _claude(root: Path, model_url: str) -> dict[str, str]:
 def _codex(root: Path, model_url: str) -> dict[str, str]:
     home = root / "codex"
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    model = os.environ.get("ACP_CODEX_MODEL", "gpt-5.4")  # a model codex knows: else a warning opens every answer
     (home / "config.toml").write_text("\n".join([
-        'model_provider = "switchyard"', 'model = "gpt-5.4"', "check_for_update_on_startup = false",
+        'model_provider = "switchyard"', f'model = "{model}"', "check_for_update_on_startup = false",
         "[analytics]", "enabled = false", "[feedback]", "enabled = false",
         "[model_providers.switchyard]", 'name = "switchyard"', f'base_url = "{model_url}/openai/v1"',
         'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', ""]))

@@ -115,6 +115,7 @@ class Agent:
         assert self.conn is not None
         self.recorder.note(f"prompt: {text}")
         mark, calls, started = len(self.recorder.updates), len(model.calls), time.monotonic()
+        asked = len(self.recorder.permissions)
         try:
             reply = await self.conn.prompt(session_id=session_id, prompt=[text_block(text)])
             stop: str = reply.stop_reason
@@ -126,7 +127,8 @@ class Agent:
         model_ms = sum(((c.ended or now) - c.started) * 1000 for c in turn_calls)
         return {"prompt": text, "stop": stop, "text": self.recorder.text_since(mark), "ms": took,
                 "model_ms": round(model_ms, 1), "added_ms": round(took - model_ms, 1),
-                "model_calls": [c.summary() for c in turn_calls], "updates": self.recorder.kinds_since(mark)}
+                "model_calls": [c.summary() for c in turn_calls], "updates": self.recorder.kinds_since(mark),
+                "permissions_asked": len(self.recorder.permissions) - asked}
 
     def rss_mb(self) -> float:
         assert self.process is not None
@@ -199,17 +201,17 @@ async def main_session(model: ScriptedModel, agent: Agent, figures: dict[str, An
     agent.recorder.permission_kind = "allow_once"
     allowed = "run it [run=echo tool-ran-42 > proof-allowed.txt; cat proof-allowed.txt]"
     turns.append(await agent.prompt(model, sid, allowed))
+    turns.append(await agent.prompt(model, sid, "read it [sandboxed=cat proof-allowed.txt]"))  # codex: no escalation
     agent.recorder.permission_kind = "reject_once"
     turns.append(await agent.prompt(model, sid, "run this too [run=echo rejected > proof-rejected.txt]"))
     turns.append(await agent.prompt(model, sid, "after the reject [recall=zebra]"))
+    agent.recorder.permission_kind = "allow_once"  # a control: is mkdir asked before any "always"?
+    turns.append(await agent.prompt(model, sid, "control [run=mkdir control-dir]"))
     agent.recorder.permission_kind = "allow_always"  # what does "always" cover: the same command, a prefix?
     for command in ("touch always-1.txt", "touch always-2.txt", "mkdir always-3"):
-        asked = len(agent.recorder.permissions)
-        turn = await agent.prompt(model, sid, f"always [run={command}]")
-        turn["asked"] = len(agent.recorder.permissions) > asked
-        turns.append(turn)
+        turns.append(await agent.prompt(model, sid, f"always [run={command}]"))
     figures["permissions"] = agent.recorder.permissions
-    figures["files_made_by_tools"] = sorted(p.name for p in agent.workdir.glob("[pa][rl][ow]*"))
+    figures["files_made_by_tools"] = sorted(p.name for p in agent.workdir.glob("[pac][rlo][own]*"))
     figures["cancel"] = await cancel_mid_turn(model, agent, sid)
     turns.append(await agent.prompt(model, sid, "after the cancel, first [recall=giraffe]"))
     turns.append(await agent.prompt(model, sid, "after the cancel, second [recall=zebra]"))
@@ -263,26 +265,34 @@ async def load_in_fresh_process(model: ScriptedModel, agent: Agent, sid: str, fi
 
 
 async def quick_load(model: ScriptedModel, adapter: Adapter, env: dict[str, str], workdir: Path,
-                     out: Path, figures: dict[str, Any]) -> None:
-    """A session created, one turn, its process killed, then loaded at once by a fresh one (same minute)."""
-    first = Agent(adapter, env, workdir, out, "quick-new")
+                     out: Path, figures: dict[str, Any], cross_minute: bool = False) -> None:
+    """A session created, one turn, its process killed, then loaded at once by a fresh one: in the same clock
+    minute, or (cross_minute) created in a minute's last seconds and loaded seconds later in the next one."""
+    name = "quick-cross" if cross_minute else "quick"
+    if cross_minute and time.localtime().tm_sec < 55:  # a clock condition, not a synchronisation
+        await asyncio.sleep(55.5 - time.localtime().tm_sec)
+    first = Agent(adapter, env, workdir, out, f"{name}-new")
     conn = await first.start()
     await first.initialize()
     session = await conn.new_session(cwd=str(workdir), mcp_servers=[])
-    created = time.strftime("%H:%M")
+    created, created_at = time.strftime("%H:%M:%S"), time.monotonic()
     await first.prompt(model, session.session_id, "remember the word okapi")
     await first.kill()
-    second = Agent(adapter, env, workdir, out, "quick-load")
+    if cross_minute and time.strftime("%H:%M") == created[:5]:
+        await asyncio.sleep(60.2 - time.localtime().tm_sec)
+    second = Agent(adapter, env, workdir, out, f"{name}-load")
     conn = await second.start()
     await second.initialize()
+    loaded, since = time.strftime("%H:%M:%S"), round(time.monotonic() - created_at, 1)
     try:
         reply = await conn.load_session(session_id=session.session_id, cwd=str(workdir), mcp_servers=[])
         outcome: Any = reply.model_dump(by_alias=True, exclude_none=True) if reply else None
     except Exception as exc:
         outcome = f"error: {exc}"
     after = await second.prompt(model, session.session_id, "after a quick load [recall=okapi]")
-    figures["quick_load"] = {"created": created, "loaded": time.strftime("%H:%M"), "reply": outcome,
-                             "after": {k: after[k] for k in ("stop", "text", "ms")}}
+    figures[name.replace("-", "_") + "_load"] = {
+        "created": created, "loaded": loaded, "seconds_between": since, "reply": outcome,
+        "after": {k: after[k] for k in ("stop", "text", "ms")}}
     await second.kill()
 
 
@@ -306,6 +316,7 @@ async def record(name: str, tag: str) -> None:
                 sid = await main_session(model, agents[0], figures)
                 await load_in_fresh_process(model, agents[1], sid, figures)
                 await quick_load(model, adapter, env, workdir, out, figures)
+                await quick_load(model, adapter, env, workdir, out, figures, cross_minute=True)
             finally:
                 for agent in agents:
                     await agent.kill()
@@ -317,9 +328,40 @@ async def record(name: str, tag: str) -> None:
     print(json.dumps({k: figures.get(k) for k in ("warm_added_p50_ms", "rss_mb", "stdin_close")}, default=str))
 
 
+async def timing(name: str, turns: int) -> None:
+    """Warm turns only, one session: what a turn adds over the model's own time, written to timing.json."""
+    adapter = ADAPTERS[name]
+    out = HERE / "recordings" / name
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"acp-{name}-", dir=os.environ.get("ACP_SCRATCH", "/var/tmp")) as scratch:
+        root = Path(scratch)
+        (root / "work").mkdir()
+        model = ScriptedModel()
+        async with model:
+            agent = Agent(adapter, adapter.environment(root, model.url), root / "work", out, "timing")
+            try:
+                conn = await agent.start()
+                await agent.initialize()
+                session = await conn.new_session(cwd=str(root / "work"), mcp_servers=[])
+                await agent.prompt(model, session.session_id, "first turn (not counted)")
+                added = sorted([(await agent.prompt(model, session.session_id, f"timed turn {i}"))["added_ms"]
+                                for i in range(turns)])
+            finally:
+                await agent.kill()
+    result = {"adapter": name, "turns": turns, "added_ms_p50": statistics.median(added), "added_ms_min": added[0],
+              "added_ms_p90": added[int(turns * 0.9) - 1], "loadavg": os.getloadavg(), "cores": os.cpu_count()}
+    (out / "timing.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "timing.jsonl").unlink(missing_ok=True)  # the transcript of 40 identical turns says nothing more
+    print(json.dumps(result))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("adapter", choices=sorted(ADAPTERS))
     parser.add_argument("--tag", default="", help="recordings/<tag>/ instead of recordings/<adapter>/")
+    parser.add_argument("--timing", type=int, default=0, help="only N warm turns, for the latency figure")
     arguments = parser.parse_args()
-    asyncio.run(record(arguments.adapter, arguments.tag))
+    if arguments.timing:
+        asyncio.run(timing(arguments.adapter, arguments.timing))
+    else:
+        asyncio.run(record(arguments.adapter, arguments.tag))

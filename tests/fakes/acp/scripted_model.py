@@ -4,7 +4,8 @@ Responses and Gemini generateContent endpoints, where the prompt itself says wha
 Directives in the last user text of a request (all optional):
 - `[chunks=N]` streams the answer in N text deltas (default 1); `[delay=S]` waits S seconds before each delta;
 - `[run=CMD]` answers with a shell tool call running CMD (when the request offers a shell tool and the last
-  message is not already that tool's result; the model's answer after the result quotes its output);
+  message is not already that tool's result; the model's answer after the result quotes its output); codex's
+  call asks to leave the sandbox (`require_escalated`, as a real model does to write), `[sandboxed=CMD]` does not;
 - `[recall=WORD]` answers whether WORD appears in the earlier messages of the request (the session's memory).
 
 Every request is kept in `calls` with its start and end time (`time.monotonic()`), so a caller in the same
@@ -59,6 +60,7 @@ class Turn:
     chunks: int
     delay: float
     tool: tuple[str, str] | None  # (tool name, command)
+    escalated: bool = True
 
 
 class ScriptedModel(FakeServer):
@@ -102,11 +104,11 @@ def plan(call: Call, user_texts: list[str], tool_result: str | None, tools: list
     call.prompt, call.tools = prompt, tools
     chunks = int(_directive(prompt, "chunks") or 1)
     delay = float(_directive(prompt, "delay") or 0)
-    command = _directive(prompt, "run")
+    command = _directive(prompt, "run") or _directive(prompt, "sandboxed")
     shell = next((name for name in SHELL_TOOLS if name in tools), None)
     if command and tool_result is None and shell:
         call.tool_call = f"{shell}: {command}"
-        return Turn("", 0, delay, (shell, command))
+        return Turn("", 0, delay, (shell, command), escalated=_directive(prompt, "sandboxed") is None)
     if tool_result is not None:
         text = f"the tool said: {tool_result.strip()[:400]}"
     elif (word := _directive(prompt, "recall")) is not None:
@@ -197,8 +199,9 @@ async def _responses(request: web.Request, call: Call) -> web.StreamResponse:
     items = call.body.get("input") or []
     users = [i for i in items if i.get("role") == "user"]
     texts = [t for i in users for t in _texts_of(i.get("content")) if "<environment_context>" not in t]
-    last = items[-1] if items else {}
-    result = str(last.get("output")) if last.get("type") == "function_call_output" else None
+    since_user = items[max((n for n, i in enumerate(items) if i.get("role") == "user"), default=-1) + 1:]
+    outputs = [i for i in since_user if i.get("type") == "function_call_output"]  # codex may add items after it
+    result = str(outputs[-1].get("output")) if outputs else None
     tools = [str(t.get("name")) for t in call.body.get("tools") or [] if t.get("name")]
     turn = plan(call, texts, result, tools)
     response_id = f"resp_{uuid.uuid4().hex[:24]}"
@@ -208,7 +211,7 @@ async def _responses(request: web.Request, call: Call) -> web.StreamResponse:
         name, command = turn.tool
         # codex's default session mode is read-only: a real model asks to leave the sandbox for a write
         escalated = {"sandbox_permissions": "require_escalated", "justification": "scripted tool call"}
-        arguments = json.dumps({"cmd": command, **escalated} if name == "exec_command" else
+        arguments = json.dumps({"cmd": command, **(escalated if turn.escalated else {})} if name == "exec_command" else
                                {"command": ["bash", "-lc", command]} if name == "shell" else {"command": command})
         item: dict[str, Any] = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:20]}", "status": "completed",
                                 "call_id": f"call_{uuid.uuid4().hex[:20]}", "name": name, "arguments": arguments}
