@@ -132,15 +132,14 @@ def _pieces(text: str, count: int) -> list[str]:
 
 
 async def _sse(request: web.Request, events: list[tuple[str | None, Any]], delay: float = 0,
-               delayed: str = "") -> web.StreamResponse:
-    """Writes server-sent events; waits `delay` before each event whose name or type is `delayed`."""
+               delayed: str | None = None) -> web.StreamResponse:
+    """Writes server-sent events; waits `delay` before each event named `delayed` (every event when the
+    stream names none, as gemini's `data:`-only stream)."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     for name, data in events:
-        if delay and delayed and (name == delayed or (isinstance(data, dict) and data.get("_delayed"))):
+        if delay and name == delayed:
             await asyncio.sleep(delay)
-        if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if k != "_delayed"}
         await response.write(((f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n").encode())
     await response.write_eof()
     return response
@@ -240,9 +239,8 @@ async def _responses(request: web.Request, call: Call) -> web.StreamResponse:
 async def _gemini(request: web.Request, call: Call) -> web.StreamResponse:
     config = call.body.get("generationConfig") or {}
     contents = call.body.get("contents") or []
-    if config.get("responseMimeType") == "application/json":  # gemini-cli's helper calls (routing, next speaker)
-        schema = config.get("responseJsonSchema") or config.get("responseSchema") or {}
-        call.answer = json.dumps(_sample(schema))
+    if config.get("responseMimeType") == "application/json":  # gemini-cli's helper calls: none with --model set
+        call.answer = "{}"
         return web.json_response(_gemini_answer([{"text": call.answer}], call))
     users = [c for c in contents if c.get("role") == "user"]
     texts = [str(p["text"]) for c in users for p in c.get("parts", []) if str(p.get("text", "")).strip()]
@@ -259,7 +257,7 @@ async def _gemini(request: web.Request, call: Call) -> web.StreamResponse:
                    for i, piece in enumerate(_pieces(turn.text, turn.chunks))]
     if not request.path.endswith(":streamGenerateContent"):
         return web.json_response(answers[-1])
-    return await _sse(request, [(None, {**answer, "_delayed": True}) for answer in answers], turn.delay, "x")
+    return await _sse(request, [(None, answer) for answer in answers], turn.delay)
 
 
 def _gemini_answer(parts: list[dict[str, Any]], call: Call, last: bool = True) -> dict[str, Any]:
@@ -271,14 +269,3 @@ def _gemini_answer(parts: list[dict[str, Any]], call: Call, last: bool = True) -
         answer["usageMetadata"] = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
     return answer
 
-
-def _sample(schema: dict[str, Any]) -> Any:
-    """A small value that fits a JSON schema (what gemini-cli's structured helper calls expect)."""
-    kind = str(schema.get("type", "object")).lower()
-    if "enum" in schema:
-        return schema["enum"][0]
-    if kind == "object":
-        return {key: _sample(value) for key, value in (schema.get("properties") or {}).items()}
-    if kind == "array":
-        return []
-    return {"string": "fake", "integer": 1, "number": 1, "boolean": False}.get(kind)
