@@ -15,13 +15,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gateway.api import Channel, DeliveryError, PermanentError
-from gateway.attachments import AttachmentPolicy, send_with_files
+from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import move_to_failed
 from gateway.settings import QueueSettings
+from gateway.uploads import send_with_files
 
 log = logging.getLogger("switchyard.dispatcher")
 

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from gateway.aio import wait_event
 from gateway.api import Channel, PermanentError
-from gateway.attachments import AttachmentPolicy, send_with_files
+from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
 from gateway.delivery import SHARED_JOURNAL
 from gateway.dispatcher import MAX_PARALLEL_DELIVERIES, _retry_delay
@@ -40,6 +40,7 @@ from gateway.pg.leases import HELD_BY, Leases, channel_lease
 from gateway.pg.outgoing_files import take_in_file
 from gateway.settings import QueueSettings
 from gateway.storable import made_safe
+from gateway.uploads import send_with_files
 
 log = logging.getLogger("switchyard.pg.delivery")
 
