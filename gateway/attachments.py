@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 from gateway.events import EventLog
 from gateway.home import Home, read_file, safe_name
 from gateway.models import OutgoingPayload
+from gateway.settings import Settings
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _READ_CHUNK = 1 << 20
@@ -28,6 +29,12 @@ REFUSED_NOTE = "[file not sent: {path} is outside the allowed folders or does no
 
 class AttachmentRefused(Exception):
     """A file that must not be uploaded: outside the conversation's folders, a link, not a regular file."""
+
+
+def extra_file_roots(home: Home, settings: Settings) -> list[Path]:
+    """The folders an operator opened to every conversation (`files.extra_roots`); beyond them a reply
+    carries only its own conversation's files."""
+    return [home.resolve(extra) for extra in settings.files.extra_roots]
 
 
 def attachment_folder(home: Home, profile: str, conversation: str) -> Path:

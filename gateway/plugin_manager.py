@@ -24,6 +24,8 @@ log = logging.getLogger("switchyard.plugins")
 
 ENTRY_POINT_GROUP = "switchyard.plugins"
 DEFAULT_PLUGINS: tuple[str, ...] = (
+    "gateway.filestores",
+    "gateway.pg.plugin",
     "plugins.console",
     "plugins.heartbeat",
     "plugins.telegram",
@@ -33,6 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.inbox",
     "orchestrator.cli",
     "orchestrator.plugin",
+    "orchestrator.pg.plugin",
 )
 
 

@@ -2,8 +2,9 @@
 orchestrator/ and plugins/, and one place for the storage backend (`queue.backend` read in one module, the
 PostgreSQL code imported only from the pg packages and the backend's registration).
 
-Every import counts: at module level, inside functions, and under `if TYPE_CHECKING:` (an annotation that
-names a module is a dependency on it too: a backend annotated with the Gateway is tied to it). An import
+Imports at module level and inside functions count; those under `if TYPE_CHECKING:` do not: they never run,
+and the plugin contract (gateway/hookspecs.py) names the types of every module it hands out that way. The
+one back-reference an annotation made (the backends holding the Gateway) has a test of its own. An import
 names the module it loads (`from a.b import c` is `a.b.c` when that is a module, else `a.b`). An import of
 a module's own parent package (`plugins/console/channel.py` taking CHANNEL_TYPE from `plugins.console`) is
 no edge: Python runs the parent first whenever the module is imported, so it adds no order.
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway", "orchestrator", "plugins")
 BACKEND_CHOICE = "gateway/composition.py"  # the one module that reads queue.backend
 PG_PACKAGES = ("gateway/pg/", "orchestrator/pg/")
-PG_REGISTRATIONS = ("gateway/pg/plugin.py", "orchestrator/pgstores.py")
+PG_REGISTRATIONS: tuple[str, ...] = ()  # the registrations live inside the pg packages (named by string)
 
 
 def _modules() -> dict[str, Path]:
@@ -34,7 +35,21 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    """Every import statement outside `if TYPE_CHECKING:` blocks."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append(child)
+            else:
+                visit(child)
+
+    visit(tree)
+    return found
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -120,10 +135,22 @@ def _source_files() -> list[tuple[str, str]]:
 
 
 def test_queue_backend_is_read_in_one_module() -> None:
-    """Only the composition module reads `queue.backend`: nothing else branches on the backend's name."""
-    readers = sorted(path for path, text in _source_files()
-                     if re.search(r"queue\.backend\b|\bqueue_settings\.backend\b", _code(text)))
+    """Only the composition module reads `queue.backend` (`<...>.queue.backend` or `queue.backend` in code,
+    not in a sentence): nothing else branches on the backend's name."""
+    readers = sorted(path for path, text in _source_files() if _reads_queue_backend(ast.parse(text)))
     assert readers == [BACKEND_CHOICE]
+
+
+def _reads_queue_backend(tree: ast.AST) -> bool:
+    return any(isinstance(node, ast.Attribute) and node.attr == "backend"
+               and (isinstance(node.value, ast.Attribute) and node.value.attr == "queue"
+                    or isinstance(node.value, ast.Name) and node.value.id == "queue")
+               for node in ast.walk(tree))
+
+
+def test_the_reader_check_sees_a_read() -> None:
+    assert _reads_queue_backend(ast.parse("if settings.queue.backend == 'postgres': pass"))
+    assert not _reads_queue_backend(ast.parse("help = 'needs queue.backend: postgres'"))
 
 
 def test_pg_code_is_imported_only_from_pg_and_its_registration() -> None:
@@ -134,12 +161,9 @@ def test_pg_code_is_imported_only_from_pg_and_its_registration() -> None:
     assert importers == []
 
 
-def _code(text: str) -> str:
-    """The source without its docstrings and comments (a sentence may name `queue.backend`)."""
-    tree = ast.parse(text)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            body[0] = ast.Pass()
-    return ast.unparse(tree)
+def test_only_the_entry_points_know_the_gateway() -> None:
+    """Nothing the Gateway builds refers back to it (not even in an annotation): the backends, the channel
+    supervision and the dashboard get what they need passed in."""
+    importers = sorted(path for path, text in _source_files()
+                       if re.search(r"^\s*from\s+gateway\.app\s+import|^\s*import\s+gateway\.app\b", text, re.M))
+    assert importers == ["gateway/commands.py"]
