@@ -25,7 +25,7 @@ log = logging.getLogger("switchyard.plugins")
 ENTRY_POINT_GROUP = "switchyard.plugins"
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "gateway.filestores",
-    "gateway.pg.plugin",
+    "gateway.pgplugin",
     "plugins.console",
     "plugins.heartbeat",
     "plugins.telegram",
@@ -35,7 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.inbox",
     "orchestrator.cli",
     "orchestrator.plugin",
-    "orchestrator.pg.plugin",
+    "orchestrator.pgplugin",
 )
 
 

@@ -1,6 +1,6 @@
 """The orchestrator's stores on the backend the gateway composed (gateway/composition.py): runs, provider
 sessions and conversation history. The file backend's are declared here (`switchyard_stores`, through
-orchestrator/plugin.py), PostgreSQL's by orchestrator/pg/plugin.py; the orchestrator opens them by name."""
+orchestrator/plugin.py), PostgreSQL's by orchestrator/pgplugin.py; the orchestrator opens them by name."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway", "orchestrator", "plugins")
 BACKEND_CHOICE = "gateway/composition.py"  # the one module that reads queue.backend
 PG_PACKAGES = ("gateway/pg/", "orchestrator/pg/")
-PG_REGISTRATIONS: tuple[str, ...] = ()  # the registrations live inside the pg packages (named by string)
+PG_REGISTRATIONS = ("gateway/pgplugin.py", "orchestrator/pgplugin.py")  # they import pg code inside factories
 
 
 def _modules() -> dict[str, Path]:

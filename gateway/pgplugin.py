@@ -1,7 +1,7 @@
 """Declares the PostgreSQL backend (`queue.backend: postgres`) to the composition (gateway/composition.py).
 
-Importing this module loads nothing of psycopg: the factory imports gateway/pg/storage.py when the
-backend is chosen, so the file backend never pays for it.
+It stands outside gateway/pg/ and imports nothing of it, nor psycopg: the factory imports
+gateway/pg/storage.py when the backend is chosen, so the file backend never loads either.
 """
 
 from __future__ import annotations

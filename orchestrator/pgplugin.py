@@ -1,6 +1,6 @@
 """Declares the orchestrator's stores on the PostgreSQL backend (`switchyard_stores`): runs, provider
-sessions and conversation history in the database of gateway/pg/storage.py. Importing this module
-loads nothing of psycopg: each factory imports its store when it is opened."""
+sessions and conversation history in the database of gateway/pg/storage.py. It stands outside
+orchestrator/pg/ and imports nothing of it, nor psycopg: each factory imports its store when opened."""
 
 from __future__ import annotations
 
