@@ -102,10 +102,12 @@ class Channel(Protocol):
 
 
 class Outbox(Protocol):
-    """Writes outgoing payloads into `queue/outgoing/` (used for replies pushed later, e.g. run results)."""
+    """Stores outgoing payloads for delivery (used for replies pushed later, e.g. run results): files in
+    `queue/outgoing/` on the file backend, rows of the database's outbox on PostgreSQL."""
 
-    def write(self, payload: OutgoingPayload) -> Path:
-        """Writes one payload atomically under its spec-002 name; returns the path."""
+    def write(self, payload: OutgoingPayload) -> Path | str:
+        """Stores one payload atomically under its spec-002 name; returns where: the file's path, or the
+        name of the row (no file exists then)."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ from gateway.dispatcher import Dispatcher
 from gateway.latedead import FileLateDeadLetters
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload
-from gateway.outbox import FileOutbox
+from gateway.outbox import BaseOutbox, FileOutbox
 from gateway.receipts import Receipts
 from gateway.runtime import Delivery, RuntimeParts, Watch
 from gateway.sharing import SharedHome
@@ -32,7 +32,8 @@ class FileRuntime:
         home, settings, qs = parts.home, parts.settings, parts.settings.queue
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
-        self.outbox = FileOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings), fsync=qs.fsync)
+        self.outbox: BaseOutbox = FileOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings),
+                                             fsync=qs.fsync)
         self.sharing = SharedHome(home.state)
         self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
                                              max_payload_bytes=qs.max_payload_bytes)

@@ -19,7 +19,7 @@ from gateway.dashboard.state import QueueView
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.outbox import FileOutbox
+from gateway.outbox import BaseOutbox
 from gateway.queue import FileQueue
 from gateway.settings import Settings
 from gateway.supervision import ChannelSupervisor
@@ -58,7 +58,7 @@ class Delivery(Protocol):
 class Runtime(Protocol):
     """The steps the Gateway runs on its backend's runtime, in this order."""
 
-    outbox: FileOutbox
+    outbox: BaseOutbox
 
     @property
     def home_mode(self) -> str:

@@ -1,5 +1,5 @@
-"""Sends a reply through its channel with its files opened for upload: the step both backends' delivery
-loops share (gateway/dispatcher.py, gateway/pg/delivery.py)."""
+"""Sends a reply through its channel with its files opened for upload (the delivery loop, gateway/sending.py,
+calls it for both backends): apart from attachments.py, which knows no Channel."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from gateway.api import Handler
 from gateway.attachments import extra_file_roots
 from gateway.dashboard.state import QueueView
 from gateway.models import IncomingPayload
-from gateway.outbox import FileOutbox
+from gateway.outbox import BaseOutbox
 from gateway.pg.backend import PgBackend
 from gateway.pg.dashboard import PgQueueView
 from gateway.pg.db import close_shared_pools
@@ -34,7 +34,7 @@ class PostgresRuntime:
         self.close_events = attach_event_sink(parts.events, dsn)  # every event also into switchyard_events
         self.pg = PgBackend(parts.home, parts.settings, parts.events, role=parts.role,
                             extra_roots=extra_file_roots(parts.home, parts.settings))
-        self.outbox: FileOutbox = self.pg.outbox
+        self.outbox: BaseOutbox = self.pg.outbox
         self.outbound: PgOutbound | None = None  # in a `run`
         self.receipts: PgReceipts | None = None  # in a `run`
         self._receipts_task: asyncio.Task[None] | None = None

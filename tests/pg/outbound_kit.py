@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from gateway.api import DeliveryError, DeliveryRecord
+from gateway.api import DeliveryError, DeliveryRecord, PermanentError
 from gateway.delivery import DeliveryJournal, Part, deliver_parts
 from gateway.events import EventLog
 from gateway.home import Home
@@ -35,6 +35,7 @@ class RecordingChannel:
         self.failures: dict[str, int] = {}  # part text -> failures still to give
         self.errors: dict[str, str] = {}  # part text -> what its failures say (else "<text> failed on purpose")
         self.gates: dict[str, asyncio.Event] = {}  # part text -> held until set
+        self.refused: set[str] = set()  # part texts the platform refuses for good (PermanentError)
         self.hang_on: set[str] = set()  # part texts whose send never returns (a process killed mid-reply)
         self.started_at: float | None = None
         self.stopped_at: float | None = None
@@ -56,6 +57,8 @@ class RecordingChannel:
                 await asyncio.Event().wait()
             if text in self.gates:
                 await self.gates[text].wait()
+            if text in self.refused:
+                raise PermanentError(f"{text} refused for good")
             if self.failures.get(text, 0) > 0:
                 self.failures[text] -= 1
                 raise DeliveryError(self.errors.get(text, f"{text} failed on purpose"))
