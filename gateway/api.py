@@ -8,13 +8,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
 from gateway.events import EventLog
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
+
+if TYPE_CHECKING:
+    from gateway.access import AccessPolicy
+    from gateway.pairing import Pairing
 
 Sink = Callable[[IncomingPayload], Awaitable[Path]]
 """Enqueues an incoming payload atomically (tmp + rename into `queue/incoming/`); returns its path."""
@@ -117,6 +121,16 @@ class ChannelContext:
     outbox: Outbox
     on_state: Callable[[str, str | None], None] | None = None
     """Set by the gateway: records this channel's own report (`note`, `ended`) for `switchyard status`."""
+    pairing: Pairing | None = None
+    """Set by the gateway: its backend's pairing store, opened once for every channel (`access` uses it)."""
+
+    @cached_property
+    def access(self) -> AccessPolicy:
+        """Who may talk to this profile: `allow_from`, and pairing with the backend's store (when the gateway
+        gave none, the store of the backend `settings` configure)."""
+        from gateway.access import AccessPolicy
+
+        return AccessPolicy(self.home, self.profile, self.settings, store=self.pairing)
 
     def note(self, text: str | None) -> None:
         """Shows `text` beside this running channel's state in `switchyard status` (None clears it)."""
@@ -203,3 +217,6 @@ class HandlerContext:
     functions: list[FunctionSpec] = field(default_factory=list)
     builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)
     dead_letter: LateDeadLetter | None = None
+    backend: Any = None
+    """The storage backend (gateway/composition.py's Backend) whose stores the handler opens; when None,
+    the one `settings` configure."""

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
     from pydantic import BaseModel
 
     from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+    from gateway.composition import BackendFactory, StoreFactory
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
     from gateway.statuscache import StatusCache
@@ -88,6 +89,24 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
     `providers` names the in-process providers every plugin declares (`switchyard_providers`).
     `switchyard run` calls it before any channel starts and exits 2 on a problem; `switchyard check`
     prints them. All implementations are called; the lists are joined.
+    """
+
+
+@hookspec
+def switchyard_backends() -> dict[str, BackendFactory]:  # type: ignore[empty-body]
+    """Declares storage backends by the name `queue.backend` selects: a factory `(home, settings, stores) ->
+    Backend` (gateway/composition.py says what a Backend opens; pass `stores` to `composition.open_store`).
+
+    Import a backend's libraries inside its factory: every command builds the plugin manager. All
+    implementations are called; the mappings are merged.
+    """
+
+
+@hookspec
+def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:  # type: ignore[empty-body]
+    """Declares this plugin's own stores on each backend: `{store name: {backend name: factory}}`, the
+    factory called as `(backend, **options)` by `Backend.store(name, **options)` (the orchestrator declares
+    `runs`, `sessions` and `history` so). All implementations are called; the mappings are merged.
     """
 
 

@@ -21,12 +21,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gateway.api import Channel, DeliveryError, PermanentError
-from gateway.attachments import AttachmentPolicy, send_with_files
+from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
 from gateway.delivery import SHARED_JOURNAL, SharedJournal
 from gateway.events import EventLog
 from gateway.models import OutgoingPayload
 from gateway.settings import QueueSettings
+from gateway.uploads import send_with_files
 
 log = logging.getLogger("switchyard.sending")
 

@@ -18,6 +18,7 @@ from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
+from gateway.supervision import ChannelSupervisor
 
 CHANNEL = "fake"
 
@@ -91,7 +92,8 @@ def rows(dsn: str) -> list[dict[str, Any]]:
 
 
 class StubGateway:
-    """What PgOutbound uses of a Gateway: settings, events, channels, status, and `_start_channel`."""
+    """What a Gateway gives PgOutbound: its ChannelSupervisor (starting channels with `_start_channel`,
+    writing the status with `_write_status`), home, settings and events."""
 
     def __init__(self, home: Home, settings: Settings, owner: str) -> None:
         self.home = home
@@ -99,11 +101,13 @@ class StubGateway:
         self.owner = owner
         home.create()
         self.events = EventLog(home.events_file)
-        self.channels: list[Any] = []
-        self.channel_status: dict[str, dict[str, Any]] = {}
         self.started: list[RecordingChannel] = []
         self.status_history: list[dict[str, dict[str, Any]]] = []  # each status written, in order
-        self._stopping = asyncio.Event()
+        self.supervisor = ChannelSupervisor(self._start_channel, self.events, on_change=self._write_status,
+                                            spawn=lambda work, name: None)
+        self.channels: list[Any] = self.supervisor.channels
+        self.channel_status: dict[str, dict[str, Any]] = self.supervisor.status
+        self._stopping = self.supervisor.stopping
 
     async def _start_channel(self, profile: ChannelProfile) -> RecordingChannel:
         channel = RecordingChannel(profile.id, self.home, self.owner)
