@@ -1,0 +1,73 @@
+"""The orchestrator's stores as protocols: runs (orchestrator/runs.py RunStore, orchestrator/pg/runs.py
+PgRunStore, orchestrator/memory.py MemoryRunStore) and the records behind provider sessions and each
+conversation's history (orchestrator/sessions.py Records: FileRecords, PgRecords, MemoryRecords).
+tests/contract/ checks the rules written here once against every backend.
+
+RunRecords is the storage part of a run store: what every backend writes and reads. The lifecycle on top
+of it (`transition`, `update_step`: the transition table and the events they append) is RunStore's today
+and is inherited by PgRunStore; MemoryRunStore has only the storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from orchestrator.runstate import RunState
+from orchestrator.sessions import Records
+
+__all__ = ["Records", "RunRecords"]
+
+
+@runtime_checkable
+class RunRecords(Protocol):
+    """Runs, their events, the conversation → active run association and cancel requests."""
+
+    def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
+        """Stores a new run (stamping `updatedAt`) with its `run.created` event; given its conversation's
+        `key`, makes it the conversation's active run."""
+
+    def save(self, run: RunState, *, durable: bool = True) -> RunState:
+        """Writes the run, stamping `updatedAt`; returns what was written."""
+
+    def sync(self, run_id: str) -> None:
+        """Makes the run's last write durable."""
+
+    def load(self, run_id: str) -> RunState | None:
+        """The run with this id, or None."""
+
+    def append_event(self, run_id: str, event: str, **fields: Any) -> None:
+        """Adds one event to the run's events (stored at the latest by its next write or `close_events`)."""
+
+    def close_events(self, run_id: str | None = None) -> None:
+        """Stores the events still held for a run (None: for every run)."""
+
+    def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The last `limit` stored events of a run, oldest first."""
+
+    def set_active(self, key: str, run_id: str) -> None:
+        """Associates a conversation with a run."""
+
+    def active_for(self, key: str) -> RunState | None:
+        """The unfinished run associated with a conversation, if any."""
+
+    def all_runs(self) -> list[RunState]:
+        """Every readable run, oldest first."""
+
+    def recent(self, limit: int) -> list[RunState]:
+        """The `limit` runs changed last, newest first."""
+
+    def unfinished(self) -> list[RunState]:
+        """Runs not yet in a final state, oldest first."""
+
+    def remove(self, run_id: str) -> bool:
+        """Deletes a run and its events; False when it was gone already."""
+
+    def request_cancel(self, run_id: str) -> None:
+        """Asks whichever process executes the run to cancel it."""
+
+    def cancel_requests(self, run_ids: Iterable[str]) -> set[str]:
+        """Which of these runs were asked to cancel."""
+
+    def clear_cancel(self, run_id: str) -> None:
+        """Forgets a run's cancel request."""

@@ -1,0 +1,43 @@
+"""Dead letters as `switchyard dead` uses them, on every backend: retry puts the original bytes back in
+the queue with a fresh attempt count, drop deletes, an unknown name changes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.contract.backends import Backend
+
+DATA = json.dumps({"channel": "console", "message": "hello", "timestamp": 1, "messageId": "m1",
+                   "senderId": "u1", "conversationId": "c1"}, indent=1).encode()
+
+
+def test_retry_puts_the_same_bytes_back_with_a_fresh_count(backend: Backend) -> None:
+    name = backend.make_dead(DATA, "gave up after 3 attempts", "c1")
+    store = backend.dead_letters()
+    assert store.retry([name]) == [name]
+    assert store.list_dead() == []
+    assert backend.queued() == [(DATA, 0)]
+
+
+def test_an_unknown_name_is_refused_and_nothing_moves(backend: Backend) -> None:
+    name = backend.make_dead(DATA, "gave up", "c1")
+    store = backend.dead_letters()
+    with pytest.raises(KeyError):
+        store.retry([name, "no-such-letter"])
+    with pytest.raises(KeyError):
+        store.drop(["no-such-letter", name])
+    with pytest.raises(KeyError):
+        store.show("no-such-letter")
+    assert [letter.name for letter in store.list_dead()] == [name]
+    assert backend.queued() == []
+
+
+def test_drop_deletes_for_good(backend: Backend) -> None:
+    name = backend.make_dead(DATA, "gave up", "c1")
+    store = backend.dead_letters()
+    assert store.drop([name]) == [name]
+    assert store.list_dead() == []
+    assert store.retry_all() == []
+    assert backend.queued() == []
