@@ -44,8 +44,6 @@ class MemoryRunStore:
             self.state.changes += 1
             self.state.runs[run.runId] = (self.state.changes, run)
             self.state.events.setdefault(run.runId, []).extend(self._pending.pop(run.runId, []))
-            if run.finished:
-                self.state.active = {k: v for k, v in self.state.active.items() if v != run.runId}
         return run
 
     def save(self, run: RunState, *, durable: bool = True) -> RunState:
