@@ -8,7 +8,7 @@ import copy
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.events import utc_now_iso
 from gateway.storable import made_safe
@@ -143,3 +143,10 @@ class MemoryRecords:
     def twin(self) -> MemoryRecords:
         """A second handle on the same records (another "host")."""
         return MemoryRecords(self._records, self._lock)
+
+
+if TYPE_CHECKING:  # mypy checks that each memory store satisfies its protocol
+    from orchestrator.stores import Records, RunRecords
+
+    _runs: type[RunRecords] = MemoryRunStore
+    _records: type[Records] = MemoryRecords
