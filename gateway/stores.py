@@ -37,6 +37,9 @@ class AnsweredStore(Protocol):
     def forget(self, message: IncomingPayload) -> None:
         """Counts `message` as unanswered again, so a retry runs it instead of skipping it."""
 
+    def close(self) -> None:
+        """Releases what this handle holds open."""
+
 
 @runtime_checkable
 class DeliveryJournalStore(Protocol):

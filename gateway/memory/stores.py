@@ -50,6 +50,9 @@ class MemoryAnswered:
         with self.state.lock:
             self.state.seen.pop(message_identity(message), None)
 
+    def close(self) -> None:
+        """Nothing held open."""
+
 
 class MemoryPairing:
     """Pending codes and approved senders (gateway.access.Pairing), with the file store's rules: one
