@@ -56,11 +56,11 @@ class Backend:
     def dead_letters(self) -> DeadLetterStore:
         raise NotImplementedError
 
-    def make_dead(self, data: bytes, reason: str, conversation: str) -> str:
+    def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
         """A dead message of these bytes and reason, dead-lettered as this backend does it; its name."""
         queue = self.queue("dead-letterer")
         queue.open()
-        queue.enqueue(data, hint="dead")
+        queue.enqueue(data, hint=hint)
         queue.rescan()
         claimed = queue.claim()
         assert claimed is not None
@@ -211,13 +211,15 @@ class PostgresBackend(Backend):
 
         return DeadStore(self.dsn)
 
-    def make_dead(self, data: bytes, reason: str, conversation: str) -> str:
+    def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
         """A dead row as gateway/pg/processing.py leaves it: the original bytes in `payload`, state dead."""
         from tests.pg.helpers import insert_message
 
         with psycopg.connect(self.dsn) as conn:
-            insert_message(conn, "m-dead.json", data, state="dead", reason=reason, attempts=3)
-        return "m-dead.json"
+            insert_message(conn, f"m-{hint}.json", data, state="dead", reason=reason, attempts=3)
+            conn.execute("UPDATE switchyard_messages SET updated_at = clock_timestamp() WHERE name = %s",
+                         (f"m-{hint}.json",))
+        return f"m-{hint}.json"
 
     def queued(self) -> list[tuple[bytes, int]]:
         with psycopg.connect(self.dsn) as conn:

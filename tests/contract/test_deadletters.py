@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.contract.backends import Backend
+from tests.contract.test_runs import next_tick
 
 DATA = json.dumps({"channel": "console", "message": "hello", "timestamp": 1, "messageId": "m1",
                    "senderId": "u1", "conversationId": "c1"}, indent=1).encode()
@@ -32,6 +33,16 @@ def test_an_unknown_name_is_refused_and_nothing_moves(backend: Backend) -> None:
         store.show("no-such-letter")
     assert [letter.name for letter in store.list_dead()] == [name]
     assert backend.queued() == []
+
+
+def test_dead_letters_are_listed_newest_first_each_with_its_reason(backend: Backend) -> None:
+    older = backend.make_dead(DATA, "gave up after 3 attempts", "c1", hint="older")
+    next_tick()
+    newer = backend.make_dead(DATA.replace(b"m1", b"m2"), "provider refused", "c1", hint="newer")
+    listed = backend.dead_letters().list_dead()
+    assert [(letter.name, letter.reason) for letter in listed] == [
+        (newer, "provider refused"), (older, "gave up after 3 attempts")]
+    assert backend.dead_letters().show(older)[1] == DATA
 
 
 def test_drop_deletes_for_good(backend: Backend) -> None:

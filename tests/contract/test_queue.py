@@ -5,6 +5,7 @@ parallel, and nothing is lost whichever step a handle stops after."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -111,6 +112,37 @@ def test_two_handles_run_different_keys_at_once_and_never_one_payload_twice(back
     assert first.claim() is None and second.claim() is None
     for queue in (first, second):
         queue.close()
+
+
+def test_handles_starting_and_claiming_at_once_never_claim_one_payload_twice(backend: Backend) -> None:
+    """Processes sharing a home start at the same moment (each recovering what dead ones left) and claim
+    together: each payload is claimed by exactly one, and no start fails."""
+    take_in(opened(backend, "feeder"), *(f"k{n}" for n in range(200)))
+    workers = [f"w{n}" for n in range(4)]
+    claimed: dict[str, list[str]] = {worker: [] for worker in workers}
+    failed: list[BaseException] = []
+    start = threading.Barrier(len(workers))
+
+    def drain(worker: str) -> None:
+        try:
+            start.wait()
+            queue = opened(backend, worker)
+            queue.rescan()
+            while (found := queue.claim()) is not None:
+                claimed[worker].append(label(found.data))
+                queue.complete(found)
+            queue.close()
+        except BaseException as exc:  # reported below, with the claims
+            failed.append(exc)
+
+    threads = [threading.Thread(target=drain, args=(worker,)) for worker in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == []
+    everything = [name for worker in workers for name in claimed[worker]]
+    assert sorted(everything) == sorted(f"k{n}" for n in range(200)), "each payload claimed exactly once"
 
 
 def test_a_dead_letter_keeps_the_original_bytes_and_says_why(backend: Backend) -> None:
