@@ -3,6 +3,7 @@ taken over once it expires."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from gateway.testing import wait_until
@@ -44,3 +45,22 @@ def test_clean_expired_frees_only_expired_locks(backend: Backend) -> None:
     wait_until(lambda: "brief" in long.clean_expired(), timeout_s=5)
     assert long.clean_expired() == []
     assert not backend.locks("host-c:3", 60).acquire("lasting")
+
+
+def test_holders_racing_for_a_free_lock_leave_one_holder(backend: Backend) -> None:
+    start = threading.Barrier(6)
+    won: list[str] = []
+
+    def race(holder: str) -> None:
+        locks = backend.locks(holder, 60)
+        start.wait()
+        if locks.acquire("conv:c1"):
+            won.append(holder)
+
+    threads = [threading.Thread(target=race, args=(f"host-{n}:{n}",)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1
+    assert not backend.locks("host-late:9", 60).acquire("conv:c1")

@@ -3,6 +3,8 @@ handle (another host, the `pair approve` command), refused and removed once expi
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from gateway.access import PairingCodeExpired
@@ -42,3 +44,22 @@ def test_an_expired_code_is_refused_removed_and_replaced(backend: Backend) -> No
         backend.pairing().approve(old)
     assert old not in store.read()["pending"], "an expired code is removed when refused"
     assert not store.is_approved("tg", "43")
+
+
+def test_hosts_asking_at_once_give_a_sender_one_code(backend: Backend) -> None:
+    start = threading.Barrier(6)
+    answers: list[tuple[str, bool]] = []
+
+    def ask() -> None:
+        store = backend.pairing()
+        start.wait()
+        answers.append(store.request("tg", "42", "Eve"))
+
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({code for code, _ in answers}) == 1, "one sender, one pending code"
+    assert sum(created for _, created in answers) == 1, "the code is sent to the sender once"
+    assert list(backend.pairing().read()["pending"]) == [answers[0][0]]
