@@ -4,15 +4,19 @@ shared state behave as two hosts sharing one database."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from gateway.events import utc_now_iso
 from gateway.storable import made_safe
-from orchestrator.runstate import RunState
+from orchestrator.runstate import RunState, conversation_key, finished_at
 from orchestrator.sessions import Change, Record
 
 
@@ -64,6 +68,18 @@ class MemoryRunStore:
             stored = self.state.runs.get(run_id)
         return stored[1].model_copy(deep=True) if stored is not None else None
 
+    def read(self, run_id: str) -> RunState | None:
+        return self.load(run_id)  # a run in memory is always a run
+
+    def quarantine(self, run_id: str, reason: str) -> RunState | None:
+        return None  # nothing in memory can be unreadable
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        return []
+
+    def transient(self, exc: BaseException) -> bool:
+        return False  # memory is never away
+
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
         record = {"ts": utc_now_iso(), "event": event, **{k: v for k, v in fields.items() if v is not None}}
         self._pending.setdefault(run_id, []).append(made_safe(copy.deepcopy(record)))
@@ -80,6 +96,20 @@ class MemoryRunStore:
     def set_active(self, key: str, run_id: str) -> None:
         with self.state.lock:
             self.state.active[key] = run_id
+
+    def active_runs(self) -> dict[str, str]:
+        with self.state.lock:
+            return dict(self.state.active)
+
+    def restore_active(self, unfinished: list[RunState]) -> None:
+        newest: dict[str, str] = {}
+        for run in unfinished:  # oldest first: the newest wins
+            with contextlib.suppress(ValidationError):  # its message is not one: it ends at its claim
+                newest[conversation_key(run.payload())] = run.runId
+        open_ids = {run.runId for run in unfinished}
+        with self.state.lock:
+            kept = {key: run_id for key, run_id in self.state.active.items() if run_id in open_ids}
+            self.state.active = {**kept, **{key: run_id for key, run_id in newest.items() if key not in kept}}
 
     def active_for(self, key: str) -> RunState | None:
         with self.state.lock:
@@ -102,6 +132,21 @@ class MemoryRunStore:
 
     def unfinished(self) -> list[RunState]:
         return [run for run in self.all_runs() if not run.finished]
+
+    def needing_recovery(self) -> list[RunState]:
+        return [run for run in self.all_runs() if not (run.finished and run.delivery is not None)]
+
+    def finished_before(self, cutoff: datetime) -> list[RunState]:
+        return [run for run in self.all_runs() if run.finished and (ended := finished_at(run)) and ended < cutoff]
+
+    def queued(self, limit: int) -> list[tuple[str, str | None]]:
+        now = utc_now_iso()
+        waiting = [run for run in self.all_runs() if run.state == "queued"]  # oldest created first
+        waiting.sort(key=lambda run: run.job.next_retry_at is not None and run.job.next_retry_at > now)
+        return [(run.runId, run.job.next_retry_at) for run in waiting[:limit]]
+
+    def running_ids(self) -> list[str]:
+        return [run.runId for run in self.all_runs() if run.state == "running"]
 
     def remove(self, run_id: str) -> bool:
         with self.state.lock:

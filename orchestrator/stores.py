@@ -11,6 +11,7 @@ and is inherited by PgRunStore; MemoryRunStore has only the storage.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.runstate import RunState
@@ -23,6 +24,9 @@ __all__ = ["Records", "RunRecords"]
 class RunRecords(Protocol):
     """Runs, their events, the conversation → active run association and cancel requests."""
 
+    shared: bool
+    """True: other hosts' processes see these runs, and claims come from `queued` and `running_ids`."""
+
     def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
         """Stores a new run (stamping `updatedAt`) with its `run.created` event; given its conversation's
         `key`, makes it the conversation's active run."""
@@ -34,7 +38,19 @@ class RunRecords(Protocol):
         """Makes the run's last write durable."""
 
     def load(self, run_id: str) -> RunState | None:
-        """The run with this id, or None."""
+        """The run with this id, or None (also for one that cannot be read: logged)."""
+
+    def read(self, run_id: str) -> RunState | None:
+        """`load`, raising for a stored run that cannot be read where the store tells (UnreadableRun)."""
+
+    def quarantine(self, run_id: str, reason: str) -> RunState | None:
+        """Ends a stored run that is not one, keeping its data; returns what stands in for it, if any."""
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        """(run id, what is wrong) of stored runs that are not runs (left out of every listing)."""
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a failure reading or writing a run is this host's trouble, tried again later."""
 
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
         """Adds one event to the run's events (stored at the latest by its next write or `close_events`)."""
@@ -48,6 +64,13 @@ class RunRecords(Protocol):
     def set_active(self, key: str, run_id: str) -> None:
         """Associates a conversation with a run."""
 
+    def active_runs(self) -> dict[str, str]:
+        """The conversation key → run id association (an ended run's entry may linger: see active_for)."""
+
+    def restore_active(self, unfinished: list[RunState]) -> None:
+        """At start: drops ended runs' entries and points each conversation without an unfinished run at its
+        newest unfinished run."""
+
     def active_for(self, key: str) -> RunState | None:
         """The unfinished run associated with a conversation, if any."""
 
@@ -59,6 +82,19 @@ class RunRecords(Protocol):
 
     def unfinished(self) -> list[RunState]:
         """Runs not yet in a final state, oldest first."""
+
+    def needing_recovery(self) -> list[RunState]:
+        """Runs a restart looks at: unfinished, or finished with their result not yet delivered."""
+
+    def finished_before(self, cutoff: datetime) -> list[RunState]:
+        """Finished runs that ended before `cutoff` (retention)."""
+
+    def queued(self, limit: int) -> list[tuple[str, str | None]] | None:
+        """(run id, next_retry_at) of queued runs to claim, due first; None where claims come from
+        elsewhere (the file store: coordination/work_queue.json)."""
+
+    def running_ids(self) -> list[str] | None:
+        """Runs marked running by any process; None where the store does not know (the file store)."""
 
     def remove(self, run_id: str) -> bool:
         """Deletes a run and its events; False when it was gone already."""

@@ -8,6 +8,7 @@ import time
 
 from gateway.events import utc_now_iso
 from gateway.testing import wait_until
+from orchestrator.jobs import JobInfo
 from orchestrator.runstate import Conversation, RunState, StepState
 from tests.contract.backends import Backend
 
@@ -81,3 +82,35 @@ def test_events_are_kept_in_order_and_a_removed_run_is_gone(backend: Backend) ->
     assert store.load("r-1") is None and store.events("r-1") == []
     assert [found.runId for found in store.recent(10)] == ["r-2"]
     assert store.active_for("console/console/c1") is None
+
+
+def test_a_restart_finds_what_to_recover_and_each_conversations_newest_run(backend: Backend) -> None:
+    store = backend.runs()
+    store.create(run("r-1", "c1"), "console/console/c1")
+    next_tick()
+    store.create(run("r-2", "c1"), None)  # newer runs of c1 the association lost (a power cut)
+    next_tick()
+    store.create(run("r-4", "c1"), None)
+    done = store.save(store.load("r-1").model_copy(update={"state": "done"}))  # type: ignore[union-attr]
+    store.create(run("r-3", "c3").model_copy(update={"state": "done", "delivery": "reply"}), None)
+    restarted = backend.runs()
+    assert [found.runId for found in restarted.needing_recovery()] == ["r-1", "r-2", "r-4"], \
+        "unfinished, or finished with the result not yet delivered"
+    restarted.restore_active(restarted.unfinished())
+    assert restarted.active_for("console/console/c1").runId == "r-4"  # type: ignore[union-attr]
+    assert done.finished and restarted.active_runs().get("console/console/c1") == "r-4"
+
+
+def test_a_shared_store_lists_queued_runs_due_first_and_the_running_ones(backend: Backend) -> None:
+    store = backend.runs()
+    store.create(run("r-later", "c1").model_copy(update={"job": JobInfo(next_retry_at="2999-01-01T00:00:00.000Z")}),
+                 None)
+    next_tick()
+    store.create(run("r-due", "c2"), None)
+    store.create(run("r-running", "c3").model_copy(update={"state": "running"}), None)
+    if not store.shared:  # the processes of one home claim from coordination/work_queue.json instead
+        assert (store.queued(10), store.running_ids()) == (None, None)
+        return
+    assert [run_id for run_id, _ in store.queued(10)] == ["r-due", "r-later"]
+    assert store.queued(1) == [("r-due", None)]
+    assert store.running_ids() == ["r-running"]
