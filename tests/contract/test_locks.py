@@ -25,10 +25,10 @@ def test_one_holder_per_resource_until_released(backend: Backend) -> None:
 
 
 def test_an_expired_lock_is_taken_over_and_a_renewed_one_is_not(backend: Backend) -> None:
-    first, second = backend.locks("host-a:1", 0.4), backend.locks("host-b:2", 0.4)
+    first, second = backend.locks("host-a:1", 0.8), backend.locks("host-b:2", 0.8)
     assert first.acquire("kept") and first.acquire("left")
     taken = time.monotonic()
-    while time.monotonic() - taken < 0.8:  # renewed well within its TTL, "kept" never expires
+    while time.monotonic() - taken < 1.0:  # renewed well within its TTL, "kept" never expires
         first.renew(["kept"])
         assert not second.acquire("kept")
         time.sleep(0.1)
