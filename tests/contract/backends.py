@@ -44,6 +44,9 @@ NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyar
 NO_PG_JOURNAL = ("the postgres journal is gateway/pg/delivery.py RowJournal, bound to one leased outbox row of a "
                  "running PgDelivery, not addressed by delivery key")
 
+PG_LACKS = {"queue": NO_PG_QUEUE, "answered": NO_PG_ANSWERED, "journal": NO_PG_JOURNAL}
+"""The stores the postgres backend has no object for, by the name a test module gives in its PG_LACKS."""
+
 
 class Backend:
     """The stores of one backend; the base class says "not on this backend" for each."""

@@ -14,6 +14,15 @@ DATA = json.dumps({"channel": "console", "message": "hello", "timestamp": 1, "me
                    "senderId": "u1", "conversationId": "c1"}, indent=1).encode()
 
 
+def test_a_dead_letter_keeps_the_original_bytes_and_says_why(backend: Backend) -> None:
+    data = b'{"channel": "console",  "message": "caf\xc3\xa9 \\u2603",\n "odd": [1, 2.50]}  \n'
+    name = backend.make_dead(data, "provider refused: not logged in", "c1")
+    letter, stored = backend.dead_letters().show(name)
+    assert stored == data
+    assert letter.reason == "provider refused: not logged in" and letter.kind == "message"
+    assert [found.name for found in backend.dead_letters().list_dead()] == [name]
+
+
 def test_retry_puts_the_same_bytes_back_with_a_fresh_count(backend: Backend) -> None:
     name = backend.make_dead(DATA, "gave up after 3 attempts", "c1")
     store = backend.dead_letters()

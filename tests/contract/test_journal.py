@@ -10,6 +10,8 @@ from gateway.delivery import Part, deliver_parts, delivery_key
 from gateway.models import OutgoingPayload
 from tests.contract.backends import Backend
 
+PG_LACKS = "journal"  # the postgres journal is bound to a leased outbox row (tests/contract/backends.py)
+
 REPLY = OutgoingPayload.model_validate({"channel": "console", "message": "one two three", "timestamp": 1,
                                         "messageId": "m1", "conversationId": "c1"})
 PARTS = [Part(index, text) for index, text in enumerate(["one", "two", "three"])]
