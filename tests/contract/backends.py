@@ -4,6 +4,7 @@ starts after it), and says where a backend has no such store (the test then skip
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,15 @@ from gateway.memory import (
     MemoryQueue,
     QueueState,
 )
-from gateway.queue import FileQueue
+from gateway.queue import FileQueue, move_to_failed
 from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
 from orchestrator.runs import RunStore
 from orchestrator.sessions import FileRecords
 from orchestrator.stores import Records, RunRecords
+
+REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
+                  b'"conversationId": "c1"}')
 
 NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by Procrastinate jobs locked per "
                "key (gateway/pg/intake.py, jobs.py, processing.py); claim, retry and dead letter are SQL inside "
@@ -43,6 +47,8 @@ NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyar
                   "by statements inside gateway/pg/processing.py and outbox.py")
 NO_PG_JOURNAL = ("the postgres journal is gateway/pg/delivery.py RowJournal, bound to one leased outbox row of a "
                  "running PgDelivery, not addressed by delivery key")
+
+NO_MEMORY_OUTBOX = "the in-memory backend has no outbox: its dead letters are messages only"
 
 PG_LACKS = {"queue": NO_PG_QUEUE, "answered": NO_PG_ANSWERED, "journal": NO_PG_JOURNAL}
 """The stores the postgres backend has no object for, by the name a test module gives in its PG_LACKS."""
@@ -70,6 +76,14 @@ class Backend:
         name = queue.dead_letter(claimed, reason, attempts=3, conversation=conversation).name
         queue.close()
         return name
+
+    def make_dead_reply(self, text: str, reason: str) -> str:
+        """A reply the delivery gave up on, dead-lettered as this backend does it; its name."""
+        pytest.skip(NO_MEMORY_OUTBOX)
+
+    def pending_replies(self) -> list[str]:
+        """The texts of the replies waiting to be delivered."""
+        pytest.skip(NO_MEMORY_OUTBOX)
 
     def queued(self) -> list[tuple[bytes, int]]:
         """(bytes, attempts) of every message waiting in the queue, in the order it gives them out: claimed
@@ -169,6 +183,15 @@ class FilesBackend(Backend):
     def dead_letters(self) -> DeadLetterStore:
         return FileStore(self.home)
 
+    def make_dead_reply(self, text: str, reason: str) -> str:
+        """As the dispatcher does: the reply's file moved from outgoing/ to failed/ with its report."""
+        path = self.home.outgoing / "console_m1_1.json"
+        path.write_bytes(REPLY_TEMPLATE.replace(b"TEXT", text.encode()))
+        return move_to_failed(self.home, path, fsync=False, reason=reason, attempts=5, source="outgoing").name
+
+    def pending_replies(self) -> list[str]:
+        return [json.loads(path.read_bytes())["message"] for path in sorted(self.home.outgoing.glob("*.json"))]
+
     def answered(self, window_sec: float) -> AnsweredStore:
         index = AnsweredIndex(self.home.state / "answered.jsonl", window_sec=window_sec, fsync=False)
         index.open()  # a second handle is the next process: it reads what the first recorded when it opens
@@ -223,6 +246,19 @@ class PostgresBackend(Backend):
             conn.execute("UPDATE switchyard_messages SET updated_at = clock_timestamp() WHERE name = %s",
                          (f"m-{hint}.json",))
         return f"m-{hint}.json"
+
+    def make_dead_reply(self, text: str, reason: str) -> str:
+        """As gateway/pg/delivery.py leaves it: the outbox row in state dead with its reason."""
+        with psycopg.connect(self.dsn) as conn:
+            conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload, state, "
+                         "attempts, reason) VALUES ('console_m1_1.json', 'console', 'console', 'c1', %s, 'dead', 5, "
+                         "%s)", (REPLY_TEMPLATE.replace(b"TEXT", text.encode()).decode(), reason))
+        return "console_m1_1.json"
+
+    def pending_replies(self) -> list[str]:
+        with psycopg.connect(self.dsn) as conn:
+            return [str(row[0]) for row in conn.execute(
+                "SELECT payload->>'message' FROM switchyard_outbox WHERE state = 'pending' ORDER BY id")]
 
     def queued(self) -> list[tuple[bytes, int]]:
         with psycopg.connect(self.dsn) as conn:

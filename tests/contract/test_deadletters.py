@@ -61,3 +61,14 @@ def test_drop_deletes_for_good(backend: Backend) -> None:
     assert store.list_dead() == []
     assert store.retry_all() == []
     assert backend.queued() == []
+
+
+def test_a_dead_reply_is_retried_into_the_outbox_and_says_where(backend: Backend) -> None:
+    name = backend.make_dead_reply("your build is ready", "telegram refused: chat not found")
+    store = backend.dead_letters()
+    letter, _ = store.show(name)
+    assert (letter.kind, letter.reason) == ("reply", "telegram refused: chat not found")
+    assert backend.pending_replies() == []
+    assert store.retry([name]) == [name]
+    assert store.list_dead() == [] and backend.pending_replies() == ["your build is ready"]
+    assert store.where("reply") != store.where("message"), "dead retry says where each kind went back to"
