@@ -1,6 +1,7 @@
 """The gateway's stores as protocols: what every backend (files, PostgreSQL, memory) keeps, and how callers
 use it. Each protocol is the set of methods the file and PostgreSQL implementations share and callers call;
-tests/contract/ checks the rules written here once against every backend.
+tests/contract/ checks the rules written here once against every backend; gateway/memory/ is the
+in-memory backend (every store on a shared state: two handles are two hosts).
 
 Pairing and Locks were defined beside their file stores (gateway/access.py, gateway/locks.py) and are
 re-exported here, so this module names every store. The orchestrator's stores (runs, sessions and
@@ -26,7 +27,9 @@ __all__ = ["AnsweredStore", "DeadLetterStore", "DeliveryJournalStore", "EventSin
 @runtime_checkable
 class AnsweredStore(Protocol):
     """Which messages were answered within the duplicate window (gateway/answered.py AnsweredIndex): a
-    message recorded is `contains` until the window passes or it is forgotten (a late dead letter)."""
+    message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
+    every handle on the store. PostgreSQL has no such object today: `switchyard_answered` is read and
+    written by statements inside gateway/pg/processing.py, outbox.py and latedead.py."""
 
     def contains(self, message: IncomingPayload) -> bool:
         """True when `message` (by channel, profile and messageId) was answered within the window."""
