@@ -13,7 +13,7 @@ import pytest
 
 from gateway.access import Pairing, PairingStore
 from gateway.answered import AnsweredIndex
-from gateway.deadcli import FileStore
+from gateway.filestores import FileDeadLetters
 from gateway.delivery import DeliveryJournal
 from gateway.events import EventLog, read_events
 from gateway.home import Home
@@ -181,7 +181,7 @@ class FilesBackend(Backend):
         return queue
 
     def dead_letters(self) -> DeadLetterStore:
-        return FileStore(self.home)
+        return FileDeadLetters(self.home)
 
     def make_dead_reply(self, text: str, reason: str) -> str:
         """As the dispatcher does: the reply's file moved from outgoing/ to failed/ with its report."""

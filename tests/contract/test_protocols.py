@@ -10,7 +10,7 @@ import pytest
 
 from gateway.access import PairingStore
 from gateway.answered import AnsweredIndex
-from gateway.deadcli import FileStore
+from gateway.filestores import FileDeadLetters
 from gateway.delivery import DeliveryJournal
 from gateway.locks import LockDirectory
 from gateway.memory import (
@@ -37,7 +37,7 @@ from orchestrator.stores import Records, RunRecords
 
 IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (QueueStore, [MemoryQueue, FileQueue]),
-    (DeadLetterStore, [MemoryDeadLetters, FileStore, DeadStore]),
+    (DeadLetterStore, [MemoryDeadLetters, FileDeadLetters, DeadStore]),
     (AnsweredStore, [MemoryAnswered, AnsweredIndex]),
     (DeliveryJournalStore, [MemoryJournal, DeliveryJournal]),
     (EventSink, [MemoryEventSink, PgEventSink]),
