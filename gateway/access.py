@@ -132,18 +132,23 @@ class AccessPolicy:
 
     def __init__(self, home: Home, profile: ChannelProfile, settings: Settings | None = None, *,
                  store: Pairing | None = None):
-        """`store`: the approvals (a channel's `context.access` has its backend's, opened once); when None,
-        those of the backend `settings` configure (None: the home's settings file), never assumed."""
+        """`store`: the backend's approvals (a channel's `context.access` has the one its gateway opened); a
+        profile with `pairing: true` needs it — never assumed to be the home's file, which on a shared
+        database would admit no one another host approved."""
         self.profile_id = profile.id
         self.allow_from = {str(s) for s in profile.allow_from} if profile.allow_from is not None else None
         self.pairing = bool(profile.option("pairing", False))
         self.code_ttl_s = float(profile.option("pairing_code_ttl_sec", DEFAULT_PAIRING_CODE_TTL_S))
-        if store is None:
-            from gateway.composition import open_backend
-            from gateway.settings import load_settings
+        if self.pairing and store is None:
+            raise ValueError(f"channel profile {profile.id!r} has pairing: true but no pairing store was given: "
+                             "use the channel's context.access (its backend's store)")
+        self._store = store
 
-            store = open_backend(home, settings or load_settings(home.settings_file)).pairing()
-        self.store = store
+    @property
+    def store(self) -> Pairing:
+        """The pairing store (only a profile with `pairing: true` has one)."""
+        assert self._store is not None, "a profile without pairing has no pairing store"
+        return self._store
 
     def check(self, sender_id: str, sender: str = "") -> AccessDecision:
         if self.allow_from is None and not self.pairing:

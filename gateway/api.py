@@ -126,8 +126,8 @@ class ChannelContext:
 
     @cached_property
     def access(self) -> AccessPolicy:
-        """Who may talk to this profile: `allow_from`, and pairing with the backend's store (when the gateway
-        gave none, the store of the backend `settings` configure)."""
+        """Who may talk to this profile: `allow_from`, and pairing with the backend's store (`pairing`: a
+        profile with `pairing: true` in a context built without one raises ValueError)."""
         from gateway.access import AccessPolicy
 
         return AccessPolicy(self.home, self.profile, self.settings, store=self.pairing)

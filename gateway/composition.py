@@ -9,88 +9,21 @@ A plugin's own stores (the orchestrator's runs, sessions, history) are declared 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from gateway.plugin_manager import call_each, plugin_manager_for
+from gateway.stores import Backend, BackendFactory, Stores
 
 if TYPE_CHECKING:
     import pluggy
 
     from gateway.home import Home
-    from gateway.locks import Locks
-    from gateway.pairing import Pairing
     from gateway.settings import Settings
 
 BACKEND_PLUGINS: tuple[str, ...] = ("gateway.filestores", "gateway.pgplugin", "orchestrator.plugin",
                                     "orchestrator.pgplugin")
 """The built-in modules that declare backends and stores (a command opens its backend from these, the
 settings' plugins and the entry points, without loading the channel plugins)."""
-
-BackendFactory = Callable[["Home", "Settings", "Stores"], "Backend"]
-StoreFactory = Callable[..., Any]
-Stores = dict[str, dict[str, StoreFactory]]
-"""store name -> backend name -> factory `(backend, **options) -> store`."""
-
-
-class BackendUnreachable(Exception):
-    """The backend's storage cannot be used (a database that is down); the message is one line, no secret."""
-
-
-class Backend(Protocol):
-    """What one storage backend opens for the home and settings it was built with."""
-
-    name: str
-    home: Home
-    settings: Settings
-    in_home: bool
-    """True when the state is the home's own folders: an operator command then first checks that the home
-    is one (a mistyped --home would otherwise read as "nothing here")."""
-    failures: tuple[type[BaseException], ...]
-    """The errors of its storage that an operator command reports as one line (and exit 2)."""
-
-    def failure_text(self, exc: BaseException) -> str:
-        """One line for an error of `failures`, without a secret."""
-        ...
-
-    def unset_variables(self) -> list[tuple[str, str, str]]:
-        """(settings key, variable, what happens) for each environment variable it needs that is unset."""
-        ...
-
-    def pairing(self, *, command: bool = False) -> Pairing:
-        """Pairing codes and approvals (`command`: for a one-shot CLI command, not a gateway process)."""
-        ...
-
-    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
-        """The coordination locks, held by `holder` (this process when None)."""
-        ...
-
-    def dead_letters(self) -> Any:
-        """What `switchyard dead` lists, shows, retries and drops."""
-        ...
-
-    def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """The reply to `message_id` once one is written, or None after `timeout_s` (`send --wait`)."""
-        ...
-
-    def status(self, dead_shown: int) -> dict[str, Any]:
-        """The backend's part of `switchyard status` (queue, dead letters, gateway processes); raises
-        BackendUnreachable."""
-        ...
-
-    def print_headline(self, status: dict[str, Any]) -> None:
-        """Prints the first lines of `status` for a person (whether the gateway runs, and where)."""
-        ...
-
-    def runtime(self, parts: Any) -> Any:
-        """The processing and delivery half of a gateway (gateway/runtime.py's Runtime) built from `parts`
-        (gateway.runtime.RuntimeParts)."""
-        ...
-
-    def store(self, name: str, **options: Any) -> Any:
-        """The store `name` a plugin declared for this backend (`switchyard_stores`), opened with `options`."""
-        ...
-
 
 def backend_name(settings: Settings) -> str:
     """The configured backend's name: the one read of `queue.backend`."""

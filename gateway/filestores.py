@@ -14,17 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import deadletters
-from gateway.composition import Stores, open_store
+from gateway.composition import open_store
 from gateway.hookspecs import hookimpl
+from gateway.stores import Stores
 
 if TYPE_CHECKING:
-    from gateway.composition import BackendFactory
     from gateway.fileruntime import FileRuntime
     from gateway.home import Home
     from gateway.locks import Locks
     from gateway.pairing import Pairing
     from gateway.runtime import RuntimeParts
     from gateway.settings import Settings
+    from gateway.stores import BackendFactory
 
 
 @hookimpl

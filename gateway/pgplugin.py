@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from gateway.composition import BackendFactory, Stores
     from gateway.home import Home
     from gateway.pg.storage import PgStorage
     from gateway.settings import Settings
+    from gateway.stores import BackendFactory, Stores
 
 
 def _postgres(home: Home, settings: Settings, stores: Stores) -> PgStorage:

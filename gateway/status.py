@@ -16,18 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.cli import EXIT_NO_HOME, not_a_home
-from gateway.composition import BackendUnreachable, backend_name, open_backend
+from gateway.composition import backend_name, open_backend
 from gateway.home import Home
 from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
 from gateway.statuscache import LazySettings, StatusCache
+from gateway.stores import BackendUnreachable
 from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
     import pluggy
 
     from gateway.cli import Invocation
-    from gateway.composition import Backend
     from gateway.settings import Settings
+    from gateway.stores import Backend
 
 EXIT_DATABASE = 2  # the PostgreSQL backend's database is unreachable (as `switchyard db`)
 EXIT_NOT_RUNNING = 3  # as `systemctl status` and LSB init scripts say "program is not running"

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from gateway.composition import StoreFactory
     from gateway.pg.storage import PgStorage
+    from gateway.stores import StoreFactory
 
 
 @hookimpl

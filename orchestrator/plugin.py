@@ -16,10 +16,10 @@ from gateway import hookimpl
 
 if TYPE_CHECKING:
     from gateway.api import BuiltinProvider, HandlerContext
-    from gateway.composition import StoreFactory
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.statuscache import StatusCache
+    from gateway.stores import StoreFactory
     from orchestrator.handler import Orchestrator
 
 

@@ -22,9 +22,9 @@ from orchestrator.runstate import RunState
 from orchestrator.sessions import Records
 
 if TYPE_CHECKING:
-    from gateway.composition import Backend, StoreFactory
     from gateway.home import Home
     from gateway.settings import Settings
+    from gateway.stores import Backend, StoreFactory
     from orchestrator.runs import RunStore
     from orchestrator.sessions import ConversationHistory, SessionStore
 

@@ -3,19 +3,19 @@ every store a command, a channel or the handler uses comes from the backend the 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway import hookimpl
 from gateway.access import AccessPolicy, PairingStore
-from gateway.composition import Stores, open_backend, open_store
+from gateway.composition import open_backend, open_store
 from gateway.filestores import FileStores
 from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.stores import Stores
 from orchestrator.runs import RunStore
 from orchestrator.stores import open_history, open_run_store, open_sessions
 
@@ -69,13 +69,14 @@ def test_the_file_backend_opens_the_homes_stores(home: Home) -> None:
     assert history.recent("scope")[-1]["user"] == "hello"
 
 
-def test_an_access_policy_without_settings_uses_the_backend_the_homes_settings_name(
-        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No silent fallback to the home's file: a home configured for postgres gets the database's approvals
-    (the store connects only when used, so no server is needed to see which it is)."""
+def test_pairing_is_never_assumed_to_be_the_homes_file(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No silent fallback to the home's file: a profile with pairing needs the backend's store (a channel's
+    context.access has it), and a home configured for postgres opens the database's approvals (the store
+    connects only when used, so no server is needed to see which it is)."""
+    with pytest.raises(ValueError, match="context.access"):
+        AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True))
+    assert AccessPolicy(home, ChannelProfile(id="p", type="x")).check("anyone").allowed  # no pairing: no store
     monkeypatch.setenv("SY_TEST_COMPOSITION_DSN", "postgresql://nobody@127.0.0.1:9/none")
-    Path(home.settings_file).write_text("queue:\n  backend: postgres\n  dsn_env: SY_TEST_COMPOSITION_DSN\n")
-    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True))
-    assert type(policy.store).__name__ == "PgPairingStore"
-    Path(home.settings_file).write_text("queue:\n  backend: files\n")
-    assert isinstance(AccessPolicy(home, ChannelProfile(id="p", type="x")).store, PairingStore)
+    settings = Settings.model_validate({"queue": {"backend": "postgres", "dsn_env": "SY_TEST_COMPOSITION_DSN"}})
+    assert type(open_backend(home, settings).pairing()).__name__ == "PgPairingStore"
+    assert isinstance(open_backend(home, Settings()).pairing(), PairingStore)

@@ -2,9 +2,8 @@
 orchestrator/ and plugins/, and one place for the storage backend (`queue.backend` read in one module, the
 PostgreSQL code imported only from the pg packages and the backend's registration).
 
-Imports at module level and inside functions count; those under `if TYPE_CHECKING:` do not: they never run,
-and the plugin contract (gateway/hookspecs.py) names the types of every module it hands out that way. The
-one back-reference an annotation made (the backends holding the Gateway) has a test of its own. An import
+Every import counts: at module level, inside functions, and under `if TYPE_CHECKING:` (an annotation that
+names a module above its own is a layering back-reference too, even when it never runs). An import
 names the module it loads (`from a.b import c` is `a.b.c` when that is a module, else `a.b`). An import of
 a module's own parent package (`plugins/console/channel.py` taking CHANNEL_TYPE from `plugins.console`) is
 no edge: Python runs the parent first whenever the module is imported, so it adds no order.
@@ -35,21 +34,8 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement outside `if TYPE_CHECKING:` blocks."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for other in child.orelse:
-                    visit(other)
-            elif isinstance(child, (ast.Import, ast.ImportFrom)):
-                found.append(child)
-            else:
-                visit(child)
-
-    visit(tree)
-    return found
+    """Every import statement, wherever it stands."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def import_graph() -> dict[str, set[str]]:

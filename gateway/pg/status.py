@@ -11,13 +11,13 @@ from typing import Any
 
 import psycopg
 
-from gateway.composition import BackendUnreachable
 from gateway.home import Home
 from gateway.pg import schema
 from gateway.pg.db import dsn_from_settings
 from gateway.pg.deadletters import DeadStore
 from gateway.redaction import database_error, redacted_dsn
 from gateway.settings import QueueSettings
+from gateway.stores import BackendUnreachable
 from gateway.tables import print_table
 
 CONNECT_TIMEOUT_S = 5

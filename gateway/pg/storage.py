@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from gateway.composition import Stores, open_store
+from gateway.composition import open_store
 from gateway.pg.db import dsn_from_settings, process_holder
 from gateway.redaction import database_error
+from gateway.stores import Stores
 
 if TYPE_CHECKING:
     from gateway.home import Home
