@@ -19,10 +19,10 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
     from pydantic import BaseModel
 
     from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
-    from gateway.stores import BackendFactory, StoreFactory
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
     from gateway.statuscache import StatusCache
+    from gateway.stores import BackendFactory, StoreFactory
 
 hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")
@@ -107,6 +107,15 @@ def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:  # type: ignore[e
     """Declares this plugin's own stores on each backend: `{store name: {backend name: factory}}`, the
     factory called as `(backend, **options)` by `Backend.store(name, **options)` (the orchestrator declares
     `runs`, `sessions` and `history` so). All implementations are called; the mappings are merged.
+    """
+
+
+@hookspec
+def switchyard_migrations() -> dict[str, list[str]]:  # type: ignore[empty-body]
+    """Declares the schema migrations of this plugin's stores on each backend that keeps a schema:
+    `{backend name: [package]}`, each package holding `migrations/*.sql` (the orchestrator declares its
+    runs and memory tables so). `switchyard db migrate` applies every plugin's once each, all in name order
+    (a name is unique across plugins). All implementations are called; the mappings are joined.
     """
 
 

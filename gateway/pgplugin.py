@@ -27,3 +27,9 @@ def _postgres(home: Home, settings: Settings, stores: Stores) -> PgStorage:
 def switchyard_backends() -> dict[str, BackendFactory]:
     """Declares the postgres backend."""
     return {"postgres": _postgres}
+
+
+@hookimpl
+def switchyard_migrations() -> dict[str, list[str]]:
+    """The gateway's tables: the queue, outbox, delivery journal, files, pairing, receipts, leases, events."""
+    return {"postgres": ["gateway.pg"]}

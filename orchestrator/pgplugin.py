@@ -14,6 +14,13 @@ if TYPE_CHECKING:
 
 
 @hookimpl
+def switchyard_migrations() -> dict[str, list[str]]:
+    """The orchestrator's tables (runs, their events, cancel requests; sessions and history), in
+    orchestrator/pg/migrations/."""
+    return {"postgres": ["orchestrator.pg"]}
+
+
+@hookimpl
 def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
     """Declares the postgres runs, sessions and history."""
     return {"runs": {"postgres": _runs}, "sessions": {"postgres": _sessions}, "history": {"postgres": _history}}
