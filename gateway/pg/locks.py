@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.locks import pid_alive
 from gateway.pg.db import shared_pool
+from gateway.pg.pools import lone_statement
 
 ACQUIRE = """
 WITH before AS (SELECT holder FROM switchyard_locks WHERE resource = %(resource)s)
@@ -41,7 +42,7 @@ class PgLocks:
         self.reclaimed = 0  # expired locks of other holders taken over (their holder may have died mid-work)
 
     def _execute(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        with shared_pool(self.dsn).connection() as conn:
+        with lone_statement(shared_pool(self.dsn)) as conn:
             cursor = conn.execute(sql, params)
             return cursor.fetchall() if cursor.description is not None else []
 

@@ -1,0 +1,88 @@
+"""How the run store talks to the database (orchestrator/pg/runs.py): each write one statement, atomic, in
+autocommit, committed without waiting for the WAL only when the caller allows it, and the shared pool's
+connections given back as they were taken (gateway.pg.pools.lone_statement)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gateway.home import Home
+from gateway.pg.db import shared_pool
+from gateway.pg.pools import lone_statement
+from orchestrator.runstate import Conversation, RunState, StepState
+from tests.orchestrator.orch_helpers import make_message
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The text of every statement this process's synchronous connections execute."""
+    texts: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def recorded(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        texts.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", recorded)
+    yield texts
+
+
+def _store(db: str, tmp_path: Path) -> Any:
+    from orchestrator.pg.runs import PgRunStore
+
+    home = Home(tmp_path / "a")
+    home.create()
+    return PgRunStore(home, db, fsync=True)
+
+
+def _run() -> RunState:
+    return RunState(runId="r-1", workflowId="chat", orchestratorId="main",
+                    message=make_message("hi").model_dump(mode="json"),
+                    conversation=Conversation(channel="console", conversationId="c1"), steps={"Reply": StepState()})
+
+
+def test_each_write_is_one_statement_and_only_a_durable_one_waits_for_the_wal(
+        db: str, tmp_path: Path, sent: list[str]) -> None:
+    store = _store(db, tmp_path)
+    run = store.create(_run(), "console/console/c1", durable=False)  # the row, its event, the active run
+    assert len(sent) == 1 and "set_config('synchronous_commit', 'off', true)" in sent[0]
+    sent.clear()
+    store.append_event(run.runId, "step.running", step="Reply")
+    store.save(run.model_copy(update={"state": "running"}), durable=True)
+    assert len(sent) == 1 and "synchronous_commit" not in sent[0]
+    with shared_pool(db).connection() as conn:  # the setting was the statement's own, not the session's
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    assert store.load("r-1").state == "running"  # type: ignore[union-attr]
+    assert [e["event"] for e in store.events("r-1")] == ["run.created", "step.running"]
+    assert store.active_runs() == {"console/console/c1": "r-1"}
+
+
+def test_a_write_whose_part_fails_stores_none_of_it(
+        db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.pg import runs
+
+    store = _store(db, tmp_path)
+    monkeypatch.setattr(runs, "EVENTS", "INSERT INTO switchyard_run_events (run_id, record) SELECT %s, %s::json "
+                                        "WHERE 1 / 0 = 1")  # the events part fails
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        store.create(_run(), "console/console/c1", durable=False)
+    assert store.load("r-1") is None and store.active_runs() == {}
+
+
+def test_a_lone_statement_gives_the_connection_back_as_it_was_taken(db: str) -> None:
+    pool = shared_pool(db)
+    with lone_statement(pool) as conn:
+        pid = conn.info.backend_pid
+        conn.execute("CREATE TABLE p7_lone (x int)")  # committed at once: no transaction to end
+    with pool.connection() as conn:
+        assert conn.info.backend_pid == pid and not conn.autocommit
+    with pytest.raises(ZeroDivisionError), pool.connection() as conn:  # the pool's users keep their transaction
+        conn.execute("INSERT INTO p7_lone VALUES (1)")
+        raise ZeroDivisionError
+    with pool.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM p7_lone").fetchone() == (0,)
