@@ -1,8 +1,9 @@
 """Counts a process's PostgreSQL statements and round trips, or profiles it, for the bench only.
 
-Loaded by a bench process (`BENCH_PROBE=queries|profile`, `BENCH_PROBE_DIR=DIR`) through the bench plugin
+Loaded by a bench process (`BENCH_PROBE=queries|profile|cprofile`, `BENCH_PROBE_DIR=DIR`) through the bench plugin
 module: `SIGUSR2` starts (or restarts) counting or profiling, `SIGUSR1` writes `DIR/<kind>-<pid>.json`
-(counts) or `DIR/profile-<pid>.txt` (pyinstrument, CPU time of the main thread). The counting wraps
+(counts) or `DIR/profile-<kind>-<pid>.txt` (pyinstrument, or cProfile's flat and cumulative tables: CPU
+time of the main thread). The counting wraps
 psycopg's generators and cursor methods in this process only; nothing of Switchyard is changed.
 """
 
@@ -67,6 +68,11 @@ def _start(signum: int, frame: Any) -> None:
     global _profiler
     STATEMENTS.clear()
     COUNTS.clear()
+    if os.environ.get("BENCH_PROBE") == "cprofile":
+        import cProfile
+
+        _profiler = cProfile.Profile(time.thread_time)  # CPU time of the main thread
+        _profiler.enable()
     if os.environ.get("BENCH_PROBE") == "profile":
         from pyinstrument import Profiler
         from pyinstrument.stack_sampler import get_stack_sampler
@@ -81,6 +87,17 @@ def _start(signum: int, frame: Any) -> None:
 def _dump(signum: int, frame: Any) -> None:
     folder = Path(os.environ["BENCH_PROBE_DIR"])
     kind = os.environ.get("BENCH_PROBE_KIND", "process")
+    if os.environ.get("BENCH_PROBE") == "cprofile" and _profiler is not None:
+        import io
+        import pstats
+
+        _profiler.disable()
+        out = io.StringIO()
+        stats = pstats.Stats(_profiler, stream=out)
+        stats.sort_stats("tottime").print_stats(45)
+        stats.sort_stats("cumulative").print_stats(80)
+        (folder / f"profile-{kind}-{os.getpid()}.txt").write_text(out.getvalue())
+        return
     if _profiler is not None and _profiler.is_running:
         _profiler.stop()
         text = _profiler.output_text(unicode=False, color=False, show_all=False)

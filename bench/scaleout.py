@@ -286,7 +286,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="queue.max_concurrency of each worker")
     parser.add_argument("--latency", type=int, default=100)
     parser.add_argument("--no-files", action="store_true", help="chat path: skip the file backend's reference")
-    parser.add_argument("--probe", choices=["queries", "profile"],
+    parser.add_argument("--probe", choices=["queries", "profile", "cprofile"],
                         help="instead of throughput: count statements per message, or profile (bench/probe.py)")
     args = parser.parse_args()
     if not args.dsn:

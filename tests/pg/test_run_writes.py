@@ -86,3 +86,46 @@ def test_a_lone_statement_gives_the_connection_back_as_it_was_taken(db: str) -> 
         raise ZeroDivisionError
     with pool.connection() as conn:
         assert conn.execute("SELECT count(*) FROM p7_lone").fetchone() == (0,)
+
+
+CHAT = {"selector": {"provider": "rules"}, "diagnostics": {"provider": "rules"}, "reply_within_sec": 60,
+        "agents": {"helper": {"provider": "echo", "prompt": "{{message}}"}},
+        "workflows": {"chat": {"description": "Echoes", "steps": [{"id": "Echo", "agent": "helper"}]}},
+        "rules": {"default_workflow": "chat"}}
+
+
+async def test_a_chat_message_reads_its_run_twice_and_its_reply_is_the_run_as_recorded(
+        tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, sent: list[str]) -> None:
+    """The statements of one chat message (rules → a one-step run → its result as the reply): the run is read
+    before it is created (a retried message's run) and when it is claimed, not again while its message
+    waits; the result handed to that message is the run as stored, delivery included."""
+    import yaml
+
+    from gateway.api import HandlerContext
+    from gateway.events import EventLog
+    from gateway.settings import QueueSettings, Settings
+    from orchestrator import Orchestrator
+    from tests.orchestrator.orch_helpers import FakeOutbox
+
+    monkeypatch.setenv("SWITCHYARD_DSN", db)
+    home = Home(tmp_path / "a")
+    home.create()
+    (home.orchestrators / "main").mkdir(parents=True, exist_ok=True)
+    (home.orchestrators / "main" / "orchestrator.yaml").write_text(yaml.safe_dump(CHAT))
+    settings = Settings(queue=QueueSettings(backend="postgres", fsync=False))
+    context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
+                             queue_stats=dict)
+    orchestrator = Orchestrator(context)
+    await orchestrator.start()
+    try:
+        sent.clear()
+        [reply] = await orchestrator.handle(make_message("hello there", conversationId="c9"))
+    finally:
+        await orchestrator.stop()
+    reads = [text for text in sent if text.startswith("SELECT data::text FROM switchyard_runs WHERE run_id")]
+    assert len(reads) == 2, sent
+    with psycopg.connect(db, autocommit=True) as conn:
+        [(data,)] = conn.execute("SELECT data::text FROM switchyard_runs").fetchall()
+    stored = RunState.model_validate_json(data)
+    assert reply.workflowRunId == stored.runId and reply.runState == "done" == stored.state
+    assert stored.delivery == "reply" and "hello there" in reply.message
