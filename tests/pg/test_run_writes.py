@@ -129,3 +129,16 @@ async def test_a_chat_message_reads_its_run_twice_and_its_reply_is_the_run_as_re
     stored = RunState.model_validate_json(data)
     assert reply.workflowRunId == stored.runId and reply.runState == "done" == stored.state
     assert stored.delivery == "reply" and "hello there" in reply.message
+
+
+def test_a_lock_another_live_process_holds_is_refused_in_one_statement(db: str, sent: list[str]) -> None:
+    """Every host's claim pass tries the queued runs other hosts reserved: each refusal is one round trip
+    (who holds it comes back with it), and the holder keeps its lock."""
+    from gateway.pg.locks import PgLocks
+
+    holder = PgLocks(db, holder=f"elsewhere:{1}:1", ttl_s=600)
+    assert holder.acquire("job:r-1")
+    sent.clear()
+    taker = PgLocks(db, holder="b", ttl_s=60)
+    assert not taker.acquire("job:r-1") and len(sent) == 1
+    assert taker.owner("job:r-1") == "elsewhere:1:1" and taker.reclaimed == 0
