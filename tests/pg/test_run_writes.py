@@ -94,11 +94,7 @@ CHAT = {"selector": {"provider": "rules"}, "diagnostics": {"provider": "rules"},
         "rules": {"default_workflow": "chat"}}
 
 
-async def test_a_chat_message_reads_its_run_twice_and_its_reply_is_the_run_as_recorded(
-        tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, sent: list[str]) -> None:
-    """The statements of one chat message (rules → a one-step run → its result as the reply): the run is read
-    before it is created (a retried message's run) and when it is claimed, not again while its message
-    waits; the result handed to that message is the run as stored, delivery included."""
+def _orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     import yaml
 
     from gateway.api import HandlerContext
@@ -115,7 +111,15 @@ async def test_a_chat_message_reads_its_run_twice_and_its_reply_is_the_run_as_re
     settings = Settings(queue=QueueSettings(backend="postgres", fsync=False))
     context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
                              queue_stats=dict)
-    orchestrator = Orchestrator(context)
+    return Orchestrator(context)
+
+
+async def test_a_chat_message_reads_its_run_twice_and_its_reply_is_the_run_as_recorded(
+        tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, sent: list[str]) -> None:
+    """The statements of one chat message (rules → a one-step run → its result as the reply): the run is read
+    before it is created (a retried message's run) and when it is claimed, not again while its message
+    waits; the result handed to that message is the run as stored, delivery included."""
+    orchestrator = _orchestrator(tmp_path, db, monkeypatch)
     await orchestrator.start()
     try:
         sent.clear()
@@ -142,3 +146,34 @@ def test_a_lock_another_live_process_holds_is_refused_in_one_statement(db: str, 
     taker = PgLocks(db, holder="b", ttl_s=60)
     assert not taker.acquire("job:r-1") and len(sent) == 1
     assert taker.owner("job:r-1") == "elsewhere:1:1" and taker.reclaimed == 0
+
+
+async def test_a_run_another_process_holds_is_tried_once_a_second_and_taken_once_free(
+        tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, sent: list[str]) -> None:
+    """A queued run reserved by another host is left to it: every claim pass of this one (each message it
+    starts or ends wakes one) does not try its lock again, only once IDLE_SEC has passed; freed, it runs here."""
+    import asyncio
+
+    from gateway.pg.locks import PgLocks
+    from gateway.testing import async_wait_until
+    from orchestrator.actions import new_run
+    from orchestrator.claims import job_lock
+
+    orchestrator = _orchestrator(tmp_path, db, monkeypatch)
+    await orchestrator.start()
+    try:
+        run = new_run(make_message("later", conversationId="c7"), orchestrator._configs.get("main"), "chat", {})
+        other = PgLocks(db, holder="elsewhere:1:1", ttl_s=600)
+        assert other.acquire(job_lock(run.runId))
+        store = orchestrator._store
+        store.create(run, None)
+        sent.clear()
+        for _ in range(20):  # 20 passes within well under a second
+            orchestrator._executor.wake()
+            await asyncio.sleep(0.01)
+        tries = [text for text in sent if text.lstrip().startswith("WITH before AS (SELECT holder")]
+        assert len(tries) == 1 and store.load(run.runId).state == "queued"
+        other.release(job_lock(run.runId))
+        await async_wait_until(lambda: store.load(run.runId).state == "done", timeout_s=10)
+    finally:
+        await orchestrator.stop()
