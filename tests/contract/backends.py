@@ -13,9 +13,9 @@ import pytest
 
 from gateway.access import Pairing, PairingStore
 from gateway.answered import AnsweredIndex
-from gateway.filestores import FileDeadLetters
 from gateway.delivery import DeliveryJournal
 from gateway.events import EventLog, read_events
+from gateway.filestores import FileDeadLetters
 from gateway.home import Home
 from gateway.locks import LockDirectory, Locks
 from gateway.memory import (

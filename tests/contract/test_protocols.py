@@ -10,8 +10,8 @@ import pytest
 
 from gateway.access import PairingStore
 from gateway.answered import AnsweredIndex
-from gateway.filestores import FileDeadLetters
 from gateway.delivery import DeliveryJournal
+from gateway.filestores import FileDeadLetters
 from gateway.locks import LockDirectory
 from gateway.memory import (
     MemoryAnswered,
