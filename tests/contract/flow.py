@@ -5,12 +5,13 @@ channel per host, and one scripted handler every host calls, which records what 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
+import yaml
 
 from gateway import hookimpl
 from gateway.app import Gateway
@@ -20,6 +21,9 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
+from tests.process import SwitchyardProcess, clean_environment
+
+REPO = Path(__file__).resolve().parents[2]
 
 PROFILE = "f1"
 QUEUE = {"fsync": False, "max_attempts": 3, "backoff_initial_ms": 100, "backoff_max_ms": 200, "poll_ms": 50,
@@ -156,8 +160,10 @@ class Flow:
         self.script = Script()
         self.hosts: list[Host] = []
         self.memory = MemoryBackendPlugin()
+        self.processes: list[SwitchyardProcess] = []
+        self.process_calls = root / "process-calls.jsonl"
 
-    async def host(self, **queue: Any) -> Host:
+    async def host(self, **queue: Any) -> Host | None:
         """A started Gateway on this backend's state. A second one on postgres is a `worker` (processing only,
         as `switchyard worker` scales out): hosts in one process share a lease holder (gateway.pg.db
         process_holder), so two `run`s here would both own the channel and both deliver each reply."""
@@ -173,14 +179,32 @@ class Flow:
             settings = memory_settings(settings)
             extra.append(self.memory)
         if self.kind == "files" and self.hosts:
-            pytest.skip("two file-backend hosts are two processes on one home (SharedHome and LockDirectory "
-                        "know a process by its pid): tests/test_shared_order.py runs them as processes")
+            return await self._process_host(name, values)
         home = Home(self.root / (name if self.kind != "files" else "home"))
         gateway = Gateway(home, settings, build_plugin_manager(settings, extra=extra), role=role)
         await gateway.start()
         host = Host(gateway, plugin)
         self.hosts.append(host)
         return host
+
+    async def _process_host(self, name: str, queue: dict[str, Any]) -> None:
+        """A second file-backend host: a `switchyard run` process on the same home (SharedHome and
+        LockDirectory know a process by its pid, so a second one in this process would be the same one),
+        with no channel (the first host's dispatcher sends what it answers) and the handler of
+        tests/contract/flowhost.py; returns once the home is shared."""
+        first = self.hosts[0].gateway
+        (first.home.root / "settings.yaml").write_text(yaml.safe_dump({"queue": queue}))
+        env = clean_environment({"SWITCHYARD_PLUGINS": "tests.contract.flowhost", "FLOW_HOST": name,
+                                 "FLOW_CALLS": str(self.process_calls), "PYTHONPATH": str(REPO)})
+        process = SwitchyardProcess(first.home.root, env, log=self.root / f"{name}.log")
+        await asyncio.to_thread(process.start)
+        self.processes.append(process)
+        await async_wait_until(lambda: first.backend.home_mode == "shared", 20)
+
+    def calls(self) -> list[Call]:
+        """Every handler call of every host, the process hosts' included."""
+        lines = self.process_calls.read_text().splitlines() if self.process_calls.exists() else []
+        return [*self.script.calls, *(Call(**json.loads(line)) for line in lines)]
 
     def sent(self, conversation: str) -> list[OutgoingPayload]:
         """What every host's channel sent to `conversation`, in the order each sent it (host by host)."""
@@ -192,6 +216,9 @@ class Flow:
 
     async def stop(self) -> None:
         """Stops every host (their in-flight work finished or given back); the hosts stay readable."""
+        while self.processes:
+            process = self.processes.pop()
+            assert await asyncio.to_thread(process.stop) == 0, process.output()[-2000:]
         for host in reversed(self.hosts):
             if not host.stopped:
                 host.stopped = True
