@@ -183,14 +183,18 @@ class MemoryQueue:
                               attempts if attempts is not None else claimed.attempts, claimed.errors, conversation)
         return Path("memory:failed") / name
 
-    def bury(self, data: bytes, reason: str, errors: list[str], *, conversation: str | None,
-             hint: str = "late") -> str:
-        """Dead-letters a payload that is in no line (its handler answered, then failed for good:
-        gateway.api.LateDeadLetter); its name."""
+    def bury(self, name: str, data: bytes, reason: str, errors: list[str], *, conversation: str | None,
+             holds: Callable[[bytes], bool]) -> str | None:
+        """Dead-letters under `name` a payload answered and then failed for good (gateway.api.LateDeadLetter),
+        as gateway/latedead.py does: `name` again if that letter is there already; None while a payload
+        that `holds` accepts is in line or claimed (its worker is not done with it: asked again later)."""
         with self.state.lock:
-            order = self.state.next()
-            return self._bury(f"{order:020d}-{safe_name(hint)}.json", order, bytes(data), reason, 1, errors,
-                              conversation)
+            if name in self.state.failed:
+                return name
+            queued = [*self.state.incoming.values(), *(item for _, item in self.state.claimed.values())]
+            if any(holds(item.data) for item in queued):
+                return None
+            return self._bury(name, self.state.next(), bytes(data), reason, 1, errors, conversation)
 
     def _bury(self, original: str, order: int, data: bytes, reason: str, attempts: int, errors: list[str],
               conversation: str | None) -> str:

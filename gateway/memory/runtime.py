@@ -13,11 +13,14 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from gateway.answered import message_identity
 from gateway.api import Handler
 from gateway.fileruntime import FileRuntime
+from gateway.latedead import letter_name
 from gateway.memory.queue import MemoryQueue
 from gateway.memory.stores import MemoryAnswered, MemoryLocks
 from gateway.models import IncomingPayload
+from gateway.payloads import parse_payload
 from gateway.worker import Worker
 
 if TYPE_CHECKING:
@@ -97,7 +100,19 @@ class MemoryRuntime(FileRuntime):
         self.memory_queue.close()
 
     def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
-        """gateway.api.LateDeadLetter: into the shared dead letters, answered no more (a retry runs it)."""
-        self.memory_answered.forget(message)
-        return self.memory_queue.bury(message.to_json(), reason, errors, conversation=message.conversation,
-                                      hint=f"{message.channel}-{message.messageId}")
+        """gateway.api.LateDeadLetter: into the shared dead letters under the file backend's name for it,
+        answered no more (a retry runs it); None while the message is still queued or claimed."""
+        identity = message_identity(message)
+        limit = self.parts.settings.queue.max_payload_bytes
+
+        def holds(data: bytes) -> bool:
+            try:
+                return message_identity(parse_payload(data, limit)) == identity
+            except ValueError:
+                return False
+
+        name = self.memory_queue.bury(letter_name(message), message.to_json(), reason, errors,
+                                      conversation=message.conversation, holds=holds)
+        if name is not None:
+            self.memory_answered.forget(message)
+        return name

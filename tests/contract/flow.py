@@ -109,6 +109,7 @@ class HostPlugin:
         self.host = host
         self.script = script
         self.channel: FakeChannel | None = None
+        self.context: Any = None
 
     @hookimpl
     def switchyard_channels(self, profile: ChannelProfile, context: Any) -> FakeChannel | None:
@@ -119,6 +120,7 @@ class HostPlugin:
 
     @hookimpl
     def switchyard_handler(self, context: Any) -> HostPlugin:
+        self.context = context  # gateway.api.HandlerContext: its `dead_letter` is the late dead letter
         return self
 
     async def start(self) -> None: ...

@@ -128,3 +128,21 @@ async def test_two_hosts_on_one_backend_never_handle_a_message_twice(flow: Flow)
             assert earlier.end <= later.start, f"{room}: two of its messages were handled at once"
     assert sorted(reply.messageId for room in rooms for reply in flow.sent(room)) == everyone, \
         "a reply was lost or sent twice"
+
+
+async def test_an_answered_message_whose_work_failed_later_is_a_dead_letter_that_runs_again_on_retry(
+        flow: Flow) -> None:
+    host = await flow.host()
+    sent = await host.send("L1", "room-l")
+    await async_wait_until(lambda: flow.sent("room-l"))
+    late = host.plugin.context.dead_letter  # what a run does when its work fails for good after the answer
+    name = await async_wait_until(lambda: late(sent, "the run failed", ["boom"]))  # None while still queued
+    assert late(sent, "the run failed", ["boom"]) == name, "dead-lettering it again is not one letter"
+    dead = host.gateway.storage.dead_letters()
+    assert [letter.name for letter in dead.list_dead()] == [name]
+    letter, data = dead.show(name)
+    assert letter.reason == "the run failed" and data == sent.to_json()
+    assert dead.retry([name]) == [name]
+    await async_wait_until(lambda: len(flow.sent("room-l")) == 2)
+    assert [call.message_id for call in flow.script.calls] == ["L1", "L1"], "the retried letter was not run again"
+    assert dead.list_dead() == []
