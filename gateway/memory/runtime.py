@@ -66,7 +66,8 @@ class MemoryRuntime(FileRuntime):
         loop = asyncio.get_running_loop()
 
         def watcher() -> None:
-            loop.call_soon_threadsafe(self._wake_worker)
+            if not loop.is_closed():  # a host whose loop ended without closing must not fail another's intake
+                loop.call_soon_threadsafe(self._wake_worker)
 
         self._watcher = watcher
         with self.memory_queue.state.lock:
