@@ -10,31 +10,20 @@ MemoryState is one host of one backend: two Gateways on one state are two hosts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.filestores import FileStores
 from gateway.hookspecs import hookimpl
-from gateway.memory.queue import MemoryDeadLetters, QueueState
-from gateway.memory.stores import AnsweredState, LocksState, MemoryLocks, MemoryPairing
+from gateway.memory.queue import MemoryDeadLetters
+from gateway.memory.state import MemoryState
+from gateway.memory.stores import MemoryLocks, MemoryPairing
 
 if TYPE_CHECKING:
-    from gateway.composition import BackendFactory, Stores
     from gateway.home import Home
     from gateway.memory.runtime import MemoryRuntime
     from gateway.runtime import RuntimeParts
     from gateway.settings import Settings
-
-
-@dataclass
-class MemoryState:
-    """What every host of one in-memory backend shares: the queue and its dead letters, the answered
-    index, the key locks and pairing."""
-
-    queue: QueueState = field(default_factory=QueueState)
-    answered: AnsweredState = field(default_factory=AnsweredState)
-    locks: LocksState = field(default_factory=LocksState)
-    pairing: MemoryPairing = field(default_factory=MemoryPairing)
+    from gateway.stores import BackendFactory, Stores
 
 
 def memory_settings(settings: Settings) -> Settings:

@@ -26,7 +26,7 @@ from gateway.worker import Worker
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gateway.memory.backend import MemoryState
+    from gateway.memory.state import MemoryState
     from gateway.runtime import RuntimeParts, Watch
 
 _HOSTS = itertools.count(1)
