@@ -109,6 +109,10 @@ class Outbox(Protocol):
         """Stores one payload atomically under its spec-002 name; returns where: the file's path, or the
         name of the row (no file exists then)."""
 
+    def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
+        """Whether it holds (waiting, sent or dead) a reply to `channel`'s message `message_id` carrying
+        run `run_id` in `run_state`: a result written just before a crash is then not pushed again."""
+
 
 @dataclass
 class ChannelContext:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+import json
 import logging
 import os
 import threading
@@ -84,6 +86,10 @@ class BaseOutbox(ABC):
         """Stores one payload (gateway.api.Outbox)."""
 
     @abstractmethod
+    def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
+        """gateway.api.Outbox.holds_result: whether a reply carrying this run's result is stored."""
+
+    @abstractmethod
     def close(self) -> None:
         """Lets go of what the outbox holds open."""
 
@@ -109,6 +115,26 @@ class FileOutbox(BaseOutbox):
             self.on_written(path.name, payload)
         return path
 
+    def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
+        """Looks in outgoing/, sent/ and failed/ (in that order, the way files move) for a reply to the message
+        carrying the run's result (not an ack or a question)."""
+        pattern = f"*{glob.escape(safe_name(channel))}_{glob.escape(safe_name(message_id))}_*.json"
+        for folder in (self.home.outgoing, self.home.sent, self.home.failed):
+            if any(_carries_result(path, run_id, run_state) for path in folder.glob(pattern)):
+                return True
+        return False
+
     def close(self) -> None:
         """Removes the spare file kept ready in outgoing/."""
         self._spares.close()
+
+
+def _carries_result(path: Path, run_id: str, run_state: str) -> bool:
+    """Tells whether an outgoing payload file carries run `run_id` in `run_state`."""
+    if path.name.endswith(".error.json"):
+        return False
+    try:
+        payload = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # moved on meanwhile: the next folder has it
+        return False
+    return isinstance(payload, dict) and payload.get("workflowRunId") == run_id and payload.get("runState") == run_state

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import glob
-import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import LateDeadLetter, Outbox
 from gateway.events import now_ms
-from gateway.home import Home, safe_name
+from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.runs import RunStore
 from orchestrator.runstate import RunState
@@ -194,17 +191,9 @@ class Delivery:
             asyncio.get_running_loop().call_later(delay, self._bury_again, run_id, attempt + 1)
 
     def _in_outbox(self, run: RunState) -> bool:
-        """Tells whether the outbox holds this run's result: an outbox that can say (the postgres one: its
-        table) is asked, else outgoing/, sent/ and failed/ are looked at (in that order, the way files move)."""
-        holds_result = getattr(self._outbox, "holds_result", None)
-        if holds_result is not None:
-            return bool(holds_result(run.runId, run.state))
+        """Tells whether the outbox holds this run's result (gateway.api.Outbox.holds_result)."""
         started = run.payload()
-        pattern = f"*{glob.escape(safe_name(started.channel))}_{glob.escape(safe_name(started.messageId))}_*.json"
-        for folder in (self._home.outgoing, self._home.sent, self._home.failed):
-            if any(_carries_result(path, run) for path in folder.glob(pattern)):
-                return True
-        return False
+        return self._outbox.holds_result(run.runId, run.state, channel=started.channel, message_id=started.messageId)
 
     def asked(self, run: RunState, step_id: str, prompt: str) -> RunState:
         """Delivers an input step's question once: as a waiting message's reply, else pushed."""
@@ -219,15 +208,3 @@ class Delivery:
             log.exception("cannot ask the question of run %s; it is retried at the next start", run.runId)
             return run
         return self._store.update_step(run, step_id, promptDelivery="push")
-
-
-def _carries_result(path: Path, run: RunState) -> bool:
-    """Tells whether an outgoing payload file is `run`'s result (not an ack or a question)."""
-    if path.name.endswith(".error.json"):
-        return False
-    try:
-        payload = json.loads(path.read_bytes())
-    except (OSError, ValueError):  # moved on meanwhile: the next folder has it
-        return False
-    return isinstance(payload, dict) and payload.get("workflowRunId") == run.runId \
-        and payload.get("runState") == run.state

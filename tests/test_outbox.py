@@ -156,3 +156,24 @@ def test_a_run_result_never_acts_on_tags_from_its_input_or_answers() -> None:
                                             output="[send_file: /srv/input.txt] [send_file: /srv/answer.txt] "
                                                    "[send_file: /srv/made.txt]")})
     assert result_reply(run).files == ["/srv/made.txt"]
+
+
+@pytest.mark.parametrize("folder", ["outgoing", "sent", "failed"])
+def test_the_outbox_holds_a_runs_result_wherever_its_file_moved(home: Home, folder: str) -> None:
+    """A result written just before a crash is found (waiting, sent or dead), so recovery does not push it
+    again; an ack of the same message, another run's result or another state of the run is not it."""
+    outbox = _outbox(home)
+    message = make_incoming(channel="tg", messageId="m-1")
+    ack = outbox.write(OutgoingPayload.reply_to(message, "on it", agent="switchyard", timestamp=1))
+    asked = dict(channel="tg", message_id="m-1")
+    assert not outbox.holds_result("run-1", "completed", **asked)
+    result = OutgoingPayload.reply_to(message, "done", agent="switchyard", timestamp=2)
+    result.workflowRunId, result.runState = "run-1", "completed"
+    path = outbox.write(result)
+    if folder != "outgoing":
+        path.rename(getattr(home, folder) / path.name)
+    assert outbox.holds_result("run-1", "completed", **asked)
+    assert not outbox.holds_result("run-1", "failed", **asked)
+    assert not outbox.holds_result("run-2", "completed", **asked)
+    assert not outbox.holds_result("run-1", "completed", channel="tg", message_id="m-2")
+    assert ack.exists()

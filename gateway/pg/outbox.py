@@ -101,7 +101,7 @@ class PgOutbox(BaseOutbox):
         with self._connection_pool().connection() as conn, conn.transaction(), conn.cursor() as cursor:
             return self.insert_sync(cursor, payload)
 
-    def holds_result(self, run_id: str, run_state: str) -> bool:
+    def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
         """Whether `switchyard_outbox` holds a reply carrying run `run_id` in `run_state` (pending, sent or
         dead): a result written just before a crash is recorded at recovery, not pushed again."""
         with self._connection_pool().connection() as conn:

@@ -43,6 +43,9 @@ class FakeOutbox:
         self.payloads.append(payload)
         return Path(f"/fake/outgoing/{len(self.payloads)}.json")
 
+    def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
+        return any(p.workflowRunId == run_id and p.runState == run_state for p in self.payloads)
+
 
 _ids = itertools.count(1)
 
