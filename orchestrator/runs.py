@@ -11,31 +11,26 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, fsync_dir, safe_name
 from gateway.settings import Settings
 from gateway.storable import made_safe, storable
-from orchestrator.jobs import iso, parse_iso
 from orchestrator.listing import select_runs
-from orchestrator.runarchive import CorruptIndex, Entry, RunArchive
-from orchestrator.runbase import REMOVING_PREFIX as REMOVING_PREFIX  # re-exported: retention reads it here
+from orchestrator.runarchive import Entry
 from orchestrator.runbase import RunStoreBase
-from orchestrator.runstate import RunState, conversation_key, finished_at, unreadable_stand_in
+from orchestrator.runstate import RunState, conversation_key, finished_at, storable_state, unreadable_stand_in
+from orchestrator.settled import CANCEL_MARKER, SettledRuns, created_at, event_lines, line_holds
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
 EVENT_TAIL_BYTES = 8192
 OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
-CANCEL_MARKER = "cancel.request"  # a run folder's cancel request from another process sharing the home
-SETTLED_KEPT = 256  # runs archived last, kept in memory: a waiting message reads its run's result there
-STATE_ONLY = frozenset({"state.json", "events.jsonl", CANCEL_MARKER})  # a folder the archive can replace
 
 
 class UnreadableRun(Exception):
@@ -61,8 +56,7 @@ class RunStore(RunStoreBase):
 
     def __init__(self, home: Home, *, fsync: bool = True):
         super().__init__(home, fsync=fsync)
-        self._archive = RunArchive(self._root, fsync=fsync)
-        self._settled: OrderedDict[str, RunState] = OrderedDict()
+        self._settled = SettledRuns(self._root, fsync=fsync)
         self._event_fds: OrderedDict[str, int] = OrderedDict()
         self._listed: set[str] = set()  # runs this store made active, until they end
         self._ended_since: set[str] = set()  # those that ended since active.json was last written
@@ -86,7 +80,7 @@ class RunStore(RunStoreBase):
         if safe_name(run_id) != run_id:
             return None
         run = self._read_folder(run_id)
-        return run if run is not None else self._archived(run_id)
+        return run if run is not None else self._settled.get(run_id)
 
     def _read_folder(self, run_id: str) -> RunState | None:
         """The run of a folder (None: no folder holds it; then it settled, or it never was)."""
@@ -124,7 +118,7 @@ class RunStore(RunStoreBase):
         """Writes state.json atomically, stamping `updatedAt`; fsynced unless `durable` is False. A NUL or a
         lone surrogate (in a step's output, say) is written as U+FFFD (gateway.storable), as the database
         store does, and the run returned holds what was written."""
-        run, data = _storable_state(run.model_copy(update={"updatedAt": utc_now_iso()}))
+        run, data = storable_state(run.model_copy(update={"updatedAt": utc_now_iso()}))
         folder = self.made(self.folder(run.runId))
         atomic_write(folder / "state.json", data, fsync=self._fsync and durable)
         return run
@@ -184,10 +178,7 @@ class RunStore(RunStoreBase):
                 handle.seek(max(0, path.stat().st_size - EVENT_TAIL_BYTES * max(1, limit // 10)))
                 lines = handle.read().splitlines()
         except FileNotFoundError:
-            entry = self._archive.find(run_id) if safe_name(run_id) == run_id else None
-            line = self._archive.line(entry) if entry is not None else None
-            events = line.get("events") if line is not None else None
-            return [event for event in events[-limit:] if isinstance(event, dict)] if isinstance(events, list) else []
+            return self._settled.events(run_id, limit) if safe_name(run_id) == run_id else []
         found = []
         for raw in lines[-limit:]:
             with contextlib.suppress(ValueError):
@@ -266,7 +257,7 @@ class RunStore(RunStoreBase):
 
     def all_runs(self) -> list[RunState]:
         """Every readable run, oldest first (the archive's read whole)."""
-        runs = {run.runId: run for run in self._archived_runs(self._archive_top(0, _by_creation, lambda e: True)[0])}
+        runs = {run.runId: run for run in self._settled.newest(0, lambda entry: True)[0]}
         runs.update((run.runId, run) for run in self._folder_runs())
         return sorted(runs.values(), key=lambda r: (r.createdAt, r.runId))
 
@@ -291,8 +282,7 @@ class RunStore(RunStoreBase):
                 stamped.append((os.stat(os.path.join(entry.path, "state.json")).st_mtime, entry.name))
         runs = [run for _, name in sorted(stamped, reverse=True)[:limit] if (run := self._load_folder(name))]
         ids = {run.runId for run in runs}
-        entries, _ = self._archive_top(limit, lambda e: (e.archived, e.run_id), lambda e: e.run_id not in ids)
-        runs += self._archived_runs(entries)
+        runs += self._settled.changed_last(limit, lambda entry: entry.run_id not in ids)
         return sorted(runs, key=lambda r: (r.updatedAt, r.runId), reverse=True)[:limit]
 
     def newest(self, limit: int, *, since: datetime | None = None, states: set[str] | None = None,
@@ -308,14 +298,14 @@ class RunStore(RunStoreBase):
 
         def keep(entry: Entry) -> bool:
             return entry.run_id not in ids and (not states or entry.state in states) and (
-                since is None or _created(entry.created) >= since)
-        entries, counted = self._archive_top(limit, _by_creation, keep)
-        if counted is None and not states and since is None:
-            counted = self._archive.count() - sum(
-                1 for run in folder_runs if run.finished and run.delivery and self._archive.find(run.runId))
+                since is None or created_at(entry.created) >= since)
+        settled, counted = self._settled.newest(limit, keep)
+        if counted is None and not states and since is None:  # every one kept: the indexes' sizes say
+            counted = self._settled.count() - sum(
+                1 for run in folder_runs if run.finished and run.delivery and self._settled.holds(run.runId))
         elif counted is None:
-            counted = self._archive_top(0, _by_creation, keep)[1]
-        runs, _ = select_runs([*chosen, *self._archived_runs(entries)], limit=limit)
+            counted = self._settled.newest(0, keep)[1]
+        runs, _ = select_runs([*chosen, *settled], limit=limit)
         return runs, matched + (counted or 0)
 
     def unfinished(self) -> list[RunState]:
@@ -335,7 +325,6 @@ class RunStore(RunStoreBase):
 
     def remove(self, run_id: str) -> bool:
         """Deletes a run's folder (an archived run goes with its day: `prune_settled`)."""
-        self._settled.pop(run_id, None)
         return self.remove_folder(run_id)
 
     # --- the archive ---------------------------------------------------------------------------------
@@ -343,65 +332,32 @@ class RunStore(RunStoreBase):
     def settle(self, run: RunState) -> None:
         """Archives a finished run whose result was handed over, when its folder holds nothing but its state
         and events: one line written (fsynced when the store fsyncs) before the folder goes."""
-        if not run.finished or run.delivery is None or not _state_only(self.folder(run.runId)):
+        if not run.finished or run.delivery is None or not line_holds(self.folder(run.runId)):
             return
         self.close_events(run.runId)
-        events = _event_lines(self.folder(run.runId) / "events.jsonl")
-        _, data = _storable_state(run, indent=None)
-        line = b'{"run":' + data + b',"events":[' + b",".join(events) + b"]}\n"
-        self._archive.add(run.runId, run.createdAt, run.state, line)
+        events = event_lines(self.folder(run.runId) / "events.jsonl")
+        self._settled.add(run, storable_state(run, indent=None)[1], events)
         self.remove_folder(run.runId)
-        self._settled[run.runId] = run
-        if len(self._settled) > SETTLED_KEPT:
-            self._settled.popitem(last=False)
 
     def stored_at(self, run_id: str) -> str:
         """The run's state.json, or for a settled run the archive's log holding its line."""
         state = self.folder(run_id) / "state.json"
-        entry = None if state.exists() else self._archive.find(run_id)
-        return str(self._archive.root / f"{entry.day}.jsonl") if entry is not None else str(state)
+        log_file = None if state.exists() else self._settled.log_of(run_id)
+        return str(log_file or state)
 
     def tidy(self) -> None:
         """Archives the settled runs a crash left in their folders (removing the folder of one archived
         already)."""
         for run in self._folder_runs():
-            if run.finished and run.delivery is not None and _state_only(self.folder(run.runId)):
-                if self._archive.find(run.runId) is not None:
+            if run.finished and run.delivery is not None and line_holds(self.folder(run.runId)):
+                if self._settled.holds(run.runId):
                     self.remove_folder(run.runId)
                 else:
                     self.settle(run)
 
     def prune_settled(self, cutoff: datetime) -> list[str]:
         """Removes the archive's days whose runs were all archived before `cutoff`; their run ids."""
-        removed = self._archive.prune(iso(cutoff))
-        for run_id in removed:
-            self._settled.pop(run_id, None)
-        return removed
-
-    def _archived(self, run_id: str) -> RunState | None:
-        """A settled run from memory or the archive (None: it is not there)."""
-        run = self._settled.get(run_id)
-        if run is not None:
-            return run
-        entry = self._archive.find(run_id)
-        runs = self._archived_runs([entry]) if entry is not None else []
-        return runs[0] if runs else None
-
-    def _archived_runs(self, entries: list[Entry]) -> list[RunState]:
-        runs = []
-        for entry in entries:
-            line = self._archive.line(entry)
-            try:
-                runs.append(RunState.model_validate((line or {})["run"]))
-            except (KeyError, ValidationError):
-                log.error("run %s: its archived line cannot be read (%s)", entry.run_id, entry.day)
-        return runs
-
-    def _archive_top(self, limit: int, key: Any, keep: Any) -> tuple[list[Entry], int | None]:
-        try:
-            return self._archive.top(limit, key, keep)
-        except CorruptIndex:  # that index was rebuilt from its log meanwhile
-            return self._archive.top(limit, key, keep)
+        return self._settled.prune(cutoff)
 
     def queued(self, limit: int) -> list[tuple[str, str | None]] | None:
         """(run id, next_retry_at) of queued runs to claim, due first; None here: the processes of one
@@ -432,60 +388,6 @@ def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error.get("loc", ()))
     return f"{error.get('msg', 'invalid')}" + (f" at {where}" if where else "")
-
-
-def _storable_state(run: RunState, indent: int | None = 2) -> tuple[RunState, bytes]:
-    """The run and its state.json bytes; when it holds text no store can hold, both made safe."""
-    try:
-        text = run.model_dump_json(indent=indent)
-    except PydanticSerializationError:  # a lone surrogate cannot be encoded at all
-        text = None
-    if text is not None and storable(text):
-        return run, text.encode()
-    run = RunState.model_validate(made_safe(run.model_dump(mode="json")))
-    return run, run.model_dump_json(indent=indent).encode()
-
-
-def _state_only(folder: Path) -> bool:
-    """True when a run's folder holds nothing the archive cannot hold: its state, events, a cancel marker,
-    and empty `workspace/` or `outputs/` folders."""
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        return False
-    for entry in entries:
-        if entry.name in STATE_ONLY and entry.is_file(follow_symlinks=False):
-            continue
-        if entry.name in ("workspace", "outputs") and entry.is_dir(follow_symlinks=False) \
-                and not os.listdir(entry.path):
-            continue
-        return False
-    return any(entry.name == "state.json" for entry in entries)
-
-
-def _event_lines(path: Path) -> list[bytes]:
-    """The readable lines of an events.jsonl (a line torn by a crash is left out)."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        return []
-    kept = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            json.loads(line)
-            kept.append(line)
-    return kept
-
-
-def _by_creation(entry: Entry) -> tuple[str, str]:
-    return entry.created, entry.run_id
-
-
-def _created(text: str) -> datetime:
-    try:
-        return parse_iso(text)
-    except ValueError:
-        return datetime.min.replace(tzinfo=UTC)
 
 
 def _ended(run: RunState | None) -> bool:
