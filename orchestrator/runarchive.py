@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import utc_now_iso
+from gateway.home import fsync_dir
 
 ARCHIVE_DIR = ".archive"  # under runs/: hidden, so never taken for a run's folder
 RECORD = 256  # bytes of one index record, its newline included
@@ -92,6 +93,8 @@ class RunArchive:
             os.write(log_fd, line)
             if self._fsync:
                 os.fsync(log_fd)
+                if end == 0:  # a new log: its name must last too
+                    fsync_dir(self.root)
             entry = Entry(run_id, created, utc_now_iso(), state, day, end, len(line))
             self._append_records(day, [entry])
 
