@@ -120,13 +120,15 @@ class RunArchive:
         size = os.fstat(log_fd).st_size
         index = self._index(day)
         try:
-            data = index.read_bytes()
-            whole = len(data) - len(data) % RECORD
-            last = _parse(data[whole - RECORD:whole], day) if whole else None
+            with open(index, "rb") as handle:  # its last record only: the index may be long
+                index_size = os.fstat(handle.fileno()).st_size
+                whole = index_size - index_size % RECORD
+                handle.seek(max(0, whole - RECORD))
+                last = _parse(handle.read(RECORD), day) if whole else None
         except (FileNotFoundError, CorruptIndex):
-            data, whole, last = b"", 0, None
+            index_size, whole, last = 0, 0, None
             index.unlink(missing_ok=True)
-        if whole != len(data):  # a torn record: cut off
+        if whole != index_size:  # a torn record: cut off
             os.truncate(index, whole)
         covered = last.offset + last.length if last is not None else 0
         if covered > size:  # the index names lines the log lost: rebuilt from the log alone
