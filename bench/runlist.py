@@ -1,8 +1,10 @@
-"""`switchyard runs --limit 5` against a home holding N finished runs: `python -m bench.runlist [--runs 5000,100000]`.
+"""Listing runs in a home holding N finished runs: `python -m bench.runlist [--runs 5000,100000]`.
 
-The runs are built fast, directly through the run store (no chat, no fsync): each is created, claimed,
-ended `done` with its result delivered, as a one-step chat run is. Then `switchyard runs --limit 5` runs
-as a process five times; the median and the best wall time are printed, with the same for an empty home.
+The runs are built directly through the run store (no chat, no fsync): each is created, claimed, ended
+`done` with its result delivered (and settled, where the store keeps settled runs apart), as a one-step
+chat run is. Then `switchyard runs --limit 5` and `switchyard status` run as processes five times each
+(median and best wall time), and the dashboard's list (`recent(20)` of a fresh store) is timed in process;
+the same for an empty home first.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from orchestrator.runstate import Conversation, RunState, StepState
 
 SWITCHYARD = Path(sys.executable).with_name("switchyard")
 REPEATS = 5
+STOPPED = 3  # `switchyard status`'s exit code when no gateway runs on the home
 
 
 def chat_run(index: int) -> RunState:
@@ -56,17 +59,24 @@ def build(home: Home, count: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_listing(home: Home) -> dict[str, Any]:
-    """Wall seconds of `switchyard runs --limit 5` as a process, REPEATS times."""
+def timed_command(home: Home, *args: str) -> dict[str, Any]:
+    """Wall seconds of `switchyard <args>` as a process, REPEATS times: median and best."""
     times = []
     for _ in range(REPEATS):
         started = time.perf_counter()
-        done = subprocess.run([str(SWITCHYARD), "--home", str(home.root), "runs", "--limit", "5"],
+        done = subprocess.run([str(SWITCHYARD), "--home", str(home.root), *args],
                               capture_output=True, text=True, check=False)
         times.append(time.perf_counter() - started)
-        if done.returncode != 0:
+        if done.returncode not in (0, STOPPED):
             raise RuntimeError(done.stderr)
     return {"median_s": round(statistics.median(times), 3), "best_s": round(min(times), 3)}
+
+
+def timed_dashboard(home: Home) -> float:
+    """Seconds a fresh store takes to list the 20 runs changed last (the dashboard's list)."""
+    started = time.perf_counter()
+    open_run_store(home, Settings(), fsync=False).recent(20)
+    return round(time.perf_counter() - started, 3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             home = Home(scratch / f"home-{count}")
             home.create()
             built = build(home, count)
-            results.append({"runs": count, "build_s": round(built, 1), **timed_listing(home)})
+            listing = timed_command(home, "runs", "--limit", "5")
+            status = timed_command(home, "status")
+            results.append({"runs": count, "build_s": round(built, 1), "runs_limit_5": listing, "status": status,
+                            "dashboard_s": timed_dashboard(home)})
             print(json.dumps(results[-1]), flush=True)
             shutil.rmtree(home.root, ignore_errors=True)
     finally:
