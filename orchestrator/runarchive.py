@@ -204,11 +204,12 @@ class RunArchive:
                 total += os.stat(self._index(day)).st_size // RECORD
         return total
 
-    def top(self, limit: int, key: Callable[[Entry], tuple[str, str]], keep: Callable[[Entry], bool]
-            ) -> tuple[list[Entry], int | None]:
+    def top(self, limit: int, key: Callable[[Entry], tuple[str, str]], keep: Callable[[Entry], bool],
+            floor: str = "") -> tuple[list[Entry], int | None]:
         """The `limit` kept entries with the largest `key` (whose first part is never after `archived`),
         largest first, and how many entries are kept in all (None when not counted: the reading stopped
-        once nothing older could get in). `limit` 0: every one, counted."""
+        once nothing older could get in). `limit` 0: every one, counted. Entries archived before `floor`
+        are never kept (their keys are older): the reading stops there."""
         chosen: dict[str, Entry] = {}
         best: list[tuple[str, str]] = []  # the `limit` largest keys, the smallest first (a heap)
         counted = 0
@@ -220,8 +221,10 @@ class RunArchive:
         for bound, day in sorted(bounds, reverse=True):
             if limit and len(best) >= limit and best[0][0] > bound:
                 return _ordered(chosen, limit, key), None
+            if bound < floor:
+                break
             for entry in self.backwards(day):
-                if limit and len(best) >= limit and best[0][0] > entry.archived:
+                if limit and len(best) >= limit and best[0][0] > entry.archived or entry.archived < floor:
                     break
                 if entry.run_id in chosen or not keep(entry):
                     continue

@@ -299,13 +299,13 @@ class RunStore(RunStoreBase):
         def keep(entry: Entry) -> bool:
             return entry.run_id not in ids and (not states or entry.state in states) and (
                 since is None or created_at(entry.created) >= since)
-        settled, counted = self._settled.newest(limit, keep)
+        settled, counted = self._settled.newest(limit, keep, since)
         if counted is None and not states and since is None:  # every one kept: the indexes' sizes say
             counted = self._settled.count() - sum(1 for run in folder_runs if run.finished and run.delivery
                                                   and line_holds(self.folder(run.runId))  # a crash's leftover
                                                   and self._settled.holds(run.runId))
         elif counted is None:
-            counted = self._settled.newest(0, keep)[1]
+            counted = self._settled.newest(0, keep, since)[1]
         runs, _ = select_runs([*chosen, *settled], limit=limit)
         return runs, matched + (counted or 0)
 

@@ -67,10 +67,11 @@ class SettledRuns:
         events = line.get("events") if line is not None else None
         return [event for event in events[-limit:] if isinstance(event, dict)] if isinstance(events, list) else []
 
-    def newest(self, limit: int, keep: Filter) -> tuple[list[RunState], int | None]:
-        """The `limit` newest kept runs by creation (0: all), newest first, and how many are kept (None:
-        not counted, the reading stopped early)."""
-        entries, counted = self._top(limit, lambda e: (e.created, e.run_id), keep)
+    def newest(self, limit: int, keep: Filter, since: datetime | None = None) -> tuple[list[RunState], int | None]:
+        """The `limit` newest kept runs by creation (0: all), created `since` if given, newest first, and how
+        many are kept (None: not counted, the reading stopped early)."""
+        floor = iso(since) if since is not None else ""
+        entries, counted = self._top(limit, lambda e: (e.created, e.run_id), keep, floor)
         return self._runs(entries), counted
 
     def changed_last(self, limit: int, keep: Filter) -> list[RunState]:
@@ -88,12 +89,12 @@ class SettledRuns:
             self._recent.pop(run_id, None)
         return removed
 
-    def _top(self, limit: int, key: Callable[[Entry], tuple[str, str]], keep: Filter
+    def _top(self, limit: int, key: Callable[[Entry], tuple[str, str]], keep: Filter, floor: str = ""
              ) -> tuple[list[Entry], int | None]:
         try:
-            return self._archive.top(limit, key, keep)
+            return self._archive.top(limit, key, keep, floor)
         except CorruptIndex:  # that index was rebuilt from its log meanwhile
-            return self._archive.top(limit, key, keep)
+            return self._archive.top(limit, key, keep, floor)
 
     def _runs(self, entries: list[Entry]) -> list[RunState]:
         runs = []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gateway.home import Home
 from orchestrator.coordination import Coordination
+from orchestrator.jobs import parse_iso
 from orchestrator.retention import prune_runs
 from orchestrator.runarchive import RECORD
 from orchestrator.runs import RunStore
@@ -92,6 +93,10 @@ def test_listing_is_newest_first_across_folders_and_days(home: Home) -> None:
     assert len(set(_ids(every))) == 31
     done, matched_done = other.newest(3, states={"queued"})
     assert _ids(done) == [waiting.runId] and matched_done == 1
+    since = parse_iso(made[20].createdAt)
+    recent = [run for run in newest_first if parse_iso(run.createdAt) >= since]
+    assert other.newest(3, since=since) == (recent[:3], len(recent))
+    assert other.newest(0, since=since, states={"done"}) == (recent[1:], len(recent) - 1)
     assert _ids(other.recent(2))[0] == waiting.runId
 
 
