@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.home import Home
-from gateway.settings import Settings
-from orchestrator.runs import open_run_store
+from orchestrator.runs import RunStore
 from orchestrator.runstate import Conversation, RunState, StepState
 
 SWITCHYARD = Path(sys.executable).with_name("switchyard")
@@ -44,7 +43,7 @@ def chat_run(index: int) -> RunState:
 
 def build(home: Home, count: int) -> float:
     """Stores `count` finished chat runs through the file run store; returns the seconds it took."""
-    store = open_run_store(home, Settings(), fsync=False)
+    store = RunStore(home, fsync=False)
     started = time.perf_counter()
     for index in range(count):
         run = store.create(chat_run(index), None, durable=False)
@@ -75,7 +74,7 @@ def timed_command(home: Home, *args: str) -> dict[str, Any]:
 def timed_dashboard(home: Home) -> float:
     """Seconds a fresh store takes to list the 20 runs changed last (the dashboard's list)."""
     started = time.perf_counter()
-    open_run_store(home, Settings(), fsync=False).recent(20)
+    RunStore(home, fsync=False).recent(20)
     return round(time.perf_counter() - started, 3)
 
 

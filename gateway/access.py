@@ -4,31 +4,24 @@ from __future__ import annotations
 
 import fcntl
 import json
-import secrets
-import string
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write
-from gateway.settings import DEFAULT_PAIRING_CODE_TTL_S, ChannelProfile, QueueSettings, Settings
+from gateway.pairing import CODE_ALPHABET as CODE_ALPHABET  # the pairing model's names, still importable here
+from gateway.pairing import EXPIRED_KEPT_S as EXPIRED_KEPT_S
+from gateway.pairing import Pairing as Pairing
+from gateway.pairing import PairingCodeExpired as PairingCodeExpired
+from gateway.pairing import new_code as new_code
+from gateway.settings import DEFAULT_PAIRING_CODE_TTL_S, ChannelProfile, Settings
 
-CODE_ALPHABET = string.ascii_uppercase + string.digits
 PAIRING_REPLY = ("This bot only answers people its operator has approved. Your pairing code is {code}; "
                  "ask the operator to run: switchyard pair approve {code} (the code expires in {ttl})")
-EXPIRED_KEPT_S = 86_400.0  # an expired code is kept a day, so `pair approve` can say it expired; then pruned
-
-
-class PairingCodeExpired(Exception):
-    """`approve` named a code whose time ran out; it is removed, and the sender's next message gets a new one."""
-
-    def __init__(self, entry: dict[str, Any]):
-        super().__init__(f"pairing code expired at {entry['expires_at']}")
-        self.entry = entry
 
 
 def duration_text(seconds: float) -> str:
@@ -49,41 +42,6 @@ class AccessDecision:
     allowed: bool
     reply: str | None = None
     reason: str = ""
-
-
-def new_code() -> str:
-    """A fresh pairing code: 8 random letters and digits."""
-    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
-
-
-class Pairing(Protocol):
-    """Pending codes and approved senders: PairingStore (the home) or gateway/pg/pairing.py (the database)."""
-
-    def read(self) -> dict[str, Any]:
-        """{"pending": {code: {profile, senderId, sender, requested_at, expires_at, expires_in_s}},
-        "approved": {profile: [senderId]}}; `expires_in_s` is negative once the code expired."""
-
-    def is_approved(self, profile_id: str, sender_id: str) -> bool:
-        """True when the sender was approved on this profile."""
-
-    def request(self, profile_id: str, sender_id: str, sender: str,
-                ttl_s: float = DEFAULT_PAIRING_CODE_TTL_S) -> tuple[str, bool]:
-        """The unexpired pending code of this sender (created, valid `ttl_s`, if none; an expired one is
-        replaced); True when it was just created. Prunes codes expired over EXPIRED_KEPT_S ago."""
-
-    def approve(self, code: str) -> dict[str, Any] | None:
-        """Admits the sender of a pending code; returns its entry, or None for an unknown code. Raises
-        PairingCodeExpired (and removes the code) when it expired."""
-
-
-def pairing_store(home: Home, queue: QueueSettings) -> Pairing:
-    """The pairing store of this backend: the home's file, or the database on postgres (shared by every host)."""
-    if queue.backend == "postgres":
-        from gateway.pg.db import dsn_from_settings
-        from gateway.pg.pairing import PgPairingStore
-
-        return PgPairingStore.pooled(dsn_from_settings(queue))
-    return PairingStore(home)
 
 
 class PairingStore:
@@ -172,14 +130,25 @@ class AccessPolicy:
     in `allow_from` or approved through pairing; with pairing an unknown sender gets a code once.
     """
 
-    def __init__(self, home: Home, profile: ChannelProfile, settings: Settings | None = None):
-        """Pass the gateway's `settings` (a channel has them as `context.settings`): on the postgres
-        backend approvals are then read from the database; without them, from the home."""
+    def __init__(self, home: Home, profile: ChannelProfile, settings: Settings | None = None, *,
+                 store: Pairing | None = None):
+        """`store`: the backend's approvals (a channel's `context.access` has the one its gateway opened); a
+        profile with `pairing: true` needs it — never assumed to be the home's file, which on a shared
+        database would admit no one another host approved."""
         self.profile_id = profile.id
         self.allow_from = {str(s) for s in profile.allow_from} if profile.allow_from is not None else None
         self.pairing = bool(profile.option("pairing", False))
         self.code_ttl_s = float(profile.option("pairing_code_ttl_sec", DEFAULT_PAIRING_CODE_TTL_S))
-        self.store = pairing_store(home, settings.queue) if settings is not None else PairingStore(home)
+        if self.pairing and store is None:
+            raise ValueError(f"channel profile {profile.id!r} has pairing: true but no pairing store was given: "
+                             "use the channel's context.access (its backend's store)")
+        self._store = store
+
+    @property
+    def store(self) -> Pairing:
+        """The pairing store (only a profile with `pairing: true` has one)."""
+        assert self._store is not None, "a profile without pairing has no pairing store"
+        return self._store
 
     def check(self, sender_id: str, sender: str = "") -> AccessDecision:
         if self.allow_from is None and not self.pairing:

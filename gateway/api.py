@@ -8,13 +8,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
 from gateway.events import EventLog
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
+
+if TYPE_CHECKING:
+    from gateway.access import AccessPolicy
+    from gateway.pairing import Pairing
 
 Sink = Callable[[IncomingPayload], Awaitable[Path]]
 """Enqueues an incoming payload atomically (tmp + rename into `queue/incoming/`); returns its path."""
@@ -98,10 +102,12 @@ class Channel(Protocol):
 
 
 class Outbox(Protocol):
-    """Writes outgoing payloads into `queue/outgoing/` (used for replies pushed later, e.g. run results)."""
+    """Stores outgoing payloads for delivery (used for replies pushed later, e.g. run results): files in
+    `queue/outgoing/` on the file backend, rows of the database's outbox on PostgreSQL."""
 
-    def write(self, payload: OutgoingPayload) -> Path:
-        """Writes one payload atomically under its spec-002 name; returns the path."""
+    def write(self, payload: OutgoingPayload) -> Path | str:
+        """Stores one payload atomically under its spec-002 name; returns where: the file's path, or the
+        name of the row (no file exists then)."""
 
 
 @dataclass
@@ -115,6 +121,16 @@ class ChannelContext:
     outbox: Outbox
     on_state: Callable[[str, str | None], None] | None = None
     """Set by the gateway: records this channel's own report (`note`, `ended`) for `switchyard status`."""
+    pairing: Pairing | None = None
+    """Set by the gateway: its backend's pairing store, opened once for every channel (`access` uses it)."""
+
+    @cached_property
+    def access(self) -> AccessPolicy:
+        """Who may talk to this profile: `allow_from`, and pairing with the backend's store (`pairing`: a
+        profile with `pairing: true` in a context built without one raises ValueError)."""
+        from gateway.access import AccessPolicy
+
+        return AccessPolicy(self.home, self.profile, self.settings, store=self.pairing)
 
     def note(self, text: str | None) -> None:
         """Shows `text` beside this running channel's state in `switchyard status` (None clears it)."""
@@ -201,3 +217,6 @@ class HandlerContext:
     functions: list[FunctionSpec] = field(default_factory=list)
     builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)
     dead_letter: LateDeadLetter | None = None
+    backend: Any = None
+    """The storage backend (gateway/composition.py's Backend) whose stores the handler opens; when None,
+    the one `settings` configure."""

@@ -1,4 +1,5 @@
-"""The composition root: builds the queue, worker, dispatcher, channels and handler, runs them, stops them."""
+"""The composition root: opens the configured backend (gateway/composition.py), builds the queue, the
+handler, the channel supervision and the backend's runtime (processing, delivery), runs them, stops them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,8 @@ from gateway.api import (
     HandlerContext,
     PermanentError,
 )
-from gateway.backends import Delivery, build_backend
 from gateway.backoff import delay as backoff_delay
+from gateway.composition import open_backend
 from gateway.containment import become_subreaper
 from gateway.events import EventLog, utc_now_iso
 from gateway.home import Home, atomic_write, queue_depths
@@ -35,15 +36,17 @@ from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
 from gateway.receipts import takes_receipts
 from gateway.redaction import dsn_passwords
+from gateway.runtime import Delivery, Runtime, RuntimeParts
 from gateway.settings import ChannelProfile, Settings, secret_env_names
+from gateway.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
 from gateway.watch import FolderWatch
 
 log = logging.getLogger("switchyard")
 
 SHUTDOWN_GRACE_S = 10.0
 STOP_TAIL_S = 5.0  # how long stop waits for a step past its own grace (a handler, channels, background tasks)
-CHANNEL_RETRY_INITIAL_S = 1.0
-CHANNEL_RETRY_MAX_S = 300.0
+CHANNEL_RETRY_INITIAL_S = RETRY_INITIAL_S  # a failed channel's restarts (gateway/supervision.py)
+CHANNEL_RETRY_MAX_S = RETRY_MAX_S
 TYPING_REFRESH_S = 4.0
 SINK_RETRY_S = 60.0  # how long a channel's message is retried into a refusing disk before it errs
 MAINTENANCE_INTERVAL_S = 60.0
@@ -72,25 +75,32 @@ class Gateway:
                                observers=[lambda event: pm.hook.switchyard_event(event=event)] if listening else [])
         qs = settings.queue
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)  # incoming/ on both
-        self.backend = build_backend(self, retry_s=(CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S))
+        self.storage = open_backend(home, settings, pm)
+        self.pairing = self.storage.pairing()  # every channel's `context.access` shares it
+        self.supervisor = ChannelSupervisor(self._start_channel, self.events, on_change=self._write_status,
+                                            spawn=self._spawn, retry_s=(CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S))
+        self.channel_status: dict[str, dict[str, Any]] = self.supervisor.status
+        self.channels: list[Channel] = self.supervisor.channels
+        self.backend: Runtime = self.storage.runtime(RuntimeParts(
+            home=home, settings=settings, events=self.events, queue=self.queue, role=role,
+            supervisor=self.supervisor, show_typing=self._show_typing, takes_receipts=self._takes_receipts,
+            receipt_profiles=self.receipt_profiles))
         self._close_event_sink: Callable[[], None] = self.backend.close_events
         self.outbox = self.backend.outbox
         for types in call_each(pm, "switchyard_reply_named_by_message_id", events=self.events):
             self.outbox.named_by_message_id.update(types)
-        self.channel_status: dict[str, dict[str, Any]] = {}
-        self.channels: list[Channel] = []
         self.handler: Handler | None = None
         self.dispatcher: Delivery | None = None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping = asyncio.Event()  # set first thing in stop(); every retry loop checks it
+        self._stopping = self.supervisor.stopping  # set first thing in stop(); every retry loop checks it
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
         self.started_at = utc_now_iso()
         self.dashboard: Any = None
         if settings.dashboard.port is not None:  # loads aiohttp and prometheus-client only when it is on
             from gateway.dashboard.service import Dashboard
-            self.dashboard = Dashboard(self)  # raises SettingsError when its token variable is unset
+            self.dashboard = Dashboard(self, self.backend.queue_view())  # raises SettingsError when its token is unset
         self.request_stop: Callable[[], None] = lambda: None  # run_gateway makes it end the run
 
     # --- start ------------------------------------------------------------------------------
@@ -144,7 +154,7 @@ class Gateway:
             providers.update(declared)
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
-                                 builtin_providers=providers, dead_letter=self._dead_letter)
+                                 builtin_providers=providers, dead_letter=self._dead_letter, backend=self.storage)
         handler = self.pm.hook.switchyard_handler(context=context)
         if handler is None:
             raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")
@@ -162,7 +172,8 @@ class Gateway:
     async def _start_channel(self, profile: ChannelProfile) -> Channel:
         """Builds and starts one profile's channel; raises why it cannot."""
         context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
-                                 outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile))
+                                 outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile),
+                                 pairing=self.pairing)
         channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
         if channel is None:
             known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
@@ -185,6 +196,10 @@ class Gateway:
         if not any(entry["state"] in ("running", "retrying") for entry in self.channel_status.values()):
             log.info("no channel is left running: stopping")
             self.request_stop()
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Runs `work` in the background until it ends or the gateway stops."""
+        self._tasks.append(asyncio.create_task(work, name=name))
 
     def _watch(self, folder: Path, on_name: Any, on_rescan: Any) -> None:
         watch = FolderWatch(folder, on_name, on_rescan, poll_ms=self.settings.queue.poll_ms)

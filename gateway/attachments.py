@@ -15,14 +15,12 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from gateway.events import EventLog
 from gateway.home import Home, read_file, safe_name
 from gateway.models import OutgoingPayload
-
-if TYPE_CHECKING:
-    from gateway.api import Channel, DeliveryRecord
+from gateway.settings import Settings
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _READ_CHUNK = 1 << 20
@@ -31,6 +29,12 @@ REFUSED_NOTE = "[file not sent: {path} is outside the allowed folders or does no
 
 class AttachmentRefused(Exception):
     """A file that must not be uploaded: outside the conversation's folders, a link, not a regular file."""
+
+
+def extra_file_roots(home: Home, settings: Settings) -> list[Path]:
+    """The folders an operator opened to every conversation (`files.extra_roots`); beyond them a reply
+    carries only its own conversation's files."""
+    return [home.resolve(extra) for extra in settings.files.extra_roots]
 
 
 def attachment_folder(home: Home, profile: str, conversation: str) -> Path:
@@ -180,16 +184,3 @@ async def read_attachment(outgoing: OutgoingPayload, path: str | os.PathLike[str
             return read_all(opened)
 
     return await asyncio.to_thread(load)
-
-
-async def send_with_files(channel: Channel, payload: OutgoingPayload, policy: AttachmentPolicy,
-                          events: EventLog) -> DeliveryRecord | None:
-    """Sends a payload through `channel` with its files opened for upload now (both backends' delivery);
-    the ones `policy` refuses now are left out and named in the text."""
-    opened, refused = open_files(payload, policy)
-    if refused:
-        opened = note_refusals(opened, refused, events, stage="delivery")
-    try:
-        return await channel.send(opened)
-    finally:
-        close_files(opened)

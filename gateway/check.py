@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.plugin_manager import call_each, check_channel_options
 from gateway.settings import Settings, SettingsError, parse_yaml_file
@@ -39,7 +40,7 @@ def home_problems(home: Home, settings: Settings, pm: pluggy.PluginManager, *, s
     return problems
 
 
-def unset_variables(settings: Settings, *, source: str) -> list[str]:
+def unset_variables(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:
     """A problem for each variable a `*_env` key names that is unset or empty: a channel profile's (`run`
     would start with that profile disabled), the dashboard's token and the postgres DSN (`run` would refuse
     to start). `check` reports them; `run` itself keeps going with the other profiles."""
@@ -51,8 +52,7 @@ def unset_variables(settings: Settings, *, source: str) -> list[str]:
     token_env = settings.dashboard.token_env if settings.dashboard.port is not None else None
     if token_env and not os.environ.get(token_env, "").strip():
         missing.append(("dashboard.token_env", token_env, "run would not start"))
-    if settings.queue.backend == "postgres" and not os.environ.get(settings.queue.dsn_env, "").strip():
-        missing.append(("queue.dsn_env", settings.queue.dsn_env, "run would not start"))
+    missing += open_backend(home, settings, pm).unset_variables()
     return [f"{source}: {key}: the environment variable {name} is not set ({effect})"
             for key, name, effect in missing]
 
@@ -93,7 +93,7 @@ def cmd_check(args: argparse.Namespace, run: Invocation) -> int:
     try:
         settings: Settings | None = run.settings
         problems = home_problems(run.home, run.settings, run.pm, source=str(source))
-        problems += unset_variables(run.settings, source=str(source))
+        problems += unset_variables(run.home, run.settings, run.pm, source=str(source))
     except SettingsError as exc:
         settings, problems = None, exc.problems or [str(exc)]
         problems += [problem for problem in _partly_valid_problems(run, source) if problem not in problems]
@@ -120,7 +120,7 @@ def _partly_valid_problems(run: Invocation, source: Path) -> list[str]:
     partial, invalid = found
     problems = home_problems(run.home, partial, run.pm, source=str(source), channels="channels" not in invalid,
                              plugins=not invalid & {"providers", "orchestrators", "default_orchestrator"})
-    return problems + unset_variables(partial, source=str(source))
+    return problems + unset_variables(run.home, partial, run.pm, source=str(source))
 
 
 def _summary(home: Home, settings: Settings, source: Path) -> dict[str, Any]:

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-from gateway.access import Pairing, PairingCodeExpired, PairingStore, duration_text
+from gateway.access import Pairing, PairingCodeExpired, duration_text
 from gateway.check import require_valid_home
 from gateway.cli import EXIT_NO_HOME, Invocation, example_settings_text, next_step, not_a_home
+from gateway.composition import open_backend
 from gateway.events import now_ms
-from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import call_each
 from gateway.queue import FileQueue
@@ -94,7 +91,8 @@ def _exit_now(code: int) -> None:
 def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     """Drops one message into the queue, as a channel would; `--wait` prints the reply."""
     home = run.home
-    if run.settings.queue.backend != "postgres" and not_a_home(home):  # no gateway would ever read it there
+    backend = open_backend(home, run.settings)
+    if backend.in_home and not_a_home(home):  # no gateway would ever read it there
         return EXIT_NO_HOME
     home.create()
     payload = IncomingPayload(
@@ -110,13 +108,7 @@ def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     print(f"waiting up to {args.wait:g}s for the reply… (Ctrl-C stops waiting; the message stays queued)",
           file=sys.stderr)
     try:
-        if run.settings.queue.backend == "postgres":  # replies stay in the database, never in outgoing/
-            from gateway.pg.db import dsn_from_settings
-            from gateway.pg.outbox import find_reply
-
-            reply = find_reply(dsn_from_settings(run.settings.queue), payload.messageId, args.wait)
-        else:
-            reply = wait_for_reply(home, payload.messageId, args.wait)
+        reply = backend.wait_for_reply(payload.messageId, args.wait)
     except KeyboardInterrupt:
         print("stopped waiting; the message is still queued", file=sys.stderr)
         return 130
@@ -127,41 +119,16 @@ def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     return 0
 
 
-def wait_for_reply(home: Home, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-    """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for folder in (home.outgoing, home.sent):
-            for entry in os.scandir(folder):
-                if entry.name.endswith(".json") and message_id in entry.name:
-                    try:
-                        reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
-                    except (OSError, ValueError):
-                        continue
-                    if reply.get("messageId") == message_id:
-                        return reply
-        time.sleep(0.05)
-    return None
-
-
 def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
     """Lists pending pairing codes, or approves one so its sender may talk to the bot; on the postgres
     backend in the database (an approval on any host admits the sender everywhere)."""
-    if run.settings.queue.backend != "postgres":
-        if not_a_home(run.home):  # else a mistyped --home would list no codes
-            return EXIT_NO_HOME
-        return _pair(args, PairingStore(run.home))
-    import psycopg
-
-    from gateway.pg.db import dsn_from_settings
-    from gateway.pg.pairing import PgPairingStore
-    from gateway.redaction import database_error
-
-    dsn = dsn_from_settings(run.settings.queue)
+    backend = open_backend(run.home, run.settings)
+    if backend.in_home and not_a_home(run.home):  # else a mistyped --home would list no codes
+        return EXIT_NO_HOME
     try:
-        return _pair(args, PgPairingStore.direct(dsn))
-    except psycopg.Error as exc:
-        print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
+        return _pair(args, backend.pairing(command=True))
+    except backend.failures as exc:
+        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
         return EXIT_DATABASE
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from gateway.access import PairingStore
 from gateway.api import INTAKE_FAILED_REPLY, Channel, ChannelContext, DeliveryError, PermanentError
 from gateway.events import EventLog, now_ms
 from gateway.home import SPARE_PREFIX, Home
@@ -125,7 +126,7 @@ class ChannelRig:
         events = EventLog(home.events_file)
         outbox = FileOutbox(home, events, extra_roots=[self.root.parent], fsync=False)
         self.context = ChannelContext(home=home, settings=settings, profile=profile, events=events,
-                                      outbox=outbox)
+                                      outbox=outbox, pairing=PairingStore(home))  # the file backend's, as a `run`
         self.queue = FileQueue(home, fsync=False)
         self.channel = self.driver.build_channel(profile, self.context)
 

@@ -1,5 +1,5 @@
-"""The `switchyard dead` subcommand: list, show, retry and drop dead letters (see gateway/deadletters.py;
-on the PostgreSQL backend gateway/pg/deadletters.py, the same operations on the database)."""
+"""The `switchyard dead` subcommand: list, show, retry and drop the backend's dead letters (the file
+backend's queue/failed/, gateway/deadletters.py; on PostgreSQL gateway/pg/deadletters.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gateway import deadletters
 from gateway.cli import EXIT_NO_HOME, not_a_home
-from gateway.home import Home
+from gateway.composition import open_backend
 from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
@@ -19,54 +18,16 @@ if TYPE_CHECKING:
 EXIT_DATABASE = 2  # the database is unreachable (as `switchyard db`)
 
 
-class FileStore:
-    """The file backend's dead letters (queue/failed/), with the operations `dead` runs."""
-
-    def __init__(self, home: Home):
-        self.home = home
-
-    def list_dead(self) -> list[deadletters.DeadLetter]:
-        return deadletters.list_dead(self.home)
-
-    def show(self, name: str) -> tuple[deadletters.DeadLetter, bytes]:
-        return deadletters.show(self.home, name)
-
-    def retry(self, names: list[str]) -> list[str]:
-        return deadletters.retry(self.home, names)
-
-    def retry_all(self) -> list[str]:
-        return deadletters.retry_all(self.home)
-
-    def drop(self, names: list[str]) -> list[str]:
-        return deadletters.drop(self.home, names)
-
-    def where(self, kind: str) -> str:
-        return "outgoing/" if kind == "reply" else "incoming/"
-
-
 def cmd_dead(args: argparse.Namespace, run: Invocation) -> int:
-    """Runs one `dead` action (its arguments are declared in gateway/cli.py); an unknown name exits 1 and
-    changes nothing."""
-    if run.settings.queue.backend == "postgres":
-        return _on_database(args, run)
-    if not_a_home(run.home):  # else a mistyped --home would answer "no dead letters"
+    """Runs one `dead` action (its arguments are declared in gateway/cli.py) on the backend's dead letters;
+    an unknown name exits 1 and changes nothing; an unreachable database is one line on stderr and exit 2."""
+    backend = open_backend(run.home, run.settings)
+    if backend.in_home and not_a_home(run.home):  # else a mistyped --home would answer "no dead letters"
         return EXIT_NO_HOME
-    return _run(args, FileStore(run.home))
-
-
-def _on_database(args: argparse.Namespace, run: Invocation) -> int:
-    """`dead` against the database; an unreachable one is one line on stderr and exit 2."""
-    import psycopg
-
-    from gateway.pg.db import dsn_from_settings
-    from gateway.pg.deadletters import DeadStore
-    from gateway.redaction import database_error
-
-    dsn = dsn_from_settings(run.settings.queue)
     try:
-        return _run(args, DeadStore(dsn, run.home))
-    except psycopg.Error as exc:
-        print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
+        return _run(args, backend.dead_letters())
+    except backend.failures as exc:
+        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
         return EXIT_DATABASE
 
 

@@ -10,26 +10,27 @@ import os
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from gateway.api import Channel, DeliveryError, PermanentError
-from gateway.attachments import AttachmentPolicy, send_with_files
+from gateway.api import Channel
+from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.queue import move_to_failed
+from gateway.sending import Sender, conversation_of
 from gateway.settings import QueueSettings
 
 log = logging.getLogger("switchyard.dispatcher")
 
-MAX_PARALLEL_DELIVERIES = 16
-
 
 class Dispatcher:
-    """Sends each outgoing payload once, in order per conversation, retrying failures with backoff.
+    """Sends each outgoing payload once, in order per conversation, retrying failures with backoff
+    (the rules: gateway/sending.py; this class keeps the files).
 
     A payload whose channel has no running plugin stays in `outgoing/` (one warning per channel
     profile) and is delivered by a later start that has the plugin.
@@ -44,15 +45,14 @@ class Dispatcher:
         self.events = events
         self.settings = settings
         self.attachments = AttachmentPolicy(home, extra_roots)
+        self.sender = Sender(self.attachments, events, settings)
         self._channels = {(c.name, c.profile_id): c for c in channels}
-        self._queues: dict[str, deque[str]] = {}
+        self._queues: dict[str, _Outgoing] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
         self._known: set[str] = set()
         self._parsed: dict[str, OutgoingPayload] = {}
         self._warned: set[tuple[str, str]] = set()
-        self._slots = asyncio.Semaphore(MAX_PARALLEL_DELIVERIES)
         self._stopping = False
-        self.sent = 0
 
     def channel_for(self, payload: OutgoingPayload) -> Channel | None:
         """The running channel of this payload's channel and profile (or the only one of its type)."""
@@ -88,7 +88,9 @@ class Dispatcher:
         except FileNotFoundError:
             return
         except (ValueError, ValidationError) as exc:
-            self._quarantine(path, f"invalid outgoing payload: {exc}", attempts=0)
+            reason = self.events.redact(f"invalid outgoing payload: {exc}")
+            self._quarantine(path, reason, attempts=0)
+            self.sender.undeliverable(name, reason, 0)
             return
         self.schedule(name, payload)
 
@@ -102,8 +104,10 @@ class Dispatcher:
             return
         self._known.add(name)
         self._parsed[name] = payload
-        key = f"{payload.channel}/{payload.profile}/{payload.conversationId or payload.senderId or ''}"
-        self._queues.setdefault(key, deque()).append(name)
+        key = f"{payload.channel}/{payload.profile}/{conversation_of(payload)}"
+        if key not in self._queues:
+            self._queues[key] = _Outgoing(self)
+        self._queues[key].names.append(name)
         if key not in self._active:
             self._active[key] = asyncio.create_task(self._drain(key), name=f"deliver:{key}")
 
@@ -118,73 +122,13 @@ class Dispatcher:
                          file=name, reason="no running channel plugin for this channel profile")
 
     async def _drain(self, key: str) -> None:
-        queue = self._queues[key]
+        outgoing = self._queues[key]
         try:
-            failures = 0
-            while queue and not self._stopping:
-                try:
-                    async with self._slots:
-                        await self._deliver(queue[0])
-                except Exception as exc:  # e.g. failed/ not writable: keep the file, try again later
-                    failures += 1
-                    await self._pause(queue[0], f"cannot deliver {queue[0]}: {type(exc).__name__}: {exc}", failures)
-                    continue
-                failures = 0
-                queue.popleft()
+            await self.sender.drain(outgoing, lambda: self._stopping)
         finally:
             self._active.pop(key, None)
-            if not queue:
+            if not outgoing.names:
                 self._queues.pop(key, None)
-
-    async def _deliver(self, name: str) -> None:
-        path = self.home.outgoing / name
-        attempts = 0
-        while not self._stopping:
-            try:
-                payload = self._payload(name, path)
-            except FileNotFoundError:
-                self._known.discard(name)
-                return
-            channel = self.channel_for(payload)
-            assert channel is not None
-            started = time.perf_counter()
-            try:
-                record = await (send_with_files(channel, payload, self.attachments, self.events) if payload.files
-                                  else channel.send(payload))
-            except asyncio.CancelledError:
-                raise
-            except PermanentError as exc:  # the platform refused it for good (blocked, gone, not a member)
-                self._quarantine(path, f"the platform refused it: {exc}", attempts + 1, payload)
-                return
-            except Exception as exc:
-                attempts += 1
-                if attempts >= self.settings.max_attempts:
-                    self._quarantine(path, f"delivery failed {attempts} time(s): {exc}", attempts, payload)
-                    return
-                delay = _retry_delay(exc, attempts, self.settings)
-                self.events.emit("outgoing.retry", file=name, channel=payload.channel, profile=payload.profile,
-                                 conversation=payload.conversationId, reason=str(exc),
-                                 attempt=attempts, backoff_ms=int(delay * 1000),
-                                 rate_limited=isinstance(exc, DeliveryError) and exc.retry_after is not None)
-                await asyncio.sleep(delay)
-                continue
-            failures = 0
-            while True:
-                try:
-                    self._move_to_sent(path)
-                    break
-                except FileNotFoundError:
-                    break  # removed meanwhile: it was delivered, never send it twice
-                except OSError as exc:
-                    failures += 1
-                    await self._pause(name, f"cannot move {name} to sent/: {exc}", failures)
-            self.sent += 1
-            self.events.emit("outgoing.sent", file=name, channel=payload.channel, profile=payload.profile,
-                             conversation=payload.conversationId, messageId=payload.messageId,
-                             platform_ids=record.platform_ids if record else None,
-                             duration_ms=round((time.perf_counter() - started) * 1000, 2))
-            return
-
 
     async def _pause(self, name: str, reason: str, failures: int) -> None:
         """Reports a file-system refusal and waits out a backoff before the next try."""
@@ -201,6 +145,19 @@ class Dispatcher:
             return parsed
         return OutgoingPayload.model_validate(json.loads(path.read_bytes()))
 
+    async def _to_sent(self, name: str) -> None:
+        """Moves a delivered file to sent/, waiting out a file system that refuses it."""
+        failures = 0
+        while True:
+            try:
+                self._move_to_sent(self.home.outgoing / name)
+                return
+            except FileNotFoundError:
+                return  # removed meanwhile: it was delivered, never send it twice
+            except OSError as exc:
+                failures += 1
+                await self._pause(name, f"cannot move {name} to sent/: {exc}", failures)
+
     def _move_to_sent(self, path: Path) -> None:
         target = self.home.sent / path.name
         if target.exists():
@@ -209,14 +166,13 @@ class Dispatcher:
         self._known.discard(path.name)
 
     def _quarantine(self, path: Path, reason: str, attempts: int, payload: OutgoingPayload | None = None) -> None:
+        """Moves an undeliverable file to failed/ with its reason."""
         conversation = (payload.conversationId or payload.senderId) if payload is not None else None
         with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing left to keep
             move_to_failed(self.home, path, fsync=self.settings.fsync, reason=reason, attempts=attempts,
                            source="outgoing", conversation=conversation)
         self._known.discard(path.name)
         self._parsed.pop(path.name, None)
-        log.error("undeliverable reply %s moved to failed/: %s", path.name, reason)
-        self.events.emit("outgoing.failed", file=path.name, reason=reason, attempts=attempts)
 
     def prune_sent(self) -> int:
         """Deletes delivered payloads older than `sent_retention_days`; returns how many."""
@@ -233,8 +189,72 @@ class Dispatcher:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
-def _retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> float:
-    """The platform's retry-after when it gave one, else jittered exponential backoff."""
-    if isinstance(exc, DeliveryError) and exc.retry_after is not None:
-        return float(exc.retry_after)
-    return backoff_delay(attempts, settings.backoff_initial_ms, settings.backoff_max_ms, jitter=(0.8, 1.2)) / 1000
+
+class _Outgoing:
+    """One conversation's replies in outgoing/, in the order they were noticed (a sending.Conversation):
+    a retried head waits in place, its attempts counted here."""
+
+    def __init__(self, dispatcher: Dispatcher):
+        self.dispatcher = dispatcher
+        self.names: deque[str] = deque()
+        self.attempts = 0  # of the head
+        self.failures = 0  # of the file system, for the head
+
+    async def head(self) -> _FileHead | None:
+        dispatcher = self.dispatcher
+        while self.names:
+            name = self.names[0]
+            path = dispatcher.home.outgoing / name
+            try:
+                payload = dispatcher._payload(name, path)
+            except FileNotFoundError:
+                dispatcher._known.discard(name)
+                self.left()
+                continue
+            channel = dispatcher.channel_for(payload)
+            assert channel is not None
+            return _FileHead(self, name, path, payload, channel, self.attempts)
+        return None
+
+    async def wait(self, delay_s: float) -> bool:
+        await asyncio.sleep(delay_s)
+        return True
+
+    async def failed(self, exc: Exception) -> bool:
+        """E.g. failed/ not writable: the file stays, tried again after a pause."""
+        self.failures += 1
+        name = self.names[0] if self.names else "a reply"
+        await self.dispatcher._pause(name, f"cannot deliver {name}: {type(exc).__name__}: {exc}", self.failures)
+        return True
+
+    def left(self) -> None:
+        """The head was sent, is dead or vanished: the next reply becomes the head."""
+        self.names.popleft()
+        self.attempts = self.failures = 0
+
+
+@dataclass
+class _FileHead:
+    """A reply file at the head of its conversation (a sending.Head)."""
+
+    outgoing: _Outgoing
+    name: str
+    path: Path
+    payload: OutgoingPayload
+    channel: Channel
+    attempts: int
+    journal: None = None  # each channel keeps its own DeliveryJournal in the home
+
+    def counts(self, exc: Exception) -> bool:
+        return True
+
+    async def sent(self) -> None:
+        await self.outgoing.dispatcher._to_sent(self.name)
+        self.outgoing.left()
+
+    async def retry(self, attempts: int, error: str, delay_s: float) -> None:
+        self.outgoing.attempts = attempts
+
+    async def dead(self, reason: str, attempts: int) -> None:
+        self.outgoing.dispatcher._quarantine(self.path, reason, attempts, self.payload)
+        self.outgoing.left()

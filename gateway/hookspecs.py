@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
     from gateway.statuscache import StatusCache
+    from gateway.stores import BackendFactory, StoreFactory
 
 hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")
@@ -88,6 +89,33 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
     `providers` names the in-process providers every plugin declares (`switchyard_providers`).
     `switchyard run` calls it before any channel starts and exits 2 on a problem; `switchyard check`
     prints them. All implementations are called; the lists are joined.
+    """
+
+
+@hookspec
+def switchyard_backends() -> dict[str, BackendFactory]:  # type: ignore[empty-body]
+    """Declares storage backends by the name `queue.backend` selects: a factory `(home, settings, stores) ->
+    Backend` (gateway/composition.py says what a Backend opens; pass `stores` to `composition.open_store`).
+
+    Import a backend's libraries inside its factory: every command builds the plugin manager. All
+    implementations are called; the mappings are merged.
+    """
+
+
+@hookspec
+def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:  # type: ignore[empty-body]
+    """Declares this plugin's own stores on each backend: `{store name: {backend name: factory}}`, the
+    factory called as `(backend, **options)` by `Backend.store(name, **options)` (the orchestrator declares
+    `runs`, `sessions` and `history` so). All implementations are called; the mappings are merged.
+    """
+
+
+@hookspec
+def switchyard_migrations() -> dict[str, list[str]]:  # type: ignore[empty-body]
+    """Declares the schema migrations of this plugin's stores on each backend that keeps a schema:
+    `{backend name: [package]}`, each package holding `migrations/*.sql` (the orchestrator declares its
+    runs and memory tables so). `switchyard db migrate` applies every plugin's once each, all in name order
+    (a name is unique across plugins). All implementations are called; the mappings are joined.
     """
 
 

@@ -6,17 +6,16 @@ import contextlib
 import hashlib
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.home import Home, safe_name
+from gateway.home import safe_name
 
 if TYPE_CHECKING:
-    from gateway.settings import Settings
+    pass
 
 UNREADABLE_GRACE_S = 60.0
 
@@ -168,7 +167,7 @@ class LockDirectory:
 
 
 class Locks(Protocol):
-    """TTL locks, one holder per resource: LockDirectory (files) or gateway.pg.locks.PgLocks (postgres)."""
+    """TTL locks, one holder per resource: LockDirectory (files) or the postgres backend's (`Backend.locks`)."""
 
     holder: str
     ttl_s: float
@@ -178,15 +177,3 @@ class Locks(Protocol):
     def release(self, resource: str) -> None: ...
     def renew(self, resources: list[str]) -> None: ...
     def clean_expired(self) -> list[str]: ...
-
-
-def open_locks(home: Home, settings: Settings, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
-    """The coordination locks of the configured backend: rows in the database on postgres (shared by
-    every host), else files in `coordination/locks/` (shared by the processes of one home)."""
-    if settings.queue.backend == "postgres":
-        from gateway.pg.db import dsn_from_settings, process_holder
-        from gateway.pg.locks import PgLocks
-
-        return PgLocks(dsn_from_settings(settings.queue), holder=holder or process_holder(), ttl_s=ttl_s)
-    return LockDirectory(home.coordination / "locks", holder=holder or f"{socket.gethostname()}:{os.getpid()}",
-                         ttl_s=ttl_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
@@ -24,8 +25,11 @@ def outgoing_name(payload: OutgoingPayload, named_by_message_id: Collection[str]
     return f"{safe_name(payload.channel)}_{safe_name(payload.messageId)}_{payload.timestamp}.json"
 
 
-class FileOutbox:
-    """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files.
+class BaseOutbox(ABC):
+    """What every outbox does before it stores a reply: refuses the attachments its conversation may not
+    receive, and stamps it with a timestamp never below the last one this process used (the names of
+    spec 002 carry it). Each backend stores the reply in its own way (FileOutbox: a file in
+    `queue/outgoing/`; gateway.pg.outbox.PgOutbox: a row).
 
     `named_by_message_id` holds the channel types whose replies are `<messageId>.json` (those whose
     channel declares `Channel.reply_named_by_message_id`; the gateway adds each as it builds it): a
@@ -33,43 +37,19 @@ class FileOutbox:
     """
 
     def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
-                 fsync: bool = True, named_by_message_id: Collection[str] = ()):
+                 named_by_message_id: Collection[str] = ()):
         self.home = home
         self.named_by_message_id = set(named_by_message_id)
         self.events = events
         self.attachments = AttachmentPolicy(home, extra_roots)
-        self.fsync = fsync
         self._last_ms = 0
         self._lock = threading.Lock()
-        self._spares = SpareFiles(home.outgoing)
         self.on_written: Callable[[str, OutgoingPayload], None] | None = None
+        """Told of each reply written where the gateway's delivery must be handed it (FileOutbox)."""
 
-    def write(self, payload: OutgoingPayload) -> Path:
-        """Writes one payload atomically; a refused attachment is dropped and named in the text.
-
-        `on_written(name, payload)` then hands the payload to the dispatcher without a re-read.
-        """
-        payload = self._checked_files(payload)
-        with self._lock:
-            stamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
-            while True:
-                payload.timestamp = stamp
-                path = self.home.outgoing / outgoing_name(payload, self.named_by_message_id)
-                if payload.channel in self.named_by_message_id or not path.exists():
-                    break
-                stamp += 1
-            self._last_ms = stamp
-        atomic_write(path, payload.to_json(), fsync=self.fsync, spares=self._spares)
-        if self.on_written is not None:
-            self.on_written(path.name, payload)
-        return path
-
-    def close(self) -> None:
-        """Removes the spare file kept ready in outgoing/."""
-        self._spares.close()
-
-    def _checked_files(self, payload: OutgoingPayload) -> OutgoingPayload:
-        """Keeps the files this reply's conversation may receive (by their real paths); notes the others."""
+    def prepared(self, payload: OutgoingPayload) -> OutgoingPayload:
+        """The payload as it will be stored: the files its conversation may receive (by their real paths)
+        kept, the others dropped and named in its text."""
         if not payload.files:
             return payload
         kept: list[str] = []
@@ -85,3 +65,50 @@ class FileOutbox:
                 continue
             kept.append(real)
         return note_refusals(payload.model_copy(update={"files": kept}), refused, self.events, stage="written")
+
+    def stamped(self, payload: OutgoingPayload, taken: Callable[[str], bool] = lambda name: False) -> str:
+        """Sets the payload's timestamp (never below the last one used here, nor one whose name is
+        `taken`, unless its channel's replies replace each other) and returns its spec-002 name."""
+        with self._lock:
+            payload.timestamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
+            while True:
+                name = outgoing_name(payload, self.named_by_message_id)
+                if payload.channel in self.named_by_message_id or not taken(name):
+                    break
+                payload.timestamp += 1
+            self._last_ms = payload.timestamp
+        return name
+
+    @abstractmethod
+    def write(self, payload: OutgoingPayload) -> Path | str:
+        """Stores one payload (gateway.api.Outbox)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Lets go of what the outbox holds open."""
+
+
+class FileOutbox(BaseOutbox):
+    """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files."""
+
+    def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
+                 fsync: bool = True, named_by_message_id: Collection[str] = ()):
+        super().__init__(home, events, extra_roots=extra_roots, named_by_message_id=named_by_message_id)
+        self.fsync = fsync
+        self._spares = SpareFiles(home.outgoing)
+
+    def write(self, payload: OutgoingPayload) -> Path:
+        """Writes one payload atomically; a refused attachment is dropped and named in the text.
+
+        `on_written(name, payload)` then hands the payload to the dispatcher without a re-read.
+        """
+        payload = self.prepared(payload)
+        path = self.home.outgoing / self.stamped(payload, lambda name: (self.home.outgoing / name).exists())
+        atomic_write(path, payload.to_json(), fsync=self.fsync, spares=self._spares)
+        if self.on_written is not None:
+            self.on_written(path.name, payload)
+        return path
+
+    def close(self) -> None:
+        """Removes the spare file kept ready in outgoing/."""
+        self._spares.close()

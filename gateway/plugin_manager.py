@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Iterable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,8 @@ log = logging.getLogger("switchyard.plugins")
 
 ENTRY_POINT_GROUP = "switchyard.plugins"
 DEFAULT_PLUGINS: tuple[str, ...] = (
+    "gateway.filestores",
+    "gateway.pgplugin",
     "plugins.console",
     "plugins.heartbeat",
     "plugins.telegram",
@@ -33,6 +37,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.inbox",
     "orchestrator.cli",
     "orchestrator.plugin",
+    "orchestrator.pgplugin",
 )
 
 
@@ -55,7 +60,7 @@ def plugin_manager_for(modules: Iterable[str], *, extra: Iterable[object] = ()) 
     modules = [*modules, *(m.strip() for m in os.environ.get("SWITCHYARD_PLUGINS", "").split(",") if m.strip())]
     for name in dict.fromkeys(modules):
         _register_module(pm, name)
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point in _entry_points(tuple(sys.path)):
         if pm.has_plugin(entry_point.name):
             continue
         try:
@@ -65,6 +70,13 @@ def plugin_manager_for(modules: Iterable[str], *, extra: Iterable[object] = ()) 
     for plugin in extra:
         pm.register(plugin)
     return pm
+
+
+@functools.lru_cache(maxsize=8)
+def _entry_points(path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
+    """The `switchyard.plugins` entry points installed on `path`, scanned once per path (a command builds
+    more than one plugin manager: the scan of every installed distribution is the costly part)."""
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
 
 
 def _register_module(pm: pluggy.PluginManager, name: str) -> None:

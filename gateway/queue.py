@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import heapq
 import json
 import logging
@@ -22,10 +21,12 @@ from gateway.home import (
     SpareFiles,
     atomic_write,
     fsync_dir,
+    lock_if_unheld,
     read_file,
     remove_stale_tmp,
     safe_name,
     scan_mtimes,
+    take_folder_lock,
 )
 from gateway.queueorder import NameSequence, order_of
 
@@ -92,9 +93,7 @@ class FileQueue:
         """
         self.home.create()
         self._attempts_dir.mkdir(parents=True, exist_ok=True)
-        self.worker_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.worker_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._lock_fd = take_folder_lock(self.worker_dir)
         self._with_attempts = {p.name.removesuffix(".json") for p in self._attempts_dir.iterdir()}
         actions = self._recover()
         self.rescan()
@@ -123,33 +122,52 @@ class FileQueue:
         return actions + self._recover_folders(self._dead_worker_dirs(include_own=True))
 
     def _recover_folders(self, folders: list[Path]) -> list[str]:
+        """Returns what these processing folders hold to incoming/ and removes the other workers' ones,
+        each while holding its lock (never the folder of a worker alive; one starting makes it again)."""
         actions: list[str] = []
         for folder in folders:
-            try:
-                entries = list(os.scandir(folder))
-            except FileNotFoundError:  # another starting worker recovered and removed it first
+            if folder == self.worker_dir:
+                actions += self._return_all(folder)
                 continue
-            for entry in entries:  # whatever its kind (a claimed FIFO or link too): the claim quarantines it
-                if entry.name.endswith(".json"):
-                    try:
-                        actions.append(self._return_to_incoming(Path(entry.path)))
-                    except FileNotFoundError:
-                        continue  # another starting worker recovered it first
-            if folder != self.worker_dir:
-                (folder / ".lock").unlink(missing_ok=True)
+            try:
+                lock_fd = lock_if_unheld(folder / ".lock")
+            except BlockingIOError:
+                continue  # its worker runs, or another process is recovering it
+            try:
+                actions += self._return_all(folder)
+                if lock_fd is not None:
+                    (folder / ".lock").unlink(missing_ok=True)
                 with contextlib.suppress(OSError):
                     folder.rmdir()
+            finally:
+                if lock_fd is not None:
+                    os.close(lock_fd)
+        return actions
+
+    def _return_all(self, folder: Path) -> list[str]:
+        actions: list[str] = []
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:  # another starting worker recovered and removed it first
+            return actions
+        for entry in entries:  # whatever its kind (a claimed FIFO or link too): the claim quarantines it
+            if entry.name.endswith(".json"):
+                try:
+                    actions.append(self._return_to_incoming(Path(entry.path)))
+                except FileNotFoundError:
+                    continue  # another starting worker recovered it first
         return actions
 
     def _dead_worker_dirs(self, *, include_own: bool) -> list[Path]:
-        """Every processing folder whose worker no longer holds its lock, and our own if asked."""
+        """Every other processing folder (whether its worker is dead is known under its lock, in
+        `_recover_folders`), and our own if asked."""
         dead = []
         for entry in os.scandir(self.home.processing):
             path = Path(entry.path)
             if path == self.worker_dir:
                 if include_own:
                     dead.append(path)
-            elif entry.is_dir() and _lock_is_free(path / ".lock"):
+            elif entry.is_dir():
                 dead.append(path)
         return dead
 
@@ -380,17 +398,3 @@ def _is_regular(path: Path) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except FileNotFoundError:
         return False
-
-
-def _lock_is_free(lock_path: Path) -> bool:
-    try:
-        fd = os.open(lock_path, os.O_RDWR)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True

@@ -1,9 +1,9 @@
 """`switchyard status`: what it gathers (gateway process, channels, queue, dead letters, plugin sections)
 and how it shows it (tables for a person, JSON for a script). Exits 3 when the gateway is down.
 
-On the PostgreSQL backend the queue, dead letters, the processes attached on every host and the
-channel owners come from the database (gateway/pg/status.py, imported only then); the gateway counts
-as running when any process attached is live; an unreachable database is one line and exit 2."""
+The backend (gateway/composition.py) gathers the queue, the dead letters and the gateway processes: on
+PostgreSQL from the database (gateway/pg/status.py: the processes attached on every host and the channel
+owners too; the gateway counts as running when any is live; an unreachable database is one line and exit 2)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.cli import EXIT_NO_HOME, not_a_home
-from gateway.deadletters import list_dead
-from gateway.home import Home, queue_depths
+from gateway.composition import backend_name, open_backend
+from gateway.home import Home
 from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
 from gateway.statuscache import LazySettings, StatusCache
+from gateway.stores import BackendUnreachable
 from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from gateway.cli import Invocation
     from gateway.settings import Settings
+    from gateway.stores import Backend
 
 EXIT_DATABASE = 2  # the PostgreSQL backend's database is unreachable (as `switchyard db`)
 EXIT_NOT_RUNNING = 3  # as `systemctl status` and LSB init scripts say "program is not running"
@@ -37,58 +39,37 @@ PID_START_SLACK_S = 5.0  # the gateway writes started_at just after its process 
 def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     """Prints the status; the exit code says whether the gateway is running (0) or not (3). What it derives
     from the configuration comes from the status cache while the files are unchanged: the settings are then
-    neither loaded nor validated (invalid ones exit 2 through SettingsError, as every command does). On the
-    postgres backend an unreachable database is one line on stderr and exit 2."""
+    neither loaded nor validated (invalid ones exit 2 through SettingsError, as every command does). A
+    backend whose storage is unreachable (the postgres database) is one line on stderr and exit 2."""
     cache = StatusCache.load(run.home, run.settings_path)
     plugins = cache.remember("plugins", lambda: list(run.settings.plugins))
-    backend = cache.remember("backend", lambda: run.settings.queue.backend)
+    name = cache.remember("backend", lambda: backend_name(run.settings))
     settings = cast("Settings", LazySettings(lambda: run.settings))
     pm = plugin_manager_for([*DEFAULT_PLUGINS, *plugins])
-    if backend == "postgres":
-        from gateway.pg.status import DatabaseUnreachable
-
-        try:
-            status = gather_status(run.home, settings, pm, cache, on_database=True)
-        except DatabaseUnreachable as exc:
-            if args.json:
-                print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": str(exc)}}))
-            print(f"switchyard: {exc}", file=sys.stderr)
-            return EXIT_DATABASE
-    elif not_a_home(run.home):  # else a mistyped --home would show an empty queue and "not running"
+    backend = open_backend(run.home, settings, pm, name=name)
+    if backend.in_home and not_a_home(run.home):  # else a mistyped --home would show an empty queue
         return EXIT_NO_HOME
-    else:
-        status = gather_status(run.home, settings, pm, cache)
+    try:
+        status = gather_status(run.home, settings, pm, cache, backend)
+    except BackendUnreachable as exc:
+        if args.json:
+            print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": str(exc)}}))
+        print(f"switchyard: {exc}", file=sys.stderr)
+        return EXIT_DATABASE
     cache.save()
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
-        print_status(status)
+        print_status(status, backend)
     return 0 if status["gateway"]["running"] else EXIT_NOT_RUNNING
 
 
-def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusCache, *,
-                 on_database: bool = False) -> dict[str, Any]:
-    """Everything `status` shows: gateway process, channels, queue depths, dead letters, plugin sections
-    (`cache` keeps what those derive from configuration files); `on_database`: the postgres backend's
-    queue, dead letters and processes, read from the database."""
-    if on_database:
-        from gateway.pg.status import gather
-
-        status: dict[str, Any] = {"home": str(home.root), "backend": "postgres"}
-        status.update(gather(settings.queue, dead_shown=DEAD_LETTERS_SHOWN, home=home))
-        status.setdefault("queue", {})
-        status.setdefault("dead_letter_count", 0)
-        status.setdefault("dead_letters", [])
-        local = gateway_process(home)
-        live = [p for p in status.get("processes", []) if not p["stale"]]
-        status["gateway"] = {**local, "running": bool(live), "local": local.get("running", False),
-                             "processes_live": len(live)}
-    else:
-        status = {"home": str(home.root), "queue": queue_depths(home)}
-        status["gateway"] = gateway_process(home)
-        dead = list_dead(home)
-        status["dead_letter_count"] = len(dead)
-        status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:DEAD_LETTERS_SHOWN]]
+def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusCache,
+                  backend: Backend) -> dict[str, Any]:
+    """Everything `status` shows: the backend's part (gateway process, queue depths, dead letters; on
+    postgres the database and the processes of every host), then the plugin sections (`cache` keeps what
+    those derive from configuration files)."""
+    status: dict[str, Any] = {"home": str(home.root), **backend.status(DEAD_LETTERS_SHOWN)}
     for section in call_each(pm, "switchyard_status", home=home, settings=settings, cache=cache):
         status.update(section)
     return status
@@ -133,20 +114,11 @@ def _stale(channel: dict[str, Any]) -> dict[str, Any]:
             "reason": f"gateway not running (last reported {last})"}
 
 
-def print_status(status: dict[str, Any]) -> None:
-    """Prints the status for a person: a headline, then one table per section that has rows."""
+def print_status(status: dict[str, Any], backend: Backend) -> None:
+    """Prints the status for a person: the backend's headline, then one table per section that has rows."""
     gateway = status["gateway"]
     print(f"home: {status['home']}")
-    if status.get("backend") == "postgres":
-        from gateway.pg.status import print_database
-
-        print(f"gateway: {gateway['processes_live']} live process(es) attached to the database"
-              if gateway.get("running") else "gateway: no live process attached to the database")
-        print_database(status)
-    elif gateway.get("running"):
-        print(f"gateway: running, pid {gateway.get('pid')}, since {gateway.get('started_at', '?')}")
-    else:
-        print("gateway: not running" + (f" (last pid {gateway['pid']})" if gateway.get("pid") else ""))
+    backend.print_headline(status)
     _section(["channel", "type", "state", "detail"],
              [[name, str(info.get("type") or "-"), str(info.get("state")), str(info.get("reason") or "")]
               for name, info in (gateway.get("channels") or {}).items()])

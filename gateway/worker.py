@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import time
@@ -14,12 +13,13 @@ from pathlib import Path
 
 from gateway.aio import wait_event
 from gateway.answered import AnsweredIndex
-from gateway.api import Handler, Outbox, PermanentError
-from gateway.events import EventLog, now_ms
+from gateway.api import Handler, Outbox
+from gateway.events import EventLog
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.payloads import APOLOGY, backoff_seconds, parse_payload
+from gateway.outcome import Dead, Done, Retry, handled
+from gateway.payloads import backoff_seconds, parse_payload
 from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.receipts import Receipts
 from gateway.settings import QueueSettings
@@ -30,8 +30,6 @@ log = logging.getLogger("switchyard.worker")
 MAX_PENDING = 10_000
 LOCK_RETRY_S = 0.05
 CLAIM_REPORT_S = 60.0
-# The file system refuses writes for reasons outside the message: wait until fixed, never dead-letter.
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 @dataclass
@@ -285,33 +283,20 @@ class Worker:
         job.started = time.monotonic()
         finished = self._on_start(message) if self._on_start is not None else None
         try:
-            replies = await self._handle(job)
+            outcome = await handled(self.handler, message, claimed.attempts, self.settings, job_id=claimed.name,
+                                    wait_out=functools.partial(self._wait_out, job))
         finally:
             if finished is not None:
                 finished()
-        if replies is not None:
-            await self._deliver(job, replies)
+        if isinstance(outcome, Done):
+            await self._deliver(job, outcome)
+        elif isinstance(outcome, Retry):
+            await self._requeue(job, outcome)
+        else:
+            await self._dead_letter(job, outcome)
 
-    async def _handle(self, job: _Job) -> list[OutgoingPayload] | None:
-        """The handler's replies; None when the failure was settled (retry or dead letter)."""
-        failures = 0
-        while True:
-            try:
-                return await self.handler.handle(job.message)
-            except PermanentError as exc:
-                job.claimed.errors.append(str(exc))  # the report keeps every error, this one too
-                await self._dead_letter(job, str(exc), job.claimed.attempts + 1, reply=exc.reply)
-                return None
-            except OSError as exc:
-                if exc.errno not in STORAGE_ERRNOS:
-                    await self._retry_or_dead_letter(job, f"{type(exc).__name__}: {exc}")
-                    return None
-                failures += 1
-                await self._storage_pause(job, f"process the message: {exc}", failures)
-            except Exception as exc:
-                log.warning("processing %s failed: %s", job.claimed.name, exc, exc_info=log.isEnabledFor(10))
-                await self._retry_or_dead_letter(job, f"{type(exc).__name__}: {exc}")
-                return None
+    async def _wait_out(self, job: _Job, exc: OSError, refusals: int) -> None:
+        await self._storage_pause(job, f"process the message: {exc}", refusals)
 
     async def _durably(self, job: _Job, what: str, action: Callable[[], object]) -> None:
         """Runs a write into the queue, retrying it with backoff while the file system refuses it
@@ -336,47 +321,29 @@ class Worker:
                          retry_ms=int(delay * 1000), failures=failures)
         await asyncio.sleep(delay)
 
-    async def _deliver(self, job: _Job, replies: list[OutgoingPayload]) -> None:
-        for reply in replies:
+    async def _deliver(self, job: _Job, done: Done) -> None:
+        for reply in done.replies:
             await self._durably(job, "write the reply", functools.partial(self.outbox.write, reply))
         await self._durably(job, "record the answer", functools.partial(self.answered.record, job.message))
         await self._durably(job, "remove the answered file", functools.partial(self.queue.complete, job.claimed))
         self.processed += 1
-        self.events.emit("job.succeeded", job_id=job.claimed.name, state="done", kind="message",
-                         channel=job.message.channel, conversation=job.message.conversation,
-                         replies=len(replies), duration_ms=round((time.monotonic() - job.started) * 1000, 2))
+        done.announce(self.events, job.claimed.name, job.message, time.monotonic() - job.started)
 
-    async def _retry_or_dead_letter(self, job: _Job, error: str) -> None:
-        attempts = job.claimed.attempts + 1
-        if attempts >= self.settings.max_attempts:
-            job.claimed.errors.append(error)
-            await self._dead_letter(job, f"failed {attempts} time(s); last error: {error}", attempts)
-            return
-        delay = backoff_seconds(attempts, self.settings)
-        fields = {"job_id": job.claimed.name, "channel": job.message.channel, "profile": job.message.profile,
-                  "conversation": job.message.conversation, "retries": attempts}
-        self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
-                         failure_reason=error, **fields)
+    async def _requeue(self, job: _Job, retry: Retry) -> None:
+        retry.announce(self.events, job.claimed.name, job.message)
         await self._durably(job, "return the message to incoming",
-                            functools.partial(self.queue.requeue, job.claimed, error, delay))
+                            functools.partial(self.queue.requeue, job.claimed, retry.error, retry.delay_s))
         self.scheduler.hold(job.claimed.order, ordering_keys(job.message))
-        self.events.emit("job.requeued", state="queued", kind="message", backoff_ms=int(delay * 1000),
-                         **fields)
+        retry.requeued(self.events, job.claimed.name, job.message)
 
-    async def _dead_letter(self, job: _Job, reason: str, attempts: int, *, reply: str | None = None) -> None:
+    async def _dead_letter(self, job: _Job, dead: Dead) -> None:
+        job.claimed.errors.append(dead.error)  # the report keeps every error, this one too
         targets: list[Path] = []
-        await self._durably(job, "move the message to failed/", lambda: targets.append(
-            self.queue.dead_letter(job.claimed, reason, attempts=attempts, conversation=job.message.conversation)))
-        log.error("dead letter: %s (%s, conversation %s) moved to failed/%s: %s", job.claimed.name,
-                  job.message.channel, job.message.conversation, targets[0].name, reason)
-        self.events.emit("job.failed.final", job_id=job.claimed.name, state="failed_final", kind="message",
-                         channel=job.message.channel, profile=job.message.profile,
-                         conversation=job.message.conversation,
-                         reason=reason, failure_reason=reason, attempts=attempts, file=targets[0].name)
-        preview = job.message.message[:60] + ("…" if len(job.message.message) > 60 else "")
-        text = reply or APOLOGY.format(preview=preview, attempts=attempts)
-        apology = OutgoingPayload.reply_to(job.message, text, agent="switchyard", timestamp=now_ms())
-        await self._durably(job, "write the apology", functools.partial(self.outbox.write, apology))
+        await self._durably(job, "move the message to failed/", lambda: targets.append(self.queue.dead_letter(
+            job.claimed, dead.reason, attempts=dead.attempts, conversation=job.message.conversation)))
+        dead.announce(self.events, job.claimed.name, job.message, where=f" moved to failed/{targets[0].name}",
+                      file=targets[0].name)
+        await self._durably(job, "write the apology", functools.partial(self.outbox.write, dead.apology))
 
     def _requeue_uncounted(self, claimed: Claimed) -> None:
         """Puts an interrupted message back for the next start, without counting an attempt."""

@@ -91,24 +91,19 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
 def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Lists runs newest first (filtered and cut to `--limit`), or shows one; on the postgres backend an
     unreachable database is one line on stderr and exit 2."""
-    from orchestrator.runs import open_run_store
+    from orchestrator.stores import backend_for, open_run_store
 
-    if settings.queue.backend != "postgres":
+    backend = backend_for(home, settings)
+    if backend.in_home:
         from gateway.cli import EXIT_NO_HOME, not_a_home
 
         if not_a_home(home):  # else a mistyped --home would answer "no runs"
             return EXIT_NO_HOME
-        return _runs(args, open_run_store(home, settings, fsync=False))
-    store = open_run_store(home, settings, fsync=False)
-    import psycopg
-
-    from gateway.pg.db import dsn_from_settings
-    from gateway.redaction import database_error
-
+    store = open_run_store(backend, fsync=False)
     try:
         return _runs(args, store)
-    except psycopg.Error as exc:  # the pool's own warnings said why; this is the one line that stays
-        print(f"switchyard: {database_error(exc, dsn_from_settings(settings.queue))}", file=sys.stderr)
+    except backend.failures as exc:  # the pool's own warnings said why; this is the one line that stays
+        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
         return EXIT_DATABASE
 
 
@@ -165,20 +160,19 @@ def cmd_coordination(args: argparse.Namespace, home: Home, settings: Settings) -
     """Applies the spec-001 retention policy and the runs retention once."""
     from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
     from orchestrator.retention import apply_retention
-    from orchestrator.runs import open_run_store
+    from orchestrator.stores import backend_for, open_run_store
 
-    shared_locks = None
-    if settings.queue.backend == "postgres":
-        from gateway.locks import open_locks
-
-        shared_locks = open_locks(home, settings)
+    backend = backend_for(home, settings)
+    shared_locks = None  # the file backend's locks are files under coordination/, cleaned with it
+    if not backend.in_home:
+        shared_locks = backend.locks()
     else:
         from gateway.cli import EXIT_NO_HOME, not_a_home
 
         if not_a_home(home):  # else a mistyped --home would get coordination/ made and "0 removed"
             return EXIT_NO_HOME
     report = apply_retention(
-        home, open_run_store(home, settings, fsync=False), Coordination(home),
+        home, open_run_store(backend, fsync=False), Coordination(home),
         settings.queue.runs_retention_days if args.runs_days is None else args.runs_days,
         archive_after_days=ARCHIVE_AFTER_DAYS if args.archive_after_days is None else args.archive_after_days,
         checkpoint_days=CHECKPOINT_RETENTION_DAYS if args.checkpoint_days is None else args.checkpoint_days,

@@ -7,7 +7,6 @@ import logging
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
-from gateway.locks import open_locks
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
 from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
@@ -19,11 +18,10 @@ from orchestrator.functions import cancel_text, workflow_listing
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
-from orchestrator.runs import open_run_store
 from orchestrator.runstate import RunState
 from orchestrator.selector import Selector, SelectorError
-from orchestrator.sessions import open_history, open_sessions
 from orchestrator.steps import StepRunner
+from orchestrator.stores import backend_for, open_history, open_run_store, open_sessions
 from orchestrator.taskqueue import ensure_queue_dirs
 
 log = logging.getLogger("switchyard.orchestrator")
@@ -43,21 +41,22 @@ class Orchestrator:
         self._context = context
         self._watch: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
+        backend = context.backend if context.backend is not None else backend_for(context.home, context.settings)
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
-                                      sessions=open_sessions(context.home, context.settings.queue))
+                                      sessions=open_sessions(backend))
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
-        self._store = open_run_store(context.home, context.settings)
+        self._store = open_run_store(backend)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox)
         queue = context.settings.queue
         self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
                                      outbox=context.outbox, max_parallel=max_parallel_runs,
                                      lock_ttl_sec=queue.lock_ttl_sec,
                                      runs_retention_days=queue.runs_retention_days,
-                                     locks=open_locks(context.home, context.settings, ttl_s=queue.lock_ttl_sec))
+                                     locks=backend.locks(ttl_s=queue.lock_ttl_sec))
         self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
         self._selector = Selector(context.home, self._runner, context.events,
-                                  open_history(context.home, context.settings.queue))
+                                  open_history(backend))
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),

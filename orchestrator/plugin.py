@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.statuscache import StatusCache
+    from gateway.stores import StoreFactory
     from orchestrator.handler import Orchestrator
 
 
@@ -28,6 +29,14 @@ def switchyard_handler(context: HandlerContext) -> Orchestrator:
     from orchestrator.handler import Orchestrator
 
     return Orchestrator(context)
+
+
+@hookimpl
+def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
+    """Declares the orchestrator's runs, sessions and history on the file backend (orchestrator/stores.py)."""
+    from orchestrator.stores import file_stores
+
+    return file_stores()
 
 
 @hookimpl
@@ -73,8 +82,7 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
 
     config = cache.remember("orchestrator", lambda: _config_status(home, settings),
                             lambda: _config_files(home, settings))
-    backend = cache.remember("backend", lambda: settings.queue.backend)  # read without loading the settings
-    return {"runs": _unfinished_runs(home, settings, backend),
+    return {"runs": _unfinished_runs(home, settings, cache),
             "providers": [provider_line(name, not_found(binary), used_by)
                           for name, binary, used_by in config["binaries"] if shutil.which(binary) is None],
             "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in config["problems"]],
@@ -100,14 +108,19 @@ def _config_files(home: Home, settings: Settings) -> list[Path]:
     return [home.resolve(ref.workspace) / CONFIG_FILE for ref in settings.orchestrators.values()]
 
 
-def _unfinished_runs(home: Home, settings: Settings, backend: str) -> list[dict[str, Any]]:
+def _unfinished_runs(home: Home, settings: Settings, cache: StatusCache) -> list[dict[str, Any]]:
     """The summaries of the runs not yet finished (every host's on postgres); a home whose runs all ended
-    is told from their state.json as plain JSON, without loading the run models."""
-    if backend != "postgres" and not _may_have_unfinished_runs(home.runs):
-        return []
-    from orchestrator.runs import open_run_store  # not before: a home whose runs all ended needs no models
+    is told from their state.json as plain JSON, without loading the run models. The backend is opened
+    from the names the status cache keeps, without loading the settings."""
+    from gateway.composition import backend_name, open_backend
 
-    return [run.summary() for run in open_run_store(home, settings, fsync=False).unfinished()]
+    backend = open_backend(home, settings, name=cache.remember("backend", lambda: backend_name(settings)),
+                           plugins=cache.remember("plugins", lambda: list(settings.plugins)))
+    if backend.in_home and not _may_have_unfinished_runs(home.runs):
+        return []
+    from orchestrator.stores import open_run_store  # not before: a home whose runs all ended needs no models
+
+    return [run.summary() for run in open_run_store(backend, fsync=False).unfinished()]
 
 
 def _may_have_unfinished_runs(root: Path) -> bool:
@@ -136,6 +149,6 @@ def switchyard_recent_runs(home: Home, limit: int, settings: Settings) -> list[d
 
     `settings` has no default: pluggy passes only the arguments an implementation names without one,
     so a default would always be used, and the postgres dashboard would read this home's run folders."""
-    from orchestrator.runs import open_run_store
+    from orchestrator.stores import backend_for, open_run_store
 
-    return [run.overview() for run in open_run_store(home, settings, fsync=False).recent(limit)]
+    return [run.overview() for run in open_run_store(backend_for(home, settings), fsync=False).recent(limit)]

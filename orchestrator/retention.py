@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gateway.home import Home, safe_name
+from gateway.home import Home, remove_old_files, remove_stale_tmp, safe_name
 from gateway.locks import Locks
 from gateway.settings import Settings
 from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
@@ -110,14 +110,22 @@ def retention_settings(settings: Settings) -> dict[str, float | None]:
             "runs": settings.queue.runs_retention_days or None}
 
 
+def prune_selector_files(home: Home, older_than_days: float = SELECT_RETENTION_DAYS) -> int:
+    """Deletes selector request and result files older than `older_than_days`, and temporary files
+    a writer killed mid-write left behind; returns how many."""
+    removed = 0
+    for folder in (home.select_incoming, home.select_results):
+        removed += len(remove_stale_tmp(folder))
+        removed += len(remove_old_files(folder, lambda name: name.endswith(".json"), older_than_days * 86400))
+    return removed
+
+
 def apply_retention(home: Home, store: RunStoreBase, coordination: Coordination, runs_days: float, *,
                     archive_after_days: float = ARCHIVE_AFTER_DAYS, checkpoint_days: float = CHECKPOINT_RETENTION_DAYS,
                     shared_locks: Locks | None = None) -> dict[str, Any]:
     """Every retention of the orchestrator once: spec-001's (checkpoints, archive, expired lock files), the
     selector's request and result files, the expired locks of `shared_locks` (the database's), finished runs;
     returns what it did. The executor's hourly maintenance and `switchyard coordination clean` call it."""
-    from orchestrator.selector import prune_selector_files  # the selector imports this module
-
     report = coordination.clean(archive_after_days=archive_after_days, checkpoint_days=checkpoint_days)
     report["selector_files_removed"] = prune_selector_files(home)
     if shared_locks is not None:

@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, fsync_dir, safe_name
-from gateway.settings import Settings
 from gateway.storable import made_safe, storable
 from orchestrator.listing import select_runs
 from orchestrator.runarchive import Entry
@@ -394,15 +393,3 @@ def _first_error(exc: ValidationError) -> str:
 def _ended(run: RunState | None) -> bool:
     """True for a run that ended or is gone."""
     return run is None or run.finished
-
-
-def open_run_store(home: Home, settings: Settings, *, fsync: bool | None = None) -> RunStoreBase:
-    """The run store of the configured backend: rows in the database on postgres (every host's runs),
-    else folders under `runs/`. `fsync` defaults to `queue.fsync`."""
-    fsync = settings.queue.fsync if fsync is None else fsync
-    if settings.queue.backend == "postgres":
-        from gateway.pg.db import dsn_from_settings
-        from orchestrator.pg.runs import PgRunStore
-
-        return PgRunStore(home, dsn_from_settings(settings.queue), fsync=fsync)
-    return RunStore(home, fsync=fsync)

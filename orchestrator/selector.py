@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import EventLog
-from gateway.home import Home, atomic_write, remove_old_files, remove_stale_tmp
+from gateway.home import Home, atomic_write
 from gateway.models import IncomingPayload
 from orchestrator.agent_cli import AgentCall
 from orchestrator.clis import unwrap_answer
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderRunner
-from orchestrator.retention import SELECT_RETENTION_DAYS
 from orchestrator.runstate import conversation_key
 from orchestrator.sessions import ConversationHistory
 from orchestrator.spawn import ProviderFailed, ProviderResult
@@ -291,13 +290,3 @@ class Selector:
             "exitCode": result.exit_code, "durationMs": result.duration_ms, "timedOut": result.timed_out,
             "stderrTail": result.stderr_tail or None,
         })
-
-
-def prune_selector_files(home: Home, older_than_days: float = SELECT_RETENTION_DAYS) -> int:
-    """Deletes selector request and result files older than `older_than_days`, and temporary files
-    a writer killed mid-write left behind; returns how many."""
-    removed = 0
-    for folder in (home.select_incoming, home.select_results):
-        removed += len(remove_stale_tmp(folder))
-        removed += len(remove_old_files(folder, lambda name: name.endswith(".json"), older_than_days * 86400))
-    return removed

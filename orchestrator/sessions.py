@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write
-from gateway.settings import QueueSettings
 from gateway.storable import safe_json
 from orchestrator.clis import Session
 
@@ -161,24 +160,6 @@ class ConversationHistory:
             return record
 
         self.records.update((scope,), change)
-
-
-def open_sessions(home: Home, queue: QueueSettings) -> SessionStore:
-    """The session store of this backend: the home's files, or the database on postgres."""
-    if queue.backend == "postgres":
-        from orchestrator.pg.sessions import PgSessionStore
-
-        return PgSessionStore.for_settings(queue)
-    return SessionStore.in_home(home)
-
-
-def open_history(home: Home, queue: QueueSettings) -> ConversationHistory:
-    """The conversation history of this backend: the home's files, or the database on postgres."""
-    if queue.backend == "postgres":
-        from orchestrator.pg.sessions import database_history
-
-        return database_history(queue)
-    return ConversationHistory.in_home(home)
 
 
 def _clip(text: str) -> str:

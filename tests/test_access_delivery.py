@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gateway.access import AccessPolicy
+from gateway.access import AccessPolicy, PairingStore
 from gateway.cli import main
 from gateway.delivery import JOURNAL_RETENTION_DAYS, DeliveryJournal, Part, RunThreads, deliver_parts, reply_parts
 from gateway.home import Home
@@ -28,7 +28,7 @@ def test_allow_from_admits_only_listed_senders(home: Home) -> None:
 
 
 def test_pairing_gives_one_code_and_approval_admits(home: Home, capsys) -> None:
-    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True))
+    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True), store=PairingStore(home))
     first = policy.check("42", "Eve")
     assert not first.allowed and first.reply is not None
     code = first.reply.split("pairing code is ")[1].split(";")[0]
@@ -44,12 +44,14 @@ def test_a_pairing_code_expires_after_the_profiles_ttl_and_the_sender_gets_a_new
         assert main(["--home", str(home.root), "pair", "list"]) == 0
         return str(capsys.readouterr().out)
 
-    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True, pairing_code_ttl_sec=600))
+    policy = AccessPolicy(home, ChannelProfile(id="p", type="x", pairing=True, pairing_code_ttl_sec=600),
+                          store=PairingStore(home))
     first = policy.check("42", "Eve")
     assert first.reply is not None and "(the code expires in 10 minutes)" in first.reply
     code = first.reply.split("pairing code is ")[1].split(";")[0]
     assert f"pending {code}: Eve (42) on p, since " in listed()
-    short = AccessPolicy(home, ChannelProfile(id="q", type="x", pairing=True, pairing_code_ttl_sec=0.01))
+    short = AccessPolicy(home, ChannelProfile(id="q", type="x", pairing=True, pairing_code_ttl_sec=0.01),
+                         store=PairingStore(home))
     told = short.check("7", "Bob").reply
     assert told is not None
     stale = told.split("pairing code is ")[1].split(";")[0]

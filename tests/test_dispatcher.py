@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from gateway.api import PermanentError
+from gateway.api import DeliveryError, PermanentError
 from gateway.attachments import AttachmentPolicy, attachment_folder, read_attachment
 from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, read_events
@@ -176,3 +176,53 @@ async def test_the_channel_reads_an_allowed_file_from_what_the_dispatcher_opened
     dispatcher.notice(outbox.write(_reply("notes", conversationId="c1").model_copy(update={"files": [str(own)]})).name)
     await async_wait_until(lambda: channel.sent)
     assert channel.sent[0].files == [str(own)] and read == [b"checked bytes"]
+
+
+async def test_a_failing_reply_keeps_its_place_and_the_next_one_waits_behind_it(home: Home) -> None:
+    channel = FakeChannel(fail_times=2)
+    dispatcher, outbox = _setup(home, channel)
+    for text in ("first", "second"):
+        dispatcher.notice(outbox.write(_reply(text)).name)
+    await async_wait_until(lambda: len(channel.sent) == 2)
+    assert [p.message for p in channel.sent] == ["first", "second"]
+    retries = [e for e in read_events(home.events_file) if e["event"] == "outgoing.retry"]
+    assert [e["attempt"] for e in retries] == [1, 2]
+
+
+async def test_after_max_attempts_a_reply_is_dead_with_its_attempts_and_the_next_one_goes_out(home: Home) -> None:
+    channel = FakeChannel()
+
+    async def refuse_doomed(payload: OutgoingPayload) -> None:
+        if payload.message == "doomed":
+            raise DeliveryError("doomed failed on purpose")
+
+    channel.on_send = refuse_doomed
+    dispatcher, outbox = _setup(home, channel)
+    name = outbox.write(_reply("doomed")).name
+    dispatcher.notice(name)
+    dispatcher.notice(outbox.write(_reply("next")).name)
+    await async_wait_until(lambda: [p.message for p in channel.sent] == ["next"])
+    report = json.loads((home.failed / f"{name}.error.json").read_bytes())
+    assert report["attempts"] == 3 and "doomed failed on purpose" in report["reason"]
+    [failed] = [e for e in read_events(home.events_file) if e["event"] == "outgoing.failed"]
+    assert failed["attempts"] == 3 and failed["file"] == name
+
+
+async def test_replies_after_a_held_head_wait_for_it_and_go_out_once_each_in_order(home: Home) -> None:
+    channel = FakeChannel()
+    gate = asyncio.Event()
+
+    async def hold_first(payload: OutgoingPayload) -> None:
+        if payload.message == "r1":
+            await gate.wait()
+
+    channel.on_send = hold_first
+    dispatcher, outbox = _setup(home, channel)
+    for text in ("r1", "r2", "r3"):
+        dispatcher.notice(outbox.write(_reply(text)).name)
+    dispatcher.notice(outbox.write(_reply("other", conversationId="other")).name)
+    await async_wait_until(lambda: [p.message for p in channel.sent] == ["other"])  # while r1 is held
+    gate.set()
+    await async_wait_until(lambda: len(channel.sent) >= 4)
+    await async_wait_until(lambda: list(home.outgoing.glob("*.json")) == [])
+    assert [p.message for p in channel.sent] == ["other", "r1", "r2", "r3"]

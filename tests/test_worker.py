@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import time
@@ -181,6 +182,25 @@ async def test_a_failure_is_retried_with_events_and_then_succeeds(make_harness, 
     names = harness.event_names()
     assert names.count("job.failed.retryable") == 2 and names.count("job.requeued") == 2
     assert list(home.failed.iterdir()) == []
+
+
+async def test_a_full_disk_under_the_handler_is_waited_out_never_counted_as_an_attempt(
+        make_harness, home: Home) -> None:
+    calls = []
+
+    async def disk_full_then_fine(message: IncomingPayload) -> str:
+        calls.append(message.message)
+        if len(calls) <= 3:  # as many refusals as max_attempts: counted, they would make a dead letter
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return "written at last"
+
+    harness = await make_harness(ScriptedHandler(disk_full_then_fine))
+    harness.drop(make_incoming("save", messageId="s"), "s.json")
+    replies = await async_wait_until(harness.replies)
+    assert replies[0]["message"] == "written at last" and len(calls) == 4
+    errors = [e for e in read_events(home.events_file) if e["event"] == "queue.error"]
+    assert [e["failures"] for e in errors] == [1, 2, 3] and "No space left" in errors[0]["reason"]
+    assert "job.failed.retryable" not in harness.event_names() and list(home.failed.iterdir()) == []
 
 
 async def test_retry_keeps_the_conversation_order(make_harness) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
@@ -15,7 +15,12 @@ from gateway.events import read_events
 from gateway.plugin_manager import call_each
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    import pluggy
+
+    from gateway.dashboard.state import QueueView
+    from gateway.events import EventLog
+    from gateway.home import Home
+    from gateway.settings import Settings
 
 log = logging.getLogger("switchyard.dashboard")
 
@@ -25,17 +30,28 @@ DEAD_SHOWN = 50
 EVENTS_SHOWN = 30
 
 
-class Dashboard:
-    """Serves the page, `/api/state` and `/metrics` for `gateway`; built before it starts so that it
-    sees every event."""
+class Served(Protocol):
+    """What the dashboard reads of the gateway it serves (gateway/app.py's Gateway)."""
 
-    def __init__(self, gateway: Gateway):
+    home: Home
+    settings: Settings
+    events: EventLog
+    pm: pluggy.PluginManager
+    channel_status: dict[str, dict[str, Any]]
+    started_at: str
+
+
+class Dashboard:
+    """Serves the page, `/api/state` and `/metrics` for `gateway`, its queue read through `view` (the home's
+    folders, or the database); built before the gateway starts so that it sees every event."""
+
+    def __init__(self, gateway: Served, view: QueueView):
         self._gateway = gateway
         self.settings = gateway.settings.dashboard
         self.token = dashboard_token(self.settings)
         if self.token is not None:
             gateway.events.add_secret(self.token)
-        self.view = gateway.backend.queue_view()  # the home's folders, or the database
+        self.view = view
         self.activity = Activity()
         self.activity.seed(read_events(gateway.home.events_file, limit=SEED_EVENTS))
         installed = [t for types in call_each(gateway.pm, "switchyard_channel_types") for t in types]

@@ -63,7 +63,7 @@ class PgBackend:
             raise SettingsError(str(exc)) from None
         except Exception as exc:
             raise SettingsError(database_error(exc, self.dsn)) from None
-        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, fsync=settings.queue.fsync, dsn=self.dsn)
+        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, dsn=self.dsn)
         self.holder = process_holder()
         self.detail: dict[str, Any] = {"database": "connected"}
         self.intake: Intake | None = None

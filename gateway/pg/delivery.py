@@ -1,13 +1,11 @@
 """Delivers `switchyard_outbox` rows through the channels this process owns (the postgres backend's Dispatcher).
 
-Only the current owner of a channel profile (its lease, gateway/pg/leases.py) delivers that
-profile's rows: in id order per conversation (only the oldest pending row of a conversation, its
-head, is ever sent, so a failing head keeps its place and blocks the rows after it), conversations
-side by side. A failure is retried after the dispatcher's backoff (`next_attempt_at`); after
-`queue.max_attempts`, or a platform's permanent refusal, the row is `dead` with its reason. Each
-part of a multi-part reply is recorded on its row as it is sent (`parts_sent`, migration 0020,
-through gateway.delivery.SHARED_JOURNAL), so a restart or a takeover continues after it. Every
-write is fenced by the lease: a process that lost it changes nothing.
+The rules (head of conversation first, retries, dead replies, events) are gateway/sending.py's; this
+module keeps them in rows. Only the current owner of a channel profile (its lease, gateway/pg/leases.py)
+delivers that profile's rows, the head of each conversation being its oldest pending row; a retried
+row waits out its delay in `next_attempt_at`. Each part of a multi-part reply is recorded on its row
+as it is sent (`parts_sent`, migration 0020, through gateway.delivery.SHARED_JOURNAL), so a restart or
+a takeover continues after it. Every write is fenced by the lease: a process that lost it changes nothing.
 
 Wake-ups come from LISTEN switchyard_outbox, with a poll as fallback; both reconnect with backoff
 after the database goes away. Replies still written as files into `queue/outgoing/` (the spec-002
@@ -19,25 +17,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Collection, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from gateway.aio import wait_event
-from gateway.api import Channel, PermanentError
-from gateway.attachments import AttachmentPolicy, send_with_files
+from gateway.api import Channel
+from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
-from gateway.delivery import SHARED_JOURNAL
-from gateway.dispatcher import MAX_PARALLEL_DELIVERIES, _retry_delay
 from gateway.events import EventLog
 from gateway.home import Home, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.pg.errors import database_away
 from gateway.pg.leases import HELD_BY, Leases, channel_lease
 from gateway.pg.outgoing_files import take_in_file
+from gateway.sending import Sender
 from gateway.settings import QueueSettings
 from gateway.storable import made_safe
 
@@ -67,7 +64,8 @@ class LeaseLost(Exception):
 class PgDelivery:
     """Sends the rows of owned channel profiles once each, in order per conversation.
 
-    Offers the Dispatcher's surface that the Gateway uses (`add_channel`, `channel_for_incoming`,
+    The rules of delivery are gateway/sending.py's; this class finds the heads and keeps the rows. It
+    offers the Dispatcher's surface that the Gateway uses (`add_channel`, `channel_for_incoming`,
     `notice`, `rescan`, `schedule`, `stop`; sent rows are pruned with
     the rest of the database by gateway/pg/maintenance.py), so gateway/app.py swaps it in as is.
     """
@@ -80,10 +78,10 @@ class PgDelivery:
         self.dsn = dsn
         self.leases = leases
         self.attachments = AttachmentPolicy(home, extra_roots)
+        self.sender = Sender(self.attachments, events, settings)
         self.single_profile_types = set(single_profile_types)  # rows naming only the type go to its one profile
         self._channels: dict[tuple[str, str], Channel] = {}
         self._active: dict[Key, asyncio.Task[None]] = {}
-        self._slots = asyncio.Semaphore(MAX_PARALLEL_DELIVERIES)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -92,7 +90,6 @@ class PgDelivery:
         self.listening = False
         self.database_error: str | None = None
         self._refused: str | None = None  # the last failure that was not the database away, said once
-        self.sent = 0
         self.write_retries = 0  # fenced row writes retried because the database was away
 
     # --- the Gateway's surface ------------------------------------------------------------
@@ -212,86 +209,16 @@ class PgDelivery:
     async def _drain(self, key: Key) -> None:
         """Delivers one conversation's due rows, oldest first, until none is due or the owner changes."""
         try:
-            while not self._stopping.is_set():
-                channel = self._owner_of(key)
-                if channel is None or not self.leases.holds(channel_lease(channel.name, channel.profile_id)):
-                    return
-                async with self._pool.connection(timeout=5.0) as conn:
-                    row = await (await conn.execute(HEAD, key)).fetchone()
-                if row is None or not row[5]:
-                    return  # none left, or the head waits out its backoff: the scan wakes for it
-                async with self._slots:
-                    await self._deliver(channel, *row[:5])
-        except LeaseLost as exc:
-            log.info("stopped delivering %s: %s", "/".join(key), exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the database went away mid-drain: the scan picks the head up again
-            self._database_down(exc)
+            await self.sender.drain(_Rows(self, key), self._stopping.is_set)
         finally:
             self._active.pop(key, None)
             self._wake.set()
 
-    # --- one row --------------------------------------------------------------------------
-
-    async def _deliver(self, channel: Channel, row_id: int, name: str, raw: Any, attempts: int,
-                       parts_sent: dict[str, str]) -> None:
-        lease = channel_lease(channel.name, channel.profile_id)
-        try:
-            payload = OutgoingPayload.model_validate(raw)
-        except ValidationError as exc:
-            await self._dead(row_id, name, lease, f"invalid outgoing payload: {exc}", attempts)
-            return
-        journal = RowJournal(self, row_id, lease, parts_sent)
-        started = time.perf_counter()
-        token = SHARED_JOURNAL.set(journal)
-        try:
-            record = await (send_with_files(channel, payload, self.attachments, self.events) if payload.files
-                                  else channel.send(payload))
-        except (asyncio.CancelledError, LeaseLost):
-            raise
-        except PermanentError as exc:  # the platform refused it for good (blocked, gone, not a member)
-            await self._dead(row_id, name, lease, f"the platform refused it: {exc}", attempts + 1)
-            return
-        except Exception as exc:
-            if journal.database_failed:
-                raise  # not the platform's failure: no attempt counted
-            await self._failed(row_id, name, lease, payload, exc, attempts + 1)
-            return
-        finally:
-            SHARED_JOURNAL.reset(token)
-        await self._write("UPDATE switchyard_outbox SET state = 'sent', sent_at = now(), parts_sent = '{}', "
-                          "last_error = NULL WHERE id = %s AND state = 'pending' AND " + HELD_BY,
-                          (row_id, lease, self.leases.holder), lease)
-        self.sent += 1
-        self.events.emit("outgoing.sent", file=name, channel=payload.channel, profile=payload.profile,
-                         conversation=payload.conversationId, messageId=payload.messageId,
-                         platform_ids=record.platform_ids if record else None,
-                         duration_ms=round((time.perf_counter() - started) * 1000, 2))
-
-
-    async def _failed(self, row_id: int, name: str, lease: str, payload: OutgoingPayload, exc: Exception,
-                      attempts: int) -> None:
-        if attempts >= self.settings.max_attempts:
-            await self._dead(row_id, name, lease, f"delivery failed {attempts} time(s): {exc}", attempts)
-            return
-        delay = _retry_delay(exc, attempts, self.settings)
-        await self._write("UPDATE switchyard_outbox SET attempts = %s, last_error = %s, "
-                          "next_attempt_at = now() + make_interval(secs => %s) "
-                          "WHERE id = %s AND state = 'pending' AND " + HELD_BY,
-                          (attempts, made_safe(self.events.redact(str(exc))), delay, row_id, lease, self.leases.holder),
-                          lease)  # a platform's error may quote a NUL or a lone surrogate: U+FFFD
-        self.events.emit("outgoing.retry", file=name, channel=payload.channel, profile=payload.profile,
-                         conversation=payload.conversationId, reason=str(exc), attempt=attempts,
-                         backoff_ms=int(delay * 1000), rate_limited=getattr(exc, "retry_after", None) is not None)
-
-    async def _dead(self, row_id: int, name: str, lease: str, reason: str, attempts: int) -> None:
-        reason = made_safe(self.events.redact(reason))  # a platform's error may quote what no column holds
+    async def _dead(self, row_id: int, lease: str, reason: str, attempts: int) -> None:
+        reason = made_safe(reason)  # a platform's error may quote what no column holds
         await self._write("UPDATE switchyard_outbox SET state = 'dead', reason = %s, last_error = %s, attempts = %s "
                           "WHERE id = %s AND state = 'pending' AND " + HELD_BY,
                           (reason, reason, attempts, row_id, lease, self.leases.holder), lease)
-        log.error("undeliverable reply %s is dead: %s", name, reason)
-        self.events.emit("outgoing.failed", file=name, reason=reason, attempts=attempts)
 
     async def _write(self, sql: str, params: tuple[Any, ...], lease: str) -> None:
         """A fenced UPDATE of one row, retried while the database is away and the lease still held;
@@ -368,6 +295,82 @@ class PgDelivery:
         task = asyncio.create_task(coroutine)
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+
+
+class _Rows:
+    """One conversation's pending rows (a sending.Conversation): a retried head waits in its row
+    (`next_attempt_at`), the scan starts the drain again when it is due."""
+
+    def __init__(self, delivery: PgDelivery, key: Key):
+        self.delivery = delivery
+        self.key = key
+
+    async def head(self) -> _RowHead | None:
+        """The oldest pending row when it is due and its profile still owned here; a row that is not a
+        payload is dead at once."""
+        delivery = self.delivery
+        while True:
+            channel = delivery._owner_of(self.key)
+            if channel is None or not delivery.leases.holds(lease := channel_lease(channel.name, channel.profile_id)):
+                return None
+            async with delivery._pool.connection(timeout=5.0) as conn:
+                row = await (await conn.execute(HEAD, self.key)).fetchone()
+            if row is None or not row[5]:
+                return None  # none left, or the head waits out its backoff: the scan wakes for it
+            row_id, name, raw, attempts, parts_sent = row[:5]
+            try:
+                payload = OutgoingPayload.model_validate(raw)
+            except ValidationError as exc:
+                reason = delivery.events.redact(f"invalid outgoing payload: {exc}")
+                await delivery._dead(row_id, lease, reason, attempts)
+                delivery.sender.undeliverable(name, reason, attempts)
+                continue
+            journal = RowJournal(delivery, row_id, lease, parts_sent)
+            return _RowHead(delivery, row_id, lease, name, payload, channel, attempts, journal)
+
+    async def wait(self, delay_s: float) -> bool:
+        return False
+
+    async def failed(self, exc: Exception) -> bool:
+        if isinstance(exc, LeaseLost):
+            log.info("stopped delivering %s: %s", "/".join(self.key), exc)
+        else:  # the database went away mid-drain: the scan picks the head up again
+            self.delivery._database_down(exc)
+        return False
+
+
+@dataclass
+class _RowHead:
+    """An outbox row at the head of its conversation (a sending.Head); every write is fenced by the lease."""
+
+    delivery: PgDelivery
+    row_id: int
+    lease: str
+    name: str
+    payload: OutgoingPayload
+    channel: Channel
+    attempts: int
+    journal: RowJournal
+
+    def counts(self, exc: Exception) -> bool:
+        return not isinstance(exc, LeaseLost) and not self.journal.database_failed
+
+    async def sent(self) -> None:
+        await self._write("UPDATE switchyard_outbox SET state = 'sent', sent_at = now(), parts_sent = '{}', "
+                          "last_error = NULL WHERE id = %s AND state = 'pending' AND " + HELD_BY, ())
+
+    async def retry(self, attempts: int, error: str, delay_s: float) -> None:
+        error = made_safe(self.delivery.events.redact(error))  # may quote a NUL or a lone surrogate: U+FFFD
+        await self._write("UPDATE switchyard_outbox SET attempts = %s, last_error = %s, "
+                          "next_attempt_at = now() + make_interval(secs => %s) "
+                          "WHERE id = %s AND state = 'pending' AND " + HELD_BY, (attempts, error, delay_s))
+
+    async def dead(self, reason: str, attempts: int) -> None:
+        await self.delivery._dead(self.row_id, self.lease, reason, attempts)
+
+    async def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        delivery = self.delivery
+        await delivery._write(sql, (*params, self.row_id, self.lease, delivery.leases.holder), self.lease)
 
 
 class RowJournal:

@@ -12,41 +12,40 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
 
 from gateway.aio import wait_event
-from gateway.api import Channel, PermanentError
+from gateway.api import Channel
+from gateway.attachments import extra_file_roots
 from gateway.backoff import delay as backoff_delay
+from gateway.events import EventLog
+from gateway.home import Home
 from gateway.pg.db import dsn_from_settings
 from gateway.pg.delivery import PgDelivery
 from gateway.pg.errors import database_away
 from gateway.pg.leases import Leases, channel_lease
-from gateway.settings import ChannelProfile
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
+from gateway.settings import ChannelProfile, Settings
+from gateway.supervision import ChannelSupervisor
 
 log = logging.getLogger("switchyard.pg.owners")
 
 CHANNEL_STOP_S = 5.0
-START_RETRY_MAX_S = 60.0
 
 
 class PgOutbound:
-    """Leases, the channels started under them, and the delivery of their replies, for one Gateway."""
+    """Leases, the channels `supervisor` starts under them, and the delivery of their replies."""
 
-    def __init__(self, gateway: Gateway, *, holder: str | None = None):
-        from gateway.backends import extra_file_roots
-
-        self.gateway = gateway
-        settings = gateway.settings
+    def __init__(self, supervisor: ChannelSupervisor, home: Home, settings: Settings, events: EventLog, *,
+                 holder: str | None = None):
+        self.supervisor = supervisor
+        self.settings = settings
+        self.events = events
         self.lease_sec = settings.queue.lease_sec
         dsn = dsn_from_settings(settings.queue)
         self.leases = Leases(dsn, self.lease_sec, self._lost, holder=holder)
         self.leases.on_trouble = self._show_owned
         types = [profile.type for profile in settings.channels]
-        self.delivery = PgDelivery(gateway.home, gateway.events, settings.queue, dsn, self.leases,
-                                   extra_roots=extra_file_roots(gateway.home, settings),
+        self.delivery = PgDelivery(home, events, settings.queue, dsn, self.leases,
+                                   extra_roots=extra_file_roots(home, settings),
                                    single_profile_types={t for t in types if types.count(t) == 1})
         self._profiles = {channel_lease(p.type, p.id): p for p in settings.channels}
         self._running: dict[str, Channel] = {}  # profile id -> channel started under its lease
@@ -59,15 +58,16 @@ class PgOutbound:
         return self.leases.holder
 
     async def start(self) -> list[Channel]:
-        """Takes the free leases and starts their channels (returned); the rest stand by in the background."""
-        waits = {profile.id: await self._try_own(profile, attempt=1) for profile in self.gateway.settings.channels}
+        """Takes the free leases and starts their channels (the supervisor's running channels, returned); the
+        rest stand by in the background."""
+        waits = {profile.id: await self._try_own(profile, attempt=1) for profile in self.settings.channels}
         self.delivery.start()
         self._tasks.append(asyncio.create_task(self.leases.run(), name="leases"))
-        for profile in self.gateway.settings.channels:
+        for profile in self.settings.channels:
             if waits[profile.id] is not None:
                 self._tasks.append(asyncio.create_task(self._own(profile, waits[profile.id] or 0.0),
                                                        name=f"owner:{profile.id}"))
-        return list(self._running.values())
+        return self.supervisor.channels
 
     async def stop(self) -> None:
         """Stops the owner loops and releases every lease (after the Gateway stopped the channels)."""
@@ -79,7 +79,7 @@ class PgOutbound:
             await self.leases.release(held)
         for name in held:
             profile = self._profiles[name]
-            self.gateway.events.emit("channel.lease_released", channel=profile.type, profile=profile.id,
+            self.events.emit("channel.lease_released", channel=profile.type, profile=profile.id,
                                      holder=self.holder)
         await self.leases.close()
 
@@ -89,9 +89,10 @@ class PgOutbound:
         """Stands by while another process owns the profile; takes it (and starts it) when free."""
         attempt = 2
         changed = self._changed[profile.id]
+        stopping = self.supervisor.stopping
         if first_wait > 0:
-            await wait_event(self.gateway._stopping, first_wait)
-        while not self.gateway._stopping.is_set():
+            await wait_event(stopping, first_wait)
+        while not stopping.is_set():
             if profile.id in self._running:
                 changed.clear()
                 await changed.wait()
@@ -101,7 +102,7 @@ class PgOutbound:
                 return  # disabled: a configuration problem
             attempt = 1 if profile.id in self._running else attempt + 1
             if wait > 0:
-                await wait_event(self.gateway._stopping, wait)
+                await wait_event(stopping, wait)
 
     async def _try_own(self, profile: ChannelProfile, attempt: int) -> float | None:
         """One try: take the lease and start the channel. Returns the wait before the next try
@@ -118,40 +119,26 @@ class PgOutbound:
         if owner != self.holder:
             if owner != self._owners.get(profile.id):
                 log.info("channel %s (%s) stands by: owned by %s", profile.id, profile.type, owner)
-                self.gateway.events.emit("channel.standby", channel=profile.type, profile=profile.id, owner=owner)
+                self.events.emit("channel.standby", channel=profile.type, profile=profile.id, owner=owner)
             self._owners[profile.id] = owner
             self._show(profile, "standby", f"owned by {owner}" if owner else "lease free")
             return min(self.lease_sec / 3, left + 0.05)
         self._owners[profile.id] = self.holder
         log.info("channel %s (%s): lease taken by %s", profile.id, profile.type, self.holder)
-        self.gateway.events.emit("channel.lease_taken", channel=profile.type, profile=profile.id, holder=self.holder)
+        self.events.emit("channel.lease_taken", channel=profile.type, profile=profile.id, holder=self.holder)
         try:
-            channel = await self.gateway._start_channel(profile)
-        except Exception as exc:
-            return await self._start_failed(profile, name, exc, attempt)
-        if self.gateway._stopping.is_set() or not self.leases.holds(name):
+            channel = await self.supervisor.start(profile)
+        except Exception as exc:  # the lease goes back (another process may do better), then the one policy
+            with suppress(Exception):
+                await self.leases.release([name])
+            return self.supervisor.failed(profile, exc, attempt=attempt)
+        if self.supervisor.stopping.is_set() or not self.leases.holds(name):
             await self._stop_channel(channel)  # lost (or stopping) while it started
             return self.lease_sec / 3
         self._running[profile.id] = channel
-        self.gateway.channels.append(channel)
         self.delivery.add_channel(channel)
-        self._show_owned()
-        if attempt > 1:
-            self.gateway.events.emit("channel.started", channel=profile.type, profile=profile.id, attempt=attempt)
+        self.supervisor.running(profile, channel, attempt=attempt, reason=self._owned_note())
         return 0.0
-
-    async def _start_failed(self, profile: ChannelProfile, name: str, exc: Exception, attempt: int) -> float | None:
-        """Gives the lease back (another process may do better) and waits, or disables the profile."""
-        with suppress(Exception):
-            await self.leases.release([name])
-        reason = self.gateway.events.redact(str(exc) or type(exc).__name__)
-        disabled = isinstance(exc, (PermanentError, ValueError, TypeError, KeyError))
-        state = "disabled" if disabled else "retrying"
-        log.error("channel %s (%s) is %s: %s", profile.id, profile.type, state, reason)
-        self.gateway.events.emit(f"channel.{state}", channel=profile.type, profile=profile.id, reason=reason,
-                                 attempt=attempt)
-        self._show(profile, state, reason)
-        return None if disabled else backoff_delay(attempt, 1.0, START_RETRY_MAX_S, jitter=(0.5, 1.0))
 
     async def _lost(self, name: str, reason: str) -> None:
         """A lease is gone: the channel stops at once (before another process may take it over)."""
@@ -160,12 +147,12 @@ class PgOutbound:
             return
         channel = self._running.pop(profile.id, None)
         log.warning("channel %s (%s): lease lost (%s); stopping it", profile.id, profile.type, reason)
-        self.gateway.events.emit("channel.lease_lost", channel=profile.type, profile=profile.id,
+        self.events.emit("channel.lease_lost", channel=profile.type, profile=profile.id,
                                  holder=self.holder, reason=reason)
         if channel is not None:
             self.delivery.remove_channel(channel)
             with suppress(ValueError):
-                self.gateway.channels.remove(channel)
+                self.supervisor.channels.remove(channel)
             await self._stop_channel(channel)
         self._owners.pop(profile.id, None)
         self._show(profile, "standby", f"lease lost: {reason}")
@@ -180,14 +167,13 @@ class PgOutbound:
 
     def _show_owned(self) -> None:
         """The owned profiles' status: this process owns them, and whether it can renew their leases."""
-        trouble = self.leases.last_error
-        for profile in self.gateway.settings.channels:
+        for profile in self.settings.channels:
             if profile.id in self._running:
-                self._show(profile, "running", f"owner {self.holder}" + (
-                    f"; cannot renew its lease, retrying: {trouble}" if trouble else ""))
+                self._show(profile, "running", self._owned_note())
+
+    def _owned_note(self) -> str:
+        trouble = self.leases.last_error
+        return f"owner {self.holder}" + (f"; cannot renew its lease, retrying: {trouble}" if trouble else "")
 
     def _show(self, profile: ChannelProfile, state: str, reason: str) -> None:
-        entry: dict[str, Any] = {"type": profile.type, "state": state, "reason": reason}
-        if self.gateway.channel_status.get(profile.id) != entry:
-            self.gateway.channel_status[profile.id] = entry
-            self.gateway._write_status()
+        self.supervisor.show(profile, state, reason)

@@ -1,18 +1,22 @@
 """Replies into `switchyard_outbox` instead of `queue/outgoing/`: the postgres backend's Outbox.
 
 The delivery side (the owner of each channel profile) reads that table; this module only inserts.
-Names, attachment checks and the heartbeat's `<messageId>.json` naming are the FileOutbox's.
+Names, attachment checks and the heartbeat's `<messageId>.json` naming are every outbox's
+(gateway.outbox.BaseOutbox).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from gateway.events import now_ms
+from gateway.events import EventLog
+from gateway.home import Home
 from gateway.models import OutgoingPayload
-from gateway.outbox import FileOutbox, outgoing_name
+from gateway.outbox import BaseOutbox
+from gateway.sending import conversation_of
 from gateway.storable import made_safe
 
 INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
@@ -22,20 +26,18 @@ REPLACE = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation,
            "state = 'pending', attempts = 0, next_attempt_at = now(), reason = NULL, sent_at = NULL RETURNING id")
 
 
-def _conversation(payload: OutgoingPayload) -> str:
-    return payload.conversationId or payload.senderId or payload.sender
-
-
-class PgOutbox(FileOutbox):
+class PgOutbox(BaseOutbox):
     """Writes replies as `switchyard_outbox` rows (a handler's pushes, a channel's direct replies).
 
-    `write` is synchronous, as the Outbox protocol is: it uses a small psycopg connection pool of its
-    own. The worker inserts a message's replies inside the transaction that marks it done, through
-    `insert` on that transaction's async cursor.
+    `write` is synchronous, as the Outbox protocol is: it uses the process's shared psycopg pool. The
+    worker inserts a message's replies inside the transaction that marks it done, through `insert` on
+    that transaction's async cursor. The delivery side is woken by the database (NOTIFY), so
+    `on_written` is never called.
     """
 
-    def __init__(self, *args: Any, dsn: str, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, home: Home, events: EventLog, *, dsn: str,
+                 extra_roots: Sequence[str | os.PathLike[str]] = (), named_by_message_id: Collection[str] = ()):
+        super().__init__(home, events, extra_roots=extra_roots, named_by_message_id=named_by_message_id)
         self._dsn = dsn
         self._pool: Any = None
 
@@ -46,37 +48,18 @@ class PgOutbox(FileOutbox):
             self._pool = shared_pool(self._dsn)
         return self._pool
 
-    def prepared(self, payload: OutgoingPayload) -> OutgoingPayload:
-        """The payload as it will be stored: refused attachments dropped and named in its text."""
-        return self._checked_files(payload)
-
-    def rows(self, payload: OutgoingPayload) -> tuple[str, OutgoingPayload]:
-        """(first name to try, payload with a timestamp never below the last one this process used)."""
-        with self._lock:
-            payload.timestamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
-            self._last_ms = payload.timestamp
-        return outgoing_name(payload, self.named_by_message_id), payload
-
     def _statement(self, payload: OutgoingPayload, name: str) -> tuple[str, tuple[Any, ...]]:
         sql = REPLACE if payload.channel in self.named_by_message_id else INSERT
-        columns = made_safe([payload.channel, payload.profile, _conversation(payload)])  # as to_json makes them
+        columns = made_safe([payload.channel, payload.profile, conversation_of(payload)])  # as to_json makes them
         return sql, (name, *columns, json.dumps(json.loads(payload.to_json())))
-
-    def _next_name(self, payload: OutgoingPayload) -> str:
-        """A name taken by another host: the next timestamp."""
-        payload.timestamp += 1
-        with self._lock:
-            self._last_ms = max(self._last_ms, payload.timestamp)
-        return outgoing_name(payload, self.named_by_message_id)
 
     async def insert(self, cursor: Any, payload: OutgoingPayload) -> str:
         """Inserts a checked payload through an async cursor, inside the caller's transaction; returns its name."""
-        name, payload = self.rows(payload)
-        while True:
+        while True:  # a name another host took: the next timestamp
+            name = self.stamped(payload)
             await cursor.execute(*self._statement(payload, name))
             if await cursor.fetchone() is not None:
                 return name
-            name = self._next_name(payload)
 
     def store_done_statement(self, message_id: int, identity: str | None,
                              replies: list[OutgoingPayload]) -> tuple[str, list[Any]] | None:
@@ -97,9 +80,8 @@ class PgOutbox(FileOutbox):
         if replies:
             rows = []
             for order, reply in enumerate(replies):
-                name, payload = self.rows(reply)
                 rows.append("(%s, %s, %s, %s, %s, %s)")
-                params += [order, *self._statement(payload, name)[1]]
+                params += [order, *self._statement(reply, self.stamped(reply))[1]]
             parts.append("replies AS (INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
                          "SELECT v.name, v.channel, v.profile, v.conversation, v.payload::jsonb FROM done, "
                          f"(VALUES {', '.join(rows)}) AS v (ord, name, channel, profile, conversation, payload) "
@@ -108,17 +90,16 @@ class PgOutbox(FileOutbox):
 
     def insert_sync(self, cursor: Any, payload: OutgoingPayload) -> str:
         """`insert` through a sync cursor, inside the caller's transaction; returns its name."""
-        name, payload = self.rows(payload)
-        while cursor.execute(*self._statement(payload, name)).fetchone() is None:
-            name = self._next_name(payload)
-        return name
+        while True:  # a name another host took: the next timestamp
+            name = self.stamped(payload)
+            if cursor.execute(*self._statement(payload, name)).fetchone() is not None:
+                return name
 
-    def write(self, payload: OutgoingPayload) -> Path:
-        """Inserts one payload in its own transaction; returns its spec-002 name as a path under outgoing/."""
+    def write(self, payload: OutgoingPayload) -> str:
+        """Inserts one payload in its own transaction; returns its spec-002 name (the row's, no file's)."""
         payload = self.prepared(payload)
         with self._connection_pool().connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            name = self.insert_sync(cursor, payload)
-        return self.home.outgoing / name
+            return self.insert_sync(cursor, payload)
 
     def holds_result(self, run_id: str, run_state: str) -> bool:
         """Whether `switchyard_outbox` holds a reply carrying run `run_id` in `run_state` (pending, sent or
@@ -129,8 +110,7 @@ class PgOutbox(FileOutbox):
         return row is not None
 
     def close(self) -> None:
-        """Lets go of the process's shared pool (closed by PgBackend.stop) and the FileOutbox's spare file."""
-        super().close()
+        """Lets go of the process's shared pool (closed by PgBackend.stop)."""
         self._pool = None
 
 

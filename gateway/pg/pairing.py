@@ -1,7 +1,7 @@
 """Pairing on the database: codes and approvals in `switchyard_pairing_pending` / `_approved`.
 
 A sender approved with `switchyard pair approve` on any host is admitted by whichever host owns the
-channel profile. The same interface as gateway/access.py's PairingStore (the home's file).
+channel profile. The interface of gateway/pairing.py, as gateway/access.py's PairingStore (the home's file).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from gateway.access import EXPIRED_KEPT_S, PairingCodeExpired, new_code
+from gateway.pairing import EXPIRED_KEPT_S, PairingCodeExpired, new_code
 from gateway.pg.db import shared_pool
 from gateway.settings import DEFAULT_PAIRING_CODE_TTL_S
 

@@ -22,10 +22,11 @@ from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from psycopg.errors import UniqueViolation
 
 from gateway.answered import message_identity
-from gateway.api import Handler, PermanentError
-from gateway.events import EventLog, now_ms
+from gateway.api import Handler
+from gateway.events import EventLog
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.payloads import APOLOGY, backoff_seconds, parse_payload
+from gateway.outcome import Dead, Done, Retry, dead, handled
+from gateway.payloads import backoff_seconds, parse_payload
 from gateway.pg.errors import worth_waiting
 from gateway.pg.jobs import job_locks
 from gateway.pg.outbox import PgOutbox
@@ -157,8 +158,8 @@ class MessageProcessor:
             try:
                 message = await asyncio.to_thread(self._materialize, name, message)
             except FileConflict as exc:
-                reason = f"attachment: {exc}"
-                await self._dead_letter(message_id, name, message, reason, attempts + 1, [*errors, reason])
+                await self._dead_letter(message_id, name, message, dead(message, f"attachment: {exc}", attempts + 1),
+                                        list(errors))
                 return
         await self._answer(message_id, name, message, attempts, list(errors))
 
@@ -177,25 +178,19 @@ class MessageProcessor:
         finished = self.on_start(message) if self.on_start is not None else None
         self.running += 1
         try:
-            replies = await self.handler.handle(message)
-        except PermanentError as exc:
-            await self._dead_letter(message_id, name, message, str(exc), attempts + 1, [*errors, str(exc)],
-                                    reply=exc.reply)
-            return
-        except Exception as exc:
-            log.warning("processing %s failed: %s", name, exc, exc_info=log.isEnabledFor(10))
-            await self._retry_or_dead_letter(message_id, name, message, f"{type(exc).__name__}: {exc}",
-                                             attempts, errors)
-            return
+            outcome = await handled(self.handler, message, attempts, self.settings, job_id=name)
         finally:
             self.running -= 1
             if finished is not None:
                 finished()
-        if await self._store_done(message_id, message, replies):
-            self.processed += 1
-            self.events.emit("job.succeeded", job_id=name, state="done", kind="message",
-                             channel=message.channel, conversation=message.conversation, replies=len(replies),
-                             duration_ms=round((time.monotonic() - started) * 1000, 2))
+        if isinstance(outcome, Done):
+            if await self._store_done(message_id, message, outcome.replies):
+                self.processed += 1
+                outcome.announce(self.events, name, message, time.monotonic() - started)
+        elif isinstance(outcome, Retry):
+            await self._requeue(message_id, name, message, outcome, errors)
+        else:
+            await self._dead_letter(message_id, name, message, outcome, errors)
 
     async def _answered_or_start(self, message_id: int, message: IncomingPayload) -> bool:
         """True when the message was answered within the duplicate window; else marks it running (one
@@ -254,35 +249,20 @@ class MessageProcessor:
                 await self.outbox.insert(cursor, checked)
         return True
 
-    async def _retry_or_dead_letter(self, message_id: int, name: str, message: IncomingPayload, error: str,
-                                    attempts: int, errors: list[str]) -> None:
-        attempts += 1
-        error = made_safe(error)  # an error's text may quote what no store holds (a NUL from a provider)
-        errors = [*errors, error]
-        if attempts >= self.settings.max_attempts:
-            await self._dead_letter(message_id, name, message, f"failed {attempts} time(s); last error: {error}",
-                                    attempts, errors)
-            return
-        delay = backoff_seconds(attempts, self.settings)
-        fields = {"job_id": name, "channel": message.channel, "profile": message.profile,
-                  "conversation": message.conversation, "retries": attempts}
-        self.events.emit("job.failed.retryable", state="failed", kind="message", reason=error,
-                         failure_reason=error, **fields)
+    async def _requeue(self, message_id: int, name: str, message: IncomingPayload, retry: Retry,
+                       errors: list[str]) -> None:
+        """Counts the attempt and its error on the row, then runs this job again after the backoff."""
+        retry.announce(self.events, name, message)
+        errors = made_safe([*errors, retry.error])  # an error's text may quote what no store holds (a NUL)
         async with self.pool.connection() as conn:
             await conn.execute("UPDATE switchyard_messages SET state = 'queued', attempts = %s, errors = %s::jsonb, "
                                "updated_at = now() WHERE id = %s AND state = 'running'",
-                               (attempts, json.dumps(errors[-KEPT_ERRORS:]), message_id))
-        self.events.emit("job.requeued", state="queued", kind="message", backoff_ms=int(delay * 1000), **fields)
-        raise Reschedule(delay, error)
+                               (retry.attempts, json.dumps(errors[-KEPT_ERRORS:]), message_id))
+        retry.requeued(self.events, name, message)
+        raise Reschedule(retry.delay_s, retry.error)
 
-    async def _dead_letter(self, message_id: int, name: str, message: IncomingPayload, reason: str, attempts: int,
-                           errors: list[str], *, reply: str | None = None) -> None:
-        preview = message.message[:60] + ("…" if len(message.message) > 60 else "")
-        text = reply or APOLOGY.format(preview=preview, attempts=attempts)
-        apology = OutgoingPayload.reply_to(message, text, agent="switchyard", timestamp=now_ms())
-        if not await self._store_dead(message_id, reason, attempts, errors, apology):
-            return
-        log.error("dead letter: %s (%s, conversation %s): %s", name, message.channel, message.conversation, reason)
-        self.events.emit("job.failed.final", job_id=name, state="failed_final", kind="message",
-                         channel=message.channel, profile=message.profile, conversation=message.conversation,
-                         reason=reason, failure_reason=reason, attempts=attempts)
+    async def _dead_letter(self, message_id: int, name: str, message: IncomingPayload, given_up: Dead,
+                           errors: list[str]) -> None:
+        if await self._store_dead(message_id, given_up.reason, given_up.attempts, [*errors, given_up.error],
+                                  given_up.apology):
+            given_up.announce(self.events, name, message)

@@ -2,7 +2,8 @@
 
 Each migration is a file applied once, in name order, and recorded in `switchyard_migrations`:
 Procrastinate's own (recorded as `procrastinate/<file>`; a new database gets its whole schema at
-once and records every migration it ships as applied) and ours, in gateway/pg/migrations/. A
+once and records every migration it ships as applied) and the plugins' (`switchyard_migrations`: the
+gateway's in gateway/pg/migrations/, the orchestrator's in orchestrator/pg/migrations/), in name order. A
 process refuses to start on a database that misses one (`SchemaOutdated`); `switchyard db
 migrate` applies them, under an advisory lock, so two hosts migrating at once do not collide.
 """
@@ -21,9 +22,26 @@ class SchemaOutdated(Exception):
     """The database lacks migrations this version of Switchyard needs."""
 
 
+def migration_packages() -> list[str]:
+    """The packages whose `migrations/` the plugins declare for postgres (the built-in backend modules,
+    `$SWITCHYARD_PLUGINS` and the entry points)."""
+    from gateway.composition import BACKEND_PLUGINS
+    from gateway.plugin_manager import call_each, plugin_manager_for
+
+    declared = call_each(plugin_manager_for(BACKEND_PLUGINS), "switchyard_migrations")
+    return list(dict.fromkeys(package for by_backend in declared for package in by_backend.get("postgres", [])))
+
+
 def _ours() -> dict[str, str]:
-    folder = resources.files("gateway.pg") / "migrations"
-    return {entry.name: entry.read_text() for entry in folder.iterdir() if entry.name.endswith(".sql")}
+    """Every declared migration by name; a name two packages ship is refused (it would apply once)."""
+    found: dict[str, str] = {}
+    for package in migration_packages():
+        for entry in sorted((resources.files(package) / "migrations").iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(".sql"):
+                if entry.name in found:
+                    raise ValueError(f"two plugins ship the migration {entry.name} (in {package})")
+                found[entry.name] = entry.read_text()
+    return found
 
 
 def _procrastinate() -> tuple[str, dict[str, str]]:

@@ -1,7 +1,7 @@
 """What `switchyard status` shows of the PostgreSQL backend: the database (reachable, schema current),
 queue depths, the processes attached on every host, the owner of each channel lease, dead letters.
 
-Imported by gateway/status.py only when `queue.backend` is postgres.
+Imported by gateway/pg/storage.py when the postgres backend is chosen.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from gateway.pg.db import dsn_from_settings
 from gateway.pg.deadletters import DeadStore
 from gateway.redaction import database_error, redacted_dsn
 from gateway.settings import QueueSettings
+from gateway.stores import BackendUnreachable
 from gateway.tables import print_table
 
 CONNECT_TIMEOUT_S = 5
 STALE_AFTER_LEASES = 2  # a process not seen for this many lease_sec is marked stale
 
 
-class DatabaseUnreachable(Exception):
+class DatabaseUnreachable(BackendUnreachable):
     """The database cannot be used; the message is one line without the password."""
 
 

@@ -14,7 +14,9 @@ EXIT_PROBLEM = 2
 
 def cmd_worker(args: argparse.Namespace, run: Invocation) -> int:
     """Runs the processing half of `switchyard run`; refuses (exit 2) on the file backend."""
-    if run.settings.queue.backend != "postgres":
+    from gateway.composition import backend_name
+
+    if backend_name(run.settings) != "postgres":
         print("switchyard: `switchyard worker` needs queue.backend: postgres (with the file backend, "
               "`switchyard run` processes the queue; run more of them on the same home instead)", file=sys.stderr)
         return EXIT_PROBLEM

@@ -14,10 +14,9 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg.types.json import Jsonb
 
-from gateway.pg.db import dsn_from_settings, shared_pool
-from gateway.settings import QueueSettings
+from gateway.pg.db import shared_pool
 from gateway.storable import made_safe
-from orchestrator.sessions import Change, ConversationHistory, Record, SessionStore
+from orchestrator.sessions import Change, Record, SessionStore
 
 # The lock key is 64 bits of md5(schema, provider, scope): the schema keeps two Switchyards sharing one
 # database (or two tests) apart; advisory locks are per database.
@@ -58,10 +57,6 @@ class PgSessionStore(SessionStore):
         super().__init__(PgRecords(dsn, "session"))
         self._dsn = dsn
 
-    @classmethod
-    def for_settings(cls, queue: QueueSettings) -> PgSessionStore:
-        return cls(dsn_from_settings(queue))
-
     @asynccontextmanager
     async def hold(self, provider: str, scope: str) -> AsyncIterator[None]:
         """Runs the calls of one session one at a time on every host: the in-process lock first (one
@@ -70,9 +65,3 @@ class PgSessionStore(SessionStore):
                 self._dsn, autocommit=True) as conn:
             await conn.execute(LOCK, (provider, scope))
             yield
-
-
-def database_history(queue: QueueSettings) -> ConversationHistory:
-    """The ConversationHistory on the database."""
-    return ConversationHistory(PgRecords(dsn_from_settings(queue), "history"))
-

@@ -14,7 +14,6 @@ import discord
 from gateway import (
     INTAKE_FAILED_REPLY,
     AccessDecision,
-    AccessPolicy,
     ChannelContext,
     IncomingPayload,
     OutgoingPayload,
@@ -36,7 +35,7 @@ class Intake:
     def __init__(self, context: ChannelContext, threads: RunThreads, *, require_mention: bool):
         self._context = context
         self._profile_id = context.profile.id
-        self._access = AccessPolicy(context.home, context.profile, context.settings)
+        self._access = context.access
         self._threads = threads
         self._require_mention = require_mention
         self._seen: OrderedDict[int, int] = OrderedDict()

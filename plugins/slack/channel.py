@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import (
     AccessDecision,
-    AccessPolicy,
     ChannelContext,
     DeliveryError,
     DeliveryJournal,
@@ -58,7 +57,7 @@ class SlackChannel:
         self.config = config
         self.context = context
         self.transport: SocketTransport | HttpTransport | None = None
-        self._access = AccessPolicy(context.home, context.profile, context.settings)
+        self._access = context.access
         self._journal = DeliveryJournal(context.home, config.profile_id)
         self._threads = RunThreads(context.home, config.profile_id)
         self._notes = NoteMessages()

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from gateway import (
     AccessDecision,
-    AccessPolicy,
     ChannelContext,
     IncomingPayload,
     OutgoingPayload,
@@ -34,7 +33,7 @@ class InboundMessages:
     def __init__(self, context: ChannelContext, threads: RunThreads, sink: Sink):
         self.context = context
         self.profile_id = context.profile.id
-        self.access = AccessPolicy(context.home, context.profile, context.settings)
+        self.access = context.access
         self.threads = threads
         self.sink = sink
 

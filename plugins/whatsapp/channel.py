@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from gateway import (
-    AccessPolicy,
     ChannelContext,
     ChannelProfile,
     DeliveryError,
@@ -109,7 +108,7 @@ class WhatsAppChannel:
         self.profile = profile
         self.profile_id = profile.id
         self.context = context
-        self.access = AccessPolicy(context.home, profile, context.settings)
+        self.access = context.access
         self.threads = RunThreads(context.home, profile.id)
         self.journal = DeliveryJournal(context.home, profile.id)
         self.config: WhatsAppConfig | None = None

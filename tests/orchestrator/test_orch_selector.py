@@ -16,8 +16,9 @@ from gateway.events import read_events
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
+from orchestrator.retention import prune_selector_files
 from orchestrator.rules import select_by_rules
-from orchestrator.selector import SelectorError, parse_decision, prune_selector_files
+from orchestrator.selector import SelectorError, parse_decision
 from tests.orchestrator.orch_helpers import make_message
 
 Script = Callable[[str, str], list[str]]

@@ -12,12 +12,13 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from gateway.api import DeliveryError, DeliveryRecord
+from gateway.api import DeliveryError, DeliveryRecord, PermanentError
 from gateway.delivery import DeliveryJournal, Part, deliver_parts
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
+from gateway.supervision import ChannelSupervisor
 
 CHANNEL = "fake"
 
@@ -34,6 +35,7 @@ class RecordingChannel:
         self.failures: dict[str, int] = {}  # part text -> failures still to give
         self.errors: dict[str, str] = {}  # part text -> what its failures say (else "<text> failed on purpose")
         self.gates: dict[str, asyncio.Event] = {}  # part text -> held until set
+        self.refused: set[str] = set()  # part texts the platform refuses for good (PermanentError)
         self.hang_on: set[str] = set()  # part texts whose send never returns (a process killed mid-reply)
         self.started_at: float | None = None
         self.stopped_at: float | None = None
@@ -55,6 +57,8 @@ class RecordingChannel:
                 await asyncio.Event().wait()
             if text in self.gates:
                 await self.gates[text].wait()
+            if text in self.refused:
+                raise PermanentError(f"{text} refused for good")
             if self.failures.get(text, 0) > 0:
                 self.failures[text] -= 1
                 raise DeliveryError(self.errors.get(text, f"{text} failed on purpose"))
@@ -88,7 +92,8 @@ def rows(dsn: str) -> list[dict[str, Any]]:
 
 
 class StubGateway:
-    """What PgOutbound uses of a Gateway: settings, events, channels, status, and `_start_channel`."""
+    """What a Gateway gives PgOutbound: its ChannelSupervisor (starting channels with `_start_channel`,
+    writing the status with `_write_status`), home, settings and events."""
 
     def __init__(self, home: Home, settings: Settings, owner: str) -> None:
         self.home = home
@@ -96,11 +101,13 @@ class StubGateway:
         self.owner = owner
         home.create()
         self.events = EventLog(home.events_file)
-        self.channels: list[Any] = []
-        self.channel_status: dict[str, dict[str, Any]] = {}
         self.started: list[RecordingChannel] = []
         self.status_history: list[dict[str, dict[str, Any]]] = []  # each status written, in order
-        self._stopping = asyncio.Event()
+        self.supervisor = ChannelSupervisor(self._start_channel, self.events, on_change=self._write_status,
+                                            spawn=lambda work, name: None)
+        self.channels: list[Any] = self.supervisor.channels
+        self.channel_status: dict[str, dict[str, Any]] = self.supervisor.status
+        self._stopping = self.supervisor.stopping
 
     async def _start_channel(self, profile: ChannelProfile) -> RecordingChannel:
         channel = RecordingChannel(profile.id, self.home, self.owner)

@@ -151,6 +151,18 @@ async def test_after_max_attempts_a_row_is_dead_with_its_reason_and_the_next_row
     assert owner.events("outgoing.failed")[0]["attempts"] == 3
 
 
+async def test_a_permanent_refusal_is_dead_at_once_with_the_reason_and_the_next_row_goes_out(
+        make_owner: MakeOwner, pg_dsn: str) -> None:
+    owner = await make_owner("A", max_attempts=5)
+    owner.channel.refused.add("a1")
+    insert_reply(pg_dsn, "conv-a", "a1")
+    insert_reply(pg_dsn, "conv-a", "a2")
+    await async_wait_until(lambda: owner.channel.texts() == ["a2"], 10)
+    [dead] = [r for r in rows(pg_dsn) if r["state"] == "dead"]
+    assert dead["attempts"] == 1 and dead["reason"] == "the platform refused it: a1 refused for good"
+    assert owner.events("outgoing.retry") == [] and owner.events("outgoing.failed")[0]["attempts"] == 1
+
+
 async def test_a_platform_error_quoting_a_nul_or_a_lone_surrogate_never_wedges_the_conversation(
         make_owner: MakeOwner, pg_dsn: str) -> None:
     """The platform's error text is kept (as last_error, then the dead reason) with U+FFFD; before, no

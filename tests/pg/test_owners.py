@@ -29,7 +29,7 @@ async def make_outbound(pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     async def make(holder: str, dsn: str = pg_dsn) -> tuple[PgOutbound, StubGateway]:
         monkeypatch.setenv(f"SY_DSN_{holder}", dsn)
         gateway = StubGateway(new_home(tmp_path / holder), settings_for(f"SY_DSN_{holder}", LEASE_SEC), holder)
-        outbound = PgOutbound(gateway, holder=holder)  # type: ignore[arg-type]
+        outbound = PgOutbound(gateway.supervisor, gateway.home, gateway.settings, gateway.events, holder=holder)
         gateway.channels = await outbound.start()
         made.append((outbound, gateway))
         return outbound, gateway
@@ -43,7 +43,7 @@ async def make_outbound(pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 async def kill(outbound: PgOutbound) -> None:
     """Ends a process's outbound side without releasing anything, as kill -9 would."""
-    outbound.gateway._stopping.set()
+    outbound.supervisor.stopping.set()
     for task in outbound._tasks:
         task.cancel()
     await asyncio.gather(*outbound._tasks, return_exceptions=True)

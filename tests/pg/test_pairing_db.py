@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gateway.access import CODE_ALPHABET, EXPIRED_KEPT_S, AccessPolicy, Pairing, PairingCodeExpired, PairingStore
+from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.pg.pairing import PgPairingStore
 from gateway.settings import ChannelProfile, Settings
@@ -155,7 +156,7 @@ def test_a_code_issued_on_host_a_and_approved_on_host_b_admits_on_host_a(
     monkeypatch.setenv("SWITCHYARD_DSN", db)
     host_a = Home(tmp_path / "a")
     host_a.create()
-    policy = AccessPolicy(host_a, PROFILE, POSTGRES)
+    policy = AccessPolicy(host_a, PROFILE, POSTGRES, store=open_backend(host_a, POSTGRES).pairing())
     refused = policy.check("42", "Eve")
     assert not refused.allowed and refused.reply is not None
     code = refused.reply.split("pairing code is ")[1].split(";")[0]

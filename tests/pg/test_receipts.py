@@ -108,7 +108,7 @@ def sender(db: str, tmp_path: Path) -> Any:
         home = Home(tmp_path / f"home-{len(made)}")
         home.create()
         events = EventLog(home.events_file)
-        outbox = PgOutbox(home, events, fsync=False, dsn=db)
+        outbox = PgOutbox(home, events, dsn=db)
         made.append(PgReceipts(db, outbox, events, QueueSettings(receipt_after_sec=0.01), profiles=list))
         return made[-1]
 

@@ -74,3 +74,22 @@ def test_a_message_of_two_keys_is_two_jobs_deferred_with_it(pg_dsn: str) -> None
         jobs = conn.execute("SELECT lock, args->>'role', args->>'message_id' FROM procrastinate_jobs "
                             "ORDER BY id").fetchall()
     assert jobs == [("conv:a/b/c", "gate", "7"), ("run:r-1", "process", "7")]
+
+
+def test_switchyard_migrations_bring_the_orchestrators_own_tables(pg_dsn: str) -> None:
+    """The orchestrator ships its tables' migrations beside its stores (orchestrator/pg/migrations/) and
+    declares them; `migrate` applies them with the gateway's, in name order, under the same names as before."""
+    assert sorted(schema.migration_packages()) == ["gateway.pg", "orchestrator.pg"]
+    applied = schema.migrate(pg_dsn)
+    assert applied.index("0030_files.sql") < applied.index("0040_runs.sql") < applied.index("0051_pairing.sql")
+    with psycopg.connect(pg_dsn) as conn:
+        tables = {row[0] for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
+    assert {"switchyard_runs", "switchyard_memory", "switchyard_locks"} <= tables
+
+
+def test_switchyard_migrations_refuse_a_name_two_plugins_ship(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two plugins shipping one migration name would apply only one of them: refused, naming it."""
+    monkeypatch.setattr(schema, "migration_packages", lambda: ["gateway.pg", "gateway.pg"])
+    with pytest.raises(ValueError, match=r"two plugins ship the migration 0001_core\.sql"):
+        schema.migrate(pg_dsn)

@@ -24,7 +24,7 @@ def outbox(tmp_path: Path, pg_dsn: str) -> Iterator[PgOutbox]:
     home = Home(tmp_path / "home")
     home.create()
     events = EventLog(home.events_file)
-    yield PgOutbox(home, events, fsync=False, dsn=pg_dsn)
+    yield PgOutbox(home, events, dsn=pg_dsn)
     events.close()
 
 
@@ -79,3 +79,20 @@ def test_a_replacing_channel_is_left_to_the_transaction(outbox: PgOutbox) -> Non
 
 def outbox_ready(outbox: PgOutbox, count: int) -> list[OutgoingPayload]:
     return [outbox.prepared(reply) for reply in _replies(count)]
+
+
+def test_a_written_reply_is_a_row_named_as_a_file_would_be_with_refused_attachments_named_in_its_text(
+        outbox: PgOutbox, pg_dsn: str, tmp_path: Path) -> None:
+    """The checks every outbox makes (gateway.outbox.BaseOutbox): an attachment outside the allowed roots
+    is dropped and named; `write` returns the row's name, never a path to a file that does not exist."""
+    outside = tmp_path / "secret.txt"
+    outside.write_text("no")
+    [reply] = _replies(1)
+    reply.files = [str(outside)]
+    name = outbox.write(reply)
+    assert isinstance(name, str) and not (outbox.home.outgoing / name).exists()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        [(stored,)] = conn.execute("SELECT payload FROM switchyard_outbox WHERE name = %s", (name,)).fetchall()
+    assert stored["files"] == [] and stored["message"].count("[file not sent:") == 1
+    second = outbox.write(_replies(1)[0])  # the same message and timestamp: the next name, not the same row
+    assert second != name

@@ -30,12 +30,3 @@ CREATE TABLE switchyard_active_runs (
     conv_key text PRIMARY KEY,
     run_id text NOT NULL
 );
-
--- Coordination locks (coordination/locks/ on the file backend, gateway/pg/locks.py): one holder per
--- resource across hosts; expiry is judged by the database's clock.
-CREATE TABLE switchyard_locks (
-    resource text PRIMARY KEY,
-    holder text NOT NULL,
-    acquired_at timestamptz NOT NULL DEFAULT now(),
-    expires_at timestamptz NOT NULL
-);

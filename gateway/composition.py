@@ -1,0 +1,61 @@
+"""Where the storage backend is chosen, once: `queue.backend` names a backend that a plugin declares
+(`switchyard_backends`); the Backend it builds opens every store and the runtime of that backend.
+
+Nothing else reads `queue.backend` or imports a backend's code: the file backend registers from
+gateway/filestores.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin.
+A plugin's own stores (the orchestrator's runs, sessions, history) are declared per backend name with
+`switchyard_stores` and opened through `Backend.store`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.plugin_manager import call_each, plugin_manager_for
+from gateway.stores import Backend, BackendFactory, Stores
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from gateway.home import Home
+    from gateway.settings import Settings
+
+BACKEND_PLUGINS: tuple[str, ...] = ("gateway.filestores", "gateway.pgplugin", "orchestrator.plugin",
+                                    "orchestrator.pgplugin")
+"""The built-in modules that declare backends and stores (a command opens its backend from these, the
+settings' plugins and the entry points, without loading the channel plugins)."""
+
+def backend_name(settings: Settings) -> str:
+    """The configured backend's name: the one read of `queue.backend`."""
+    return settings.queue.backend
+
+
+def open_backend(home: Home, settings: Settings, pm: pluggy.PluginManager | None = None, *,
+                 name: str | None = None, plugins: list[str] | None = None) -> Backend:
+    """The backend `name` (the settings' `queue.backend` when None), declared by a plugin of `pm` (when None,
+    by BACKEND_PLUGINS, `plugins` (the settings' when None) and the entry points). KeyError names an
+    unknown one. `name` and `plugins` let `status` open it without loading the settings."""
+    name = backend_name(settings) if name is None else name
+    if pm is None:  # ~1 ms: the modules are imported once, the entry points scanned once per process
+        pm = plugin_manager_for([*BACKEND_PLUGINS, *(settings.plugins if plugins is None else plugins)])
+    factories: dict[str, BackendFactory] = {}
+    for declared in call_each(pm, "switchyard_backends"):
+        factories.update(declared)
+    if name not in factories:
+        raise KeyError(f"no installed plugin provides the backend {name!r} (queue.backend; "
+                       f"available: {', '.join(sorted(factories))})")
+    stores: Stores = {}
+    for declared in call_each(pm, "switchyard_stores"):
+        for store, by_backend in declared.items():
+            stores.setdefault(store, {}).update(by_backend)
+    return factories[name](home, settings, stores)
+
+
+def open_store(backend: Backend, stores: Stores, name: str, **options: Any) -> Any:
+    """Opens the store `name` declared for `backend` (what a Backend's `store` does); KeyError when no
+    plugin declares it there."""
+    try:
+        factory = stores[name][backend.name]
+    except KeyError:
+        raise KeyError(f"no plugin declares the store {name!r} on the backend {backend.name!r}") from None
+    return factory(backend, **options)

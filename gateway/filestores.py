@@ -1,0 +1,135 @@
+"""The embedded file backend (`queue.backend: files`, the default): every store is files in the home.
+
+Declared through `switchyard_backends` like any backend; its modules are imported when a store is opened,
+so building a plugin manager (as every command does) stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway import deadletters
+from gateway.composition import open_store
+from gateway.hookspecs import hookimpl
+from gateway.stores import Stores
+
+if TYPE_CHECKING:
+    from gateway.fileruntime import FileRuntime
+    from gateway.home import Home
+    from gateway.locks import Locks
+    from gateway.pairing import Pairing
+    from gateway.runtime import RuntimeParts
+    from gateway.settings import Settings
+    from gateway.stores import BackendFactory
+
+
+@hookimpl
+def switchyard_backends() -> dict[str, BackendFactory]:
+    """Declares the file backend."""
+    return {"files": FileStores}
+
+
+class FileStores:
+    """The file backend (gateway/composition.py's Backend): queue/, state/ and coordination/ of the home."""
+
+    name = "files"
+    in_home = True
+    failures: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, home: Home, settings: Settings, stores: Stores):
+        self.home = home
+        self.settings = settings
+        self._stores = stores
+
+    def failure_text(self, exc: BaseException) -> str:
+        return str(exc)
+
+    def unset_variables(self) -> list[tuple[str, str, str]]:
+        """(key, variable, effect) of each variable the backend needs that is unset: none."""
+        return []
+
+    def pairing(self, *, command: bool = False) -> Pairing:
+        from gateway.access import PairingStore
+
+        return PairingStore(self.home)
+
+    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
+        from gateway.locks import LockDirectory
+
+        return LockDirectory(self.home.coordination / "locks",
+                             holder=holder or f"{socket.gethostname()}:{os.getpid()}", ttl_s=ttl_s)
+
+    def dead_letters(self) -> FileDeadLetters:
+        return FileDeadLetters(self.home)
+
+    def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes."""
+        home = self.home
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for folder in (home.outgoing, home.sent):
+                for entry in os.scandir(folder):
+                    if entry.name.endswith(".json") and message_id in entry.name:
+                        try:
+                            reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
+                        except (OSError, ValueError):
+                            continue
+                        if reply.get("messageId") == message_id:
+                            return reply
+            time.sleep(0.05)
+        return None
+
+    def status(self, dead_shown: int) -> dict[str, Any]:
+        from gateway.home import queue_depths
+        from gateway.status import gateway_process
+
+        status: dict[str, Any] = {"queue": queue_depths(self.home), "gateway": gateway_process(self.home)}
+        dead = deadletters.list_dead(self.home)
+        status["dead_letter_count"] = len(dead)
+        status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:dead_shown]]
+        return status
+
+    def print_headline(self, status: dict[str, Any]) -> None:
+        gateway = status["gateway"]
+        if gateway.get("running"):
+            print(f"gateway: running, pid {gateway.get('pid')}, since {gateway.get('started_at', '?')}")
+        else:
+            print("gateway: not running" + (f" (last pid {gateway['pid']})" if gateway.get("pid") else ""))
+
+    def runtime(self, parts: RuntimeParts) -> FileRuntime:
+        from gateway.fileruntime import FileRuntime
+
+        return FileRuntime(parts)
+
+    def store(self, name: str, **options: Any) -> Any:
+        return open_store(self, self._stores, name, **options)
+
+
+class FileDeadLetters:
+    """The file backend's dead letters (queue/failed/), with the operations `dead` runs."""
+
+    def __init__(self, home: Home):
+        self.home = home
+
+    def list_dead(self) -> list[deadletters.DeadLetter]:
+        return deadletters.list_dead(self.home)
+
+    def show(self, name: str) -> tuple[deadletters.DeadLetter, bytes]:
+        return deadletters.show(self.home, name)
+
+    def retry(self, names: list[str]) -> list[str]:
+        return deadletters.retry(self.home, names)
+
+    def retry_all(self) -> list[str]:
+        return deadletters.retry_all(self.home)
+
+    def drop(self, names: list[str]) -> list[str]:
+        return deadletters.drop(self.home, names)
+
+    def where(self, kind: str) -> str:
+        return "outgoing/" if kind == "reply" else "incoming/"

@@ -1,0 +1,231 @@
+"""The in-memory queue and its dead letters (gateway.stores.QueueStore, DeadLetterStore).
+
+Payloads wait in one shared line ordered by their place (given when taken in, kept through retries and
+recoveries); a handle claims the oldest eligible one it admits, as a FileQueue claims by rename. A handle
+that is closed without completing its claims is a process that died: `open` or `recover_dead_workers` on
+any handle puts its claims back in their place, with their attempts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.deadletters import DeadLetter, Kind
+from gateway.events import utc_now_iso
+from gateway.home import safe_name
+from gateway.queue import Claimed
+
+MAX_ERRORS = 20  # errors kept per payload, as FileQueue keeps
+
+
+@dataclass
+class _Item:
+    order: int
+    data: bytes
+    not_before: float = 0.0  # on the monotonic clock
+
+
+@dataclass
+class _Dead:
+    order: int
+    data: bytes
+    original: str
+    report: dict[str, Any]
+    stamp: int
+
+
+@dataclass
+class QueueState:
+    """What every handle on one queue sees: waiting, claimed (by handle) and dead payloads, attempts."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    incoming: dict[str, _Item] = field(default_factory=dict)
+    claimed: dict[str, tuple[str, _Item]] = field(default_factory=dict)
+    attempts: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    failed: dict[str, _Dead] = field(default_factory=dict)
+    open_handles: set[str] = field(default_factory=set)
+    sequence: int = 0
+
+    def next(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+
+class MemoryQueue:
+    """One handle (a worker) on a QueueState; `worker` names it as a processing folder names a process."""
+
+    def __init__(self, state: QueueState, *, worker: str = "w1", max_payload_bytes: int = 1_048_576):
+        self.state = state
+        self.worker = worker
+        self.max_payload_bytes = max_payload_bytes
+        self._deferred: set[str] = set()
+
+    def open(self) -> list[str]:
+        with self.state.lock:
+            self.state.open_handles.add(self.worker)
+            return self._recover(include_own=True)
+
+    def close(self) -> None:
+        with self.state.lock:
+            self.state.open_handles.discard(self.worker)
+
+    def recover_dead_workers(self) -> list[str]:
+        with self.state.lock:
+            return self._recover(include_own=False)
+
+    def _recover(self, *, include_own: bool) -> list[str]:
+        actions = []
+        for name, (worker, item) in list(self.state.claimed.items()):
+            if worker not in self.state.open_handles or (include_own and worker == self.worker):
+                del self.state.claimed[name]
+                self.state.incoming[name] = _Item(item.order, item.data)
+                actions.append(f"returned {name} to incoming as {name}")
+        return actions
+
+    def enqueue(self, data: bytes, *, hint: str = "msg") -> Path:
+        with self.state.lock:
+            order = self.state.next()
+            name = f"{order:020d}-{safe_name(hint)}.json"
+            self.state.incoming[name] = _Item(order, bytes(data))
+        return Path("memory:incoming") / name
+
+    def rescan(self) -> None:
+        """Nothing to index: every handle reads the shared line."""
+
+    def notice(self, name: str) -> None:
+        """Nothing to index: every handle reads the shared line."""
+
+    def _eligible(self) -> list[tuple[int, str]]:
+        now = time.monotonic()
+        return sorted((item.order, name) for name, item in self.state.incoming.items()
+                      if item.not_before <= now and name not in self._deferred)
+
+    def claim(self) -> Claimed | None:
+        with self.state.lock:
+            eligible = self._eligible()
+            return self._take(eligible[0][1]) if eligible else None
+
+    def claim_admitted(self, keys_of: Callable[[bytes], tuple[str, ...]],
+                       admit: Callable[[tuple[str, ...]], bool]) -> Claimed | None:
+        with self.state.lock:
+            for _, name in self._eligible():
+                keys = keys_of(self.state.incoming[name].data)
+                if keys and not admit(keys):
+                    self._deferred.add(name)
+                    continue
+                return self._take(name)
+        return None
+
+    def end_pass(self) -> None:
+        self._deferred.clear()
+
+    def _take(self, name: str) -> Claimed:
+        item = self.state.incoming.pop(name)
+        self.state.claimed[name] = (self.worker, item)
+        attempts, errors = self.state.attempts.get(name, (0, []))
+        return Claimed(name, Path("memory:processing") / self.worker / name, item.data, (item.order, name),
+                       attempts, list(errors))
+
+    def next_due_in(self) -> float | None:
+        now = time.monotonic()
+        with self.state.lock:
+            waiting = [item.not_before for item in self.state.incoming.values() if item.not_before > now]
+        return max(0.0, min(waiting) - now) if waiting else None
+
+    def take_vanished(self) -> list[tuple[int, str]]:
+        return []  # no handle keeps an index of its own that could go stale
+
+    def _put_back(self, claimed: Claimed, delay_s: float) -> None:
+        _, item = self.state.claimed.pop(claimed.name)
+        self.state.incoming[claimed.name] = _Item(item.order, item.data, time.monotonic() + delay_s)
+
+    def requeue(self, claimed: Claimed, error: str, delay_s: float) -> int:
+        with self.state.lock:
+            attempts = claimed.attempts + 1
+            self.state.attempts[claimed.name] = (attempts, [*claimed.errors, error][-MAX_ERRORS:])
+            self._put_back(claimed, delay_s)
+        return attempts
+
+    def release(self, claimed: Claimed, delay_s: float) -> None:
+        with self.state.lock:
+            self._put_back(claimed, delay_s)
+
+    def complete(self, claimed: Claimed) -> None:
+        with self.state.lock:
+            self.state.claimed.pop(claimed.name, None)
+            self.state.attempts.pop(claimed.name, None)
+
+    def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None,
+                    conversation: str | None = None) -> Path:
+        with self.state.lock:
+            _, item = self.state.claimed.pop(claimed.name)
+            self.state.attempts.pop(claimed.name, None)
+            name = claimed.name if claimed.name not in self.state.failed else f"{time.time_ns()}-{claimed.name}"
+            report = {"reason": reason, "attempts": attempts if attempts is not None else claimed.attempts,
+                      "errors": claimed.errors, "conversation": conversation, "failed_at": utc_now_iso()}
+            self.state.failed[name] = _Dead(item.order, item.data, claimed.name, report, self.state.next())
+        return Path("memory:failed") / name
+
+
+class MemoryDeadLetters:
+    """The dead letters of a QueueState, as `switchyard dead` uses them (gateway.stores.DeadLetterStore):
+    messages only (the in-memory backend has no outbox)."""
+
+    def __init__(self, state: QueueState):
+        self.state = state
+
+    def _letter(self, name: str, dead: _Dead) -> DeadLetter:
+        report = dead.report
+        return DeadLetter(name, "message", str(report["reason"]), int(report["attempts"]), report["failed_at"],
+                          report["conversation"], Path("memory:failed") / name)
+
+    def list_dead(self) -> list[DeadLetter]:
+        with self.state.lock:
+            found = sorted(self.state.failed.items(), key=lambda item: item[1].stamp, reverse=True)
+            return [self._letter(name, dead) for name, dead in found]
+
+    def show(self, name: str) -> tuple[DeadLetter, bytes]:
+        with self.state.lock:
+            dead = self.state.failed.get(name)
+            if dead is None:
+                raise KeyError(name)
+            return self._letter(name, dead), dead.data
+
+    def _known(self, names: list[str]) -> list[str]:
+        unknown = [name for name in names if name not in self.state.failed]
+        if unknown:
+            raise KeyError(", ".join(unknown))
+        return list(dict.fromkeys(names))
+
+    def retry(self, names: list[str]) -> list[str]:
+        with self.state.lock:
+            return [self._retry_one(name) for name in self._known(names)]
+
+    def retry_all(self) -> list[str]:
+        with self.state.lock:
+            return [self._retry_one(name) for name in sorted(self.state.failed)]
+
+    def _retry_one(self, name: str) -> str:
+        """Back in line in its old place, attempts from zero, under its original name (a variant if taken)."""
+        dead = self.state.failed.pop(name)
+        target = dead.original
+        if target in self.state.incoming or target in self.state.claimed:
+            target = f"{target}.retried-{time.time_ns()}"
+        self.state.attempts.pop(target, None)
+        self.state.incoming[target] = _Item(dead.order, dead.data)
+        return name
+
+    def drop(self, names: list[str]) -> list[str]:
+        with self.state.lock:
+            wanted = self._known(names)
+            for name in wanted:
+                del self.state.failed[name]
+            return wanted
+
+    def where(self, kind: Kind) -> str:
+        return "queue"

@@ -1,0 +1,102 @@
+"""The PostgreSQL backend as the composition sees it (gateway/composition.py's Backend): every store in
+the database the variable `queue.dsn_env` names, shared by the processes of every host."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from gateway.composition import open_store
+from gateway.pg.db import dsn_from_settings, process_holder
+from gateway.redaction import database_error
+from gateway.stores import Stores
+
+if TYPE_CHECKING:
+    from gateway.home import Home
+    from gateway.pg.deadletters import DeadStore
+    from gateway.pg.locks import PgLocks
+    from gateway.pg.pairing import PgPairingStore
+    from gateway.pg.runtime import PostgresRuntime
+    from gateway.settings import Settings
+
+
+class PgStorage:
+    """The postgres backend: opens its stores on the DSN of `queue.dsn_env` (read when first needed)."""
+
+    name = "postgres"
+    in_home = False
+    failures: tuple[type[BaseException], ...] = (psycopg.Error,)
+
+    def __init__(self, home: Home, settings: Settings, stores: Stores):
+        self.home = home
+        self.settings = settings
+        self._stores = stores
+
+    @cached_property
+    def dsn(self) -> str:
+        """The DSN; SettingsError when its variable is unset."""
+        return dsn_from_settings(self.settings.queue)
+
+    def failure_text(self, exc: BaseException) -> str:
+        return database_error(exc, self.dsn)
+
+    def unset_variables(self) -> list[tuple[str, str, str]]:
+        variable = self.settings.queue.dsn_env
+        return [] if os.environ.get(variable, "").strip() else [("queue.dsn_env", variable, "run would not start")]
+
+    def pairing(self, *, command: bool = False) -> PgPairingStore:
+        from gateway.pg.pairing import PgPairingStore
+
+        return PgPairingStore.direct(self.dsn) if command else PgPairingStore.pooled(self.dsn)
+
+    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> PgLocks:
+        from gateway.pg.locks import PgLocks
+
+        return PgLocks(self.dsn, holder=holder or process_holder(), ttl_s=ttl_s)
+
+    def dead_letters(self) -> DeadStore:
+        from gateway.pg.deadletters import DeadStore
+
+        return DeadStore(self.dsn, self.home)
+
+    def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """Replies stay in the database, never in outgoing/."""
+        from gateway.pg.outbox import find_reply
+
+        return find_reply(self.dsn, message_id, timeout_s)
+
+    def status(self, dead_shown: int) -> dict[str, Any]:
+        """The database, its queue and dead letters, and the processes attached on every host (the gateway
+        counts as running when any is live); raises DatabaseUnreachable."""
+        from gateway.pg.status import gather
+        from gateway.status import gateway_process
+
+        status: dict[str, Any] = {"backend": "postgres"}
+        status.update(gather(self.settings.queue, dead_shown=dead_shown, home=self.home))
+        status.setdefault("queue", {})
+        status.setdefault("dead_letter_count", 0)
+        status.setdefault("dead_letters", [])
+        local = gateway_process(self.home)
+        live = [p for p in status.get("processes", []) if not p["stale"]]
+        status["gateway"] = {**local, "running": bool(live), "local": local.get("running", False),
+                             "processes_live": len(live)}
+        return status
+
+    def print_headline(self, status: dict[str, Any]) -> None:
+        from gateway.pg.status import print_database
+
+        gateway = status["gateway"]
+        print(f"gateway: {gateway['processes_live']} live process(es) attached to the database"
+              if gateway.get("running") else "gateway: no live process attached to the database")
+        print_database(status)
+
+    def runtime(self, parts: Any) -> PostgresRuntime:
+        from gateway.pg.runtime import PostgresRuntime
+
+        return PostgresRuntime(parts, self.dsn)
+
+    def store(self, name: str, **options: Any) -> Any:
+        return open_store(self, self._stores, name, **options)

@@ -1,0 +1,35 @@
+"""Declares the PostgreSQL backend (`queue.backend: postgres`) to the composition (gateway/composition.py).
+
+It stands outside gateway/pg/ and imports nothing of it, nor psycopg: the factory imports
+gateway/pg/storage.py when the backend is chosen, so the file backend never loads either.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from gateway.home import Home
+    from gateway.pg.storage import PgStorage
+    from gateway.settings import Settings
+    from gateway.stores import BackendFactory, Stores
+
+
+def _postgres(home: Home, settings: Settings, stores: Stores) -> PgStorage:
+    from gateway.pg.storage import PgStorage
+
+    return PgStorage(home, settings, stores)
+
+
+@hookimpl
+def switchyard_backends() -> dict[str, BackendFactory]:
+    """Declares the postgres backend."""
+    return {"postgres": _postgres}
+
+
+@hookimpl
+def switchyard_migrations() -> dict[str, list[str]]:
+    """The gateway's tables: the queue, outbox, delivery journal, files, pairing, receipts, leases, events."""
+    return {"postgres": ["gateway.pg"]}

@@ -1,0 +1,176 @@
+"""The delivery loop of replies, written once for every backend; each backend supplies only storage.
+
+The rules: a conversation's replies go out oldest first and only its head (its oldest unsent reply)
+is ever sent, so a failing head keeps its place and holds the replies after it; conversations are
+drained side by side, at most MAX_PARALLEL_DELIVERIES sends at a time. A failed send is retried
+after the platform's retry-after or a jittered backoff; after `queue.max_attempts`, or at once when
+the platform refuses it for good (PermanentError), the reply is dead with its reason. Each outcome is
+an event: `outgoing.sent`, `outgoing.retry`, `outgoing.failed`.
+
+A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
+`Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
+(gateway/dispatcher.py), rows of `switchyard_outbox` (gateway/pg/delivery.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from gateway.api import Channel, DeliveryError, PermanentError
+from gateway.attachments import AttachmentPolicy
+from gateway.backoff import delay as backoff_delay
+from gateway.delivery import SHARED_JOURNAL, SharedJournal
+from gateway.events import EventLog
+from gateway.models import OutgoingPayload
+from gateway.settings import QueueSettings
+from gateway.uploads import send_with_files
+
+log = logging.getLogger("switchyard.sending")
+
+MAX_PARALLEL_DELIVERIES = 16
+
+
+def conversation_of(reply: OutgoingPayload) -> str:
+    """The conversation a reply is delivered in order with: its conversationId, else its sender."""
+    return reply.conversationId or reply.senderId or reply.sender
+
+
+def retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> float:
+    """The platform's retry-after when it gave one, else jittered exponential backoff."""
+    if isinstance(exc, DeliveryError) and exc.retry_after is not None:
+        return float(exc.retry_after)
+    return backoff_delay(attempts, settings.backoff_initial_ms, settings.backoff_max_ms, jitter=(0.8, 1.2)) / 1000
+
+
+class Head(Protocol):
+    """The oldest unsent reply of a conversation, as its storage holds it."""
+
+    @property
+    def name(self) -> str:
+        """Its spec-002 name (the file's, the row's)."""
+
+    @property
+    def payload(self) -> OutgoingPayload: ...
+
+    @property
+    def channel(self) -> Channel:
+        """The running channel that sends it."""
+
+    @property
+    def attempts(self) -> int:
+        """Its failed attempts so far."""
+
+    @property
+    def journal(self) -> SharedJournal | None:
+        """Where its sent parts are recorded when not in the channel's own DeliveryJournal (SHARED_JOURNAL)."""
+
+    def counts(self, exc: Exception) -> bool:
+        """Whether a failure raised while sending is the platform's (an attempt); else it is the storage's
+        own (e.g. its journal lost the row): raised on, never counted."""
+
+    async def sent(self) -> None:
+        """Records the reply as delivered: it leaves the conversation."""
+
+    async def retry(self, attempts: int, error: str, delay_s: float) -> None:
+        """Records a failed attempt: the reply stays the head, due again after `delay_s`."""
+
+    async def dead(self, reason: str, attempts: int) -> None:
+        """Keeps the reply as undeliverable with its reason: it leaves the conversation."""
+
+
+class Conversation(Protocol):
+    """One conversation's unsent replies in their storage."""
+
+    async def head(self) -> Head | None:
+        """Its head when it is due; None when none is left (or its head waits in storage, see `wait`)."""
+
+    async def wait(self, delay_s: float) -> bool:
+        """Waits out a retried head's delay in place; False ends the drain instead (the storage
+        starts it again when the head is due)."""
+
+    async def failed(self, exc: Exception) -> bool:
+        """Handles a failure of the storage itself; True tries the head again, False ends the drain."""
+
+
+class Sender:
+    """Sends heads through their channels, one attempt at a time, and records what became of each."""
+
+    def __init__(self, attachments: AttachmentPolicy, events: EventLog, settings: QueueSettings):
+        self.attachments = attachments
+        self.events = events
+        self.settings = settings
+        self.slots = asyncio.Semaphore(MAX_PARALLEL_DELIVERIES)
+
+    async def drain(self, conversation: Conversation, stopping: Callable[[], bool]) -> None:
+        """Delivers a conversation's replies, head first, until none is due or `stopping()`."""
+        while not stopping():
+            try:
+                head = await conversation.head()
+                if head is None:
+                    return
+                async with self.slots:
+                    delay = await self.send(head)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if await conversation.failed(exc):
+                    continue
+                return
+            if delay is not None and not await conversation.wait(delay):
+                return
+
+    async def send(self, head: Head) -> float | None:
+        """Sends the head once and records the outcome; the delay before its next attempt when it is
+        retried, None when it was sent or is dead."""
+        payload = head.payload
+        started = time.perf_counter()
+        token = SHARED_JOURNAL.set(head.journal)
+        try:
+            record = await (send_with_files(head.channel, payload, self.attachments, self.events) if payload.files
+                            else head.channel.send(payload))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not head.counts(exc):
+                raise
+            return await self._failed(head, exc)
+        finally:
+            SHARED_JOURNAL.reset(token)
+        await head.sent()
+        self.events.emit("outgoing.sent", file=head.name, channel=payload.channel, profile=payload.profile,
+                         conversation=payload.conversationId, messageId=payload.messageId,
+                         platform_ids=record.platform_ids if record else None,
+                         duration_ms=round((time.perf_counter() - started) * 1000, 2))
+        return None
+
+    async def _failed(self, head: Head, exc: Exception) -> float | None:
+        attempts = head.attempts + 1
+        if isinstance(exc, PermanentError):  # the platform refused it for good (blocked, gone, not a member)
+            await self.give_up(head, f"the platform refused it: {exc}", attempts)
+            return None
+        if attempts >= self.settings.max_attempts:
+            await self.give_up(head, f"delivery failed {attempts} time(s): {exc}", attempts)
+            return None
+        delay = retry_delay(exc, attempts, self.settings)
+        await head.retry(attempts, str(exc), delay)
+        payload = head.payload
+        self.events.emit("outgoing.retry", file=head.name, channel=payload.channel, profile=payload.profile,
+                         conversation=payload.conversationId, reason=str(exc), attempt=attempts,
+                         backoff_ms=int(delay * 1000),
+                         rate_limited=isinstance(exc, DeliveryError) and exc.retry_after is not None)
+        return delay
+
+    async def give_up(self, head: Head, reason: str, attempts: int) -> None:
+        """Records the head as dead and says so."""
+        reason = self.events.redact(reason)  # a platform's error may quote a token
+        await head.dead(reason, attempts)
+        self.undeliverable(head.name, reason, attempts)
+
+    def undeliverable(self, name: str, reason: str, attempts: int) -> None:
+        """Logs and emits `outgoing.failed` for a reply its storage now keeps as dead."""
+        log.error("undeliverable reply %s is dead: %s", name, reason)
+        self.events.emit("outgoing.failed", file=name, reason=reason, attempts=attempts)

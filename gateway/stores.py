@@ -1,0 +1,244 @@
+"""The gateway's stores as protocols: what every backend (files, PostgreSQL, memory) keeps, and how callers
+use it. Each protocol is the set of methods the file and PostgreSQL implementations share and callers call;
+tests/contract/ checks the rules written here once against every backend; gateway/memory/ is the
+in-memory backend (every store on a shared state: two handles are two hosts).
+
+Pairing and Locks were defined beside their file stores (gateway/access.py, gateway/locks.py) and are
+re-exported here, so this module names every store. The orchestrator's stores (runs, sessions and
+conversation history) are in orchestrator/stores.py, so the gateway never names orchestrator types.
+The Backend that opens them is at the end: gateway/composition.py chooses it, plugins declare it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from gateway.deadletters import DeadLetter, Kind
+from gateway.locks import Locks
+from gateway.models import IncomingPayload
+from gateway.pairing import Pairing
+from gateway.queue import Claimed
+
+if TYPE_CHECKING:
+    from gateway.home import Home
+    from gateway.settings import Settings
+
+__all__ = [
+    "AnsweredStore",
+    "Backend",
+    "BackendFactory",
+    "BackendUnreachable",
+    "DeadLetterStore",
+    "DeliveryJournalStore",
+    "EventSink",
+    "Locks",
+    "Pairing",
+    "QueueStore",
+    "StoreFactory",
+    "Stores",
+]
+
+
+@runtime_checkable
+class AnsweredStore(Protocol):
+    """Which messages were answered within the duplicate window (gateway/answered.py AnsweredIndex): a
+    message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
+    every handle on the store. PostgreSQL has no such object today: `switchyard_answered` is read and
+    written by statements inside gateway/pg/processing.py, outbox.py and latedead.py."""
+
+    def contains(self, message: IncomingPayload) -> bool:
+        """True when `message` (by channel, profile and messageId) was answered within the window."""
+
+    def record(self, message: IncomingPayload) -> None:
+        """Records that `message` was answered (its replies are stored already)."""
+
+    def forget(self, message: IncomingPayload) -> None:
+        """Counts `message` as unanswered again, so a retry runs it instead of skipping it."""
+
+    def close(self) -> None:
+        """Releases what this handle holds open."""
+
+
+@runtime_checkable
+class DeliveryJournalStore(Protocol):
+    """The parts of a multi-part reply already sent, by delivery key (gateway/delivery.py DeliveryJournal),
+    so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the same record on the
+    outbox row (gateway/pg/delivery.py RowJournal, bound to a leased row: not this protocol)."""
+
+    def sent_parts(self, key: str) -> dict[int, str]:
+        """Part index → platform message id, for the parts already sent."""
+
+    def record(self, key: str, index: int, platform_id: str) -> None:
+        """Records one sent part before the next is sent."""
+
+    def forget(self, key: str) -> None:
+        """Drops the record once the whole reply is delivered."""
+
+
+@runtime_checkable
+class DeadLetterStore(Protocol):
+    """Dead letters as `switchyard dead` uses them (gateway/deadcli.py): a dead letter keeps the original
+    bytes and the reason; retry puts it back with a fresh attempt count, drop deletes it. An unknown name
+    is a KeyError and changes nothing."""
+
+    def list_dead(self) -> list[DeadLetter]:
+        """Every dead letter, newest first."""
+
+    def show(self, name: str) -> tuple[DeadLetter, bytes]:
+        """One dead letter and its payload bytes."""
+
+    def retry(self, names: list[str]) -> list[str]:
+        """Puts these dead letters back where they came from; returns the names put back."""
+
+    def retry_all(self) -> list[str]:
+        """Puts every dead letter back; returns the names put back."""
+
+    def drop(self, names: list[str]) -> list[str]:
+        """Deletes these dead letters; returns the names deleted."""
+
+    def where(self, kind: Kind) -> str:
+        """Where a retried letter of `kind` goes, as `dead retry` says it."""
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    """Somewhere events are copied to besides the event log (gateway/pg/events.py EventSink: the database);
+    attached to an EventLog as an observer. `observe` never blocks on or fails for its storage."""
+
+    def observe(self, record: dict[str, Any]) -> None:
+        """Takes one event (already redacted by the EventLog)."""
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stores what is buffered (waiting up to `timeout`) and stops."""
+
+
+@runtime_checkable
+class QueueStore(Protocol):
+    """The inbound queue (gateway/queue.py FileQueue): takes payloads in, gives them out oldest first
+    (skipping, in place, those whose ordering keys the caller does not admit), returns a failed one to its
+    place in line, completes it, or dead-letters it with its bytes intact. Several handles may share one
+    queue (processes on one home); what a handle that stopped had claimed is given back by
+    `recover_dead_workers` on another, in its place.
+
+    The PostgreSQL queue (gateway/pg/intake.py, jobs.py, processing.py) does not satisfy this protocol:
+    a message is stored on intake and run by Procrastinate jobs locked per key, so claiming, retrying and
+    dead-lettering are SQL inside its processing, not operations of a queue object.
+    """
+
+    def open(self) -> list[str]:
+        """Prepares the queue and recovers what stopped handles left claimed; a line per recovery."""
+
+    def close(self) -> None:
+        """Releases this handle; what it still has claimed is recovered by the next one that opens."""
+
+    def enqueue(self, data: bytes, *, hint: str = "msg") -> Path:
+        """Takes in one payload under a sortable unique name (found by `rescan` or `notice`)."""
+
+    def rescan(self) -> None:
+        """Indexes every payload not yet known (taken in by another handle, or the backlog)."""
+
+    def notice(self, name: str) -> None:
+        """Indexes one payload that just arrived."""
+
+    def claim(self) -> Claimed | None:
+        """Claims the oldest eligible payload; None when none is ready."""
+
+    def claim_admitted(self, keys_of: Callable[[bytes], tuple[str, ...]],
+                       admit: Callable[[tuple[str, ...]], bool]) -> Claimed | None:
+        """Claims the oldest eligible payload whose keys (`keys_of(bytes)`) `admit` accepts; a refused one
+        keeps its place and is set aside until `end_pass`."""
+
+    def end_pass(self) -> None:
+        """Puts the payloads `claim_admitted` set aside back in line."""
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the earliest backing-off payload is eligible (None if none waits)."""
+
+    def requeue(self, claimed: Claimed, error: str, delay_s: float) -> int:
+        """Counts a failed attempt and puts the payload back in its place, eligible after `delay_s`;
+        returns the attempts so far."""
+
+    def release(self, claimed: Claimed, delay_s: float) -> None:
+        """Puts the payload back in its place uncounted."""
+
+    def complete(self, claimed: Claimed) -> None:
+        """Removes a payload whose replies are stored."""
+
+    def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None,
+                    conversation: str | None = None) -> Path:
+        """Moves the payload's original bytes to the dead letters with `reason`."""
+
+    def recover_dead_workers(self) -> list[str]:
+        """Gives back, in their place, what handles that stopped had claimed."""
+
+    def take_vanished(self) -> list[tuple[int, str]]:
+        """Orders of indexed payloads that were gone when claimed (taken by another handle)."""
+
+
+# --- the backend: what one storage backend opens (chosen in gateway/composition.py) ---
+
+BackendFactory = Callable[["Home", "Settings", "Stores"], "Backend"]
+StoreFactory = Callable[..., Any]
+Stores = dict[str, dict[str, StoreFactory]]
+"""store name -> backend name -> factory `(backend, **options) -> store`."""
+
+
+class BackendUnreachable(Exception):
+    """The backend's storage cannot be used (a database that is down); the message is one line, no secret."""
+
+
+class Backend(Protocol):
+    """What one storage backend opens for the home and settings it was built with."""
+
+    name: str
+    home: Home
+    settings: Settings
+    in_home: bool
+    """True when the state is the home's own folders: an operator command then first checks that the home
+    is one (a mistyped --home would otherwise read as "nothing here")."""
+    failures: tuple[type[BaseException], ...]
+    """The errors of its storage that an operator command reports as one line (and exit 2)."""
+
+    def failure_text(self, exc: BaseException) -> str:
+        """One line for an error of `failures`, without a secret."""
+        ...
+
+    def unset_variables(self) -> list[tuple[str, str, str]]:
+        """(settings key, variable, what happens) for each environment variable it needs that is unset."""
+        ...
+
+    def pairing(self, *, command: bool = False) -> Pairing:
+        """Pairing codes and approvals (`command`: for a one-shot CLI command, not a gateway process)."""
+        ...
+
+    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
+        """The coordination locks, held by `holder` (this process when None)."""
+        ...
+
+    def dead_letters(self) -> Any:
+        """What `switchyard dead` lists, shows, retries and drops."""
+        ...
+
+    def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """The reply to `message_id` once one is written, or None after `timeout_s` (`send --wait`)."""
+        ...
+
+    def status(self, dead_shown: int) -> dict[str, Any]:
+        """The backend's part of `switchyard status` (queue, dead letters, gateway processes); raises
+        BackendUnreachable."""
+        ...
+
+    def print_headline(self, status: dict[str, Any]) -> None:
+        """Prints the first lines of `status` for a person (whether the gateway runs, and where)."""
+        ...
+
+    def runtime(self, parts: Any) -> Any:
+        """The processing and delivery half of a gateway (gateway/runtime.py's Runtime) built from `parts`
+        (gateway.runtime.RuntimeParts)."""
+        ...
+
+    def store(self, name: str, **options: Any) -> Any:
+        """The store `name` a plugin declared for this backend (`switchyard_stores`), opened with `options`."""
+        ...

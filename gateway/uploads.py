@@ -1,0 +1,22 @@
+"""Sends a reply through its channel with its files opened for upload (the delivery loop, gateway/sending.py,
+calls it for both backends): apart from attachments.py, which knows no Channel."""
+
+from __future__ import annotations
+
+from gateway.api import Channel, DeliveryRecord
+from gateway.attachments import AttachmentPolicy, close_files, note_refusals, open_files
+from gateway.events import EventLog
+from gateway.models import OutgoingPayload
+
+
+async def send_with_files(channel: Channel, payload: OutgoingPayload, policy: AttachmentPolicy,
+                          events: EventLog) -> DeliveryRecord | None:
+    """Sends a payload through `channel` with its files opened for upload now (both backends' delivery);
+    the ones `policy` refuses now are left out and named in the text."""
+    opened, refused = open_files(payload, policy)
+    if refused:
+        opened = note_refusals(opened, refused, events, stage="delivery")
+    try:
+        return await channel.send(opened)
+    finally:
+        close_files(opened)

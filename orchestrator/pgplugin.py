@@ -1,0 +1,45 @@
+"""Declares the orchestrator's stores on the PostgreSQL backend (`switchyard_stores`): runs, provider
+sessions and conversation history in the database of gateway/pg/storage.py. It stands outside
+orchestrator/pg/ and imports nothing of it, nor psycopg: each factory imports its store when opened."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from gateway.pg.storage import PgStorage
+    from gateway.stores import StoreFactory
+
+
+@hookimpl
+def switchyard_migrations() -> dict[str, list[str]]:
+    """The orchestrator's tables (runs, their events, cancel requests; sessions and history), in
+    orchestrator/pg/migrations/."""
+    return {"postgres": ["orchestrator.pg"]}
+
+
+@hookimpl
+def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
+    """Declares the postgres runs, sessions and history."""
+    return {"runs": {"postgres": _runs}, "sessions": {"postgres": _sessions}, "history": {"postgres": _history}}
+
+
+def _runs(backend: PgStorage, *, fsync: bool) -> Any:
+    from orchestrator.pg.runs import PgRunStore
+
+    return PgRunStore(backend.home, backend.dsn, fsync=fsync)
+
+
+def _sessions(backend: PgStorage) -> Any:
+    from orchestrator.pg.sessions import PgSessionStore
+
+    return PgSessionStore(backend.dsn)
+
+
+def _history(backend: PgStorage) -> Any:
+    from orchestrator.pg.sessions import PgRecords
+    from orchestrator.sessions import ConversationHistory
+
+    return ConversationHistory(PgRecords(backend.dsn, "history"))

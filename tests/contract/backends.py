@@ -1,0 +1,305 @@
+"""One harness per backend for the contract tests: each makes the stores of gateway/stores.py and
+orchestrator/stores.py, several handles on one shared state (two "hosts", or a process and the one that
+starts after it), and says where a backend has no such store (the test then skips with that reason)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gateway.access import Pairing, PairingStore
+from gateway.answered import AnsweredIndex
+from gateway.delivery import DeliveryJournal
+from gateway.events import EventLog, read_events
+from gateway.filestores import FileDeadLetters
+from gateway.home import Home
+from gateway.locks import LockDirectory, Locks
+from gateway.memory import (
+    AnsweredState,
+    LocksState,
+    MemoryAnswered,
+    MemoryDeadLetters,
+    MemoryEventSink,
+    MemoryJournal,
+    MemoryLocks,
+    MemoryPairing,
+    MemoryQueue,
+    QueueState,
+)
+from gateway.queue import FileQueue, move_to_failed
+from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, QueueStore
+from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
+from orchestrator.runs import RunStore
+from orchestrator.sessions import FileRecords
+from orchestrator.stores import Records, RunRecords
+
+REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
+                  b'"conversationId": "c1"}')
+
+NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by Procrastinate jobs locked per "
+               "key (gateway/pg/intake.py, jobs.py, processing.py); claim, retry and dead letter are SQL inside "
+               "its processing, with no queue object to hand a test")
+NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyard_answered` is read and written "
+                  "by statements inside gateway/pg/processing.py and outbox.py")
+NO_PG_JOURNAL = ("the postgres journal is gateway/pg/delivery.py RowJournal, bound to one leased outbox row of a "
+                 "running PgDelivery, not addressed by delivery key")
+
+NO_MEMORY_OUTBOX = "the in-memory backend has no outbox: its dead letters are messages only"
+
+PG_LACKS = {"queue": NO_PG_QUEUE, "answered": NO_PG_ANSWERED, "journal": NO_PG_JOURNAL}
+"""The stores the postgres backend has no object for, by the name a test module gives in its PG_LACKS."""
+
+
+class Backend:
+    """The stores of one backend; the base class says "not on this backend" for each."""
+
+    name = "?"
+
+    def queue(self, worker: str) -> QueueStore:
+        raise NotImplementedError
+
+    def dead_letters(self) -> DeadLetterStore:
+        raise NotImplementedError
+
+    def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
+        """A dead message of these bytes and reason, dead-lettered as this backend does it; its name."""
+        queue = self.queue("dead-letterer")
+        queue.open()
+        queue.enqueue(data, hint=hint)
+        queue.rescan()
+        claimed = queue.claim()
+        assert claimed is not None
+        name = queue.dead_letter(claimed, reason, attempts=3, conversation=conversation).name
+        queue.close()
+        return name
+
+    def make_dead_reply(self, text: str, reason: str) -> str:
+        """A reply the delivery gave up on, dead-lettered as this backend does it; its name."""
+        pytest.skip(NO_MEMORY_OUTBOX)
+
+    def pending_replies(self) -> list[str]:
+        """The texts of the replies waiting to be delivered."""
+        pytest.skip(NO_MEMORY_OUTBOX)
+
+    def queued(self) -> list[tuple[bytes, int]]:
+        """(bytes, attempts) of every message waiting in the queue, in the order it gives them out: claimed
+        by a handle that then stops, so the next handle to open puts them all back."""
+        queue = self.queue("reader")
+        queue.open()
+        queue.rescan()
+        found = []
+        while (claimed := queue.claim()) is not None:
+            found.append((claimed.data, claimed.attempts))
+        queue.close()
+        return found
+
+    def answered(self, window_sec: float) -> AnsweredStore:
+        raise NotImplementedError
+
+    def pairing(self) -> Pairing:
+        raise NotImplementedError
+
+    def locks(self, holder: str, ttl_s: float) -> Locks:
+        raise NotImplementedError
+
+    def journal(self) -> DeliveryJournalStore:
+        raise NotImplementedError
+
+    def runs(self) -> RunRecords:
+        raise NotImplementedError
+
+    def records(self, kind: str) -> Records:
+        raise NotImplementedError
+
+    def events(self) -> tuple[EventLog, Any]:
+        """An EventLog with this backend's sink, and a function giving back what the backend stored."""
+        raise NotImplementedError
+
+
+class MemoryBackend(Backend):
+    name = "memory"
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.queue_state = QueueState()
+        self.answered_state = AnsweredState()
+        self.pairing_state = MemoryPairing()
+        self.locks_state = LocksState()
+        self.journal_state = MemoryJournal()
+        self.runs_state = RunsState()
+        self.record_states: dict[str, MemoryRecords] = {}
+
+    def queue(self, worker: str) -> QueueStore:
+        return MemoryQueue(self.queue_state, worker=worker)
+
+    def dead_letters(self) -> DeadLetterStore:
+        return MemoryDeadLetters(self.queue_state)
+
+    def answered(self, window_sec: float) -> AnsweredStore:
+        return MemoryAnswered(self.answered_state, window_sec=window_sec)
+
+    def pairing(self) -> Pairing:
+        return MemoryPairing(self.pairing_state)
+
+    def locks(self, holder: str, ttl_s: float) -> Locks:
+        return MemoryLocks(self.locks_state, holder=holder, ttl_s=ttl_s)
+
+    def journal(self) -> DeliveryJournalStore:
+        return self.journal_state.twin()
+
+    def runs(self) -> RunRecords:
+        return MemoryRunStore(self.runs_state)
+
+    def records(self, kind: str) -> Records:
+        return self.record_states.setdefault(kind, MemoryRecords()).twin()
+
+    def events(self) -> tuple[EventLog, Any]:
+        log = EventLog(self.tmp_path / "memory-events.jsonl")
+        sink = MemoryEventSink(redact=log.redact)
+        log.observe(sink.observe)
+
+        def stored() -> list[dict[str, Any]]:
+            sink.close()
+            return sink.stored()
+
+        return log, stored
+
+
+class FilesBackend(Backend):
+    name = "files"
+
+    def __init__(self, home: Home):
+        self.home = home
+
+    def queue(self, worker: str) -> QueueStore:
+        queue = FileQueue(self.home, fsync=False)
+        queue.worker_dir = self.home.processing / f"w-{worker}"  # one processing folder per "process"
+        return queue
+
+    def dead_letters(self) -> DeadLetterStore:
+        return FileDeadLetters(self.home)
+
+    def make_dead_reply(self, text: str, reason: str) -> str:
+        """As the dispatcher does: the reply's file moved from outgoing/ to failed/ with its report."""
+        path = self.home.outgoing / "console_m1_1.json"
+        path.write_bytes(REPLY_TEMPLATE.replace(b"TEXT", text.encode()))
+        return move_to_failed(self.home, path, fsync=False, reason=reason, attempts=5, source="outgoing").name
+
+    def pending_replies(self) -> list[str]:
+        return [json.loads(path.read_bytes())["message"] for path in sorted(self.home.outgoing.glob("*.json"))]
+
+    def answered(self, window_sec: float) -> AnsweredStore:
+        index = AnsweredIndex(self.home.state / "answered.jsonl", window_sec=window_sec, fsync=False)
+        index.open()  # a second handle is the next process: it reads what the first recorded when it opens
+        return index
+
+    def pairing(self) -> Pairing:
+        return PairingStore(self.home)
+
+    def locks(self, holder: str, ttl_s: float) -> Locks:
+        return LockDirectory(self.home.coordination / "locks", holder=holder, ttl_s=ttl_s)
+
+    def journal(self) -> DeliveryJournalStore:
+        return DeliveryJournal(self.home, "profile")
+
+    def runs(self) -> RunRecords:
+        return RunStore(self.home, fsync=False)
+
+    def records(self, kind: str) -> Records:
+        return FileRecords(self.home.root / "sessions" / kind, fsync=False)
+
+    def events(self) -> tuple[EventLog, Any]:
+        log = EventLog(self.home.events_file)
+
+        def stored() -> list[dict[str, Any]]:
+            log.close()
+            return read_events(self.home.events_file)
+
+        return log, stored
+
+
+class PostgresBackend(Backend):
+    name = "postgres"
+
+    def __init__(self, dsn: str, home: Home):
+        self.dsn = dsn
+        self.home = home
+
+    def queue(self, worker: str) -> QueueStore:
+        pytest.skip(NO_PG_QUEUE)
+
+    def dead_letters(self) -> DeadLetterStore:
+        from gateway.pg.deadletters import DeadStore
+
+        return DeadStore(self.dsn)
+
+    def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
+        """A dead row as gateway/pg/processing.py leaves it: the original bytes in `payload`, state dead."""
+        from tests.pg.helpers import insert_message
+
+        with psycopg.connect(self.dsn) as conn:
+            insert_message(conn, f"m-{hint}.json", data, state="dead", reason=reason, attempts=3)
+            conn.execute("UPDATE switchyard_messages SET updated_at = clock_timestamp() WHERE name = %s",
+                         (f"m-{hint}.json",))
+        return f"m-{hint}.json"
+
+    def make_dead_reply(self, text: str, reason: str) -> str:
+        """As gateway/pg/delivery.py leaves it: the outbox row in state dead with its reason."""
+        with psycopg.connect(self.dsn) as conn:
+            conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload, state, "
+                         "attempts, reason) VALUES ('console_m1_1.json', 'console', 'console', 'c1', %s, 'dead', 5, "
+                         "%s)", (REPLY_TEMPLATE.replace(b"TEXT", text.encode()).decode(), reason))
+        return "console_m1_1.json"
+
+    def pending_replies(self) -> list[str]:
+        with psycopg.connect(self.dsn) as conn:
+            return [str(row[0]) for row in conn.execute(
+                "SELECT payload->>'message' FROM switchyard_outbox WHERE state = 'pending' ORDER BY id")]
+
+    def queued(self) -> list[tuple[bytes, int]]:
+        with psycopg.connect(self.dsn) as conn:
+            return [(bytes(data), int(attempts)) for data, attempts in conn.execute(
+                "SELECT payload, attempts FROM switchyard_messages WHERE state = 'queued' ORDER BY id")]
+
+    def answered(self, window_sec: float) -> AnsweredStore:
+        pytest.skip(NO_PG_ANSWERED)
+
+    def pairing(self) -> Pairing:
+        from gateway.pg.pairing import PgPairingStore
+
+        return PgPairingStore.pooled(self.dsn)
+
+    def locks(self, holder: str, ttl_s: float) -> Locks:
+        from gateway.pg.locks import PgLocks
+
+        return PgLocks(self.dsn, holder=holder, ttl_s=ttl_s)
+
+    def journal(self) -> DeliveryJournalStore:
+        pytest.skip(NO_PG_JOURNAL)
+
+    def runs(self) -> RunRecords:
+        from orchestrator.pg.runs import PgRunStore
+
+        return PgRunStore(self.home, self.dsn, fsync=False)
+
+    def records(self, kind: str) -> Records:
+        from orchestrator.pg.sessions import PgRecords
+
+        return PgRecords(self.dsn, kind)
+
+    def events(self) -> tuple[EventLog, Any]:
+        from gateway.pg.events import attach_event_sink
+
+        log = EventLog(self.home.events_file)
+        close = attach_event_sink(log, self.dsn)
+
+        def stored() -> list[dict[str, Any]]:
+            close()
+            with psycopg.connect(self.dsn) as conn:
+                return [dict(row[0]) for row in conn.execute("SELECT event FROM switchyard_events ORDER BY id")]
+
+        return log, stored

@@ -1,0 +1,75 @@
+"""Every store of every backend has its protocol's methods with the protocol's parameters (names, kinds,
+defaults), so a caller written against gateway/stores.py or orchestrator/stores.py works on any of them.
+(mypy checks the memory stores statically: gateway/memory/__init__.py, orchestrator/memory.py.)"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from gateway.access import PairingStore
+from gateway.answered import AnsweredIndex
+from gateway.delivery import DeliveryJournal
+from gateway.filestores import FileDeadLetters
+from gateway.locks import LockDirectory
+from gateway.memory import (
+    MemoryAnswered,
+    MemoryDeadLetters,
+    MemoryEventSink,
+    MemoryJournal,
+    MemoryLocks,
+    MemoryPairing,
+    MemoryQueue,
+)
+from gateway.pg.deadletters import DeadStore
+from gateway.pg.events import EventSink as PgEventSink
+from gateway.pg.locks import PgLocks
+from gateway.pg.pairing import PgPairingStore
+from gateway.queue import FileQueue
+from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, EventSink, Locks, Pairing, QueueStore
+from orchestrator.memory import MemoryRecords, MemoryRunStore
+from orchestrator.pg.runs import PgRunStore
+from orchestrator.pg.sessions import PgRecords
+from orchestrator.runs import RunStore
+from orchestrator.sessions import FileRecords
+from orchestrator.stores import Records, RunRecords
+
+IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
+    (QueueStore, [MemoryQueue, FileQueue]),
+    (DeadLetterStore, [MemoryDeadLetters, FileDeadLetters, DeadStore]),
+    (AnsweredStore, [MemoryAnswered, AnsweredIndex]),
+    (DeliveryJournalStore, [MemoryJournal, DeliveryJournal]),
+    (EventSink, [MemoryEventSink, PgEventSink]),
+    (Pairing, [MemoryPairing, PairingStore, PgPairingStore]),
+    (Locks, [MemoryLocks, LockDirectory, PgLocks]),
+    (RunRecords, [MemoryRunStore, RunStore, PgRunStore]),
+    (Records, [MemoryRecords, FileRecords, PgRecords]),
+]
+
+
+def methods(protocol: type) -> list[str]:
+    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
+
+
+def parameters(function: object) -> list[tuple[str, object, bool]]:
+    """(name, kind, has a default) of each parameter but `self`."""
+    signature = inspect.signature(function)  # type: ignore[arg-type]
+    return [(p.name, p.kind, p.default is not inspect.Parameter.empty)
+            for p in list(signature.parameters.values())[1:]]
+
+
+@pytest.mark.parametrize(("protocol", "implementation"),
+                         [(protocol, impl) for protocol, impls in IMPLEMENTATIONS for impl in impls],
+                         ids=lambda value: getattr(value, "__qualname__", str(value)))
+def test_each_store_takes_its_protocols_calls(protocol: type, implementation: type) -> None:
+    assert methods(protocol), f"{protocol.__name__} names no method"
+    for name in methods(protocol):
+        assert hasattr(implementation, name), f"{implementation.__qualname__} has no {name}"
+        wanted, found = parameters(getattr(protocol, name)), parameters(getattr(implementation, name))
+        assert [(n, k) for n, k, _ in found[:len(wanted)]] == [(n, k) for n, k, _ in wanted], \
+            f"{implementation.__qualname__}.{name}{found} is not {protocol.__name__}.{name}{wanted}"
+        assert all(has_default for _, _, has_default in found[len(wanted):]), \
+            f"{implementation.__qualname__}.{name} asks for more than {protocol.__name__}.{name} gives"
+        assert all(f[2] or not w[2] for f, w in zip(found, wanted, strict=False)), \
+            f"{implementation.__qualname__}.{name} needs an argument {protocol.__name__}.{name} may leave out"

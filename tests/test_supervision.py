@@ -1,0 +1,34 @@
+"""Channel supervision (gateway/supervision.py): one policy for both backends' channel start-ups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.api import PermanentError
+from gateway.events import EventLog, read_events
+from gateway.home import Home
+from gateway.settings import ChannelProfile
+from gateway.supervision import RETRY_MAX_S, ChannelSupervisor
+
+
+def _supervisor(home: Home, written: list[dict[str, Any]]) -> ChannelSupervisor:
+    async def start(profile: ChannelProfile) -> Any:
+        raise AssertionError("not started here")
+
+    supervisor = ChannelSupervisor(start, EventLog(home.events_file), spawn=lambda work, name: None,
+                                   on_change=lambda: written.append(dict(supervisor.status)))
+    return supervisor
+
+
+def test_a_configuration_problem_disables_the_profile_and_an_outage_is_retried_within_five_minutes(home: Home) -> None:
+    written: list[dict[str, Any]] = []
+    supervisor = _supervisor(home, written)
+    profile = ChannelProfile(id="p", type="x")
+    assert supervisor.failed(profile, PermanentError("bad token"), attempt=1) is None
+    assert supervisor.status["p"] == {"type": "x", "state": "disabled", "reason": "bad token"}
+    waits = [supervisor.failed(profile, OSError("platform down"), attempt=attempt) for attempt in (1, 30)]
+    assert waits[0] is not None and 0.5 <= waits[0] <= 1.0  # 1 s, jittered down to half
+    assert waits[1] is not None and RETRY_MAX_S / 2 <= waits[1] <= RETRY_MAX_S == 300.0  # the same cap on every backend
+    assert supervisor.status["p"]["state"] == "retrying" and len(written) == 2  # written when it changed
+    events = [(e["event"], e["attempt"]) for e in read_events(home.events_file)]
+    assert events == [("channel.disabled", 1), ("channel.retrying", 1), ("channel.retrying", 30)]
