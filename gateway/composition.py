@@ -2,7 +2,8 @@
 (`switchyard_backends`); the Backend it builds opens every store and the runtime of that backend.
 
 Nothing else reads `queue.backend` or imports a backend's code: the file backend registers from
-gateway/filestores.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin.
+gateway/filestores.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin (the
+in-memory one, for tests only, is registered by a test: gateway/memory/backend.py).
 A plugin's own stores (the orchestrator's runs, sessions, history) are declared per backend name with
 `switchyard_stores` and opened through `Backend.store`.
 """

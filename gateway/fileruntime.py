@@ -56,17 +56,22 @@ class FileRuntime:
         home, settings, qs = parts.home, parts.settings, parts.settings.queue
         if parts.role == "run":
             await parts.supervisor.start_each(settings.channels, self._started_late)
-        locks = LockDirectory(home.coordination / "locks",
-                              holder=f"{socket.gethostname()}:{os.getpid()}", ttl_s=qs.lock_ttl_sec)
-        self.sharing.open()
-        self.worker = Worker(parts.queue, handler, self.outbox, self.answered, parts.events, qs,
-                             on_start=parts.show_typing, locks=locks, sharing=self.sharing)
+        self.worker = self._worker(handler)
         self.worker.receipts = Receipts(self.outbox, parts.events, after_sec=qs.receipt_after_sec,
                                         ahead=self.worker.scheduler.ahead_of, wanted=parts.takes_receipts)
         if parts.role == "run":
             self.dispatcher = Dispatcher(home, parts.supervisor.channels, parts.events, qs,
                                          extra_roots=extra_file_roots(home, settings))
         return self.dispatcher
+
+    def _worker(self, handler: Handler) -> Worker:
+        """The Worker of incoming/, with the home's key locks, shared with other processes on request."""
+        home, qs = self.parts.home, self.parts.settings.queue
+        locks = LockDirectory(home.coordination / "locks",
+                              holder=f"{socket.gethostname()}:{os.getpid()}", ttl_s=qs.lock_ttl_sec)
+        self.sharing.open()
+        return Worker(self.parts.queue, handler, self.outbox, self.answered, self.parts.events, qs,
+                      on_start=self.parts.show_typing, locks=locks, sharing=self.sharing)
 
     def _started_late(self, channel: Any) -> None:
         """A channel that started on a retry gets its replies too."""

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from gateway.locks import LockDirectory
+from gateway.locks import Locks
 from gateway.models import IncomingPayload
 
 log = logging.getLogger("switchyard.keys")
@@ -49,7 +49,7 @@ class KeyScheduler(Generic[T]):
     message.
     """
 
-    def __init__(self, max_concurrency: int, locks: LockDirectory | None = None):
+    def __init__(self, max_concurrency: int, locks: Locks | None = None):
         self.max_concurrency = max_concurrency
         self.locks = locks
         self.running = 0
@@ -199,7 +199,7 @@ class KeyScheduler(Generic[T]):
         if key in self._locked and key not in self._busy and key not in self._queues:
             self._unlock(key)
 
-    def lock_running(self, locks: LockDirectory) -> bool:
+    def lock_running(self, locks: Locks) -> bool:
         """Starts using cross-process locks: takes those of every key running or with messages claimed
         here (all or none), so another process can take none of them while this one still has a
         message of it, and a key's messages stay in order across processes."""

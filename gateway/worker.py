@@ -10,26 +10,35 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from gateway.aio import wait_event
-from gateway.answered import AnsweredIndex
 from gateway.api import Handler, Outbox
 from gateway.events import EventLog
 from gateway.keys import KeyScheduler, ordering_keys
-from gateway.locks import LockDirectory
+from gateway.locks import Locks
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.outcome import Dead, Done, Retry, handled
 from gateway.payloads import backoff_seconds, parse_payload
-from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
+from gateway.queue import CLAIM_RETRY_S, Claimed
 from gateway.receipts import Receipts
 from gateway.settings import QueueSettings
 from gateway.sharing import SharedHome
+from gateway.stores import AnsweredStore, QueueStore
 
 log = logging.getLogger("switchyard.worker")
 
 MAX_PENDING = 10_000
 LOCK_RETRY_S = 0.05
 CLAIM_REPORT_S = 60.0
+
+
+class WorkerQueue(QueueStore, Protocol):
+    """The queue a Worker claims from: a QueueStore that also reports why claims failed."""
+
+    def take_claim_errors(self) -> list[str]:
+        """The reasons of the claims that failed since the last call (a file that cannot be moved)."""
+        ...
 
 
 @dataclass
@@ -40,19 +49,23 @@ class _Job:
 
 
 class Worker:
-    """Claims messages in order and runs them through the handler, one at a time per ordering key."""
+    """Claims messages in order and runs them through the handler, one at a time per ordering key.
+
+    Any QueueStore and AnsweredStore: the file backend's (gateway/fileruntime.py) or the in-memory one's
+    (gateway/memory/runtime.py). Without `sharing` but with `locks`, key locks are on from the start
+    (hosts sharing one queue)."""
 
     def __init__(
         self,
-        queue: FileQueue,
+        queue: WorkerQueue,
         handler: Handler,
         outbox: Outbox,
-        answered: AnsweredIndex,
+        answered: AnsweredStore,
         events: EventLog,
         settings: QueueSettings,
         *,
         on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
-        locks: LockDirectory | None = None,
+        locks: Locks | None = None,
         sharing: SharedHome | None = None,
     ):
         self.queue = queue
@@ -162,7 +175,7 @@ class Worker:
     def _keys_of(self, data: bytes) -> tuple[str, ...]:
         """The ordering keys of a payload file's bytes; none for an invalid one."""
         try:
-            return ordering_keys(parse_payload(data, self.queue.max_payload_bytes))
+            return ordering_keys(parse_payload(data, self.settings.max_payload_bytes))
         except ValueError:
             return ()
 
@@ -216,7 +229,7 @@ class Worker:
             self._quarantine(claimed, claimed.invalid)
             return
         try:
-            message = parse_payload(claimed.data, self.queue.max_payload_bytes)
+            message = parse_payload(claimed.data, self.settings.max_payload_bytes)
         except ValueError as exc:
             self._quarantine(claimed, str(exc), exc.apology() if isinstance(exc, UnstorableText) else None)
             return
@@ -348,8 +361,8 @@ class Worker:
     def _requeue_uncounted(self, claimed: Claimed) -> None:
         """Puts an interrupted message back for the next start, without counting an attempt."""
         try:
-            claimed.path.rename(self.queue.home.incoming / claimed.name)
-        except OSError as exc:
+            self.queue.release(claimed, 0.0)
+        except (OSError, KeyError) as exc:
             log.error("could not return %s to incoming (recovered at next start): %s", claimed.name, exc)
 
     async def stop(self, grace_s: float) -> None:

@@ -138,10 +138,11 @@ class Actions:
                                        waits=True)
         elif not run.finished:
             self._executor.submit(run.runId)
-        return await self._outcome_reply(message, run, loaded.config.reply_within_sec)
+        return await self._outcome_reply(message, run, loaded.config.reply_within_sec, fresh=True)
 
     async def _outcome_reply(
-        self, message: IncomingPayload, run: RunState, within_sec: float, verb: str = "Started"
+        self, message: IncomingPayload, run: RunState, within_sec: float, verb: str = "Started", *,
+        fresh: bool = False,
     ) -> OutgoingPayload | None:
         """The reply that waits (briefly) for the run: its result or question, else an ack; None when the
         result was already pushed to the conversation, as only a retried message finds it.
@@ -152,9 +153,10 @@ class Actions:
         retry adds nothing, `message.already_answered`); a run that had ended with its result handed
         to the waiting message (`delivery: reply`) gives the retry that result again, since the reply
         was never written; one that had ended undelivered is pushed at the restart, once even if the
-        crash came between writing the push and recording it (`Delivery.push`).
+        crash came between writing the push and recording it (`Delivery.push`). `fresh`: `run` was read
+        or written just now (no await since), so it is not read again.
         """
-        ended = await self._executor.outcome(run.runId, within_sec)
+        ended = await self._executor.outcome(run.runId, within_sec, run if fresh else None)
         if ended is None or not ended.finished:
             self._executor.outlived(ended or run)
         if ended is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 from gateway.locks import Locks
@@ -48,14 +49,19 @@ class Claims:
         self._max_parallel = max_parallel
         self.reserved: set[str] = set()  # queued runs whose lock this process holds for a waiting message
         self._stuck: set[str] = set()  # runs whose failure could not be recorded either: skipped, said once
+        # queued runs whose lock another process held at a pass (reserved for its waiting message): tried
+        # again after IDLE_SEC, not at every pass of this process (each try is a statement on a shared store)
+        self._held_elsewhere: dict[str, float] = {}
 
     def ready(self) -> float:
         """One claim pass; returns how long to sleep before the next."""
         sleep = IDLE_SEC
+        now = time.monotonic()
+        self._held_elsewhere = {run_id: until for run_id, until in self._held_elsewhere.items() if until > now}
         for run_id, next_retry_at in self.queued():
             if len(self._tasks) >= self._max_parallel:
                 break
-            if run_id in self._tasks or run_id in self._stuck:
+            if run_id in self._tasks or run_id in self._stuck or run_id in self._held_elsewhere:
                 continue
             try:
                 wait = seconds_until(next_retry_at)
@@ -104,6 +110,7 @@ class Claims:
     def claim(self, run_id: str) -> None:
         """Takes the run's lock, checks it is still queued and due, marks it running, starts its task."""
         if not self._locks.acquire(job_lock(run_id)):
+            self._held_elsewhere[run_id] = time.monotonic() + IDLE_SEC
             return
         self.reserved.discard(run_id)  # the claim's outcome releases the lock now
         try:

@@ -110,9 +110,10 @@ class RunExecutor:
         """Makes sure an unfinished run is being executed or waits in the queue (a retried message)."""
         self.wake()
 
-    async def outcome(self, run_id: str, timeout_sec: float) -> RunState | None:
-        """Waits for the run to end or ask a question: the run if that became the caller's reply, else None."""
-        return await self.delivery.outcome(run_id, timeout_sec)
+    async def outcome(self, run_id: str, timeout_sec: float, current: RunState | None = None) -> RunState | None:
+        """Waits for the run to end or ask a question: the run if that became the caller's reply, else None
+        (`current`: the run as the caller has just read or written it)."""
+        return await self.delivery.outcome(run_id, timeout_sec, current)
 
     # --- the loop -----------------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ class _Waiting:
 
     event: asyncio.Event = field(default_factory=asyncio.Event)
     count: int = 0
+    run: RunState | None = None  # the run as handed over (written just before): the waiters' reply
 
 
 class Delivery:
@@ -97,9 +98,10 @@ class Delivery:
         self._waiting: dict[str, _Waiting] = {}
         self.dead_letter: LateDeadLetter | None = None
 
-    async def outcome(self, run_id: str, timeout_sec: float) -> RunState | None:
-        """Waits up to `timeout_sec` for the run to end or ask; returns it then, else None."""
-        run = self._store.load(run_id)
+    async def outcome(self, run_id: str, timeout_sec: float, current: RunState | None = None) -> RunState | None:
+        """Waits up to `timeout_sec` for the run to end or ask; returns it then, else None. `current`: the
+        run as the caller has just read or written it (no await since), instead of reading it again."""
+        run = current if current is not None else self._store.load(run_id)
         if run is None or self._settled(run):
             return run
         waiting = self._waiting.setdefault(run_id, _Waiting())
@@ -116,7 +118,9 @@ class Delivery:
             waiting.count -= 1
             if not waiting.event.is_set() and waiting.count == 0:
                 self._waiting.pop(run_id, None)
-        return self._store.load(run_id) if waiting.event.is_set() else None
+        if not waiting.event.is_set():
+            return None
+        return waiting.run if waiting.run is not None else self._store.load(run_id)
 
     @staticmethod
     def _settled(run: RunState) -> bool:
@@ -137,6 +141,7 @@ class Delivery:
     def hand_over(self, run: RunState, waiting: _Waiting | None) -> RunState:
         """Delivers a finished run's result once, as `record` decided: to the waiting messages, else pushed."""
         if waiting is not None:
+            waiting.run = run
             waiting.event.set()
             return run
         return self.push(run)
@@ -205,7 +210,7 @@ class Delivery:
         """Delivers an input step's question once: as a waiting message's reply, else pushed."""
         waiting = self._waiting.pop(run.runId, None)
         if waiting is not None and waiting.count > 0:
-            run = self._store.update_step(run, step_id, promptDelivery="reply")
+            run = waiting.run = self._store.update_step(run, step_id, promptDelivery="reply")
             waiting.event.set()
             return run
         try:

@@ -50,10 +50,17 @@ class QueueState:
     failed: dict[str, _Dead] = field(default_factory=dict)
     open_handles: set[str] = field(default_factory=set)
     sequence: int = 0
+    watchers: list[Callable[[], None]] = field(default_factory=list)
+    """Called (under the lock: they must only schedule) when a payload comes into line, so every
+    host's worker looks, as a file watch or a database notification wakes it."""
 
     def next(self) -> int:
         self.sequence += 1
         return self.sequence
+
+    def changed(self) -> None:
+        for watcher in list(self.watchers):
+            watcher()
 
 
 class MemoryQueue:
@@ -85,6 +92,8 @@ class MemoryQueue:
                 del self.state.claimed[name]
                 self.state.incoming[name] = _Item(item.order, item.data)
                 actions.append(f"returned {name} to incoming as {name}")
+        if actions:
+            self.state.changed()
         return actions
 
     def enqueue(self, data: bytes, *, hint: str = "msg") -> Path:
@@ -92,6 +101,7 @@ class MemoryQueue:
             order = self.state.next()
             name = f"{order:020d}-{safe_name(hint)}.json"
             self.state.incoming[name] = _Item(order, bytes(data))
+            self.state.changed()
         return Path("memory:incoming") / name
 
     def rescan(self) -> None:
@@ -137,12 +147,16 @@ class MemoryQueue:
             waiting = [item.not_before for item in self.state.incoming.values() if item.not_before > now]
         return max(0.0, min(waiting) - now) if waiting else None
 
+    def take_claim_errors(self) -> list[str]:
+        return []  # a claim in memory cannot fail
+
     def take_vanished(self) -> list[tuple[int, str]]:
         return []  # no handle keeps an index of its own that could go stale
 
     def _put_back(self, claimed: Claimed, delay_s: float) -> None:
         _, item = self.state.claimed.pop(claimed.name)
         self.state.incoming[claimed.name] = _Item(item.order, item.data, time.monotonic() + delay_s)
+        self.state.changed()
 
     def requeue(self, claimed: Claimed, error: str, delay_s: float) -> int:
         with self.state.lock:
@@ -165,11 +179,30 @@ class MemoryQueue:
         with self.state.lock:
             _, item = self.state.claimed.pop(claimed.name)
             self.state.attempts.pop(claimed.name, None)
-            name = claimed.name if claimed.name not in self.state.failed else f"{time.time_ns()}-{claimed.name}"
-            report = {"reason": reason, "attempts": attempts if attempts is not None else claimed.attempts,
-                      "errors": claimed.errors, "conversation": conversation, "failed_at": utc_now_iso()}
-            self.state.failed[name] = _Dead(item.order, item.data, claimed.name, report, self.state.next())
+            name = self._bury(claimed.name, item.order, item.data, reason,
+                              attempts if attempts is not None else claimed.attempts, claimed.errors, conversation)
         return Path("memory:failed") / name
+
+    def bury(self, name: str, data: bytes, reason: str, errors: list[str], *, conversation: str | None,
+             holds: Callable[[bytes], bool]) -> str | None:
+        """Dead-letters under `name` a payload answered and then failed for good (gateway.api.LateDeadLetter),
+        as gateway/latedead.py does: `name` again if that letter is there already; None while a payload
+        that `holds` accepts is in line or claimed (its worker is not done with it: asked again later)."""
+        with self.state.lock:
+            if name in self.state.failed:
+                return name
+            queued = [*self.state.incoming.values(), *(item for _, item in self.state.claimed.values())]
+            if any(holds(item.data) for item in queued):
+                return None
+            return self._bury(name, self.state.next(), bytes(data), reason, 1, errors, conversation)
+
+    def _bury(self, original: str, order: int, data: bytes, reason: str, attempts: int, errors: list[str],
+              conversation: str | None) -> str:
+        name = original if original not in self.state.failed else f"{time.time_ns()}-{original}"
+        report = {"reason": reason, "attempts": attempts, "errors": errors, "conversation": conversation,
+                  "failed_at": utc_now_iso()}
+        self.state.failed[name] = _Dead(order, data, original, report, self.state.next())
+        return name
 
 
 class MemoryDeadLetters:
@@ -218,6 +251,7 @@ class MemoryDeadLetters:
             target = f"{target}.retried-{time.time_ns()}"
         self.state.attempts.pop(target, None)
         self.state.incoming[target] = _Item(dead.order, dead.data)
+        self.state.changed()
         return name
 
     def drop(self, names: list[str]) -> list[str]:

@@ -14,15 +14,20 @@ from typing import Any
 
 from gateway.locks import pid_alive
 from gateway.pg.db import shared_pool
+from gateway.pg.pools import lone_statement
 
+# Whether it was taken, and who held it before (and whether that hold had not expired): a lock held by
+# another is answered in the same round trip, with who holds it (a process of this host may be gone).
 ACQUIRE = """
-WITH before AS (SELECT holder FROM switchyard_locks WHERE resource = %(resource)s)
-INSERT INTO switchyard_locks AS l (resource, holder, expires_at)
-VALUES (%(resource)s, %(holder)s, now() + make_interval(secs => %(ttl)s))
-ON CONFLICT (resource) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at,
-    acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at ELSE now() END
-WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder OR l.holder = %(gone)s
-RETURNING (SELECT holder FROM before)
+WITH before AS (SELECT holder, expires_at > now() AS live FROM switchyard_locks WHERE resource = %(resource)s),
+taken AS (
+    INSERT INTO switchyard_locks AS l (resource, holder, expires_at)
+    VALUES (%(resource)s, %(holder)s, now() + make_interval(secs => %(ttl)s))
+    ON CONFLICT (resource) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at,
+        acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at ELSE now() END
+    WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder OR l.holder = %(gone)s
+    RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM taken), (SELECT holder FROM before), COALESCE((SELECT live FROM before), false)
 """
 RELEASE = "DELETE FROM switchyard_locks WHERE resource = %s AND holder = %s"
 RENEW = ("UPDATE switchyard_locks SET expires_at = now() + make_interval(secs => %s) "
@@ -41,7 +46,7 @@ class PgLocks:
         self.reclaimed = 0  # expired locks of other holders taken over (their holder may have died mid-work)
 
     def _execute(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        with shared_pool(self.dsn).connection() as conn:
+        with lone_statement(shared_pool(self.dsn)) as conn:
             cursor = conn.execute(sql, params)
             return cursor.fetchall() if cursor.description is not None else []
 
@@ -49,15 +54,14 @@ class PgLocks:
         """Takes the lock on `resource` if it is free, expired, already ours (then renewed) or held by a
         process of this host that is gone."""
         params = {"resource": resource, "holder": self.holder, "ttl": self.ttl_s, "gone": None}
-        rows = self._execute(ACQUIRE, params)
-        if not rows:
-            owner = self.owner(resource)
-            if owner is None or not _gone_from_this_host(owner):
+        [(taken, before, live)] = self._execute(ACQUIRE, params)
+        if not taken:
+            if not live or not _gone_from_this_host(before):
                 return False
-            rows = self._execute(ACQUIRE, {**params, "gone": owner})  # only if that holder still has it
-            if not rows:
+            [(taken, before, _)] = self._execute(ACQUIRE, {**params, "gone": before})  # if it still has it
+            if not taken:
                 return False
-        if rows[0][0] is not None and rows[0][0] != self.holder:
+        if before is not None and before != self.holder:
             self.reclaimed += 1
         return True
 

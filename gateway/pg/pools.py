@@ -10,7 +10,9 @@ or sent an error (a restart), so a healthy connection costs no round trip (psyco
 
 from __future__ import annotations
 
+import contextlib
 import select
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -46,6 +48,20 @@ async def set_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
 def set_autocommit_sync(conn: psycopg.Connection[Any]) -> None:
     """`set_autocommit` for a synchronous pool."""
     conn.autocommit = True
+
+
+@contextlib.contextmanager
+def lone_statement(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of a pool that is not in autocommit (gateway.pg.db.shared_pool), in autocommit for
+    statements each atomic by itself: one round trip each instead of three (`BEGIN`, it, `COMMIT`).
+    Given back as it was taken, so the pool's other users keep their implicit transaction."""
+    with pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            with contextlib.suppress(psycopg.Error):  # a broken connection: the pool discards it
+                conn.autocommit = False
 
 
 def sync_message_pool(dsn: str, *, min_size: int, max_size: int, **kwargs: Any) -> ConnectionPool:

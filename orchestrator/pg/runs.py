@@ -2,11 +2,13 @@
 rows every host reads (switchyard_runs, switchyard_run_events, switchyard_active_runs).
 
 A run's folder (workspace, outputs/, request files) stays a local folder under the home. Writes go
-through the process's shared pool, each as one pipelined transaction: a save carries the events
+through the process's shared pool, each as one statement in autocommit (its parts data-modifying
+CTEs: atomic as any statement, one round trip, no `BEGIN`/`COMMIT`): a save carries the events
 appended for that run since the last one (an event appended after a save waits for the run's next
 save, `events` or `close_events`; a crash may lose such an event, never a state). `durable=False`
-commits with `synchronous_commit` off: the promise of the file store's unsynced write, losing it in a
-crash only makes a step run again.
+commits with `synchronous_commit` off (set for that statement's transaction only): the promise of the
+file store's unsynced write, losing it in a crash only makes a step run again. Reads are lone
+statements in autocommit too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
 from gateway.pg.db import shared_pool
 from gateway.pg.errors import database_away
+from gateway.pg.pools import lone_statement
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
 from orchestrator.runbase import RunStoreBase
@@ -34,9 +37,7 @@ log = logging.getLogger("switchyard.orchestrator.runs")
 FINISHED_SQL = "('done', 'failed_final', 'cancelled')"
 COLUMNS = "run_id, conv_key, state, created_at, updated_at, next_retry_at, delivered, data"
 SAVE = f"""
-INSERT INTO switchyard_runs ({COLUMNS})
-VALUES (%(run_id)s, %(conv_key)s, %(state)s, %(created_at)s, %(updated_at)s, %(next_retry_at)s, %(delivered)s,
-        %(data)s::json)
+INSERT INTO switchyard_runs ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::json)
 ON CONFLICT (run_id) DO UPDATE SET conv_key = EXCLUDED.conv_key, state = EXCLUDED.state,
     updated_at = EXCLUDED.updated_at, next_retry_at = EXCLUDED.next_retry_at, delivered = EXCLUDED.delivered,
     data = EXCLUDED.data
@@ -55,6 +56,7 @@ DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 F
 # Columns only: a claim never parses `data` in the database, so no run's JSON can fail every claim.
 QUEUED = ("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued' "
           "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
+ASYNC_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"  # for the statement's own transaction
 UNREADABLE = f"UPDATE switchyard_runs SET state = 'failed_final' WHERE run_id = %s AND state NOT IN {FINISHED_SQL}"
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
 
@@ -73,17 +75,32 @@ class PgRunStore(RunStoreBase):
     # --- writing ------------------------------------------------------------------------------
 
     def _write(self, statements: list[tuple[str, Any]], *, durable: bool, runs: Iterable[str] = ()) -> None:
-        """Runs `statements` as one transaction in one round trip (a pipeline)."""
+        """Runs `statements` (each writing rows no other of them touches) as one statement: one round trip,
+        atomic, committed with `synchronous_commit` off unless `durable`."""
         durable = durable and self._fsync
-        with shared_pool(self._dsn).connection() as conn, conn.pipeline(), conn.transaction():
+        if durable and len(statements) == 1:
+            sql, params = statements[0]
+        else:
+            parts = [f"w{n} AS ({sql})" for n, (sql, _) in enumerate(statements)]
+            params = [value for _, values in statements for value in values]
             if not durable:
-                conn.execute("SET LOCAL synchronous_commit TO off")
-            for sql, params in statements:
-                conn.execute(sql, params)
+                parts.insert(0, f"a AS ({ASYNC_COMMIT})")
+            # a CTE that only reads runs when it is read: `a` is, so it sets the mode of the commit
+            sql = f"WITH {', '.join(parts)} {'SELECT 1' if durable else 'SELECT count(*) FROM a'}"
+        with lone_statement(shared_pool(self._dsn)) as conn:
+            conn.execute(sql, params)
         if durable:  # a synchronous commit flushes the WAL up to it: every earlier commit is durable too
             self._unsynced.clear()
         else:
             self._unsynced.update(runs)
+
+    def _in_order(self, statements: list[tuple[str, Any]]) -> None:
+        """Runs `statements` one after another in one transaction, committed with `synchronous_commit`
+        off: for statements on the same rows, which the CTEs of one statement cannot be."""
+        with shared_pool(self._dsn).connection() as conn, conn.pipeline(), conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit TO off")
+            for sql, params in statements:
+                conn.execute(sql, params)
 
     def _events_of(self, run_id: str) -> list[tuple[str, Any]]:
         pending = self._pending.pop(run_id, None)
@@ -92,9 +109,8 @@ class PgRunStore(RunStoreBase):
         return [(EVENTS, (run_id, _storable_json(json.dumps(pending, ensure_ascii=False, default=str))))]
 
     def _save_statements(self, run: RunState) -> list[tuple[str, Any]]:
-        row = {"run_id": run.runId, "conv_key": _conversation_key(run.message), "state": run.state,
-               "created_at": run.createdAt, "updated_at": run.updatedAt, "next_retry_at": run.job.next_retry_at,
-               "delivered": run.delivery is not None, "data": _data(run)}
+        row = (run.runId, _conversation_key(run.message), run.state, run.createdAt, run.updatedAt,
+               run.job.next_retry_at, run.delivery is not None, _data(run))
         statements: list[tuple[str, Any]] = [(SAVE, row), *self._events_of(run.runId)]
         if run.finished:
             statements.append((DROP_ACTIVE, (run.runId,)))
@@ -153,7 +169,7 @@ class PgRunStore(RunStoreBase):
             newest[_conversation_key(run.message)] = run.runId
         statements: list[tuple[str, Any]] = [(DROP_ENDED, ())]
         statements += [(ADD_ACTIVE, item) for item in newest.items()]
-        self._write(statements, durable=False)
+        self._in_order(statements)
 
     def remove(self, run_id: str) -> bool:
         """Deletes the run's rows and events, then this host's folder of it."""
@@ -185,7 +201,8 @@ class PgRunStore(RunStoreBase):
     # --- reading --------------------------------------------------------------------------------
 
     def _query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        with shared_pool(self._dsn).connection() as conn:
+        """Rows of one query, in autocommit (a lone statement is atomic by itself: no BEGIN, no COMMIT)."""
+        with lone_statement(shared_pool(self._dsn)) as conn:
             rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
         return rows
 

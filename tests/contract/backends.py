@@ -42,7 +42,8 @@ REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "m
 
 NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by Procrastinate jobs locked per "
                "key (gateway/pg/intake.py, jobs.py, processing.py); claim, retry and dead letter are SQL inside "
-               "its processing, with no queue object to hand a test")
+               "its processing, with no queue object to hand a test; its guarantees at the behaviour level "
+               "(FIFO through retries, dedupe, dead letters, two hosts) run on postgres in test_flow.py")
 NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyard_answered` is read and written "
                   "by statements inside gateway/pg/processing.py and outbox.py")
 NO_PG_JOURNAL = ("the postgres journal is gateway/pg/delivery.py RowJournal, bound to one leased outbox row of a "
