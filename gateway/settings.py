@@ -86,6 +86,7 @@ class ProviderSettings(_Strict):
     first_output_sec: float | None = Field(default=None, gt=0)
     base_url: str | None = Field(default=None, min_length=1)  # the model API the CLI calls (proxy, gateway, …)
     api_key_env: str | None = Field(default=None, min_length=1)  # the variable holding the key for it
+    request_file: bool = False  # a workflow step writes its request JSON for it ($SWITCHYARD_REQUEST)
 
     @model_validator(mode="after")
     def _check_endpoint(self) -> ProviderSettings:

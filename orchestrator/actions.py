@@ -27,7 +27,7 @@ from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT, prompt_reply, result_reply, result_text
 from orchestrator.rules import STATUS_WORDS
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import Conversation, RunState, StepState, conversation_key, run_id_for
 from orchestrator.selector import Decision
 from orchestrator.status import snapshot
@@ -82,7 +82,7 @@ class Actions:
     """Executes decisions and the built-in commands that share their logic."""
 
     def __init__(
-        self, *, store: RunStore, executor: RunExecutor, diagnostics: Diagnostics, runner: ProviderRunner,
+        self, *, store: RunStoreBase, executor: RunExecutor, diagnostics: Diagnostics, runner: ProviderRunner,
         queue_stats: Callable[[], dict[str, Any]], plugin_functions: list[FunctionSpec],
     ):
         self._store = store

@@ -13,7 +13,8 @@ from gateway.locks import Locks
 from orchestrator.coordination import Coordination
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
-from orchestrator.runs import RunStore, UnreadableRun
+from orchestrator.runbase import RunStoreBase
+from orchestrator.runs import UnreadableRun
 from orchestrator.runstate import RunState
 
 log = logging.getLogger("switchyard.orchestrator.executor")
@@ -37,7 +38,7 @@ class Claims:
     full disk, the database away) leaves it queued for the next pass. Either way the pass goes on.
     """
 
-    def __init__(self, *, store: RunStore, locks: Locks, coordination: Coordination, life: Lifecycle,
+    def __init__(self, *, store: RunStoreBase, locks: Locks, coordination: Coordination, life: Lifecycle,
                  tasks: dict[str, asyncio.Task[None]], start: Callable[[RunState], None], max_parallel: int):
         self._store = store
         self._locks = locks

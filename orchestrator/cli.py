@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
     from orchestrator.config import LoadedConfig
-    from orchestrator.runs import RunStore
+    from orchestrator.runbase import RunStoreBase
 
 RUNS_LIMIT = 20
 EXIT_DATABASE = 2  # the postgres backend's database is unreachable (as `status`, `dead`, `db`)
@@ -107,9 +107,9 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
         return EXIT_DATABASE
 
 
-def _runs(args: argparse.Namespace, store: RunStore) -> int:
+def _runs(args: argparse.Namespace, store: RunStoreBase) -> int:
     from gateway.tables import print_table
-    from orchestrator.listing import HEADERS, parse_since, parse_states, select_runs, table_rows
+    from orchestrator.listing import HEADERS, parse_since, parse_states, table_rows
 
     if args.runs_command == "show":
         return _show_run(store, args)
@@ -119,8 +119,7 @@ def _runs(args: argparse.Namespace, store: RunStore) -> int:
     except ValueError as exc:
         print(f"switchyard runs: {exc}", file=sys.stderr)
         return 2
-    runs, matched = select_runs(store.unfinished() if args.active else store.all_runs(), since=since,
-                                states=states, limit=args.limit)
+    runs, matched = store.newest(args.limit, since=since, states=states, active=args.active)
     if args.json:
         print(json.dumps([{**run.summary(), "createdAt": run.createdAt, "job": run.job.model_dump(
             exclude_none=True)} for run in runs], indent=2))
@@ -134,7 +133,7 @@ def _runs(args: argparse.Namespace, store: RunStore) -> int:
     return 0
 
 
-def _show_run(store: RunStore, args: argparse.Namespace) -> int:
+def _show_run(store: RunStoreBase, args: argparse.Namespace) -> int:
     from gateway.tables import printable
     from orchestrator.status import snapshot
 
@@ -147,7 +146,7 @@ def _show_run(store: RunStore, args: argparse.Namespace) -> int:
         print(json.dumps({"state": run.model_dump(mode="json"), "events": events}, indent=2, default=str))
         return 0
     print("\n".join(printable(line) for line in snapshot(run, events[-1] if events else None).split("\n")))
-    print(f"state: {'the database' if store.shared else store.folder(run.runId) / 'state.json'}")
+    print(f"state: {store.stored_at(run.runId)}")
     job = run.job.model_dump(exclude_none=True, exclude_defaults=True)
     if job:
         print(printable("job: " + ", ".join(f"{key}={value}" for key, value in job.items())))

@@ -20,7 +20,7 @@ from orchestrator.coordination import Coordination
 from orchestrator.lifecycle import Lifecycle
 from orchestrator.results import Delivery
 from orchestrator.retention import RUNS_RETENTION_DAYS, apply_retention
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import RunState, conversation_key
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner, handoff_env
 from orchestrator.steps.base import Progress
@@ -42,7 +42,7 @@ class RunExecutor:
     into a push; the lock is renewed until this process claims the run, and expires with the process.
     """
 
-    def __init__(self, *, home: Home, store: RunStore, steps: StepRunner, events: EventLog, outbox: Outbox,
+    def __init__(self, *, home: Home, store: RunStoreBase, steps: StepRunner, events: EventLog, outbox: Outbox,
                  max_parallel: int = 4, lock_ttl_sec: float = 60.0,
                  runs_retention_days: float = RUNS_RETENTION_DAYS, locks: Locks | None = None):
         self._home = home
@@ -196,6 +196,7 @@ class RunExecutor:
 
     def recover(self) -> None:
         """Requeues runs whose process died, settles interrupted failures, re-sends undelivered results."""
+        self._store.tidy()
         for run_id, reason in self._store.unreadable():  # a corrupt state ends failed_final, its bytes kept
             with self._claims.locked(run_id) as held:
                 if held:

@@ -17,7 +17,7 @@ from gateway.models import IncomingPayload
 from orchestrator.config import FunctionConfig, LoadedConfig
 from orchestrator.executor import RunExecutor
 from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import belongs_to
 from orchestrator.spawn import ProviderFailed
 
@@ -115,7 +115,7 @@ def workflow_listing(loaded: LoadedConfig) -> str:
 
 
 def builtin_functions(
-    loaded: LoadedConfig, store: RunStore, executor: RunExecutor, queue_stats: Callable[[], dict[str, Any]]
+    loaded: LoadedConfig, store: RunStoreBase, executor: RunExecutor, queue_stats: Callable[[], dict[str, Any]]
 ) -> list[FunctionSpec | AskedFunction]:
     """list_workflows, cancel_run and queue_stats, which every orchestrator has. cancel_run cancels
     only a run of the asking conversation: another one's run is answered as an unknown id."""
@@ -151,7 +151,7 @@ def unknown_run(run_id: str) -> str:
     return f"no workflow run {run_id!r} found"
 
 
-async def cancel_text(store: RunStore, executor: RunExecutor, run_id: str) -> str:
+async def cancel_text(store: RunStoreBase, executor: RunExecutor, run_id: str) -> str:
     """Cancels a run and says what happened."""
     before = store.load(run_id)
     if before is None:

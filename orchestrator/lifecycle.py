@@ -12,12 +12,13 @@ from gateway.storable import made_safe
 from orchestrator.coordination import Coordination
 from orchestrator.jobs import FailureCategory, iso_in, ms_between
 from orchestrator.results import Delivery, result_text
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import RunState, cap_text
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.values import parse_json
 
 CONTEXT_OUTPUT_CAP = 4096
+OUTPUT_FILE_CHARS = 4096  # a one-step run's output up to this long is kept in its state only, not as a file
 SUMMARY_CAP = 1000
 _REPORT_STATUS = {"done": "complete", "failed_final": "failed", "cancelled": "cancelled"}
 
@@ -32,7 +33,7 @@ class Lifecycle:
     completed but not yet written runs again after a crash, as a step interrupted while running does.
     """
 
-    def __init__(self, *, store: RunStore, steps: StepRunner, events: EventLog, coordination: Coordination,
+    def __init__(self, *, store: RunStoreBase, steps: StepRunner, events: EventLog, coordination: Coordination,
                  delivery: Delivery, owner: str):
         self.store = store
         self.steps = steps
@@ -98,7 +99,7 @@ class Lifecycle:
         """Records a completed step (written with the next step's start or the run's end), its output
         file and a handoff to the next agent."""
         output = cap_text(outcome.output)
-        self._write_output(run.runId, step_id, outcome.output)
+        self._write_output(run, step_id, outcome.output)
         run = self.store.update_step(run, step_id, save=False, **{
             **outcome.fields, "status": "completed", "finishedAt": utc_now_iso(), "exitCode": outcome.exit_code,
             "durationMs": outcome.duration_ms, "output": output, "stderrTail": outcome.stderr_tail or None})
@@ -119,8 +120,12 @@ class Lifecycle:
         self.checkpoint(run)
         self.failed(run, f"step {step_id}: {exc}", exc.category)
 
-    def _write_output(self, run_id: str, step_id: str, output: str) -> None:
-        folder = self.store.made(self.store.folder(run_id) / "outputs")
+    def _write_output(self, run: RunState, step_id: str, output: str) -> None:
+        """Writes `outputs/<step>.txt` where it is needed: for a run of several steps (its checkpoints and
+        handoffs point at it), or an output too long to be whole in the run's state."""
+        if not _output_file(run, output):
+            return
+        folder = self.store.made(self.store.folder(run.runId) / "outputs")
         atomic_write(folder / f"{safe_name(step_id)}.txt", made_safe(output).encode(), fsync=False)
 
     def _hand_over(self, run: RunState, step_id: str) -> RunState:
@@ -217,7 +222,7 @@ class Lifecycle:
 
     def answered(self, run: RunState, step_id: str, text: str, message_id: str, sender: str) -> RunState:
         """waiting_input → queued with the answer as the input step's output."""
-        self._write_output(run.runId, step_id, text)
+        self._write_output(run, step_id, text)
         run = self.store.update_step(run, step_id, status="completed", finishedAt=utc_now_iso(), output=text,
                                      exitCode=0, answerMessageId=message_id, answeredBy=sender)
         run = self.store.transition(run, "queued")
@@ -239,7 +244,7 @@ class Lifecycle:
         requeues an interrupted run, settles a failure, re-asks an unasked question."""
         if run.finished:
             if run.delivery is None:
-                self.delivery.push(run, recovering=True)
+                self.store.settle(self.delivery.push(run, recovering=True))
         elif run.state == "running":
             self.interrupted(run, "recovered after a restart: resuming from the last completed step")
         elif run.state == "failed":
@@ -271,11 +276,17 @@ class Lifecycle:
         self.coordination.complete({
             "task_id": run.runId, "agent": (last[1].agent if last else None) or run.workflowId,
             "status": _REPORT_STATUS.get(run.state, run.state), "state": run.state, "workflow": run.workflowId,
-            "artifacts": [str(outputs / f"{safe_name(n)}.txt") for n in done], "completed_at": finished,
+            "artifacts": [str(outputs / f"{safe_name(n)}.txt") for n in done
+                          if _output_file(run, run.steps[n].output or "")], "completed_at": finished,
             "retries": run.job.retries, "duration_ms": run.job.duration_ms, "error": run.error,
             "handoff_context": handoff_context(result_text(run))})
         self.store.close_events(run.runId)
-        self.delivery.hand_over(run, waiting)
+        self.store.settle(self.delivery.hand_over(run, waiting))
+
+
+def _output_file(run: RunState, output: str) -> bool:
+    """Whether a step's output is kept as a file too (see Lifecycle._write_output)."""
+    return len(run.steps) > 1 or len(output) > OUTPUT_FILE_CHARS
 
 
 def _ended(run: RunState) -> Any:

@@ -12,7 +12,7 @@ from gateway.api import LateDeadLetter, Outbox
 from gateway.events import now_ms
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import RunState
 
 log = logging.getLogger("switchyard.orchestrator.results")
@@ -88,7 +88,7 @@ class Delivery:
     every permanent failure is in `dead list`; the push is recorded only once it is.
     """
 
-    def __init__(self, store: RunStore, outbox: Outbox, home: Home):
+    def __init__(self, store: RunStoreBase, outbox: Outbox, home: Home):
         self._store = store
         self._outbox = outbox
         self._home = home

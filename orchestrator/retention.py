@@ -24,7 +24,7 @@ from gateway.home import Home, remove_old_files, remove_stale_tmp, safe_name
 from gateway.locks import Locks
 from gateway.settings import Settings
 from orchestrator.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
-from orchestrator.runs import REMOVING_PREFIX, RunStore
+from orchestrator.runbase import REMOVING_PREFIX, RunStoreBase
 from orchestrator.runstate import RunState
 from orchestrator.runstate import finished_at as finished_at  # re-exported: callers read it here
 
@@ -32,14 +32,14 @@ RUNS_RETENTION_DAYS = 30.0
 SELECT_RETENTION_DAYS = 7.0  # selector request/result files are kept this long (orchestrator/selector.py)
 
 
-def expired_runs(store: RunStore, retention_days: float, *, now: datetime | None = None) -> list[RunState]:
+def expired_runs(store: RunStoreBase, retention_days: float, *, now: datetime | None = None) -> list[RunState]:
     """The finished runs that ended more than `retention_days` ago (none when it is 0), oldest first."""
     if retention_days <= 0:
         return []
     return store.finished_before((now or datetime.now(UTC)) - timedelta(days=retention_days))
 
 
-def prune_runs(home: Home, store: RunStore, coordination: Coordination, retention_days: float, *,
+def prune_runs(home: Home, store: RunStoreBase, coordination: Coordination, retention_days: float, *,
                now: datetime | None = None) -> list[str]:
     """Removes the expired runs' coordination records, then the runs; returns the run ids removed.
 
@@ -58,6 +58,8 @@ def prune_runs(home: Home, store: RunStore, coordination: Coordination, retentio
         handoffs.remove(run.runId)
         if store.remove(run.runId):
             removed.append(run.runId)
+    if retention_days > 0:  # settled runs kept as lines: a whole day at a time, once all of it expired
+        removed += store.prune_settled((now or datetime.now(UTC)) - timedelta(days=retention_days))
     return removed
 
 
@@ -118,7 +120,7 @@ def prune_selector_files(home: Home, older_than_days: float = SELECT_RETENTION_D
     return removed
 
 
-def apply_retention(home: Home, store: RunStore, coordination: Coordination, runs_days: float, *,
+def apply_retention(home: Home, store: RunStoreBase, coordination: Coordination, runs_days: float, *,
                     archive_after_days: float = ARCHIVE_AFTER_DAYS, checkpoint_days: float = CHECKPOINT_RETENTION_DAYS,
                     shared_locks: Locks | None = None) -> dict[str, Any]:
     """Every retention of the orchestrator once: spec-001's (checkpoints, archive, expired lock files), the

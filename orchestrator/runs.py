@@ -1,4 +1,5 @@
-"""The run store: `runs/<runId>/state.json`, per-run events, the transition table, active runs."""
+"""The file run store: `runs/<runId>/state.json` and events while a run goes on, the archive once it settled,
+active runs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import fcntl
 import json
 import logging
 import os
-import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -16,29 +16,33 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, atomic_write, fsync_dir, safe_name
 from gateway.storable import made_safe, storable
-from orchestrator.jobs import JobState, check_transition
-from orchestrator.runstate import RunState, conversation_key, finished_at, unreadable_stand_in
+from orchestrator.listing import select_runs
+from orchestrator.runarchive import Entry
+from orchestrator.runbase import RunStoreBase
+from orchestrator.runstate import RunState, conversation_key, finished_at, storable_state, unreadable_stand_in
+from orchestrator.settled import CANCEL_MARKER, SettledRuns, created_at, event_lines, line_holds
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
 EVENT_TAIL_BYTES = 8192
-MADE_FOLDERS = 4096  # folders remembered as existing
 OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
-CANCEL_MARKER = "cancel.request"  # a run folder's cancel request from another process sharing the home
-REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden: not a valid run id)
 
 
 class UnreadableRun(Exception):
     """A stored run that is not one (a corrupt or hand-edited state): what is wrong with it."""
 
 
-class RunStore:
+class RunStore(RunStoreBase):
     """Reads and writes runs on disk; every state change goes through the transition table.
+
+    A run lives in its folder while it goes on. Once it settled (finished, its result handed over), a run
+    whose folder holds nothing but its state and events (a chat reply: no workspace used, no output kept
+    as a file, no request file) becomes one line of the archive (orchestrator.runarchive) and its folder
+    goes: a chat message leaves no folder behind. A run that keeps files stays a folder.
 
     Durability: `save` fsyncs state.json by default; the lifecycle saves without fsync (`durable=False`)
     only where losing the write in a power cut merely makes a step run again (see Lifecycle). The
@@ -49,33 +53,17 @@ class RunStore:
     database for every host (`shared`), with the same interface.
     """
 
-    shared = False  # True: the runs are seen by processes on other hosts (claims come from the store)
-
     def __init__(self, home: Home, *, fsync: bool = True):
-        self._root = home.runs
-        self._fsync = fsync
-        self._made: set[Path] = set()  # folders known to exist: a run's folders are made once
+        super().__init__(home, fsync=fsync)
+        self._settled = SettledRuns(self._root, fsync=fsync)
         self._event_fds: OrderedDict[str, int] = OrderedDict()
         self._listed: set[str] = set()  # runs this store made active, until they end
-        self._ended: set[str] = set()  # those that ended since active.json was last written
+        self._ended_since: set[str] = set()  # those that ended since active.json was last written
 
     @property
     def active_file(self) -> Path:
         """`runs/active.json`: which run is active in which conversation."""
         return self._root / "active.json"
-
-    def folder(self, run_id: str) -> Path:
-        """The folder of one run (its state, events, request files and workspace)."""
-        return self._root / safe_name(run_id)
-
-    def made(self, folder: Path) -> Path:
-        """`folder`, created (with its parents) the first time this store needs it."""
-        if folder not in self._made:
-            folder.mkdir(parents=True, exist_ok=True)
-            if len(self._made) >= MADE_FOLDERS:  # bounded: forgetting one costs a mkdir, not a failure
-                self._made.clear()
-            self._made.add(folder)
-        return folder
 
     def load(self, run_id: str) -> RunState | None:
         """The run with this id, or None when there is none, it cannot be read (logged), or the id is not
@@ -90,6 +78,11 @@ class RunStore:
         """`load`, raising UnreadableRun for a stored state that is not a run, OSError when the disk refuses."""
         if safe_name(run_id) != run_id:
             return None
+        run = self._read_folder(run_id)
+        return run if run is not None else self._settled.get(run_id)
+
+    def _read_folder(self, run_id: str) -> RunState | None:
+        """The run of a folder (None: no folder holds it; then it settled, or it never was)."""
         path = self.folder(run_id) / "state.json"
         try:
             return RunState.model_validate_json(path.read_bytes())
@@ -124,7 +117,7 @@ class RunStore:
         """Writes state.json atomically, stamping `updatedAt`; fsynced unless `durable` is False. A NUL or a
         lone surrogate (in a step's output, say) is written as U+FFFD (gateway.storable), as the database
         store does, and the run returned holds what was written."""
-        run, data = _storable_state(run.model_copy(update={"updatedAt": utc_now_iso()}))
+        run, data = storable_state(run.model_copy(update={"updatedAt": utc_now_iso()}))
         folder = self.made(self.folder(run.runId))
         atomic_write(folder / "state.json", data, fsync=self._fsync and durable)
         return run
@@ -148,42 +141,10 @@ class RunStore:
             os.close(fd)
         fsync_dir(folder)
 
-    def transition(self, run: RunState, state: JobState, *, save: bool = True, durable: bool = True,
-                   **changes: Any) -> RunState:
-        """Moves a run to `state` (raising IllegalTransition if the table forbids it) and saves it
-        (`save=False`: the caller saves it, with what else changes at the same boundary)."""
-        check_transition(run.runId, run.state, state)
-        run = run.model_copy(update={"state": state, **changes})
-        if run.finished and run.runId in self._listed:
-            self._listed.discard(run.runId)
-            self._ended.add(run.runId)
-        if save:
-            return self._save_with_event(run, durable, "run.state", state=state, error=changes.get("error"))
-        self.append_event(run.runId, "run.state", state=state, error=changes.get("error"))
-        return run
-
-    def update_step(self, run: RunState, step_id: str, *, save: bool = True, durable: bool = True,
-                    **fields: Any) -> RunState:
-        """Changes fields of one step and saves the run (`save=False`: the caller saves it)."""
-        step = run.steps[step_id].model_copy(update=fields)
-        steps = {**run.steps, step_id: step}
-        changes: dict[str, Any] = {"steps": steps}
-        if fields.get("status") in ("running", "waiting"):
-            changes["currentStep"] = step_id
-        run = run.model_copy(update=changes)
-        if "status" not in fields:
-            return self.save(run, durable=durable) if save else run
-        event, details = "step." + str(step.status), {"step": step_id, "exitCode": step.exitCode}
-        if save:
-            return self._save_with_event(run, durable, event, **details)
-        self.append_event(run.runId, event, **details)
-        return run
-
-    def _save_with_event(self, run: RunState, durable: bool, event: str, **fields: Any) -> RunState:
-        """Saves the run, then appends the event that says what changed."""
-        run = self.save(run, durable=durable)
-        self.append_event(run.runId, event, **fields)
-        return run
+    def _ended(self, run_id: str) -> None:
+        if run_id in self._listed:
+            self._listed.discard(run_id)
+            self._ended_since.add(run_id)
 
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
         """Appends one line to the run's events.jsonl (opened once while the run goes on)."""
@@ -209,14 +170,14 @@ class RunStore:
                 os.close(fd)
 
     def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
-        """The last `limit` events of a run (from the tail of its events.jsonl)."""
+        """The last `limit` events of a run (from the tail of its events.jsonl, or its archived line)."""
         path = self.folder(run_id) / "events.jsonl"
         try:
             with path.open("rb") as handle:
                 handle.seek(max(0, path.stat().st_size - EVENT_TAIL_BYTES * max(1, limit // 10)))
                 lines = handle.read().splitlines()
         except FileNotFoundError:
-            return []
+            return self._settled.events(run_id, limit) if safe_name(run_id) == run_id else []
         found = []
         for raw in lines[-limit:]:
             with contextlib.suppress(ValueError):
@@ -236,7 +197,7 @@ class RunStore:
     def active_for(self, key: str) -> RunState | None:
         """The unfinished run associated with a conversation, if any."""
         run_id = self.active_runs().get(key)
-        run = self.load(run_id) if run_id else None
+        run = self._load_folder(run_id) if run_id else None  # a settled run is finished: never looked for
         return run if run is not None and not run.finished else None
 
     def set_active(self, key: str, run_id: str) -> None:
@@ -258,7 +219,7 @@ class RunStore:
             return
         with self._active_lock():
             active = self.active_runs()
-            kept = {k: v for k, v in active.items() if v in open_ids or not _ended(self.load(v))}
+            kept = {k: v for k, v in active.items() if v in open_ids or not _ended(self._load_folder(v))}
             restored = {**kept, **{k: v for k, v in newest.items() if kept.get(k) not in open_ids}}
             if restored != active:
                 self._write_active(restored)
@@ -275,23 +236,36 @@ class RunStore:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _write_active(self, active: dict[str, str]) -> None:
-        ended, self._ended = self._ended, set()
+        ended, self._ended_since = self._ended_since, set()
         active = {key: run_id for key, run_id in active.items() if run_id not in ended}
         atomic_write(self.made(self._root) / "active.json", json.dumps(active, indent=2).encode(), fsync=False)
 
-    def all_runs(self) -> list[RunState]:
-        """Every readable run, oldest first."""
+    def _load_folder(self, run_id: str) -> RunState | None:
+        try:
+            return self._read_folder(run_id) if safe_name(run_id) == run_id else None
+        except (OSError, UnreadableRun) as exc:
+            log.error("cannot read run %s: %s", run_id, exc)
+            return None
+
+    def _folder_runs(self) -> list[RunState]:
+        """Every readable run that has a folder (going on, keeping files, or not yet archived)."""
         if not self._root.is_dir():
             return []
-        runs = [self.load(p.name) for p in self._root.iterdir() if (p / "state.json").is_file()]
-        return sorted((r for r in runs if r is not None), key=lambda r: (r.createdAt, r.runId))
+        return [run for p in self._root.iterdir() if (p / "state.json").is_file()
+                and (run := self._load_folder(p.name)) is not None]
+
+    def all_runs(self) -> list[RunState]:
+        """Every readable run, oldest first (the archive's read whole)."""
+        runs = {run.runId: run for run in self._settled.newest(0, lambda entry: True)[0]}
+        runs.update((run.runId, run) for run in self._folder_runs())
+        return sorted(runs.values(), key=lambda r: (r.createdAt, r.runId))
 
     def unreadable(self) -> list[tuple[str, str]]:
         """(run id, what is wrong) of every stored run that is not one (`all_runs` leaves them out)."""
         found = []
         for entry in os.scandir(self._root) if self._root.is_dir() else ():
             try:
-                self.read(entry.name)
+                self._read_folder(entry.name) if safe_name(entry.name) == entry.name else None
             except UnreadableRun as exc:
                 found.append((entry.name, str(exc)))
             except OSError:
@@ -299,40 +273,91 @@ class RunStore:
         return found
 
     def recent(self, limit: int) -> list[RunState]:
-        """The `limit` runs changed last, newest first (read by state.json's mtime, not every run)."""
-        if not self._root.is_dir():
-            return []
+        """The `limit` runs changed last, newest first (folders by state.json's mtime, the archive from the
+        end of its index: never every run)."""
         stamped = []
-        for entry in os.scandir(self._root):
+        for entry in os.scandir(self._root) if self._root.is_dir() else ():
             with contextlib.suppress(OSError):
                 stamped.append((os.stat(os.path.join(entry.path, "state.json")).st_mtime, entry.name))
-        runs = (self.load(name) for _, name in sorted(stamped, reverse=True)[:limit])
-        return [run for run in runs if run is not None]
+        runs = [run for _, name in sorted(stamped, reverse=True)[:limit] if (run := self._load_folder(name))]
+        ids = {run.runId for run in runs}
+        runs += self._settled.changed_last(limit, lambda entry: entry.run_id not in ids)
+        return sorted(runs, key=lambda r: (r.updatedAt, r.runId), reverse=True)[:limit]
+
+    def newest(self, limit: int, *, since: datetime | None = None, states: set[str] | None = None,
+               active: bool = False) -> tuple[list[RunState], int]:
+        """The runs `switchyard runs` lists, newest first, and how many matched: the folders' runs and the
+        newest of the archive, read from the ends of its indexes (counted from their sizes)."""
+        limit = max(limit, 0)
+        folder_runs = self.unfinished() if active else self._folder_runs()
+        chosen, matched = select_runs(folder_runs, since=since, states=states, limit=limit)
+        if active:
+            return chosen, matched
+        ids = {run.runId for run in folder_runs}
+
+        def keep(entry: Entry) -> bool:
+            return entry.run_id not in ids and (not states or entry.state in states) and (
+                since is None or created_at(entry.created) >= since)
+        settled, counted = self._settled.newest(limit, keep, since)
+        if counted is None and not states and since is None:  # every one kept: the indexes' sizes say
+            counted = self._settled.count() - sum(1 for run in folder_runs if run.finished and run.delivery
+                                                  and line_holds(self.folder(run.runId))  # a crash's leftover
+                                                  and self._settled.holds(run.runId))
+        elif counted is None:
+            counted = self._settled.newest(0, keep, since)[1]
+        runs, _ = select_runs([*chosen, *settled], limit=limit)
+        return runs, matched + (counted or 0)
 
     def unfinished(self) -> list[RunState]:
-        """Runs not yet in a final state, oldest first."""
-        return [run for run in self.all_runs() if not run.finished]
+        """Runs not yet in a final state, oldest first (folders only: an archived run is finished)."""
+        return sorted((run for run in self._folder_runs() if not run.finished), key=lambda r: (r.createdAt, r.runId))
 
     def needing_recovery(self) -> list[RunState]:
         """Runs a restart looks at: unfinished, or finished with their result not yet delivered."""
-        return [run for run in self.all_runs() if not (run.finished and run.delivery is not None)]
+        runs = (run for run in self._folder_runs() if not (run.finished and run.delivery is not None))
+        return sorted(runs, key=lambda r: (r.createdAt, r.runId))
 
     def finished_before(self, cutoff: datetime) -> list[RunState]:
-        """Finished runs that ended (their job's finished_at, else their last update) before `cutoff`."""
-        return [run for run in self.all_runs() if run.finished and (ended := finished_at(run)) and ended < cutoff]
+        """Finished runs with a folder that ended (their job's finished_at, else their last update) before
+        `cutoff`; the archive's go by whole days (`prune_settled`)."""
+        return sorted((run for run in self._folder_runs() if run.finished and (ended := finished_at(run))
+                       and ended < cutoff), key=lambda r: (r.createdAt, r.runId))
 
     def remove(self, run_id: str) -> bool:
-        """Deletes a run (its folder, renamed to a hidden name first, so a half-deleted folder is never
-        read as a run); False when it was gone already."""
-        folder = self.folder(run_id)
-        hidden = folder.with_name(REMOVING_PREFIX + folder.name)
-        try:
-            os.rename(folder, hidden)
-        except FileNotFoundError:
-            return False  # removed meanwhile by another process sharing the home
-        shutil.rmtree(hidden, ignore_errors=True)
-        self._made = {made for made in self._made if not made.is_relative_to(folder)}  # its outputs/ too
-        return True
+        """Deletes a run's folder (an archived run goes with its day: `prune_settled`)."""
+        return self.remove_folder(run_id)
+
+    # --- the archive ---------------------------------------------------------------------------------
+
+    def settle(self, run: RunState) -> None:
+        """Archives a finished run whose result was handed over, when its folder holds nothing but its state
+        and events: one line written (fsynced when the store fsyncs) before the folder goes."""
+        if not run.finished or run.delivery is None or not line_holds(self.folder(run.runId)):
+            return
+        self.close_events(run.runId)
+        events = event_lines(self.folder(run.runId) / "events.jsonl")
+        self._settled.add(run, storable_state(run, indent=None)[1], events)
+        self.remove_folder(run.runId)
+
+    def stored_at(self, run_id: str) -> str:
+        """The run's state.json, or for a settled run the archive's log holding its line."""
+        state = self.folder(run_id) / "state.json"
+        log_file = None if state.exists() else self._settled.log_of(run_id)
+        return str(log_file or state)
+
+    def tidy(self) -> None:
+        """Archives the settled runs a crash left in their folders (removing the folder of one archived
+        already)."""
+        for run in self._folder_runs():
+            if run.finished and run.delivery is not None and line_holds(self.folder(run.runId)):
+                if self._settled.holds(run.runId):
+                    self.remove_folder(run.runId)
+                else:
+                    self.settle(run)
+
+    def prune_settled(self, cutoff: datetime) -> list[str]:
+        """Removes the archive's days whose runs were all archived before `cutoff`; their run ids."""
+        return self._settled.prune(cutoff)
 
     def queued(self, limit: int) -> list[tuple[str, str | None]] | None:
         """(run id, next_retry_at) of queued runs to claim, due first; None here: the processes of one
@@ -363,18 +388,6 @@ def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error.get("loc", ()))
     return f"{error.get('msg', 'invalid')}" + (f" at {where}" if where else "")
-
-
-def _storable_state(run: RunState) -> tuple[RunState, bytes]:
-    """The run and its state.json bytes; when it holds text no store can hold, both made safe."""
-    try:
-        text = run.model_dump_json(indent=2)
-    except PydanticSerializationError:  # a lone surrogate cannot be encoded at all
-        text = None
-    if text is not None and storable(text):
-        return run, text.encode()
-    run = RunState.model_validate(made_safe(run.model_dump(mode="json")))
-    return run, run.model_dump_json(indent=2).encode()
 
 
 def _ended(run: RunState | None) -> bool:

@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.models import IncomingPayload
+from gateway.storable import made_safe, storable
 from orchestrator.jobs import FINISHED, JobInfo, JobState, parse_iso
 
 StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
@@ -155,3 +157,15 @@ def unreadable_stand_in(run_id: str, raw: bytes, reason: str) -> RunState:
         return run
     except ValidationError:
         return RunState.model_validate({**base, "message": {}, "conversation": {"channel": "?"}, "delivery": "push"})
+
+
+def storable_state(run: RunState, indent: int | None = 2) -> tuple[RunState, bytes]:
+    """The run and its state.json bytes; when it holds text no store can hold, both made safe."""
+    try:
+        text = run.model_dump_json(indent=indent)
+    except PydanticSerializationError:  # a lone surrogate cannot be encoded at all
+        text = None
+    if text is not None and storable(text):
+        return run, text.encode()
+    run = RunState.model_validate(made_safe(run.model_dump(mode="json")))
+    return run, run.model_dump_json(indent=indent).encode()

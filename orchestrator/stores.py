@@ -4,8 +4,9 @@ conversation's history (orchestrator/sessions.py Records: FileRecords, PgRecords
 tests/contract/ checks the rules written here once against every backend.
 
 RunRecords is the storage part of a run store: what every backend writes and reads. The lifecycle on top
-of it (`transition`, `update_step`: the transition table and the events they append) is RunStore's today
-and is inherited by PgRunStore; MemoryRunStore has only the storage.
+of it (`transition`, `update_step`: the transition table and the events they append) is written once in
+orchestrator/runbase.py RunStoreBase, which RunStore and PgRunStore extend; MemoryRunStore has only the
+storage.
 
 The stores of the backend the gateway composed (gateway/composition.py) are opened by name here: the file
 backend's are declared here (`switchyard_stores`, through orchestrator/plugin.py), PostgreSQL's by
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.stores import Backend, StoreFactory
-    from orchestrator.runs import RunStore
+    from orchestrator.runbase import RunStoreBase
     from orchestrator.sessions import ConversationHistory, SessionStore
 
 __all__ = ["Records", "RunRecords"]
@@ -127,9 +128,9 @@ def backend_for(home: Home, settings: Settings) -> Backend:
     return open_backend(home, settings)
 
 
-def open_run_store(backend: Backend, *, fsync: bool | None = None) -> RunStore:
+def open_run_store(backend: Backend, *, fsync: bool | None = None) -> RunStoreBase:
     """The backend's run store; `fsync` defaults to `queue.fsync`."""
-    store: RunStore = backend.store("runs", fsync=backend.settings.queue.fsync if fsync is None else fsync)
+    store: RunStoreBase = backend.store("runs", fsync=backend.settings.queue.fsync if fsync is None else fsync)
     return store
 
 

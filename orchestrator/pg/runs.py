@@ -29,7 +29,7 @@ from gateway.pg.errors import database_away
 from gateway.pg.pools import lone_statement
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import RunState, finished_at
 
 log = logging.getLogger("switchyard.orchestrator.runs")
@@ -61,8 +61,8 @@ UNREADABLE = f"UPDATE switchyard_runs SET state = 'failed_final' WHERE run_id = 
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
 
 
-class PgRunStore(RunStore):
-    """RunStore on the database: the same interface and lifecycle, shared by every host."""
+class PgRunStore(RunStoreBase):
+    """The run store on the database: the interface and lifecycle of RunStoreBase, shared by every host."""
 
     shared = True
 
@@ -177,7 +177,7 @@ class PgRunStore(RunStore):
             conn.execute("DELETE FROM switchyard_run_events WHERE run_id = %s", (run_id,))
             conn.execute(DROP_ACTIVE, (run_id,))
             gone = conn.execute("DELETE FROM switchyard_runs WHERE run_id = %s", (run_id,)).rowcount
-        super().remove(run_id)
+        self.remove_folder(run_id)
         return bool(gone)
 
     # --- cancel requests ------------------------------------------------------------------------

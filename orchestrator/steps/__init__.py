@@ -9,7 +9,7 @@ from gateway.settings import SettingsError
 from orchestrator.config import LoadedConfig, StepConfig
 from orchestrator.jobs import RetryPolicy
 from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import RunState
 from orchestrator.steps.base import Progress, StepFailed, StepJob, StepOutcome
 from orchestrator.steps.foreach import ForEach
@@ -25,10 +25,11 @@ class StepRunner:
     """Looks steps up in the current orchestrator.yaml and runs them."""
 
     def __init__(
-        self, runner: ProviderRunner, store: RunStore, configs: Callable[[str], LoadedConfig],
+        self, runner: ProviderRunner, store: RunStoreBase, configs: Callable[[str], LoadedConfig],
         outbox: Outbox | None = None,
     ):
         self._store = store
+        self._runner = runner
         self._configs = configs
         self._bodies = BodyRunner(runner, store, outbox)
         self._for_each = ForEach(self._bodies)
@@ -64,6 +65,15 @@ class StepRunner:
         assert step.input is not None
         return render(step.input.prompt, template_values(run, str(loaded.workspace)))
 
+    def _in_process(self, loaded: LoadedConfig, step: StepConfig) -> bool:
+        """True for an agent step whose provider is a built-in run in process (no workspace needed)."""
+        body = step.do or step
+        if step.wait_for is not None or step.for_each is not None or body.command is not None:
+            return False
+        agent = loaded.config.agents.get(body.agent or "") if body.provider is None else None
+        provider = body.provider or (agent.provider if agent is not None else None)
+        return provider is not None and self._runner.in_process(provider)
+
     def retry_policy(self, run: RunState) -> RetryPolicy:
         """The run's retry rules from orchestrator.yaml (no retries when it cannot be read)."""
         try:
@@ -76,7 +86,9 @@ class StepRunner:
     ) -> StepOutcome:
         """Runs one agent, command, wait_for or for_each step; raises StepFailed when it does not complete."""
         loaded, step = self.lookup(run, step_id)
-        folder = self._store.made(self._store.folder(run.runId) / "workspace")
+        folder = self._store.folder(run.runId) / "workspace"
+        if not self._in_process(loaded, step):  # a process may use $SWITCHYARD_WORKSPACE; a built-in does not
+            self._store.made(folder)
         env = {"SWITCHYARD_RUN_ID": run.runId, "SWITCHYARD_STEP_ID": step_id,
                "SWITCHYARD_WORKSPACE": str(folder), **(extra_env or {})}
         job = StepJob(run, step, loaded, env, progress)

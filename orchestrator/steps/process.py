@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from gateway.api import Outbox, PermanentError
@@ -10,7 +11,7 @@ from orchestrator.agent_cli import AgentCall
 from orchestrator.config import AgentConfig, read_template
 from orchestrator.progress import ProgressNotes
 from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunStore
+from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import conversation_key
 from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.steps.base import StepFailed, StepJob
@@ -25,7 +26,7 @@ COMMAND_MAX_OUTPUT = 1_048_576
 class BodyRunner:
     """Runs agent and command bodies through the provider runner, turning failures into StepFailed."""
 
-    def __init__(self, runner: ProviderRunner, store: RunStore, outbox: Outbox | None = None):
+    def __init__(self, runner: ProviderRunner, store: RunStoreBase, outbox: Outbox | None = None):
         self._runner = runner
         self._store = store
         self._outbox = outbox
@@ -45,7 +46,7 @@ class BodyRunner:
             agent = self._agent(job, body)
             prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
             request = step_request(job.run, job.step.id, **(request_extra or {}))
-            request_file = self._store.folder(job.run.runId) / f"{safe_name(label)}.request.json"
+            request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
             call = AgentCall(conversation=f"conv:{conversation_key(job.run.payload())}", run=job.run.runId,
                              on_note=notes)
@@ -59,6 +60,14 @@ class BodyRunner:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:  # the run ends failed_final and its waiting message is dead-lettered
             raise StepFailed(str(exc), category="fatal", fields={"permanent": True}) from exc
+
+    def _request_file(self, job: StepJob, provider: str, label: str) -> Path | None:
+        """Where the step's request JSON goes, for a provider whose entry asks for it (`request_file: true`);
+        None for any other: it gets its prompt on stdin or as an argument."""
+        configured = self._runner.settings_of(provider)
+        if configured is None or not configured.request_file:
+            return None
+        return self._store.folder(job.run.runId) / f"{safe_name(label)}.request.json"
 
     def _notes(self, job: StepJob) -> ProgressNotes | None:
         if self._outbox is None:

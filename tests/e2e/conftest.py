@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from gateway.testing import drop_incoming, make_incoming, wait_until
+from orchestrator.runs import RunStore
 from tests.process import SWITCHYARD, SwitchyardProcess, clean_environment
 
 PROVIDERS = Path(__file__).parent / "providers"
@@ -129,12 +130,10 @@ class Switchyard(SwitchyardProcess):
         return sorted(p.name for p in self.home.incoming.glob("*.json")) + self.in_flight()
 
     def run_state(self, run_id: str) -> dict[str, Any]:
-        """A workflow run's state (runs/<id>/state.json); {} while there is none."""
-        try:
-            state: dict[str, Any] = json.loads((self.home.runs / run_id / "state.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return state
+        """A workflow run's state (runs/<id>/state.json, or its line in runs/.archive/ once it settled); {}
+        while there is none."""
+        run = RunStore(self.home, fsync=False).load(run_id)
+        return run.model_dump(mode="json") if run is not None else {}
 
     def dead_errors(self, name: str) -> list[str]:
         """Every error a dead message's report keeps (`<name>.error.json`'s `errors`)."""

@@ -31,6 +31,13 @@ def _age(switchyard: Switchyard, run_id: str, days: float) -> None:
     path.write_text(json.dumps(state))
 
 
+def _long(text: str) -> str:
+    """A message whose echoed answer is kept as a file (over 4 KB): its run stays a folder, removed run by run.
+    A settled chat run without files is a line of runs/.archive/, removed a whole day at a time
+    (tests/orchestrator/test_orch_runarchive.py)."""
+    return text + " " + "x" * 5000
+
+
 def _checkpoint(switchyard: Switchyard, run_id: str) -> Path:
     return switchyard.home.coordination / "checkpoints" / run_id
 
@@ -39,7 +46,7 @@ def test_finished_runs_past_the_retention_are_removed_by_clean_and_by_the_gatewa
     switchyard.configure({"queue": {"runs_retention_days": 10, "fsync": False}})
     switchyard.start()
     for conversation in ("a", "b", "c"):
-        switchyard.send(f"hello {conversation}", messageId=conversation, conversationId=conversation)
+        switchyard.send(_long(f"hello {conversation}"), messageId=conversation, conversationId=conversation)
         switchyard.reply_to(conversation)
     assert switchyard.stop() == 0
     runs = _runs(switchyard)
@@ -70,7 +77,7 @@ def test_finished_runs_past_the_retention_are_removed_by_clean_and_by_the_gatewa
 def test_zero_keeps_runs_forever(switchyard: Switchyard) -> None:
     switchyard.configure({"queue": {"runs_retention_days": 0, "fsync": False}})
     switchyard.start()
-    switchyard.send("hello", messageId="m1")
+    switchyard.send(_long("hello"), messageId="m1")
     switchyard.reply_to("m1")
     assert switchyard.stop() == 0
     [run_id] = _runs(switchyard)

@@ -12,6 +12,7 @@ from gateway.api import HandlerContext
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ChannelProfile, QueueSettings, Settings
+from orchestrator.runs import RunStore
 from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector
 
 CONFIG = """
@@ -59,7 +60,8 @@ async def test_an_inbox_job_runs_the_profile_workflow_without_the_selector(
     assert extra["runState"] == "done" and result.job is not None and result.job.job_id == "j-1-fix-abc"
     assert [e["event"] for e in f.job_events("j-1-fix-abc")].count("job.created") == 1
     again, _ = await f.send("fix the login", **_inbox_message())
-    assert again.workflowRunId == "j-1-fix-abc" and len(list(home.runs.glob("j-*"))) == 1
+    stored = [run.runId for run in RunStore(home, fsync=False).newest(0)[0]]
+    assert again.workflowRunId == "j-1-fix-abc" and stored.count("j-1-fix-abc") == 1 and len(stored) == 1
     assert len(outbox.payloads) == 1
 
 

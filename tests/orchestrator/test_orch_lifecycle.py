@@ -169,12 +169,15 @@ async def test_per_run_events_and_state_shape(flow: Callable[..., Any], home: Ho
     f = await flow(_config("              - {id: Reply, agent: a}"))
     _, message = await f.send("hi")
     run_id = run_id_for(message)
-    state = json.loads((home.runs / run_id / "state.json").read_text())
+    # a settled one-step run is one line of the day's archive: its state and its events, no folder left
+    [line] = [json.loads(line) for log in (home.runs / ".archive").glob("*.jsonl")
+              for line in log.read_text().splitlines() if json.loads(line)["run"]["runId"] == run_id]
+    assert not (home.runs / run_id).exists()
+    state = line["run"]
     assert state["state"] == "done" and state["steps"]["Reply"]["status"] == "completed"
     assert {"job_id", "retries", "max_retries", "next_retry_at", "owner", "started_at", "finished_at"} <= set(
         state["job"])
-    run_events = [json.loads(line)["event"] for line in (home.runs / run_id / "events.jsonl").read_text().split("\n")
-                  if line]
+    run_events = [event["event"] for event in line["events"]]
     assert run_events[:2] == ["run.created", "job.created"] and run_events[-1] == "job.succeeded"
     assert [e["event"] for e in read_events(home.events_file) if e.get("job_id") == run_id][-1] == "job.succeeded"
 

@@ -66,6 +66,22 @@ def test_transitions_follow_the_table(make_store: MakeStore) -> None:
         store.transition(run, "running")
 
 
+def test_a_settled_run_reads_back_lists_newest_first_and_keeps_its_events(make_store: MakeStore) -> None:
+    store = make_store("a")
+    older = store.create(_run("r-20231114-000000-00000001", steps={"Reply": StepState()}), None)
+    run = store.create(_run("r-20231114-000000-00000002", steps={"Reply": StepState()}), KEY)
+    run = store.update_step(store.transition(run, "running", save=False), "Reply", status="completed", output="hi")
+    run = store.save(store.transition(run, "done", save=False).model_copy(update={"delivery": "reply"}))
+    store.close_events(run.runId)
+    store.settle(run)  # the file store archives it: its folder goes, one line of the day's log holds it
+    other = make_store("b")
+    assert other.load(run.runId) == run and other.active_for(KEY) is None
+    assert [e["event"] for e in other.events(run.runId)][-2:] == ["step.completed", "run.state"]
+    assert other.newest(5) == ([run, older], 2) and other.newest(1) == ([run], 2)
+    assert other.newest(5, active=True) == ([older], 1)
+    assert [r.runId for r in other.recent(5)] == [run.runId, older.runId]
+
+
 def test_events_are_kept_per_run_in_order(make_store: MakeStore) -> None:
     store = make_store("a")
     run = store.create(_run(), KEY)

@@ -1,0 +1,233 @@
+"""What every run store does: the interface the orchestrator uses, and the logic written once above storage
+(the transition table, step changes, a run's local folder). The file store (orchestrator.runs.RunStore) and
+the database's (orchestrator.pg.runs.PgRunStore) supply the storage."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.home import Home, safe_name
+from orchestrator.jobs import JobState, check_transition
+from orchestrator.listing import select_runs
+from orchestrator.runstate import RunState
+
+MADE_FOLDERS = 4096  # folders remembered as existing
+REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden: not a valid run id)
+
+
+class RunStoreBase(ABC):
+    """Reads and writes runs; every state change goes through the transition table.
+
+    Each run has a folder under `runs/` on the host executing its steps, made only when a step uses it
+    (a provider's workspace, an output kept as a file, a request file).
+    """
+
+    shared = False  # True: the runs are seen by processes on other hosts (claims come from the store)
+
+    def __init__(self, home: Home, *, fsync: bool = True):
+        self._root = home.runs
+        self._fsync = fsync
+        self._made: set[Path] = set()  # folders known to exist: a run's folders are made once
+
+    def folder(self, run_id: str) -> Path:
+        """The folder of one run (its workspace, outputs kept as files, request files)."""
+        return self._root / safe_name(run_id)
+
+    def made(self, folder: Path) -> Path:
+        """`folder`, created (with its parents) the first time this store needs it."""
+        if folder not in self._made:
+            folder.mkdir(parents=True, exist_ok=True)
+            if len(self._made) >= MADE_FOLDERS:  # bounded: forgetting one costs a mkdir, not a failure
+                self._made.clear()
+            self._made.add(folder)
+        return folder
+
+    def remove_folder(self, run_id: str) -> bool:
+        """Deletes a run's folder (renamed to a hidden name first, so a half-deleted folder is never read
+        as a run); False when it was gone already."""
+        folder = self.folder(run_id)
+        hidden = folder.with_name(REMOVING_PREFIX + folder.name)
+        try:
+            os.rename(folder, hidden)
+        except FileNotFoundError:
+            return False  # removed meanwhile by another process sharing the home
+        shutil.rmtree(hidden, ignore_errors=True)
+        self._made = {made for made in self._made if not made.is_relative_to(folder)}  # its outputs/ too
+        return True
+
+    # --- state changes, written once for every store --------------------------------------------------
+
+    def transition(self, run: RunState, state: JobState, *, save: bool = True, durable: bool = True,
+                   **changes: Any) -> RunState:
+        """Moves a run to `state` (raising IllegalTransition if the table forbids it) and saves it
+        (`save=False`: the caller saves it, with what else changes at the same boundary)."""
+        check_transition(run.runId, run.state, state)
+        run = run.model_copy(update={"state": state, **changes})
+        if run.finished:
+            self._ended(run.runId)
+        if save:
+            return self._save_with_event(run, durable, "run.state", state=state, error=changes.get("error"))
+        self.append_event(run.runId, "run.state", state=state, error=changes.get("error"))
+        return run
+
+    def update_step(self, run: RunState, step_id: str, *, save: bool = True, durable: bool = True,
+                    **fields: Any) -> RunState:
+        """Changes fields of one step and saves the run (`save=False`: the caller saves it)."""
+        step = run.steps[step_id].model_copy(update=fields)
+        steps = {**run.steps, step_id: step}
+        changes: dict[str, Any] = {"steps": steps}
+        if fields.get("status") in ("running", "waiting"):
+            changes["currentStep"] = step_id
+        run = run.model_copy(update=changes)
+        if "status" not in fields:
+            return self.save(run, durable=durable) if save else run
+        event, details = "step." + str(step.status), {"step": step_id, "exitCode": step.exitCode}
+        if save:
+            return self._save_with_event(run, durable, event, **details)
+        self.append_event(run.runId, event, **details)
+        return run
+
+    def _ended(self, run_id: str) -> None:
+        """Hears that a run reached a final state (before it is saved)."""
+        return None
+
+    def _save_with_event(self, run: RunState, durable: bool, event: str, **fields: Any) -> RunState:
+        """Saves the run, then appends the event that says what changed."""
+        run = self.save(run, durable=durable)
+        self.append_event(run.runId, event, **fields)
+        return run
+
+    def newest(self, limit: int, *, since: datetime | None = None, states: set[str] | None = None,
+               active: bool = False) -> tuple[list[RunState], int]:
+        """The runs `switchyard runs` lists: newest first, cut to `limit` (0: all), and how many matched."""
+        return select_runs(self.unfinished() if active else self.all_runs(), since=since, states=states,
+                           limit=limit)
+
+    def stored_at(self, run_id: str) -> str:
+        """Where `runs show` says the run's state is."""
+        return "the database" if self.shared else str(self.folder(run_id) / "state.json")
+
+    def settle(self, run: RunState) -> None:
+        """Hears that a finished run's result was handed over: nothing will change it any more."""
+        return None
+
+    def tidy(self) -> None:
+        """At start: completes what a crash left half done in keeping finished runs."""
+        return None
+
+    def prune_settled(self, cutoff: datetime) -> list[str]:
+        """Removes settled runs that ended before `cutoff` and `finished_before` does not list; their ids."""
+        return []
+
+    # --- storage: what each store supplies --------------------------------------------------------------
+
+    @abstractmethod
+    def load(self, run_id: str) -> RunState | None:
+        """The run with this id, or None when there is none, it cannot be read (logged), or the id is not
+        a valid name."""
+
+    @abstractmethod
+    def read(self, run_id: str) -> RunState | None:
+        """`load`, raising for a stored state that is not a run (the file store's UnreadableRun)."""
+
+    @abstractmethod
+    def quarantine(self, run_id: str, reason: str) -> RunState | None:
+        """Ends a run whose stored state is not a run; the stand-in, if the store keeps one."""
+
+    @abstractmethod
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a failure reading or writing a run is this host's trouble rather than that run's."""
+
+    @abstractmethod
+    def save(self, run: RunState, *, durable: bool = True) -> RunState:
+        """Writes the run, stamping `updatedAt`; returns what was written."""
+
+    @abstractmethod
+    def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
+        """Stores a new run and, given its conversation's `key`, makes it the conversation's active run."""
+
+    @abstractmethod
+    def sync(self, run_id: str) -> None:
+        """Makes the run's last write durable."""
+
+    @abstractmethod
+    def append_event(self, run_id: str, event: str, **fields: Any) -> None:
+        """Records one event of a run."""
+
+    @abstractmethod
+    def close_events(self, run_id: str | None = None) -> None:
+        """Finishes writing the events of a run (None: of every run)."""
+
+    @abstractmethod
+    def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The last `limit` events of a run, oldest first."""
+
+    @abstractmethod
+    def active_runs(self) -> dict[str, str]:
+        """The conversation key → run id association."""
+
+    @abstractmethod
+    def active_for(self, key: str) -> RunState | None:
+        """The unfinished run associated with a conversation, if any."""
+
+    @abstractmethod
+    def set_active(self, key: str, run_id: str) -> None:
+        """Associates a conversation with a run."""
+
+    @abstractmethod
+    def restore_active(self, unfinished: list[RunState]) -> None:
+        """At start: points each conversation at its newest unfinished run."""
+
+    @abstractmethod
+    def all_runs(self) -> list[RunState]:
+        """Every readable run, oldest first."""
+
+    @abstractmethod
+    def unreadable(self) -> list[tuple[str, str]]:
+        """(run id, what is wrong) of every stored run that is not one."""
+
+    @abstractmethod
+    def recent(self, limit: int) -> list[RunState]:
+        """The `limit` runs changed last, newest first."""
+
+    @abstractmethod
+    def unfinished(self) -> list[RunState]:
+        """Runs not yet in a final state, oldest first."""
+
+    @abstractmethod
+    def needing_recovery(self) -> list[RunState]:
+        """Runs a restart looks at: unfinished, or finished with their result not yet delivered."""
+
+    @abstractmethod
+    def finished_before(self, cutoff: datetime) -> list[RunState]:
+        """Finished runs that ended before `cutoff` (removed one by one by the retention)."""
+
+    @abstractmethod
+    def remove(self, run_id: str) -> bool:
+        """Deletes a run; False when it was gone already."""
+
+    @abstractmethod
+    def queued(self, limit: int) -> list[tuple[str, str | None]] | None:
+        """(run id, next_retry_at) of queued runs to claim, due first; None: the store does not say."""
+
+    @abstractmethod
+    def running_ids(self) -> list[str] | None:
+        """Runs marked running by any process; None: the store does not say."""
+
+    @abstractmethod
+    def request_cancel(self, run_id: str) -> None:
+        """Asks the process executing the run to cancel it."""
+
+    @abstractmethod
+    def cancel_requests(self, run_ids: Iterable[str]) -> set[str]:
+        """Which of these runs another process asked to cancel."""
+
+    @abstractmethod
+    def clear_cancel(self, run_id: str) -> None:
+        """Forgets a run's cancel request (it was carried out)."""
