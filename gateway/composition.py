@@ -2,7 +2,7 @@
 (`switchyard_backends`); the Backend it builds opens every store and the runtime of that backend.
 
 Nothing else reads `queue.backend` or imports a backend's code: the file backend registers from
-gateway/filestores.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin.
+gateway/files/backend.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin.
 A plugin's own stores (the orchestrator's runs, sessions, history) are declared per backend name with
 `switchyard_stores` and opened through `Backend.store`.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
 
-BACKEND_PLUGINS: tuple[str, ...] = ("gateway.filestores", "gateway.pgplugin", "orchestrator.plugin",
+BACKEND_PLUGINS: tuple[str, ...] = ("gateway.files.backend", "gateway.pgplugin", "orchestrator.plugin",
                                     "orchestrator.pgplugin")
 """The built-in modules that declare backends and stores (a command opens its backend from these, the
 settings' plugins and the entry points, without loading the channel plugins)."""

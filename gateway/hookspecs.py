@@ -19,10 +19,10 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
     from pydantic import BaseModel
 
     from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
-    from gateway.stores import BackendFactory, StoreFactory
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
     from gateway.statuscache import StatusCache
+    from gateway.stores import BackendFactory, StoreFactory
 
 hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")

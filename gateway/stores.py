@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gateway.deadletters import DeadLetter, Kind
+from gateway.files.deadletters import DeadLetter, Kind
+from gateway.files.queue import Claimed
 from gateway.locks import Locks
 from gateway.models import IncomingPayload
 from gateway.pairing import Pairing
-from gateway.queue import Claimed
 
 if TYPE_CHECKING:
     from gateway.home import Home
@@ -43,7 +43,7 @@ __all__ = [
 
 @runtime_checkable
 class AnsweredStore(Protocol):
-    """Which messages were answered within the duplicate window (gateway/answered.py AnsweredIndex): a
+    """Which messages were answered within the duplicate window (gateway/files/answered.py AnsweredIndex): a
     message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
     every handle on the store. PostgreSQL has no such object today: `switchyard_answered` is read and
     written by statements inside gateway/pg/processing.py, outbox.py and latedead.py."""
@@ -65,7 +65,7 @@ class AnsweredStore(Protocol):
 class DeliveryJournalStore(Protocol):
     """The parts of a multi-part reply already sent, by delivery key (gateway/delivery.py DeliveryJournal),
     so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the same record on the
-    outbox row (gateway/pg/delivery.py RowJournal, bound to a leased row: not this protocol)."""
+    outbox row (gateway/pg/dispatcher.py RowJournal, bound to a leased row: not this protocol)."""
 
     def sent_parts(self, key: str) -> dict[int, str]:
         """Part index → platform message id, for the parts already sent."""
@@ -79,7 +79,7 @@ class DeliveryJournalStore(Protocol):
 
 @runtime_checkable
 class DeadLetterStore(Protocol):
-    """Dead letters as `switchyard dead` uses them (gateway/deadcli.py): a dead letter keeps the original
+    """Dead letters as `switchyard dead` uses them (gateway/cli/dead.py): a dead letter keeps the original
     bytes and the reason; retry puts it back with a fresh attempt count, drop deletes it. An unknown name
     is a KeyError and changes nothing."""
 
@@ -116,7 +116,7 @@ class EventSink(Protocol):
 
 @runtime_checkable
 class QueueStore(Protocol):
-    """The inbound queue (gateway/queue.py FileQueue): takes payloads in, gives them out oldest first
+    """The inbound queue (gateway/files/queue.py FileQueue): takes payloads in, gives them out oldest first
     (skipping, in place, those whose ordering keys the caller does not admit), returns a failed one to its
     place in line, completes it, or dead-letters it with its bytes intact. Several handles may share one
     queue (processes on one home); what a handle that stopped had claimed is given back by

@@ -152,4 +152,4 @@ def test_only_the_entry_points_know_the_gateway() -> None:
     supervision and the dashboard get what they need passed in."""
     importers = sorted(path for path, text in _source_files()
                        if re.search(r"^\s*from\s+gateway\.app\s+import|^\s*import\s+gateway\.app\b", text, re.M))
-    assert importers == ["gateway/commands.py"]
+    assert importers == ["gateway/cli/commands.py"]

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.deadletters import DeadLetter, Kind
 from gateway.events import utc_now_iso
+from gateway.files.deadletters import DeadLetter, Kind
+from gateway.files.queue import Claimed
 from gateway.home import safe_name
-from gateway.queue import Claimed
 
 MAX_ERRORS = 20  # errors kept per payload, as FileQueue keeps
 

@@ -1,5 +1,5 @@
 """The `switchyard dead` subcommand: list, show, retry and drop the backend's dead letters (the file
-backend's queue/failed/, gateway/deadletters.py; on PostgreSQL gateway/pg/deadletters.py)."""
+backend's queue/failed/, gateway/files/deadletters.py; on PostgreSQL gateway/pg/deadletters.py)."""
 
 from __future__ import annotations
 

@@ -12,18 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.aio import wait_event
-from gateway.answered import AnsweredIndex
 from gateway.api import Handler, Outbox
 from gateway.events import EventLog
+from gateway.files.answered import AnsweredIndex
+from gateway.files.queue import CLAIM_RETRY_S, Claimed, FileQueue
+from gateway.files.receipts import Receipts
+from gateway.files.sharing import SharedHome
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.outcome import Dead, Done, Retry, handled
 from gateway.payloads import backoff_seconds, parse_payload
-from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
-from gateway.receipts import Receipts
+from gateway.runtime.outcome import Dead, Done, Retry, handled
 from gateway.settings import QueueSettings
-from gateway.sharing import SharedHome
 
 log = logging.getLogger("switchyard.worker")
 
