@@ -160,14 +160,14 @@ async def test_typing_is_repeated_while_processing_and_stops_after(home: Home, m
 
 async def test_a_refusing_disk_is_retried_before_a_channel_message_is_given_up(running, monkeypatch) -> None:
     gateway, plugin = running
-    real_enqueue, refusals = gateway.files.queue.enqueue, [OSError(errno.ENOSPC, "No space left on device")] * 2
+    real_enqueue, refusals = gateway.queue.enqueue, [OSError(errno.ENOSPC, "No space left on device")] * 2
 
     def full_then_free(data: bytes, *, hint: str = "msg"):
         if refusals:
             raise refusals.pop()
         return real_enqueue(data, hint=hint)
 
-    monkeypatch.setattr(gateway.files.queue, "enqueue", full_then_free)
+    monkeypatch.setattr(gateway.queue, "enqueue", full_then_free)
     await plugin.channels["f1"].inject("kept despite the full disk")
     sent = await async_wait_until(lambda: plugin.channels["f1"].sent)
     assert sent[0].message == "You said: kept despite the full disk"
