@@ -10,10 +10,10 @@ from types import TracebackType
 from typing import Any
 
 from bench.plugin import BenchChannel, BenchPlugin
-from gateway.app import Gateway
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 
 # No workflows: the built-in `rules` selector answers every message with command_invoke list_workflows,

@@ -2,7 +2,7 @@
 (`switchyard_backends`); the Backend it builds opens every store and the runtime of that backend.
 
 Nothing else reads `queue.backend` or imports a backend's code: the file backend registers from
-gateway/filestores.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin (the
+gateway/files/backend.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin (the
 in-memory one, for tests only, is registered by a test: gateway/memory/backend.py).
 A plugin's own stores (the orchestrator's runs, sessions, history) are declared per backend name with
 `switchyard_stores` and opened through `Backend.store`.
@@ -13,15 +13,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gateway.plugin_manager import call_each, plugin_manager_for
-from gateway.stores import Backend, BackendFactory, Stores
 
 if TYPE_CHECKING:
     import pluggy
 
     from gateway.home import Home
     from gateway.settings import Settings
+    from gateway.stores import Backend, BackendFactory, Stores
 
-BACKEND_PLUGINS: tuple[str, ...] = ("gateway.filestores", "gateway.pgplugin", "orchestrator.plugin",
+BACKEND_PLUGINS: tuple[str, ...] = ("gateway.files.backend", "gateway.pgplugin", "orchestrator.plugin",
                                     "orchestrator.pgplugin")
 """The built-in modules that declare backends and stores (a command opens its backend from these, the
 settings' plugins and the entry points, without loading the channel plugins)."""

@@ -32,11 +32,11 @@ import pytest
 from gateway.access import PairingStore
 from gateway.api import INTAKE_FAILED_REPLY, Channel, ChannelContext, DeliveryError, PermanentError
 from gateway.events import EventLog, now_ms
+from gateway.files.queue import FileQueue
 from gateway.home import SPARE_PREFIX, Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
-from gateway.queue import FileQueue
 from gateway.settings import ChannelProfile, FileSettings, Settings
 from gateway.testing import async_wait_until
 

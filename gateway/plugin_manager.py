@@ -26,7 +26,7 @@ log = logging.getLogger("switchyard.plugins")
 
 ENTRY_POINT_GROUP = "switchyard.plugins"
 DEFAULT_PLUGINS: tuple[str, ...] = (
-    "gateway.filestores",
+    "gateway.files.backend",
     "gateway.pgplugin",
     "plugins.console",
     "plugins.heartbeat",
@@ -35,7 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.slack",
     "plugins.whatsapp",
     "plugins.inbox",
-    "orchestrator.cli",
+    "orchestrator.commands",
     "orchestrator.plugin",
     "orchestrator.pgplugin",
 )

@@ -3,9 +3,11 @@ use it. Each protocol is the set of methods the file and PostgreSQL implementati
 tests/contract/ checks the rules written here once against every backend; gateway/memory/ is the
 in-memory backend (every store on a shared state: two handles are two hosts).
 
-Pairing and Locks were defined beside their file stores (gateway/access.py, gateway/locks.py) and are
-re-exported here, so this module names every store. The orchestrator's stores (runs, sessions and
-conversation history) are in orchestrator/stores.py, so the gateway never names orchestrator types.
+Pairing and Locks were defined beside their file stores (gateway/pairing.py, gateway/locks.py) and are
+re-exported here, so this module names every store. Only annotations name the other types, so importing
+it stays light (`switchyard status` imports it and must not load pydantic or the queue). The
+orchestrator's stores (runs, sessions and conversation history) are in orchestrator/stores.py, so the
+gateway never names orchestrator types.
 The Backend that opens them is at the end: gateway/composition.py chooses it, plugins declare it.
 """
 
@@ -15,14 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gateway.deadletters import DeadLetter, Kind
-from gateway.locks import Locks
-from gateway.models import IncomingPayload
-from gateway.pairing import Pairing
-from gateway.queue import Claimed
-
 if TYPE_CHECKING:
+    from gateway.files.deadletters import DeadLetter, Kind
+    from gateway.files.queue import Claimed
     from gateway.home import Home
+    from gateway.locks import Locks
+    from gateway.models import IncomingPayload
+    from gateway.pairing import Pairing
     from gateway.settings import Settings
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 
 @runtime_checkable
 class AnsweredStore(Protocol):
-    """Which messages were answered within the duplicate window (gateway/answered.py AnsweredIndex): a
+    """Which messages were answered within the duplicate window (gateway/files/answered.py AnsweredIndex): a
     message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
     every handle on the store. PostgreSQL has no such object today: `switchyard_answered` is read and
     written by statements inside gateway/pg/processing.py, outbox.py and latedead.py."""
@@ -65,7 +66,7 @@ class AnsweredStore(Protocol):
 class DeliveryJournalStore(Protocol):
     """The parts of a multi-part reply already sent, by delivery key (gateway/delivery.py DeliveryJournal),
     so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the same record on the
-    outbox row (gateway/pg/delivery.py RowJournal, bound to a leased row: not this protocol)."""
+    outbox row (gateway/pg/dispatcher.py RowJournal, bound to a leased row: not this protocol)."""
 
     def sent_parts(self, key: str) -> dict[int, str]:
         """Part index → platform message id, for the parts already sent."""
@@ -79,7 +80,7 @@ class DeliveryJournalStore(Protocol):
 
 @runtime_checkable
 class DeadLetterStore(Protocol):
-    """Dead letters as `switchyard dead` uses them (gateway/deadcli.py): a dead letter keeps the original
+    """Dead letters as `switchyard dead` uses them (gateway/cli/dead.py): a dead letter keeps the original
     bytes and the reason; retry puts it back with a fresh attempt count, drop deletes it. An unknown name
     is a KeyError and changes nothing."""
 
@@ -116,7 +117,7 @@ class EventSink(Protocol):
 
 @runtime_checkable
 class QueueStore(Protocol):
-    """The inbound queue (gateway/queue.py FileQueue): takes payloads in, gives them out oldest first
+    """The inbound queue (gateway/files/queue.py FileQueue): takes payloads in, gives them out oldest first
     (skipping, in place, those whose ordering keys the caller does not admit), returns a failed one to its
     place in line, completes it, or dead-letters it with its bytes intact. Several handles may share one
     queue (processes on one home); what a handle that stopped had claimed is given back by
@@ -235,10 +236,23 @@ class Backend(Protocol):
         ...
 
     def runtime(self, parts: Any) -> Any:
-        """The processing and delivery half of a gateway (gateway/runtime.py's Runtime) built from `parts`
+        """The processing and delivery half of a gateway (gateway/runtime/__init__.py's Runtime) built from `parts`
         (gateway.runtime.RuntimeParts)."""
         ...
 
     def store(self, name: str, **options: Any) -> Any:
         """The store `name` a plugin declared for this backend (`switchyard_stores`), opened with `options`."""
         ...
+
+
+def __getattr__(name: str) -> Any:
+    """The re-exported Pairing and Locks, imported when first asked for (PEP 562)."""
+    if name == "Pairing":
+        from gateway.pairing import Pairing
+
+        return Pairing
+    if name == "Locks":
+        from gateway.locks import Locks
+
+        return Locks
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The orchestrator: selector, actions, providers, workflow runs and diagnostics behind one handler.
 
-`Orchestrator` is imported on first use, so the CLI can import `orchestrator.cli` cheaply.
+`Orchestrator` is imported on first use, so the CLI can import `orchestrator.commands` cheaply.
 """
 
 from __future__ import annotations

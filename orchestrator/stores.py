@@ -19,15 +19,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from orchestrator.runstate import RunState
-from orchestrator.sessions import Records
-
 if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.stores import Backend, StoreFactory
     from orchestrator.runbase import RunStoreBase
-    from orchestrator.sessions import ConversationHistory, SessionStore
+    from orchestrator.runstate import RunState
+    from orchestrator.sessions import ConversationHistory, Records, SessionStore
 
 __all__ = ["Records", "RunRecords"]
 
@@ -167,3 +165,13 @@ def _history(backend: Backend) -> Any:
     from orchestrator.sessions import ConversationHistory
 
     return ConversationHistory.in_home(backend.home)
+
+
+def __getattr__(name: str) -> Any:
+    """The re-exported Records (orchestrator/sessions.py), imported when first asked for (PEP 562): the
+    orchestrator's plugin imports this module on every `switchyard status`, which must stay light."""
+    if name == "Records":
+        from orchestrator.sessions import Records
+
+        return Records
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

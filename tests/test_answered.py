@@ -8,15 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from gateway import answered as answered_module
-from gateway.answered import AnsweredIndex
+from gateway.files import answered as answered_module
+from gateway.files.answered import AnsweredIndex
 from gateway.testing import make_incoming
 
 WINDOW = 60.0
 
 
 class Clock:
-    """A settable stand-in for time.time in gateway.answered."""
+    """A settable stand-in for time.time in gateway.files.answered."""
 
     def __init__(self, now: float) -> None:
         self.now = now

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway import hookimpl
-from gateway.app import Gateway
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
 

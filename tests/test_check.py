@@ -1,4 +1,4 @@
-"""gateway/check.py: the problems of a home, gathered from the settings checks and every plugin's own."""
+"""gateway/cli/check.py: the problems of a home, gathered from the settings checks and every plugin's own."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from gateway import hookimpl
 from gateway.api import BuiltinProvider
-from gateway.check import home_problems, require_valid_home
 from gateway.cli import main
+from gateway.cli.check import home_problems, require_valid_home
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import Settings, SettingsError

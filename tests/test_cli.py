@@ -49,7 +49,7 @@ def test_help_does_not_import_pydantic_or_the_runtime() -> None:
     """`switchyard --help` must stay quick: pydantic, asyncio and the orchestrator load only when a
     command needs them (bench/ measures the time; this keeps the imports from creeping back)."""
     code = ("import sys\nfrom gateway.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('pydantic', 'asyncio', 'orchestrator.handler', 'gateway.app', 'rich')"
+            "print(sorted(m for m in ('pydantic', 'asyncio', 'orchestrator.handler', 'gateway.runtime.app', 'rich')"
             " if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -76,7 +76,8 @@ def test_status_does_not_import_asyncio_the_queue_or_any_channel(tmp_path: Path)
     home = tmp_path / "home"
     assert main(["--home", str(home), "init"]) == 0
     (home / "settings.yaml").write_text(STATUS_SETTINGS)
-    heavy = ("asyncio", "aiofiles", "gateway.queue", "gateway.app", "orchestrator.selector", "orchestrator.handler",
+    heavy = ("asyncio", "aiofiles", "gateway.files.queue", "gateway.runtime.app", "orchestrator.selector",
+             "orchestrator.handler",
              "plugins.console.channel", "plugins.heartbeat.channel", "plugins.inbox.channel",
              "plugins.telegram.channel", "plugins.slack.channel", "telegram", "slack_bolt")
     code = ("import sys\nfrom gateway.cli import main\n"

@@ -10,7 +10,7 @@ import pytest
 from gateway import hookimpl
 from gateway.access import AccessPolicy, PairingStore
 from gateway.composition import open_backend, open_store
-from gateway.filestores import FileStores
+from gateway.files.backend import FileStores
 from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.plugin_manager import build_plugin_manager

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from gateway import deadletters
+from gateway.files import deadletters
+from gateway.files.queue import FileQueue, move_to_failed
 from gateway.home import Home
-from gateway.queue import FileQueue, move_to_failed
 from gateway.testing import drop_incoming
 
 ORIGINAL = b'{"channel": "console", "message": "x", "timestamp": 1, "messageId": "m", "conversationId": "c1"}'

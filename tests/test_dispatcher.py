@@ -9,8 +9,8 @@ import time
 
 from gateway.api import DeliveryError, PermanentError
 from gateway.attachments import AttachmentPolicy, attachment_folder, read_attachment
-from gateway.dispatcher import Dispatcher
 from gateway.events import EventLog, read_events
+from gateway.files.dispatcher import Dispatcher
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox

@@ -1,15 +1,15 @@
 """A message answered with an ack whose run then failed permanently goes to failed/ all the same
-(gateway.latedead): the run's copy with `source: run`, its answer forgotten, once, never while queued."""
+(gateway.files.latedead): the run's copy with `source: run`, its answer forgotten, once, never while queued."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from gateway import deadletters
-from gateway.answered import AnsweredIndex
+from gateway.files import deadletters
+from gateway.files.answered import AnsweredIndex
+from gateway.files.latedead import FileLateDeadLetters, letter_name
 from gateway.home import Home
-from gateway.latedead import FileLateDeadLetters, letter_name
 from gateway.testing import make_incoming
 
 REASON = "run r-1: step Finish: mine: `late-agent` was not found"

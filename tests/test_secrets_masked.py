@@ -1,4 +1,4 @@
-"""gateway/app.py configured_secrets: every value a `*_env` key names is masked in the event log, also as a
+"""gateway/runtime/app.py configured_secrets: every value a `*_env` key names is masked in the event log, also as a
 provider receives it (an `api_key_env` value is passed on stripped of surrounding whitespace)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import configured_secrets
 from gateway.events import EventLog, read_events
+from gateway.runtime.app import configured_secrets
 from gateway.settings import Settings
 
 

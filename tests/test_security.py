@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from gateway import hookimpl
 from gateway.api import ChannelContext, FunctionSpec, HandlerContext
-from gateway.app import Gateway
 from gateway.attachments import attachment_folder
 from gateway.delivery import DeliveryJournal, delivery_key
 from gateway.events import EventLog
@@ -31,6 +30,7 @@ from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox, outgoing_name
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, FileSettings, ProviderSettings, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming, wait_until
 from orchestrator.agent_cli import ProviderRefused

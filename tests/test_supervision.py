@@ -1,4 +1,4 @@
-"""Channel supervision (gateway/supervision.py): one policy for both backends' channel start-ups."""
+"""Channel supervision (gateway/runtime/supervision.py): one policy for both backends' channel start-ups."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 from gateway.api import PermanentError
 from gateway.events import EventLog, read_events
 from gateway.home import Home
+from gateway.runtime.supervision import RETRY_MAX_S, ChannelSupervisor
 from gateway.settings import ChannelProfile
-from gateway.supervision import RETRY_MAX_S, ChannelSupervisor
 
 
 def _supervisor(home: Home, written: list[dict[str, Any]]) -> ChannelSupervisor:

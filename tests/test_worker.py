@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from gateway import queue as queue_module
-from gateway.answered import AnsweredIndex
 from gateway.api import PermanentError
 from gateway.events import EventLog, read_events
+from gateway.files import queue as queue_module
+from gateway.files.answered import AnsweredIndex
+from gateway.files.queue import FileQueue
+from gateway.files.worker import Worker
 from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import FileOutbox
 from gateway.payloads import backoff_seconds
-from gateway.queue import FileQueue
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until, drop_incoming, make_incoming, read_json_files
-from gateway.worker import Worker
 
 Behaviour = Callable[[IncomingPayload], Awaitable[str]]
 
@@ -449,7 +449,7 @@ async def test_a_clock_step_backwards_keeps_a_conversations_intake_order(
 async def test_a_message_waiting_behind_its_conversation_gets_one_receipt_and_a_quick_one_none(
     make_harness, home: Home
 ) -> None:
-    from gateway.receipts import Receipts
+    from gateway.files.receipts import Receipts
 
     gate = asyncio.Event()
 

@@ -31,7 +31,7 @@ EVENTS_SHOWN = 30
 
 
 class Served(Protocol):
-    """What the dashboard reads of the gateway it serves (gateway/app.py's Gateway)."""
+    """What the dashboard reads of the gateway it serves (gateway/runtime/app.py's Gateway)."""
 
     home: Home
     settings: Settings

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from gateway import deadletters
+from gateway.files import deadletters
 from gateway.home import Home
 
 EVENT_HISTORY = 200

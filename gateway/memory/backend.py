@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.filestores import FileStores
+from gateway.files.backend import FileStores
 from gateway.hookspecs import hookimpl
 from gateway.memory.queue import MemoryDeadLetters
 from gateway.memory.state import MemoryState
@@ -67,7 +67,7 @@ class MemoryStores(FileStores):
         return MemoryDeadLetters(self.state.queue)
 
     def status(self, dead_shown: int) -> dict[str, Any]:
-        from gateway.status import gateway_process
+        from gateway.cli.status import gateway_process
 
         queue = self.state.queue
         with queue.lock:

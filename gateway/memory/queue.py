@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.deadletters import DeadLetter, Kind
 from gateway.events import utc_now_iso
+from gateway.files.deadletters import DeadLetter, Kind
+from gateway.files.queue import Claimed
 from gateway.home import safe_name
-from gateway.queue import Claimed
 
 MAX_ERRORS = 20  # errors kept per payload, as FileQueue keeps
 
@@ -186,7 +186,7 @@ class MemoryQueue:
     def bury(self, name: str, data: bytes, reason: str, errors: list[str], *, conversation: str | None,
              holds: Callable[[bytes], bool]) -> str | None:
         """Dead-letters under `name` a payload answered and then failed for good (gateway.api.LateDeadLetter),
-        as gateway/latedead.py does: `name` again if that letter is there already; None while a payload
+        as gateway/files/latedead.py does: `name` again if that letter is there already; None while a payload
         that `holds` accepts is in line or claimed (its worker is not done with it: asked again later)."""
         with self.state.lock:
             if name in self.state.failed:

@@ -1,4 +1,4 @@
-"""The in-memory backend's runtime: the file backend's runtime (gateway/fileruntime.py: the Worker, its
+"""The in-memory backend's runtime: the file backend's runtime (gateway/files/runtime.py: the Worker, its
 receipts, the channels, the Dispatcher) with the shared in-memory queue, answered index and key locks in
 place of the home's. Each Gateway is one host: what its channels write into its home's incoming/ is taken
 onto the shared queue, oldest first; any host's worker claims it. Replies are written to the home of the
@@ -13,15 +13,15 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from gateway.answered import message_identity
 from gateway.api import Handler
-from gateway.fileruntime import FileRuntime
-from gateway.latedead import letter_name
+from gateway.files.answered import message_identity
+from gateway.files.latedead import letter_name
+from gateway.files.runtime import FileRuntime
+from gateway.files.worker import Worker
 from gateway.memory.queue import MemoryQueue
 from gateway.memory.stores import MemoryAnswered, MemoryLocks
 from gateway.models import IncomingPayload
 from gateway.payloads import parse_payload
-from gateway.worker import Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,7 +33,7 @@ _HOSTS = itertools.count(1)
 
 
 class MemoryRuntime(FileRuntime):
-    """One host on a MemoryState (gateway/runtime.py's Runtime)."""
+    """One host on a MemoryState (gateway/runtime/__init__.py's Runtime)."""
 
     def __init__(self, parts: RuntimeParts, state: MemoryState):
         super().__init__(parts)

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.access import EXPIRED_KEPT_S, PairingCodeExpired, new_code
-from gateway.answered import message_identity
 from gateway.events import utc_now_iso
+from gateway.files.answered import message_identity
 from gateway.models import IncomingPayload
 from gateway.settings import DEFAULT_PAIRING_CODE_TTL_S
 

@@ -23,17 +23,17 @@ from gateway.aio import wait_event
 from gateway.api import Handler
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, utc_now_iso
+from gateway.files.queue import FileQueue
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.pg import schema
 from gateway.pg.db import dsn_from_settings, process_holder
 from gateway.pg.errors import database_away
 from gateway.pg.intake import Intake
-from gateway.pg.jobs import QUEUE, TASK
+from gateway.pg.keyjobs import QUEUE, TASK
 from gateway.pg.outbox import PgOutbox
 from gateway.pg.pools import message_pool, procrastinate_pool, sync_message_pool
 from gateway.pg.processing import KeepPlace, MessageProcessor
-from gateway.queue import FileQueue
 from gateway.redaction import database_error
 from gateway.settings import Settings, SettingsError
 from gateway.storable import safe_json

@@ -1,6 +1,6 @@
 """Dead letters on the PostgreSQL backend: dead messages (`switchyard_messages`, state 'dead', with
 their original bytes) and dead replies (`switchyard_outbox`, state 'dead'), listed, shown, put back
-(retry) or deleted (drop), with the same names and answers as the file store in gateway/deadletters.py.
+(retry) or deleted (drop), with the same names and answers as the file store in gateway/files/deadletters.py.
 
 A retried message is queued again with a fresh attempt count and its jobs deferred again, in one
 transaction, so it is never queued without jobs nor run twice; a retried reply is pending again,
@@ -20,10 +20,10 @@ from typing import Any
 
 import psycopg
 
-from gateway import deadletters
-from gateway.deadletters import DeadLetter, Kind
+from gateway.files import deadletters
+from gateway.files.deadletters import DeadLetter, Kind
 from gateway.home import Home
-from gateway.pg.jobs import defer_query
+from gateway.pg.keyjobs import defer_query
 
 _LIST = """
 SELECT name, 'message' AS kind, coalesce(reason, ''), attempts, updated_at AS failed_at, conversation
@@ -45,7 +45,7 @@ def _letter(row: tuple[Any, ...]) -> DeadLetter:
 
 class DeadStore:
     """The dead letters of one database (and of this host's failed/ when given the home), with the file
-    store's operations (see gateway/deadcli.py)."""
+    store's operations (see gateway/cli/dead.py)."""
 
     def __init__(self, dsn: str, home: Home | None = None):
         self.dsn = dsn

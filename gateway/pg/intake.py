@@ -1,7 +1,7 @@
 """Taking in: each file of `queue/incoming/` becomes a `switchyard_messages` row and its jobs, then is removed.
 
 Channels keep writing into incoming/ (a local, durable spool that works while the database is
-down); files are taken in one at a time in claim order (gateway.queueorder.order_of), each in one
+down); files are taken in one at a time in claim order (gateway.files.queueorder.order_of), each in one
 transaction with its jobs, and unlinked only after it committed. A crash in between leaves the
 file claimed; the next start returns it to incoming/ and takes it in again: the same name with the
 same bytes is only unlinked, the same name with other bytes is stored under a new name. Files that
@@ -23,14 +23,14 @@ from typing import Any
 from gateway.aio import wait_event
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, now_ms
+from gateway.files.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.home import Home
 from gateway.keys import ordering_keys
 from gateway.models import INVALID_APOLOGY, IncomingPayload, OutgoingPayload
 from gateway.payloads import parse_payload
 from gateway.pg.errors import database_away, worth_waiting
-from gateway.pg.jobs import defer_jobs_of, defer_query
+from gateway.pg.keyjobs import defer_jobs_of, defer_query
 from gateway.pg.outbox import PgOutbox
-from gateway.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.settings import Settings
 from gateway.storable import made_safe
 

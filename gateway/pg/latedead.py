@@ -16,9 +16,9 @@ from typing import Any
 
 from psycopg.errors import LockNotAvailable
 
-from gateway.answered import message_identity
+from gateway.files.answered import message_identity
+from gateway.files.latedead import letter_name
 from gateway.keys import ordering_keys
-from gateway.latedead import letter_name
 from gateway.models import IncomingPayload
 from gateway.pg.processing import KEPT_ERRORS
 from gateway.storable import made_safe

@@ -20,11 +20,11 @@ from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.pg.db import dsn_from_settings
-from gateway.pg.delivery import PgDelivery
+from gateway.pg.dispatcher import PgDelivery
 from gateway.pg.errors import database_away
 from gateway.pg.leases import Leases, channel_lease
+from gateway.runtime.supervision import ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
-from gateway.supervision import ChannelSupervisor
 
 log = logging.getLogger("switchyard.pg.owners")
 

@@ -16,7 +16,7 @@ from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import BaseOutbox
-from gateway.sending import conversation_of
+from gateway.runtime.sending import conversation_of
 from gateway.storable import made_safe
 
 INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "

@@ -1,6 +1,6 @@
-"""The Procrastinate task that runs one stored message: the postgres backend's counterpart of gateway/worker.py.
+"""The Procrastinate task that runs one stored message: the postgres backend's counterpart of gateway/files/worker.py.
 
-Each job is one role of one message (gateway.pg.jobs): `process` answers it, `gate` holds its
+Each job is one role of one message (gateway.pg.keyjobs): `process` answers it, `gate` holds its
 conversation while its run key's `process` job waits. Every outcome is written in one transaction
 with the message row (replies into `switchyard_outbox`, the answer, the state), so a job run twice
 (after a worker died, or the database went away mid-job) answers once: the second run finds it done.
@@ -21,15 +21,15 @@ from procrastinate.jobs import Job
 from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from psycopg.errors import UniqueViolation
 
-from gateway.answered import message_identity
 from gateway.api import Handler
 from gateway.events import EventLog
+from gateway.files.answered import message_identity
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.outcome import Dead, Done, Retry, dead, handled
 from gateway.payloads import backoff_seconds, parse_payload
 from gateway.pg.errors import worth_waiting
-from gateway.pg.jobs import job_locks
+from gateway.pg.keyjobs import job_locks
 from gateway.pg.outbox import PgOutbox
+from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
 from gateway.settings import QueueSettings
 from gateway.storable import made_safe
 
@@ -91,7 +91,7 @@ class MessageProcessor:
         self.running = 0
 
     async def run(self, message_id: int, role: str) -> None:
-        """The Procrastinate task body (gateway.pg.jobs.TASK). A failure of its own bookkeeping that is not
+        """The Procrastinate task body (gateway.pg.keyjobs.TASK). A failure of its own bookkeeping that is not
         worth waiting out (gateway.pg.errors: the database refused what the message made us write) is that
         message's failure: it is dead with the reason, never retried forever holding its keys."""
         try:

@@ -1,4 +1,4 @@
-"""'Queued' receipts on the PostgreSQL backend: the file backend's gateway/receipts.py, from the database.
+"""'Queued' receipts on the PostgreSQL backend: the file backend's gateway/files/receipts.py, from the database.
 
 A message still `queued` `queue.receipt_after_sec` after it was taken in, with earlier messages of
 one of its ordering keys queued or running (its position: the most of them over its keys, as the
@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.events import EventLog
+from gateway.files.receipts import receipt_for, receipt_sent
 from gateway.models import IncomingPayload
 from gateway.payloads import parse_payload
 from gateway.pg.db import shared_pool
 from gateway.pg.outbox import PgOutbox
-from gateway.receipts import receipt_for, receipt_sent
 from gateway.settings import QueueSettings
 
 log = logging.getLogger("switchyard.pg.receipts")

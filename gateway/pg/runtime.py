@@ -1,4 +1,4 @@
-"""The postgres backend's runtime (gateway/runtime.py): intake and processing on the database, and in a
+"""The postgres backend's runtime (gateway/runtime/__init__.py): intake and processing on the database, and in a
 `run` the channels under their leases with the delivery of their replies."""
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ class PgStorage:
     def status(self, dead_shown: int) -> dict[str, Any]:
         """The database, its queue and dead letters, and the processes attached on every host (the gateway
         counts as running when any is live); raises DatabaseUnreachable."""
+        from gateway.cli.status import gateway_process
         from gateway.pg.status import gather
-        from gateway.status import gateway_process
 
         status: dict[str, Any] = {"backend": "postgres"}
         status.update(gather(self.settings.queue, dead_shown=dead_shown, home=self.home))

@@ -20,6 +20,6 @@ def cmd_worker(args: argparse.Namespace, run: Invocation) -> int:
         print("switchyard: `switchyard worker` needs queue.backend: postgres (with the file backend, "
               "`switchyard run` processes the queue; run more of them on the same home instead)", file=sys.stderr)
         return EXIT_PROBLEM
-    from gateway.commands import cmd_run
+    from gateway.cli.commands import cmd_run
 
     return cmd_run(args, run, role="worker")

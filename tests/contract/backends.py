@@ -12,10 +12,11 @@ import psycopg
 import pytest
 
 from gateway.access import Pairing, PairingStore
-from gateway.answered import AnsweredIndex
 from gateway.delivery import DeliveryJournal
 from gateway.events import EventLog, read_events
-from gateway.filestores import FileDeadLetters
+from gateway.files.answered import AnsweredIndex
+from gateway.files.backend import FileDeadLetters
+from gateway.files.queue import FileQueue, move_to_failed
 from gateway.home import Home
 from gateway.locks import LockDirectory, Locks
 from gateway.memory import (
@@ -30,7 +31,6 @@ from gateway.memory import (
     MemoryQueue,
     QueueState,
 )
-from gateway.queue import FileQueue, move_to_failed
 from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
 from orchestrator.runs import RunStore
@@ -46,7 +46,7 @@ NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by
                "(FIFO through retries, dedupe, dead letters, two hosts) run on postgres in test_flow.py")
 NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyard_answered` is read and written "
                   "by statements inside gateway/pg/processing.py and outbox.py")
-NO_PG_JOURNAL = ("the postgres journal is gateway/pg/delivery.py RowJournal, bound to one leased outbox row of a "
+NO_PG_JOURNAL = ("the postgres journal is gateway/pg/dispatcher.py RowJournal, bound to one leased outbox row of a "
                  "running PgDelivery, not addressed by delivery key")
 
 NO_MEMORY_OUTBOX = "the in-memory backend has no outbox: its dead letters are messages only"
@@ -249,7 +249,7 @@ class PostgresBackend(Backend):
         return f"m-{hint}.json"
 
     def make_dead_reply(self, text: str, reason: str) -> str:
-        """As gateway/pg/delivery.py leaves it: the outbox row in state dead with its reason."""
+        """As gateway/pg/dispatcher.py leaves it: the outbox row in state dead with its reason."""
         with psycopg.connect(self.dsn) as conn:
             conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload, state, "
                          "attempts, reason) VALUES ('console_m1_1.json', 'console', 'console', 'c1', %s, 'dead', 5, "

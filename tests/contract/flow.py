@@ -14,11 +14,11 @@ from typing import Any
 import yaml
 
 from gateway import hookimpl
-from gateway.app import Gateway
 from gateway.home import Home
 from gateway.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from tests.process import SwitchyardProcess, clean_environment

@@ -9,9 +9,10 @@ import inspect
 import pytest
 
 from gateway.access import PairingStore
-from gateway.answered import AnsweredIndex
 from gateway.delivery import DeliveryJournal
-from gateway.filestores import FileDeadLetters
+from gateway.files.answered import AnsweredIndex
+from gateway.files.backend import FileDeadLetters
+from gateway.files.queue import FileQueue
 from gateway.locks import LockDirectory
 from gateway.memory import (
     MemoryAnswered,
@@ -26,7 +27,6 @@ from gateway.pg.deadletters import DeadStore
 from gateway.pg.events import EventSink as PgEventSink
 from gateway.pg.locks import PgLocks
 from gateway.pg.pairing import PgPairingStore
-from gateway.queue import FileQueue
 from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, EventSink, Locks, Pairing, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore
 from orchestrator.pg.runs import PgRunStore

@@ -15,18 +15,18 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.answered import AnsweredIndex
 from gateway.events import EventLog
+from gateway.files.answered import AnsweredIndex
+from gateway.files.queue import FileQueue
+from gateway.files.worker import Worker
 from gateway.home import Home
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.outbox import FileOutbox, outgoing_name
 from gateway.payloads import parse_payload
-from gateway.queue import FileQueue
 from gateway.settings import QueueSettings
 from gateway.storable import storable
 from gateway.testing import async_wait_until
-from gateway.worker import Worker
 
 # Under `coverage run` (which sets COVERAGE_RUN) every line is traced several times slower: the
 # fuzz tests draw a quarter of their examples there, so they end within the per-test timeout.

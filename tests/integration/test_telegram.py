@@ -21,7 +21,7 @@ import pytest
 from gateway import ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.access import PairingStore
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
-from gateway.dispatcher import Dispatcher
+from gateway.files.dispatcher import Dispatcher
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until
 from plugins.telegram import TelegramOptions

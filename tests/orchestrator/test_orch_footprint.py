@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.app import Gateway
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, ProviderSettings, Settings
 from gateway.testing import async_wait_until
 from orchestrator.runs import RunStore

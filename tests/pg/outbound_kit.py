@@ -17,8 +17,8 @@ from gateway.delivery import DeliveryJournal, Part, deliver_parts
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.runtime.supervision import ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
-from gateway.supervision import ChannelSupervisor
 
 CHANNEL = "fake"
 

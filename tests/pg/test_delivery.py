@@ -16,7 +16,7 @@ import pytest
 from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.pg import schema
-from gateway.pg.delivery import PgDelivery
+from gateway.pg.dispatcher import PgDelivery
 from gateway.pg.leases import Leases, channel_lease
 from gateway.pg.maintenance import prune
 from gateway.settings import Settings

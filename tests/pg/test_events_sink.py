@@ -97,9 +97,9 @@ def test_a_database_outage_never_fails_the_caller_and_the_drop_is_counted(
 
 def test_a_gateway_on_the_postgres_backend_sends_its_events_to_the_database(
         tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.app import Gateway
     from gateway.home import Home
     from gateway.plugin_manager import build_plugin_manager
+    from gateway.runtime.app import Gateway
     from gateway.settings import Settings
 
     schema.migrate(pg_dsn)

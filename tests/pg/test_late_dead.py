@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.answered import message_identity
-from gateway.latedead import letter_name
+from gateway.files.answered import message_identity
+from gateway.files.latedead import letter_name
 from gateway.models import IncomingPayload
 from gateway.pg.latedead import PgLateDeadLetters
 from tests.pg.helpers import insert_message, payload

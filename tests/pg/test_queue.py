@@ -18,9 +18,9 @@ import pytest
 
 from gateway.api import PermanentError
 from gateway.events import EventLog, read_events
+from gateway.files.queue import FileQueue
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.queue import FileQueue
 from gateway.settings import Settings
 from tests.test_worker import UNSTORABLE, UNSTORABLE_IDS, unstorable_payload
 
@@ -500,7 +500,7 @@ async def test_a_job_left_running_on_this_live_worker_is_retried_and_its_convers
     sweep for dead workers takes it, and its lock would hold its conversation for good. Its worker,
     which is not running it, retries it; the conversation goes on, in order."""
     from gateway.keys import ordering_keys
-    from gateway.pg.jobs import defer_query
+    from gateway.pg.keyjobs import defer_query
     from tests.pg.helpers import insert_message
 
     rig = await rig_factory(ScriptedHandler(), max_concurrency=2)

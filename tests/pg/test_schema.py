@@ -60,7 +60,7 @@ def test_an_unreachable_database_is_one_line_without_the_password(pg_home: Path)
 
 
 def test_a_message_of_two_keys_is_two_jobs_deferred_with_it(pg_dsn: str) -> None:
-    from gateway.pg.jobs import defer_query, job_locks
+    from gateway.pg.keyjobs import defer_query, job_locks
 
     assert job_locks(("conv:a/b/c",)) == [("process", "conv:a/b/c")]
     assert job_locks(("run:r-1", "conv:a/b/c")) == [("gate", "conv:a/b/c"), ("process", "run:r-1")]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.events import utc_now_iso
+from gateway.files.queueorder import NameSequence, order_of
 from gateway.home import (
     Home,
     NotRegularFile,
@@ -28,7 +29,6 @@ from gateway.home import (
     scan_mtimes,
     take_folder_lock,
 )
-from gateway.queueorder import NameSequence, order_of
 
 log = logging.getLogger("switchyard.queue")
 

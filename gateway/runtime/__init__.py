@@ -2,7 +2,7 @@
 Gateway hands it (RuntimeParts) and the steps the Gateway runs on it (Runtime), in this order: `open`,
 `start` (channels, processing, delivery), `watch`, `run`, `wake`, `stats`, `prune`, `stop`, `release`,
 `close`; `queue_view` is what the dashboard reads, and `dead_letter` what the handler calls for a message
-answered before its work failed permanently. The file backend's is gateway/fileruntime.py, PostgreSQL's
+answered before its work failed permanently. The file backend's is gateway/files/runtime.py, PostgreSQL's
 gateway/pg/runtime.py.
 """
 
@@ -17,12 +17,12 @@ from typing import Any, Protocol
 from gateway.api import Channel, Handler
 from gateway.dashboard.state import QueueView
 from gateway.events import EventLog
+from gateway.files.queue import FileQueue
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.outbox import BaseOutbox
-from gateway.queue import FileQueue
+from gateway.runtime.supervision import ChannelSupervisor
 from gateway.settings import Settings
-from gateway.supervision import ChannelSupervisor
 
 Watch = Callable[[Path, Any, Any], None]
 

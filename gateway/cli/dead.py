@@ -1,5 +1,5 @@
 """The `switchyard dead` subcommand: list, show, retry and drop the backend's dead letters (the file
-backend's queue/failed/, gateway/deadletters.py; on PostgreSQL gateway/pg/deadletters.py)."""
+backend's queue/failed/, gateway/files/deadletters.py; on PostgreSQL gateway/pg/deadletters.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ EXIT_DATABASE = 2  # the database is unreachable (as `switchyard db`)
 
 
 def cmd_dead(args: argparse.Namespace, run: Invocation) -> int:
-    """Runs one `dead` action (its arguments are declared in gateway/cli.py) on the backend's dead letters;
+    """Runs one `dead` action (its arguments are declared in gateway/cli/__init__.py) on the backend's dead letters;
     an unknown name exits 1 and changes nothing; an unreachable database is one line on stderr and exit 2."""
     backend = open_backend(run.home, run.settings)
     if backend.in_home and not_a_home(run.home):  # else a mistyped --home would answer "no dead letters"

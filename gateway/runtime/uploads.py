@@ -1,4 +1,4 @@
-"""Sends a reply through its channel with its files opened for upload (the delivery loop, gateway/sending.py,
+"""Sends a reply through its channel with its files opened for upload (the delivery loop, gateway/runtime/sending.py,
 calls it for both backends): apart from attachments.py, which knows no Channel."""
 
 from __future__ import annotations

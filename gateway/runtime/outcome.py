@@ -1,7 +1,7 @@
 """What became of a handled message: done, retried after a backoff, or dead with an apology.
 
 The rule is written once here and every backend only stores what it decides: the worker of the file
-queue (gateway/worker.py) and the postgres task (gateway/pg/processing.py) call `handled` (or `failed`,
+queue (gateway/files/worker.py) and the postgres task (gateway/pg/processing.py) call `handled` (or `failed`,
 `dead`) and then write the outcome to their own storage, announcing it with the outcome's events when
 their storage allows (before a retry is stored, and after it; once a dead letter is stored).
 """

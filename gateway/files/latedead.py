@@ -14,9 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from gateway.answered import AnsweredIndex, message_identity
-from gateway.deadletters import REPORT_SUFFIX
 from gateway.events import utc_now_iso
+from gateway.files.answered import AnsweredIndex, message_identity
+from gateway.files.deadletters import REPORT_SUFFIX
 from gateway.home import Home, NotRegularFile, atomic_write, fsync_dir, read_file, safe_name
 from gateway.models import IncomingPayload
 from gateway.payloads import parse_payload

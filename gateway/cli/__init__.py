@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
 
 PROG = "switchyard"
-CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli",)  # built-in modules that only add subcommands
+CLI_PLUGINS: tuple[str, ...] = ("orchestrator.commands",)  # built-in modules that only add subcommands
 EXIT_USAGE = 2  # argparse's code for a bad command line; also invalid settings
 EXIT_BROKEN_PIPE = 1  # what Python's docs recommend after EPIPE (signal module, "Note on SIGPIPE")
 EXIT_NO_HOME = 2  # the home named is not one (a wrong --home or $SWITCHYARD_HOME, as a bad command line)
@@ -159,18 +159,18 @@ def _db_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("init", "create the home, settings.yaml and the default orchestrator", "gateway.commands:cmd_init"),
-    Command("run", "run the gateway (Ctrl-C to stop)", "gateway.commands:cmd_run"),
-    Command("send", "queue a message as a channel would", "gateway.commands:cmd_send", _send_arguments),
+    Command("init", "create the home, settings.yaml and the default orchestrator", "gateway.cli.commands:cmd_init"),
+    Command("run", "run the gateway (Ctrl-C to stop)", "gateway.cli.commands:cmd_run"),
+    Command("send", "queue a message as a channel would", "gateway.cli.commands:cmd_send", _send_arguments),
     Command("status", "gateway, channels, queue, dead letters, runs, heartbeat; exit 3 when the gateway is down",
-            "gateway.status:cmd_status", _status_arguments),
-    Command("pair", "admit senders with one-time pairing codes", "gateway.commands:cmd_pair", _pair_arguments),
+            "gateway.cli.status:cmd_status", _status_arguments),
+    Command("pair", "admit senders with one-time pairing codes", "gateway.cli.commands:cmd_pair", _pair_arguments),
     Command("check", "validate settings.yaml and every orchestrator.yaml without starting anything "
-                     "(exit 2 on a problem)", "gateway.check:cmd_check", _check_arguments),
+                     "(exit 2 on a problem)", "gateway.cli.check:cmd_check", _check_arguments),
     Command("dead", "dead letters: messages and replies that failed for good (list, show, retry, drop)",
-            "gateway.deadcli:cmd_dead", _dead_arguments),
+            "gateway.cli.dead:cmd_dead", _dead_arguments),
     Command("db", "the PostgreSQL backend's schema (queue.backend: postgres): migrate, check",
-            "gateway.pg.cli:cmd_db", _db_arguments),
+            "gateway.pg.dbcommand:cmd_db", _db_arguments),
     Command("worker", "process messages from the PostgreSQL queue only: no channels, no delivery "
                       "(queue.backend: postgres; run any number, on any hosts)",
             "gateway.pg.worker_command:cmd_worker"),
@@ -323,6 +323,3 @@ def next_step(run: Invocation) -> str:
         words += ["--settings", str(run.settings_path)]
     return shlex.join(words)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,10 +19,10 @@ from gateway.api import Channel
 from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
+from gateway.files.queue import move_to_failed
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.queue import move_to_failed
-from gateway.sending import Sender, conversation_of
+from gateway.runtime.sending import Sender, conversation_of
 from gateway.settings import QueueSettings
 
 log = logging.getLogger("switchyard.dispatcher")
@@ -30,7 +30,7 @@ log = logging.getLogger("switchyard.dispatcher")
 
 class Dispatcher:
     """Sends each outgoing payload once, in order per conversation, retrying failures with backoff
-    (the rules: gateway/sending.py; this class keeps the files).
+    (the rules: gateway/runtime/sending.py; this class keeps the files).
 
     A payload whose channel has no running plugin stays in `outgoing/` (one warning per channel
     profile) and is delivered by a later start that has the plugin.

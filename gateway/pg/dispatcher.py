@@ -1,6 +1,6 @@
 """Delivers `switchyard_outbox` rows through the channels this process owns (the postgres backend's Dispatcher).
 
-The rules (head of conversation first, retries, dead replies, events) are gateway/sending.py's; this
+The rules (head of conversation first, retries, dead replies, events) are gateway/runtime/sending.py's; this
 module keeps them in rows. Only the current owner of a channel profile (its lease, gateway/pg/leases.py)
 delivers that profile's rows, the head of each conversation being its oldest pending row; a retried
 row waits out its delay in `next_attempt_at`. Each part of a multi-part reply is recorded on its row
@@ -34,7 +34,7 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.pg.errors import database_away
 from gateway.pg.leases import HELD_BY, Leases, channel_lease
 from gateway.pg.outgoing_files import take_in_file
-from gateway.sending import Sender
+from gateway.runtime.sending import Sender
 from gateway.settings import QueueSettings
 from gateway.storable import made_safe
 
@@ -64,10 +64,10 @@ class LeaseLost(Exception):
 class PgDelivery:
     """Sends the rows of owned channel profiles once each, in order per conversation.
 
-    The rules of delivery are gateway/sending.py's; this class finds the heads and keeps the rows. It
+    The rules of delivery are gateway/runtime/sending.py's; this class finds the heads and keeps the rows. It
     offers the Dispatcher's surface that the Gateway uses (`add_channel`, `channel_for_incoming`,
     `notice`, `rescan`, `schedule`, `stop`; sent rows are pruned with
-    the rest of the database by gateway/pg/maintenance.py), so gateway/app.py swaps it in as is.
+    the rest of the database by gateway/pg/maintenance.py), so gateway/runtime/app.py swaps it in as is.
     """
 
     def __init__(self, home: Home, events: EventLog, settings: QueueSettings, dsn: str, leases: Leases, *,

@@ -29,23 +29,23 @@ from gateway.backoff import delay as backoff_delay
 from gateway.composition import open_backend
 from gateway.containment import become_subreaper
 from gateway.events import EventLog, utc_now_iso
+from gateway.files.queue import FileQueue
+from gateway.files.receipts import takes_receipts
 from gateway.home import Home, atomic_write, queue_depths
 from gateway.logs import apply_log_settings
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
-from gateway.queue import FileQueue
-from gateway.receipts import takes_receipts
 from gateway.redaction import dsn_passwords
 from gateway.runtime import Delivery, Runtime, RuntimeParts
+from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
+from gateway.runtime.watch import FolderWatch
 from gateway.settings import ChannelProfile, Settings, secret_env_names
-from gateway.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
-from gateway.watch import FolderWatch
 
 log = logging.getLogger("switchyard")
 
 SHUTDOWN_GRACE_S = 10.0
 STOP_TAIL_S = 5.0  # how long stop waits for a step past its own grace (a handler, channels, background tasks)
-CHANNEL_RETRY_INITIAL_S = RETRY_INITIAL_S  # a failed channel's restarts (gateway/supervision.py)
+CHANNEL_RETRY_INITIAL_S = RETRY_INITIAL_S  # a failed channel's restarts (gateway/runtime/supervision.py)
 CHANNEL_RETRY_MAX_S = RETRY_MAX_S
 TYPING_REFRESH_S = 4.0
 SINK_RETRY_S = 60.0  # how long a channel's message is retried into a refusing disk before it errs

@@ -1,4 +1,4 @@
-"""The file backend's runtime (gateway/runtime.py): the FileQueue's Worker (with receipts, locks, a shared
+"""The file backend's runtime (gateway/runtime/__init__.py): the FileQueue's Worker (with receipts, locks, a shared
 home), the channels started under supervision, and the Dispatcher of queue/outgoing/."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import socket
 from contextlib import suppress
 from typing import Any
 
-from gateway.answered import AnsweredIndex
 from gateway.api import Handler
 from gateway.attachments import extra_file_roots
 from gateway.dashboard.state import FolderView, QueueView
-from gateway.dispatcher import Dispatcher
-from gateway.latedead import FileLateDeadLetters
+from gateway.files.answered import AnsweredIndex
+from gateway.files.dispatcher import Dispatcher
+from gateway.files.latedead import FileLateDeadLetters
+from gateway.files.receipts import Receipts
+from gateway.files.sharing import SharedHome
+from gateway.files.worker import Worker
 from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload
 from gateway.outbox import BaseOutbox, FileOutbox
-from gateway.receipts import Receipts
 from gateway.runtime import Delivery, RuntimeParts, Watch
-from gateway.sharing import SharedHome
-from gateway.worker import Worker
 
 
 class FileRuntime:
@@ -124,5 +124,5 @@ class FileRuntime:
         return FolderView(self.parts.home)
 
     def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
-        """gateway.api.LateDeadLetter: into failed/ (gateway/latedead.py)."""
+        """gateway.api.LateDeadLetter: into failed/ (gateway/files/latedead.py)."""
         return self.late_dead.bury(message, reason, errors)

@@ -9,7 +9,7 @@ an event: `outgoing.sent`, `outgoing.retry`, `outgoing.failed`.
 
 A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
 `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
-(gateway/dispatcher.py), rows of `switchyard_outbox` (gateway/pg/delivery.py).
+(gateway/files/dispatcher.py), rows of `switchyard_outbox` (gateway/pg/dispatcher.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from gateway.backoff import delay as backoff_delay
 from gateway.delivery import SHARED_JOURNAL, SharedJournal
 from gateway.events import EventLog
 from gateway.models import OutgoingPayload
+from gateway.runtime.uploads import send_with_files
 from gateway.settings import QueueSettings
-from gateway.uploads import send_with_files
 
 log = logging.getLogger("switchyard.sending")
 

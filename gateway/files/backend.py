@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway import deadletters
 from gateway.composition import open_store
+from gateway.files import deadletters
 from gateway.hookspecs import hookimpl
 from gateway.stores import Stores
 
 if TYPE_CHECKING:
-    from gateway.fileruntime import FileRuntime
+    from gateway.files.runtime import FileRuntime
     from gateway.home import Home
     from gateway.locks import Locks
     from gateway.pairing import Pairing
@@ -85,8 +85,8 @@ class FileStores:
         return None
 
     def status(self, dead_shown: int) -> dict[str, Any]:
+        from gateway.cli.status import gateway_process
         from gateway.home import queue_depths
-        from gateway.status import gateway_process
 
         status: dict[str, Any] = {"queue": queue_depths(self.home), "gateway": gateway_process(self.home)}
         dead = deadletters.list_dead(self.home)
@@ -102,7 +102,7 @@ class FileStores:
             print("gateway: not running" + (f" (last pid {gateway['pid']})" if gateway.get("pid") else ""))
 
     def runtime(self, parts: RuntimeParts) -> FileRuntime:
-        from gateway.fileruntime import FileRuntime
+        from gateway.files.runtime import FileRuntime
 
         return FileRuntime(parts)
 

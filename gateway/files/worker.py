@@ -15,15 +15,15 @@ from typing import Protocol
 from gateway.aio import wait_event
 from gateway.api import Handler, Outbox
 from gateway.events import EventLog
+from gateway.files.queue import CLAIM_RETRY_S, Claimed
+from gateway.files.receipts import Receipts
+from gateway.files.sharing import SharedHome
 from gateway.keys import KeyScheduler, ordering_keys
 from gateway.locks import Locks
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.outcome import Dead, Done, Retry, handled
 from gateway.payloads import backoff_seconds, parse_payload
-from gateway.queue import CLAIM_RETRY_S, Claimed
-from gateway.receipts import Receipts
+from gateway.runtime.outcome import Dead, Done, Retry, handled
 from gateway.settings import QueueSettings
-from gateway.sharing import SharedHome
 from gateway.stores import AnsweredStore, QueueStore
 
 log = logging.getLogger("switchyard.worker")
@@ -51,7 +51,7 @@ class _Job:
 class Worker:
     """Claims messages in order and runs them through the handler, one at a time per ordering key.
 
-    Any QueueStore and AnsweredStore: the file backend's (gateway/fileruntime.py) or the in-memory one's
+    Any QueueStore and AnsweredStore: the file backend's (gateway/files/runtime.py) or the in-memory one's
     (gateway/memory/runtime.py). Without `sharing` but with `locks`, key locks are on from the start
     (hosts sharing one queue)."""
 

@@ -1,4 +1,4 @@
-"""The built-in commands `init`, `run`, `send` and `pair` (the parser is in gateway/cli.py)."""
+"""The built-in commands `init`, `run`, `send` and `pair` (the parser is in gateway/cli/__init__.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import sys
 import time
 
 from gateway.access import Pairing, PairingCodeExpired, duration_text
-from gateway.check import require_valid_home
 from gateway.cli import EXIT_NO_HOME, Invocation, example_settings_text, next_step, not_a_home
+from gateway.cli.check import require_valid_home
 from gateway.composition import open_backend
 from gateway.events import now_ms
+from gateway.files.queue import FileQueue
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import call_each
-from gateway.queue import FileQueue
 from gateway.tables import printable
 
 log = logging.getLogger("switchyard")
@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace, run: Invocation, *, role: str = "run") -> 
     A second SIGINT/SIGTERM during the stop exits at once: messages in flight stay claimed and are
     recovered by the next start, as after a kill.
     """
-    from gateway.app import Gateway, run_gateway
+    from gateway.runtime.app import Gateway, run_gateway
 
     home, settings = run.home, run.settings
     require_valid_home(home, settings, run.pm, source=str(run.settings_path))
