@@ -123,7 +123,7 @@ class QueueStore(Protocol):
     queue (processes on one home); what a handle that stopped had claimed is given back by
     `recover_dead_workers` on another, in its place.
 
-    The PostgreSQL queue (gateway/pg/intake.py, jobs.py, processing.py) does not satisfy this protocol:
+    The PostgreSQL queue (gateway/pg/intake.py, keyjobs.py, processing.py) does not satisfy this protocol:
     a message is stored on intake and run by Procrastinate jobs locked per key, so claiming, retrying and
     dead-lettering are SQL inside its processing, not operations of a queue object.
     """

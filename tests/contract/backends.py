@@ -41,7 +41,7 @@ REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "m
                   b'"conversationId": "c1"}')
 
 NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by Procrastinate jobs locked per "
-               "key (gateway/pg/intake.py, jobs.py, processing.py); claim, retry and dead letter are SQL inside "
+               "key (gateway/pg/intake.py, keyjobs.py, processing.py); claim, retry and dead letter are SQL inside "
                "its processing, with no queue object to hand a test; its guarantees at the behaviour level "
                "(FIFO through retries, dedupe, dead letters, two hosts) run on postgres in test_flow.py")
 NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyard_answered` is read and written "
