@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -42,8 +43,20 @@ def test_a_slow_run_is_acknowledged_then_its_result_is_pushed(switchyard: Switch
     assert result["workflowRunId"] == run_id and result["workflowStepId"] == "Test"
 
 
-def test_status_names_the_run_without_advancing_it(switchyard: Switchyard, fake_log) -> None:
-    switchyard.configure(orchestrator=_slow_build(3))
+def _gated_build(gate: Path) -> dict:
+    """A build step that runs until `gate` exists (60 s at most): a busy machine cannot end it early."""
+    orchestrator = _slow_build(0)
+    orchestrator["workflows"]["build"]["steps"][1]["command"] = [
+        "python3", "-c", "import os, sys, time\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline: time.sleep(0.05)\n"
+        "print('built ok')", str(gate)]
+    return orchestrator
+
+
+def test_status_names_the_run_without_advancing_it(switchyard: Switchyard, fake_log, tmp_path: Path) -> None:
+    gate = tmp_path / "build-may-end"
+    switchyard.configure(orchestrator=_gated_build(gate))
     switchyard.start()
     switchyard.send("start build slowly", messageId="b3")
     run_id = switchyard.reply_to("b3")[0]["workflowRunId"]
@@ -55,6 +68,8 @@ def test_status_names_the_run_without_advancing_it(switchyard: Switchyard, fake_
     assert run_id in snapshot and "build" in snapshot and "Build" in snapshot and "running" in snapshot
     assert switchyard.run_state(run_id) == before
     assert len(provider_calls(fake_log)) == calls_before
+    gate.touch()
+    assert switchyard.reply_to("b3", count=2)[-1]["workflowStepId"] == "Test"  # the run goes on unharmed
 
 
 def test_workflow_status_without_a_run_says_so_exactly(switchyard: Switchyard) -> None:
