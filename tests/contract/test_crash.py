@@ -196,6 +196,9 @@ def test_a_crash_after_any_step_loses_no_message_and_answers_it_once(kind: str, 
     halt = Stop(step, tmp_path / "stopped-at")
     first = hosts.start("host1", ["m1"], halt)
     wait_until(halt.mark.exists, 30)
+    # where it stands: m1 not yet completed before `completed`, its reply delivered only at `delivered`
+    assert hosts.unsettled() == (0 if step in ("completed", "delivered") else 1), f"m1 at {step}"
+    assert [reply["messageId"] for reply in read_log(log, "sent")] == (["m1"] if step == "delivered" else [])
     hosts.kill(first)
     second = hosts.start("host2", ["m2"], Stop(None, tmp_path / "never"))
     try:
