@@ -1,7 +1,9 @@
 """A host that stops dead at a named step of the message path, for tests/contract/test_crash.py.
 
-The steps, in the order a message takes them: taken in (the channel's sink returned), claimed, handler
-answered, reply stored, answer recorded, message completed, reply delivered. A CrashHost is the plugin of one
+The steps, in the order a message takes them: taken in (the channel's sink returned: the message is in the
+host's spool, queue/incoming/), in store (memory and postgres: moved from the spool into the shared store, the
+spool's file not yet removed; on files the spool is the store), claimed, handler answered, reply stored, answer
+recorded, message completed, reply delivered. A CrashHost is the plugin of one
 host: a "crash" channel that sends its messages once the gateway has started and appends what it delivers to
 a log, a handler that appends each call to the same log, and a `Stop` that, the first time the host reaches
 its step, writes a mark file and blocks the host's thread, so that nothing after that step happens: the test
@@ -11,7 +13,8 @@ Where the step is seen: taken in, right after the sink returned (the channel's o
 inside the handler with its answer made (nothing of it stored yet); claimed, completed and delivered at their
 events (`message.claimed`, `job.succeeded`, `outgoing.sent`, each emitted once the step is stored, through the
 `switchyard_event` hook); reply stored and answer recorded after the outbox's `write` and the answered index's
-`record` returned (`stop_after`: only the file and memory backends have them as steps of their own).
+`record` returned (`stop_after`: only the file and memory backends have them as steps of their own); in store
+when the spool's FileQueue is asked to `complete` the file it moved into the store.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChannelProfile
 from gateway.testing import make_incoming
 
-STEPS = ("taken_in", "claimed", "answered", "reply_stored", "answer_recorded", "completed", "delivered")
+STEPS = ("taken_in", "in_store", "claimed", "answered", "reply_stored", "answer_recorded", "completed", "delivered")
 EVENT_STEPS = {"message.claimed": "claimed", "job.succeeded": "completed", "outgoing.sent": "delivered"}
 PROFILE = "c1"
 CONVERSATION = "room"
@@ -60,13 +63,17 @@ class Stop:
         raise HostKilled(step)
 
 
-def stop_after(owner: Any, name: str, step: str, stop: Stop) -> None:
-    """Makes `owner.name` (a class's method, or one instance's) stop the host once it has returned."""
+def stop_after(owner: Any, name: str, step: str, stop: Stop, *, before: bool = False) -> None:
+    """Makes `owner.name` (a class's method, or one instance's) stop the host once it has returned (or,
+    `before`, when it is called)."""
     original = getattr(owner, name)
 
     def stopping(*args: Any, **kwargs: Any) -> Any:
+        if before:
+            stop.reached(step)
         result = original(*args, **kwargs)
-        stop.reached(step)
+        if not before:
+            stop.reached(step)
         return result
 
     setattr(owner, name, stopping)

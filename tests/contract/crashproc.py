@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from gateway.files.answered import AnsweredIndex
+from gateway.files.queue import FileQueue
 from gateway.outbox import FileOutbox
 from tests.contract.crashhost import CrashHost, Stop, stop_after
 
@@ -19,6 +20,8 @@ if _halt.step == "reply_stored":
     stop_after(FileOutbox, "write", "reply_stored", _halt)
 if _halt.step == "answer_recorded":
     stop_after(AnsweredIndex, "record", "answer_recorded", _halt)
+if _halt.step == "in_store":  # postgres: the intake completes the spool's file once its row is committed
+    stop_after(FileQueue, "complete", "in_store", _halt, before=True)
 
 switchyard_channels = _host.switchyard_channels
 switchyard_channel_types = _host.switchyard_channel_types
