@@ -114,6 +114,7 @@ class ThreadHost:
     def __init__(self, home: Home, settings: Settings, plugin: CrashHost, memory: MemoryBackendPlugin):
         self.plugin = plugin
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(_quiet_host_killed)
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"host-{plugin.name}", daemon=True)
         self.thread.start()
         self.gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin, memory]))
@@ -144,6 +145,12 @@ class ThreadHost:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
             self.loop.close()
+
+
+def _quiet_host_killed(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A dropped host's tasks that ended on HostKilled, let go at the end of the test, are no error."""
+    if not isinstance(context.get("exception"), HostKilled):
+        loop.default_exception_handler(context)
 
 
 class MemoryHosts:
