@@ -91,3 +91,21 @@ async def test_a_handler_given_no_backend_closes_the_one_it_opened_when_it_stops
         await orchestrator.stop()
         events.close()
     _until_none(db, name)  # while `orchestrator` is still held
+
+
+async def test_a_stopped_gateway_leaves_no_connection_of_its_backend_open(
+        db: str, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.plugin_manager import build_plugin_manager
+    from gateway.runtime.app import Gateway
+
+    dsn, name = _named(db)
+    monkeypatch.setenv("SWITCHYARD_DSN", dsn)
+    settings = Settings(queue=QueueSettings(backend="postgres", fsync=False), channels=[])
+    gateway = Gateway(home, settings, build_plugin_manager(settings))
+    await gateway.start()
+    try:
+        assert gateway.storage.pairing().read() == {"pending": {}, "approved": {}}  # the backend's pool in use
+        assert _connections(db, name) >= 2  # processing's own pools, and the backend's
+    finally:
+        await gateway.stop()
+    _until_none(db, name)  # while `gateway` (and its backend) is still held
