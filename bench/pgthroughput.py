@@ -33,7 +33,6 @@ def fresh_schema(base: str) -> Iterator[str]:
     from psycopg.conninfo import make_conninfo
 
     from gateway.pg import schema
-    from gateway.pg.db import close_shared_pools
 
     name = f"sy_bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as conn:
@@ -43,7 +42,6 @@ def fresh_schema(base: str) -> Iterator[str]:
         schema.migrate(dsn)
         yield dsn
     finally:
-        close_shared_pools()
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 

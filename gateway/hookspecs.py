@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
     from gateway.statuscache import StatusCache
-    from gateway.stores import BackendFactory, StoreFactory
+    from gateway.stores import Backend, BackendFactory, StoreFactory
 
 hookspec = pluggy.HookspecMarker("switchyard")
 hookimpl = pluggy.HookimplMarker("switchyard")
@@ -164,9 +164,11 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
 
 
 @hookspec
-def switchyard_recent_runs(home: Home, limit: int, settings: Settings) -> list[dict[str, Any]]:  # type: ignore[empty-body]
+def switchyard_recent_runs(home: Home, limit: int, settings: Settings,  # type: ignore[empty-body]
+                           backend: Backend) -> list[dict[str, Any]]:
     """Lists up to `limit` most recent workflow runs, newest first, from the run store `settings` select
-    (for the dashboard).
+    (for the dashboard), opened from the gateway's `backend` (gateway/composition.py: its stores share
+    what it holds open, a database's pool).
 
     Each run is a mapping with `runId`, `workflowId`, `state`, `currentStep`, `updatedAt`, `conversation`
     and `steps` (a list of `{id, status, durationMs}`). All implementations are called; the lists are merged.

@@ -244,6 +244,10 @@ class Backend(Protocol):
         """The store `name` a plugin declared for this backend (`switchyard_stores`), opened with `options`."""
         ...
 
+    def close(self) -> None:
+        """Releases what the backend holds open for its stores (a database's pool); after its runtime's."""
+        ...
+
 
 def __getattr__(name: str) -> Any:
     """The re-exported Pairing and Locks, imported when first asked for (PEP 562)."""

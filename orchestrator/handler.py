@@ -42,6 +42,7 @@ class Orchestrator:
         self._watch: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         backend = context.backend if context.backend is not None else backend_for(context.home, context.settings)
+        self._opened = backend if context.backend is None else None  # a backend of its own: closed by `stop`
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=open_sessions(backend))
@@ -94,6 +95,8 @@ class Orchestrator:
             await asyncio.gather(self._watch, return_exceptions=True)
         await self._executor.stop()
         await asyncio.to_thread(self._selector.close)
+        if self._opened is not None:
+            await asyncio.to_thread(self._opened.close)
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with one reply (results of slow runs are pushed later), or none for a

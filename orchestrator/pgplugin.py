@@ -29,17 +29,17 @@ def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
 def _runs(backend: PgStorage, *, fsync: bool) -> Any:
     from orchestrator.pg.runs import PgRunStore
 
-    return PgRunStore(backend.home, backend.dsn, fsync=fsync)
+    return PgRunStore(backend.home, backend.dsn, fsync=fsync, pool=backend.pool)
 
 
 def _sessions(backend: PgStorage) -> Any:
     from orchestrator.pg.sessions import PgSessionStore
 
-    return PgSessionStore(backend.dsn)
+    return PgSessionStore(backend.dsn, backend.pool)
 
 
 def _history(backend: PgStorage) -> Any:
     from orchestrator.pg.sessions import PgRecords
     from orchestrator.sessions import ConversationHistory
 
-    return ConversationHistory(PgRecords(backend.dsn, "history"))
+    return ConversationHistory(PgRecords(backend.dsn, "history", backend.pool))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.statuscache import StatusCache
-    from gateway.stores import StoreFactory
+    from gateway.stores import Backend, StoreFactory
     from orchestrator.handler import Orchestrator
 
 
@@ -144,11 +144,11 @@ def _may_have_unfinished_runs(root: Path) -> bool:
 
 
 @hookimpl
-def switchyard_recent_runs(home: Home, limit: int, settings: Settings) -> list[dict[str, Any]]:
-    """Lists the runs changed last, with their steps, for the dashboard (every host's on postgres).
+def switchyard_recent_runs(limit: int, backend: Backend) -> list[dict[str, Any]]:
+    """Lists the runs changed last, with their steps, for the dashboard (every host's on postgres), from
+    the gateway's backend (its pool, not a new backend's per read).
 
-    `settings` has no default: pluggy passes only the arguments an implementation names without one,
-    so a default would always be used, and the postgres dashboard would read this home's run folders."""
-    from orchestrator.stores import backend_for, open_run_store
+    `backend` has no default: pluggy passes only the arguments an implementation names without one."""
+    from orchestrator.stores import open_run_store
 
-    return [run.overview() for run in open_run_store(backend_for(home, settings), fsync=False).recent(limit)]
+    return [run.overview() for run in open_run_store(backend, fsync=False).recent(limit)]

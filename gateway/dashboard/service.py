@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gateway.events import EventLog
     from gateway.home import Home
     from gateway.settings import Settings
+    from gateway.stores import Backend
 
 log = logging.getLogger("switchyard.dashboard")
 
@@ -39,6 +40,7 @@ class Served(Protocol):
     pm: pluggy.PluginManager
     channel_status: dict[str, dict[str, Any]]
     started_at: str
+    storage: Backend  # its stores' backend: the runs the page lists are read through it
 
 
 class Dashboard:
@@ -117,7 +119,8 @@ class Dashboard:
     def _read(self) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
         for found in call_each(self._gateway.pm, "switchyard_recent_runs", events=self._gateway.events,
-                               home=self._gateway.home, limit=RUNS_SHOWN, settings=self._gateway.settings):
+                               home=self._gateway.home, limit=RUNS_SHOWN, settings=self._gateway.settings,
+                               backend=self._gateway.storage):
             runs.extend(found)
         runs.sort(key=lambda run: str(run.get("updatedAt")), reverse=True)
         return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN]}

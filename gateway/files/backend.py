@@ -109,6 +109,9 @@ class FileStores:
     def store(self, name: str, **options: Any) -> Any:
         return open_store(self, self._stores, name, **options)
 
+    def close(self) -> None:
+        """Nothing held open: every store opens its files as it goes."""
+
 
 class FileDeadLetters:
     """The file backend's dead letters (queue/failed/), with the operations `dead` runs."""

@@ -27,7 +27,7 @@ from gateway.files.queue import FileQueue
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.pg import schema
-from gateway.pg.db import dsn_from_settings, process_holder
+from gateway.pg.db import SharedPool, dsn_from_settings, process_holder
 from gateway.pg.errors import database_away
 from gateway.pg.intake import Intake
 from gateway.pg.keyjobs import QUEUE, TASK
@@ -48,12 +48,12 @@ class PgBackend:
     """Everything one process does with the shared queue, started and stopped by the Gateway."""
 
     def __init__(self, home: Home, settings: Settings, events: EventLog, *, role: str,
-                 extra_roots: list[Any]):
+                 extra_roots: list[Any], pool: SharedPool | None = None):
         self.home = home
         self.settings = settings
         self.events = events
         self.role = role
-        self.dsn = dsn_from_settings(settings.queue)
+        self.dsn = pool.dsn if pool is not None else dsn_from_settings(settings.queue)
         quiet = logging.getLogger("procrastinate")
         if quiet.level == logging.NOTSET and not log.isEnabledFor(logging.DEBUG):
             quiet.setLevel(logging.WARNING)  # a line per job otherwise; our own events say what happened
@@ -63,7 +63,7 @@ class PgBackend:
             raise SettingsError(str(exc)) from None
         except Exception as exc:
             raise SettingsError(database_error(exc, self.dsn)) from None
-        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, dsn=self.dsn)
+        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, dsn=self.dsn, pool=pool)
         self.holder = process_holder()
         self.detail: dict[str, Any] = {"database": "connected"}
         self.intake: Intake | None = None

@@ -17,7 +17,7 @@ import psycopg
 from gateway.dashboard.state import queue_folders
 from gateway.home import Home
 from gateway.pg import status
-from gateway.pg.db import shared_pool
+from gateway.pg.db import SharedPool
 from gateway.pg.deadletters import DeadStore
 from gateway.redaction import database_error
 from gateway.settings import QueueSettings
@@ -33,8 +33,9 @@ class PgQueueView:
     """The queue, the messages in flight, the dead letters (retried through DeadStore), the processes
     and the channel owners, as the database holds them."""
 
-    def __init__(self, dsn: str, settings: QueueSettings, home: Home):
+    def __init__(self, dsn: str, settings: QueueSettings, home: Home, pool: SharedPool | None = None):
         self.dsn = dsn
+        self.pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
         self.settings = settings
         self.home = home
         self.dead = DeadStore(dsn, home)  # the database's dead letters and what the intake quarantined here
@@ -42,7 +43,7 @@ class PgQueueView:
     def live(self) -> dict[str, Any]:
         """The queue and the running messages (what `/metrics` reads at scrape time)."""
         try:
-            with shared_pool(self.dsn).connection() as conn:
+            with self.pool.connection() as conn:
                 return {"queue": _folders(status.depths(conn), conn), "in_flight": _running(conn)}
         except psycopg.Error as exc:
             return self._unreadable(exc)
@@ -50,7 +51,7 @@ class PgQueueView:
     def read(self, shown: int) -> dict[str, Any]:
         """`live`, the first `shown` dead letters, the processes attached and the channel owners."""
         try:
-            with shared_pool(self.dsn).connection() as conn:
+            with self.pool.connection() as conn:
                 depths = status.depths(conn)
                 seen = {"queue": _folders(depths, conn), "in_flight": _running(conn),
                         "processes": status.processes(conn, self.settings), "leases": status.leases(conn)}

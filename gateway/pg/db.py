@@ -36,8 +36,6 @@ def process_holder() -> str:
 _HOLDER: str | None = None
 
 
-_POOLS: dict[str, Any] = {}
-_POOLS_LOCK = threading.Lock()
 SHARED_POOL_SIZE = 4
 # How long a caller waits for a connection of the shared pool. Its callers run on the event loop, which
 # stands still meanwhile (its own connections cannot finish connecting, and a restarting server waits
@@ -46,29 +44,44 @@ SHARED_POOL_SIZE = 4
 SHARED_POOL_WAIT_S = 2.0
 
 
-def shared_pool(dsn: str) -> Any:
-    """This process's synchronous connection pool for `dsn` (a psycopg_pool.ConnectionPool), opened on
-    first use: the stores the event loop calls synchronously (the outbox's pushes, runs, sessions,
-    pairing) share it instead of each keeping connections. A connection is checked when it is taken if
-    the server sent it something (gateway/pg/pools.py: no round trip for a healthy one), so a restarted
-    server costs one reconnect, not an error."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get(dsn)
-        if pool is None:
-            from psycopg_pool import ConnectionPool
+class SharedPool:
+    """The synchronous connection pool (a psycopg_pool.ConnectionPool) the stores of one backend share:
+    the stores the event loop calls synchronously (the outbox's pushes, runs, sessions, pairing, locks)
+    take their connections here instead of each keeping its own. gateway/pg/storage.py's PgStorage owns
+    one and closes it with the backend; a store built without one (tests) makes its own, whose
+    connections close when the store is let go (nothing else holds it).
 
-            from gateway.pg.pools import check_if_signalled_sync
+    Opened on first use, with no connection until one is asked for. A connection is checked when it is
+    taken if the server sent it something (gateway/pg/pools.py: no round trip for a healthy one), so a
+    restarted server costs one reconnect, not an error."""
 
-            pool = ConnectionPool(dsn, min_size=0, max_size=SHARED_POOL_SIZE, open=True, timeout=SHARED_POOL_WAIT_S,
-                                  check=check_if_signalled_sync)
-            _POOLS[dsn] = pool
-        return pool
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+        self._lock = threading.Lock()
+        self._pool: Any = None
 
+    def get(self) -> Any:
+        """The pool, opened on first use."""
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._pool is None:
+                from psycopg_pool import ConnectionPool
 
-def close_shared_pools() -> None:
-    """Closes every pool `shared_pool` opened (at the end of a process, or of a test)."""
-    with _POOLS_LOCK:
-        pools = list(_POOLS.values())
-        _POOLS.clear()
-    for pool in pools:
-        pool.close()
+                from gateway.pg.pools import check_if_signalled_sync
+
+                self._pool = ConnectionPool(self.dsn, min_size=0, max_size=SHARED_POOL_SIZE, open=True,
+                                            timeout=SHARED_POOL_WAIT_S, check=check_if_signalled_sync)
+            return self._pool
+
+    def connection(self, timeout: float | None = None) -> Any:
+        """A connection of the pool, as `ConnectionPool.connection` gives it (a context manager)."""
+        return self.get().connection(timeout)
+
+    def close(self) -> None:
+        """Closes the pool and its connections; a later use opens a new one."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()

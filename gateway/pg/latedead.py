@@ -20,6 +20,7 @@ from gateway.files.answered import message_identity
 from gateway.files.latedead import letter_name
 from gateway.keys import ordering_keys
 from gateway.models import IncomingPayload
+from gateway.pg.db import SharedPool
 from gateway.pg.processing import KEPT_ERRORS
 from gateway.storable import made_safe
 
@@ -33,16 +34,15 @@ _INSERT = ("INSERT INTO switchyard_messages (name, payload, channel, profile, co
 class PgLateDeadLetters:
     """Turns answered messages' rows dead and forgets their answer (`bury`), through a sync pool."""
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, pool: SharedPool | None = None):
         self.dsn = dsn
+        self.pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
 
     def bury(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter: the dead row's name; None while its answer is being stored."""
-        from gateway.pg.db import shared_pool
-
         reason, errors = made_safe(reason), made_safe(errors)
         identity = message_identity(message)
-        with shared_pool(self.dsn).connection() as conn, conn.transaction():
+        with self.pool.connection() as conn, conn.transaction():
             row_id = _row_of(conn, message)
             if row_id is None:
                 name = letter_name(message)

@@ -13,7 +13,7 @@ import socket
 from typing import Any
 
 from gateway.locks import pid_alive
-from gateway.pg.db import shared_pool
+from gateway.pg.db import SharedPool
 from gateway.pg.pools import lone_statement
 
 # Whether it was taken, and who held it before (and whether that hold had not expired): a lock held by
@@ -39,14 +39,15 @@ OWNER = "SELECT holder FROM switchyard_locks WHERE resource = %s AND expires_at 
 class PgLocks:
     """Takes, renews, releases and reclaims locks as rows; each operation is one statement."""
 
-    def __init__(self, dsn: str, *, holder: str, ttl_s: float = 60.0):
+    def __init__(self, dsn: str, *, holder: str, ttl_s: float = 60.0, pool: SharedPool | None = None):
         self.dsn = dsn
+        self.pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
         self.holder = holder
         self.ttl_s = ttl_s
         self.reclaimed = 0  # expired locks of other holders taken over (their holder may have died mid-work)
 
     def _execute(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        with lone_statement(shared_pool(self.dsn)) as conn:
+        with lone_statement(self.pool) as conn:
             cursor = conn.execute(sql, params)
             return cursor.fetchall() if cursor.description is not None else []
 

@@ -35,12 +35,12 @@ class PgOutbound:
     """Leases, the channels `supervisor` starts under them, and the delivery of their replies."""
 
     def __init__(self, supervisor: ChannelSupervisor, home: Home, settings: Settings, events: EventLog, *,
-                 holder: str | None = None):
+                 holder: str | None = None, dsn: str | None = None):
         self.supervisor = supervisor
         self.settings = settings
         self.events = events
         self.lease_sec = settings.queue.lease_sec
-        dsn = dsn_from_settings(settings.queue)
+        dsn = dsn if dsn is not None else dsn_from_settings(settings.queue)  # its backend's, when given
         self.leases = Leases(dsn, self.lease_sec, self._lost, holder=holder)
         self.leases.on_trouble = self._show_owned
         types = [profile.type for profile in settings.channels]

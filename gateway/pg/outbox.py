@@ -16,6 +16,7 @@ from gateway.events import EventLog
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import BaseOutbox
+from gateway.pg.db import SharedPool
 from gateway.runtime.sending import conversation_of
 from gateway.storable import made_safe
 
@@ -29,24 +30,16 @@ REPLACE = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation,
 class PgOutbox(BaseOutbox):
     """Writes replies as `switchyard_outbox` rows (a handler's pushes, a channel's direct replies).
 
-    `write` is synchronous, as the Outbox protocol is: it uses the process's shared psycopg pool. The
+    `write` is synchronous, as the Outbox protocol is: it uses its backend's shared psycopg pool. The
     worker inserts a message's replies inside the transaction that marks it done, through `insert` on
     that transaction's async cursor. The delivery side is woken by the database (NOTIFY), so
     `on_written` is never called.
     """
 
-    def __init__(self, home: Home, events: EventLog, *, dsn: str,
+    def __init__(self, home: Home, events: EventLog, *, dsn: str, pool: SharedPool | None = None,
                  extra_roots: Sequence[str | os.PathLike[str]] = (), named_by_message_id: Collection[str] = ()):
         super().__init__(home, events, extra_roots=extra_roots, named_by_message_id=named_by_message_id)
-        self._dsn = dsn
-        self._pool: Any = None
-
-    def _connection_pool(self) -> Any:
-        if self._pool is None:
-            from gateway.pg.db import shared_pool
-
-            self._pool = shared_pool(self._dsn)
-        return self._pool
+        self.pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
 
     def _statement(self, payload: OutgoingPayload, name: str) -> tuple[str, tuple[Any, ...]]:
         sql = REPLACE if payload.channel in self.named_by_message_id else INSERT
@@ -98,20 +91,19 @@ class PgOutbox(BaseOutbox):
     def write(self, payload: OutgoingPayload) -> str:
         """Inserts one payload in its own transaction; returns its spec-002 name (the row's, no file's)."""
         payload = self.prepared(payload)
-        with self._connection_pool().connection() as conn, conn.transaction(), conn.cursor() as cursor:
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             return self.insert_sync(cursor, payload)
 
     def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
         """Whether `switchyard_outbox` holds a reply carrying run `run_id` in `run_state` (pending, sent or
         dead): a result written just before a crash is recorded at recovery, not pushed again."""
-        with self._connection_pool().connection() as conn:
+        with self.pool.connection() as conn:
             row = conn.execute("SELECT 1 FROM switchyard_outbox WHERE payload->>'workflowRunId' = %s "
                                "AND payload->>'runState' = %s LIMIT 1", (run_id, run_state)).fetchone()
         return row is not None
 
     def close(self) -> None:
-        """Lets go of the process's shared pool (closed by PgBackend.stop)."""
-        self._pool = None
+        """Nothing to release: the pool is its backend's, closed with it (gateway/pg/storage.py)."""
 
 
 def find_reply(dsn: str, message_id: str, timeout_s: float) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from gateway.pairing import EXPIRED_KEPT_S, PairingCodeExpired, new_code
-from gateway.pg.db import shared_pool
+from gateway.pg.db import SharedPool
 from gateway.settings import DEFAULT_PAIRING_CODE_TTL_S
 
 Connect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
@@ -34,9 +34,10 @@ class PgPairingStore:
         self._connect = connect
 
     @classmethod
-    def pooled(cls, dsn: str) -> PgPairingStore:
-        """For a gateway process: connections from its shared pool."""
-        return cls(lambda: shared_pool(dsn).connection())
+    def pooled(cls, dsn: str, pool: SharedPool | None = None) -> PgPairingStore:
+        """For a gateway process: connections from its backend's pool (`pool`; one of its own when None)."""
+        shared = pool or SharedPool(dsn)
+        return cls(lambda: shared.connection())
 
     @classmethod
     def direct(cls, dsn: str) -> PgPairingStore:

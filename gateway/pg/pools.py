@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import select
 from collections.abc import Iterator
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -50,9 +51,15 @@ def set_autocommit_sync(conn: psycopg.Connection[Any]) -> None:
     conn.autocommit = True
 
 
+class Connections(Protocol):
+    """What gives connections: a ConnectionPool, or a backend's SharedPool (gateway/pg/db.py)."""
+
+    def connection(self, timeout: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
+
 @contextlib.contextmanager
-def lone_statement(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
-    """A connection of a pool that is not in autocommit (gateway.pg.db.shared_pool), in autocommit for
+def lone_statement(pool: Connections) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of a pool that is not in autocommit (gateway.pg.db.SharedPool), in autocommit for
     statements each atomic by itself: one round trip each instead of three (`BEGIN`, it, `COMMIT`).
     Given back as it was taken, so the pool's other users keep their implicit transaction."""
     with pool.connection() as conn:

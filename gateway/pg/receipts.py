@@ -24,7 +24,6 @@ from gateway.events import EventLog
 from gateway.files.receipts import receipt_for, receipt_sent
 from gateway.models import IncomingPayload
 from gateway.payloads import parse_payload
-from gateway.pg.db import shared_pool
 from gateway.pg.outbox import PgOutbox
 from gateway.settings import QueueSettings
 
@@ -82,7 +81,7 @@ class PgReceipts:
         """One transaction: the due receipts of `profiles` into the outbox, their messages stamped.
         Returns (message, ahead) of each receipt written."""
         sent: list[tuple[IncomingPayload, int]] = []
-        with shared_pool(self.dsn).connection() as conn, conn.transaction(), conn.cursor() as cursor:
+        with self.outbox.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             rows = cursor.execute(WAITING, (profiles, self.after_s, BATCH)).fetchall()
             for message_id, payload, ahead in rows:
                 message = self._message(message_id, bytes(payload))

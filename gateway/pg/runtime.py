@@ -13,7 +13,7 @@ from gateway.models import IncomingPayload
 from gateway.outbox import BaseOutbox
 from gateway.pg.backend import PgBackend
 from gateway.pg.dashboard import PgQueueView
-from gateway.pg.db import close_shared_pools
+from gateway.pg.db import SharedPool
 from gateway.pg.events import attach_event_sink
 from gateway.pg.latedead import PgLateDeadLetters
 from gateway.pg.outbound import PgOutbound
@@ -28,12 +28,13 @@ class PostgresRuntime:
 
     home_mode = "database"
 
-    def __init__(self, parts: RuntimeParts, dsn: str):
+    def __init__(self, parts: RuntimeParts, dsn: str, pool: SharedPool):
         self.parts = parts
         self.dsn = dsn
+        self.pool = pool  # its backend's (gateway/pg/storage.py), closed with it
         self.close_events = attach_event_sink(parts.events, dsn)  # every event also into switchyard_events
         self.pg = PgBackend(parts.home, parts.settings, parts.events, role=parts.role,
-                            extra_roots=extra_file_roots(parts.home, parts.settings))
+                            extra_roots=extra_file_roots(parts.home, parts.settings), pool=pool)
         self.outbox: BaseOutbox = self.pg.outbox
         self.outbound: PgOutbound | None = None  # in a `run`
         self.receipts: PgReceipts | None = None  # in a `run`
@@ -46,7 +47,7 @@ class PostgresRuntime:
         """Takes the free channel leases and starts their channels (a `run`), then processing."""
         parts = self.parts
         if parts.role == "run":  # each profile connected here only while this process owns it
-            self.outbound = PgOutbound(parts.supervisor, parts.home, parts.settings, parts.events)
+            self.outbound = PgOutbound(parts.supervisor, parts.home, parts.settings, parts.events, dsn=self.dsn)
             await self.outbound.start()
         await self.pg.start(handler, parts.queue, on_start=parts.show_typing)
         if self.outbound is None:
@@ -87,12 +88,12 @@ class PostgresRuntime:
             await self.outbound.stop()
 
     async def close(self) -> None:
-        """Closes the process's shared pools (after the handler: it may still push a result while stopping)."""
-        await asyncio.to_thread(close_shared_pools)
+        """Nothing left open: its pools closed with processing and delivery, the shared one is its backend's
+        (closed by the gateway after this: the handler may still push a result while stopping)."""
 
     def queue_view(self) -> QueueView:
-        return PgQueueView(self.dsn, self.parts.settings.queue, self.parts.home)
+        return PgQueueView(self.dsn, self.parts.settings.queue, self.parts.home, self.pool)
 
     def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter: its row turned dead (gateway/pg/latedead.py)."""
-        return PgLateDeadLetters(self.dsn).bury(message, reason, errors)
+        return PgLateDeadLetters(self.dsn, self.pool).bury(message, reason, errors)

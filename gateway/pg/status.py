@@ -13,7 +13,6 @@ import psycopg
 
 from gateway.home import Home
 from gateway.pg import schema
-from gateway.pg.db import dsn_from_settings
 from gateway.pg.deadletters import DeadStore
 from gateway.redaction import database_error, redacted_dsn
 from gateway.settings import QueueSettings
@@ -49,10 +48,9 @@ def iso(stamp: datetime | None) -> str | None:
     return stamp.isoformat(timespec="seconds").replace("+00:00", "Z") if stamp else None
 
 
-def gather(settings: QueueSettings, *, dead_shown: int, home: Home | None = None) -> dict[str, Any]:
-    """The database's part of the status (dead letters: with those quarantined in `home`'s failed/);
-    raises DatabaseUnreachable."""
-    dsn = dsn_from_settings(settings)
+def gather(settings: QueueSettings, dsn: str, *, dead_shown: int, home: Home | None = None) -> dict[str, Any]:
+    """The database's part of the status (dead letters: with those quarantined in `home`'s failed/), on a
+    connection of its own (a command: it fails within CONNECT_TIMEOUT_S); raises DatabaseUnreachable."""
     shown = redacted_dsn(dsn)
     try:
         with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:

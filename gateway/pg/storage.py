@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from gateway.composition import open_store
-from gateway.pg.db import dsn_from_settings, process_holder
+from gateway.pg.db import SharedPool, dsn_from_settings, process_holder
 from gateway.redaction import database_error
 from gateway.stores import Stores
 
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class PgStorage:
-    """The postgres backend: opens its stores on the DSN of `queue.dsn_env` (read when first needed)."""
+    """The postgres backend: opens its stores on the DSN of `queue.dsn_env` (read when first needed), and
+    owns the connection pool they share (`pool`), closed by `close`."""
 
     name = "postgres"
     in_home = False
@@ -40,6 +41,16 @@ class PgStorage:
         """The DSN; SettingsError when its variable is unset."""
         return dsn_from_settings(self.settings.queue)
 
+    @cached_property
+    def pool(self) -> SharedPool:
+        """The synchronous pool every store this backend opens shares (opened on first use)."""
+        return SharedPool(self.dsn)
+
+    def close(self) -> None:
+        """Closes the backend's pool (the gateway calls it once its handler and runtime are stopped)."""
+        if "pool" in self.__dict__:
+            self.pool.close()
+
     def failure_text(self, exc: BaseException) -> str:
         return database_error(exc, self.dsn)
 
@@ -50,12 +61,12 @@ class PgStorage:
     def pairing(self, *, command: bool = False) -> PgPairingStore:
         from gateway.pg.pairing import PgPairingStore
 
-        return PgPairingStore.direct(self.dsn) if command else PgPairingStore.pooled(self.dsn)
+        return PgPairingStore.direct(self.dsn) if command else PgPairingStore.pooled(self.dsn, self.pool)
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> PgLocks:
         from gateway.pg.locks import PgLocks
 
-        return PgLocks(self.dsn, holder=holder or process_holder(), ttl_s=ttl_s)
+        return PgLocks(self.dsn, holder=holder or process_holder(), ttl_s=ttl_s, pool=self.pool)
 
     def dead_letters(self) -> DeadStore:
         from gateway.pg.deadletters import DeadStore
@@ -75,7 +86,7 @@ class PgStorage:
         from gateway.pg.status import gather
 
         status: dict[str, Any] = {"backend": "postgres"}
-        status.update(gather(self.settings.queue, dead_shown=dead_shown, home=self.home))
+        status.update(gather(self.settings.queue, self.dsn, dead_shown=dead_shown, home=self.home))
         status.setdefault("queue", {})
         status.setdefault("dead_letter_count", 0)
         status.setdefault("dead_letters", [])
@@ -96,7 +107,7 @@ class PgStorage:
     def runtime(self, parts: Any) -> PostgresRuntime:
         from gateway.pg.runtime import PostgresRuntime
 
-        return PostgresRuntime(parts, self.dsn)
+        return PostgresRuntime(parts, self.dsn, self.pool)
 
     def store(self, name: str, **options: Any) -> Any:
         return open_store(self, self._stores, name, **options)

@@ -324,6 +324,7 @@ class Gateway:
         self.queue.close()
         self.outbox.close()
         await self.backend.close()
+        await asyncio.to_thread(self.storage.close)  # the stores' pool: after the handler, which may still push
         await asyncio.to_thread(self._close_event_sink)  # stores the events still buffered
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)

@@ -2,7 +2,7 @@
 rows every host reads (switchyard_runs, switchyard_run_events, switchyard_active_runs).
 
 A run's folder (workspace, outputs/, request files) stays a local folder under the home. Writes go
-through the process's shared pool, each as one statement in autocommit (its parts data-modifying
+through its backend's shared pool, each as one statement in autocommit (its parts data-modifying
 CTEs: atomic as any statement, one round trip, no `BEGIN`/`COMMIT`): a save carries the events
 appended for that run since the last one (an event appended after a save waits for the run's next
 save, `events` or `close_events`; a crash may lose such an event, never a state). `durable=False`
@@ -24,7 +24,7 @@ from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
-from gateway.pg.db import shared_pool
+from gateway.pg.db import SharedPool
 from gateway.pg.errors import database_away
 from gateway.pg.pools import lone_statement
 from gateway.storable import safe_json, storable
@@ -66,9 +66,9 @@ class PgRunStore(RunStoreBase):
 
     shared = True
 
-    def __init__(self, home: Home, dsn: str, *, fsync: bool = True):
+    def __init__(self, home: Home, dsn: str, *, fsync: bool = True, pool: SharedPool | None = None):
         super().__init__(home, fsync=fsync)
-        self._dsn = dsn
+        self.pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
         self._pending: dict[str, list[dict[str, Any]]] = {}  # events waiting for their run's next write
         self._unsynced: set[str] = set()  # runs whose last write was committed without waiting for the WAL
 
@@ -87,7 +87,7 @@ class PgRunStore(RunStoreBase):
                 parts.insert(0, f"a AS ({ASYNC_COMMIT})")
             # a CTE that only reads runs when it is read: `a` is, so it sets the mode of the commit
             sql = f"WITH {', '.join(parts)} {'SELECT 1' if durable else 'SELECT count(*) FROM a'}"
-        with lone_statement(shared_pool(self._dsn)) as conn:
+        with lone_statement(self.pool) as conn:
             conn.execute(sql, params)
         if durable:  # a synchronous commit flushes the WAL up to it: every earlier commit is durable too
             self._unsynced.clear()
@@ -97,7 +97,7 @@ class PgRunStore(RunStoreBase):
     def _in_order(self, statements: list[tuple[str, Any]]) -> None:
         """Runs `statements` one after another in one transaction, committed with `synchronous_commit`
         off: for statements on the same rows, which the CTEs of one statement cannot be."""
-        with shared_pool(self._dsn).connection() as conn, conn.pipeline(), conn.transaction():
+        with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
             conn.execute("SET LOCAL synchronous_commit TO off")
             for sql, params in statements:
                 conn.execute(sql, params)
@@ -173,7 +173,7 @@ class PgRunStore(RunStoreBase):
 
     def remove(self, run_id: str) -> bool:
         """Deletes the run's rows and events, then this host's folder of it."""
-        with shared_pool(self._dsn).connection() as conn, conn.transaction():
+        with self.pool.connection() as conn, conn.transaction():
             conn.execute("DELETE FROM switchyard_run_events WHERE run_id = %s", (run_id,))
             conn.execute(DROP_ACTIVE, (run_id,))
             gone = conn.execute("DELETE FROM switchyard_runs WHERE run_id = %s", (run_id,)).rowcount
@@ -202,7 +202,7 @@ class PgRunStore(RunStoreBase):
 
     def _query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         """Rows of one query, in autocommit (a lone statement is atomic by itself: no BEGIN, no COMMIT)."""
-        with lone_statement(shared_pool(self._dsn)) as conn:
+        with lone_statement(self.pool) as conn:
             rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
         return rows
 

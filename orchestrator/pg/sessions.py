@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg.types.json import Jsonb
 
-from gateway.pg.db import shared_pool
+from gateway.pg.db import SharedPool
 from gateway.storable import made_safe
 from orchestrator.sessions import Change, Record, SessionStore
 
@@ -27,12 +27,12 @@ LOCK = ("SELECT pg_advisory_lock(('x' || left(md5(current_schema() || chr(31) ||
 class PgRecords:
     """Records of one kind ('session' or 'history') as rows of `switchyard_memory`."""
 
-    def __init__(self, dsn: str, kind: str):
-        self._dsn = dsn
+    def __init__(self, dsn: str, kind: str, pool: SharedPool | None = None):
+        self._pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
         self._kind = kind
 
     def read(self, key: tuple[str, ...]) -> Record:
-        with shared_pool(self._dsn).connection() as conn:
+        with self._pool.connection() as conn:
             row = conn.execute("SELECT record FROM switchyard_memory WHERE kind = %s AND key = %s",
                                (self._kind, list(key))).fetchone()
         return dict(row[0]) if row and isinstance(row[0], dict) else {}
@@ -40,7 +40,7 @@ class PgRecords:
     def update(self, key: tuple[str, ...], change: Change) -> None:
         """Reads, changes and writes the record in one transaction, the row locked: two hosts adding to
         one record at once both keep their change."""
-        with shared_pool(self._dsn).connection() as conn, conn.transaction():
+        with self._pool.connection() as conn, conn.transaction():
             conn.execute("INSERT INTO switchyard_memory (kind, key, record) VALUES (%s, %s, '{}') "
                          "ON CONFLICT DO NOTHING", (self._kind, list(key)))
             row = conn.execute("SELECT record FROM switchyard_memory WHERE kind = %s AND key = %s FOR UPDATE",
@@ -53,8 +53,8 @@ class PgRecords:
 class PgSessionStore(SessionStore):
     """The SessionStore on the database: records in `switchyard_memory`, `hold` across hosts."""
 
-    def __init__(self, dsn: str):
-        super().__init__(PgRecords(dsn, "session"))
+    def __init__(self, dsn: str, pool: SharedPool | None = None):
+        super().__init__(PgRecords(dsn, "session", pool))
         self._dsn = dsn
 
     @asynccontextmanager

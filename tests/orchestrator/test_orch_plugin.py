@@ -12,6 +12,7 @@ import pluggy
 import orchestrator.plugin
 from gateway import hookspecs
 from gateway.api import HandlerContext
+from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.settings import Settings
 from gateway.statuscache import StatusCache
@@ -73,7 +74,8 @@ def test_switchyard_recent_runs_lists_the_runs_changed_last_with_their_steps(hom
                      "k")
         stamp = 1_700_000_000 + index
         os.utime(store.folder(run_id) / "state.json", (stamp, stamp))
-    [runs] = _manager().hook.switchyard_recent_runs(home=home, limit=2, settings=Settings())
+    [runs] = _manager().hook.switchyard_recent_runs(home=home, limit=2, settings=Settings(),
+                                                    backend=open_backend(home, Settings()))
     assert [run["runId"] for run in runs] == ["r-new", "r-mid"]
     assert runs[0]["steps"] == [{"id": "Plan", "status": "completed", "durationMs": 1500},
                                 {"id": "Test", "status": "pending", "durationMs": None}]

@@ -13,15 +13,13 @@ from tests.process import SwitchyardProcess
 
 @pytest.fixture
 def db(pg_dsn: str) -> Iterator[str]:
-    """`pg_dsn` with Switchyard's schema migrated; after the test, the processes it started are killed and
-    this process's shared pools closed (before the schema is dropped)."""
+    """`pg_dsn` with Switchyard's schema migrated; after the test, the processes it started are killed (before
+    the schema is dropped). A store's pool closes with its backend, or when the store is let go."""
     from gateway.pg import schema
-    from gateway.pg.db import close_shared_pools
 
     schema.migrate(pg_dsn)
     yield pg_dsn
     SwitchyardProcess.kill_started()
-    close_shared_pools()
 
 
 @pytest.fixture
@@ -29,10 +27,8 @@ def throwaway_pg() -> Iterator[ThrowawayServer]:
     """A PostgreSQL server of this test's own, with Switchyard's schema migrated into its `postgres`
     database (`.dsn`); `.stop(mode)`, `.start()`, `.restart(mode)`; removed after the test."""
     from gateway.pg import schema
-    from gateway.pg.db import close_shared_pools
 
     with throwaway_server() as server:
         schema.migrate(server.dsn)
         yield server
         SwitchyardProcess.kill_started()
-        close_shared_pools()

@@ -22,7 +22,6 @@ import pytest
 
 from gateway.events import EventLog
 from gateway.home import Home
-from gateway.pg.db import close_shared_pools
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until, wait_until
 from orchestrator.agent_cli import AgentCliRunner
@@ -157,7 +156,6 @@ def test_memory_that_cannot_be_stored_does_not_fail_a_message_whose_action_alrea
         assert "could not keep the session" in caplog.text
     finally:
         events.close()
-        close_shared_pools()
 
 
 # --- hold() across processes --------------------------------------------------------------------------

@@ -31,10 +31,11 @@ async def test_a_connection_the_server_ended_is_replaced_before_use(pg_dsn: str)
 
 
 def test_the_shared_pool_replaces_a_connection_the_server_ended_before_use(pg_dsn: str) -> None:
-    from gateway.pg.db import close_shared_pools, shared_pool
+    from gateway.pg.db import SharedPool
 
+    shared = SharedPool(pg_dsn)
     try:
-        with shared_pool(pg_dsn).connection() as conn:
+        with shared.connection() as conn:
             pid = conn.info.backend_pid
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -42,8 +43,8 @@ def test_the_shared_pool_replaces_a_connection_the_server_ended_before_use(pg_ds
             while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-        with shared_pool(pg_dsn).connection() as conn:
+        with shared.connection() as conn:
             assert conn.info.backend_pid != pid
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
-        close_shared_pools()
+        shared.close()

@@ -17,7 +17,6 @@ import yaml
 
 from gateway.events import EventLog
 from gateway.home import Home
-from gateway.pg.db import close_shared_pools
 from gateway.pg.outbox import PgOutbox
 from gateway.pg.receipts import PgReceipts
 from gateway.settings import QueueSettings
@@ -113,7 +112,8 @@ def sender(db: str, tmp_path: Path) -> Any:
         return made[-1]
 
     yield make
-    close_shared_pools()
+    for receipts in made:
+        receipts.outbox.pool.close()
 
 
 def waiting(dsn: str, conversations: int, per_conversation: int) -> list[int]:

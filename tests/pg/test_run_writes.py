@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from gateway.home import Home
-from gateway.pg.db import shared_pool
+from gateway.pg.db import SharedPool
 from gateway.pg.pools import lone_statement
 from orchestrator.runstate import Conversation, RunState, StepState
 from tests.orchestrator.orch_helpers import make_message
@@ -55,7 +55,7 @@ def test_each_write_is_one_statement_and_only_a_durable_one_waits_for_the_wal(
     store.append_event(run.runId, "step.running", step="Reply")
     store.save(run.model_copy(update={"state": "running"}), durable=True)
     assert len(sent) == 1 and "synchronous_commit" not in sent[0]
-    with shared_pool(db).connection() as conn:  # the setting was the statement's own, not the session's
+    with store.pool.connection() as conn:  # the setting was the statement's own, not the session's
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
     assert store.load("r-1").state == "running"  # type: ignore[union-attr]
     assert [e["event"] for e in store.events("r-1")] == ["run.created", "step.running"]
@@ -75,7 +75,7 @@ def test_a_write_whose_part_fails_stores_none_of_it(
 
 
 def test_a_lone_statement_gives_the_connection_back_as_it_was_taken(db: str) -> None:
-    pool = shared_pool(db)
+    pool = SharedPool(db)
     with lone_statement(pool) as conn:
         pid = conn.info.backend_pid
         conn.execute("CREATE TABLE p7_lone (x int)")  # committed at once: no transaction to end

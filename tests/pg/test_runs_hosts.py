@@ -259,9 +259,9 @@ async def test_round_trips_of_one_chat_message_that_runs_a_workflow(
     import yaml
 
     from gateway.api import HandlerContext
+    from gateway.composition import open_backend
     from gateway.events import EventLog
     from gateway.home import Home
-    from gateway.pg.db import shared_pool
     from gateway.settings import ProviderSettings, QueueSettings, Settings
     from orchestrator import Orchestrator
     from tests.orchestrator.orch_helpers import FakeOutbox, make_message
@@ -274,10 +274,10 @@ async def test_round_trips_of_one_chat_message_that_runs_a_workflow(
     settings = Settings(queue=QueueSettings(backend="postgres", fsync=False),
                         providers={"gated": ProviderSettings(command=["true"])})
     context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
-                             queue_stats=dict)
+                             queue_stats=dict, backend=open_backend(home, settings))
     orchestrator = Orchestrator(context)
     await orchestrator.start()
-    pool = shared_pool(db)
+    pool = context.backend.pool
     taken = [0]
     connection = pool.connection
 
