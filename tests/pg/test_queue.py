@@ -506,6 +506,9 @@ async def test_a_job_left_running_on_this_live_worker_is_retried_and_its_convers
     rig = await rig_factory(ScriptedHandler(), max_concurrency=2)
     rig.drop(message(0, "c0"))
     await rig.until(lambda: rig.replies() == ["c0-00000"])
+    # the answer commits before Procrastinate records its job (deleted once done): until then that job
+    # holds the conversation's lock as 'doing', and no second job can be 'doing' under it
+    await rig.until(lambda: rig.rows("SELECT count(*) FROM procrastinate_jobs") == [(0,)])
     (worker_id,), = rig.rows("SELECT id FROM procrastinate_workers")
     stuck = message(1, "c0")
     keys = tuple(ordering_keys(stuck))
