@@ -214,6 +214,8 @@ async def test_a_dead_letter_keeps_its_original_bytes_and_the_sender_gets_an_apo
     permanent = rig.drop(message(3, "c"))
     garbage = rig.drop(b"{not json")
     await rig.until(lambda: len(rig.rows("SELECT 1 FROM switchyard_messages WHERE state IN ('done', 'dead')")) == 4)
+    # a dead letter's event is written just after its row commits
+    await rig.until(lambda: len(rig.events_named("job.failed.final")) >= 2 and rig.events_named("message.invalid"))
     dead = {name: (bytes(payload), attempts, reason) for name, payload, attempts, reason in rig.rows(
         "SELECT name, payload, attempts, reason FROM switchyard_messages WHERE state = 'dead'")}
     assert dead["0000001.json"][0] == original and dead["0000001.json"][1] == 3
