@@ -292,6 +292,7 @@ async def test_text_no_store_can_hold_is_invalid_input_and_the_sender_is_told(
     rig.drop(message(3, "c2"))
     await rig.until(lambda: {"c1-00002", "c2-00003"} <= set(rig.replies()))
     await rig.until(lambda: rig.rows("SELECT 1 FROM switchyard_messages WHERE state = 'dead'"))
+    await rig.until(lambda: rig.events_named("message.invalid"))  # written just after its row commits
     (payload, stored_reason), = rig.rows("SELECT payload, reason FROM switchyard_messages WHERE state = 'dead'")
     assert bytes(payload) == content and reason in stored_reason
     apologies = rig.rows("SELECT payload->>'conversationId', payload->>'message' FROM switchyard_outbox "
