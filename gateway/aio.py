@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 
 async def wait_event(event: asyncio.Event, within: float | None) -> bool:
@@ -18,3 +19,13 @@ async def wait_event(event: asyncio.Event, within: float | None) -> bool:
     except TimeoutError:
         return event.is_set()
     return True
+
+
+async def finish_or_cancel(tasks: Collection[asyncio.Task[None]], grace_s: float) -> None:
+    """Lets `tasks` finish for `grace_s`, then cancels the ones still running and waits for them to end."""
+    if not tasks:
+        return
+    _, late = await asyncio.wait(tasks, timeout=grace_s)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)

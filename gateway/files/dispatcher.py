@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gateway.aio import finish_or_cancel
 from gateway.api import Channel
 from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
@@ -181,12 +182,7 @@ class Dispatcher:
     async def stop(self, grace_s: float) -> None:
         """Lets deliveries in progress finish for `grace_s`; undelivered files stay in outgoing/."""
         self._stopping = True
-        tasks = list(self._active.values())
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace_s)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await finish_or_cancel(list(self._active.values()), grace_s)
 
 
 

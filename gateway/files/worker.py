@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gateway.aio import wait_event
+from gateway.aio import finish_or_cancel, wait_event
 from gateway.api import Handler, Outbox
 from gateway.events import EventLog
 from gateway.files.queue import CLAIM_RETRY_S, Claimed
@@ -371,11 +371,7 @@ class Worker:
         self.wake()
         if self.receipts is not None:
             self.receipts.close()
-        if self._tasks:
-            _, still_running = await asyncio.wait(set(self._tasks), timeout=grace_s)
-            for task in still_running:
-                task.cancel()
-            await asyncio.gather(*still_running, return_exceptions=True)
+        await finish_or_cancel(set(self._tasks), grace_s)
         for job in self.scheduler.drain_pending():
             self._requeue_uncounted(job.claimed)
         self.scheduler.release_idle()  # only now: no other process may claim a later message of a key first

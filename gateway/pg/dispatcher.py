@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.aio import wait_event
+from gateway.aio import finish_or_cancel, wait_event
 from gateway.api import Channel
 from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
@@ -144,12 +144,7 @@ class PgDelivery:
         """Lets deliveries in progress finish for `grace_s`; undelivered rows stay pending."""
         self._stopping.set()
         self._wake.set()
-        active = list(self._active.values())
-        if active:
-            _, late = await asyncio.wait(active, timeout=grace_s)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+        await finish_or_cancel(list(self._active.values()), grace_s)
         for task in [*self._tasks, *self._side]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._side, return_exceptions=True)
