@@ -3,9 +3,9 @@ use it. Each protocol is the set of methods the file and PostgreSQL implementati
 tests/contract/ checks the rules written here once against every backend; gateway/memory/ is the
 in-memory backend (every store on a shared state: two handles are two hosts).
 
-Pairing and Locks were defined beside their file stores (gateway/pairing.py, gateway/locks.py) and are
-re-exported here, so this module names every store. Only annotations name the other types, so importing
-it stays light (`switchyard status` imports it and must not load pydantic or the queue). The
+Pairing and Locks are defined beside their file stores (gateway/pairing.py, gateway/locks.py). Only
+annotations name other modules' types, so importing this one stays light (`switchyard status` imports it
+and must not load pydantic or the queue). The
 orchestrator's stores (runs, sessions and conversation history) are in orchestrator/stores.py, so the
 gateway never names orchestrator types.
 The Backend that opens them is at the end: gateway/composition.py chooses it, plugins declare it.
@@ -34,8 +34,6 @@ __all__ = [
     "DeadLetterStore",
     "DeliveryJournalStore",
     "EventSink",
-    "Locks",
-    "Pairing",
     "QueueStore",
     "StoreFactory",
     "Stores",
@@ -247,16 +245,3 @@ class Backend(Protocol):
     def close(self) -> None:
         """Releases what the backend holds open for its stores (a database's pool); after its runtime's."""
         ...
-
-
-def __getattr__(name: str) -> Any:
-    """The re-exported Pairing and Locks, imported when first asked for (PEP 562)."""
-    if name == "Pairing":
-        from gateway.pairing import Pairing
-
-        return Pairing
-    if name == "Locks":
-        from gateway.locks import Locks
-
-        return Locks
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -191,7 +191,8 @@ class MemoryRecords:
 
 
 if TYPE_CHECKING:  # mypy checks that each memory store satisfies its protocol
-    from orchestrator.stores import Records, RunRecords
+    from orchestrator.sessions import Records
+    from orchestrator.stores import RunRecords
 
     _runs: type[RunRecords] = MemoryRunStore
     _records: type[Records] = MemoryRecords

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from gateway.stores import Backend, StoreFactory
     from orchestrator.runbase import RunStoreBase
     from orchestrator.runstate import RunState
-    from orchestrator.sessions import ConversationHistory, Records, SessionStore
+    from orchestrator.sessions import ConversationHistory, SessionStore
 
-__all__ = ["Records", "RunRecords"]
+__all__ = ["RunRecords"]
 
 
 @runtime_checkable
@@ -165,13 +165,3 @@ def _history(backend: Backend) -> Any:
     from orchestrator.sessions import ConversationHistory
 
     return ConversationHistory.in_home(backend.home)
-
-
-def __getattr__(name: str) -> Any:
-    """The re-exported Records (orchestrator/sessions.py), imported when first asked for (PEP 562): the
-    orchestrator's plugin imports this module on every `switchyard status`, which must stay light."""
-    if name == "Records":
-        from orchestrator.sessions import Records
-
-        return Records
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,13 +21,13 @@ __all__ = ["AnsweredState", "LocksState", "MemoryAnswered", "MemoryDeadLetters",
            "MemoryLocks", "MemoryPairing", "MemoryQueue", "QueueState"]
 
 if TYPE_CHECKING:  # mypy checks that each memory store satisfies its protocol
+    from gateway.locks import Locks
+    from gateway.pairing import Pairing
     from gateway.stores import (
         AnsweredStore,
         DeadLetterStore,
         DeliveryJournalStore,
         EventSink,
-        Locks,
-        Pairing,
         QueueStore,
     )
 

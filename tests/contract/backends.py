@@ -34,8 +34,8 @@ from gateway.memory import (
 from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
 from orchestrator.runs import RunStore
-from orchestrator.sessions import FileRecords
-from orchestrator.stores import Records, RunRecords
+from orchestrator.sessions import FileRecords, Records
+from orchestrator.stores import RunRecords
 
 REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
                   b'"conversationId": "c1"}')

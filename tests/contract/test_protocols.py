@@ -13,7 +13,7 @@ from gateway.delivery import DeliveryJournal
 from gateway.files.answered import AnsweredIndex
 from gateway.files.backend import FileDeadLetters
 from gateway.files.queue import FileQueue
-from gateway.locks import LockDirectory
+from gateway.locks import LockDirectory, Locks
 from gateway.memory import (
     MemoryAnswered,
     MemoryDeadLetters,
@@ -23,17 +23,18 @@ from gateway.memory import (
     MemoryPairing,
     MemoryQueue,
 )
+from gateway.pairing import Pairing
 from gateway.pg.deadletters import DeadStore
 from gateway.pg.events import EventSink as PgEventSink
 from gateway.pg.locks import PgLocks
 from gateway.pg.pairing import PgPairingStore
-from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, EventSink, Locks, Pairing, QueueStore
+from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, EventSink, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore
 from orchestrator.pg.runs import PgRunStore
 from orchestrator.pg.sessions import PgRecords
 from orchestrator.runs import RunStore
-from orchestrator.sessions import FileRecords
-from orchestrator.stores import Records, RunRecords
+from orchestrator.sessions import FileRecords, Records
+from orchestrator.stores import RunRecords
 
 IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (QueueStore, [MemoryQueue, FileQueue]),
