@@ -31,6 +31,7 @@ from orchestrator.clis import (
     short_tail,
     strip_ansi,
 )
+from orchestrator.live import PermissionAsker, TextSink
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, run_process
 
@@ -65,6 +66,8 @@ class AgentCall:
     run: str | None = None
     mode: str | None = None  # None: the provider's own `mode`, else `answer`
     on_note: NoteSink | None = None
+    on_text: TextSink | None = None  # the answer so far, while it streams (a live session's chunks)
+    ask: PermissionAsker | None = None  # asks the chat to approve a tool call; None: the provider's own rule
 
     def scope(self, provider: ProviderSettings) -> str | None:
         """The session scope for this provider, or None for a stateless call."""
