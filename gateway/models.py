@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -93,10 +94,25 @@ class IncomingPayload(_Payload):
         """The channel profile id, defaulting to the channel name."""
         return self.channelProfileId or self.channel
 
+    @property
+    def button(self) -> str | None:
+        """The id of the button this message taps (`button`, set by a channel when a user taps one of a
+        reply's `buttons`; `message` then holds the button's label), else None."""
+        tapped = (self.model_extra or {}).get("button")
+        return tapped if isinstance(tapped, str) and tapped else None
+
     def file_paths(self) -> list[str]:
         """Every attachment path, from `files` and from `[file: …]` tags in the text."""
         tagged = [m.strip() for m in _FILE_TAG.findall(self.message)]
         return list(dict.fromkeys([*self.files, *tagged]))
+
+
+@dataclass(frozen=True)
+class Button:
+    """A one-tap answer under a reply: the id a tap sends back (`IncomingPayload.button`) and its label."""
+
+    id: str
+    label: str
 
 
 class OutgoingPayload(_Payload):
@@ -172,6 +188,16 @@ class OutgoingPayload(_Payload):
         """The `progressKey` of a progress note (None for an ordinary reply)."""
         key = (self.model_extra or {}).get("progressKey")
         return key if isinstance(key, str) and key else None
+
+    @property
+    def buttons(self) -> list[Button]:
+        """The one-tap answers shown under this reply (`buttons`: `[{"id", "label"}]`, ids of at most 64
+        bytes); a channel without buttons shows them as a numbered list to answer by number."""
+        raw = (self.model_extra or {}).get("buttons")
+        if not isinstance(raw, list):
+            return []
+        return [Button(id=str(item["id"]), label=str(item.get("label") or item["id"]))
+                for item in raw if isinstance(item, dict) and item.get("id")]
 
 
 class UnstorableText(ValueError):

@@ -45,6 +45,11 @@ PermissionAsker = Callable[[ToolApproval], Awaitable[str | None]]
 """Asks the conversation to approve a tool call; returns the chosen option's id, or None when the call is
 denied without a choice (expired, cancelled by /stop, nobody may answer)."""
 
+class TurnStopped(Exception):
+    """A turn ended because `/stop` stopped it: not retried and not dead-lettered (the `/stop` reply tells
+    the user); a run whose step it was ends `cancelled`."""
+
+
 StopTurn = Callable[[], Awaitable[None]]
 """Stops one running turn (cancels it, and kills its process when it does not end in time)."""
 
