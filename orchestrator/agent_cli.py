@@ -179,7 +179,9 @@ class AgentCliRunner:
         env: Mapping[str, str], call: AgentCall, session: Session | None,
     ) -> tuple[ProviderResult, Reading]:
         argv = preset.argv(binary, provider, mode=call.mode_for(provider), session=session)
-        watch = _Watch(preset, call.on_note)
+        if call.on_text is not None:
+            argv += preset.partial_args
+        watch = _Watch(preset, call.on_note, call.on_text)
         result = await run_process(
             argv, stdin=preset.stdin(prompt, session).encode(), env=env, cwd=cwd,
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
@@ -212,12 +214,15 @@ def _failed(result: ProviderResult, reading: Reading) -> bool:
 
 
 class _Watch:
-    """Reads a CLI's stream as it arrives: notes go to the chat; a refusal the CLI would only retry in
-    vain (a refused key) is kept and stops the CLI at once."""
+    """Reads a CLI's stream as it arrives: notes go to the chat, the answer so far to `on_text` (when the
+    call streams; a note that only repeats the answer's first line is then left out); a refusal the CLI
+    would only retry in vain (a refused key) is kept and stops the CLI at once."""
 
-    def __init__(self, preset: Preset, on_note: NoteSink | None):
+    def __init__(self, preset: Preset, on_note: NoteSink | None, on_text: TextSink | None = None):
         self._preset = preset
         self._on_note = on_note
+        self._on_text = on_text
+        self._text = ""
         self.refused: str | None = None
         self.stop = asyncio.Event()
 
@@ -228,6 +233,10 @@ class _Watch:
         if event.refused:
             self.refused = self.refused or event.refused
             self.stop.set()
-        elif event.note and self._on_note is not None:
+        elif event.note and self._on_note is not None and not (event.from_text and self._on_text is not None):
             self._on_note(event.note)
+        if self._on_text is not None and (event.text or event.new_message):
+            self._text = event.text if event.new_message else self._text + event.text
+            if self._text:
+                self._on_text(self._text)
         return True

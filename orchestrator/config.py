@@ -58,6 +58,14 @@ reply_within_sec: 20
 progress_after_sec: 8
 progress_interval_sec: 15
 
+# Streamed answers: while an agent writes its answer, Telegram, Discord and Slack show the text so far
+# in one message edited in place (first after stream_after_sec, then at most every
+# stream_interval_sec, and each platform's own edit limit), which then becomes the final answer.
+# Other channels get the final answer only. Works with providers that stream text (claude).
+stream: true
+stream_after_sec: 0.7
+stream_interval_sec: 1.0
+
 # Retries (spec 003): a failed run is queued again up to max_retries times (a workflow may set its
 # own `max_retries`), after retry_backoff_sec, doubling per retry up to retry_backoff_max_sec.
 # A provider timeout or non-zero exit is retryable; a step with `on_failure: fatal`, or an
@@ -190,6 +198,9 @@ class OrchestratorConfig(_Sections):
     reply_within_sec: float = Field(default=20, ge=0)
     progress_after_sec: float = Field(default=8, ge=0)  # an agent step running longer gets progress notes
     progress_interval_sec: float = Field(default=15, gt=0)  # at most one note this often
+    stream: bool = True  # an agent's answer is previewed while it is written (channels that edit messages)
+    stream_after_sec: float = Field(default=0.7, ge=0)  # the first preview this long after the first text
+    stream_interval_sec: float = Field(default=1.0, gt=0)  # at most one preview this often
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     workflows: dict[str, WorkflowConfig] = Field(default_factory=dict)
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)

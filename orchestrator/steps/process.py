@@ -16,6 +16,7 @@ from orchestrator.runstate import conversation_key
 from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.steps.base import StepFailed, StepJob
 from orchestrator.steps.values import step_request
+from orchestrator.streaming import TextPreviews
 from orchestrator.templates import render
 from orchestrator.workflows import StepBody
 
@@ -48,14 +49,16 @@ class BodyRunner:
             request = step_request(job.run, job.step.id, **(request_extra or {}))
             request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
+            previews = self._previews(job, body.agent or agent.provider)
             call = AgentCall(conversation=f"conv:{conversation_key(job.run.payload())}", run=job.run.runId,
-                             on_note=notes)
+                             on_note=notes, on_text=previews)
             try:
                 return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
                                               cwd=job.loaded.workspace, env=env, call=call)
             finally:
-                if notes is not None:
-                    notes.close()
+                for closing in (notes, previews):
+                    if closing is not None:
+                        closing.close()
         except ProviderFailed as exc:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:  # the run ends failed_final and its waiting message is dead-lettered
@@ -75,6 +78,14 @@ class BodyRunner:
         config = job.loaded.config
         return ProgressNotes(self._outbox, job.run, job.step.id, after_sec=config.progress_after_sec,
                              interval_sec=config.progress_interval_sec)
+
+    def _previews(self, job: StepJob, agent: str) -> TextPreviews | None:
+        """The step's streamed answer as previews (orchestrator/streaming.py), unless `stream: false`."""
+        config = job.loaded.config
+        if self._outbox is None or not config.stream:
+            return None
+        return TextPreviews(self._outbox, job.run, job.step.id, agent, after_sec=config.stream_after_sec,
+                            interval_sec=config.stream_interval_sec)
 
     @staticmethod
     def _agent(job: StepJob, body: StepBody) -> AgentConfig:

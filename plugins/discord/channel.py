@@ -41,6 +41,7 @@ from gateway import (
     clip_note,
     deliver_note,
     deliver_parts,
+    replacing_preview,
     reply_parts,
 )
 from plugins.discord import CHANNEL_TYPE
@@ -59,11 +60,16 @@ Target = discord.PartialMessageable | discord.DMChannel
 class DiscordChannel:
     """One Discord bot: turns its messages into incoming payloads and posts replies as the bot.
 
-    Progress notes are edited in place (PATCH /channels/{id}/messages/{id}).
+    Progress notes and streamed answers' previews are edited in place (PATCH /channels/{id}/messages/{id}),
+    a preview into the final answer's first part.
     """
 
     name = CHANNEL_TYPE
     edits_progress = True
+    edit_interval_sec = 1.0
+    """Discord limits each route per channel and says so in its headers (discord.py waits them out), e.g. 5
+    message edits per 5 s per channel (https://discord.com/developers/docs/topics/rate-limits): one a second
+    stays below it."""
     login_timeout_s = 30.0
     ready_timeout_s = 10.0
     reconnect_initial_s = 1.0
@@ -79,7 +85,7 @@ class DiscordChannel:
         self._gateway_url = profile.option("gateway_url")
         self._threads = RunThreads(context.home, profile.id)
         self._journal = DeliveryJournal(context.home, profile.id)
-        self._notes = NoteMessages()
+        self._notes = NoteMessages.kept_for(context.home, profile.id)
         self._intake = Intake(context, self._threads, require_mention=bool(profile.option("require_mention")))
         self._client: discord.Client | None = None
         self._sink: Sink | None = None
@@ -267,7 +273,8 @@ class DiscordChannel:
         if outgoing.progress_key and not outgoing.files:
             text = clip_note(outgoing.message, TEXT_LIMIT)
             return await deliver_note(outgoing, self._notes, text, lambda note: send_part(Part(0, text=note)), edit)
-        record = await deliver_parts(outgoing, reply_parts(outgoing, TEXT_LIMIT), send_part, self._journal)
+        record = await deliver_parts(outgoing, reply_parts(outgoing, TEXT_LIMIT),
+                                     replacing_preview(outgoing, self._notes, send_part, edit), self._journal)
         if run_id:
             self._remember_run(client, outgoing, target.id, run_id)
         return record

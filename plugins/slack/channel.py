@@ -24,6 +24,7 @@ from gateway import (
     deliver_note,
     deliver_parts,
     now_ms,
+    replacing_preview,
     reply_parts,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
@@ -46,11 +47,15 @@ class SlackChannel:
     Events are queued in arrival order and taken in by one named task, so a slow download never
     reorders a conversation. The typing indicator is a reaction on the user's message (Slack has
     no typing indicator for bots), removed again when the reply to that message is delivered.
-    Progress notes are edited in place (chat.update) and leave the typing reaction alone.
+    Progress notes and streamed answers' previews are edited in place (chat.update) and leave the typing
+    reaction alone; a preview becomes the final answer's first part.
     """
 
     name = CHANNEL_TYPE
     edits_progress = True
+    edit_interval_sec = 1.2
+    """chat.update is a Tier 3 method, 50+ calls a minute (https://api.slack.com/methods/chat.update), and
+    Slack asks for at most one message a second per channel (https://api.slack.com/apis/rate-limits)."""
 
     def __init__(self, config: SlackConfig, context: ChannelContext):
         self.profile_id = config.profile_id
@@ -60,7 +65,7 @@ class SlackChannel:
         self._access = context.access
         self._journal = DeliveryJournal(context.home, config.profile_id)
         self._threads = RunThreads(context.home, config.profile_id)
-        self._notes = NoteMessages()
+        self._notes = NoteMessages.kept_for(context.home, config.profile_id)
         self._api: SlackApi | None = None
         self._bot = BotIdentity(user_id="")
         self._sink: Sink | None = None
@@ -223,7 +228,9 @@ class SlackChannel:
             return await deliver_note(outgoing, self._notes, text, lambda note: send_part(Part(0, text=note)),
                                       lambda ts, note: api.update_message(channel, ts, note))
         parts = reply_parts(outgoing, self.config.text_limit)
-        record = await deliver_parts(outgoing, parts, send_part, self._journal)
+        sender = send_part if visible_to else replacing_preview(
+            outgoing, self._notes, send_part, lambda ts, text: api.update_message(channel, ts, text))
+        record = await deliver_parts(outgoing, parts, sender, self._journal)
         await self._clear_typing(channel, outgoing.messageId)
         return record
 

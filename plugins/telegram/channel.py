@@ -24,6 +24,7 @@ from gateway import (
     clip_note,
     deliver_note,
     deliver_parts,
+    replacing_preview,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from gateway.backoff import delay as backoff_delay
@@ -53,11 +54,15 @@ class TelegramChannel:
 
     Polling failures are reported by python-telegram-bot's error callback; a named supervisor
     task then restarts polling with jittered exponential backoff until it works again. Progress
-    notes are edited in place (editMessageText).
+    notes and streamed answers' previews are edited in place (editMessageText), a preview into the final
+    answer's first part.
     """
 
     name = CHANNEL_TYPE
     edits_progress = True
+    edit_interval_sec = 1.0
+    """Telegram's Bot API FAQ: "avoid sending more than one message per second in a particular chat"
+    (https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this); edits count alike."""
 
     def __init__(self, options: TelegramOptions, context: ChannelContext):
         self.profile_id = options.profile_id
@@ -65,7 +70,7 @@ class TelegramChannel:
         self.context = context
         self.threads = RunThreads(context.home, options.profile_id)
         self.journal = DeliveryJournal(context.home, options.profile_id)
-        self.notes = NoteMessages()
+        self.notes = NoteMessages.kept_for(context.home, options.profile_id)
         self._token = ""
         self._app: TelegramApp | None = None
         self._inbound: InboundMessages | None = None
@@ -248,7 +253,11 @@ class TelegramChannel:
             data = await self.context.read_attachment(outgoing, part.file) if part.file is not None else None
             return await self._send_part(bot, target, part, data, quoted, outgoing.workflowRunId)
 
-        return await deliver_parts(outgoing, parts, send_part, self.journal)
+        async def edit(ref: str, text: str) -> bool:
+            return await self._edit(bot, ref, text)
+
+        return await deliver_parts(outgoing, parts, replacing_preview(outgoing, self.notes, send_part, edit),
+                                   self.journal)
 
     async def _send_note(self, bot: Bot, target: Target, outgoing: OutgoingPayload) -> DeliveryRecord:
         """Posts a progress note, or edits the message already showing that note."""
