@@ -64,7 +64,7 @@ def result_reply(run: RunState, to: IncomingPayload | None = None) -> OutgoingPa
                                     quoted=user_texts(run),
                                     workflowRunId=run.runId, workflowStepId=step_id, runState=run.state,
                                     job=run.job.model_dump(mode="json", exclude_none=True),
-                                    streamKey=stream_key(run.runId))
+                                    streamKey=stream_key(run))
 
 
 def prompt_reply(run: RunState, step_id: str, prompt: str, to: IncomingPayload | None = None) -> OutgoingPayload:

@@ -24,10 +24,11 @@ log = logging.getLogger("switchyard.orchestrator.streaming")
 T = TypeVar("T")
 
 
-def stream_key(run_id: str) -> str:
-    """The key of a run's streamed answer: every agent step of the run previews into one message, which
+def stream_key(run: RunState) -> str:
+    """The key of a run's streamed answer, named after the message that started it: every agent step of the
+    run, and of a run started again for that message (a retry, a restart), previews into one message, which
     the run's result then replaces."""
-    return f"{run_id}/answer"
+    return f"answer:{run.payload().messageId}"
 
 
 class Throttle(Generic[T]):
@@ -101,7 +102,7 @@ class TextPreviews:
         payload = OutgoingPayload.reply_to(
             self._run.payload(), text, agent=self._agent, timestamp=now_ms(), quoted=[text],
             workflowRunId=self._run.runId, workflowStepId=self._step_id,
-            progressKey=stream_key(self._run.runId), draft=True,
+            progressKey=stream_key(self._run), draft=True,
         ).model_copy(update={"message": text, "files": []})  # a draft never carries a file
         try:
             self._outbox.write(payload)
