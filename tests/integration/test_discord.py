@@ -19,6 +19,7 @@ from gateway.testing import async_wait_until
 from plugins.discord.channel import DiscordChannel
 from tests.fakes.discord_server import MESSAGE_CONTENT_INTENT, DiscordFakeServer
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
+from tests.integration.stream_previews import StreamPreviewChecks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,6 +98,12 @@ class TestDiscordConformance(ChannelConformance):
 
 
 class TestDiscordProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: DiscordFakeServer) -> DiscordNoteDriver:
+        return DiscordNoteDriver(server)
+
+
+class TestDiscordStreamPreviews(StreamPreviewChecks):
     @pytest.fixture
     async def note_driver(self, server: DiscordFakeServer) -> DiscordNoteDriver:
         return DiscordNoteDriver(server)

@@ -16,6 +16,7 @@ from plugins.slack.channel import SlackChannel
 from plugins.slack.transport import SocketTransport
 from tests.fakes.slack_server import FakeSlack
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
+from tests.integration.stream_previews import StreamPreviewChecks
 
 BOT_ENV, APP_ENV, SECRET_ENV = "TEST_SLACK_BOT_TOKEN", "TEST_SLACK_APP_TOKEN", "TEST_SLACK_SIGNING_SECRET"
 CHANNEL = "C100"
@@ -117,6 +118,12 @@ class TestSlackConformance(ChannelConformance):
 
 
 class TestSlackProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: FakeSlack) -> SlackNoteDriver:
+        return SlackNoteDriver(server, "socket")
+
+
+class TestSlackStreamPreviews(StreamPreviewChecks):
     @pytest.fixture
     async def note_driver(self, server: FakeSlack) -> SlackNoteDriver:
         return SlackNoteDriver(server, "socket")

@@ -28,6 +28,7 @@ from plugins.telegram import TelegramOptions
 from plugins.telegram.channel import TelegramChannel
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
+from tests.integration.stream_previews import StreamPreviewChecks
 
 pytestmark = [
     # PTB 22 warns when RetryAfter.retry_after is read as an int (the plugin handles both forms)
@@ -133,6 +134,12 @@ class TestTelegramWebhookConformance(ChannelConformance):
 
 
 class TestTelegramProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: FakeTelegram) -> TelegramNoteDriver:
+        return TelegramNoteDriver(server)
+
+
+class TestTelegramStreamPreviews(StreamPreviewChecks):
     @pytest.fixture
     async def note_driver(self, server: FakeTelegram) -> TelegramNoteDriver:
         return TelegramNoteDriver(server)
