@@ -68,8 +68,7 @@ class Rig:
         return [p.message for p in self.channel.sent]
 
     def skipped(self) -> list[str]:
-        return [str(e["skipped"]) for e in read_events(self.home.events_file)
-                if e["event"] == "outgoing.sent" and e.get("skipped")]
+        return [str(e["reason"]) for e in read_events(self.home.events_file) if e["event"] == "outgoing.skipped"]
 
 
 async def test_a_channel_that_cannot_edit_gets_the_final_answer_only(home: Home) -> None:

@@ -5,12 +5,12 @@ is ever sent, so a failing head keeps its place and holds the replies after it; 
 drained side by side, at most MAX_PARALLEL_DELIVERIES sends at a time. A failed send is retried
 after the platform's retry-after or a jittered backoff; after `queue.max_attempts`, or at once when
 the platform refuses it for good (PermanentError), the reply is dead with its reason. Each outcome is
-an event: `outgoing.sent`, `outgoing.retry`, `outgoing.failed`.
+an event: `outgoing.sent`, `outgoing.retry`, `outgoing.failed` (and `outgoing.skipped`, below).
 
 Drafts of a streamed answer (`draft: true`, see orchestrator/streaming.py) are previews, not answers: one
 for a channel that cannot edit messages (no `edits_progress`) is not sent, nor one that a later reply of its
 conversation supersedes (a newer draft of its key, or the final answer naming it as `streamKey`); both are
-recorded as delivered with the reason (`outgoing.sent` with `skipped`). A channel's edits of one stream are
+recorded as delivered with the reason (event `outgoing.skipped`). A channel's edits of one stream are
 spaced by its `edit_interval_sec`, the final answer's included.
 
 A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
@@ -151,8 +151,8 @@ class Sender:
         else:
             return False
         await head.sent()
-        self.events.emit("outgoing.sent", file=head.name, channel=payload.channel, profile=payload.profile,
-                         conversation=payload.conversationId, messageId=payload.messageId, skipped=reason)
+        self.events.emit("outgoing.skipped", file=head.name, channel=payload.channel, profile=payload.profile,
+                         conversation=payload.conversationId, messageId=payload.messageId, reason=reason)
         return True
 
     def _stream_of(self, head: Head) -> tuple[str, str, str, str] | None:
