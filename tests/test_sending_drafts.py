@@ -4,6 +4,7 @@ edit, only the newest waiting one of a key, none once the final answer waits, an
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from typing import Any
 
@@ -12,8 +13,9 @@ from gateway.files.dispatcher import Dispatcher
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox
-from gateway.settings import QueueSettings
+from gateway.settings import ChannelProfile, QueueSettings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
+from plugins.console.channel import ConsoleChannel
 
 SETTINGS = QueueSettings(backoff_initial_ms=5, backoff_max_ms=20, max_attempts=3, fsync=False)
 KEY = "answer:m1"
@@ -79,6 +81,20 @@ async def test_a_channel_that_cannot_edit_gets_the_final_answer_only(home: Home)
     await async_wait_until(lambda: rig.sent() == ["The quick brown fox."] and len(list(home.sent.iterdir())) == 4)
     assert list(home.outgoing.glob("*.json")) == []  # every draft is recorded as delivered, none left waiting
     assert len(rig.skipped()) == 3 and all("cannot edit" in reason for reason in rig.skipped())
+
+
+async def test_the_console_prints_the_final_answer_only(home: Home) -> None:
+    stdout = io.StringIO()
+    console = ConsoleChannel(ChannelProfile(id="console", type="console"), stdin=io.StringIO(), stdout=stdout)
+    events = EventLog(home.events_file)
+    dispatcher = Dispatcher(home, [console], events, SETTINGS)  # type: ignore[list-item]
+    outbox = FileOutbox(home, events, fsync=False)
+    outbox.on_written = dispatcher.schedule
+    for payload in (draft("The"), draft("The quick"), final("The quick brown fox.")):
+        outbox.write(payload.model_copy(update={"channel": "console", "channelProfileId": "console",
+                                                "conversationId": "console"}))
+    await async_wait_until(lambda: len(list(home.sent.iterdir())) == 3)
+    assert [line.split("] ", 1)[1] for line in stdout.getvalue().splitlines()] == ["The quick brown fox."]
 
 
 async def test_waiting_drafts_of_one_key_are_coalesced_to_the_newest(home: Home) -> None:
