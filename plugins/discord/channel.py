@@ -67,9 +67,9 @@ class DiscordChannel:
     name = CHANNEL_TYPE
     edits_progress = True
     edit_interval_sec = 1.0
-    """Discord limits each route per channel and says so in its headers (discord.py waits them out), e.g. 5
-    message edits per 5 s per channel (https://discord.com/developers/docs/topics/rate-limits): one a second
-    stays below it."""
+    """Discord publishes no fixed figure: limits are per route and channel, "should not be hard coded", and come
+    in each response's headers (https://discord.com/developers/docs/topics/rate-limits), which discord.py
+    obeys, waiting out a 429. One edit of a stream a second keeps those waits rare."""
     login_timeout_s = 30.0
     ready_timeout_s = 10.0
     reconnect_initial_s = 1.0

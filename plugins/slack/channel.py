@@ -54,8 +54,9 @@ class SlackChannel:
     name = CHANNEL_TYPE
     edits_progress = True
     edit_interval_sec = 1.2
-    """chat.update is a Tier 3 method, 50+ calls a minute (https://api.slack.com/methods/chat.update), and
-    Slack asks for at most one message a second per channel (https://api.slack.com/apis/rate-limits)."""
+    """chat.update is a Tier 3 method: 50+ calls a minute per workspace (https://api.slack.com/methods/chat.update,
+    tiers in https://api.slack.com/apis/rate-limits), i.e. one each 1.2 s; posting is "1 per second" per
+    channel."""
 
     def __init__(self, config: SlackConfig, context: ChannelContext):
         self.profile_id = config.profile_id

@@ -61,8 +61,9 @@ class TelegramChannel:
     name = CHANNEL_TYPE
     edits_progress = True
     edit_interval_sec = 1.0
-    """Telegram's Bot API FAQ: "avoid sending more than one message per second in a particular chat"
-    (https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this); edits count alike."""
+    """Telegram's Bot FAQ: "In a single chat, avoid sending more than one message per second" (and about 20 a
+    minute in a group; https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this). An
+    edit is a call on that chat too; a 429 is still waited out (`_waiting`)."""
 
     def __init__(self, options: TelegramOptions, context: ChannelContext):
         self.profile_id = options.profile_id
