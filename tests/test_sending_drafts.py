@@ -9,11 +9,12 @@ import time
 from typing import Any
 
 from gateway.events import EventLog, read_events
+from gateway.files.backend import FileStores
 from gateway.files.dispatcher import Dispatcher
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.outbox import FileOutbox
-from gateway.settings import ChannelProfile, QueueSettings
+from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from plugins.console.channel import ConsoleChannel
 
@@ -22,7 +23,7 @@ KEY = "answer:m1"
 
 
 def _reply(text: str, **extra: Any) -> OutgoingPayload:
-    incoming = make_incoming(text, channel="fake", channelProfileId="fake", conversationId="c1")
+    incoming = make_incoming(text, channel="fake", channelProfileId="fake", conversationId="c1", messageId="m1")
     return OutgoingPayload.reply_to(incoming, text, agent="a", timestamp=incoming.timestamp, **extra)
 
 
@@ -144,3 +145,12 @@ async def test_edits_of_one_stream_are_spaced_by_the_channels_interval(home: Hom
     await async_wait_until(lambda: len(rig.sent()) == 3)
     gaps = [later - earlier for earlier, later in zip(rig.times, rig.times[1:], strict=False)]
     assert all(gap >= 0.29 for gap in gaps), gaps
+
+
+def test_send_wait_shows_the_answer_not_a_draft(home: Home) -> None:
+    outbox = FileOutbox(home, EventLog(home.events_file), fsync=False)
+    outbox.write(draft("The quick"))
+    outbox.write(final("The quick brown fox."))
+    backend = FileStores(home, Settings(), stores=None)  # type: ignore[arg-type]
+    reply = backend.wait_for_reply("m1", 1.0)
+    assert reply is not None and reply["message"] == "The quick brown fox."
