@@ -89,7 +89,11 @@ class Channel(Protocol):
     edits_progress: bool = False
     """Whether `send` shows progress notes (payloads with the same `progressKey` in one conversation)
     as one message edited in place; False: each note is posted as an ordinary message. Core code
-    reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it."""
+    reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it. Such a channel
+    also gets the drafts of a streamed answer (notes with `draft: true`) and edits the preview into the
+    answer naming it (`streamKey`, see gateway.notes.replacing_preview); a channel without it gets the answer
+    only. Its optional class attribute `edit_interval_sec` (default 0) is the least time between two edits
+    of one stream, the platform's limit (read with `getattr` too)."""
 
     async def start(self, sink: Sink) -> None:
         """Connects and starts turning platform messages into incoming payloads via `sink`."""
