@@ -54,12 +54,9 @@ SELECT id, name, payload, attempts, parts_sent, next_attempt_at <= now()
 FROM switchyard_outbox WHERE state = 'pending' AND channel = %s AND profile = %s AND conversation = %s
 ORDER BY id LIMIT 1
 """
-SUPERSEDED = """
-SELECT EXISTS (SELECT 1 FROM switchyard_outbox head JOIN switchyard_outbox later
-  ON later.channel = head.channel AND later.profile = head.profile AND later.conversation = head.conversation
-  WHERE head.id = %s AND later.state = 'pending' AND later.id > head.id
-    AND (later.payload->>'progressKey' = %s OR later.payload->>'streamKey' = %s))
-"""
+SUPERSEDED = ("SELECT EXISTS (SELECT 1 FROM switchyard_outbox head JOIN switchyard_outbox later USING (channel, "
+              "profile, conversation) WHERE head.id = %s AND later.state = 'pending' AND later.id > head.id "
+              "AND %s IN (later.payload->>'progressKey', later.payload->>'streamKey'))")
 Key = tuple[str, str, str]  # (channel type, profile, conversation) as the row has them
 
 
@@ -365,7 +362,7 @@ class _RowHead:
         if key is None:
             return False
         async with self.delivery._pool.connection(timeout=5.0) as conn:
-            row = await (await conn.execute(SUPERSEDED, (self.row_id, key, key))).fetchone()
+            row = await (await conn.execute(SUPERSEDED, (self.row_id, key))).fetchone()
         return bool(row and row[0])
 
     async def retry(self, attempts: int, error: str, delay_s: float) -> None:
