@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 
 def memory_settings(settings: Settings) -> Settings:
-    """`settings` on the in-memory backend: the test-only override of `queue.backend` (not validated, so
-    that no settings.yaml can ask for it)."""
+    """`settings` on the in-memory backend (a test registers MemoryBackendPlugin; no installed plugin declares
+    "memory", so a settings.yaml naming it gets `check`'s "no installed plugin provides the backend")."""
     return settings.model_copy(update={"queue": settings.queue.model_copy(update={"backend": "memory"})})
 
 
