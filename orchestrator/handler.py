@@ -10,11 +10,14 @@ from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
 from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
+from orchestrator.approvalchat import ChatAnswers
+from orchestrator.approvals import ApprovalBroker
 from orchestrator.config import ConfigCache, LoadedConfig
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
+from orchestrator.live import PermissionAsker
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
@@ -58,6 +61,8 @@ class Orchestrator:
         self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
         self._selector = Selector(context.home, self._runner, context.events,
                                   open_history(backend))
+        self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
+        self._answers = ChatAnswers(self.approvals, context.settings, backend.pairing())
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),
@@ -74,6 +79,7 @@ class Orchestrator:
         for problem in missing_providers(self._context.home, self._context.settings):
             log.warning("%s: messages that need it will fail", problem)
             self._context.events.emit("provider.missing", reason=problem)
+        await self.approvals.close_abandoned()  # before runs resume: their turns ask again
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
 
@@ -104,6 +110,9 @@ class Orchestrator:
         if message.job is not None:  # a channel-authored job: its profile's workflow, never a command
             loaded = self._load(message)
             return [self._actions.start_job(message, message.job, loaded, self._profile_workflow(message, loaded))]
+        answered = await self._answers.handle(message)  # a tapped approval button, or an option's number
+        if answered is not None:
+            return [answered]
         text = message.message.strip().lower()
         if message.workflowRunId and text in STATUS_WORDS:
             return [self._actions.run_snapshot(message, message.workflowRunId)]
@@ -123,6 +132,11 @@ class Orchestrator:
         if run is not None and self._actions.answered_input(message, run):
             return _replies(await self._actions.reattach_answer(message, loaded, run))
         return _replies(await self._select(message, loaded, run))
+
+    def permission_asker(self, message: IncomingPayload) -> PermissionAsker:
+        """The PermissionAsker of a turn answering `message`: asks its conversation, waits up to its
+        orchestrator's `approval_timeout_sec`."""
+        return self.approvals.asker(message, timeout_s=self._load(message).config.approval_timeout_sec)
 
     def _profile_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
         """The workflow a channel profile names (`workflow:`), else the rules' default workflow."""
