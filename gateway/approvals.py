@@ -206,3 +206,31 @@ class FileApprovals:
             done = current.settled(state, choice=choice, by=by, reason=reason)
             data[approval_id] = done.to_json()
             return done, True
+
+
+OPERATOR = "operator"
+"""The `reason` of an answer given outside the chat (`switchyard approvals`, the dashboard): the waiting
+turn then tells the conversation, which saw no answer."""
+
+
+def operator_answer(store: Any, approval_id: str, verdict: str, by: str) -> tuple[Approval, bool]:
+    """Answers a pending approval with `verdict` ("allow" or "deny") for an operator (`by`: "cli", "dashboard"):
+    (the approval as stored now, whether this answer settled it). KeyError for an unknown id; ValueError
+    for an allow it offers no option for."""
+    approval = store.get(approval_id.strip().lower())
+    if approval is None:
+        raise KeyError(approval_id)
+    if not approval.pending:
+        return approval, False
+    done, won = store.settle(approval.id, ANSWERED, choice=approval.choice_for(verdict), by=by, reason=OPERATOR)
+    return (done if done is not None else approval), won
+
+
+def describe(approval: Approval, now: float | None = None) -> dict[str, Any]:
+    """What a listing shows of an approval (CLI, dashboard): id, conversation, title, options, age, expiry."""
+    now = time.time() if now is None else now
+    return {"id": approval.id, "state": approval.state, "conversation": approval.scope.removeprefix("conv:"),
+            "title": approval.title, "detail": approval.detail,
+            "options": ", ".join(option["name"] for option in approval.options),
+            "age_s": round(now - approval.created_at, 1), "expires_in_s": round(approval.expires_at - now, 1),
+            "owner": approval.owner}

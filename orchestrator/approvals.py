@@ -23,6 +23,7 @@ from gateway.approvals import (
     ANSWERED,
     CANCELLED,
     EXPIRED,
+    OPERATOR,
     Approval,
     button_id,
     conversation_scope,
@@ -127,6 +128,9 @@ class ApprovalBroker:
             if current is None:
                 return None
             if not current.pending:
+                if current.state == ANSWERED and current.reason == OPERATOR:  # the chat saw no answer: told
+                    verdict = "Allowed" if current.allowed() else "Denied"
+                    await self._send(current, f"{verdict} by the operator ({current.answered_by}): {current.title}")
                 return self._outcome(current)
             left = current.expires_at - time.time()
             if left <= 0:

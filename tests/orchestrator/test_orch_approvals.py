@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.approvals import ABANDONED, ANSWERED, PENDING, Approval, FileApprovals, conversation_scope
+from gateway.approvals import ABANDONED, PENDING, Approval, FileApprovals, conversation_scope, operator_answer
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
@@ -138,9 +138,10 @@ async def test_an_answer_from_another_process_reaches_the_turn(running: Running,
     turn = running.ask()
     question = await running.question()
     approval_id = question.buttons[0].id.split(":")[1]
-    done, won = FileApprovals(home).settle(approval_id, ANSWERED, choice="always-1", by="cli")  # another process
-    assert won and done is not None
-    assert await asyncio.wait_for(turn, 5) == "always-1"
+    done, won = operator_answer(FileApprovals(home), approval_id, "allow", by="cli:op")  # another process
+    assert won and done.choice == "allow-1"
+    assert await asyncio.wait_for(turn, 5) == "allow-1"
+    await running.reply_containing("Allowed by the operator (cli:op): Run: make deploy")
 
 
 async def test_a_bare_number_without_a_pending_approval_is_an_ordinary_message(running: Running) -> None:
