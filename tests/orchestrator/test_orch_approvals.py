@@ -180,3 +180,30 @@ async def test_a_restart_closes_what_a_gone_process_left_pending(home: Home) -> 
         assert other is not None and other.state == PENDING, "another host's process is not judged from here"
     finally:
         await running.gateway.stop()
+
+
+async def test_a_stopped_turn_closes_its_approval(running: Running) -> None:
+    turn = running.ask()
+    question = await running.question()
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    stored = running.orchestrator.approvals.store.get(question.buttons[0].id.split(":")[1])
+    assert stored is not None and stored.state == "cancelled" and stored.choice is None
+
+
+def test_without_approvers_every_admitted_sender_may_answer_and_pairing_counts() -> None:
+    from gateway.memory import MemoryPairing
+    from orchestrator.approvalchat import may_answer
+
+    listed = ChannelProfile(id="p", type="fake", allow_from=["ada"])
+    assert may_answer(listed, "ada", None) and not may_answer(listed, "eve", None)
+    assert may_answer(ChannelProfile(id="p", type="fake"), "anyone", None), "a profile admitting everyone"
+    paired = ChannelProfile(id="p", type="fake", pairing=True)
+    store = MemoryPairing()
+    code, _ = store.request("p", "eve", "Eve")
+    assert not may_answer(paired, "eve", store)
+    store.approve(code)
+    assert may_answer(paired, "eve", store)
+    assert not may_answer(ChannelProfile(id="p", type="fake", approvers=["ada"]), "bob", None)
+    assert not may_answer(None, "ada", None), "an unknown profile"
