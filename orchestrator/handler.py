@@ -79,7 +79,10 @@ class Orchestrator:
         for problem in missing_providers(self._context.home, self._context.settings):
             log.warning("%s: messages that need it will fail", problem)
             self._context.events.emit("provider.missing", reason=problem)
-        await self.approvals.close_abandoned()  # before runs resume: their turns ask again
+        try:  # before runs resume: their turns ask again
+            await self.approvals.close_abandoned()
+        except Exception as exc:  # the store unreachable: they expire by their time, answered by nobody
+            log.warning("cannot close the approvals a stopped process left pending: %s", exc)
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
 
