@@ -45,6 +45,7 @@ log = logging.getLogger("switchyard.orchestrator.approvals")
 
 POLL_S = 2.0  # how often a waiting turn reads the store for an answer given elsewhere
 LATE_GRACE_S = 60.0  # an approval this long past its expiry is closed by any process (its own is gone)
+SWEEP_S = 60.0  # how often a running process looks for approvals left by processes that are gone
 QUESTION_HINT = "Tap a button, or reply with the number of your answer (within {within})."
 EXPIRED_TEXT = "⌛ No answer in time: denied. {title}"
 RESTARTED_TEXT = ("⚠️ The gateway restarted while your approval was pending, so this request was closed: {title}. "
@@ -168,6 +169,16 @@ class ApprovalBroker:
             await asyncio.to_thread(self._outbox.write, reply_to(approval, text, **extra))
         except OSError as exc:  # the approval is stored: it can still be answered from the CLI or dashboard
             log.warning("cannot send the question of approval %s: %s", approval.id, exc)
+
+    async def keep_sweeping(self, interval_s: float | None = None) -> None:
+        """Runs `close_abandoned` every `interval_s` (SWEEP_S) until cancelled: what another host's process
+        left when it died is closed once past its expiry, without waiting for a restart there."""
+        while True:
+            await asyncio.sleep(SWEEP_S if interval_s is None else interval_s)
+            try:
+                await self.close_abandoned()
+            except Exception as exc:  # the store unreachable now: the next sweep tries again
+                log.warning("cannot sweep the pending approvals: %s", exc)
 
     async def close_abandoned(self) -> list[Approval]:
         """Closes the pending approvals whose process is gone (on this host), telling each conversation

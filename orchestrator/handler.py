@@ -43,6 +43,7 @@ class Orchestrator:
     ):
         self._context = context
         self._watch: asyncio.Task[None] | None = None
+        self._sweep: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         backend = context.backend if context.backend is not None else backend_for(context.home, context.settings)
         self._opened = backend if context.backend is None else None  # a backend of its own: closed by `stop`
@@ -85,6 +86,7 @@ class Orchestrator:
             log.warning("cannot close the approvals a stopped process left pending: %s", exc)
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
+        self._sweep = asyncio.create_task(self.approvals.keep_sweeping(), name="orchestrator-approvals-sweep")
 
     async def _watch_configs(self) -> None:
         """Reads each orchestrator.yaml again soon after an edit, so a broken one is reported before a
@@ -99,9 +101,10 @@ class Orchestrator:
     async def stop(self) -> None:
         """Stops run tasks (their state stays on disk and resumes at the next start); finishes the
         selector files still being written."""
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
+        for task in (self._watch, self._sweep):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self._executor.stop()
         await asyncio.to_thread(self._selector.close)
         if self._opened is not None:

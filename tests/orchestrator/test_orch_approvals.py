@@ -207,3 +207,22 @@ def test_without_approvers_every_admitted_sender_may_answer_and_pairing_counts()
     assert may_answer(paired, "eve", store)
     assert not may_answer(ChannelProfile(id="p", type="fake", approvers=["ada"]), "bob", None)
     assert not may_answer(None, "ada", None), "an unknown profile"
+
+
+async def test_a_running_gateway_closes_what_another_hosts_dead_process_left_once_past_its_expiry(
+        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("orchestrator.approvals.SWEEP_S", 0.05)
+    monkeypatch.setattr("orchestrator.approvals.LATE_GRACE_S", 0.2)
+    running = Running(home)
+    await running.gateway.start()
+    try:
+        now = time.time()
+        FileApprovals(home).request(Approval(
+            id="lost", owner="other-host:1:1", scope=conversation_scope("fake", "f1", "room"), title="Run: ls",
+            address={"channel": "fake", "channelProfileId": "f1", "conversationId": "room", "messageId": "m-x"},
+            options=[{"id": "a", "name": "Allow once", "kind": "allow_once"}], created_at=now, expires_at=now))
+        await running.reply_containing("No answer in time: denied. Run: ls")
+        closed = FileApprovals(home).get("lost")
+        assert closed is not None and closed.state == "expired" and closed.reason == "its process did not close it"
+    finally:
+        await running.gateway.stop()
