@@ -165,6 +165,7 @@ class ChannelOptions(_Strict):
     pairing: bool = False
     pairing_code_ttl_sec: float = Field(default=DEFAULT_PAIRING_CODE_TTL_S, gt=0)
     workflow: str | None = None
+    approvers: list[str] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
 
 
 class DashboardSettings(_Strict):

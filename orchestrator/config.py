@@ -58,6 +58,10 @@ reply_within_sec: 20
 progress_after_sec: 8
 progress_interval_sec: 15
 
+# When an agent asks to run a tool, the conversation gets the question with one-tap answers (or a
+# numbered list); with no answer within approval_timeout_sec the call is denied and the user told.
+approval_timeout_sec: 600
+
 # Retries (spec 003): a failed run is queued again up to max_retries times (a workflow may set its
 # own `max_retries`), after retry_backoff_sec, doubling per retry up to retry_backoff_max_sec.
 # A provider timeout or non-zero exit is retryable; a step with `on_failure: fatal`, or an
@@ -190,6 +194,7 @@ class OrchestratorConfig(_Sections):
     reply_within_sec: float = Field(default=20, ge=0)
     progress_after_sec: float = Field(default=8, ge=0)  # an agent step running longer gets progress notes
     progress_interval_sec: float = Field(default=15, gt=0)  # at most one note this often
+    approval_timeout_sec: float = Field(default=600, gt=0)  # a tool approval unanswered this long is denied
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     workflows: dict[str, WorkflowConfig] = Field(default_factory=dict)
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)

@@ -10,11 +10,14 @@ from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
 from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
+from orchestrator.approvalchat import ChatAnswers
+from orchestrator.approvals import ApprovalBroker
 from orchestrator.config import ConfigCache, LoadedConfig
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
+from orchestrator.live import PermissionAsker
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
@@ -40,6 +43,7 @@ class Orchestrator:
     ):
         self._context = context
         self._watch: asyncio.Task[None] | None = None
+        self._sweep: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         backend = context.backend if context.backend is not None else backend_for(context.home, context.settings)
         self._opened = backend if context.backend is None else None  # a backend of its own: closed by `stop`
@@ -58,6 +62,8 @@ class Orchestrator:
         self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
         self._selector = Selector(context.home, self._runner, context.events,
                                   open_history(backend))
+        self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
+        self._answers = ChatAnswers(self.approvals, context.settings, backend.pairing())
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),
@@ -74,8 +80,13 @@ class Orchestrator:
         for problem in missing_providers(self._context.home, self._context.settings):
             log.warning("%s: messages that need it will fail", problem)
             self._context.events.emit("provider.missing", reason=problem)
+        try:  # before runs resume: their turns ask again
+            await self.approvals.close_abandoned()
+        except Exception as exc:  # the store unreachable: they expire by their time, answered by nobody
+            log.warning("cannot close the approvals a stopped process left pending: %s", exc)
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
+        self._sweep = asyncio.create_task(self.approvals.keep_sweeping(), name="orchestrator-approvals-sweep")
 
     async def _watch_configs(self) -> None:
         """Reads each orchestrator.yaml again soon after an edit, so a broken one is reported before a
@@ -90,9 +101,10 @@ class Orchestrator:
     async def stop(self) -> None:
         """Stops run tasks (their state stays on disk and resumes at the next start); finishes the
         selector files still being written."""
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
+        for task in (self._watch, self._sweep):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self._executor.stop()
         await asyncio.to_thread(self._selector.close)
         if self._opened is not None:
@@ -104,6 +116,9 @@ class Orchestrator:
         if message.job is not None:  # a channel-authored job: its profile's workflow, never a command
             loaded = self._load(message)
             return [self._actions.start_job(message, message.job, loaded, self._profile_workflow(message, loaded))]
+        answered = await self._answers.handle(message)  # a tapped approval button, or an option's number
+        if answered is not None:
+            return [answered]
         text = message.message.strip().lower()
         if message.workflowRunId and text in STATUS_WORDS:
             return [self._actions.run_snapshot(message, message.workflowRunId)]
@@ -123,6 +138,11 @@ class Orchestrator:
         if run is not None and self._actions.answered_input(message, run):
             return _replies(await self._actions.reattach_answer(message, loaded, run))
         return _replies(await self._select(message, loaded, run))
+
+    def permission_asker(self, message: IncomingPayload) -> PermissionAsker:
+        """The PermissionAsker of a turn answering `message`: asks its conversation, waits up to its
+        orchestrator's `approval_timeout_sec`."""
+        return self.approvals.asker(message, timeout_s=self._load(message).config.approval_timeout_sec)
 
     def _profile_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
         """The workflow a channel profile names (`workflow:`), else the rules' default workflow."""

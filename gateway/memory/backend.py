@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.files.backend import FileStores
 from gateway.hookspecs import hookimpl
+from gateway.memory.approvals import MemoryApprovals
 from gateway.memory.queue import MemoryDeadLetters
 from gateway.memory.state import MemoryState
 from gateway.memory.stores import MemoryLocks, MemoryPairing
@@ -59,6 +60,9 @@ class MemoryStores(FileStores):
 
     def pairing(self, *, command: bool = False) -> MemoryPairing:
         return MemoryPairing(self.state.pairing)
+
+    def approvals(self, *, command: bool = False) -> MemoryApprovals:  # type: ignore[override]
+        return self.state.approvals.twin()
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> MemoryLocks:
         return MemoryLocks(self.state.locks, holder=holder or "memory-command", ttl_s=ttl_s)
