@@ -10,6 +10,7 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import discord
@@ -63,7 +64,8 @@ class Intake:
         on a message sent before a restart still arrives): the access check of a message, then a payload
         with `button` and the label (messageId `tap:<interaction id>`, the same when Discord sends the
         interaction again), answered by editing the message to say "answered: <label>" without buttons."""
-        custom_id = str((interaction.data or {}).get("custom_id") or "")
+        data: dict[str, Any] = dict(interaction.data or {})
+        custom_id = str(data.get("custom_id") or "")
         if interaction.user.bot or not custom_id or interaction.channel_id is None:
             return
         async with self._in_order(interaction.channel_id):

@@ -102,7 +102,8 @@ class InboundMessages:
         await _quietly(query.answer(answered))
         text = getattr(message, "text", None)
         if text is not None and len(text) + len(answered) < 4000:
-            await _quietly(query.edit_message_text(f"{text}\n\n{answered}", entities=message.entities))
+            entities = getattr(message, "entities", None)
+            await _quietly(query.edit_message_text(f"{text}\n\n{answered}", entities=entities))
         else:
             await _quietly(query.edit_message_reply_markup(None))
         return path

@@ -206,11 +206,11 @@ class WhatsAppChannel:
                 text = f"{text}\n[file: {path}]" if text else f"[file: {path}]"
             else:
                 text = f"{text}\n[attachment could not be downloaded]".strip()
-        payload = IncomingPayload(
-            channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=message.sender_name,
-            senderId=message.sender_id, message=text, timestamp=message.timestamp_ms or now_ms(),
-            messageId=message.message_id, conversationId=message.sender_id, files=files,
-            workflowRunId=run_id, **({"button": message.button} if message.button else {}))
+        payload = IncomingPayload.model_validate({
+            "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": message.sender_name,
+            "senderId": message.sender_id, "message": text, "timestamp": message.timestamp_ms or now_ms(),
+            "messageId": message.message_id, "conversationId": message.sender_id, "files": files,
+            "workflowRunId": run_id, **({"button": message.button} if message.button else {})})
         assert self._sink is not None
         await self._sink(payload)
         _remember(self._last_inbound, message.sender_id, message.message_id)
