@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard.slack")
 
 STOP_DRAIN_S = 5.0
+NOT_YOURS = "You may not answer here."
 VISIBLE_TO = "visibleTo"  # an outgoing payload's extra key: the one Slack user who may see it
 
 
@@ -194,6 +195,8 @@ class SlackChannel:
         if not decision.allowed:
             self._reject(SlackMessage(channel=tap.channel, ts=tap.trigger_id, user=tap.user, text=tap.label,
                                       thread_ts=tap.thread_ts), sender, decision)
+            if not decision.reply:  # (a pairing code, when there is one, tells them already)
+                await self._tell_quietly(tap, NOT_YOURS)
             return
         payload = IncomingPayload.model_validate({
             "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": sender, "senderId": tap.user,
@@ -202,11 +205,7 @@ class SlackChannel:
         try:
             await self._sink(payload)
         except Exception:  # acknowledged already: Slack will not send the tap again
-            channel, thread_ts = split_conversation(tap.conversation)
-            try:
-                await api.post_ephemeral(channel, tap.user, INTAKE_FAILED_REPLY, thread_ts)
-            except Exception as reply_exc:
-                log.warning("slack %s: could not tell the sender either: %s", self.profile_id, reply_exc)
+            await self._tell_quietly(tap, INTAKE_FAILED_REPLY)
             raise
         if tap.blocks and tap.message_ts:
             try:
@@ -214,6 +213,15 @@ class SlackChannel:
                                          answered_blocks(tap.blocks, tap.label, tap.user))
             except Exception as exc:
                 log.info("slack %s: marking a tapped message answered failed: %s", self.profile_id, exc)
+
+    async def _tell_quietly(self, tap: SlackTap, text: str) -> None:
+        """Tells the tapper something in an ephemeral message only they see (failures logged)."""
+        channel, thread_ts = split_conversation(tap.conversation)
+        try:
+            assert self._api is not None
+            await self._api.post_ephemeral(channel, tap.user, text, thread_ts)
+        except Exception as exc:
+            log.warning("slack %s: could not tell %s: %s", self.profile_id, tap.user, exc)
 
     async def _save_file(self, file: dict[str, Any], conversation: str) -> Path | None:
         """Downloads one shared file into files/; its absolute path, or None when that failed."""

@@ -13,7 +13,7 @@ import pytest
 from gateway import OutgoingPayload
 from gateway.conformance import BUTTONS, ChannelRig, reply
 from gateway.testing import async_wait_until
-from plugins.slack.channel import SlackChannel
+from plugins.slack.channel import NOT_YOURS, SlackChannel
 from tests.fakes.slack_server import FakeSlack
 from tests.integration.test_slack import APP_ENV, BOT_ENV, CHANNEL, SECRET_ENV, SlackDriver
 
@@ -88,3 +88,19 @@ async def test_a_tap_from_an_unknown_sender_gets_a_pairing_code_only_they_see(
     await rig.channel.send(answer)
     assert [(c, user) for c, user, _ in server.ephemeral] == [(CHANNEL, "U666")]
     assert rig.incoming() == [] and server.edits == []
+
+
+async def test_a_tap_from_a_sender_not_allowed_is_told_only_to_them(
+    server: FakeSlack, tmp_path: Path
+) -> None:
+    driver = SlackDriver(server, "socket")
+    rig = ChannelRig(driver, tmp_path / "home", allow_from=["1001"])
+    await rig.start()
+    try:
+        await ask(rig, CHANNEL)
+        await driver.user_taps("ap:k3j9x2:0", sender_id="U666", sender="Eve")
+        told = await async_wait_until(lambda: server.ephemeral)
+        assert told == [(CHANNEL, "U666", NOT_YOURS)]
+        assert rig.incoming() == [] and server.edits == []
+    finally:
+        await rig.stop()

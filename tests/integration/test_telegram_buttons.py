@@ -83,3 +83,16 @@ async def test_a_long_reply_carries_its_keyboard_on_the_last_chunk_only(server: 
         assert [s.buttons for s in server.sent] == [[], [], [("ap:k3j9x2:0", "Allow"), ("ap:k3j9x2:1", "Deny")]]
     finally:
         await rig.stop()
+
+
+async def test_a_tap_in_a_forum_topic_belongs_to_that_topic(server: FakeTelegram, tmp_path: Path) -> None:
+    rig = await started(server, tmp_path / "home")
+    try:
+        assert rig.channel is not None
+        await send_like_the_dispatcher(rig.channel, reply("Go?", "-100777/5", channel="telegram", buttons=BUTTONS))
+        assert (server.sent[0].chat, server.sent[0].topic) == ("-100777", 5)
+        await server.deliver(server.callback_query(-100777, "ap:k3j9x2:0"), kind="callback_query")
+        [tap] = await async_wait_until(rig.incoming)
+        assert (tap["conversationId"], tap["button"]) == ("-100777/5", "ap:k3j9x2:0")
+    finally:
+        await rig.stop()
