@@ -32,6 +32,7 @@ log = logging.getLogger("switchyard.discord")
 SEEN_LIMIT = 10_000
 CONVERSATIONAL = frozenset({discord.MessageType.default, discord.MessageType.reply})
 ANSWERED = "answered: {label}"
+BUTTON = 2  # the component type of a button (select menus and others are not taps on a reply's buttons)
 NOT_YOURS = "You may not answer here."
 
 
@@ -66,7 +67,8 @@ class Intake:
         interaction again), answered by editing the message to say "answered: <label>" without buttons."""
         data: dict[str, Any] = dict(interaction.data or {})
         custom_id = str(data.get("custom_id") or "")
-        if interaction.user.bot or not custom_id or interaction.channel_id is None:
+        if data.get("component_type") != BUTTON or interaction.user.bot or not custom_id \
+                or interaction.channel_id is None:
             return
         async with self._in_order(interaction.channel_id):
             await self._admit_tap(interaction, custom_id, sink)
