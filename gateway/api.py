@@ -90,6 +90,10 @@ class Channel(Protocol):
     """Whether `send` shows progress notes (payloads with the same `progressKey` in one conversation)
     as one message edited in place; False: each note is posted as an ordinary message. Core code
     reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it."""
+    shows_buttons: bool = False
+    """Whether `send` shows a reply's `buttons` as platform buttons (a tap then comes back as a payload
+    with `button`); False: they are a numbered list in the text. Read with `getattr(channel,
+    "shows_buttons", False)`, as plugins may predate it."""
 
     async def start(self, sink: Sink) -> None:
         """Connects and starts turning platform messages into incoming payloads via `sink`."""
