@@ -46,18 +46,18 @@ log = logging.getLogger("switchyard.orchestrator.approvals")
 POLL_S = 2.0  # how often a waiting turn reads the store for an answer given elsewhere
 LATE_GRACE_S = 60.0  # an approval this long past its expiry is closed by any process (its own is gone)
 SWEEP_S = 60.0  # how often a running process looks for approvals left by processes that are gone
-QUESTION_HINT = "Tap a button, or reply with the number of your answer (within {within})."
+QUESTION_HINT = "Answer within {within}."
 EXPIRED_TEXT = "⌛ No answer in time: denied. {title}"
 RESTARTED_TEXT = ("⚠️ The gateway restarted while your approval was pending, so this request was closed: {title}. "
                   "Your request will be retried.")
 
 
 def question_text(approval: Approval, within: str) -> str:
-    """The question as a channel without buttons shows it: the title, the detail, numbered options."""
+    """The question: the title, the detail and how long it waits. The options are the reply's `buttons`, which a
+    channel without buttons shows as a numbered list to answer by number (gateway/buttons.py)."""
     lines = [f"🔐 The agent asks to run: {approval.title}"]
     if approval.detail and approval.detail != approval.title:
         lines.append(approval.detail)
-    lines += [f"{number}. {option['name']}" for number, option in enumerate(approval.options, start=1)]
     lines.append(QUESTION_HINT.format(within=within))
     return "\n".join(lines)
 
