@@ -18,11 +18,12 @@ from orchestrator.config import FunctionConfig, LoadedConfig
 from orchestrator.executor import RunExecutor
 from orchestrator.providers import ProviderRunner
 from orchestrator.runbase import RunStoreBase
-from orchestrator.runstate import belongs_to
+from orchestrator.runstate import RunState, belongs_to
 from orchestrator.spawn import ProviderFailed
 
 FUNCTION_MAX_OUTPUT = 65536
-COMMANDS_HELP = "Commands: /status (this conversation's run), /cancel (stop it), /help (this list)."
+COMMANDS_HELP = ("Commands: /status (this conversation's run), /stop (stop what runs now: the agent's answer "
+                 "and the run; /cancel does the same), /help (this list).")
 
 
 class FunctionRefused(Exception):
@@ -151,9 +152,12 @@ def unknown_run(run_id: str) -> str:
     return f"no workflow run {run_id!r} found"
 
 
-async def cancel_text(store: RunStoreBase, executor: RunExecutor, run_id: str) -> str:
-    """Cancels a run and says what happened."""
-    before = store.load(run_id)
+async def cancel_text(
+    store: RunStoreBase, executor: RunExecutor, run_id: str, *, before: RunState | None = None
+) -> str:
+    """Cancels a run and says what happened (`before`: the run as it was read before a `/stop`, which may
+    have ended it cancelled already)."""
+    before = before or store.load(run_id)
     if before is None:
         return unknown_run(run_id)
     if before.finished:
