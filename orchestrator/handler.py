@@ -168,11 +168,11 @@ class Orchestrator:
                                                active.summary() if active else None)
         try:
             decision = await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}")
+            answer = await self._actions.execute(decision, message, loaded, functions)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
-        except TurnStopped:  # `/stop` stopped it and its reply says so: this message is done, unanswered
+        except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
             return None
-        answer = await self._actions.execute(decision, message, loaded, functions)
         if answer is not None:
             self._selector.remember(message, loaded, answer.message)
         return answer
