@@ -30,7 +30,7 @@ log = logging.getLogger("switchyard.orchestrator")
 
 NOT_WAITING_NOTE = "\n(this run is not waiting for input)"
 NOTHING_RUNNING = "Nothing is running."
-STOPPED_TURN = "Stopped. The agent working on your last message was stopped; it will not answer it."
+STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."
 CONFIG_CHECK_SEC = 2.0  # how often each orchestrator.yaml is looked at for an edit
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
 

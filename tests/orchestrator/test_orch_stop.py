@@ -18,7 +18,7 @@ from orchestrator.runs import RunStore
 from orchestrator.runstate import run_id_for
 from tests.orchestrator.orch_helpers import ScriptedSelector, make_message
 
-STOPPED_TURN = "Stopped. The agent working on your last message was stopped; it will not answer it."
+STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."
 CONFIG = """
     selector: {provider: sel}
     diagnostics: {provider: rules}
