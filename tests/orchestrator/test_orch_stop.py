@@ -5,6 +5,7 @@ work goes on."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,27 @@ async def test_stop_with_nothing_running_says_so(
     [answer] = await orchestrator.handle(make_message("/Stop"))
     assert answer.message == "Nothing is running."
     assert selector.calls == 0
+
+
+async def test_stop_ends_a_function_the_selector_called_and_its_message_goes_unanswered(
+    selector: ScriptedSelector, make_context: Callable[..., HandlerContext], tmp_path: Path,
+    write_config: Callable[[str], Path], start: Callable[..., Any], script: Callable[[str, str], list[str]],
+) -> None:
+    started = tmp_path / "function-started"
+    slow = script("slow_function", f"""
+        import pathlib, sys, time
+        sys.stdin.read()
+        pathlib.Path({str(started)!r}).write_text("yes")
+        time.sleep(60)
+    """)
+    write_config(CONFIG + f"""
+    functions:
+      slowly: {{description: Takes long, parameters: {{type: object}}, command: {json.dumps(slow)}}}
+    """)
+    selector.answer({"action": "command_invoke", "function": "slowly", "arguments": {}})
+    orchestrator = await start(make_context({"sel": selector.provider}, builtin_providers={"slow": Blocking()}))
+    asking = asyncio.create_task(orchestrator.handle(make_message("do it slowly")))
+    await async_wait_until(started.exists, 10)
+    [answer] = await orchestrator.handle(make_message("/stop"))
+    assert answer.message == STOPPED_TURN
+    assert await asyncio.wait_for(asking, 5) == []
