@@ -167,7 +167,7 @@ class ProviderRunner:
             nonlocal stopped
             stopped = True
             task.cancel()
-            await asyncio.wait({task})
+            await asyncio.wait({task}, timeout=STOP_WAIT_SEC)
 
         with self.turns.running(scope, stop_turn):
             try:
