@@ -7,9 +7,10 @@ import logging
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
+from gateway.keys import CONTROL_COMMANDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
-from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
+from orchestrator.actions import Actions, reply
 from orchestrator.approvalchat import ChatAnswers
 from orchestrator.approvals import ApprovalBroker
 from orchestrator.config import ConfigCache, LoadedConfig
@@ -17,11 +18,11 @@ from orchestrator.diagnostics import Diagnostics
 from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
-from orchestrator.live import PermissionAsker
+from orchestrator.live import PermissionAsker, TurnStopped
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
-from orchestrator.runstate import RunState
+from orchestrator.runstate import RunState, conversation_key
 from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
 from orchestrator.stores import backend_for, open_history, open_run_store, open_sessions
@@ -30,6 +31,8 @@ from orchestrator.taskqueue import ensure_queue_dirs
 log = logging.getLogger("switchyard.orchestrator")
 
 NOT_WAITING_NOTE = "\n(this run is not waiting for input)"
+NOTHING_RUNNING = "Nothing is running."
+STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."
 CONFIG_CHECK_SEC = 2.0  # how often each orchestrator.yaml is looked at for an edit
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
 
@@ -122,11 +125,11 @@ class Orchestrator:
         text = message.message.strip().lower()
         if message.workflowRunId and text in STATUS_WORDS:
             return [self._actions.run_snapshot(message, message.workflowRunId)]
-        command = text.split(maxsplit=1)[0] if text.startswith("/") else ""
+        command = command_word(text)
         if command in ("/status", "/progress"):
             return [self._actions.workflow_status(message, agent=SYSTEM_AGENT)]
-        if command == "/cancel":
-            return [await self._cancel(message)]
+        if command in CONTROL_COMMANDS:
+            return [await self._stop(message)]
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
         loaded = self._load(message)
@@ -158,12 +161,22 @@ class Orchestrator:
             self._context.events.emit("orchestrator.invalid", orchestrator=orchestrator_id, reason=str(exc))
             raise PermanentError(f"orchestrator {orchestrator_id!r} is misconfigured: {exc}") from exc
 
-    async def _cancel(self, message: IncomingPayload) -> OutgoingPayload:
-        run = self._actions.resolve_run(message)
+    async def _stop(self, message: IncomingPayload) -> OutgoingPayload:
+        """`/stop` and `/cancel` (which arrive beside the conversation's running message: gateway.keys):
+        stops the conversation's running turns, then cancels its run, and says what was stopped."""
+        scope = f"conv:{conversation_key(message)}"
+        run = self._actions.resolve_run(message)  # read before the stop, which may end it
+        stopped = await self._runner.turns.stop(scope)
+        if stopped:
+            self._context.events.emit("turn.stopped", channel=message.channel, conversation=message.conversation,
+                                      turns=stopped, job_id=run.runId if run is not None else None)
         if run is None:
-            return reply(message, NO_ACTIVE_RUN, agent=SYSTEM_AGENT)
-        text = await cancel_text(self._store, self._executor, run.runId)
-        return reply(message, text, agent=SYSTEM_AGENT, run=self._store.load(run.runId))
+            return reply(message, STOPPED_TURN if stopped else NOTHING_RUNNING, agent=SYSTEM_AGENT)
+        text = await cancel_text(self._store, self._executor, run.runId, before=run)
+        after = self._store.load(run.runId)
+        if stopped or (after is not None and after.state == "cancelled"):
+            text = f"Stopped. {text}"
+        return reply(message, text, agent=SYSTEM_AGENT, run=after)
 
     async def _select(
         self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None
@@ -173,10 +186,12 @@ class Orchestrator:
         request = self._selector.build_request(message, loaded, functions.describe(),
                                                active.summary() if active else None)
         try:
-            decision = await self._selector.decide(request, loaded)
+            decision = await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}")
+            answer = await self._actions.execute(decision, message, loaded, functions)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
-        answer = await self._actions.execute(decision, message, loaded, functions)
+        except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
+            return None
         if answer is not None:
             self._selector.remember(message, loaded, answer.message)
         return answer
