@@ -94,6 +94,10 @@ class Channel(Protocol):
     answer naming it (`streamKey`, see gateway.notes.replacing_preview); a channel without it gets the answer
     only. Its optional class attribute `edit_interval_sec` (default 0) is the least time between two edits
     of one stream, the platform's limit (read with `getattr` too)."""
+    shows_buttons: bool = False
+    """Whether `send` shows a reply's `buttons` as platform buttons (a tap then comes back as a payload
+    with `button`); False: they are a numbered list in the text. Read with `getattr(channel,
+    "shows_buttons", False)`, as plugins may predate it."""
 
     async def start(self, sink: Sink) -> None:
         """Connects and starts turning platform messages into incoming payloads via `sink`."""

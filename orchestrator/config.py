@@ -66,6 +66,10 @@ stream: true
 stream_after_sec: 0.7
 stream_interval_sec: 1.0
 
+# When an agent asks to run a tool, the conversation gets the question with one-tap answers (or a
+# numbered list); with no answer within approval_timeout_sec the call is denied and the user told.
+approval_timeout_sec: 600
+
 # Retries (spec 003): a failed run is queued again up to max_retries times (a workflow may set its
 # own `max_retries`), after retry_backoff_sec, doubling per retry up to retry_backoff_max_sec.
 # A provider timeout or non-zero exit is retryable; a step with `on_failure: fatal`, or an
@@ -201,6 +205,7 @@ class OrchestratorConfig(_Sections):
     stream: bool = True  # an agent's answer is previewed while it is written (channels that edit messages)
     stream_after_sec: float = Field(default=0.7, ge=0)  # the first preview this long after the first text
     stream_interval_sec: float = Field(default=1.0, gt=0)  # at most one preview this often
+    approval_timeout_sec: float = Field(default=600, gt=0)  # a tool approval unanswered this long is denied
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     workflows: dict[str, WorkflowConfig] = Field(default_factory=dict)
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)

@@ -26,6 +26,8 @@ def sections(state: dict[str, Any]) -> str:
         _section("In flight", "in-flight", _table(["message", "channel", "conversation", "attempt", "elapsed"], [
             [m["name"], m.get("profile") or m.get("channel"), m.get("conversation"), m.get("attempt"),
              _age(m["elapsed_s"])] for m in state["in_flight"]], empty="nothing in flight")),
+        _section(f"Tool approvals ({len(state.get('approvals', []))})", "approvals",
+                 _approvals(state.get("approvals", []))),
         _section(f"Dead letters ({state['dead_total']})", "dead-letters", _dead_letters(state["dead_letters"])),
         _section("Recent runs", "runs", _runs(state["runs"])),
         _section("Channels", "channels", _table(
@@ -95,6 +97,19 @@ def _dead_letters(letters: list[dict[str, Any]]) -> str:
             for letter in letters]
     return _table(["name", "kind", "conversation", "reason", "attempts", "failed at", ""], rows,
                   empty="no dead letters", raw=(6,))
+
+
+def _approvals(approvals: list[dict[str, Any]]) -> str:
+    rows = []
+    for approval in approvals:
+        ident = escape(approval["id"], quote=True)
+        left = approval["expires_in_s"]
+        rows.append([approval["id"], approval["conversation"], approval["title"], approval["options"],
+                     _age(approval["age_s"]), f"in {_age(left)}" if left > 0 else "expired",
+                     f'<button type="button" class="approval" data-id="{ident}" data-verdict="allow">allow</button> '
+                     f'<button type="button" class="approval" data-id="{ident}" data-verdict="deny">deny</button>'])
+    return _table(["id", "conversation", "tool call", "options", "asked", "expires", ""], rows,
+                  empty="no tool call waiting for an answer", raw=(6,))
 
 
 def _runs(runs: list[dict[str, Any]]) -> str:

@@ -19,6 +19,7 @@ from gateway.hookspecs import hookimpl
 from gateway.stores import Stores
 
 if TYPE_CHECKING:
+    from gateway.approvals import FileApprovals
     from gateway.files.runtime import FileRuntime
     from gateway.home import Home
     from gateway.locks import Locks
@@ -57,6 +58,11 @@ class FileStores:
         from gateway.access import PairingStore
 
         return PairingStore(self.home)
+
+    def approvals(self, *, command: bool = False) -> FileApprovals:
+        from gateway.approvals import FileApprovals
+
+        return FileApprovals(self.home, fsync=self.settings.queue.fsync)
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
         from gateway.locks import LockDirectory

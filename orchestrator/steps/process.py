@@ -36,13 +36,16 @@ class BodyRunner:
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
         request_extra: dict[str, Any] | None = None,
     ) -> ProviderResult:
-        """Runs the body once; raises StepFailed (retryable, or fatal when the step says so)."""
+        """Runs the body once; raises StepFailed (retryable, or fatal when the step says so), or TurnStopped
+        when `/stop` stopped it."""
+        conversation = f"conv:{conversation_key(job.run.payload())}"  # also what `/stop` stops it by
         try:
             if body.command is not None:
                 argv = [render(part, values) for part in body.command]
                 return await self._runner.run_command(
                     label, argv, stdin=None, cwd=job.loaded.workspace, env=env,
                     timeout_sec=body.timeout_sec or COMMAND_TIMEOUT_SEC, max_output=COMMAND_MAX_OUTPUT,
+                    turn=conversation,
                 )
             agent = self._agent(job, body)
             prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
@@ -50,8 +53,7 @@ class BodyRunner:
             request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
             previews = self._previews(job, body.agent or agent.provider)
-            call = AgentCall(conversation=f"conv:{conversation_key(job.run.payload())}", run=job.run.runId,
-                             on_note=notes, on_text=previews)
+            call = AgentCall(conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews)
             try:
                 return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
                                               cwd=job.loaded.workspace, env=env, call=call)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard.telegram")
 
 MAX_INLINE_WAIT_S = 30.0  # longer rate limits go back to the dispatcher as retry_after
-ALLOWED_UPDATES = ["message"]
+ALLOWED_UPDATES = ["message", "callback_query"]  # messages, and taps on the inline keyboards of replies
 NOTE_GONE = ("message to edit not found", "message can't be edited")  # post the note anew
 T = TypeVar("T")
 
@@ -55,11 +55,13 @@ class TelegramChannel:
     Polling failures are reported by python-telegram-bot's error callback; a named supervisor
     task then restarts polling with jittered exponential backoff until it works again. Progress
     notes and streamed answers' previews are edited in place (editMessageText), a preview into the final
-    answer's first part.
+    answer's first part. A reply's buttons are an inline keyboard under its last text chunk; a tap
+    (callback_query) comes in as a payload with `button` (plugins.telegram.inbound).
     """
 
     name = CHANNEL_TYPE
     edits_progress = True
+    shows_buttons = True
     edit_interval_sec = 1.0
     """Telegram's Bot FAQ: "In a single chat, avoid sending more than one message per second" (and about 20 a
     minute in a group; https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this). An
@@ -221,6 +223,9 @@ class TelegramChannel:
 
     async def _on_update(self, update: Update, _context: object) -> None:
         """Handles one update from the Application (updates are processed one at a time)."""
+        if update.callback_query is not None and self._inbound is not None:
+            await self._inbound.tap(update.callback_query)
+            return
         if update.message is None or self._inbound is None:
             return
         try:
@@ -338,14 +343,17 @@ class TelegramChannel:
 
     async def _post(self, bot: Bot, chat: int | str, topic: int | None, part: Part, data: bytes | None,
                     reply_to: int | None) -> Message:
-        """One Bot API call: sendDocument for a file (its bytes in `data`), sendMessage (plain text) otherwise."""
-        from telegram import ReplyParameters
+        """One Bot API call: sendDocument for a file (its bytes in `data`), sendMessage (plain text, with
+        the part's buttons as an inline keyboard, one per row) otherwise."""
+        from telegram import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 
         quote = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
         if part.file is not None and data is not None:
             return await bot.send_document(chat, document=data, filename=part.file.name,
                                            message_thread_id=topic, reply_parameters=quote)
-        return await bot.send_message(chat, part.text or "", message_thread_id=topic, reply_parameters=quote)
+        keyboard = InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.id)] for b in part.buttons])
+        return await bot.send_message(chat, part.text or "", message_thread_id=topic, reply_parameters=quote,
+                                      reply_markup=keyboard if part.buttons else None)
 
     async def typing(self, conversation: str) -> None:
         """Shows "typing…" in the conversation (Telegram shows it for ~5 s); failures are logged."""

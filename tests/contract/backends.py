@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from gateway.access import Pairing, PairingStore
+from gateway.approvals import FileApprovals
 from gateway.delivery import DeliveryJournal
 from gateway.events import EventLog, read_events
 from gateway.files.answered import AnsweredIndex
@@ -23,6 +24,7 @@ from gateway.memory import (
     AnsweredState,
     LocksState,
     MemoryAnswered,
+    MemoryApprovals,
     MemoryDeadLetters,
     MemoryEventSink,
     MemoryJournal,
@@ -31,7 +33,7 @@ from gateway.memory import (
     MemoryQueue,
     QueueState,
 )
-from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, QueueStore
+from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
 from orchestrator.runs import RunStore
 from orchestrator.sessions import FileRecords, Records
@@ -107,6 +109,10 @@ class Backend:
     def locks(self, holder: str, ttl_s: float) -> Locks:
         raise NotImplementedError
 
+    def approvals(self) -> Approvals:
+        """A new handle on the backend's approvals (another process, or the next one to start)."""
+        raise NotImplementedError
+
     def journal(self) -> DeliveryJournalStore:
         raise NotImplementedError
 
@@ -129,6 +135,7 @@ class MemoryBackend(Backend):
         self.queue_state = QueueState()
         self.answered_state = AnsweredState()
         self.pairing_state = MemoryPairing()
+        self.approvals_state = MemoryApprovals()
         self.locks_state = LocksState()
         self.journal_state = MemoryJournal()
         self.runs_state = RunsState()
@@ -145,6 +152,9 @@ class MemoryBackend(Backend):
 
     def pairing(self) -> Pairing:
         return MemoryPairing(self.pairing_state)
+
+    def approvals(self) -> Approvals:
+        return self.approvals_state.twin()
 
     def locks(self, holder: str, ttl_s: float) -> Locks:
         return MemoryLocks(self.locks_state, holder=holder, ttl_s=ttl_s)
@@ -200,6 +210,9 @@ class FilesBackend(Backend):
 
     def pairing(self) -> Pairing:
         return PairingStore(self.home)
+
+    def approvals(self) -> Approvals:
+        return FileApprovals(self.home, fsync=False)
 
     def locks(self, holder: str, ttl_s: float) -> Locks:
         return LockDirectory(self.home.coordination / "locks", holder=holder, ttl_s=ttl_s)
@@ -273,6 +286,11 @@ class PostgresBackend(Backend):
         from gateway.pg.pairing import PgPairingStore
 
         return PgPairingStore.pooled(self.dsn)
+
+    def approvals(self) -> Approvals:
+        from gateway.pg.approvals import PgApprovals
+
+        return PgApprovals.pooled(self.dsn)
 
     def locks(self, holder: str, ttl_s: float) -> Locks:
         from gateway.pg.locks import PgLocks

@@ -54,6 +54,7 @@ class TelegramDriver(ChannelDriver):
     type = "telegram"
     limit = 4096
     conversation = "1001"
+    supports_buttons = True
 
     def __init__(self, server: FakeTelegram, mode: str = "polling", **options: Any) -> None:
         self.server = server
@@ -81,7 +82,17 @@ class TelegramDriver(ChannelDriver):
 
     def sent(self) -> list[SentItem]:
         return [SentItem(conversation=s.chat, text=s.text, filename=s.filename, data=s.data,
-                         reply_to=str(s.reply_to) if s.reply_to else None) for s in self.server.sent]
+                         reply_to=str(s.reply_to) if s.reply_to else None, buttons=s.buttons)
+                for s in self.server.sent]
+
+    async def user_taps(self, button_id: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        query = self.server.callback_query(int(self.conversation), button_id, user_id=int(sender_id),
+                                           first_name=sender)
+        await self.tap_again(query)
+        return query
+
+    async def tap_again(self, tap: Any) -> None:
+        await self.server.deliver(tap, kind="callback_query")
 
     def rate_limit_next(self, times: int, retry_after: float) -> None:
         self.server.rate_limit_next(times, retry_after)
