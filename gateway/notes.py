@@ -128,7 +128,8 @@ async def deliver_note(outgoing: OutgoingPayload, notes: NoteMessages, text: str
 def replacing_preview(outgoing: OutgoingPayload, notes: NoteMessages, send_part: SendPart, edit: EditNote) -> SendPart:
     """`send_part` for a final answer (`streamKey`): its first part, when it is text, replaces the text of the
     message showing that stream's preview instead of being posted; every other part, and the first when no
-    preview is remembered or that message is gone, goes through `send_part` as usual. Hand the result to
+    preview is remembered, that message is gone or the part carries buttons (an edit does not add them),
+    goes through `send_part` as usual. Hand the result to
     `deliver_parts`: it journals the edited message like a posted one, so a retry never sends it again."""
     key = outgoing.stream_key
     conversation = outgoing.conversationId or outgoing.senderId or ""
@@ -137,7 +138,7 @@ def replacing_preview(outgoing: OutgoingPayload, notes: NoteMessages, send_part:
         return send_part
 
     async def send(part: Part) -> str:
-        if part.index == 0 and part.text is not None:
+        if part.index == 0 and part.text is not None and not part.buttons:  # an edit would drop buttons
             edited = await edit(preview, part.text)
             notes.forget(conversation, key)
             if edited:

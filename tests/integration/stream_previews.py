@@ -110,3 +110,14 @@ class StreamPreviewChecks:
             await self.send(stream_rig, answer)
         await self.send(stream_rig, answer)  # the dispatcher's retry: the journal has the edited first part
         assert len(note_driver.edits()) == 1 and len(note_driver.posted()) == 2
+
+    async def test_an_answer_with_buttons_keeps_them(self, stream_rig: ChannelRig, note_driver: NoteDriver) -> None:
+        """An edit cannot add buttons: the part carrying them is posted (here the only one, beside the preview)."""
+        assert stream_rig.channel is not None
+        if not getattr(stream_rig.channel, "shows_buttons", False):
+            pytest.skip("the channel shows no buttons")
+        await self.send(stream_rig, draft(note_driver, "Shall I"))
+        await self.send(stream_rig, final(note_driver, "Shall I go on?").model_copy(
+            update={"buttons": [{"id": "go", "label": "Go on"}]}))
+        assert [text for _, text in note_driver.posted()][-1].startswith("Shall I go on?")
+        assert note_driver.edits() == []
