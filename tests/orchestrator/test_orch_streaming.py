@@ -14,6 +14,8 @@ from gateway.api import HandlerContext
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
+from orchestrator.results import result_reply
+from orchestrator.runstate import Conversation, RunState
 from orchestrator.streaming import Throttle
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer
@@ -132,3 +134,12 @@ async def test_with_stream_false_the_cli_is_not_asked_for_partials_and_no_draft_
     assert answer.message == ANSWER and drafts(outbox) == []
     [call] = fake_clis.calls("claude")
     assert "--include-partial-messages" not in call["argv"]
+
+
+@pytest.mark.parametrize(("state", "replaces"), [("done", True), ("failed_final", True), ("cancelled", False)])
+def test_a_result_replaces_its_preview_unless_the_run_was_stopped(state: str, replaces: bool) -> None:
+    message = make_message("tell me")
+    run = RunState(runId="r-1", workflowId="chat", orchestratorId="main", state=state,  # type: ignore[arg-type]
+                   message=message.model_dump(mode="json"), conversation=Conversation(channel="console"), steps={})
+    expected = f"answer:{message.messageId}" if replaces else None
+    assert result_reply(run).stream_key == expected
