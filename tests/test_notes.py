@@ -29,6 +29,18 @@ def test_kept_note_messages_outlive_a_restart_and_a_forgotten_one_stays_forgotte
     assert (again.get("c1", "answer:m1"), again.get("c1", "answer:m2")) == ("1001:7", None)
 
 
+def test_closing_a_conversations_streams_forgets_its_previews_only_and_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "tg.json"
+    notes = NoteMessages(path=path)
+    notes.remember("c1", "run-1/build", "m1")  # a progress note: stays
+    notes.remember("c1", "answer:7", "m2", stream=True)
+    notes.remember("c2", "answer:8", "m3", stream=True)  # another conversation: stays
+    again = NoteMessages(path=path)
+    again.close_streams("c1")
+    assert (again.get("c1", "run-1/build"), again.get("c1", "answer:7"), again.get("c2", "answer:8")) == (
+        "m1", None, "m3")
+
+
 def test_an_unreadable_file_of_note_messages_starts_empty(tmp_path: Path) -> None:
     path = tmp_path / "tg.json"
     path.write_text("{not json")

@@ -121,3 +121,19 @@ class StreamPreviewChecks:
             update={"buttons": [{"id": "go", "label": "Go on"}]}))
         assert [text for _, text in note_driver.posted()][-1].startswith("Shall I go on?")
         assert note_driver.edits() == []
+
+    async def test_a_question_between_preview_and_answer_moves_the_answer_below_it(
+        self, stream_rig: ChannelRig, note_driver: NoteDriver
+    ) -> None:
+        """An approval question (a reply with buttons) in the middle of a turn: what the agent writes after it
+        is a new preview below the question, which becomes the answer; the earlier preview stays as it was."""
+        await self.send(stream_rig, draft(note_driver, "Let me run the tests."))
+        question = reply("May I run `make test`?", note_driver.conversation, channel=note_driver.type,
+                         buttons=[{"id": "ap:k1:0", "label": "Allow"}, {"id": "ap:k1:1", "label": "Deny"}])
+        await self.send(stream_rig, question)
+        await self.send(stream_rig, draft(note_driver, "All 12 tests"))
+        await self.send(stream_rig, final(note_driver, "All 12 tests pass."))
+        posted = [text for _, text in note_driver.posted()]
+        assert posted[0] == "Let me run the tests." and posted[1].startswith("May I run") and posted[2:] == [
+            "All 12 tests"]
+        assert note_driver.edits()[-1][1] == "All 12 tests pass." and note_driver.shown()[-1] == "All 12 tests pass."
