@@ -3,7 +3,7 @@ the fake claude CLI (`--include-partial-messages`) from a fake model server that
 
 On Telegram, Discord and Slack the user sees one reply that grows while the model writes and ends as the whole
 answer; on WhatsApp only the whole answer arrives; a gateway killed between preview and answer still ends
-with that one message holding the answer.
+with that one message holding the answer (Telegram on both queue backends).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.testing import wait_until
-from tests.e2e.conftest import Switchyard
+from tests.e2e.conftest import Switchyard, both_backends
 from tests.e2e.fake_thread import FakeThread
 from tests.e2e.test_channels import free_port, telegram_profile
 from tests.fakes.clis import FOLDER as FAKE_CLIS
@@ -78,6 +78,7 @@ def _assert_one_reply_grew_into_the_answer(shown: Shown) -> None:
     assert edits[-1] == (posted[0][0], ANSWER)
 
 
+@both_backends
 def test_telegram_shows_the_answer_growing_in_one_message(
         switchyard: Switchyard, tmp_path: Path, model: FakeThread[ModelServer]) -> None:
     with FakeThread(FakeTelegram) as telegram:
@@ -161,6 +162,7 @@ def test_whatsapp_gets_only_the_whole_answer(
         assert switchyard.stop() == 0
 
 
+@both_backends
 def test_a_gateway_killed_between_preview_and_answer_still_ends_with_one_message_holding_the_answer(
         switchyard: Switchyard, tmp_path: Path) -> None:
     with FakeThread(lambda: ModelServer(ANSWER, chunks=6, chunk_delay=1.0)) as model, \
