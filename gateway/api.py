@@ -93,7 +93,8 @@ class Channel(Protocol):
     also gets the drafts of a streamed answer (notes with `draft: true`) and edits the preview into the
     answer naming it (`streamKey`, see gateway.notes.replacing_preview); a channel without it gets the answer
     only. Its optional class attribute `edit_interval_sec` (default 0) is the least time between two edits
-    of one stream, the platform's limit (read with `getattr` too)."""
+    of one stream, the platform's limit (read with `getattr` too); a method `edit_interval_for(conversation)`,
+    where present, gives it per chat instead."""
     shows_buttons: bool = False
     """Whether `send` shows a reply's `buttons` as platform buttons (a tap then comes back as a payload
     with `button`); False: they are a numbered list in the text. Read with `getattr(channel,

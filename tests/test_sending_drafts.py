@@ -154,3 +154,14 @@ def test_send_wait_shows_the_answer_not_a_draft(home: Home) -> None:
     backend = FileStores(home, Settings(), stores=None)  # type: ignore[arg-type]
     reply = backend.wait_for_reply("m1", 1.0)
     assert reply is not None and reply["message"] == "The quick brown fox."
+
+
+async def test_a_channel_may_space_edits_per_chat(home: Home) -> None:
+    channel = editing(interval=0.0)
+    channel.edit_interval_for = lambda conversation: 0.3 if conversation == "c1" else 0.0  # type: ignore[attr-defined]
+    rig = Rig(home, channel)
+    rig.outbox.write(draft("The"))
+    await async_wait_until(lambda: rig.sent() == ["The"])
+    rig.outbox.write(draft("The quick"))
+    await async_wait_until(lambda: rig.sent() == ["The", "The quick"])
+    assert rig.times[1] - rig.times[0] >= 0.29

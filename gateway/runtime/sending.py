@@ -47,6 +47,15 @@ def conversation_of(reply: OutgoingPayload) -> str:
     return reply.conversationId or reply.senderId or reply.sender
 
 
+def edit_interval(channel: Channel, conversation: str) -> float:
+    """The least time between two edits of one stream in this conversation: the channel's
+    `edit_interval_for(conversation)` where it has one (limits that differ by chat), else its
+    `edit_interval_sec`, else 0."""
+    per_chat = getattr(channel, "edit_interval_for", None)
+    value = per_chat(conversation) if callable(per_chat) else getattr(channel, "edit_interval_sec", 0.0)
+    return float(value or 0.0)
+
+
 def retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> float:
     """The platform's retry-after when it gave one, else jittered exponential backoff."""
     if isinstance(exc, DeliveryError) and exc.retry_after is not None:
@@ -168,7 +177,7 @@ class Sender:
         stream; True when it waited."""
         stream = self._stream_of(head)
         last = self._edited.get(stream) if stream is not None else None
-        interval = float(getattr(head.channel, "edit_interval_sec", 0.0) or 0.0)
+        interval = edit_interval(head.channel, conversation_of(head.payload))
         if last is None or (wait := last + interval - time.monotonic()) <= 0:
             return False
         await asyncio.sleep(wait)

@@ -63,9 +63,14 @@ class TelegramChannel:
     edits_progress = True
     shows_buttons = True
     edit_interval_sec = 1.0
-    """Telegram's Bot FAQ: "In a single chat, avoid sending more than one message per second" (and about 20 a
-    minute in a group; https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this). An
-    edit is a call on that chat too; a 429 is still waited out (`_waiting`)."""
+    """Telegram's Bot FAQ: "In a single chat, avoid sending more than one message per second", and in a group
+    no more than 20 messages a minute (https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-
+    avoid-this). An edit is a call on that chat too; a 429 is still waited out (`_waiting`)."""
+    group_edit_interval_sec = 3.0
+
+    def edit_interval_for(self, conversation: str) -> float:
+        """The FAQ's pace for this chat: a group's (its id is negative) or a private chat's."""
+        return self.group_edit_interval_sec if conversation.startswith("-") else self.edit_interval_sec
 
     def __init__(self, options: TelegramOptions, context: ChannelContext):
         self.profile_id = options.profile_id

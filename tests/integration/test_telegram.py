@@ -571,3 +571,7 @@ async def test_the_users_own_attachment_is_uploaded_at_delivery(rig: ChannelRig,
     await _delivered(rig, _dispatch(rig), name)
     assert [(s.text, s.filename, s.data) for s in server.sent] == [
         ("your notes back", None, None), (None, Path(saved).name, b"mine")]
+
+
+async def test_edits_of_a_stream_are_spaced_as_the_bot_faq_asks_private_and_group(rig: ChannelRig) -> None:
+    assert (channel_of(rig).edit_interval_for("1001"), channel_of(rig).edit_interval_for("-100123/7")) == (1.0, 3.0)
