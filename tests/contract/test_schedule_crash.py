@@ -75,3 +75,30 @@ def test_an_occurrence_is_answered_once_across_a_kill(tmp_path: Path, request: p
     assert max(calls.values()) == 1 and max(sent.values()) == 1, (calls, sent)
     fired = [e for e in second.events("schedule.fired") if e["messageId"] == stopped]
     assert len(fired) == 1 and fired[0]["recovered"] is True, fired
+
+
+def test_two_hosts_on_one_database_answer_each_occurrence_once(tmp_path: Path, db: str) -> None:  # noqa: F811
+    """Two `switchyard run` processes, each on its own home, sharing one database: every occurrence of a schedule
+    firing each second is handled and delivered once between them."""
+    log = tmp_path / "log.jsonl"
+    hosts = []
+    try:
+        for name in ("a", "b"):
+            home = make_home(tmp_path / name, db)
+            config = home.root / "orchestrators" / "main" / "orchestrator.yaml"
+            config.write_text(config.read_text().replace("every_sec: 2", "every_sec: 1"))
+            env = clean_environment({"SWITCHYARD_PLUGINS": "tests.contract.schedproc", "PYTHONPATH": str(REPO),
+                                     "SCHED_LOG": str(log), "SWITCHYARD_DSN": db})
+            host = SwitchyardProcess(home.root, env, log=tmp_path / f"{name}.log")
+            host.start()
+            hosts.append(host)
+        wait_until(lambda: len({r["messageId"] for r in read_log(log, "sent")}) >= 6, 40)
+        for host in hosts:
+            assert host.stop() == 0, host.output()[-3000:]
+    finally:
+        SwitchyardProcess.kill_started()
+    calls = Counter(r["messageId"] for r in read_log(log, "call"))
+    sent = Counter(r["messageId"] for r in read_log(log, "sent"))
+    assert max(calls.values()) == 1 and max(sent.values()) == 1, (calls, sent)
+    fired = Counter(e["messageId"] for host in hosts for e in host.events("schedule.fired"))
+    assert max(fired.values()) == 1 and set(fired) >= set(sent), fired
