@@ -16,7 +16,7 @@ from gateway.home import Home
 from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
 from gateway.yamlfile import load_yaml
 from orchestrator.jobs import RetryPolicy
-from orchestrator.schedconfig import ScheduleConfig
+from orchestrator.schedconfig import ScheduleConfig, deliver_problems, workflow_problems
 from orchestrator.workflows import (
     QueueDirs,
     StepConfig,
@@ -229,10 +229,7 @@ class OrchestratorConfig(_Sections):
                     key = f"workflows.{workflow_id}.steps.{index}" + (f".{suffix}" if suffix else "")
                     if body.agent is not None and body.agent not in self.agents:
                         yield f"{key}.agent: unknown agent {body.agent!r}; agents: {_listing(self.agents)}"
-        for schedule_id, schedule in self.schedules.items():
-            if schedule.workflow is not None and schedule.workflow not in self.workflows:
-                yield (f"schedules.{schedule_id}.workflow: unknown workflow {schedule.workflow!r}; "
-                       f"workflows: {_listing(self.workflows)}")
+        yield from workflow_problems(self.schedules, self.workflows)
         for key, workflow_id in self._rule_targets():
             if workflow_id not in self.workflows:
                 yield f"{key}: unknown workflow {workflow_id!r}; workflows: {_listing(self.workflows)}"
@@ -314,7 +311,9 @@ def load_every_config(
             loaded.append(LoadedConfig(orchestrator_id, workspace, config))
         except SettingsError as exc:
             problems += exc.problems
-    return loaded, problems + list(_profile_workflow_problems(settings, loaded))
+    schedules = [(config.workspace / CONFIG_FILE, config.config.schedules) for config in loaded]
+    return loaded, problems + list(_profile_workflow_problems(settings, loaded)) + list(
+        deliver_problems(settings, schedules))
 
 
 def _profile_workflow_problems(settings: Settings, loaded: list[LoadedConfig]) -> Iterator[str]:

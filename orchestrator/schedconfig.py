@@ -3,10 +3,15 @@ result goes (the times themselves are computed in orchestrator/schedtimes.py).""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
 
 
 class ScheduleDeliver(BaseModel):
@@ -63,3 +68,23 @@ class ScheduleConfig(BaseModel):
         if not self.prompt.strip() and self.workflow is None:
             raise ValueError("give a `prompt`, a `workflow`, or both")
         return self
+
+
+def workflow_problems(schedules: Mapping[str, ScheduleConfig], workflows: Iterable[str]) -> Iterator[str]:
+    """A schedule's `workflow` that its orchestrator.yaml does not define, as `key: problem`."""
+    known = sorted(workflows)
+    for name, schedule in schedules.items():
+        if schedule.workflow is not None and schedule.workflow not in known:
+            yield (f"schedules.{name}.workflow: unknown workflow {schedule.workflow!r}; "
+                   f"workflows: {', '.join(known) or '(none)'}")
+
+
+def deliver_problems(settings: Settings, files: Iterable[tuple[Path, Mapping[str, ScheduleConfig]]]) -> Iterator[str]:
+    """A schedule's `deliver.profile` that settings.yaml does not configure (its occurrences could not be
+    posted), as `file: key: problem`."""
+    profiles = ", ".join(sorted(p.id for p in settings.channels)) or "(none)"
+    for path, schedules in files:
+        for name, schedule in schedules.items():
+            if settings.profile(schedule.deliver.profile) is None:
+                yield (f"{path}: schedules.{name}.deliver.profile: no channel profile "
+                       f"{schedule.deliver.profile!r} in settings.yaml; profiles: {profiles}")

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +48,7 @@ class FileScheduleRecords:
 
     def _create(self, path: Path, body: dict[str, Any]) -> bool:
         """Writes `path` only if it does not exist (whole, or not at all); True when this call created it."""
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")  # each caller's own, threads too
         atomic_write(temporary, json.dumps(body).encode(), fsync=self.fsync)
         try:
             os.link(temporary, path)
@@ -69,7 +70,8 @@ class FileScheduleRecords:
 
     def since(self, schedule: str, now: datetime) -> datetime:
         path = self._folder(schedule) / "since.json"
-        self._create(path, {"since": _iso(now)})
+        if not path.exists():  # one write per schedule, ever: a pass reads it
+            self._create(path, {"since": _iso(now)})
         found = _time(json.loads(path.read_bytes()).get("since"))
         return found or now
 
@@ -124,8 +126,10 @@ class FileScheduleRecords:
 
     def _fire(self, path: Path) -> Fire | None:
         body = self._read(path)
-        occurrence, claimed_at = (_time(body.get("occurrence")), _time(body.get("claimed_at"))) if body else (None, None)
-        if body is None or occurrence is None or claimed_at is None:
+        if body is None:
+            return None
+        occurrence, claimed_at = _time(body.get("occurrence")), _time(body.get("claimed_at"))
+        if occurrence is None or claimed_at is None:
             return None
         return Fire(schedule=str(body.get("schedule")), occurrence=occurrence, holder=str(body.get("holder")),
                     claimed_at=claimed_at, outcome=body.get("outcome"), detail=body.get("detail"),

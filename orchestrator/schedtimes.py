@@ -67,7 +67,7 @@ def plan(schedule: ScheduleConfig, due: list[datetime], now: datetime) -> Plan:
     policy = schedule.catch_up
     if policy == "all":
         return Plan(fire=list(due))
-    missed = "missed (catch_up: %s)" % policy
+    missed = f"missed (catch_up: {policy})"
     if policy == "last":
         return Plan(fire=[due[-1]], skip=[(moment, missed) for moment in due[:-1]])
     if on_time:  # skip: the missed ones are skipped, one on time still fires

@@ -123,7 +123,12 @@ class Dashboard:
                                backend=self._gateway.storage):
             runs.extend(found)
         runs.sort(key=lambda run: str(run.get("updatedAt")), reverse=True)
-        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN]}
+        schedules: list[dict[str, Any]] = []
+        for found in call_each(self._gateway.pm, "switchyard_schedules", events=self._gateway.events,
+                               home=self._gateway.home, settings=self._gateway.settings,
+                               backend=self._gateway.storage):
+            schedules.extend(found)
+        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN], "schedules": schedules}
 
     def _in_flight(self, read: dict[str, Any]) -> list[dict[str, Any]]:
         """The messages in flight: as the backend lists them, else those claimed here still in processing/."""

@@ -34,9 +34,9 @@ from gateway.memory import (
 from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
 from orchestrator.runs import RunStore
-from orchestrator.sessions import FileRecords, Records
 from orchestrator.schedfiles import FileScheduleRecords
 from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
+from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
 
 REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '

@@ -42,7 +42,7 @@ def test_one_of_many_racing_handles_claims_an_occurrence(backend: Backend) -> No
     handles = [backend.schedules() for _ in range(RACERS)]
     for minute in range(3):
         moment = T0 + timedelta(minutes=minute)
-        won = race([lambda h=h, i=i: h.claim("o/s", moment, f"host{i}:1", T0) for i, h in enumerate(handles)])
+        won = race([lambda h=h, i=i, m=moment: h.claim("o/s", m, f"host{i}:1", T0) for i, h in enumerate(handles)])
         assert won.count(True) == 1, won
     assert not handles[0].claim("o/s", T0, "late:1", T0), "a claimed occurrence is never claimed again"
     assert [f.occurrence for f in handles[1].latest("o/s", 5)] == [T0 + timedelta(minutes=m) for m in (2, 1, 0)]

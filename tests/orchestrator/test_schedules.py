@@ -13,13 +13,14 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.events import EventLog, read_events
+from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.settings import ChannelProfile, Settings
 from orchestrator.runstate import RunState
 from orchestrator.schedconfig import ScheduleConfig
-from orchestrator.scheduler import CLAIM_LEASE_S, Scheduler, schedule_message, scheduled_workflow
 from orchestrator.schedstore import MemoryScheduleRecords
 from orchestrator.schedtimes import next_after
+from orchestrator.scheduler import CLAIM_LEASE_S, Scheduler, schedule_message, scheduled_workflow
 
 T0 = datetime(2026, 11, 27, 8, 0, 0, tzinfo=UTC)
 SETTINGS = Settings(channels=[ChannelProfile(id="ops", type="console")])
@@ -38,7 +39,8 @@ class Host:
         self.enqueued: list[IncomingPayload] = []
         self.fail_enqueue = False
         self.scheduler = Scheduler(records=records, schedules=lambda: schedules, enqueue=self._enqueue,
-                                   settings=SETTINGS, events=events, load_run=({} if runs is None else runs).get, holder=holder,
+                                   settings=SETTINGS, events=events, load_run=({} if runs is None else runs).get,
+                                   holder=holder,
                                    clock=lambda: T0, alive=lambda pid: alive)
 
     async def _enqueue(self, message: IncomingPayload) -> Path:
@@ -175,3 +177,77 @@ def test_a_workflow_schedule_is_a_job_of_that_workflow() -> None:
     message = schedule_message("default/w", every(60, workflow="deploy"), T0, SETTINGS)
     assert message.job is not None and message.job.job_id == message.messageId
     assert scheduled_workflow(IncomingPayload.model_validate_json(message.to_json())) == "deploy"
+
+
+def _home_with_schedules(home: Home) -> Settings:
+    """A home whose orchestrator `main` has two schedules, one of which fired once (in its file records)."""
+    import yaml
+
+    from gateway.yamlfile import load_yaml
+    from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
+    from orchestrator.schedfiles import FileScheduleRecords
+
+    home.settings_file.write_text(yaml.safe_dump({"channels": [{"id": "ops", "type": "console"}]}))
+    workspace = home.root / "orchestrators" / "main"
+    workspace.mkdir(parents=True, exist_ok=True)
+    config = {**load_yaml(DEFAULT_ORCHESTRATOR_YAML), "schedules": {
+        "digest": {"cron": "0 9 * * 1-5", "timezone": "Europe/Paris", "prompt": "digest", "deliver": DELIVER},
+        "ping": {"every_sec": 600, "workflow": "demo", "deliver": DELIVER, "enabled": False}}}
+    (workspace / "orchestrator.yaml").write_text(yaml.safe_dump(config))
+    records = FileScheduleRecords(home, fsync=False)
+    records.claim("main/digest", T0, "box:1", T0)
+    records.finish("main/digest", T0, "skipped", detail="overlap: run r1 of an earlier occurrence is still going",
+                   now=T0)
+    return Settings.model_validate(yaml.safe_load(home.settings_file.read_text()))
+
+
+def test_switchyard_schedules_lists_each_schedule_with_its_next_and_last_occurrence(home: Home) -> None:
+    from gateway.plugin_manager import build_plugin_manager
+    from orchestrator.stores import backend_for
+
+    settings = _home_with_schedules(home)
+    backend = backend_for(home, settings)
+    [rows] = build_plugin_manager().hook.switchyard_schedules(home=home, settings=settings, backend=backend)
+    by_id = {row["schedule"]: row for row in rows}
+    digest = by_id["main/digest"]
+    assert digest["when"] == "0 9 * * 1-5 (Europe/Paris)" and digest["deliver"] == "ops/room-1"
+    assert (digest["last"], digest["outcome"]) == (T0.isoformat(), "skipped") and "still going" in digest["detail"]
+    assert datetime.fromisoformat(digest["next"]) > datetime.now(UTC)
+    assert (by_id["main/ping"]["next"], by_id["main/ping"]["last"]) == (None, None)
+
+
+def test_the_schedules_command_and_the_dashboard_show_them(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+    from gateway.dashboard.page import sections
+
+    _home_with_schedules(home)
+    assert main(["--home", str(home.root), "schedules"]) == 0
+    printed = capsys.readouterr().out
+    assert "main/digest" in printed and "skipped: overlap" in printed and "(disabled)" in printed
+    assert main(["--home", str(home.root), "schedules", "--json"]) == 0
+    assert {row["schedule"] for row in json.loads(capsys.readouterr().out)} == {"main/digest", "main/ping"}
+    html = sections({"queue": [], "in_flight": [], "dead_total": 0, "dead_letters": [], "runs": [], "channels": [],
+                     "heartbeats": {}, "events": [], "schedules": [{
+                         "schedule": "main/<b>", "when": "every 60s", "deliver": "ops/r", "next": None,
+                         "last": None, "outcome": None, "detail": None}]})
+    assert "main/&lt;b&gt;" in html and 'id="schedules"' in html
+
+
+async def test_a_workflow_schedule_starts_that_workflow_in_its_conversation_without_the_selector(
+        make_context: Any, start: Any) -> None:
+    """The Orchestrator started with an `enqueue` fires its schedules through it; a fired `workflow:` occurrence,
+    handled, starts the named workflow (not the rules' default) for the deliver conversation."""
+    posted: list[IncomingPayload] = []
+
+    async def enqueue(message: IncomingPayload) -> Path:
+        posted.append(message)
+        return Path("/dev/null")
+
+    context = make_context(enqueue=enqueue)
+    context.settings = SETTINGS
+    orchestrator = await start(context)
+    assert orchestrator.scheduler is not None
+    message = schedule_message("main/w", every(60, workflow="demo", prompt=""), T0, SETTINGS)
+    [answer] = await orchestrator.handle(message)
+    assert answer.conversationId == "room-1" and "(workflow demo)" in answer.message
+    assert make_context().enqueue is None  # a process that takes nothing in (a postgres worker) fires nothing
