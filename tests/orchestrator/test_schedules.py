@@ -251,3 +251,30 @@ async def test_a_workflow_schedule_starts_that_workflow_in_its_conversation_with
     [answer] = await orchestrator.handle(message)
     assert answer.conversationId == "room-1" and "(workflow demo)" in answer.message
     assert make_context().enqueue is None  # a process that takes nothing in (a postgres worker) fires nothing
+
+
+def test_check_names_a_schedule_whose_profile_workflow_or_cron_is_wrong(home: Home,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from gateway.cli import main
+
+    _home_with_schedules(home)
+    config = home.root / "orchestrators" / "main" / "orchestrator.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["schedules"]["digest"]["deliver"]["profile"] = "nowhere"
+    data["schedules"]["ping"]["workflow"] = "missing"
+    config.write_text(yaml.safe_dump(data))
+    assert main(["--home", str(home.root), "check"]) == 2
+    printed = capsys.readouterr()
+    assert "unknown workflow 'missing'" in printed.out + printed.err
+    data["schedules"]["ping"]["workflow"] = "demo"
+    config.write_text(yaml.safe_dump(data))
+    assert main(["--home", str(home.root), "check"]) == 2
+    printed = capsys.readouterr()
+    assert "schedules.digest.deliver.profile: no channel profile 'nowhere'" in printed.out + printed.err
+    data["schedules"]["digest"]["cron"] = "0 25 * * *"
+    config.write_text(yaml.safe_dump(data))
+    assert main(["--home", str(home.root), "check"]) == 2
+    printed = capsys.readouterr()
+    assert "schedules.digest" in printed.out + printed.err and "cron" in printed.out + printed.err
