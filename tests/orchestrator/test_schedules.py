@@ -155,7 +155,6 @@ async def test_two_hosts_racing_fire_each_occurrence_once(events: EventLog) -> N
         await asyncio.gather(*(host.at(moment) for host in hosts))
     ids = [m.messageId for host in hosts for m in host.enqueued]
     assert len(ids) == len(set(ids)) == 14 + 9  # (T0, T0+14.5 min]: 14 minutes, 9 ninety seconds
-    assert all(host.enqueued for host in hosts) or len(ids) == 23
 
 
 def test_cron_follows_its_time_zone_across_daylight_saving() -> None:
