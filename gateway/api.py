@@ -233,3 +233,6 @@ class HandlerContext:
     backend: Any = None
     """The storage backend (gateway/composition.py's Backend) whose stores the handler opens; when None,
     the one `settings` configure."""
+    enqueue: Sink | None = None
+    """Posts a message through the gateway's intake, as a channel's sink does (scheduled prompts); None in a
+    process that takes no messages in (a postgres `worker`)."""

@@ -16,6 +16,7 @@ from gateway.home import Home
 from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
 from gateway.yamlfile import load_yaml
 from orchestrator.jobs import RetryPolicy
+from orchestrator.schedconfig import ScheduleConfig, deliver_problems, workflow_problems
 from orchestrator.workflows import (
     QueueDirs,
     StepConfig,
@@ -131,6 +132,17 @@ rules:
   default_workflow: chat
   keywords:
     # deploy: demo               # a message with the word "deploy" starts the demo workflow
+
+# Scheduled prompts: each occurrence posts `prompt` (or starts `workflow`) in the `deliver` conversation,
+# once across restarts and hosts; `switchyard schedules` lists them. Uncomment the example below.
+schedules:
+  # morning-digest:
+  #   cron: "0 9 * * 1-5"          # or every_sec: 3600
+  #   timezone: Europe/Paris
+  #   prompt: "Summarise yesterday's open issues"   # and/or workflow: chat
+  #   deliver: {profile: telegram-main, conversationId: "123456789"}
+  #   catch_up: last               # after downtime: skip | last (default) | all
+  #   overlap: skip                # while its last run still goes on: skip (default) | queue
 """
 
 
@@ -210,6 +222,7 @@ class OrchestratorConfig(_Sections):
     workflows: dict[str, WorkflowConfig] = Field(default_factory=dict)
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)
     rules: RulesConfig = Field(default_factory=RulesConfig)
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
 
     @field_validator("version", mode="before")
     @classmethod
@@ -232,6 +245,7 @@ class OrchestratorConfig(_Sections):
                     key = f"workflows.{workflow_id}.steps.{index}" + (f".{suffix}" if suffix else "")
                     if body.agent is not None and body.agent not in self.agents:
                         yield f"{key}.agent: unknown agent {body.agent!r}; agents: {_listing(self.agents)}"
+        yield from workflow_problems(self.schedules, self.workflows)
         for key, workflow_id in self._rule_targets():
             if workflow_id not in self.workflows:
                 yield f"{key}: unknown workflow {workflow_id!r}; workflows: {_listing(self.workflows)}"
@@ -313,7 +327,9 @@ def load_every_config(
             loaded.append(LoadedConfig(orchestrator_id, workspace, config))
         except SettingsError as exc:
             problems += exc.problems
-    return loaded, problems + list(_profile_workflow_problems(settings, loaded))
+    schedules = [(config.workspace / CONFIG_FILE, config.config.schedules) for config in loaded]
+    return loaded, problems + list(_profile_workflow_problems(settings, loaded)) + list(
+        deliver_problems(settings, schedules))
 
 
 def _profile_workflow_problems(settings: Settings, loaded: list[LoadedConfig]) -> Iterator[str]:

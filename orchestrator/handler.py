@@ -23,9 +23,11 @@ from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
 from orchestrator.runstate import RunState, conversation_key
+from orchestrator.schedconfig import ScheduleConfig
+from orchestrator.scheduler import Scheduler, scheduled_workflow
 from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
-from orchestrator.stores import backend_for, open_history, open_run_store, open_sessions
+from orchestrator.stores import backend_for, open_history, open_run_store, open_schedules, open_sessions
 from orchestrator.taskqueue import ensure_queue_dirs
 
 log = logging.getLogger("switchyard.orchestrator")
@@ -47,6 +49,7 @@ class Orchestrator:
         self._context = context
         self._watch: asyncio.Task[None] | None = None
         self._sweep: asyncio.Task[None] | None = None
+        self._scheduling: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         backend = context.backend if context.backend is not None else backend_for(context.home, context.settings)
         self._opened = backend if context.backend is None else None  # a backend of its own: closed by `stop`
@@ -72,6 +75,10 @@ class Orchestrator:
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),
             plugin_functions=list(context.functions),
         )
+        records = open_schedules(backend) if context.enqueue is not None else None
+        self.scheduler = None if records is None or context.enqueue is None else Scheduler(
+            records=records, schedules=self._schedules, enqueue=context.enqueue, settings=context.settings,
+            events=context.events, load_run=self._store.load)
 
     async def start(self) -> None:
         """Creates the agent task queues, resumes runs a previous process left unfinished, drains the queue."""
@@ -90,6 +97,20 @@ class Orchestrator:
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
         self._sweep = asyncio.create_task(self.approvals.keep_sweeping(), name="orchestrator-approvals-sweep")
+        if self.scheduler is not None:
+            self._scheduling = asyncio.create_task(self.scheduler.run(), name="orchestrator-schedules")
+
+    def _schedules(self) -> dict[str, ScheduleConfig]:
+        """Every orchestrator's schedules, keyed `<orchestrator>/<schedule>` (an orchestrator.yaml that does
+        not validate keeps its last valid version's; one never valid has none)."""
+        found: dict[str, ScheduleConfig] = {}
+        for orchestrator_id in self._context.settings.orchestrators:
+            try:
+                schedules = self._configs.get(orchestrator_id).config.schedules
+            except SettingsError:
+                continue
+            found.update({f"{orchestrator_id}/{name}": schedule for name, schedule in schedules.items()})
+        return found
 
     async def _watch_configs(self) -> None:
         """Reads each orchestrator.yaml again soon after an edit, so a broken one is reported before a
@@ -104,7 +125,7 @@ class Orchestrator:
     async def stop(self) -> None:
         """Stops run tasks (their state stays on disk and resumes at the next start); finishes the
         selector files still being written."""
-        for task in (self._watch, self._sweep):
+        for task in (self._watch, self._sweep, self._scheduling):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -118,7 +139,8 @@ class Orchestrator:
         retried message whose run's result was already pushed."""
         if message.job is not None:  # a channel-authored job: its profile's workflow, never a command
             loaded = self._load(message)
-            return [self._actions.start_job(message, message.job, loaded, self._profile_workflow(message, loaded))]
+            workflow = scheduled_workflow(message) or self._profile_workflow(message, loaded)
+            return [self._actions.start_job(message, message.job, loaded, workflow)]
         answered = await self._answers.handle(message)  # a tapped approval button, or an option's number
         if answered is not None:
             return [answered]

@@ -30,6 +30,10 @@ def sections(state: dict[str, Any]) -> str:
                  _approvals(state.get("approvals", []))),
         _section(f"Dead letters ({state['dead_total']})", "dead-letters", _dead_letters(state["dead_letters"])),
         _section("Recent runs", "runs", _runs(state["runs"])),
+        _section("Schedules", "schedules", _table(["schedule", "when", "deliver to", "next", "last", "outcome"], [
+            [s["schedule"], s["when"], s["deliver"], s["next"] or "disabled", s["last"] or "never",
+             (s["outcome"] or "—") + (f": {s['detail']}" if s.get("detail") else "")]
+            for s in state.get("schedules", [])], empty="no schedules")),
         _section("Channels", "channels", _table(
             ["profile", "type", "status", "last inbound", "last outbound", "retries", "429s"],
             [[c["profile"], c["type"], _status(c), c["last_inbound"] or "—", c["last_outbound"] or "—",

@@ -137,7 +137,13 @@ class Dashboard:
             runs.extend(found)
         runs.sort(key=lambda run: str(run.get("updatedAt")), reverse=True)
         approvals = [describe(approval) for approval in self._approvals().pending()]
-        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN], "approvals": approvals}
+        schedules: list[dict[str, Any]] = []
+        for found in call_each(self._gateway.pm, "switchyard_schedules", events=self._gateway.events,
+                               home=self._gateway.home, settings=self._gateway.settings,
+                               backend=self._gateway.storage):
+            schedules.extend(found)
+        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN], "approvals": approvals,
+                "schedules": schedules}
 
     def _in_flight(self, read: dict[str, Any]) -> list[dict[str, Any]]:
         """The messages in flight: as the backend lists them, else those claimed here still in processing/."""

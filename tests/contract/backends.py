@@ -36,6 +36,8 @@ from gateway.memory import (
 from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
 from orchestrator.runs import RunStore
+from orchestrator.schedfiles import FileScheduleRecords
+from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
 
@@ -122,6 +124,10 @@ class Backend:
     def records(self, kind: str) -> Records:
         raise NotImplementedError
 
+    def schedules(self) -> ScheduleRecords:
+        """A handle on the backend's schedule records (each call: another process or host on the same state)."""
+        raise NotImplementedError
+
     def events(self) -> tuple[EventLog, Any]:
         """An EventLog with this backend's sink, and a function giving back what the backend stored."""
         raise NotImplementedError
@@ -140,6 +146,7 @@ class MemoryBackend(Backend):
         self.journal_state = MemoryJournal()
         self.runs_state = RunsState()
         self.record_states: dict[str, MemoryRecords] = {}
+        self.schedule_state = MemoryScheduleRecords()
 
     def queue(self, worker: str) -> QueueStore:
         return MemoryQueue(self.queue_state, worker=worker)
@@ -167,6 +174,9 @@ class MemoryBackend(Backend):
 
     def records(self, kind: str) -> Records:
         return self.record_states.setdefault(kind, MemoryRecords()).twin()
+
+    def schedules(self) -> ScheduleRecords:
+        return self.schedule_state.twin()
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.tmp_path / "memory-events.jsonl")
@@ -225,6 +235,9 @@ class FilesBackend(Backend):
 
     def records(self, kind: str) -> Records:
         return FileRecords(self.home.root / "sessions" / kind, fsync=False)
+
+    def schedules(self) -> ScheduleRecords:
+        return FileScheduleRecords(self.home, fsync=False)
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.home.events_file)
@@ -309,6 +322,11 @@ class PostgresBackend(Backend):
         from orchestrator.pg.sessions import PgRecords
 
         return PgRecords(self.dsn, kind)
+
+    def schedules(self) -> ScheduleRecords:
+        from orchestrator.pg.schedules import PgScheduleRecords
+
+        return PgScheduleRecords(self.dsn)
 
     def events(self) -> tuple[EventLog, Any]:
         from gateway.pg.events import attach_event_sink

@@ -34,8 +34,11 @@ from gateway.pg.pairing import PgPairingStore
 from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, EventSink, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore
 from orchestrator.pg.runs import PgRunStore
+from orchestrator.pg.schedules import PgScheduleRecords
 from orchestrator.pg.sessions import PgRecords
 from orchestrator.runs import RunStore
+from orchestrator.schedfiles import FileScheduleRecords
+from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
 
@@ -50,6 +53,7 @@ IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (Approvals, [MemoryApprovals, FileApprovals, PgApprovals]),
     (RunRecords, [MemoryRunStore, RunStore, PgRunStore]),
     (Records, [MemoryRecords, FileRecords, PgRecords]),
+    (ScheduleRecords, [MemoryScheduleRecords, FileScheduleRecords, PgScheduleRecords]),
 ]
 
 
