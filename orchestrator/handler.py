@@ -58,7 +58,8 @@ class Orchestrator:
                                       sessions=open_sessions(backend))
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
         self._store = open_run_store(backend)
-        steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox)
+        self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
+        steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals)
         queue = context.settings.queue
         self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
                                      outbox=context.outbox, max_parallel=max_parallel_runs,
@@ -68,7 +69,6 @@ class Orchestrator:
         self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
         self._selector = Selector(context.home, self._runner, context.events,
                                   open_history(backend))
-        self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
         self._answers = ChatAnswers(self.approvals, context.settings, backend.pairing())
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.api import Outbox, PermanentError
 from gateway.home import safe_name
@@ -20,6 +20,10 @@ from orchestrator.streaming import TextPreviews
 from orchestrator.templates import render
 from orchestrator.workflows import StepBody
 
+if TYPE_CHECKING:
+    from orchestrator.approvals import ApprovalBroker
+    from orchestrator.live import PermissionAsker
+
 COMMAND_TIMEOUT_SEC = 300.0
 COMMAND_MAX_OUTPUT = 1_048_576
 
@@ -27,10 +31,12 @@ COMMAND_MAX_OUTPUT = 1_048_576
 class BodyRunner:
     """Runs agent and command bodies through the provider runner, turning failures into StepFailed."""
 
-    def __init__(self, runner: ProviderRunner, store: RunStoreBase, outbox: Outbox | None = None):
+    def __init__(self, runner: ProviderRunner, store: RunStoreBase, outbox: Outbox | None = None,
+                 approvals: ApprovalBroker | None = None):
         self._runner = runner
         self._store = store
         self._outbox = outbox
+        self._approvals = approvals
 
     async def run(
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
@@ -53,7 +59,8 @@ class BodyRunner:
             request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
             previews = self._previews(job, body.agent or agent.provider)
-            call = AgentCall(conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews)
+            call = AgentCall(conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
+                             ask=self._asker(job))
             try:
                 return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
                                               cwd=job.loaded.workspace, env=env, call=call)
@@ -73,6 +80,13 @@ class BodyRunner:
         if configured is None or not configured.request_file:
             return None
         return self._store.folder(job.run.runId) / f"{safe_name(label)}.request.json"
+
+    def _asker(self, job: StepJob) -> PermissionAsker | None:
+        """How the step's agent asks the run's conversation to approve a tool call (a live session's
+        `session/request_permission`): waits up to the orchestrator's `approval_timeout_sec`."""
+        if self._approvals is None:
+            return None
+        return self._approvals.asker(job.run.payload(), timeout_s=job.loaded.config.approval_timeout_sec)
 
     def _notes(self, job: StepJob) -> ProgressNotes | None:
         if self._outbox is None:
