@@ -94,6 +94,7 @@ class Orchestrator:
             self._watch.cancel()
             await asyncio.gather(self._watch, return_exceptions=True)
         await self._executor.stop()
+        await self._runner.close()  # live agent sessions: no adapter process outlives the handler
         await asyncio.to_thread(self._selector.close)
         if self._opened is not None:
             await asyncio.to_thread(self._opened.close)

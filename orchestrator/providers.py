@@ -13,8 +13,10 @@ from gateway.api import BuiltinProvider, PermanentError
 from gateway.events import EventLog
 from gateway.home import Home, atomic_write, safe_name
 from gateway.settings import ProviderSettings
+from orchestrator.acp.route import AcpRoute
 from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.clis import PRESETS
+from orchestrator.live import Turns
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, ms_since, run_process
 
@@ -38,7 +40,14 @@ class ProviderRunner:
         self._providers = dict(providers)
         self._builtins = dict(builtins)
         self._hidden_env = hidden_env
-        self._cli = AgentCliRunner(sessions or SessionStore.in_home(home), events)
+        self.turns = Turns()  # the turns running now, by conversation: what /stop stops
+        sessions = sessions or SessionStore.in_home(home)
+        self.acp = AcpRoute(sessions, events, self.turns)  # live sessions of `transport: acp` presets
+        self._cli = AgentCliRunner(sessions, events, self.acp)
+
+    async def close(self) -> None:
+        """Stops every live agent session's process (the handler's stop)."""
+        await self.acp.close()
 
     def known(self) -> set[str]:
         """Every provider name that can run: settings.yaml ones and built-ins."""
