@@ -168,6 +168,10 @@ class AgentProcess:
         finally:
             exited.cancel()
         if asked in done:
+            error = asked.exception()
+            if isinstance(error, (ConnectionError, EOFError, BrokenPipeError)):  # the process went away
+                raise AdapterError(f"`{self.argv[0]}` closed the connection ({_said(error)})",
+                                   self.stderr_tail()) from error
             return asked.result()
         asked.cancel()
         await asyncio.gather(asked, return_exceptions=True)

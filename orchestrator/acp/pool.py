@@ -92,18 +92,29 @@ class AcpPool:
         spec = spec_of(request.provider)
         started = time.monotonic()
         async with self._sessions.hold(_key(request.name), request.scope):
-            live, seed = await self._acquire(request, spec)
-            try:
-                turn = await self._prompt(request, live, seed + prompt)
-                if spec.empty_after_cancel and turn.ended_empty(turn.stop_reason):
-                    live.reload = True  # claude answered a post-cancel prompt empty: a fresh process, again
-                    live, _ = await self._acquire(request, spec)
-                    turn = await self._prompt(request, live, prompt)
-            finally:
-                await self._release(live)
+            turn, live = await self._turn(request, spec, prompt)
             answer = made_safe(turn.answer(turn.stop_reason))
             self._save(request, live.session_id, prompt, answer)
         return ProviderResult(answer, "", 0, ms_since(started), False, False)
+
+    async def _turn(self, request: TurnRequest, spec: AdapterSpec, prompt: str) -> tuple[Turn, Live]:
+        """Runs the prompt in the scope's session; once more in a fresh process when the agent turned out
+        dead before the turn began (a crash since the last turn), or answered empty after a cancel (claude)."""
+        for attempt in (1, 2):
+            live, seed = await self._acquire(request, spec)
+            try:
+                turn = await self._prompt(request, live, seed + prompt)
+            except _Lost:
+                if attempt == 2:
+                    raise
+                continue
+            finally:
+                await self._release(live)
+            if attempt == 1 and spec.empty_after_cancel and turn.ended_empty(turn.stop_reason):
+                live.reload = True
+                continue
+            return turn, live
+        raise AssertionError("unreachable")
 
     async def _prompt(self, request: TurnRequest, live: Live, text: str) -> Turn:
         """One prompt; registered in Turns so /stop can end it."""
@@ -131,7 +142,8 @@ class AcpPool:
             await self._discard(live)
             if turn.stopped:
                 raise TurnStopped(f"{request.name}: stopped") from exc
-            raise ProviderFailed(request.name, ProviderResult(turn.text, str(exc), None, 0, False, False)) from exc
+            lost = _Lost if not (turn.chunks or turn.asked) else ProviderFailed
+            raise lost(request.name, ProviderResult(turn.text, str(exc), None, 0, False, False)) from exc
         finally:
             ended.set()
         if turn.stopped:
@@ -268,6 +280,10 @@ class AcpPool:
         self._live.clear()
         self._shared.clear()
         await asyncio.gather(*(agent.stop() for agent in agents), return_exceptions=True)
+
+
+class _Lost(ProviderFailed):
+    """The agent was gone before the turn did anything: the turn runs again in a fresh process."""
 
 
 def transcript(turns: list[dict[str, str]]) -> str:

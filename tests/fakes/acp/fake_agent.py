@@ -4,7 +4,8 @@ happens. Sessions are kept as JSON in `$FAKE_ACP_STATE` (so a new process can `s
 
 Prompt directives: `[chunks=N]` N answer chunks, `[delay=S]` S seconds before each (a cancel ends the wait),
 `[run=CMD]` asks permission to run CMD (the adapter's option ids and kinds), `[recall=WORD]` says whether
-WORD was in an earlier prompt of the session, `[env]` answers with the agent's environment as JSON.
+WORD was in an earlier prompt of the session, `[env]` answers with the agent's environment as JSON, `[deaf]`
+ignores a cancel.
 Every answer starts `answer to: <prompt>` and says how many earlier prompts the session remembers.
 
 Per adapter: claude sends an empty chunk before each message, and after a cancel answers the next prompt
@@ -64,6 +65,7 @@ class FakeAgent:
         self.cancelled: dict[str, asyncio.Event] = {}
         self.after_cancel: dict[str, str] = {}  # claude: "empty" for the next prompt, else an answer owed
         self.permission_count = 0
+        self.replays: dict[str, asyncio.Future[None]] = {}  # gemini: a load's replay still to come
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -85,13 +87,14 @@ class FakeAgent:
         if self.like == "gemini" and int(record["created"] // minute) == int(time.time() // minute):
             self._path(session_id).unlink()  # gemini's own new chat file takes its name: the session is gone
             raise RequestError.internal_error({"details": "Internal error"})
-        if self.like == "gemini":
-            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._replay(session_id)))
+        if self.like == "gemini":  # the replay follows the response, and precedes the next prompt's answer
+            self.replays[session_id] = asyncio.ensure_future(self._replay(session_id, after=0.05))
         else:
             await self._replay(session_id)
         return LoadSessionResponse()
 
-    async def _replay(self, session_id: str) -> None:
+    async def _replay(self, session_id: str, after: float = 0) -> None:
+        await asyncio.sleep(after)
         record = self._read(session_id) or {"history": []}
         for prompt, answer in record["history"]:
             await self.conn.session_update(session_id, update_user_message_text(prompt))
@@ -104,6 +107,8 @@ class FakeAgent:
         if record is None:
             raise RequestError.invalid_params({"sessionId": "Session not found"})
         text = "".join(getattr(block, "text", "") for block in prompt)
+        if session_id in self.replays:
+            await self.replays.pop(session_id)
         cancelled = self.cancelled[session_id] = asyncio.Event()
         owed = self.after_cancel.pop(session_id, None)
         if owed == "empty":  # claude after a cancel: this answer comes with the next prompt
@@ -141,9 +146,8 @@ class FakeAgent:
             await self._say(session_id, "")
         for piece in pieces:
             if delay:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(cancelled.wait(), delay)
-            if cancelled.is_set():
+                await _pause(delay, cancelled)
+            if cancelled.is_set() and "deaf" not in directives:
                 return "cancelled", answer
             await self._say(session_id, piece)
         return "end_turn", answer
@@ -191,6 +195,15 @@ class FakeAgent:
     def _write(self, session_id: str, record: dict[str, Any]) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
         self._path(session_id).write_text(json.dumps(record))
+
+
+async def _pause(delay: float, cancelled: asyncio.Event) -> None:
+    """Waits `delay` seconds, less when a cancel comes (a deaf turn, cancelled already, waits it all)."""
+    if cancelled.is_set():
+        await asyncio.sleep(delay)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(cancelled.wait(), delay)
 
 
 def _usage(total: int) -> Usage:

@@ -211,3 +211,40 @@ async def test_stop_ends_the_turn_and_the_next_turn_answers_normally(make, like:
         await h.close()
     assert after.startswith("answer to: after the stop")  # claude's post-cancel empty answer is not shown
     assert later.startswith("answer to: and then")
+
+
+async def test_stop_kills_an_agent_that_ignores_the_cancel(make) -> None:
+    h = make(providers={"agent": fake_provider("codex")})
+    seen: list[str] = []
+    try:
+        await h.turn("agent", "remember the word zebra")
+        [pid] = h.live_pids()
+        running = asyncio.create_task(h.turn("agent", "[chunks=50] [delay=0.2] [deaf]", on_text=seen.append))
+        await async_wait_until(lambda: seen)
+        await h.runner.turns.stop(CONV)  # session/cancel, ~3 s, then the group is killed
+        with pytest.raises(TurnStopped):
+            await running
+        assert not any_alive([pid])
+        assert await h.turn("agent", "[recall=zebra]") == "recall zebra: yes"  # a new process loads it
+    finally:
+        await h.close()
+
+
+async def test_stop_answers_a_pending_approval_as_cancelled(make) -> None:
+    h = make(providers={"agent": fake_provider("claude")})
+    asked = asyncio.Event()
+
+    async def wait_forever(approval: ToolApproval) -> str | None:
+        asked.set()
+        await asyncio.Event().wait()
+        return None
+
+    try:
+        running = asyncio.create_task(h.turn("agent", "[run=rm -rf x]", ask=wait_forever))
+        await asked.wait()
+        await h.runner.turns.stop(CONV)
+        with pytest.raises(TurnStopped):
+            await running
+        assert (await h.turn("agent", "next")).startswith("answer to: next")
+    finally:
+        await h.close()
