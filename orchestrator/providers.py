@@ -75,8 +75,7 @@ class ProviderRunner:
         if configured is None:
             return _checked(name, await self._run_builtin(self._builtins[name], prompt, request))
         request_env = {"SWITCHYARD_REQUEST": str(request_file)} if request_file is not None else {}
-        full_env = self.environment({**configured.env, **self._endpoint_env(name, configured), **request_env,
-                                     **(env or {})})
+        full_env = self.provider_env(name, configured, {**request_env, **(env or {})})
         if configured.type is not None:
             return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call or AgentCall())
         argv = prompt_argv(configured.argv, prompt) if configured.input == "arg" else configured.argv
@@ -104,6 +103,12 @@ class ProviderRunner:
         inherited = {key: value for key, value in os.environ.items()
                      if key not in self._hidden_env and not key.startswith("SWITCHYARD_")}
         return {**inherited, "SWITCHYARD_HOME": str(self._home.root), **(extra or {})}
+
+    def provider_env(self, name: str, provider: ProviderSettings,
+                     extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The whole environment a provider's process gets (a preset's CLI or its ACP adapter): the
+        gateway's without secrets, the provider's `env`, its endpoint variables, then `extra`."""
+        return self.environment({**provider.env, **self._endpoint_env(name, provider), **(extra or {})})
 
     def _endpoint_env(self, name: str, provider: ProviderSettings) -> dict[str, str]:
         """What points a preset's CLI at its `base_url` with the key `api_key_env` names: the key goes only
