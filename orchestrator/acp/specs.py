@@ -24,6 +24,7 @@ class AdapterSpec:
     quiet_args: tuple[str, ...] = ()
     replay_after_load: bool = False  # gemini: `session/load`'s history replay comes after its response
     empty_after_cancel: bool = False  # claude: the prompt after a cancel ends empty (reload the session)
+    drop_env: tuple[str, ...] = ()  # variables the adapter must not get
 
 
 SPECS = {
@@ -32,7 +33,10 @@ SPECS = {
         install="npm install -g @zed-industries/claude-agent-acp@0.23.1",
         quiet_env={"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
-        empty_after_cancel=True),
+        empty_after_cancel=True,
+        # as root, IS_SANDBOX makes claude-agent-acp 0.23.1 offer bypassPermissions, and every session/new then
+        # fails ("Query closed before response received"); switchyard never uses that mode
+        drop_env=("IS_SANDBOX",)),
     "codex": AdapterSpec(
         "codex", "codex-acp", shared=True,
         install="npm install -g @zed-industries/codex-acp@0.16.0 (and bubblewrap: apt-get install bubblewrap)",
@@ -76,7 +80,10 @@ def adapter_env(provider: ProviderSettings, env: Mapping[str, str]) -> dict[str,
         claude = shutil.which(provider.binary or "claude", path=env.get("PATH", os.defpath))
         if claude is not None and "CLAUDE_CODE_EXECUTABLE" not in env:
             extra["CLAUDE_CODE_EXECUTABLE"] = claude
-    return {**spec.quiet_env, **env, **extra}
+    merged = {**spec.quiet_env, **env, **extra}
+    for name in spec.drop_env:
+        merged.pop(name, None)
+    return merged
 
 
 def adapter_path(provider: ProviderSettings, env: Mapping[str, str]) -> str | None:
