@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gateway.events import EventLog
@@ -55,7 +56,7 @@ class TurnRequest:
     provider: ProviderSettings
     cwd: Path
     env: Mapping[str, str]
-    scope: str  # the session's scope (a conversation's, or a run's)
+    scope: str | None  # the session's scope (a conversation's, or a run's); None: a one-off session
     conversation: str | None = None  # the scope /stop knows the turn by
     on_text: TextSink | None = None
     ask: PermissionAsker | None = None
@@ -72,6 +73,7 @@ class AcpPool:
         self._freed = asyncio.Condition()
         self._reaper: asyncio.Task[None] | None = None
         self._idle_of: dict[str, float] = {}  # provider name -> its idle_sec
+        self._used: dict[str, float] = {}  # provider name -> when a turn of it last ended
         self._closed = False
 
     def live_count(self, name: str) -> int:
@@ -91,17 +93,24 @@ class AcpPool:
         self._start_reaper(request.name, request.provider.idle_sec)
         spec = spec_of(request.provider)
         started = time.monotonic()
+        if request.scope is None:  # a stateless call (the selector's): a one-off session in the warm process
+            assert spec.shared, "a one-off session needs an adapter that hosts many sessions"
+            request = replace(request, scope=f"call:{uuid.uuid4().hex}")
+            turn, live = await self._turn(request, spec, prompt, stored=False)
+            await self._evict(live, keep_agent=True)
+            return ProviderResult(made_safe(turn.answer(turn.stop_reason)), "", 0, ms_since(started), False, False)
         async with self._sessions.hold(_key(request.name), request.scope):
             turn, live = await self._turn(request, spec, prompt)
             answer = made_safe(turn.answer(turn.stop_reason))
             self._save(request, live.session_id, prompt, answer)
         return ProviderResult(answer, "", 0, ms_since(started), False, False)
 
-    async def _turn(self, request: TurnRequest, spec: AdapterSpec, prompt: str) -> tuple[Turn, Live]:
+    async def _turn(self, request: TurnRequest, spec: AdapterSpec, prompt: str,
+                    stored: bool = True) -> tuple[Turn, Live]:
         """Runs the prompt in the scope's session; once more in a fresh process when the agent turned out
         dead before the turn began (a crash since the last turn), or answered empty after a cancel (claude)."""
         for attempt in (1, 2):
-            live, seed = await self._acquire(request, spec)
+            live, seed = await self._acquire(request, spec, stored)
             try:
                 turn = await self._prompt(request, live, seed + prompt)
             except _Lost:
@@ -158,8 +167,10 @@ class AcpPool:
         if live.agent not in self._shared.values():
             await self._discard(live)
 
-    async def _acquire(self, request: TurnRequest, spec: AdapterSpec) -> tuple[Live, str]:
-        """The scope's live session, else one loaded or seeded; returns it (busy) and the seed to prepend."""
+    async def _acquire(self, request: TurnRequest, spec: AdapterSpec, stored: bool) -> tuple[Live, str]:
+        """The scope's live session, else one loaded or seeded (from the session store, when `stored`);
+        returns it (busy) and the seed to prepend."""
+        assert request.scope is not None
         key = (request.name, request.scope)
         live = self._live.get(key)
         if live is not None and live.agent.alive and not live.reload:
@@ -170,13 +181,13 @@ class AcpPool:
         async with self._locks.setdefault(request.name, asyncio.Lock()):
             await self._make_room(request.name, request.provider.max_live)
             agent = await self._agent_for(request, spec)
-            stored = self._sessions.session(_key(request.name), request.scope, assigns_ids=False)
+            record = self._sessions.session(_key(request.name), request.scope, assigns_ids=False) if stored else None
             session_id, seed = None, ""
-            if stored.id and agent.can_load:
-                session_id = await self._load(request, agent, stored.id, spec)
+            if record is not None and record.id and agent.can_load:
+                session_id = await self._load(request, agent, record.id, spec)
             if session_id is None:
                 session_id = await agent.new_session(request.cwd)
-                seed = transcript(stored.turns)
+                seed = transcript(record.turns) if record is not None else ""
             live = self._live[key] = Live(request.name, request.scope, session_id, agent, busy=True)
         return live, seed
 
@@ -223,14 +234,16 @@ class AcpPool:
 
     async def _release(self, live: Live) -> None:
         live.busy, live.last_used = False, time.monotonic()
+        self._used[live.name] = live.last_used
         async with self._freed:
             self._freed.notify_all()
 
-    async def _evict(self, live: Live) -> None:
-        """Closes one session (its process too, when no other session uses it); it reloads when needed."""
+    async def _evict(self, live: Live, keep_agent: bool = False) -> None:
+        """Closes one session (its process too, when no other session uses it, unless `keep_agent`: a
+        shared process then stays warm until idle); it reloads when needed."""
         if self._live.get((live.name, live.scope)) is live:
             del self._live[(live.name, live.scope)]
-        if not any(other.agent is live.agent for other in self._live.values()):
+        if not keep_agent and not any(other.agent is live.agent for other in self._live.values()):
             await self._drop_agent(live.agent)
 
     async def _discard(self, live: Live) -> None:
@@ -248,6 +261,7 @@ class AcpPool:
         await agent.stop()
 
     def _save(self, request: TurnRequest, session_id: str, prompt: str, answer: str) -> None:
+        assert request.scope is not None
         try:
             self._sessions.save(_key(request.name), request.scope, session_id,
                                 {"prompt": prompt[-TURN_CHARS:], "answer": answer[-TURN_CHARS:]})
@@ -269,6 +283,10 @@ class AcpPool:
                     async with self._freed:
                         if not live.busy:
                             await self._evict(live)
+            for name, agent in list(self._shared.items()):  # a shared process left with no session
+                if now - self._used.get(name, now) > self._idle_of.get(name, 0) and \
+                        not any(live.agent is agent for live in self._live.values()):
+                    await self._drop_agent(agent)
 
     async def close(self) -> None:
         """Stops every agent process and the idle reaper; nothing of the pool is left running."""

@@ -15,7 +15,7 @@ async def initializes(provider: ProviderSettings, env: Mapping[str, str], cwd: P
     try:
         from orchestrator.acp.agent import AdapterError, AgentProcess
     except ImportError as exc:
-        return f"the `acp` extra is not installed ({exc}): pip install 'switchyard[acp]'"
+        return f"the `acp` extra is not installed ({exc}): pip install -e '.[acp]' in the clone"
     agent = AgentProcess(adapter_argv(provider), adapter_env(provider, env), cwd)
     started = time.monotonic()
     try:

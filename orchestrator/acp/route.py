@@ -35,10 +35,10 @@ class AcpRoute:
         self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
         scope: str | None, conversation: str | None, on_text: TextSink | None, ask: PermissionAsker | None,
     ) -> ProviderResult | None:
-        """The turn's result from a live session; None: run the one-shot preset instead (a stateless call,
-        or an adapter that is missing or cannot start)."""
-        if scope is None or name in self.fallen_back:
-            return None
+        """The turn's result from a live session (a one-off one for a stateless call); None: run the one-shot
+        preset instead (claude's stateless calls, or an adapter that is missing or cannot start)."""
+        if (scope is None and not spec_of(provider).shared) or name in self.fallen_back:
+            return None  # claude's stateless calls: a process per call would cost more than one-shot
         if adapter_path(provider, env) is None:
             self._fall_back(name, f"the ACP adapter `{adapter_argv(provider)[0]}` was not found on PATH "
                                   f"(install: {spec_of(provider).install}, or set `acp_command`)")
@@ -47,7 +47,7 @@ class AcpRoute:
             from orchestrator.acp.agent import AdapterUnavailable
             from orchestrator.acp.pool import AcpPool, TurnRequest
         except ImportError as exc:
-            self._fall_back(name, f"the `acp` extra is not installed ({exc}): pip install 'switchyard[acp]'")
+            self._fall_back(name, f"the `acp` extra is not installed ({exc}): pip install -e '.[acp]' in the clone")
             return None
         if self.pool is None:
             self.pool = AcpPool(self._sessions, self._events, self._turns)

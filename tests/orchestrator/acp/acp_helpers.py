@@ -39,7 +39,7 @@ class Harness:
         self.cwd = tmp / "ws"
         self.env = {"FAKE_ACP_STATE": str(self.state), "FAKE_ACP_MINUTE_SEC": str(minute_sec)}
 
-    async def turn(self, name: str, prompt: str, *, conversation: str = CONV, on_text: TextSink | None = None,
+    async def turn(self, name: str, prompt: str, *, conversation: str | None = CONV, on_text: TextSink | None = None,
                    ask: PermissionAsker | None = None) -> str:
         call = AgentCall(conversation=conversation, on_text=on_text, ask=ask)
         result = await self.runner.run(name, prompt, request={}, request_file=None, cwd=self.cwd, env=self.env,

@@ -248,3 +248,19 @@ async def test_stop_answers_a_pending_approval_as_cancelled(make) -> None:
         assert (await h.turn("agent", "next")).startswith("answer to: next")
     finally:
         await h.close()
+
+
+@pytest.mark.parametrize("like", ["codex", "gemini"])
+async def test_a_stateless_call_gets_a_one_off_session_in_the_warm_process(make, like: str) -> None:
+    h = make(providers={"agent": fake_provider(like, idle_sec=0.5)})
+    try:
+        first = await h.turn("agent", "remember the word zebra", conversation=None)
+        second = await h.turn("agent", "[recall=zebra]", conversation=None)
+        assert h.runner.acp.pool is not None and h.runner.acp.pool.live_count("agent") == 0
+        started = h.agent_pids()
+        assert len(started) == 1  # both calls ran in the one warm process
+        await async_wait_until(lambda: not any_alive(started), timeout_s=10)  # stopped once idle
+    finally:
+        await h.close()
+    assert first == "answer to: remember the word zebra (0 earlier)"
+    assert second == "recall zebra: no"  # no memory between stateless calls
