@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,8 +48,10 @@ class AdapterUnavailable(AdapterError):
 class AgentProcess:
     """An adapter process and its connection; `turns` holds the turn running in each session."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path):
+    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path, *, settle_sec: float = 0.0):
         self.argv, self.env, self.cwd = argv, dict(env), cwd
+        self.settle_sec = settle_sec  # how long after a turn the adapter may still be writing its session
+        self.last_turn = float("-inf")
         self.process: asyncio.subprocess.Process | None = None
         self.conn: ClientSideConnection | None = None
         self.turns: dict[str, Turn] = {}
@@ -123,6 +126,7 @@ class AgentProcess:
             return str(reply.stop_reason)
         finally:
             self.turns.pop(session_id, None)
+            self.last_turn = time.monotonic()
 
     async def cancel(self, session_id: str) -> None:
         """Asks the agent to end the session's turn (a notification: the prompt then ends `cancelled`)."""
@@ -135,6 +139,9 @@ class AgentProcess:
         process = self.process
         if process is None:
             return
+        unsettled = self.last_turn + self.settle_sec - time.monotonic()
+        if unsettled > 0 and self.alive:  # claude killed right after a turn often loses the session (FINDINGS)
+            await asyncio.sleep(unsettled)
         if process.stdin is not None:
             with contextlib.suppress(Exception):
                 process.stdin.close()
@@ -144,6 +151,7 @@ class AgentProcess:
         _signal_group(process.pid, signal.SIGKILL)  # children left in the group (codex's native binary)
         with contextlib.suppress(ProcessLookupError):
             await process.wait()
+        await _group_gone(process.pid)
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.close()
@@ -223,6 +231,17 @@ class _Client:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+async def _group_gone(pgid: int, limit_sec: float = 1.0) -> None:
+    """Waits (briefly) until the SIGKILLed group's last member has exited."""
+    deadline = time.monotonic() + limit_sec
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        await asyncio.sleep(0.01)
 
 
 def _total_tokens(usage: Any) -> int | None:

@@ -214,7 +214,7 @@ class AcpPool:
             if agent is not None:
                 await self._drop_agent(agent)
         agent = AgentProcess(adapter_argv(request.provider), adapter_env(request.provider, request.env),
-                             request.cwd)
+                             request.cwd, settle_sec=spec.settle_sec)
         await agent.start()
         if spec.shared:
             self._shared[request.name] = agent

@@ -25,6 +25,7 @@ class AdapterSpec:
     replay_after_load: bool = False  # gemini: `session/load`'s history replay comes after its response
     empty_after_cancel: bool = False  # claude: the prompt after a cancel ends empty (reload the session)
     drop_env: tuple[str, ...] = ()  # variables the adapter must not get
+    settle_sec: float = 0.0  # claude: a process stopped sooner than this after a turn may lose the session
 
 
 SPECS = {
@@ -33,7 +34,7 @@ SPECS = {
         install="npm install -g @zed-industries/claude-agent-acp@0.23.1",
         quiet_env={"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
-        empty_after_cancel=True,
+        empty_after_cancel=True, settle_sec=1.0,
         # as root, IS_SANDBOX makes claude-agent-acp 0.23.1 offer bypassPermissions, and every session/new then
         # fails ("Query closed before response received"); switchyard never uses that mode
         drop_env=("IS_SANDBOX",)),
