@@ -30,6 +30,7 @@ class AcpRoute:
         self._sessions, self._events, self._turns = sessions, events, turns
         self.pool: AcpPool | None = None
         self.fallen_back: dict[str, str] = {}  # provider name -> why it runs one-shot
+        self._checked: set[str] = set()  # providers whose environment was looked at
 
     async def run(
         self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
@@ -51,7 +52,9 @@ class AcpRoute:
             return None
         if self.pool is None:
             self.pool = AcpPool(self._sessions, self._events, self._turns)
-            for problem in filter(None, [temp_home_problem(env)]):
+        if name not in self._checked:
+            self._checked.add(name)
+            if problem := temp_home_problem(env):
                 log.warning("%s: %s", name, problem)
         request = TurnRequest(name, provider, cwd, env, scope, conversation, on_text, ask)
         try:

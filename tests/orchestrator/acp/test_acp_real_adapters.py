@@ -147,3 +147,25 @@ async def test_a_real_adapters_turn_stops_and_the_next_one_answers(
             await runner.close()
     assert after.startswith("answer to: after the stop"), after
     assert recalled.startswith("recall zebra: yes"), recalled
+
+
+@pytest.mark.parametrize("like", sorted(PREFIX))
+async def test_a_real_adapters_denied_tool_call_does_not_run_and_the_answer_says_something(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str,
+) -> None:
+    _isolate(tmp_path, monkeypatch, like)
+    async with ScriptedModel() as model:
+        runner = ProviderRunner(home, {"agent": _provider(like, model.url)}, {})
+
+        async def deny(approval: ToolApproval) -> str | None:
+            return None  # nobody answered: the pool picks the adapter's reject option
+
+        try:
+            result = await runner.run("agent", "run it [run=echo no > denied.txt]", request={}, request_file=None,
+                                      cwd=tmp_path / "ws", call=AgentCall(conversation=CONV, ask=deny))
+        finally:
+            await runner.close()
+    assert not (tmp_path / "ws" / "denied.txt").exists()
+    assert result.stdout.strip(), "a denied call leaves no empty answer"
+    if like == "codex":  # codex ends the turn without a word: the gateway says it
+        assert result.stdout.startswith("The tool call was denied: "), result.stdout
