@@ -181,15 +181,25 @@ class AcpPool:
         async with self._locks.setdefault(request.name, asyncio.Lock()):
             await self._make_room(request.name, request.provider.max_live)
             agent = await self._agent_for(request, spec)
-            record = self._sessions.session(_key(request.name), request.scope, assigns_ids=False) if stored else None
-            session_id, seed = None, ""
-            if record is not None and record.id and agent.can_load:
-                session_id = await self._load(request, agent, record.id, spec)
-            if session_id is None:
-                session_id = await agent.new_session(request.cwd)
-                seed = transcript(record.turns) if record is not None else ""
+            try:
+                session_id, seed = await self._open(request, spec, agent, stored)
+            except BaseException:
+                if not spec.shared:  # a process of its own that holds no session: not kept, not leaked
+                    await agent.stop()
+                raise
             live = self._live[key] = Live(request.name, request.scope, session_id, agent, busy=True)
         return live, seed
+
+    async def _open(self, request: TurnRequest, spec: AdapterSpec, agent: AgentProcess,
+                    stored: bool) -> tuple[str, str]:
+        """The scope's stored session loaded into `agent`, else a new one; returns its id and the seed."""
+        assert request.scope is not None
+        record = self._sessions.session(_key(request.name), request.scope, assigns_ids=False) if stored else None
+        if record is not None and record.id and agent.can_load:
+            loaded = await self._load(request, agent, record.id, spec)
+            if loaded is not None:
+                return loaded, ""
+        return await agent.new_session(request.cwd), transcript(record.turns) if record is not None else ""
 
     async def _load(self, request: TurnRequest, agent: AgentProcess, session_id: str,
                     spec: AdapterSpec) -> str | None:

@@ -1,6 +1,7 @@
 """A small ACP agent (the `acp` SDK's agent side) that behaves like one of the real adapters, as
 FINDINGS.md recorded them: `python fake_agent.py --like claude|codex|gemini`. No model: the prompt says what
-happens. Sessions are kept as JSON in `$FAKE_ACP_STATE` (so a new process can `session/load` them).
+happens. Sessions are kept as JSON in `$FAKE_ACP_STATE` (so a new process can `session/load` them);
+`$FAKE_ACP_FAIL_NEW` makes `session/new` fail.
 
 Prompt directives: `[chunks=N]` N answer chunks, `[delay=S]` S seconds before each (a cancel ends the wait),
 `[run=CMD]` asks permission to run CMD (the adapter's option ids and kinds), `[recall=WORD]` says whether
@@ -75,6 +76,8 @@ class FakeAgent:
                                   agent_capabilities=AgentCapabilities(load_session=True))
 
     async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
+        if os.environ.get("FAKE_ACP_FAIL_NEW"):  # as claude's does when its Claude Code cannot start
+            raise RequestError.internal_error({"details": "Query closed before response received"})
         session_id = str(uuid.uuid4())
         self._write(session_id, {"created": time.time(), "history": []})
         return NewSessionResponse(session_id=session_id)

@@ -14,6 +14,7 @@ import pytest
 from gateway.home import Home
 from gateway.testing import async_wait_until
 from orchestrator.live import ToolApproval, TurnStopped
+from orchestrator.spawn import ProviderFailed
 from tests.orchestrator.acp.acp_helpers import CONV, Harness, any_alive, fake_provider, kill9, kill_left
 
 LIKES = ["claude", "codex", "gemini"]
@@ -264,3 +265,16 @@ async def test_a_stateless_call_gets_a_one_off_session_in_the_warm_process(make,
         await h.close()
     assert first == "answer to: remember the word zebra (0 earlier)"
     assert second == "recall zebra: no"  # no memory between stateless calls
+
+
+async def test_a_session_the_adapter_will_not_create_fails_the_turn_and_leaves_no_process(make) -> None:
+    h = make(providers={"agent": fake_provider("claude")})
+    h.env["FAKE_ACP_FAIL_NEW"] = "1"
+    try:
+        with pytest.raises(ProviderFailed, match="Internal error"):
+            await h.turn("agent", "hello")
+        started = h.agent_pids()
+        assert len(started) == 1 and any_alive(started) == []  # stopped at once, not at close
+        assert h.runner.acp.fallen_back == {}  # it started: retried later, not one-shot
+    finally:
+        await h.close()

@@ -114,7 +114,7 @@ async def test_a_real_adapters_evicted_session_comes_back_with_its_memory(
         finally:
             await runner.close()
     assert back.startswith("recall zebra: yes"), back  # loaded, or (gemini in its creation minute) seeded
-    resets = [json.loads(line) for line in home.events_file.read_text().splitlines()] if home.events_file.exists() else []
+    resets = [json.loads(line) for line in home.events_file.read_text().splitlines()]
     if like != "gemini":  # session/load brought it back: no transcript was needed
         assert [e for e in resets if e["event"] == "provider.session_reset"] == []
         assert "continues in a new session" not in json.dumps(model.calls[-1].body)
