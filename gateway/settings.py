@@ -71,6 +71,7 @@ class QueueSettings(_Strict):
 PRESET_TYPES = ("claude", "codex", "gemini", "ollama")
 DEFAULT_PAIRING_CODE_TTL_S = 3600.0  # a pending pairing code's life (OpenClaw's codes also expire after 1 hour)
 ENDPOINT_TYPES = ("claude", "codex", "gemini")  # presets that take `base_url` and `api_key_env`
+ACP_TYPES = ("claude", "codex", "gemini")  # presets that can run as live sessions (`transport: acp`)
 
 
 class ProviderSettings(_Strict):
@@ -92,6 +93,11 @@ class ProviderSettings(_Strict):
     base_url: str | None = Field(default=None, min_length=1)  # the model API the CLI calls (proxy, gateway, …)
     api_key_env: str | None = Field(default=None, min_length=1)  # the variable holding the key for it
     request_file: bool = False  # a workflow step writes its request JSON for it ($SWITCHYARD_REQUEST)
+    transport: Literal["oneshot", "acp"] = "oneshot"  # acp: a live agent session per conversation (ACP adapter)
+    acp_command: list[str] | None = Field(default=None, min_length=1)  # the adapter's argv (else the preset's)
+    max_live: int = Field(default=8, ge=1, le=1024)  # acp: live sessions kept warm for this provider
+    idle_sec: float = Field(default=600, gt=0)  # acp: a session unused this long is closed (reloaded when needed)
+    permissions: Literal["ask", "allow", "deny"] = "ask"  # acp: a tool call asks the chat, or is allowed/denied
 
     @model_validator(mode="after")
     def _check_endpoint(self) -> ProviderSettings:
@@ -103,6 +109,14 @@ class ProviderSettings(_Strict):
             parts = urlsplit(self.base_url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"base_url: {self.base_url!r} is not an http:// or https:// URL")
+        return self
+
+    @model_validator(mode="after")
+    def _check_transport(self) -> ProviderSettings:
+        if self.transport == "acp" and self.type not in ACP_TYPES:
+            raise ValueError(f"transport: acp is only for the {', '.join(ACP_TYPES)} presets")
+        if self.acp_command is not None and self.transport != "acp":
+            raise ValueError("acp_command: only with `transport: acp`")
         return self
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from gateway.api import PermanentError
 from gateway.events import EventLog
 from gateway.settings import ProviderSettings
 from gateway.storable import made_safe
+from orchestrator.acp.route import AcpRoute
 from orchestrator.clis import (
     MISSING_EXIT,
     NOT_EXECUTABLE_EXIT,
@@ -108,18 +109,26 @@ def cannot_start(name: str, binary: str, result: ProviderResult, install: str = 
 class AgentCliRunner:
     """Runs provider presets with per-conversation sessions, stream notes and failure classification."""
 
-    def __init__(self, sessions: SessionStore, events: EventLog | None):
+    def __init__(self, sessions: SessionStore, events: EventLog | None, acp: AcpRoute | None = None):
         self._sessions = sessions
         self._events = events
+        self._acp = acp
 
     async def run(
         self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
         call: AgentCall, stop: asyncio.Event | None = None,
     ) -> ProviderResult:
         """Runs one call; returns the answer as `stdout`; raises ProviderRefused or ProviderFailed, or
-        TurnStopped once `stop` is set (the CLI's process group is killed then)."""
+        TurnStopped once `stop` is set (the CLI's process group is killed then) or when /stop ends a live
+        session's turn. A `transport: acp` preset runs in its live session, or one-shot when its adapter is
+        missing or cannot start."""
         stop = stop or asyncio.Event()
         assert provider.type is not None
+        if provider.transport == "acp" and self._acp is not None:
+            live = await self._acp.run(name, provider, prompt, cwd=cwd, env=env, scope=call.scope(provider),
+                                       conversation=call.turn_scope(), on_text=call.on_text, ask=call.ask)
+            if live is not None:
+                return live
         preset = PRESETS[provider.type]
         binary = provider.binary or preset.binary
         if shutil.which(binary, path=env.get("PATH", os.defpath)) is None:

@@ -272,13 +272,14 @@ def cmd_doctor(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     import asyncio
 
     from gateway.tables import print_table
-    from orchestrator.doctor import check_providers, fill_versions, probe, provider_uses
+    from orchestrator.doctor import check_adapters, check_providers, fill_versions, probe, provider_uses
 
     checks = check_providers(home, settings)
     _, broken = provider_uses(home, settings)
 
     async def gather() -> None:
         await fill_versions(checks)
+        await check_adapters(home, settings, checks)
         if args.probe:
             await probe(home, settings, checks)
 
@@ -289,6 +290,9 @@ def cmd_doctor(args: argparse.Namespace, home: Home, settings: Settings) -> int:
         rows = [[c.name, c.kind, c.path or c.binary or "-", c.version or "-", ", ".join(c.used_by) or "-",
                  c.problem or (f"ok: {c.probe}" if c.probe else "ok")] for c in checks]
         print_table(["provider", "kind", "program", "version", "used by", "status"], rows)
+        for check in checks:
+            if check.adapter:
+                print(f"provider {check.name} (transport: acp): adapter {check.adapter}")
         for line in broken:
             print(line)
     return 1 if broken or any(c.problem and c.used_by for c in checks) else 0

@@ -66,7 +66,7 @@ def _small_event(event: dict[str, Any]) -> dict[str, Any]:
     return small
 
 
-GLOBAL_EVENTS = frozenset({"provider.missing", "orchestrator.invalid"})
+GLOBAL_EVENTS = frozenset({"provider.missing", "provider.acp_fallback", "orchestrator.invalid"})
 """Events about no conversation that may explain any silence (a missing CLI, a broken orchestrator.yaml)."""
 
 

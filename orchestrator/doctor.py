@@ -32,6 +32,7 @@ class ProviderCheck:
     used_by: list[str] = field(default_factory=list)
     problem: str = ""
     probe: str = ""
+    adapter: str = ""  # transport: acp: whether the adapter is installed and initializes
 
     @property
     def ok(self) -> bool:
@@ -87,8 +88,21 @@ def check_providers(home: Home, settings: Settings, *, all_providers: bool = Tru
             if check.path is None:
                 check.problem = not_found(check.binary)
             check.problem = check.problem or missing_key(provider)
+            if provider.transport == "acp":
+                check.adapter = adapter_state(provider)
         checks.append(check)
     return checks
+
+
+def adapter_state(provider: ProviderSettings) -> str:
+    """Where an acp provider's adapter is, or that it is missing (the provider then runs one-shot)."""
+    from orchestrator.acp.specs import adapter_argv, spec_of
+
+    program = adapter_argv(provider)[0]
+    found = shutil.which(program)
+    if found is None:
+        return f"`{program}` not found on PATH: runs the one-shot preset (install: {spec_of(provider).install})"
+    return found
 
 
 def missing_providers(home: Home, settings: Settings, uses: dict[str, list[str]] | None = None) -> list[str]:
@@ -141,5 +155,30 @@ async def probe(home: Home, settings: Settings, checks: list[ProviderCheck]) -> 
             check.problem = str(exc).removeprefix(f"{check.name}: ")
         else:
             check.probe = first_line(result.stdout or "(empty answer)", 40)
+
+    await asyncio.gather(*(one(check) for check in checks))
+
+
+async def check_adapters(home: Home, settings: Settings, checks: list[ProviderCheck]) -> None:
+    """Starts each found ACP adapter with the environment it would get and initializes it (then stops it)."""
+    import asyncio
+
+    from orchestrator.acp.probe import initializes
+    from orchestrator.providers import ProviderRunner
+
+    runner = ProviderRunner(home, settings.providers, {}, hidden_env=secret_env_names(settings))
+    cwd = home.root / "orchestrator" / "doctor"
+    cwd.mkdir(parents=True, exist_ok=True)
+
+    async def one(check: ProviderCheck) -> None:
+        provider = settings.providers.get(check.name)
+        if provider is None or provider.transport != "acp" or "not found" in check.adapter:
+            return
+        try:
+            env = runner.provider_env(check.name, provider)
+        except Exception as exc:  # the key api_key_env names is unset: reported as the problem already
+            check.adapter += f": not started ({exc})"
+            return
+        check.adapter += f": {await initializes(provider, env, cwd)}"
 
     await asyncio.gather(*(one(check) for check in checks))

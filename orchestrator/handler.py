@@ -130,6 +130,7 @@ class Orchestrator:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self._executor.stop()
+        await self._runner.close()  # live agent sessions: no adapter process outlives the handler
         await asyncio.to_thread(self._selector.close)
         if self._opened is not None:
             await asyncio.to_thread(self._opened.close)

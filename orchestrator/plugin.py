@@ -84,7 +84,10 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
                             lambda: _config_files(home, settings))
     return {"runs": _unfinished_runs(home, settings, cache),
             "providers": [provider_line(name, not_found(binary), used_by)
-                          for name, binary, used_by in config["binaries"] if shutil.which(binary) is None],
+                          for name, binary, used_by in config["binaries"] if shutil.which(binary) is None]
+            + [provider_line(name, f"transport acp: the adapter `{adapter}` is not on PATH: messages run the one-shot "
+                                   "preset instead (see `switchyard doctor`)", used_by)
+               for name, adapter, used_by in config.get("adapters", []) if shutil.which(adapter) is None],
             "config": [f"{problem} (a running gateway keeps its last valid version)" for problem in config["problems"]],
             "retention": config["retention"]}
 
@@ -92,12 +95,16 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
 def _config_status(home: Home, settings: Settings) -> dict[str, Any]:
     """What status shows of the configuration: the problems of the orchestrator files, the program each used
     provider runs (name, binary, users) and the retention settings."""
+    from orchestrator.acp.specs import adapter_argv
     from orchestrator.doctor import check_providers, provider_uses
     from orchestrator.retention import retention_settings
 
     uses, problems = provider_uses(home, settings)
     checks = check_providers(home, settings, all_providers=False, uses=uses)
+    adapters = [[name, adapter_argv(provider)[0], uses.get(name, [])] for name, provider in settings.providers.items()
+                if provider.transport == "acp" and name in uses]
     return {"problems": problems, "binaries": [[c.name, c.binary, c.used_by] for c in checks if c.binary],
+            "adapters": adapters,
             "retention": retention_settings(settings)}
 
 

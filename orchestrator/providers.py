@@ -16,6 +16,7 @@ from gateway.api import BuiltinProvider, PermanentError
 from gateway.events import EventLog
 from gateway.home import Home, atomic_write, safe_name
 from gateway.settings import ProviderSettings
+from orchestrator.acp.route import AcpRoute
 from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.clis import PRESETS
 from orchestrator.live import Turns, TurnStopped
@@ -46,8 +47,14 @@ class ProviderRunner:
         self._providers = dict(providers)
         self._builtins = dict(builtins)
         self._hidden_env = hidden_env
-        self._cli = AgentCliRunner(sessions or SessionStore.in_home(home), events)
-        self.turns = Turns()
+        self.turns = Turns()  # the turns running now, by conversation: what /stop stops
+        sessions = sessions or SessionStore.in_home(home)
+        self.acp = AcpRoute(sessions, events, self.turns)  # live sessions of `transport: acp` presets
+        self._cli = AgentCliRunner(sessions, events, self.acp)
+
+    async def close(self) -> None:
+        """Stops every live agent session's process (the handler's stop)."""
+        await self.acp.close()
 
     def known(self) -> set[str]:
         """Every provider name that can run: settings.yaml ones and built-ins."""
@@ -77,8 +84,7 @@ class ProviderRunner:
             return _checked(name, await self._run_builtin(self._builtins[name], prompt, request,
                                                           call.turn_scope()))
         request_env = {"SWITCHYARD_REQUEST": str(request_file)} if request_file is not None else {}
-        full_env = self.environment({**configured.env, **self._endpoint_env(name, configured), **request_env,
-                                     **(env or {})})
+        full_env = self.provider_env(name, configured, {**request_env, **(env or {})})
         async with self._turn(call.turn_scope()) as stop:
             if configured.type is not None:
                 return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call, stop=stop)
@@ -125,6 +131,12 @@ class ProviderRunner:
         inherited = {key: value for key, value in os.environ.items()
                      if key not in self._hidden_env and not key.startswith("SWITCHYARD_")}
         return {**inherited, "SWITCHYARD_HOME": str(self._home.root), **(extra or {})}
+
+    def provider_env(self, name: str, provider: ProviderSettings,
+                     extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The whole environment a provider's process gets (a preset's CLI or its ACP adapter): the
+        gateway's without secrets, the provider's `env`, its endpoint variables, then `extra`."""
+        return self.environment({**provider.env, **self._endpoint_env(name, provider), **(extra or {})})
 
     def _endpoint_env(self, name: str, provider: ProviderSettings) -> dict[str, str]:
         """What points a preset's CLI at its `base_url` with the key `api_key_env` names: the key goes only

@@ -1,0 +1,127 @@
+"""One prompt of a live session: the answer its chunks build (passed on to `on_text` as it grows) and the
+tool approvals it asks for (the chat's asker, or the provider's `permissions` rule)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+from orchestrator.live import ApprovalOption, PermissionAsker, TextSink, ToolApproval
+
+log = logging.getLogger(__name__)
+
+ALLOW_KINDS = ("allow_once", "allow_always")
+REJECT_KINDS = ("reject_once", "reject_always")
+DETAIL_CHARS = 500
+
+
+def denied() -> RequestPermissionResponse:
+    """The outcome of a permission nobody chose: cancelled."""
+    return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+
+def selected(option_id: str) -> RequestPermissionResponse:
+    return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option_id))
+
+
+class Turn:
+    """What one prompt collects; `stop` ends its pending approval as cancelled."""
+
+    def __init__(self, *, on_text: TextSink | None, ask: PermissionAsker | None, permissions: str):
+        self.on_text, self.ask, self.permissions = on_text, ask, permissions
+        self.parts: list[str] = []
+        self.chunks = 0  # chunks with text (claude sends an empty one before each message)
+        self.usage_total: int | None = None
+        self.stop_reason = ""
+        self.denied: list[str] = []  # titles of the tool calls denied in this turn
+        self.asked = 0
+        self.stopped = False
+        self._pending: asyncio.Task[str | None] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def update(self, update: dict[str, Any]) -> None:
+        """A session update of this turn: an answer chunk adds to the text (and reaches `on_text`)."""
+        if update.get("sessionUpdate") != "agent_message_chunk":
+            return
+        content = update.get("content") or {}
+        piece = content.get("text") if content.get("type") == "text" else None
+        if not piece:
+            return
+        self.parts.append(str(piece))
+        self.chunks += 1
+        if self.on_text is not None:
+            try:
+                self.on_text(self.text)
+            except Exception:  # a preview that fails must not fail the turn
+                log.exception("on_text failed")
+
+    def ended_empty(self, stop_reason: str) -> bool:
+        """claude's answer after a cancel: `end_turn` at once, no chunk, no tokens (FINDINGS)."""
+        return stop_reason == "end_turn" and self.chunks == 0 and not self.usage_total and not self.asked
+
+    def answer(self, stop_reason: str) -> str:
+        """The turn's answer; a turn that a denied tool call ended without text (codex) says so."""
+        if self.text.strip() or not self.denied:
+            return self.text
+        return "The tool call was denied: " + "; ".join(self.denied) + "."
+
+    async def permission(self, tool_call: Any, options: list[Any]) -> RequestPermissionResponse:
+        """Answers `session/request_permission`: by the chat's choice, else by the provider's rule."""
+        self.asked += 1
+        offered = tuple(ApprovalOption(str(o.option_id), str(o.name), str(o.kind)) for o in options)
+        approval = ToolApproval(title=str(getattr(tool_call, "title", None) or "a tool call"), options=offered,
+                                detail=_detail(tool_call), tool_call_id=str(getattr(tool_call, "tool_call_id", "")))
+        chosen = await self._choose(approval)
+        option = next((o for o in offered if o.id == chosen), None)
+        if option is None or option.kind not in ALLOW_KINDS:
+            self.denied.append(approval.title)
+        if option is None:
+            reject = next((o for o in offered if o.kind in REJECT_KINDS), None)
+            return selected(reject.id) if reject is not None and not self.stopped else denied()
+        return selected(option.id)
+
+    async def _choose(self, approval: ToolApproval) -> str | None:
+        if self.stopped:
+            return None
+        if self.permissions == "allow":
+            return next((o.id for o in sorted(approval.options, key=lambda o: o.kind != "allow_once")
+                         if o.kind in ALLOW_KINDS), None)
+        if self.permissions == "deny" or self.ask is None:
+            return None
+        self._pending = asyncio.ensure_future(self.ask(approval))
+        try:
+            return await self._pending
+        except asyncio.CancelledError:
+            if self.stopped:
+                return None
+            raise
+        except Exception:
+            log.exception("asking for an approval failed: denied")
+            return None
+        finally:
+            self._pending = None
+
+    def stop(self) -> None:
+        """/stop: a pending approval is answered as cancelled, later ones are not asked."""
+        self.stopped = True
+        if self._pending is not None:
+            self._pending.cancel()
+
+    def abandon(self) -> None:
+        """The agent is gone: nobody waits for a pending approval any longer."""
+        self.stop()
+
+
+def _detail(tool_call: Any) -> str:
+    raw = getattr(tool_call, "raw_input", None)
+    if not raw:
+        return ""
+    text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+    return text[:DETAIL_CHARS]
