@@ -122,13 +122,14 @@ class AgentCliRunner:
         TurnStopped once `stop` is set (the CLI's process group is killed then) or when /stop ends a live
         session's turn. A `transport: acp` preset runs in its live session, or one-shot when its adapter is
         missing or cannot start."""
-        stop = stop or asyncio.Event()
         assert provider.type is not None
-        if provider.transport == "acp" and self._acp is not None:
+        if provider.transport == "acp" and self._acp is not None:  # `stop` None: the pool registers the turn
             live = await self._acp.run(name, provider, prompt, cwd=cwd, env=env, scope=call.scope(provider),
-                                       conversation=call.turn_scope(), on_text=call.on_text, ask=call.ask)
+                                       conversation=call.turn_scope(), on_text=call.on_text, ask=call.ask,
+                                       stopping=stop)
             if live is not None:
                 return live
+        stop = stop or asyncio.Event()
         preset = PRESETS[provider.type]
         binary = provider.binary or preset.binary
         if shutil.which(binary, path=env.get("PATH", os.defpath)) is None:
