@@ -10,6 +10,7 @@ from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.keys import CONTROL_COMMANDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
+from orchestrator.acp.orphans import reap_orphans
 from orchestrator.actions import Actions, reply
 from orchestrator.approvalchat import ChatAnswers
 from orchestrator.approvals import ApprovalBroker
@@ -90,6 +91,8 @@ class Orchestrator:
         for problem in missing_providers(self._context.home, self._context.settings):
             log.warning("%s: messages that need it will fail", problem)
             self._context.events.emit("provider.missing", reason=problem)
+        if reaped := await asyncio.to_thread(reap_orphans, self._context.home.root):
+            log.warning("stopped %d live agent(s) a killed gateway of this home left running", reaped)
         try:  # before runs resume: their turns ask again
             await self.approvals.close_abandoned()
         except Exception as exc:  # the store unreachable: they expire by their time, answered by nobody
