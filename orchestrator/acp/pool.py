@@ -285,7 +285,7 @@ class AcpPool:
 
     async def _reap(self) -> None:
         """Closes sessions left unused for their provider's `idle_sec` (looking a few times per idle_sec)."""
-        while True:
+        while not self._closed:
             await asyncio.sleep(max(0.05, min(min(self._idle_of.values()) / 4, 30.0)))
             now = time.monotonic()
             for live in list(self._live.values()):
