@@ -1,6 +1,6 @@
 """`python -m bench [--quick] [--only P1,P4] [--backends files,postgres] [--dir DIR] [--profile]`: runs the
-scenarios of issue 5 (P1 also on the postgres backend of issue 13), prints a table per scenario and writes
-bench/results/bench-<time>.json."""
+scenarios of issue 5 (P1 also on the postgres backend of issue 13, P8 the live agent sessions of issue 22),
+prints a table per scenario and writes bench/results/bench-<time>.json."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.acplive import p8
 from bench.chatpath import p6
 from bench.idle import p5
 from bench.latency import p2
@@ -25,14 +26,15 @@ from bench.throughput import file_calls, p1_variants, p4
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL = {"sizes": [1000, 10000], "floor": 2000, "p2": 500, "p3": 200, "p4": 100_000, "p5": 30.0, "p6": 1000,
-        "p6_latency": 100}
-QUICK = {"sizes": [1000], "floor": 500, "p2": 100, "p3": 30, "p4": 10_000, "p5": 5.0, "p6": 300, "p6_latency": 30}
+        "p6_latency": 100, "p8": 20}
+QUICK = {"sizes": [1000], "floor": 500, "p2": 100, "p3": 30, "p4": 10_000, "p5": 5.0, "p6": 300, "p6_latency": 30,
+         "p8": 5}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller runs (about a minute)")
-    parser.add_argument("--only", default="P6,P1,P2,P3,P4,P5", help="comma-separated scenarios to run")
+    parser.add_argument("--only", default="P6,P1,P2,P3,P4,P5,P8", help="comma-separated scenarios to run")
     parser.add_argument("--dir", help="scratch folder (default: a temporary folder under /tmp)")
     parser.add_argument("--p4", type=int, help="messages in the P4 backlog (default 100,000; --quick 10,000)")
     parser.add_argument("--backends", default="files,postgres",
@@ -43,7 +45,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def _run(only: set[str], scratch: Path, sizes: dict[str, Any], results: dict[str, Any]) -> None:
-    for name in ("P6", "P1", "P2", "P3", "P4", "P5"):
+    for name in ("P6", "P1", "P2", "P3", "P4", "P5", "P8"):
         if name in only:
             await _scenario(name, scratch, sizes, results)
             save(results, RESULTS)  # a long run keeps what it measured so far
@@ -70,6 +72,8 @@ async def _scenario(name: str, scratch: Path, sizes: dict[str, Any], results: di
         results["P4"] = await p4(scratch, count=sizes["p4"], conversations=16, fsync=False)
     elif name == "P5":
         results["P5"] = await asyncio.to_thread(p5, scratch, seconds=sizes["p5"])
+    elif name == "P8":
+        results["P8"] = await p8(scratch, turns=sizes["p8"])
 
 
 def _profile(scratch: Path) -> None:

@@ -37,7 +37,15 @@ def goals(results: dict[str, Any]) -> dict[str, bool]:
         met["P6"] = row["cpu_ms"] <= 5 and row["rate"] >= 150 and row["overhead_p50_ms"] <= 5
     if "P5" in results:
         met["P5"] = results["P5"]["cpu_percent"] < 0.5 and results["P5"]["rss_mib"] < 150
+    for like, row in _p8_rows(results):
+        met[f"P8 {like}"] = row["acp"]["turns"]["p50_ms"] <= 150 and (row["oneshot_over_warm"] or 0) >= 5
     return met
+
+
+def _p8_rows(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The adapters P8 measured (not those it skipped)."""
+    return [(like, row) for like, row in (results.get("P8") or {}).items()
+            if isinstance(row, dict) and "acp" in row]
 
 
 def render(results: dict[str, Any]) -> str:
@@ -105,7 +113,28 @@ def render(results: dict[str, Any]) -> str:
         rows = [[p5["seconds"], p5["cpu_percent"], p5["rss_mib"], channels, _mark(met["P5"])]]
         lines += _table("P5 idle `switchyard run` (goal CPU < 0.5 %, RSS < 150 MiB)",
                         ["seconds", "cpu %", "rss MiB", "channels", "goal"], rows)
+    if results.get("P8"):
+        lines += _p8_table(results, met)
     return "\n".join(lines)
+
+
+def _p8_table(results: dict[str, Any], met: dict[str, bool]) -> list[str]:
+    """P8: each adapter's warm (ACP) and one-shot turns, ms added over the model's own time, and memory."""
+    rows = []
+    for like, row in results["P8"].items():
+        if not isinstance(row, dict):
+            continue
+        if "acp" not in row:
+            rows.append([like, row.get("skipped", "-"), "", "", "", "", "", "", ""])
+            continue
+        acp, oneshot = row["acp"], row["oneshot"]
+        rows.append([like, acp["first_turn_ms"], acp["turns"]["p50_ms"], oneshot["turns"]["p50_ms"],
+                     row["oneshot_over_warm"], acp["rss_mb_1_conversation"], acp["rss_mb_3_conversations"],
+                     oneshot["first_turn_ms"], _mark(met[f"P8 {like}"])])
+    return _table(f"P8 live sessions: ms a turn adds over the model's own time, p50 of {results['P8']['turns']} "
+                  "turns (goal: warm <= 150 ms and one-shot >= 5x warm), the warm adapter's RSS (MB)",
+                  ["adapter", "acp 1st", "acp warm", "one-shot", "x", "rss 1 conv", "rss 3 convs",
+                   "one-shot 1st", "goal"], rows)
 
 
 def _backends_table(results: dict[str, Any]) -> list[str]:

@@ -34,12 +34,13 @@ if TYPE_CHECKING:
         open_attachment,
         read_attachment,
     )
+    from gateway.buttons import numbered
     from gateway.chunking import split_message
     from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
     from gateway.events import EventLog, now_ms, utc_now_iso
     from gateway.home import Home, atomic_write, safe_name
-    from gateway.models import IncomingPayload, Job, OutgoingPayload, split_send_file_tags
-    from gateway.notes import NoteMessages, clip_note, deliver_note
+    from gateway.models import Button, IncomingPayload, Job, OutgoingPayload, split_send_file_tags
+    from gateway.notes import NoteMessages, clip_note, deliver_note, replacing_preview
     from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
 
 _SOURCES: dict[str, tuple[str, ...]] = {
@@ -49,12 +50,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
                     "Sink"),
     "gateway.attachments": ("AttachmentPolicy", "AttachmentRefused", "attachment_folder", "open_attachment",
                             "read_attachment"),
+    "gateway.buttons": ("numbered",),
     "gateway.chunking": ("split_message",),
     "gateway.delivery": ("DeliveryJournal", "Part", "RunThreads", "deliver_parts", "delivery_key", "reply_parts"),
     "gateway.events": ("EventLog", "now_ms", "utc_now_iso"),
     "gateway.home": ("Home", "atomic_write", "safe_name"),
-    "gateway.models": ("IncomingPayload", "Job", "OutgoingPayload", "split_send_file_tags"),
-    "gateway.notes": ("NoteMessages", "clip_note", "deliver_note"),
+    "gateway.models": ("Button", "IncomingPayload", "Job", "OutgoingPayload", "split_send_file_tags"),
+    "gateway.notes": ("NoteMessages", "clip_note", "deliver_note", "replacing_preview"),
     "gateway.settings": ("ChannelOptions", "ChannelProfile", "ProviderSettings", "Settings", "SettingsError"),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
@@ -62,7 +64,8 @@ _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in nam
 __all__ = [  # the same names as _SOURCES, written out for type checkers and linters
     "AccessDecision", "AccessPolicy", "AttachmentPolicy", "AttachmentRefused", "attachment_folder",
     "open_attachment", "read_attachment", "DeliveryJournal", "Part", "RunThreads", "deliver_parts",
-    "delivery_key", "reply_parts", "split_message", "NoteMessages", "clip_note", "deliver_note",
+    "delivery_key", "reply_parts", "split_message", "numbered", "Button", "NoteMessages", "clip_note", "deliver_note",
+    "replacing_preview",
     "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
     "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",

@@ -89,7 +89,16 @@ class Channel(Protocol):
     edits_progress: bool = False
     """Whether `send` shows progress notes (payloads with the same `progressKey` in one conversation)
     as one message edited in place; False: each note is posted as an ordinary message. Core code
-    reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it."""
+    reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it. Such a channel
+    also gets the drafts of a streamed answer (notes with `draft: true`) and edits the preview into the
+    answer naming it (`streamKey`, see gateway.notes.replacing_preview); a channel without it gets the answer
+    only. Its optional class attribute `edit_interval_sec` (default 0) is the least time between two edits
+    of one stream, the platform's limit (read with `getattr` too); a method `edit_interval_for(conversation)`,
+    where present, gives it per chat instead."""
+    shows_buttons: bool = False
+    """Whether `send` shows a reply's `buttons` as platform buttons (a tap then comes back as a payload
+    with `button`); False: they are a numbered list in the text. Read with `getattr(channel,
+    "shows_buttons", False)`, as plugins may predate it."""
 
     async def start(self, sink: Sink) -> None:
         """Connects and starts turning platform messages into incoming payloads via `sink`."""
@@ -224,3 +233,6 @@ class HandlerContext:
     backend: Any = None
     """The storage backend (gateway/composition.py's Backend) whose stores the handler opens; when None,
     the one `settings` configure."""
+    enqueue: Sink | None = None
+    """Posts a message through the gateway's intake, as a channel's sink does (scheduled prompts); None in a
+    process that takes no messages in (a postgres `worker`)."""

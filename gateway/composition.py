@@ -34,8 +34,8 @@ def backend_name(settings: Settings) -> str:
 def open_backend(home: Home, settings: Settings, pm: pluggy.PluginManager | None = None, *,
                  name: str | None = None, plugins: list[str] | None = None) -> Backend:
     """The backend `name` (the settings' `queue.backend` when None), declared by a plugin of `pm` (when None,
-    by BACKEND_PLUGINS, `plugins` (the settings' when None) and the entry points). KeyError names an
-    unknown one. `name` and `plugins` let `status` open it without loading the settings."""
+    by BACKEND_PLUGINS, `plugins` (the settings' when None) and the entry points); an unknown one raises
+    UnknownBackend (a SettingsError). `name` and `plugins` let `status` open it without loading the settings."""
     name = backend_name(settings) if name is None else name
     if pm is None:  # ~1 ms: the modules are imported once, the entry points scanned once per process
         pm = plugin_manager_for([*BACKEND_PLUGINS, *(settings.plugins if plugins is None else plugins)])
@@ -43,8 +43,10 @@ def open_backend(home: Home, settings: Settings, pm: pluggy.PluginManager | None
     for declared in call_each(pm, "switchyard_backends"):
         factories.update(declared)
     if name not in factories:
-        raise KeyError(f"no installed plugin provides the backend {name!r} (queue.backend; "
-                       f"available: {', '.join(sorted(factories))})")
+        from gateway.settings import UnknownBackend
+
+        raise UnknownBackend(f"queue.backend: no installed plugin provides the backend {name!r} (available: "
+                             f"{', '.join(sorted(factories))}; a plugin declares one with switchyard_backends)")
     stores: Stores = {}
     for declared in call_each(pm, "switchyard_stores"):
         for store, by_backend in declared.items():

@@ -13,7 +13,10 @@ Checks: inbound payload shape and atomic write, outbound text, splitting at the 
 with code fences intact, files both ways, a 429 then success, no duplicate after a restart in
 the middle of a delivery, the bot's own messages ignored, a sender outside `allow_from` ignored,
 a message the gateway cannot store answered with a clear reply (unless the platform redelivers it),
-a permanent refusal by the platform (bot blocked or removed, chat gone) raised as PermanentError.
+a permanent refusal by the platform (bot blocked or removed, chat gone) raised as PermanentError,
+a reply's buttons shown under it (a channel declaring `shows_buttons`) or as a numbered list, and,
+where the driver `supports_buttons`, a tap arriving as a payload with `button`, refused from a sender
+outside `allow_from`, and the same messageId when the platform delivers a tap again.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class SentItem:
     filename: str | None = None
     data: bytes | None = None
     reply_to: str | None = None
+    buttons: list[tuple[str, str]] = field(default_factory=list)  # (id, label) of each button shown under it
 
 
 class ChannelDriver:
@@ -65,6 +69,7 @@ class ChannelDriver:
     splits_text: bool = True
     redelivers_refused_messages: bool = False  # True: the platform sends a message again when the sink failed
     supports_refusal: bool = True  # the platform can refuse a send for good (blocked, removed, gone)
+    supports_buttons: bool = False  # the fake delivers taps on the buttons the bot showed
 
     def profile_options(self) -> dict[str, Any]:
         """Type-specific profile keys pointing the plugin at the fake (base URLs, token_env, …)."""
@@ -101,6 +106,15 @@ class ChannelDriver:
     def refuse_next(self) -> None:
         """Answers the next send call with the platform's permanent refusal (the bot was blocked or
         removed from the chat, or the chat is gone), as the real API words it."""
+        raise NotImplementedError
+
+    async def user_taps(self, button_id: str, *, sender_id: str = "1001", sender: str = "Ada") -> Any:
+        """Makes the fake platform deliver a tap on the button with this id under the bot's latest message
+        showing it, as the platform does; returns what `tap_again` needs to deliver the same tap again."""
+        raise NotImplementedError
+
+    async def tap_again(self, tap: Any) -> None:
+        """Delivers a tap once more, as the platform does when it is not sure the first delivery arrived."""
         raise NotImplementedError
 
 
@@ -162,6 +176,9 @@ async def send_like_the_dispatcher(channel: Channel, outgoing: OutgoingPayload, 
             if attempt == attempts - 1:
                 raise
             await asyncio.sleep(exc.retry_after if exc.retry_after is not None else 0.05)
+
+
+BUTTONS = [{"id": "ap:k3j9x2:0", "label": "Allow"}, {"id": "ap:k3j9x2:1", "label": "Deny"}]
 
 
 def reply(text: str, conversation: str, **fields: Any) -> OutgoingPayload:
@@ -311,3 +328,62 @@ class ChannelConformance:
             await rig.channel.send(reply("anyone there?", driver.conversation, channel=driver.type))
         await send_like_the_dispatcher(rig.channel, reply("still here", driver.conversation, channel=driver.type))
         assert [item.text for item in driver.sent()] == ["still here"]
+
+    async def test_a_replys_buttons_are_shown_or_numbered(self, rig: ChannelRig, driver: ChannelDriver) -> None:
+        assert rig.channel is not None
+        await send_like_the_dispatcher(rig.channel, reply("Run `make clean`?", driver.conversation,
+                                                          channel=driver.type, buttons=BUTTONS))
+        last = (await async_wait_until(driver.sent))[-1]
+        if getattr(rig.channel, "shows_buttons", False):
+            assert (last.text, last.buttons) == ("Run `make clean`?", [(b["id"], b["label"]) for b in BUTTONS])
+        else:
+            assert last.text == "Run `make clean`?\n\n1. Allow\n2. Deny\nReply 1 or 2"
+
+    async def test_a_tap_arrives_as_a_payload_with_the_button_and_its_label(
+        self, rig: ChannelRig, driver: ChannelDriver
+    ) -> None:
+        if not driver.supports_buttons:
+            pytest.skip(f"{driver.type} delivers no taps")
+        await self._show_buttons(rig, driver)
+        await driver.user_says("hello")
+        await driver.user_taps("ap:k3j9x2:1")
+        text, tap = await async_wait_until(lambda: rig.incoming() if len(rig.incoming()) == 2 else None)
+        assert (tap["button"], tap["message"]) == ("ap:k3j9x2:1", "Deny")
+        same = ("channel", "channelProfileId", "conversationId", "senderId", "sender")
+        assert {key: tap[key] for key in same} == {key: text[key] for key in same}
+        assert tap["messageId"] and tap["messageId"] != text["messageId"] and "button" not in text
+
+    async def test_a_tap_from_a_sender_outside_allow_from_is_refused(
+        self, driver: ChannelDriver, tmp_path: Path
+    ) -> None:
+        if not driver.supports_buttons:
+            pytest.skip(f"{driver.type} delivers no taps")
+        rig = ChannelRig(driver, tmp_path / "allow", allow_from=["1001"])
+        await rig.start()
+        try:
+            await self._show_buttons(rig, driver)
+            await driver.user_taps("ap:k3j9x2:0", sender_id="666", sender="Mallory")
+            await driver.user_taps("ap:k3j9x2:1", sender_id="1001", sender="Ada")
+            await async_wait_until(rig.incoming)
+            assert [(p["senderId"], p["button"]) for p in rig.incoming()] == [("1001", "ap:k3j9x2:1")]
+        finally:
+            await rig.stop()
+
+    async def test_a_tap_delivered_again_keeps_its_message_id(self, rig: ChannelRig, driver: ChannelDriver) -> None:
+        if not driver.supports_buttons:
+            pytest.skip(f"{driver.type} delivers no taps")
+        await self._show_buttons(rig, driver)
+        first = await driver.user_taps("ap:k3j9x2:0")
+        await driver.tap_again(first)
+        await self._show_buttons(rig, driver)  # (a platform may take the tapped buttons away)
+        await driver.user_taps("ap:k3j9x2:0")  # a second tap of its own: a new message
+        await async_wait_until(lambda: len({p["messageId"] for p in rig.incoming()}) >= 2)
+        await driver.user_says("done")  # taken in after the taps: every tap is in by then
+        await async_wait_until(lambda: any("button" not in p for p in rig.incoming()))
+        taps = [p for p in rig.incoming() if "button" in p]
+        assert len({p["messageId"] for p in taps}) == 2, taps  # the queue skips the repeated messageId
+
+    async def _show_buttons(self, rig: ChannelRig, driver: ChannelDriver) -> None:
+        assert rig.channel is not None
+        await send_like_the_dispatcher(rig.channel, reply("Allow `make clean`?", driver.conversation,
+                                                          channel=driver.type, buttons=BUTTONS))

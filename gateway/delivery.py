@@ -11,26 +11,41 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.api import DeliveryRecord
+from gateway.buttons import fits, numbered
 from gateway.chunking import split_message
 from gateway.home import Home, atomic_write, remove_old_files, safe_name
-from gateway.models import OutgoingPayload
+from gateway.models import Button, OutgoingPayload
 
 log = logging.getLogger("switchyard.delivery")
 
 
 @dataclass(frozen=True)
 class Part:
-    """One platform message of a reply: a text chunk or one file."""
+    """One platform message of a reply: a text chunk or one file; the reply's last text chunk carries
+    its buttons when the channel shows buttons (`reply_parts(..., shows_buttons=True)`)."""
 
     index: int
     text: str | None = None
     file: Path | None = None
+    buttons: tuple[Button, ...] = ()
 
 
-def reply_parts(outgoing: OutgoingPayload, limit: int) -> list[Part]:
-    """The text split at `limit` (code fences kept whole), then each file."""
-    texts = split_message(outgoing.message, limit)
+def reply_parts(outgoing: OutgoingPayload, limit: int, *, shows_buttons: bool = False) -> list[Part]:
+    """The text split at `limit` (code fences kept whole), then each file.
+
+    A reply's `buttons` ride on its last text chunk when the channel `shows_buttons` (and every id fits
+    in 64 bytes); otherwise they are appended to the text as a numbered list to answer by number
+    (gateway.buttons.numbered).
+    """
+    offered = outgoing.buttons
+    shows_buttons = shows_buttons and all(fits(button) for button in offered)
+    text = outgoing.message if shows_buttons else numbered(outgoing.message, offered)
+    texts = split_message(text, limit)
+    if shows_buttons and offered and not texts:
+        texts = [numbered("", offered).rpartition("\n")[0]]  # no text: the labels, so the message is not empty
     parts = [Part(index, text=text) for index, text in enumerate(texts)]
+    if shows_buttons and offered:
+        parts[-1] = Part(parts[-1].index, text=parts[-1].text, buttons=tuple(offered))
     parts += [Part(len(parts) + offset, file=Path(path)) for offset, path in enumerate(outgoing.files)]
     return parts
 

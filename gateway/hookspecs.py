@@ -175,6 +175,17 @@ def switchyard_recent_runs(home: Home, limit: int, settings: Settings,  # type: 
     """
 
 
+@hookspec
+def switchyard_schedules(home: Home, settings: Settings,  # type: ignore[empty-body]
+                         backend: Backend) -> list[dict[str, Any]]:
+    """Lists the scheduled prompts a plugin fires (for the dashboard), with their state read from the gateway's
+    `backend`.
+
+    Each is a mapping with `schedule`, `when`, `deliver`, `next`, `last`, `outcome` and `detail` (None where
+    unknown). All implementations are called; the lists are merged.
+    """
+
+
 # --- observation -------------------------------------------------------------------------------
 
 

@@ -19,9 +19,35 @@ T = TypeVar("T")
 Order = tuple[int, str]
 
 
+CONTROL_COMMANDS = frozenset({"/stop", "/cancel"})
+"""The commands that act on what runs now, so they must not wait behind it."""
+
+
+def command_word(text: str) -> str:
+    """A message's slash command, lower-cased and without the `@botname` Telegram adds in groups
+    (`/Stop@my_bot now` → `/stop`); "" for a message that is no command."""
+    stripped = text.lstrip()
+    if not stripped.startswith("/"):
+        return ""
+    return stripped.split(maxsplit=1)[0].split("@", 1)[0].lower()
+
+
+def is_control(message: IncomingPayload) -> bool:
+    """A message that controls its conversation's running turn (`/stop`, `/cancel`, a tapped button)."""
+    return message.button is not None or command_word(message.message) in CONTROL_COMMANDS
+
+
 def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
-    """The keys a message holds while it is processed: its run (if any) and its conversation."""
-    conversation = f"conv:{message.channel}/{message.profile}/{message.conversation}"
+    """The keys a message holds while it is processed: its run (if any) and its conversation.
+
+    A control message (`is_control`) holds its conversation's control key instead, so it runs beside
+    the conversation's running message (that is what it stops or answers) rather than after it; control
+    messages of one conversation still run one at a time, in order.
+    """
+    where = f"{message.channel}/{message.profile}/{message.conversation}"
+    if is_control(message):
+        return (f"ctl:{where}",)
+    conversation = f"conv:{where}"
     if message.workflowRunId:
         return (f"run:{message.workflowRunId}", conversation)
     return (conversation,)

@@ -121,7 +121,9 @@ class OutgoingPayload(_Payload):
     Extra keys are kept. One that channels read is `progressKey`: the payload is a progress note
     (e.g. "working: using Read: src/app.py") and every note with the same key in the same
     conversation reports on the same work, so a channel that can edit messages shows them as one
-    message updated in place (see `Channel.edits_progress`).
+    message updated in place (see `Channel.edits_progress`). A draft (`draft: true`) is such a note
+    holding an answer as it is written; the final answer names its key as `streamKey` (orchestrator/
+    streaming.py).
     """
 
     channel: str
@@ -187,6 +189,19 @@ class OutgoingPayload(_Payload):
     def progress_key(self) -> str | None:
         """The `progressKey` of a progress note (None for an ordinary reply)."""
         key = (self.model_extra or {}).get("progressKey")
+        return key if isinstance(key, str) and key else None
+
+    @property
+    def draft(self) -> bool:
+        """Whether this is a draft of a streamed answer (`draft: true`, with the stream's `progressKey`): a
+        preview that only a channel which edits messages shows, and only the newest one of its key."""
+        return (self.model_extra or {}).get("draft") is True and self.progress_key is not None
+
+    @property
+    def stream_key(self) -> str | None:
+        """The `streamKey` of a final answer: the stream whose preview (drafts with that `progressKey`) a
+        channel edits into this reply's first part (None: an ordinary reply)."""
+        key = (self.model_extra or {}).get("streamKey")
         return key if isinstance(key, str) and key else None
 
     @property

@@ -31,5 +31,6 @@ def switchyard_backends() -> dict[str, BackendFactory]:
 
 @hookimpl
 def switchyard_migrations() -> dict[str, list[str]]:
-    """The gateway's tables: the queue, outbox, delivery journal, files, pairing, receipts, leases, events."""
+    """The gateway's tables: the queue, outbox, delivery journal, files, pairing, receipts, leases, events,
+    tool approvals."""
     return {"postgres": ["gateway.pg"]}

@@ -36,6 +36,10 @@ class SettingsError(Exception):
         return cls(f"{len(problems)} problems:\n  " + "\n  ".join(problems), problems)
 
 
+class UnknownBackend(SettingsError):
+    """`queue.backend` names a backend no installed plugin declares (gateway/composition.py)."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -54,7 +58,8 @@ class QueueSettings(_Strict):
     lock_ttl_sec: float = Field(default=60, gt=0)
     receipt_after_sec: float = Field(default=5, ge=0)  # a message waiting this long behind its conversation
                                                        # is told so (0: never)
-    backend: Literal["files", "postgres"] = "files"  # postgres: shared state in PostgreSQL (more than one host)
+    backend: str = Field(default="files", pattern=r"^[a-z][a-z0-9_-]{0,31}$")  # a backend a plugin declares
+    # (switchyard_backends): files (built in), postgres (shared state, more than one host), or a plugin's own
     dsn_env: str = Field(default="SWITCHYARD_DSN", min_length=1)  # the variable holding the PostgreSQL DSN
     lease_sec: float = Field(default=15, gt=0)  # postgres: a dead channel owner's profile is taken over after
                                                 # this, and a silent worker's messages are retried by another
@@ -174,6 +179,7 @@ class ChannelOptions(_Strict):
     pairing: bool = False
     pairing_code_ttl_sec: float = Field(default=DEFAULT_PAIRING_CODE_TTL_S, gt=0)
     workflow: str | None = None
+    approvers: list[str] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
 
 
 class DashboardSettings(_Strict):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from gateway.approvals import Approval
     from gateway.files.deadletters import DeadLetter, Kind
     from gateway.files.queue import Claimed
     from gateway.home import Home
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnsweredStore",
+    "Approvals",
     "Backend",
     "BackendFactory",
     "BackendUnreachable",
@@ -176,6 +178,28 @@ class QueueStore(Protocol):
         """Orders of indexed payloads that were gone when claimed (taken by another handle)."""
 
 
+@runtime_checkable
+class Approvals(Protocol):
+    """Tool approvals asked in chat (gateway/approvals.py: the record and its rules; FileApprovals,
+    gateway/pg/approvals.py PgApprovals, gateway/memory/approvals.py MemoryApprovals): durable, shared by
+    every process and host of the backend, each settled once, first come."""
+
+    def request(self, approval: Approval) -> None:
+        """Stores a new pending approval (and prunes those settled over a day ago)."""
+
+    def get(self, approval_id: str) -> Approval | None:
+        """The approval with this id, pending or settled; None when unknown (or pruned)."""
+
+    def pending(self) -> list[Approval]:
+        """Every pending approval, oldest first (expired ones too, until someone settles them)."""
+
+    def settle(self, approval_id: str, state: str, *, choice: str | None = None, by: str | None = None,
+               reason: str | None = None) -> tuple[Approval | None, bool]:
+        """Settles a pending approval as `state` (answered with `choice` by `by`, or closed for `reason`):
+        (the approval as stored now, True); one already settled is left as it is: (it, False); an unknown
+        id: (None, False). Of two callers at once, on any hosts, exactly one gets True."""
+
+
 # --- the backend: what one storage backend opens (chosen in gateway/composition.py) ---
 
 BackendFactory = Callable[["Home", "Settings", "Stores"], "Backend"]
@@ -210,6 +234,10 @@ class Backend(Protocol):
 
     def pairing(self, *, command: bool = False) -> Pairing:
         """Pairing codes and approvals (`command`: for a one-shot CLI command, not a gateway process)."""
+        ...
+
+    def approvals(self, *, command: bool = False) -> Approvals:
+        """Tool approvals asked in chat (`command`: for a one-shot CLI command, not a gateway process)."""
         ...
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:

@@ -32,7 +32,7 @@ from orchestrator.clis import (
     short_tail,
     strip_ansi,
 )
-from orchestrator.live import PermissionAsker, TextSink
+from orchestrator.live import PermissionAsker, TextSink, TurnStopped
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, run_process
 
@@ -69,6 +69,11 @@ class AgentCall:
     on_note: NoteSink | None = None
     on_text: TextSink | None = None  # the answer so far, while it streams (a live session's chunks)
     ask: PermissionAsker | None = None  # asks the chat to approve a tool call; None: the provider's own rule
+    stopped_by: str | None = None  # the conversation whose `/stop` stops this call; None: `conversation`
+
+    def turn_scope(self) -> str | None:
+        """The conversation scope this call registers under in `Turns` (None: `/stop` cannot reach it)."""
+        return self.stopped_by or self.conversation
 
     def scope(self, provider: ProviderSettings) -> str | None:
         """The session scope for this provider, or None for a stateless call."""
@@ -111,17 +116,20 @@ class AgentCliRunner:
 
     async def run(
         self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
-        call: AgentCall,
+        call: AgentCall, stop: asyncio.Event | None = None,
     ) -> ProviderResult:
-        """Runs one call; returns the answer as `stdout`; raises ProviderRefused or ProviderFailed (and
-        TurnStopped when /stop ends a live session's turn). A `transport: acp` preset runs in its live
-        session, or one-shot when its adapter is missing or cannot start."""
+        """Runs one call; returns the answer as `stdout`; raises ProviderRefused or ProviderFailed, or
+        TurnStopped once `stop` is set (the CLI's process group is killed then) or when /stop ends a live
+        session's turn. A `transport: acp` preset runs in its live session, or one-shot when its adapter is
+        missing or cannot start."""
         assert provider.type is not None
-        if provider.transport == "acp" and self._acp is not None:
+        if provider.transport == "acp" and self._acp is not None:  # `stop` None: the pool registers the turn
             live = await self._acp.run(name, provider, prompt, cwd=cwd, env=env, scope=call.scope(provider),
-                                       conversation=call.conversation, on_text=call.on_text, ask=call.ask)
+                                       conversation=call.turn_scope(), on_text=call.on_text, ask=call.ask,
+                                       stopping=stop)
             if live is not None:
                 return live
+        stop = stop or asyncio.Event()
         preset = PRESETS[provider.type]
         binary = provider.binary or preset.binary
         if shutil.which(binary, path=env.get("PATH", os.defpath)) is None:
@@ -130,17 +138,17 @@ class AgentCliRunner:
         scope = call.scope(provider)
         if scope is None:
             return self._checked(name, preset, binary, *await self._call(preset, provider, binary, prompt,
-                                                                       cwd, env, call, None))
+                                                                       cwd, env, call, None, stop))
         async with self._sessions.hold(name, scope):
-            return await self._in_session(name, preset, provider, binary, prompt, cwd, env, call, scope)
+            return await self._in_session(name, preset, provider, binary, prompt, cwd, env, call, scope, stop)
 
     async def _in_session(
         self, name: str, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,
-        env: Mapping[str, str], call: AgentCall, scope: str,
+        env: Mapping[str, str], call: AgentCall, scope: str, stop: asyncio.Event,
     ) -> ProviderResult:
         session = self._sessions.session(name, scope, assigns_ids=preset.own_session_ids)
         for _ in range(SESSION_TRIES):
-            result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session)
+            result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session, stop)
             said = failure_text(result, reading) if _failed(result, reading) else ""
             if said and session.resume and reading.session_id not in (None, session.id):
                 preset.superseded(str(reading.session_id), env)  # a failed fork: never recorded, never resumed
@@ -185,10 +193,15 @@ class AgentCliRunner:
 
     async def _call(
         self, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,
-        env: Mapping[str, str], call: AgentCall, session: Session | None,
+        env: Mapping[str, str], call: AgentCall, session: Session | None, stop: asyncio.Event,
     ) -> tuple[ProviderResult, Reading]:
+        """One run of the CLI; raises TurnStopped when `stop` is set before or while it runs."""
+        if stop.is_set():
+            raise TurnStopped(f"{preset.binary}: stopped before it started")
         argv = preset.argv(binary, provider, mode=call.mode_for(provider), session=session)
-        watch = _Watch(preset, call.on_note)
+        if call.on_text is not None:
+            argv += preset.partial_args
+        watch = _Watch(preset, call.on_note, stop, call.on_text)
         result = await run_process(
             argv, stdin=preset.stdin(prompt, session).encode(), env=env, cwd=cwd,
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
@@ -196,7 +209,10 @@ class AgentCliRunner:
         )
         reading = preset.read(result.stdout)
         if watch.refused is not None:
+            stop.clear()  # the watcher stopped it, not /stop
             reading = replace(reading, answer="", error=watch.refused, refused=True)
+        elif stop.is_set():
+            raise TurnStopped(f"{preset.binary}: stopped after {result.duration_ms / 1000:.1f}s")
         return result, reading
 
     def _checked(
@@ -221,14 +237,18 @@ def _failed(result: ProviderResult, reading: Reading) -> bool:
 
 
 class _Watch:
-    """Reads a CLI's stream as it arrives: notes go to the chat; a refusal the CLI would only retry in
-    vain (a refused key) is kept and stops the CLI at once."""
+    """Reads a CLI's stream as it arrives: notes go to the chat, the answer so far to `on_text` (when the
+    call streams; a note that only repeats the answer's first line is then left out); a refusal the CLI
+    would only retry in vain (a refused key) is kept and stops the CLI at once."""
 
-    def __init__(self, preset: Preset, on_note: NoteSink | None):
+    def __init__(self, preset: Preset, on_note: NoteSink | None, stop: asyncio.Event,
+                 on_text: TextSink | None = None):
         self._preset = preset
         self._on_note = on_note
+        self._on_text = on_text
+        self._text = ""
         self.refused: str | None = None
-        self.stop = asyncio.Event()
+        self.stop = stop
 
     def __call__(self, line: str) -> bool:
         event: StreamEvent | None = self._preset.stream_event(line)
@@ -237,6 +257,10 @@ class _Watch:
         if event.refused:
             self.refused = self.refused or event.refused
             self.stop.set()
-        elif event.note and self._on_note is not None:
+        elif event.note and self._on_note is not None and not (event.from_text and self._on_text is not None):
             self._on_note(event.note)
+        if self._on_text is not None and (event.text or event.new_message):
+            self._text = event.text if event.new_message else self._text + event.text
+            if self._text:
+                self._on_text(self._text)
         return True

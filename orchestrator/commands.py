@@ -1,4 +1,5 @@
-"""The orchestrator's CLI subcommands: `runs`, `coordination clean`, `workspace …`, `doctor` (via switchyard_cli).
+"""The orchestrator's CLI subcommands: `runs`, `schedules`, `coordination clean`, `workspace …`, `doctor`
+(via switchyard_cli).
 
 Only argparse is imported at module level: the parser is built on every `switchyard` start, and each
 command imports what it needs when it runs.
@@ -26,12 +27,12 @@ EXIT_DATABASE = 2  # the postgres backend's database is unreachable (as `status`
 
 @hookimpl
 def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `switchyard runs`, `coordination clean`, `workspace …` and `doctor`."""
+    """Adds `switchyard runs`, `schedules`, `coordination clean`, `workspace …` and `doctor`."""
     add_commands(commands)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `runs`, `coordination`, `workspace` and `doctor` to the `switchyard` parser."""
+    """Adds `runs`, `schedules`, `coordination`, `workspace` and `doctor` to the `switchyard` parser."""
     runs = commands.add_parser("runs", help="list workflow runs newest first, or show one (`runs show ID`)")
     runs.add_argument("--json", action="store_true", help="print JSON for scripts")
     runs.add_argument("--active", action="store_true", help="only runs not yet finished")
@@ -48,6 +49,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     show.add_argument("--json", action="store_true", help="print JSON for scripts")
     show.add_argument("--events", type=int, default=10, help="how many recent events to print")
     runs.set_defaults(run=cmd_runs)
+
+    schedules = commands.add_parser("schedules", help="scheduled prompts: when each fires next, its last "
+                                                      "occurrence and outcome")
+    schedules.add_argument("--json", action="store_true", help="print JSON for scripts")
+    schedules.set_defaults(run=cmd_schedules)
 
     coordination = commands.add_parser("coordination", help="the spec-001 coordination directory")
     coordination_commands = coordination.add_subparsers(dest="coordination_command", required=True,
@@ -105,6 +111,30 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     except backend.failures as exc:  # the pool's own warnings said why; this is the one line that stays
         print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
         return EXIT_DATABASE
+
+
+def cmd_schedules(args: argparse.Namespace, home: Home, settings: Settings) -> int:
+    """Lists every schedule of every orchestrator with its next and last occurrence and the outcome; on the
+    postgres backend an unreachable database is one line on stderr and exit 2."""
+    from gateway.tables import print_table
+    from orchestrator.schedlisting import HEADERS, rows_for, table_rows
+    from orchestrator.stores import backend_for
+
+    backend = backend_for(home, settings)
+    try:
+        rows = rows_for(home, settings, backend)
+    except backend.failures as exc:
+        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        return EXIT_DATABASE
+    finally:
+        backend.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif rows:
+        print_table(HEADERS, table_rows(rows))
+    else:
+        print("no schedules (add `schedules:` to an orchestrator.yaml)")
+    return 0
 
 
 def _runs(args: argparse.Namespace, store: RunStoreBase) -> int:

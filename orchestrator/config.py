@@ -16,6 +16,7 @@ from gateway.home import Home
 from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
 from gateway.yamlfile import load_yaml
 from orchestrator.jobs import RetryPolicy
+from orchestrator.schedconfig import ScheduleConfig, deliver_problems, workflow_problems
 from orchestrator.workflows import (
     QueueDirs,
     StepConfig,
@@ -57,6 +58,18 @@ reply_within_sec: 20
 # Telegram, Discord and Slack edit one note in place.
 progress_after_sec: 8
 progress_interval_sec: 15
+
+# Streamed answers: while an agent writes its answer, Telegram, Discord and Slack show the text so far
+# in one message edited in place (first after stream_after_sec, then at most every
+# stream_interval_sec, and each platform's own edit limit), which then becomes the final answer.
+# Other channels get the final answer only. Works with providers that stream text (claude).
+stream: true
+stream_after_sec: 0.7
+stream_interval_sec: 1.0
+
+# When an agent asks to run a tool, the conversation gets the question with one-tap answers (or a
+# numbered list); with no answer within approval_timeout_sec the call is denied and the user told.
+approval_timeout_sec: 600
 
 # Retries (spec 003): a failed run is queued again up to max_retries times (a workflow may set its
 # own `max_retries`), after retry_backoff_sec, doubling per retry up to retry_backoff_max_sec.
@@ -119,6 +132,17 @@ rules:
   default_workflow: chat
   keywords:
     # deploy: demo               # a message with the word "deploy" starts the demo workflow
+
+# Scheduled prompts: each occurrence posts `prompt` (or starts `workflow`) in the `deliver` conversation,
+# once across restarts and hosts; `switchyard schedules` lists them. Uncomment the example below.
+schedules:
+  # morning-digest:
+  #   cron: "0 9 * * 1-5"          # or every_sec: 3600
+  #   timezone: Europe/Paris
+  #   prompt: "Summarise yesterday's open issues"   # and/or workflow: chat
+  #   deliver: {profile: telegram-main, conversationId: "123456789"}
+  #   catch_up: last               # after downtime: skip | last (default) | all
+  #   overlap: skip                # while its last run still goes on: skip (default) | queue
 """
 
 
@@ -190,10 +214,15 @@ class OrchestratorConfig(_Sections):
     reply_within_sec: float = Field(default=20, ge=0)
     progress_after_sec: float = Field(default=8, ge=0)  # an agent step running longer gets progress notes
     progress_interval_sec: float = Field(default=15, gt=0)  # at most one note this often
+    stream: bool = True  # an agent's answer is previewed while it is written (channels that edit messages)
+    stream_after_sec: float = Field(default=0.7, ge=0)  # the first preview this long after the first text
+    stream_interval_sec: float = Field(default=1.0, gt=0)  # at most one preview this often
+    approval_timeout_sec: float = Field(default=600, gt=0)  # a tool approval unanswered this long is denied
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     workflows: dict[str, WorkflowConfig] = Field(default_factory=dict)
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)
     rules: RulesConfig = Field(default_factory=RulesConfig)
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
 
     @field_validator("version", mode="before")
     @classmethod
@@ -216,6 +245,7 @@ class OrchestratorConfig(_Sections):
                     key = f"workflows.{workflow_id}.steps.{index}" + (f".{suffix}" if suffix else "")
                     if body.agent is not None and body.agent not in self.agents:
                         yield f"{key}.agent: unknown agent {body.agent!r}; agents: {_listing(self.agents)}"
+        yield from workflow_problems(self.schedules, self.workflows)
         for key, workflow_id in self._rule_targets():
             if workflow_id not in self.workflows:
                 yield f"{key}: unknown workflow {workflow_id!r}; workflows: {_listing(self.workflows)}"
@@ -297,7 +327,9 @@ def load_every_config(
             loaded.append(LoadedConfig(orchestrator_id, workspace, config))
         except SettingsError as exc:
             problems += exc.problems
-    return loaded, problems + list(_profile_workflow_problems(settings, loaded))
+    schedules = [(config.workspace / CONFIG_FILE, config.config.schedules) for config in loaded]
+    return loaded, problems + list(_profile_workflow_problems(settings, loaded)) + list(
+        deliver_problems(settings, schedules))
 
 
 def _profile_workflow_problems(settings: Settings, loaded: list[LoadedConfig]) -> Iterator[str]:

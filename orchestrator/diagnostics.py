@@ -14,7 +14,7 @@ from gateway.models import IncomingPayload
 from orchestrator.agent_cli import AgentCall
 from orchestrator.config import LoadedConfig, read_template
 from orchestrator.providers import ProviderRunner
-from orchestrator.runstate import RunState
+from orchestrator.runstate import RunState, conversation_key
 from orchestrator.spawn import ProviderFailed
 from orchestrator.templates import render
 
@@ -121,7 +121,8 @@ class Diagnostics:
         self, question: str, message: IncomingPayload, run: RunState | None, loaded: LoadedConfig,
         request_id: str,
     ) -> str:
-        """The agent's findings and next-step options (or why it could not answer)."""
+        """The agent's findings and next-step options (or why it could not answer); raises TurnStopped when
+        the conversation's `/stop` stopped it."""
         context = gather_context(self._home.events_file, run, message, self._queue_stats)
         request = {"question": question, "message": message.model_dump(mode="json", exclude_none=True),
                    "context": context}
@@ -135,7 +136,8 @@ class Diagnostics:
         try:
             result = await self._runner.run(settings.provider, prompt, request=request,
                                             request_file=request_file, cwd=loaded.workspace,
-                                            call=AgentCall(mode="answer"))
+                                            call=AgentCall(mode="answer",
+                                                           stopped_by=f"conv:{conversation_key(message)}"))
         except ProviderFailed as exc:
             return f"The diagnostics agent failed: {exc}"
         return result.stdout.strip() or "The diagnostics agent gave no answer."

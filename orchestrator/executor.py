@@ -18,6 +18,7 @@ from gateway.models import IncomingPayload
 from orchestrator.claims import IDLE_SEC, Claims, job_lock
 from orchestrator.coordination import Coordination
 from orchestrator.lifecycle import Lifecycle
+from orchestrator.live import TurnStopped
 from orchestrator.results import Delivery
 from orchestrator.retention import RUNS_RETENTION_DAYS, apply_retention
 from orchestrator.runbase import RunStoreBase
@@ -140,6 +141,10 @@ class RunExecutor:
         run_id = live[0].runId
         try:
             await self._run_steps(live)
+        except TurnStopped:  # `/stop` stopped its step: cancelled, as `/cancel` would
+            run = self._current(live)
+            if run is not None and not run.finished:
+                self._end_cancelled(run)
         except asyncio.CancelledError:
             run = self._current(live)
             if run_id in self._cancelled:

@@ -18,11 +18,12 @@ from orchestrator.config import FunctionConfig, LoadedConfig
 from orchestrator.executor import RunExecutor
 from orchestrator.providers import ProviderRunner
 from orchestrator.runbase import RunStoreBase
-from orchestrator.runstate import belongs_to
+from orchestrator.runstate import RunState, belongs_to, conversation_key
 from orchestrator.spawn import ProviderFailed
 
 FUNCTION_MAX_OUTPUT = 65536
-COMMANDS_HELP = "Commands: /status (this conversation's run), /cancel (stop it), /help (this list)."
+COMMANDS_HELP = ("Commands: /status (this conversation's run), /stop (stop what runs now: the agent's answer "
+                 "and the run; /cancel does the same), /help (this list).")
 
 
 class FunctionRefused(Exception):
@@ -151,9 +152,12 @@ def unknown_run(run_id: str) -> str:
     return f"no workflow run {run_id!r} found"
 
 
-async def cancel_text(store: RunStoreBase, executor: RunExecutor, run_id: str) -> str:
-    """Cancels a run and says what happened."""
-    before = store.load(run_id)
+async def cancel_text(
+    store: RunStoreBase, executor: RunExecutor, run_id: str, *, before: RunState | None = None
+) -> str:
+    """Cancels a run and says what happened (`before`: the run as it was read before a `/stop`, which may
+    have ended it cancelled already)."""
+    before = before or store.load(run_id)
     if before is None:
         return unknown_run(run_id)
     if before.finished:
@@ -164,20 +168,20 @@ async def cancel_text(store: RunStoreBase, executor: RunExecutor, run_id: str) -
         f"Run {run_id} (workflow {before.workflowId}) ended as {state} before it could be cancelled.")
 
 
-def config_functions(loaded: LoadedConfig, runner: ProviderRunner) -> list[FunctionSpec]:
-    """The functions orchestrator.yaml declares: argv run with the arguments as JSON on stdin."""
-    return [FunctionSpec(name, fc.description, fc.parameters, _command_call(name, fc, loaded, runner))
+def config_functions(loaded: LoadedConfig, runner: ProviderRunner) -> list[AskedFunction]:
+    """The functions orchestrator.yaml declares: argv run with the arguments as JSON on stdin (a turn of the
+    asking conversation, which its `/stop` stops: TurnStopped)."""
+    return [AskedFunction(name, fc.description, fc.parameters, _command_call(name, fc, loaded, runner))
             for name, fc in loaded.config.functions.items()]
 
 
-def _command_call(
-    name: str, function: FunctionConfig, loaded: LoadedConfig, runner: ProviderRunner
-) -> Callable[[dict[str, Any]], Any]:
-    async def call(arguments: dict[str, Any]) -> str:
+def _command_call(name: str, function: FunctionConfig, loaded: LoadedConfig, runner: ProviderRunner) -> AskedCall:
+    async def call(arguments: dict[str, Any], message: IncomingPayload | None) -> str:
+        turn = f"conv:{conversation_key(message)}" if message is not None else None
         try:
             result = await runner.run_command(
                 name, function.command, stdin=json.dumps(arguments), cwd=loaded.workspace,
-                timeout_sec=function.timeout_sec, max_output=FUNCTION_MAX_OUTPUT,
+                timeout_sec=function.timeout_sec, max_output=FUNCTION_MAX_OUTPUT, turn=turn,
             )
         except ProviderFailed as exc:
             return f"Function {name} failed: {exc}"

@@ -7,26 +7,34 @@ import logging
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
+from gateway.keys import CONTROL_COMMANDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
-from orchestrator.actions import NO_ACTIVE_RUN, Actions, reply
+from orchestrator.actions import Actions, reply
+from orchestrator.approvalchat import ChatAnswers
+from orchestrator.approvals import ApprovalBroker
 from orchestrator.config import ConfigCache, LoadedConfig
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
+from orchestrator.live import PermissionAsker, TurnStopped
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
-from orchestrator.runstate import RunState
+from orchestrator.runstate import RunState, conversation_key
+from orchestrator.schedconfig import ScheduleConfig
+from orchestrator.scheduler import Scheduler, scheduled_workflow
 from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
-from orchestrator.stores import backend_for, open_history, open_run_store, open_sessions
+from orchestrator.stores import backend_for, open_history, open_run_store, open_schedules, open_sessions
 from orchestrator.taskqueue import ensure_queue_dirs
 
 log = logging.getLogger("switchyard.orchestrator")
 
 NOT_WAITING_NOTE = "\n(this run is not waiting for input)"
+NOTHING_RUNNING = "Nothing is running."
+STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."
 CONFIG_CHECK_SEC = 2.0  # how often each orchestrator.yaml is looked at for an edit
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
 
@@ -40,6 +48,8 @@ class Orchestrator:
     ):
         self._context = context
         self._watch: asyncio.Task[None] | None = None
+        self._sweep: asyncio.Task[None] | None = None
+        self._scheduling: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         backend = context.backend if context.backend is not None else backend_for(context.home, context.settings)
         self._opened = backend if context.backend is None else None  # a backend of its own: closed by `stop`
@@ -48,7 +58,8 @@ class Orchestrator:
                                       sessions=open_sessions(backend))
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
         self._store = open_run_store(backend)
-        steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox)
+        self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
+        steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals)
         queue = context.settings.queue
         self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
                                      outbox=context.outbox, max_parallel=max_parallel_runs,
@@ -58,11 +69,16 @@ class Orchestrator:
         self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
         self._selector = Selector(context.home, self._runner, context.events,
                                   open_history(backend))
+        self._answers = ChatAnswers(self.approvals, context.settings, backend.pairing())
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),
             plugin_functions=list(context.functions),
         )
+        records = open_schedules(backend) if context.enqueue is not None else None
+        self.scheduler = None if records is None or context.enqueue is None else Scheduler(
+            records=records, schedules=self._schedules, enqueue=context.enqueue, settings=context.settings,
+            events=context.events, load_run=self._store.load)
 
     async def start(self) -> None:
         """Creates the agent task queues, resumes runs a previous process left unfinished, drains the queue."""
@@ -74,8 +90,27 @@ class Orchestrator:
         for problem in missing_providers(self._context.home, self._context.settings):
             log.warning("%s: messages that need it will fail", problem)
             self._context.events.emit("provider.missing", reason=problem)
+        try:  # before runs resume: their turns ask again
+            await self.approvals.close_abandoned()
+        except Exception as exc:  # the store unreachable: they expire by their time, answered by nobody
+            log.warning("cannot close the approvals a stopped process left pending: %s", exc)
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
+        self._sweep = asyncio.create_task(self.approvals.keep_sweeping(), name="orchestrator-approvals-sweep")
+        if self.scheduler is not None:
+            self._scheduling = asyncio.create_task(self.scheduler.run(), name="orchestrator-schedules")
+
+    def _schedules(self) -> dict[str, ScheduleConfig]:
+        """Every orchestrator's schedules, keyed `<orchestrator>/<schedule>` (an orchestrator.yaml that does
+        not validate keeps its last valid version's; one never valid has none)."""
+        found: dict[str, ScheduleConfig] = {}
+        for orchestrator_id in self._context.settings.orchestrators:
+            try:
+                schedules = self._configs.get(orchestrator_id).config.schedules
+            except SettingsError:
+                continue
+            found.update({f"{orchestrator_id}/{name}": schedule for name, schedule in schedules.items()})
+        return found
 
     async def _watch_configs(self) -> None:
         """Reads each orchestrator.yaml again soon after an edit, so a broken one is reported before a
@@ -90,9 +125,10 @@ class Orchestrator:
     async def stop(self) -> None:
         """Stops run tasks (their state stays on disk and resumes at the next start); finishes the
         selector files still being written."""
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
+        for task in (self._watch, self._sweep, self._scheduling):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self._executor.stop()
         await self._runner.close()  # live agent sessions: no adapter process outlives the handler
         await asyncio.to_thread(self._selector.close)
@@ -104,15 +140,19 @@ class Orchestrator:
         retried message whose run's result was already pushed."""
         if message.job is not None:  # a channel-authored job: its profile's workflow, never a command
             loaded = self._load(message)
-            return [self._actions.start_job(message, message.job, loaded, self._profile_workflow(message, loaded))]
+            workflow = scheduled_workflow(message) or self._profile_workflow(message, loaded)
+            return [self._actions.start_job(message, message.job, loaded, workflow)]
+        answered = await self._answers.handle(message)  # a tapped approval button, or an option's number
+        if answered is not None:
+            return [answered]
         text = message.message.strip().lower()
         if message.workflowRunId and text in STATUS_WORDS:
             return [self._actions.run_snapshot(message, message.workflowRunId)]
-        command = text.split(maxsplit=1)[0] if text.startswith("/") else ""
+        command = command_word(text)
         if command in ("/status", "/progress"):
             return [self._actions.workflow_status(message, agent=SYSTEM_AGENT)]
-        if command == "/cancel":
-            return [await self._cancel(message)]
+        if command in CONTROL_COMMANDS:
+            return [await self._stop(message)]
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
         loaded = self._load(message)
@@ -124,6 +164,11 @@ class Orchestrator:
         if run is not None and self._actions.answered_input(message, run):
             return _replies(await self._actions.reattach_answer(message, loaded, run))
         return _replies(await self._select(message, loaded, run))
+
+    def permission_asker(self, message: IncomingPayload) -> PermissionAsker:
+        """The PermissionAsker of a turn answering `message`: asks its conversation, waits up to its
+        orchestrator's `approval_timeout_sec`."""
+        return self.approvals.asker(message, timeout_s=self._load(message).config.approval_timeout_sec)
 
     def _profile_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
         """The workflow a channel profile names (`workflow:`), else the rules' default workflow."""
@@ -139,12 +184,22 @@ class Orchestrator:
             self._context.events.emit("orchestrator.invalid", orchestrator=orchestrator_id, reason=str(exc))
             raise PermanentError(f"orchestrator {orchestrator_id!r} is misconfigured: {exc}") from exc
 
-    async def _cancel(self, message: IncomingPayload) -> OutgoingPayload:
-        run = self._actions.resolve_run(message)
+    async def _stop(self, message: IncomingPayload) -> OutgoingPayload:
+        """`/stop` and `/cancel` (which arrive beside the conversation's running message: gateway.keys):
+        stops the conversation's running turns, then cancels its run, and says what was stopped."""
+        scope = f"conv:{conversation_key(message)}"
+        run = self._actions.resolve_run(message)  # read before the stop, which may end it
+        stopped = await self._runner.turns.stop(scope)
+        if stopped:
+            self._context.events.emit("turn.stopped", channel=message.channel, conversation=message.conversation,
+                                      turns=stopped, job_id=run.runId if run is not None else None)
         if run is None:
-            return reply(message, NO_ACTIVE_RUN, agent=SYSTEM_AGENT)
-        text = await cancel_text(self._store, self._executor, run.runId)
-        return reply(message, text, agent=SYSTEM_AGENT, run=self._store.load(run.runId))
+            return reply(message, STOPPED_TURN if stopped else NOTHING_RUNNING, agent=SYSTEM_AGENT)
+        text = await cancel_text(self._store, self._executor, run.runId, before=run)
+        after = self._store.load(run.runId)
+        if stopped or (after is not None and after.state == "cancelled"):
+            text = f"Stopped. {text}"
+        return reply(message, text, agent=SYSTEM_AGENT, run=after)
 
     async def _select(
         self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None
@@ -154,10 +209,12 @@ class Orchestrator:
         request = self._selector.build_request(message, loaded, functions.describe(),
                                                active.summary() if active else None)
         try:
-            decision = await self._selector.decide(request, loaded)
+            decision = await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}")
+            answer = await self._actions.execute(decision, message, loaded, functions)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
-        answer = await self._actions.execute(decision, message, loaded, functions)
+        except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
+            return None
         if answer is not None:
             self._selector.remember(message, loaded, answer.message)
         return answer

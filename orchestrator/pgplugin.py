@@ -15,15 +15,22 @@ if TYPE_CHECKING:
 
 @hookimpl
 def switchyard_migrations() -> dict[str, list[str]]:
-    """The orchestrator's tables (runs, their events, cancel requests; sessions and history), in
+    """The orchestrator's tables (runs, their events, cancel requests; sessions and history; schedules), in
     orchestrator/pg/migrations/."""
     return {"postgres": ["orchestrator.pg"]}
 
 
 @hookimpl
 def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
-    """Declares the postgres runs, sessions and history."""
-    return {"runs": {"postgres": _runs}, "sessions": {"postgres": _sessions}, "history": {"postgres": _history}}
+    """Declares the postgres runs, sessions, history and schedules."""
+    return {"runs": {"postgres": _runs}, "sessions": {"postgres": _sessions}, "history": {"postgres": _history},
+            "schedules": {"postgres": _schedules}}
+
+
+def _schedules(backend: PgStorage) -> Any:
+    from orchestrator.pg.schedules import PgScheduleRecords
+
+    return PgScheduleRecords(backend.dsn, backend.pool)
 
 
 def _runs(backend: PgStorage, *, fsync: bool) -> Any:

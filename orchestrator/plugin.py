@@ -159,3 +159,11 @@ def switchyard_recent_runs(limit: int, backend: Backend) -> list[dict[str, Any]]
     from orchestrator.stores import open_run_store
 
     return [run.overview() for run in open_run_store(backend, fsync=False).recent(limit)]
+
+
+@hookimpl
+def switchyard_schedules(home: Home, settings: Settings, backend: Backend) -> list[dict[str, Any]]:
+    """Every orchestrator's schedules with their next and last occurrence (orchestrator/schedlisting.py)."""
+    from orchestrator.schedlisting import rows_for
+
+    return rows_for(home, settings, backend)

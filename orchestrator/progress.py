@@ -10,6 +10,7 @@ from gateway.events import now_ms
 from gateway.models import OutgoingPayload
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.runstate import RunState
+from orchestrator.streaming import Throttle
 
 log = logging.getLogger("switchyard.orchestrator.progress")
 
@@ -25,40 +26,18 @@ class ProgressNotes:
         self._outbox = outbox
         self._run = run
         self._step_id = step_id
-        self._after = after_sec
-        self._interval = interval_sec
-        self._loop = asyncio.get_running_loop()
-        self._started = self._loop.time()
-        self._last_sent: float | None = None
-        self._last_text = ""
-        self._latest: str | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._closed = False
+        self._throttle: Throttle[str] = Throttle(self._send, after_sec=after_sec, interval_sec=interval_sec,
+                                                 started=asyncio.get_running_loop().time())
 
     def __call__(self, note: str) -> None:
         """Takes the newest note from the agent's stream."""
-        if self._closed:
-            return
-        self._latest = note
-        if self._timer is None:
-            due = self._started + self._after
-            if self._last_sent is not None:
-                due = max(due, self._last_sent + self._interval)
-            self._timer = self._loop.call_at(due, self._send)
+        self._throttle(note)
 
     def close(self) -> None:
         """Stops sending: the step is over."""
-        self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._throttle.close()
 
-    def _send(self) -> None:
-        self._timer = None
-        note, self._latest = self._latest, None
-        if self._closed or note is None or note == self._last_text:
-            return
-        self._last_sent, self._last_text = self._loop.time(), note
+    def _send(self, note: str) -> None:
         payload = OutgoingPayload.reply_to(
             self._run.payload(), NOTE_PREFIX + note, agent=SYSTEM_AGENT, timestamp=now_ms(),
             workflowRunId=self._run.runId, workflowStepId=self._step_id,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from gateway.aio import wait_event
 from gateway.api import BuiltinProvider, PermanentError
 from gateway.events import EventLog
 from gateway.home import Home, atomic_write, safe_name
@@ -16,11 +19,12 @@ from gateway.settings import ProviderSettings
 from orchestrator.acp.route import AcpRoute
 from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.clis import PRESETS
-from orchestrator.live import Turns
+from orchestrator.live import Turns, TurnStopped
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, ms_since, run_process
 
 BUILTIN_MAX_OUTPUT = 1_048_576
+STOP_WAIT_SEC = 5.0  # how long `/stop` waits for a stopped call to end (its processes are killed at once)
 
 
 class ProviderRunner:
@@ -29,6 +33,9 @@ class ProviderRunner:
     Every subprocess gets the gateway's environment minus every variable a `*_env` setting names and
     minus `SWITCHYARD_*` internals, plus its own `env`: a chat user who asks an agent to print its
     environment sees no channel token.
+
+    Every call made for a conversation is a turn in `turns` while it runs, so `/stop` stops it: its
+    process group is killed and the call raises TurnStopped (never retried).
     """
 
     def __init__(
@@ -72,30 +79,51 @@ class ProviderRunner:
             raise PermanentError(f"unknown provider {name!r}; known: {', '.join(sorted(self.known()))}")
         if configured is not None or request_file is not None:  # a built-in needs no working directory
             _prepare(cwd, request_file, request)
+        call = call or AgentCall()
         if configured is None:
-            return _checked(name, await self._run_builtin(self._builtins[name], prompt, request))
+            return _checked(name, await self._run_builtin(self._builtins[name], prompt, request,
+                                                          call.turn_scope()))
         request_env = {"SWITCHYARD_REQUEST": str(request_file)} if request_file is not None else {}
         full_env = self.provider_env(name, configured, {**request_env, **(env or {})})
-        if configured.type is not None:
-            return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call or AgentCall())
-        argv = prompt_argv(configured.argv, prompt) if configured.input == "arg" else configured.argv
-        stdin = prompt.encode() if configured.input == "stdin" else None
-        result = await run_process(argv, stdin=stdin, env=full_env, cwd=cwd, timeout_sec=configured.timeout_sec,
-                                   max_output=configured.max_output_bytes,
-                                   first_output_sec=configured.first_output_sec)
-        return _checked(name, result, argv[0])
+        async with self._turn(call.turn_scope()) as stop:
+            if configured.type is not None:
+                return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call, stop=stop)
+            argv = prompt_argv(configured.argv, prompt) if configured.input == "arg" else configured.argv
+            stdin = prompt.encode() if configured.input == "stdin" else None
+            result = await run_process(argv, stdin=stdin, env=full_env, cwd=cwd, timeout_sec=configured.timeout_sec,
+                                       max_output=configured.max_output_bytes,
+                                       first_output_sec=configured.first_output_sec, stop=stop)
+            return _checked(name, _unless_stopped(name, stop, result), argv[0])
 
     async def run_command(
         self, name: str, argv: Sequence[str], *, stdin: str | None, cwd: Path, timeout_sec: float,
-        max_output: int, env: Mapping[str, str] | None = None,
+        max_output: int, env: Mapping[str, str] | None = None, turn: str | None = None,
     ) -> ProviderResult:
-        """Runs a command step or function argv with the providers' environment; raises ProviderFailed."""
+        """Runs a command step or function argv with the providers' environment; raises ProviderFailed,
+        or TurnStopped when `/stop` of the conversation `turn` stopped it."""
         _prepare(cwd)
-        result = await run_process(
-            argv, stdin=None if stdin is None else stdin.encode(), env=self.environment(env),
-            cwd=cwd, timeout_sec=timeout_sec, max_output=max_output,
-        )
-        return _checked(name, result, argv[0] if argv else name)
+        async with self._turn(turn) as stop:
+            result = await run_process(
+                argv, stdin=None if stdin is None else stdin.encode(), env=self.environment(env),
+                cwd=cwd, timeout_sec=timeout_sec, max_output=max_output, stop=stop,
+            )
+            return _checked(name, _unless_stopped(name, stop, result), argv[0] if argv else name)
+
+    @asynccontextmanager
+    async def _turn(self, scope: str | None) -> AsyncIterator[asyncio.Event]:
+        """Registers a process-running call in `turns` for as long as it runs; the event it yields is set by
+        `/stop` (the process then is killed), whose wait ends when the call has."""
+        stop, ended = asyncio.Event(), asyncio.Event()
+
+        async def stop_turn() -> None:
+            stop.set()
+            await wait_event(ended, STOP_WAIT_SEC)
+
+        with self.turns.running(scope, stop_turn):
+            try:
+                yield stop
+            finally:
+                ended.set()
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """A subprocess's environment: os.environ without secrets and SWITCHYARD_* internals, plus
@@ -128,15 +156,47 @@ class ProviderRunner:
         return PRESETS[provider.type].endpoint_env(provider, key, folder)
 
     async def _run_builtin(
-        self, provider: BuiltinProvider, prompt: str, request: dict[str, Any]
+        self, provider: BuiltinProvider, prompt: str, request: dict[str, Any], scope: str | None
     ) -> ProviderResult:
         started = time.monotonic()
         try:
-            answer = await provider(prompt, request)
+            answer = await self._stoppable(provider(prompt, request), scope)
+        except TurnStopped:
+            raise
         except Exception as exc:
             return ProviderResult("", f"{type(exc).__name__}: {exc}", 1, ms_since(started), False, False)
         truncated = len(answer) > BUILTIN_MAX_OUTPUT
         return ProviderResult(answer[:BUILTIN_MAX_OUTPUT], "", 0, ms_since(started), False, truncated)
+
+    async def _stoppable(self, answer: Awaitable[str], scope: str | None) -> str:
+        """Awaits a built-in's answer as a turn of `scope`: `/stop` cancels it (TurnStopped)."""
+        if scope is None:
+            return await answer
+        task = asyncio.ensure_future(answer)
+        stopped = False
+
+        async def stop_turn() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_WAIT_SEC)
+
+        with self.turns.running(scope, stop_turn):
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+        if stopped and task.cancelled():
+            raise TurnStopped("stopped by /stop")
+        return task.result()
+
+
+def _unless_stopped(name: str, stop: asyncio.Event, result: ProviderResult) -> ProviderResult:
+    """The result of a process run, unless `/stop` stopped it (TurnStopped)."""
+    if stop.is_set():
+        raise TurnStopped(f"{name}: stopped after {result.duration_ms / 1000:.1f}s")
+    return result
 
 
 def prompt_argv(argv: Sequence[str], prompt: str) -> list[str]:

@@ -14,6 +14,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import RunState
+from orchestrator.streaming import stream_key
 
 log = logging.getLogger("switchyard.orchestrator.results")
 
@@ -54,14 +55,17 @@ def _strings(value: Any) -> list[str]:
 
 
 def result_reply(run: RunState, to: IncomingPayload | None = None) -> OutgoingPayload:
-    """The payload carrying a finished run's result, its final state (`runState`) and its `job` fields."""
+    """The payload carrying a finished run's result, its final state (`runState`) and its `job` fields;
+    `streamKey` names the run's streamed answer, whose preview a channel edits into this reply (not for a
+    cancelled run: what `/stop` stopped stays as far as it was written)."""
     last = run.last_step()
     step_id = last[0] if last else run.currentStep
     agent = (last[1].agent or last[0]) if last and run.state == "done" else SYSTEM_AGENT
     return OutgoingPayload.reply_to(to or run.payload(), result_text(run), agent=agent, timestamp=now_ms(),
                                     quoted=user_texts(run),
                                     workflowRunId=run.runId, workflowStepId=step_id, runState=run.state,
-                                    job=run.job.model_dump(mode="json", exclude_none=True))
+                                    job=run.job.model_dump(mode="json", exclude_none=True),
+                                    streamKey=stream_key(run) if run.state != "cancelled" else None)
 
 
 def prompt_reply(run: RunState, step_id: str, prompt: str, to: IncomingPayload | None = None) -> OutgoingPayload:

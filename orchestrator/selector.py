@@ -21,6 +21,7 @@ from gateway.models import IncomingPayload
 from orchestrator.agent_cli import AgentCall
 from orchestrator.clis import unwrap_answer
 from orchestrator.config import LoadedConfig, read_template
+from orchestrator.live import TurnStopped
 from orchestrator.providers import ProviderRunner
 from orchestrator.runstate import conversation_key
 from orchestrator.sessions import ConversationHistory
@@ -249,8 +250,9 @@ class Selector:
         except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
             log.warning("could not keep the exchange for the selector's next requests: %s", exc)
 
-    async def decide(self, request: dict[str, Any], loaded: LoadedConfig) -> Decision:
-        """Runs the selector on a request; raises SelectorError (bad answer) or ProviderFailed (bad run)."""
+    async def decide(self, request: dict[str, Any], loaded: LoadedConfig, *, turn: str | None = None) -> Decision:
+        """Runs the selector on a request as a turn of the conversation `turn` (which `/stop` may stop:
+        TurnStopped); raises SelectorError (bad answer) or ProviderFailed (bad run)."""
         request_id = request["requestId"]
         selector = loaded.config.selector
         template = DEFAULT_SELECTOR_PROMPT
@@ -266,9 +268,12 @@ class Selector:
         try:
             result = await self._runner.run(selector.provider, prompt, request=request,
                                             request_file=request_file, cwd=loaded.workspace,
-                                            call=AgentCall(mode="answer"))
+                                            call=AgentCall(mode="answer", stopped_by=turn))
         except ProviderFailed as exc:
             self._record(request_id, exc.result, None, str(exc))
+            raise
+        except TurnStopped as exc:
+            self._record(request_id, ProviderResult("", "", None, 0, False, False), None, f"stopped: {exc}")
             raise
         try:
             decision = parse_decision(result.stdout if in_process else unwrap_answer(result.stdout))

@@ -1,6 +1,7 @@
 """The orchestrator's stores as protocols: runs (orchestrator/runs.py RunStore, orchestrator/pg/runs.py
 PgRunStore, orchestrator/memory.py MemoryRunStore) and the records behind provider sessions and each
-conversation's history (orchestrator/sessions.py Records: FileRecords, PgRecords, MemoryRecords).
+conversation's history (orchestrator/sessions.py Records: FileRecords, PgRecords, MemoryRecords), and the
+claimed occurrences of scheduled prompts (orchestrator/schedstore.py ScheduleRecords).
 tests/contract/ checks the rules written here once against every backend.
 
 RunRecords is the storage part of a run store: what every backend writes and reads. The lifecycle on top
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from gateway.stores import Backend, StoreFactory
     from orchestrator.runbase import RunStoreBase
     from orchestrator.runstate import RunState
+    from orchestrator.schedstore import ScheduleRecords
     from orchestrator.sessions import ConversationHistory, SessionStore
 
 __all__ = ["RunRecords"]
@@ -144,9 +146,25 @@ def open_history(backend: Backend) -> ConversationHistory:
     return store
 
 
+def open_schedules(backend: Backend) -> ScheduleRecords | None:
+    """The backend's schedule records (orchestrator/schedstore.py), or None where no plugin declares them."""
+    try:
+        store: ScheduleRecords = backend.store("schedules")
+    except KeyError:
+        return None
+    return store
+
+
 def file_stores() -> dict[str, dict[str, StoreFactory]]:
     """The orchestrator's stores on the file backend: folders under runs/ and files in state/."""
-    return {"runs": {"files": _runs}, "sessions": {"files": _sessions}, "history": {"files": _history}}
+    return {"runs": {"files": _runs}, "sessions": {"files": _sessions}, "history": {"files": _history},
+            "schedules": {"files": _schedules}}
+
+
+def _schedules(backend: Backend) -> Any:
+    from orchestrator.schedfiles import FileScheduleRecords
+
+    return FileScheduleRecords(backend.home, fsync=backend.settings.queue.fsync)
 
 
 def _runs(backend: Backend, *, fsync: bool) -> Any:

@@ -14,7 +14,7 @@ from gateway.files.backend import FileStores
 from gateway.home import Home
 from gateway.locks import LockDirectory
 from gateway.plugin_manager import build_plugin_manager
-from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.settings import ChannelProfile, QueueSettings, Settings, SettingsError, UnknownBackend
 from gateway.stores import Stores
 from orchestrator.runs import RunStore
 from orchestrator.stores import open_history, open_run_store, open_sessions
@@ -40,7 +40,7 @@ def test_switchyard_backends_declares_a_backend_that_is_opened_by_its_name(home:
     pm = build_plugin_manager(Settings(), extra=[Third()])
     backend = open_backend(home, Settings(), pm, name="third")
     assert isinstance(backend, ThirdBackend) and backend.home is home
-    with pytest.raises(KeyError, match="no installed plugin provides the backend 'fourth'.*files, postgres, third"):
+    with pytest.raises(UnknownBackend, match="provides the backend 'fourth'.*files, postgres, third"):
         open_backend(home, Settings(), pm, name="fourth")
 
 
@@ -80,3 +80,15 @@ def test_pairing_is_never_assumed_to_be_the_homes_file(home: Home, monkeypatch: 
     settings = Settings.model_validate({"queue": {"backend": "postgres", "dsn_env": "SY_TEST_COMPOSITION_DSN"}})
     assert type(open_backend(home, settings).pairing()).__name__ == "PgPairingStore"
     assert isinstance(open_backend(home, Settings()).pairing(), PairingStore)
+
+
+def test_settings_may_name_a_backend_a_plugin_declares(home: Home) -> None:
+    """`queue.backend` is any name a plugin declares: the settings pick the third backend, and an unknown name is
+    a settings error naming what is available (what `check` and `run` print), not a traceback."""
+    pm = build_plugin_manager(Settings(), extra=[Third()])
+    third = Settings.model_validate({"queue": {"backend": "third"}})
+    assert isinstance(open_backend(home, third, pm), ThirdBackend)
+    with pytest.raises(SettingsError, match="queue.backend: no installed plugin provides the backend 'fifth'"):
+        open_backend(home, Settings.model_validate({"queue": {"backend": "fifth"}}), pm)
+    with pytest.raises(ValueError, match="backend"):
+        Settings.model_validate({"queue": {"backend": "../files"}})

@@ -35,6 +35,9 @@ class FakeSource:
     async def retry(self, names: list[str]) -> list[str]:
         return names
 
+    async def answer(self, approval_id: str, verdict: str) -> dict[str, Any]:
+        return {"id": approval_id, "won": True, "state": "answered", "allowed": verdict == "allow", "by": "dashboard"}
+
     def redact(self, text: str) -> str:
         return text
 

@@ -48,12 +48,29 @@ def test_claude_answer_argv_gives_json_result_and_sessions_follow_the_real_rules
     (["claude", "-p", "--output-format", "stream-json"],
      "Error: When using --print, --output-format=stream-json requires --verbose\n"),
     (["claude", "-p", "--session-id", "nope"], "Error: Invalid session ID. Must be a valid UUID.\n"),
+    (["claude", "-p", "--output-format", "json", "--include-partial-messages"],
+     "Error: --include-partial-messages requires --print and --output-format=stream-json.\n"),
 ])
 def test_claude_rejects_argv_as_the_real_one(fake_clis: FakeClis, tmp_path: Path, argv: list[str],
                                              stderr: str) -> None:
     done = run(argv, "hi", tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (1, "", stderr)
     assert fake_clis.calls() == []
+
+
+def test_claude_partial_messages_stream_the_answer_in_text_deltas_around_the_assistant_line(
+        fake_clis: FakeClis, tmp_path: Path) -> None:
+    fake_clis.answer("claude", "The quick brown fox.")
+    done = run(["claude", "-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages"], "hi",
+               tmp_path)
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    kinds = [line["event"]["type"] if line["type"] == "stream_event" else line.get("subtype", line["type"])
+             for line in lines]
+    assert kinds == ["init", "status", "message_start", "content_block_start", *["content_block_delta"] * 4,
+                     "assistant", "content_block_stop", "message_delta", "message_stop", "success"]
+    deltas = [line["event"]["delta"]["text"] for line in lines if line["type"] == "stream_event"
+              and line["event"]["type"] == "content_block_delta"]
+    assert "".join(deltas) == "The quick brown fox." == lines[-1]["result"]
 
 
 def test_claude_not_logged_in_and_tool_use_stream(fake_clis: FakeClis, tmp_path: Path) -> None:

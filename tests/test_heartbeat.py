@@ -73,3 +73,14 @@ async def test_an_answer_other_than_ok_is_forwarded_to_the_notify_conversation(h
     names = [e["event"] for e in read_events(home.events_file)]
     assert names == ["heartbeat.ok", "heartbeat.alert"]
     assert json.loads(state_path(home, "beat").read_text())["healthy"] is False
+
+
+async def test_a_forwarded_answer_shows_its_buttons_as_a_numbered_list(home: Home) -> None:
+    outbox, events = RecordingOutbox(), EventLog(home.events_file)
+    channel = _channel(home, outbox, events)
+    answer = _answer("restart the disk cleaner?").model_copy(
+        update={"buttons": [{"id": "ap:a1:0", "label": "Yes"}, {"id": "ap:a1:1", "label": "No"}]})
+    await channel.send(answer)
+    events.close()
+    [forwarded] = outbox.payloads
+    assert forwarded.message.endswith("restart the disk cleaner?\n\n1. Yes\n2. No\nReply 1 or 2")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.keys import KeyScheduler, ordering_keys
+import pytest
+
+from gateway.keys import KeyScheduler, command_word, ordering_keys
 from gateway.locks import LockDirectory
 from gateway.testing import make_incoming
 
@@ -17,6 +19,26 @@ def test_conversation_key_falls_back_to_sender() -> None:
 def test_a_message_naming_a_run_holds_the_run_key_too() -> None:
     message = make_incoming(workflowRunId="r1")
     assert ordering_keys(message) == ("run:r1", "conv:console/console/c1")
+
+
+@pytest.mark.parametrize("text", ["/stop", "/STOP", "  /stop now", "/stop@switchyard_bot", "/Cancel@bot please",
+                                  "/cancel"])
+def test_a_control_command_takes_its_conversations_control_key_alone(text: str) -> None:
+    message = make_incoming(text, workflowRunId="r1")
+    assert ordering_keys(message) == ("ctl:console/console/c1",)
+
+
+@pytest.mark.parametrize("text", ["stop", "please /stop", "/stopper", "/status", "/help", "/cancelled"])
+def test_other_messages_keep_their_conversation_key(text: str) -> None:
+    assert ordering_keys(make_incoming(text)) == ("conv:console/console/c1",)
+
+
+def test_a_tapped_button_is_a_control_message() -> None:
+    assert ordering_keys(make_incoming("Allow", button="ap:abc:0")) == ("ctl:console/console/c1",)
+
+
+def test_command_word_drops_a_bot_name_and_case() -> None:
+    assert [command_word(t) for t in ("/Stop@My_Bot now", "/help", "hello /stop", "")] == ["/stop", "/help", "", ""]
 
 
 def test_same_key_starts_in_claim_order_one_at_a_time() -> None:

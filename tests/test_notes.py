@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway import DeliveryRecord, NoteMessages, OutgoingPayload, clip_note, deliver_note
@@ -15,6 +17,37 @@ def test_the_memory_is_bounded_and_forgets_the_least_recently_used() -> None:
     assert notes.get("c1", "k") == "m1"  # c1 is now the most recently used
     notes.remember("c3", "k", "m3")
     assert (notes.get("c1", "k"), notes.get("c2", "k"), notes.get("c3", "k")) == ("m1", None, "m3")
+
+
+def test_kept_note_messages_outlive_a_restart_and_a_forgotten_one_stays_forgotten(tmp_path: Path) -> None:
+    path = tmp_path / "notes" / "tg.json"
+    notes = NoteMessages(path=path)
+    notes.remember("c1", "answer:m1", "1001:7")
+    notes.remember("c1", "answer:m2", "1001:8")
+    notes.forget("c1", "answer:m2")
+    again = NoteMessages(path=path)
+    assert (again.get("c1", "answer:m1"), again.get("c1", "answer:m2")) == ("1001:7", None)
+
+
+def test_closing_a_conversations_streams_forgets_its_previews_only_and_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "tg.json"
+    notes = NoteMessages(path=path)
+    notes.remember("c1", "run-1/build", "m1")  # a progress note: stays
+    notes.remember("c1", "answer:7", "m2", stream=True)
+    notes.remember("c2", "answer:8", "m3", stream=True)  # another conversation: stays
+    again = NoteMessages(path=path)
+    again.close_streams("c1")
+    assert (again.get("c1", "run-1/build"), again.get("c1", "answer:7"), again.get("c2", "answer:8")) == (
+        "m1", None, "m3")
+
+
+def test_an_unreadable_file_of_note_messages_starts_empty(tmp_path: Path) -> None:
+    path = tmp_path / "tg.json"
+    path.write_text("{not json")
+    notes = NoteMessages(path=path)
+    assert notes.get("c1", "k") is None
+    notes.remember("c1", "k", "m1")  # and is written anew
+    assert NoteMessages(path=path).get("c1", "k") == "m1"
 
 
 @pytest.mark.parametrize(("text", "limit", "clipped"), [

@@ -115,6 +115,15 @@ def _pair_arguments(parser: argparse.ArgumentParser) -> None:
     approve.add_argument("code", help="the code the sender was given")
 
 
+def _approvals_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="approvals_command", title="subcommands")
+    listing = actions.add_parser("list", help="the tool approvals waiting for an answer (the default)")
+    listing.add_argument("--json", action="store_true", help="print JSON for scripts")
+    for verdict, what in (("allow", "let the agent run the tool call"), ("deny", "refuse the tool call")):
+        answer = actions.add_parser(verdict, help=what)
+        answer.add_argument("id", help="the id `approvals list` shows")
+
+
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print {ok, problems, ...} as JSON")
 
@@ -165,6 +174,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("status", "gateway, channels, queue, dead letters, runs, heartbeat; exit 3 when the gateway is down",
             "gateway.cli.status:cmd_status", _status_arguments),
     Command("pair", "admit senders with one-time pairing codes", "gateway.cli.commands:cmd_pair", _pair_arguments),
+    Command("approvals", "tool calls agents asked to run, waiting for an answer (list, allow, deny)",
+            "gateway.cli.approvals:cmd_approvals", _approvals_arguments),
     Command("check", "validate settings.yaml and every orchestrator.yaml without starting anything "
                      "(exit 2 on a problem)", "gateway.cli.check:cmd_check", _check_arguments),
     Command("dead", "dead letters: messages and replies that failed for good (list, show, retry, drop)",

@@ -26,8 +26,14 @@ def sections(state: dict[str, Any]) -> str:
         _section("In flight", "in-flight", _table(["message", "channel", "conversation", "attempt", "elapsed"], [
             [m["name"], m.get("profile") or m.get("channel"), m.get("conversation"), m.get("attempt"),
              _age(m["elapsed_s"])] for m in state["in_flight"]], empty="nothing in flight")),
+        _section(f"Tool approvals ({len(state.get('approvals', []))})", "approvals",
+                 _approvals(state.get("approvals", []))),
         _section(f"Dead letters ({state['dead_total']})", "dead-letters", _dead_letters(state["dead_letters"])),
         _section("Recent runs", "runs", _runs(state["runs"])),
+        _section("Schedules", "schedules", _table(["schedule", "when", "deliver to", "next", "last", "outcome"], [
+            [s["schedule"], s["when"], s["deliver"], s["next"] or "disabled", s["last"] or "never",
+             (s["outcome"] or "—") + (f": {s['detail']}" if s.get("detail") else "")]
+            for s in state.get("schedules", [])], empty="no schedules")),
         _section("Channels", "channels", _table(
             ["profile", "type", "status", "last inbound", "last outbound", "retries", "429s"],
             [[c["profile"], c["type"], _status(c), c["last_inbound"] or "—", c["last_outbound"] or "—",
@@ -95,6 +101,19 @@ def _dead_letters(letters: list[dict[str, Any]]) -> str:
             for letter in letters]
     return _table(["name", "kind", "conversation", "reason", "attempts", "failed at", ""], rows,
                   empty="no dead letters", raw=(6,))
+
+
+def _approvals(approvals: list[dict[str, Any]]) -> str:
+    rows = []
+    for approval in approvals:
+        ident = escape(approval["id"], quote=True)
+        left = approval["expires_in_s"]
+        rows.append([approval["id"], approval["conversation"], approval["title"], approval["options"],
+                     _age(approval["age_s"]), f"in {_age(left)}" if left > 0 else "expired",
+                     f'<button type="button" class="approval" data-id="{ident}" data-verdict="allow">allow</button> '
+                     f'<button type="button" class="approval" data-id="{ident}" data-verdict="deny">deny</button>'])
+    return _table(["id", "conversation", "tool call", "options", "asked", "expires", ""], rows,
+                  empty="no tool call waiting for an answer", raw=(6,))
 
 
 def _runs(runs: list[dict[str, Any]]) -> str:

@@ -1,4 +1,5 @@
-"""The dashboard's HTTP server (aiohttp): the page, its JSON state, `/metrics`, and the retry button."""
+"""The dashboard's HTTP server (aiohttp): the page, its JSON state, `/metrics`, the retry button, and
+allow / deny of a pending tool approval."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Source(Protocol):
     async def state(self) -> dict[str, Any]: ...
     async def metrics(self) -> bytes: ...
     async def retry(self, names: list[str]) -> list[str]: ...
+    async def answer(self, approval_id: str, verdict: str) -> dict[str, Any]: ...
     def redact(self, text: str) -> str: ...
 
 
@@ -85,6 +87,27 @@ def build_app(source: Source, settings: DashboardSettings, token: str | None, *,
             return web.json_response({"error": source.redact(f"not a dead letter: {exc.args[0]}")}, status=404)
         return web.json_response({"retried": retried})
 
+    async def answer(request: web.Request) -> web.Response:
+        if request.content_type != "application/json":  # a cross-site form cannot send JSON
+            return web.json_response({"error": "send a JSON body"}, status=415)
+        try:
+            async with asyncio.timeout(body_timeout_s):
+                body = await request.json()
+            approval_id, verdict = str(body["id"]), str(body["verdict"])
+        except TimeoutError:
+            return web.json_response({"error": "the body did not arrive in time"}, status=408)
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": 'expected {"id": ..., "verdict": "allow" or "deny"}'}, status=400)
+        if verdict not in ("allow", "deny"):
+            return web.json_response({"error": 'verdict: "allow" or "deny"'}, status=400)
+        try:
+            result = await source.answer(approval_id, verdict)
+        except KeyError:
+            return web.json_response({"error": source.redact(f"no approval {approval_id}")}, status=404)
+        except ValueError as exc:
+            return web.json_response({"error": source.redact(str(exc))}, status=400)
+        return web.json_response(result, status=200 if result["won"] else 409)
+
     async def static(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if name not in STATIC_TYPES:
@@ -97,6 +120,7 @@ def build_app(source: Source, settings: DashboardSettings, token: str | None, *,
     app.router.add_get("/api/state", state)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/api/dead-letters/retry", retry)
+    app.router.add_post("/api/approvals/answer", answer)
     app.router.add_get("/static/{name}", static)
     return app
 

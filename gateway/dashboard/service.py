@@ -7,6 +7,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.approvals import describe, operator_answer
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.server import Server, build_app
@@ -60,6 +61,7 @@ class Dashboard:
         self._metrics = Metrics(self._live, [p.type for p in gateway.settings.channels] + installed)
         gateway.events.observe(self._observe)
         self._server: Server | None = None
+        self._approval_store: Any = None
         self.url: str | None = None
 
     def _observe(self, event: dict[str, Any]) -> None:
@@ -114,6 +116,17 @@ class Dashboard:
         self._gateway.events.emit("dead_letter.retried", names=retried, reason="retried from the dashboard")
         return retried
 
+    async def answer(self, approval_id: str, verdict: str) -> dict[str, Any]:
+        """Allows or denies a pending tool approval for the turn waiting on it (KeyError for an unknown id);
+        `won` is False when it was settled already (then `state` and `by` say how)."""
+        done, won = await asyncio.to_thread(operator_answer, self._approvals(), approval_id, verdict, "dashboard")
+        return {"id": done.id, "won": won, "state": done.state, "allowed": done.allowed(), "by": done.answered_by}
+
+    def _approvals(self) -> Any:
+        if self._approval_store is None:
+            self._approval_store = self._gateway.storage.approvals()
+        return self._approval_store
+
     # --- reading ----------------------------------------------------------------------------
 
     def _read(self) -> dict[str, Any]:
@@ -123,7 +136,14 @@ class Dashboard:
                                backend=self._gateway.storage):
             runs.extend(found)
         runs.sort(key=lambda run: str(run.get("updatedAt")), reverse=True)
-        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN]}
+        approvals = [describe(approval) for approval in self._approvals().pending()]
+        schedules: list[dict[str, Any]] = []
+        for found in call_each(self._gateway.pm, "switchyard_schedules", events=self._gateway.events,
+                               home=self._gateway.home, settings=self._gateway.settings,
+                               backend=self._gateway.storage):
+            schedules.extend(found)
+        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN], "approvals": approvals,
+                "schedules": schedules}
 
     def _in_flight(self, read: dict[str, Any]) -> list[dict[str, Any]]:
         """The messages in flight: as the backend lists them, else those claimed here still in processing/."""

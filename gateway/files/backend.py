@@ -19,6 +19,7 @@ from gateway.hookspecs import hookimpl
 from gateway.stores import Stores
 
 if TYPE_CHECKING:
+    from gateway.approvals import FileApprovals
     from gateway.files.runtime import FileRuntime
     from gateway.home import Home
     from gateway.locks import Locks
@@ -58,6 +59,11 @@ class FileStores:
 
         return PairingStore(self.home)
 
+    def approvals(self, *, command: bool = False) -> FileApprovals:
+        from gateway.approvals import FileApprovals
+
+        return FileApprovals(self.home, fsync=self.settings.queue.fsync)
+
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
         from gateway.locks import LockDirectory
 
@@ -68,19 +74,21 @@ class FileStores:
         return FileDeadLetters(self.home)
 
     def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes."""
+        """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes (a progress
+        note or a streamed answer's draft is not the reply: skipped)."""
         home = self.home
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for folder in (home.outgoing, home.sent):
-                for entry in os.scandir(folder):
-                    if entry.name.endswith(".json") and message_id in entry.name:
-                        try:
-                            reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
-                        except (OSError, ValueError):
-                            continue
-                        if reply.get("messageId") == message_id:
-                            return reply
+                with os.scandir(folder) as entries:  # closed when a reply returns from inside the loop
+                    for entry in entries:
+                        if entry.name.endswith(".json") and message_id in entry.name:
+                            try:
+                                reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
+                            except (OSError, ValueError):
+                                continue
+                            if reply.get("messageId") == message_id and "progressKey" not in reply:
+                                return reply
             time.sleep(0.05)
         return None
 

@@ -139,6 +139,16 @@ class Dispatcher:
         self.events.emit("queue.error", file=name, reason=reason, retry_ms=int(delay * 1000), failures=failures)
         await asyncio.sleep(delay)
 
+    def peek(self, name: str) -> OutgoingPayload | None:
+        """A scheduled payload, as parsed when noticed (else read again); None when it is gone or unreadable."""
+        parsed = self._parsed.get(name)
+        if parsed is not None:
+            return parsed
+        try:
+            return OutgoingPayload.model_validate(json.loads((self.home.outgoing / name).read_bytes()))
+        except (OSError, ValueError, ValidationError):
+            return None
+
     def _payload(self, name: str, path: Path) -> OutgoingPayload:
         """The payload parsed when it was noticed (if the file is still there), else read again."""
         parsed = self._parsed.pop(name, None)
@@ -247,6 +257,11 @@ class _FileHead:
     async def sent(self) -> None:
         await self.outgoing.dispatcher._to_sent(self.name)
         self.outgoing.left()
+
+    async def superseded(self) -> bool:
+        key = self.payload.progress_key
+        later = (self.outgoing.dispatcher.peek(name) for name in list(self.outgoing.names)[1:])
+        return key is not None and any(p is not None and key in (p.progress_key, p.stream_key) for p in later)
 
     async def retry(self, attempts: int, error: str, delay_s: float) -> None:
         self.outgoing.attempts = attempts

@@ -6,6 +6,7 @@ backend.py makes them a backend that runs a real Gateway (runtime.py), for tests
 
 from typing import TYPE_CHECKING
 
+from gateway.memory.approvals import MemoryApprovals
 from gateway.memory.queue import MemoryDeadLetters, MemoryQueue, QueueState
 from gateway.memory.stores import (
     AnsweredState,
@@ -17,14 +18,16 @@ from gateway.memory.stores import (
     MemoryPairing,
 )
 
-__all__ = ["AnsweredState", "LocksState", "MemoryAnswered", "MemoryDeadLetters", "MemoryEventSink", "MemoryJournal",
-           "MemoryLocks", "MemoryPairing", "MemoryQueue", "QueueState"]
+__all__ = ["AnsweredState", "LocksState", "MemoryAnswered", "MemoryApprovals", "MemoryDeadLetters", "MemoryEventSink",
+           "MemoryJournal", "MemoryLocks", "MemoryPairing", "MemoryQueue", "QueueState"]
 
 if TYPE_CHECKING:  # mypy checks that each memory store satisfies its protocol
+    from gateway.approvals import FileApprovals
     from gateway.locks import Locks
     from gateway.pairing import Pairing
     from gateway.stores import (
         AnsweredStore,
+        Approvals,
         DeadLetterStore,
         DeliveryJournalStore,
         EventSink,
@@ -38,3 +41,5 @@ if TYPE_CHECKING:  # mypy checks that each memory store satisfies its protocol
     _sink: type[EventSink] = MemoryEventSink
     _pairing: type[Pairing] = MemoryPairing
     _locks: type[Locks] = MemoryLocks
+    _approvals: type[Approvals] = MemoryApprovals
+    _file_approvals: type[Approvals] = FileApprovals

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.files.backend import FileStores
 from gateway.hookspecs import hookimpl
+from gateway.memory.approvals import MemoryApprovals
 from gateway.memory.queue import MemoryDeadLetters
 from gateway.memory.state import MemoryState
 from gateway.memory.stores import MemoryLocks, MemoryPairing
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 
 
 def memory_settings(settings: Settings) -> Settings:
-    """`settings` on the in-memory backend: the test-only override of `queue.backend` (not validated, so
-    that no settings.yaml can ask for it)."""
+    """`settings` on the in-memory backend (a test registers MemoryBackendPlugin; no installed plugin declares
+    "memory", so a settings.yaml naming it gets `check`'s "no installed plugin provides the backend")."""
     return settings.model_copy(update={"queue": settings.queue.model_copy(update={"backend": "memory"})})
 
 
@@ -59,6 +60,9 @@ class MemoryStores(FileStores):
 
     def pairing(self, *, command: bool = False) -> MemoryPairing:
         return MemoryPairing(self.state.pairing)
+
+    def approvals(self, *, command: bool = False) -> MemoryApprovals:  # type: ignore[override]
+        return self.state.approvals.twin()
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> MemoryLocks:
         return MemoryLocks(self.state.locks, holder=holder or "memory-command", ttl_s=ttl_s)

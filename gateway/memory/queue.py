@@ -49,6 +49,9 @@ class QueueState:
     attempts: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
     failed: dict[str, _Dead] = field(default_factory=dict)
     open_handles: set[str] = field(default_factory=set)
+    taken_in: dict[str, str] = field(default_factory=dict)
+    """The identity of each message taken in and its name: a spool file taken in again (its host died
+    before completing it) is not queued twice, as postgres's intake ignores a row it already holds."""
     sequence: int = 0
     watchers: list[Callable[[], None]] = field(default_factory=list)
     """Called (under the lock: they must only schedule) when a payload comes into line, so every
@@ -96,11 +99,17 @@ class MemoryQueue:
             self.state.changed()
         return actions
 
-    def enqueue(self, data: bytes, *, hint: str = "msg") -> Path:
+    def enqueue(self, data: bytes, *, hint: str = "msg", identity: str | None = None) -> Path:
+        """Puts a payload at the end of the line; one whose `identity` was taken in before is not put again
+        (the name it has is returned)."""
         with self.state.lock:
+            if identity is not None and identity in self.state.taken_in:
+                return Path("memory:incoming") / self.state.taken_in[identity]
             order = self.state.next()
             name = f"{order:020d}-{safe_name(hint)}.json"
             self.state.incoming[name] = _Item(order, bytes(data))
+            if identity is not None:
+                self.state.taken_in[identity] = name
             self.state.changed()
         return Path("memory:incoming") / name
 

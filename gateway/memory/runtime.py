@@ -90,8 +90,17 @@ class MemoryRuntime(FileRuntime):
             if claimed.invalid is not None:  # a FIFO, a link...: quarantined unread, as the file worker does
                 incoming.dead_letter(claimed, claimed.invalid)
                 continue
-            self.memory_queue.enqueue(claimed.data, hint=claimed.name.removesuffix(".json"))
+            self.memory_queue.enqueue(claimed.data, hint=claimed.name.removesuffix(".json"),
+                                      identity=self._identity(claimed.data))
             incoming.complete(claimed)
+
+    def _identity(self, data: bytes) -> str | None:
+        """The message identity of a spooled payload (None for one that does not parse: the worker
+        quarantines it, once)."""
+        try:
+            return message_identity(parse_payload(data, self.parts.settings.queue.max_payload_bytes))
+        except ValueError:
+            return None
 
     async def close(self) -> None:
         """Leaves the shared queue: what this host still has claimed goes to the next host that looks."""

@@ -30,7 +30,7 @@ from gateway.pg import schema
 from gateway.pg.db import SharedPool, dsn_from_settings, process_holder
 from gateway.pg.errors import database_away
 from gateway.pg.intake import Intake
-from gateway.pg.keyjobs import QUEUE, TASK
+from gateway.pg.keyjobs import QUEUE, TASK, retry_running
 from gateway.pg.outbox import PgOutbox
 from gateway.pg.pools import message_pool, procrastinate_pool, sync_message_pool
 from gateway.pg.processing import KeepPlace, MessageProcessor
@@ -239,10 +239,11 @@ class PgBackend:
             return
         manager = worker.app.job_manager
         for job in await manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=self.timeout_s):
+            if not await retry_running(manager, job):
+                continue
             what = f"job {job.id} (message {job.task_kwargs.get('message_id')})"
-            log.warning("%s was running on a worker that stopped heartbeating: retrying it", what)
+            log.warning("%s was running on a worker that stopped heartbeating: retried it", what)
             self.events.emit("queue.recovered", reason=f"retried {what} of a worker that stopped heartbeating")
-            await manager.retry_job(job)
         await manager.prune_stalled_workers(self.timeout_s)
 
     async def _retry_left_running(self) -> None:
@@ -261,10 +262,11 @@ class PgBackend:
         before = self._idle_before[1] if self._idle_before[0] == worker.worker_id else set()
         for job_id in sorted(idle.keys() & before):
             job = idle.pop(job_id)
+            if not await retry_running(manager, job):
+                continue
             what = f"job {job_id} (message {job.task_kwargs.get('message_id')})"
-            log.warning("%s was left running on this worker, its outcome not recorded: retrying it", what)
+            log.warning("%s was left running on this worker, its outcome not recorded: retried it", what)
             self.events.emit("queue.recovered", reason=f"retried {what} left running, its outcome not recorded")
-            await manager.retry_job(job)
         self._idle_before = (worker.worker_id, set(idle))
 
     # --- this process in switchyard_processes ------------------------------------------------

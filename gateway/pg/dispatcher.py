@@ -54,6 +54,9 @@ SELECT id, name, payload, attempts, parts_sent, next_attempt_at <= now()
 FROM switchyard_outbox WHERE state = 'pending' AND channel = %s AND profile = %s AND conversation = %s
 ORDER BY id LIMIT 1
 """
+SUPERSEDED = ("SELECT EXISTS (SELECT 1 FROM switchyard_outbox head JOIN switchyard_outbox later USING (channel, "
+              "profile, conversation) WHERE head.id = %s AND later.state = 'pending' AND later.id > head.id "
+              "AND %s IN (later.payload->>'progressKey', later.payload->>'streamKey'))")
 Key = tuple[str, str, str]  # (channel type, profile, conversation) as the row has them
 
 
@@ -353,6 +356,14 @@ class _RowHead:
     async def sent(self) -> None:
         await self._write("UPDATE switchyard_outbox SET state = 'sent', sent_at = now(), parts_sent = '{}', "
                           "last_error = NULL WHERE id = %s AND state = 'pending' AND " + HELD_BY, ())
+
+    async def superseded(self) -> bool:
+        key = self.payload.progress_key
+        if key is None:
+            return False
+        async with self.delivery._pool.connection(timeout=5.0) as conn:
+            row = await (await conn.execute(SUPERSEDED, (self.row_id, key))).fetchone()
+        return bool(row and row[0])
 
     async def retry(self, attempts: int, error: str, delay_s: float) -> None:
         error = made_safe(self.delivery.events.redact(error))  # may quote a NUL or a lone surrogate: U+FFFD

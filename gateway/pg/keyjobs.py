@@ -19,6 +19,8 @@ A one-key message is one `process` job.
 
 from __future__ import annotations
 
+from typing import Any
+
 QUEUE = "switchyard"
 TASK = "switchyard.message"
 
@@ -51,3 +53,21 @@ def defer_jobs_of(message_id_sql: str, keys: list[str] | tuple[str, ...]) -> tup
                     f"{message_id_sql}, 'role', %s::text), NULL)::procrastinate_job_to_defer_v1")
         params += [QUEUE, TASK, lock or None, role]
     return f"procrastinate_defer_jobs_v1(ARRAY[{', '.join(rows)}])", params
+
+
+async def retry_running(manager: Any, job: Any) -> bool:
+    """Retries `job`, which a listing showed running ('doing'); False when it ended between that listing and
+    now (its worker recorded it meanwhile): nothing is left to retry, and that is no error.
+    `manager` is Procrastinate's JobManager; its retry refuses a job no longer 'doing' by raising from its SQL."""
+    import procrastinate
+    from psycopg.errors import RaiseException
+
+    try:
+        await manager.retry_job(job)
+    except procrastinate.exceptions.ConnectorException as exc:
+        # procrastinate_retry_job: "Job was not found or has an invalid status to retry" (3.x; older versions
+        # said 'not in "doing" status')
+        if isinstance(exc.__cause__, RaiseException) and "status" in str(exc.__cause__):
+            return False
+        raise
+    return True

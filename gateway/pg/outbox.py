@@ -107,7 +107,8 @@ class PgOutbox(BaseOutbox):
 
 
 def find_reply(dsn: str, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-    """The first reply to `message_id` stored in switchyard_outbox (pending, sent or dead), polled until
+    """The first reply to `message_id` (not a progress note or draft) stored in switchyard_outbox (pending, sent or
+    dead), polled until
     `timeout_s` passes: `switchyard send --wait` on the postgres backend, where replies never reach
     outgoing/ or sent/."""
     import time
@@ -118,7 +119,7 @@ def find_reply(dsn: str, message_id: str, timeout_s: float) -> dict[str, Any] | 
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         while True:
             row = conn.execute("SELECT payload FROM switchyard_outbox WHERE payload->>'messageId' = %s "
-                               "ORDER BY id LIMIT 1", (message_id,)).fetchone()
+                               "AND NOT payload ? 'progressKey' ORDER BY id LIMIT 1", (message_id,)).fetchone()
             if row is not None:
                 reply: dict[str, Any] = row[0]
                 return reply

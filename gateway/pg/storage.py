@@ -16,6 +16,7 @@ from gateway.stores import Stores
 
 if TYPE_CHECKING:
     from gateway.home import Home
+    from gateway.pg.approvals import PgApprovals
     from gateway.pg.deadletters import DeadStore
     from gateway.pg.locks import PgLocks
     from gateway.pg.pairing import PgPairingStore
@@ -62,6 +63,11 @@ class PgStorage:
         from gateway.pg.pairing import PgPairingStore
 
         return PgPairingStore.direct(self.dsn) if command else PgPairingStore.pooled(self.dsn, self.pool)
+
+    def approvals(self, *, command: bool = False) -> PgApprovals:
+        from gateway.pg.approvals import PgApprovals
+
+        return PgApprovals.direct(self.dsn) if command else PgApprovals.pooled(self.dsn, self.pool)
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> PgLocks:
         from gateway.pg.locks import PgLocks

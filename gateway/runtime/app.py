@@ -154,7 +154,8 @@ class Gateway:
             providers.update(declared)
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
-                                 builtin_providers=providers, dead_letter=self._dead_letter, backend=self.storage)
+                                 builtin_providers=providers, dead_letter=self._dead_letter, backend=self.storage,
+                                 enqueue=self._sink if self.role == "run" else None)
         handler = self.pm.hook.switchyard_handler(context=context)
         if handler is None:
             raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")

@@ -5,7 +5,13 @@ is ever sent, so a failing head keeps its place and holds the replies after it; 
 drained side by side, at most MAX_PARALLEL_DELIVERIES sends at a time. A failed send is retried
 after the platform's retry-after or a jittered backoff; after `queue.max_attempts`, or at once when
 the platform refuses it for good (PermanentError), the reply is dead with its reason. Each outcome is
-an event: `outgoing.sent`, `outgoing.retry`, `outgoing.failed`.
+an event: `outgoing.sent`, `outgoing.retry`, `outgoing.failed` (and `outgoing.skipped`, below).
+
+Drafts of a streamed answer (`draft: true`, see orchestrator/streaming.py) are previews, not answers: one
+for a channel that cannot edit messages (no `edits_progress`) is not sent, nor one that a later reply of its
+conversation supersedes (a newer draft of its key, or the final answer naming it as `streamKey`); both are
+recorded as delivered with the reason (event `outgoing.skipped`). A channel's edits of one stream are
+spaced by its `edit_interval_sec`, the final answer's included.
 
 A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
 `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
@@ -32,11 +38,22 @@ from gateway.settings import QueueSettings
 log = logging.getLogger("switchyard.sending")
 
 MAX_PARALLEL_DELIVERIES = 16
+STREAM_MEMORY = 1000  # streams whose last edit time is kept; beyond it those idle for STREAM_IDLE_S go
+STREAM_IDLE_S = 60.0
 
 
 def conversation_of(reply: OutgoingPayload) -> str:
     """The conversation a reply is delivered in order with: its conversationId, else its sender."""
     return reply.conversationId or reply.senderId or reply.sender
+
+
+def edit_interval(channel: Channel, conversation: str) -> float:
+    """The least time between two edits of one stream in this conversation: the channel's
+    `edit_interval_for(conversation)` where it has one (limits that differ by chat), else its
+    `edit_interval_sec`, else 0."""
+    per_chat = getattr(channel, "edit_interval_for", None)
+    value = per_chat(conversation) if callable(per_chat) else getattr(channel, "edit_interval_sec", 0.0)
+    return float(value or 0.0)
 
 
 def retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> float:
@@ -75,6 +92,10 @@ class Head(Protocol):
     async def sent(self) -> None:
         """Records the reply as delivered: it leaves the conversation."""
 
+    async def superseded(self) -> bool:
+        """Whether a later reply of its conversation waits with the same stream: a draft or progress note
+        whose `progressKey`, or a final answer whose `streamKey`, is this reply's `progressKey`."""
+
     async def retry(self, attempts: int, error: str, delay_s: float) -> None:
         """Records a failed attempt: the reply stays the head, due again after `delay_s`."""
 
@@ -104,6 +125,7 @@ class Sender:
         self.events = events
         self.settings = settings
         self.slots = asyncio.Semaphore(MAX_PARALLEL_DELIVERIES)
+        self._edited: dict[tuple[str, str, str, str], float] = {}  # a stream's last edit, by channel and key
 
     async def drain(self, conversation: Conversation, stopping: Callable[[], bool]) -> None:
         """Delivers a conversation's replies, head first, until none is due or `stopping()`."""
@@ -112,6 +134,8 @@ class Sender:
                 head = await conversation.head()
                 if head is None:
                     return
+                if await self._passed_over(head) or (await self._spaced(head) and await self._passed_over(head)):
+                    continue
                 async with self.slots:
                     delay = await self.send(head)
             except asyncio.CancelledError:
@@ -122,6 +146,55 @@ class Sender:
                 return
             if delay is not None and not await conversation.wait(delay):
                 return
+
+    async def _passed_over(self, head: Head) -> bool:
+        """Records a draft that is not to be sent as delivered (see the module's docstring); False for any
+        other reply."""
+        payload = head.payload
+        if not payload.draft:
+            return False
+        if not getattr(head.channel, "edits_progress", False):
+            reason = "a draft: this channel cannot edit a message, it gets the final answer only"
+        elif await head.superseded():
+            reason = "a draft superseded by a later one or by the final answer"
+        else:
+            return False
+        await head.sent()
+        self.events.emit("outgoing.skipped", file=head.name, channel=payload.channel, profile=payload.profile,
+                         conversation=payload.conversationId, messageId=payload.messageId, reason=reason)
+        return True
+
+    def _stream_of(self, head: Head) -> tuple[str, str, str, str] | None:
+        """The stream a draft or a final answer edits, with its channel and conversation."""
+        payload = head.payload
+        key = payload.progress_key if payload.draft else payload.stream_key
+        if key is None or not getattr(head.channel, "edits_progress", False):
+            return None
+        return payload.channel, payload.profile, conversation_of(payload), key
+
+    async def _spaced(self, head: Head) -> bool:
+        """Waits until the channel's `edit_interval_sec` has passed since the last edit of this head's
+        stream; True when it waited."""
+        stream = self._stream_of(head)
+        last = self._edited.get(stream) if stream is not None else None
+        interval = edit_interval(head.channel, conversation_of(head.payload))
+        if last is None or (wait := last + interval - time.monotonic()) <= 0:
+            return False
+        await asyncio.sleep(wait)
+        return True
+
+    def _edited_now(self, head: Head) -> None:
+        """Notes when a stream was last edited (a draft sent); a final answer ends it."""
+        stream = self._stream_of(head)
+        if stream is None:
+            return
+        if not head.payload.draft:
+            self._edited.pop(stream, None)
+            return
+        now = time.monotonic()
+        self._edited[stream] = now
+        if len(self._edited) > STREAM_MEMORY:
+            self._edited = {key: at for key, at in self._edited.items() if now - at < STREAM_IDLE_S}
 
     async def send(self, head: Head) -> float | None:
         """Sends the head once and records the outcome; the delay before its next attempt when it is
@@ -140,6 +213,7 @@ class Sender:
             return await self._failed(head, exc)
         finally:
             SHARED_JOURNAL.reset(token)
+        self._edited_now(head)
         await head.sent()
         self.events.emit("outgoing.sent", file=head.name, channel=payload.channel, profile=payload.profile,
                          conversation=payload.conversationId, messageId=payload.messageId,

@@ -14,7 +14,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class TurnRequest:
     conversation: str | None = None  # the scope /stop knows the turn by
     on_text: TextSink | None = None
     ask: PermissionAsker | None = None
+    stopping: asyncio.Event | None = None  # set by /stop when the caller registered the turn itself
 
 
 class AcpPool:
@@ -68,6 +70,7 @@ class AcpPool:
     def __init__(self, sessions: SessionStore, events: EventLog | None, turns: Turns):
         self._sessions, self._events, self._turns = sessions, events, turns
         self._live: dict[tuple[str, str], Live] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
         self._shared: dict[str, AgentProcess] = {}  # provider name -> its one process (codex, gemini)
         self._locks: dict[str, asyncio.Lock] = {}
         self._freed = asyncio.Condition()
@@ -147,7 +150,7 @@ class AcpPool:
                 live.agent.kill()
 
         try:
-            with self._turns.running(request.conversation, stop):
+            with self._stoppable(request, stop):
                 async with asyncio.timeout(request.provider.timeout_sec):
                     turn.stop_reason = await live.agent.prompt(live.session_id, text, turn)
         except TimeoutError:
@@ -167,6 +170,29 @@ class AcpPool:
             live.reload = spec_of(request.provider).empty_after_cancel
             raise TurnStopped(f"{request.name}: stopped")
         return turn
+
+    @contextmanager
+    def _stoppable(self, request: TurnRequest, stop: Callable[[], Awaitable[None]]) -> Iterator[None]:
+        """Lets /stop reach the turn: through the caller's `stopping` event when it registered the call in
+        Turns itself (one registration per call), else registered here under `conversation`."""
+        if request.stopping is None:
+            with self._turns.running(request.conversation, stop):
+                yield
+            return
+        stopping = request.stopping
+
+        async def watch() -> None:
+            await stopping.wait()
+            await stop()
+
+        watcher = asyncio.create_task(watch(), name=f"acp-stop:{request.name}")
+        self._watchers.add(watcher)  # kept until done: a stop under way outlives the block
+        watcher.add_done_callback(self._watchers.discard)
+        try:
+            yield
+        finally:
+            if not stopping.is_set():
+                watcher.cancel()
 
     async def _time_out(self, live: Live) -> None:
         """A turn over `timeout_sec`: cancelled; a process of its own is stopped (a shared one keeps its

@@ -5,6 +5,7 @@ The pool (and the `acp` SDK) is loaded only when an acp provider first runs."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ class AcpRoute:
     async def run(
         self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
         scope: str | None, conversation: str | None, on_text: TextSink | None, ask: PermissionAsker | None,
+        stopping: asyncio.Event | None = None,
     ) -> ProviderResult | None:
         """The turn's result from a live session (a one-off one for a stateless call); None: run the one-shot
         preset instead (claude's stateless calls, or an adapter that is missing or cannot start)."""
@@ -56,7 +58,7 @@ class AcpRoute:
             self._checked.add(name)
             if problem := temp_home_problem(env):
                 log.warning("%s: %s", name, problem)
-        request = TurnRequest(name, provider, cwd, env, scope, conversation, on_text, ask)
+        request = TurnRequest(name, provider, cwd, env, scope, conversation, on_text, ask, stopping)
         try:
             return await self.pool.run(request, prompt)
         except AdapterUnavailable as exc:

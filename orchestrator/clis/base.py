@@ -47,6 +47,9 @@ class StreamEvent:
 
     note: str | None = None
     refused: str | None = None
+    text: str = ""  # a piece of the answer as it streams (partial messages), appended to what came before
+    new_message: bool = False  # a new model message starts: the answer so far begins again
+    from_text: bool = False  # the note is the first line of the answer (a text preview shows it anyway)
 
 
 class Preset:
@@ -65,6 +68,7 @@ class Preset:
     too_large_markers: ClassVar[tuple[str, ...]] = ()
     unknown_session_markers: ClassVar[tuple[str, ...]] = ()
     session_in_use_markers: ClassVar[tuple[str, ...]] = ()
+    partial_args: ClassVar[tuple[str, ...]] = ()  # added to argv when the call streams its text (`on_text`)
     login_exit_codes: ClassVar[frozenset[int]] = frozenset()
     refusal_exit_codes: ClassVar[frozenset[int]] = frozenset()
 

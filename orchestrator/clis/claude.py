@@ -40,6 +40,7 @@ class Claude(Preset):
     too_large_markers = ("prompt is too long", "input is too long", "argument list too long")
     unknown_session_markers = ("no conversation found with session id",)
     session_in_use_markers = ("is already in use",)
+    partial_args = ("--include-partial-messages",)  # text deltas as `stream_event` lines (CLIS.md)
 
     def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
         argv = [binary, "-p", "--output-format", "stream-json", "--verbose"]
@@ -98,13 +99,15 @@ class Claude(Preset):
         event = json_object(line)
         if event is not None and event.get("type") == "system" and event.get("subtype") == "api_retry":
             return _api_retry(event)
+        if event is not None and event.get("type") == "stream_event":
+            return _partial(event.get("event"))
         if event is None or event.get("type") not in ("assistant", "user", "result"):
             return None
         for block in _blocks(event):
             if block.get("type") == "tool_use":
                 return StreamEvent(note=f"using {block.get('name', 'a tool')}{_tool_hint(block.get('input'))}")
             if block.get("type") == "text" and block.get("text", "").strip():
-                return StreamEvent(note=first_line(block["text"]))
+                return StreamEvent(note=first_line(block["text"]), from_text=True)
         return StreamEvent()
 
 
@@ -126,6 +129,19 @@ def _api_retry(event: dict[str, Any]) -> StreamEvent | None:
         return None
     tries = f" (attempt {attempt} of {most})" if attempt and most else ""
     return StreamEvent(note=f"the model API is retrying: {words}{tries}")
+
+
+def _partial(event: Any) -> StreamEvent:
+    """A `stream_event` line (`--include-partial-messages`): a text delta is a piece of the answer, a
+    `message_start` begins a new message; any other is a sign of work."""
+    if not isinstance(event, dict):
+        return StreamEvent()
+    if event.get("type") == "message_start":
+        return StreamEvent(new_message=True)
+    delta = event.get("delta")
+    if event.get("type") == "content_block_delta" and isinstance(delta, dict) and delta.get("type") == "text_delta":
+        return StreamEvent(text=str(delta.get("text") or ""))
+    return StreamEvent()
 
 
 def _blocks(event: dict[str, Any]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gateway.api import Outbox
 from gateway.settings import SettingsError
@@ -18,6 +19,9 @@ from orchestrator.steps.values import template_values
 from orchestrator.steps.wait import wait_for
 from orchestrator.templates import render
 
+if TYPE_CHECKING:
+    from orchestrator.approvals import ApprovalBroker
+
 __all__ = ["StepFailed", "StepOutcome", "StepRunner"]
 
 
@@ -26,12 +30,12 @@ class StepRunner:
 
     def __init__(
         self, runner: ProviderRunner, store: RunStoreBase, configs: Callable[[str], LoadedConfig],
-        outbox: Outbox | None = None,
+        outbox: Outbox | None = None, approvals: ApprovalBroker | None = None,
     ):
         self._store = store
         self._runner = runner
         self._configs = configs
-        self._bodies = BodyRunner(runner, store, outbox)
+        self._bodies = BodyRunner(runner, store, outbox, approvals)
         self._for_each = ForEach(self._bodies)
 
     def lookup(self, run: RunState, step_id: str) -> tuple[LoadedConfig, StepConfig]:

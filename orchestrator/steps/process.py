@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.api import Outbox, PermanentError
 from gateway.home import safe_name
@@ -16,8 +16,13 @@ from orchestrator.runstate import conversation_key
 from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.steps.base import StepFailed, StepJob
 from orchestrator.steps.values import step_request
+from orchestrator.streaming import TextPreviews
 from orchestrator.templates import render
 from orchestrator.workflows import StepBody
+
+if TYPE_CHECKING:
+    from orchestrator.approvals import ApprovalBroker
+    from orchestrator.live import PermissionAsker
 
 COMMAND_TIMEOUT_SEC = 300.0
 COMMAND_MAX_OUTPUT = 1_048_576
@@ -26,36 +31,43 @@ COMMAND_MAX_OUTPUT = 1_048_576
 class BodyRunner:
     """Runs agent and command bodies through the provider runner, turning failures into StepFailed."""
 
-    def __init__(self, runner: ProviderRunner, store: RunStoreBase, outbox: Outbox | None = None):
+    def __init__(self, runner: ProviderRunner, store: RunStoreBase, outbox: Outbox | None = None,
+                 approvals: ApprovalBroker | None = None):
         self._runner = runner
         self._store = store
         self._outbox = outbox
+        self._approvals = approvals
 
     async def run(
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
         request_extra: dict[str, Any] | None = None,
     ) -> ProviderResult:
-        """Runs the body once; raises StepFailed (retryable, or fatal when the step says so)."""
+        """Runs the body once; raises StepFailed (retryable, or fatal when the step says so), or TurnStopped
+        when `/stop` stopped it."""
+        conversation = f"conv:{conversation_key(job.run.payload())}"  # also what `/stop` stops it by
         try:
             if body.command is not None:
                 argv = [render(part, values) for part in body.command]
                 return await self._runner.run_command(
                     label, argv, stdin=None, cwd=job.loaded.workspace, env=env,
                     timeout_sec=body.timeout_sec or COMMAND_TIMEOUT_SEC, max_output=COMMAND_MAX_OUTPUT,
+                    turn=conversation,
                 )
             agent = self._agent(job, body)
             prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
             request = step_request(job.run, job.step.id, **(request_extra or {}))
             request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
-            call = AgentCall(conversation=f"conv:{conversation_key(job.run.payload())}", run=job.run.runId,
-                             on_note=notes)
+            previews = self._previews(job, body.agent or agent.provider)
+            call = AgentCall(conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
+                             ask=self._asker(job))
             try:
                 return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
                                               cwd=job.loaded.workspace, env=env, call=call)
             finally:
-                if notes is not None:
-                    notes.close()
+                for closing in (notes, previews):
+                    if closing is not None:
+                        closing.close()
         except ProviderFailed as exc:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:  # the run ends failed_final and its waiting message is dead-lettered
@@ -69,12 +81,27 @@ class BodyRunner:
             return None
         return self._store.folder(job.run.runId) / f"{safe_name(label)}.request.json"
 
+    def _asker(self, job: StepJob) -> PermissionAsker | None:
+        """How the step's agent asks the run's conversation to approve a tool call (a live session's
+        `session/request_permission`): waits up to the orchestrator's `approval_timeout_sec`."""
+        if self._approvals is None:
+            return None
+        return self._approvals.asker(job.run.payload(), timeout_s=job.loaded.config.approval_timeout_sec)
+
     def _notes(self, job: StepJob) -> ProgressNotes | None:
         if self._outbox is None:
             return None
         config = job.loaded.config
         return ProgressNotes(self._outbox, job.run, job.step.id, after_sec=config.progress_after_sec,
                              interval_sec=config.progress_interval_sec)
+
+    def _previews(self, job: StepJob, agent: str) -> TextPreviews | None:
+        """The step's streamed answer as previews (orchestrator/streaming.py), unless `stream: false`."""
+        config = job.loaded.config
+        if self._outbox is None or not config.stream:
+            return None
+        return TextPreviews(self._outbox, job.run, job.step.id, agent, after_sec=config.stream_after_sec,
+                            interval_sec=config.stream_interval_sec)
 
     @staticmethod
     def _agent(job: StepJob, body: StepBody) -> AgentConfig:

@@ -25,6 +25,7 @@ from gateway import (
     PermanentError,
     Sink,
     now_ms,
+    numbered,
 )
 from plugins.console import CHANNEL_TYPE
 
@@ -107,13 +108,15 @@ class ConsoleChannel:
         self._show(f"[switchyard] {INTAKE_FAILED_REPLY}")
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
-        """Prints a reply to this console's conversation (with its run id); others are not shown."""
+        """Prints a reply to this console's conversation (with its run id, its buttons as a numbered
+        list); others are not shown."""
         if outgoing.conversationId not in (None, self._conversation):
             return DeliveryRecord(platform_ids=[], detail={"shown": False})
         who = outgoing.agent or "switchyard"
         if outgoing.workflowRunId:
             who += f", run {outgoing.workflowRunId}"
-        self._show("\n".join([f"[{who}] {outgoing.message}", *(f"  (file: {path})" for path in outgoing.files)]))
+        text = numbered(outgoing.message, outgoing.buttons)  # answered by typing the number
+        self._show("\n".join([f"[{who}] {text}", *(f"  (file: {path})" for path in outgoing.files)]))
         return DeliveryRecord(platform_ids=[outgoing.messageId])
 
     def _show(self, text: str) -> None:

@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import warnings
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,11 @@ from gateway import (
     clip_note,
     deliver_note,
     deliver_parts,
+    replacing_preview,
     reply_parts,
 )
 from plugins.discord import CHANNEL_TYPE
+from plugins.discord.buttons import MAX_BUTTONS, buttons_view
 from plugins.discord.errors import FAILURES, describe, failure, refusal
 from plugins.discord.inbound import Intake
 
@@ -59,11 +62,19 @@ Target = discord.PartialMessageable | discord.DMChannel
 class DiscordChannel:
     """One Discord bot: turns its messages into incoming payloads and posts replies as the bot.
 
-    Progress notes are edited in place (PATCH /channels/{id}/messages/{id}).
+    Progress notes and streamed answers' previews are edited in place (PATCH /channels/{id}/messages/{id}),
+    a preview into the final answer's first part. A reply's buttons are message components under its last
+    chunk; a tap arrives as an interaction, handled by its custom_id (the button id) whenever it comes,
+    before or after a restart.
     """
 
     name = CHANNEL_TYPE
     edits_progress = True
+    shows_buttons = True
+    edit_interval_sec = 1.0
+    """Discord publishes no fixed figure: limits are per route and channel, "should not be hard coded", and come
+    in each response's headers (https://discord.com/developers/docs/topics/rate-limits), which discord.py
+    obeys, waiting out a 429. One edit of a stream a second keeps those waits rare."""
     login_timeout_s = 30.0
     ready_timeout_s = 10.0
     reconnect_initial_s = 1.0
@@ -79,7 +90,7 @@ class DiscordChannel:
         self._gateway_url = profile.option("gateway_url")
         self._threads = RunThreads(context.home, profile.id)
         self._journal = DeliveryJournal(context.home, profile.id)
-        self._notes = NoteMessages()
+        self._notes = NoteMessages.kept_for(context.home, profile.id)
         self._intake = Intake(context, self._threads, require_mention=bool(profile.option("require_mention")))
         self._client: discord.Client | None = None
         self._sink: Sink | None = None
@@ -168,7 +179,11 @@ class DiscordChannel:
         async def on_message(message: discord.Message) -> None:
             await self._take_in(client, message)
 
-        for handler in (on_connect, on_resumed, on_message):
+        async def on_interaction(interaction: discord.Interaction) -> None:
+            if interaction.type is discord.InteractionType.component and self._sink is not None:
+                await self._tracked(self._intake.tap(interaction, self._sink), f"interaction {interaction.id}")
+
+        for handler in (on_connect, on_resumed, on_message, on_interaction):
             client.event(handler)
         return client
 
@@ -230,14 +245,18 @@ class DiscordChannel:
 
     async def _take_in(self, client: discord.Client, message: discord.Message) -> None:
         """Runs the intake for one message, tracked so that stop() can let it finish."""
+        if client.user is not None and self._sink is not None:
+            await self._tracked(self._intake.receive(message, client.user, self._sink), f"message {message.id}")
+
+    async def _tracked(self, intake: Awaitable[None], what: str) -> None:
+        """Runs one intake in the event's task, tracked so that stop() can let it finish; failures are logged."""
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
         try:
-            if client.user is not None and self._sink is not None:
-                await self._intake.receive(message, client.user, self._sink)
+            await intake
         except Exception:
-            log.exception("discord profile %s: message %s could not be taken in", self.profile_id, message.id)
+            log.exception("discord profile %s: %s could not be taken in", self.profile_id, what)
         finally:
             if task is not None:
                 self._handlers.discard(task)
@@ -267,7 +286,9 @@ class DiscordChannel:
         if outgoing.progress_key and not outgoing.files:
             text = clip_note(outgoing.message, TEXT_LIMIT)
             return await deliver_note(outgoing, self._notes, text, lambda note: send_part(Part(0, text=note)), edit)
-        record = await deliver_parts(outgoing, reply_parts(outgoing, TEXT_LIMIT), send_part, self._journal)
+        parts = reply_parts(outgoing, TEXT_LIMIT, shows_buttons=len(outgoing.buttons) <= MAX_BUTTONS)
+        record = await deliver_parts(outgoing, parts, replacing_preview(outgoing, self._notes, send_part, edit),
+                                     self._journal)
         if run_id:
             self._remember_run(client, outgoing, target.id, run_id)
         return record
@@ -361,6 +382,8 @@ class DiscordChannel:
                          reference: discord.MessageReference | None) -> discord.Message:
         replying: dict[str, Any] = {"reference": reference} if reference is not None else {}
         if part.file is None:
+            if part.buttons:
+                replying["view"] = buttons_view(part.buttons)
             return await target.send(part.text or "", **replying)
         if upload is None:
             return await target.send(f"[file not sent: {part.file.name} cannot be read]", **replying)

@@ -1,12 +1,16 @@
-"""Turns Discord messages into incoming payloads: who may talk, attachments, and threads → workflow runs."""
+"""Turns Discord messages, and taps on the buttons of replies, into incoming payloads: who may talk,
+attachments, and threads → workflow runs."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import discord
@@ -27,6 +31,9 @@ log = logging.getLogger("switchyard.discord")
 
 SEEN_LIMIT = 10_000
 CONVERSATIONAL = frozenset({discord.MessageType.default, discord.MessageType.reply})
+ANSWERED = "answered: {label}"
+BUTTON = 2  # the component type of a button (select menus and others are not taps on a reply's buttons)
+NOT_YOURS = "You may not answer here."
 
 
 class Intake:
@@ -50,14 +57,67 @@ class Intake:
         if message.author.bot or message.author.id == me.id or message.type not in CONVERSATIONAL:
             return
         self._remember(message)
-        # Taken before the first await: discord.py starts one task per event in arrival order, so
-        # messages of a channel reach the sink in order even when one waits for a download.
-        channel_id = message.channel.id
+        async with self._in_order(message.channel.id):
+            await self._admit(message, me, sink)
+
+    async def tap(self, interaction: discord.Interaction, sink: Sink) -> None:
+        """Handles a tap on a reply's button (a component interaction, dispatched by its custom_id so a tap
+        on a message sent before a restart still arrives): the access check of a message, then a payload
+        with `button` and the label (messageId `tap:<interaction id>`, the same when Discord sends the
+        interaction again), answered by editing the message to say "answered: <label>" without buttons."""
+        data: dict[str, Any] = dict(interaction.data or {})
+        custom_id = str(data.get("custom_id") or "")
+        if data.get("component_type") != BUTTON or interaction.user.bot or not custom_id \
+                or interaction.channel_id is None:
+            return
+        async with self._in_order(interaction.channel_id):
+            await self._admit_tap(interaction, custom_id, sink)
+
+    async def _admit_tap(self, interaction: discord.Interaction, custom_id: str, sink: Sink) -> None:
+        sender_id, sender = str(interaction.user.id), interaction.user.display_name
+        decision = await asyncio.to_thread(self._access.check, sender_id, sender)
+        label = _label(interaction.message, custom_id)
+        if not decision.allowed:
+            await self._refuse_tap(interaction, label, decision)
+            return
+        payload = IncomingPayload.model_validate({
+            "channel": CHANNEL_TYPE, "channelProfileId": self._profile_id, "sender": sender, "senderId": sender_id,
+            "message": label, "timestamp": int(interaction.created_at.timestamp() * 1000),
+            "messageId": f"tap:{interaction.id}", "conversationId": str(interaction.channel_id),
+            "button": custom_id})
+        try:
+            await sink(payload)
+        except Exception:
+            await _respond(interaction.response.send_message(INTAKE_FAILED_REPLY, ephemeral=True))
+            raise
+        content = interaction.message.content if interaction.message is not None else ""
+        answered = ANSWERED.format(label=label)
+        await _respond(interaction.response.edit_message(content=f"{content}\n\n{answered}".strip()[:2000],
+                                                         view=None))
+
+    async def _refuse_tap(self, interaction: discord.Interaction, label: str, decision: AccessDecision) -> None:
+        """Records a refused tap, tells the tapper (only them), and queues a pairing reply when there is one."""
+        conversation = str(interaction.channel_id)
+        self._context.events.emit("message.rejected", channel=CHANNEL_TYPE, profile=self._profile_id,
+                                  conversation=conversation, senderId=str(interaction.user.id),
+                                  reason=decision.reason)
+        await _respond(interaction.response.send_message(NOT_YOURS, ephemeral=True))
+        if decision.reply:
+            answer = OutgoingPayload(
+                channel=CHANNEL_TYPE, channelProfileId=self._profile_id, sender=interaction.user.display_name,
+                senderId=str(interaction.user.id), message=decision.reply, originalMessage=label,
+                timestamp=now_ms(), messageId=f"tap:{interaction.id}", agent="access", conversationId=conversation)
+            await asyncio.to_thread(self._context.outbox.write, answer)
+
+    @contextlib.asynccontextmanager
+    async def _in_order(self, channel_id: int) -> AsyncIterator[None]:
+        """Holds the channel's lock: taken before the first await, as discord.py starts one task per event in
+        arrival order, so a channel's messages and taps reach the sink in order even when one waits."""
         lock, users = self._locks.get(channel_id, (asyncio.Lock(), 0))
         self._locks[channel_id] = (lock, users + 1)
         try:
             async with lock:
-                await self._admit(message, me, sink)
+                yield
         finally:
             lock, users = self._locks[channel_id]
             if users <= 1:
@@ -144,3 +204,20 @@ class Intake:
         self._seen[message.id] = message.channel.id
         while len(self._seen) > SEEN_LIMIT:
             self._seen.popitem(last=False)
+
+
+def _label(message: discord.Message | None, custom_id: str) -> str:
+    """The label of the button with this custom_id on the tapped message (the custom_id when not found)."""
+    for row in message.components if message is not None else ():
+        for item in getattr(row, "children", ()):
+            if getattr(item, "custom_id", None) == custom_id:
+                return str(getattr(item, "label", None) or custom_id)
+    return custom_id
+
+
+async def _respond(call: Awaitable[object]) -> None:
+    """Answers an interaction; a failure (already answered: a redelivered tap) is only logged."""
+    try:
+        await call
+    except (discord.DiscordException, aiohttp.ClientError) as exc:
+        log.info("discord: answering a button tap: %s", exc)

@@ -16,6 +16,7 @@ from gateway import (
     Sink,
     atomic_write,
     now_ms,
+    numbered,
     safe_name,
     utc_now_iso,
 )
@@ -75,8 +76,9 @@ class HeartbeatChannel:
         sent_ms = self._outstanding.pop(outgoing.messageId, outgoing.timestamp)
         rtt_ms = max(0, now_ms() - sent_ms)
         healthy = outgoing.message.strip().startswith(OK)
+        answer = numbered(outgoing.message, outgoing.buttons)  # no buttons here: a numbered list
         self._state.update(last_answer_at=utc_now_iso(), last_answer_ms=now_ms(), last_rtt_ms=rtt_ms,
-                           last_answer=outgoing.message[:200], healthy=healthy)
+                           last_answer=answer[:200], healthy=healthy)
         self._save()
         if healthy:
             self.context.events.emit("heartbeat.ok", channel=CHANNEL_TYPE, profile=self.profile_id,
@@ -84,10 +86,10 @@ class HeartbeatChannel:
         else:
             self.context.events.emit("heartbeat.alert", channel=CHANNEL_TYPE, profile=self.profile_id,
                                      rtt_ms=rtt_ms, reason=outgoing.message[:200])
-            self._forward(outgoing)
+            self._forward(outgoing, answer)
         return DeliveryRecord(platform_ids=[outgoing.messageId], detail={"rtt_ms": rtt_ms})
 
-    def _forward(self, outgoing: OutgoingPayload) -> None:
+    def _forward(self, outgoing: OutgoingPayload, answer: str) -> None:
         if not self.notify or not self.notify.get("profile"):
             return
         target = self.context.settings.profile(str(self.notify["profile"]))
@@ -97,7 +99,7 @@ class HeartbeatChannel:
             return
         self.context.outbox.write(OutgoingPayload(
             channel=target.type, channelProfileId=target.id, sender="heartbeat",
-            message=f"Heartbeat {self.profile_id} answered: {outgoing.message}", originalMessage=self.text,
+            message=f"Heartbeat {self.profile_id} answered: {answer}", originalMessage=self.text,
             timestamp=now_ms(), messageId=f"{outgoing.messageId}-notify", agent=outgoing.agent,
             conversationId=self.notify.get("conversationId"),
         ))

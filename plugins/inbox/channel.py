@@ -31,6 +31,7 @@ from gateway import (
     Sink,
     atomic_write,
     now_ms,
+    numbered,
     safe_name,
     utc_now_iso,
 )
@@ -190,12 +191,13 @@ class InboxChannel:
         state = extra.get("runState")
         if known.get("state") in FINAL_STATES:  # a redelivered final result: already filed away
             return DeliveryRecord(platform_ids=[job_id], detail={"state": known["state"]})
-        job.update(updated_at=utc_now_iso(), run_id=outgoing.workflowRunId, last_message=outgoing.message[:2000])
+        text = numbered(outgoing.message, outgoing.buttons)  # a job file has no buttons: a numbered list
+        job.update(updated_at=utc_now_iso(), run_id=outgoing.workflowRunId, last_message=text[:2000])
         if state not in FINAL_STATES:
             self._save(job)
             return DeliveryRecord(platform_ids=[job_id], detail={"state": state})
         job.update(state=state, retries=given.get("retries", job.get("retries", 0)))
-        await asyncio.to_thread(self._file_away, job, str(state), outgoing.message)
+        await asyncio.to_thread(self._file_away, job, str(state), text)
         return DeliveryRecord(platform_ids=[job_id], detail={"state": state, "processed_path": job.get(
             "processed_path"), "archived_path": job.get("archived_path")})
 

@@ -24,11 +24,21 @@ from gateway import (
     deliver_note,
     deliver_parts,
     now_ms,
+    replacing_preview,
     reply_parts,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
+from plugins.slack.blocks import answered_blocks, button_blocks
 from plugins.slack.config import CHANNEL_TYPE, SlackConfig
-from plugins.slack.inbound import BotIdentity, SlackMessage, person_message, run_ref, split_conversation
+from plugins.slack.inbound import (
+    BotIdentity,
+    SlackMessage,
+    SlackTap,
+    person_message,
+    run_ref,
+    split_conversation,
+    tap_of,
+)
 
 if TYPE_CHECKING:
     from plugins.slack.client import SlackApi
@@ -37,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard.slack")
 
 STOP_DRAIN_S = 5.0
+NOT_YOURS = "You may not answer here."
 VISIBLE_TO = "visibleTo"  # an outgoing payload's extra key: the one Slack user who may see it
 
 
@@ -46,11 +57,19 @@ class SlackChannel:
     Events are queued in arrival order and taken in by one named task, so a slow download never
     reorders a conversation. The typing indicator is a reaction on the user's message (Slack has
     no typing indicator for bots), removed again when the reply to that message is delivered.
-    Progress notes are edited in place (chat.update) and leave the typing reaction alone.
+    Progress notes and streamed answers' previews are edited in place (chat.update) and leave the typing
+    reaction alone; a preview becomes the final answer's first part. A reply's buttons are an actions block
+    under its last chunk; a tap (block_actions, acknowledged at once) is taken in through the same queue as
+    messages and becomes a payload with `button`.
     """
 
     name = CHANNEL_TYPE
     edits_progress = True
+    shows_buttons = True
+    edit_interval_sec = 1.2
+    """chat.update is a Tier 3 method: 50+ calls a minute per workspace (https://api.slack.com/methods/chat.update,
+    tiers in https://api.slack.com/apis/rate-limits), i.e. one each 1.2 s; posting is "1 per second" per
+    channel."""
 
     def __init__(self, config: SlackConfig, context: ChannelContext):
         self.profile_id = config.profile_id
@@ -60,7 +79,7 @@ class SlackChannel:
         self._access = context.access
         self._journal = DeliveryJournal(context.home, config.profile_id)
         self._threads = RunThreads(context.home, config.profile_id)
-        self._notes = NoteMessages()
+        self._notes = NoteMessages.kept_for(context.home, config.profile_id)
         self._api: SlackApi | None = None
         self._bot = BotIdentity(user_id="")
         self._sink: Sink | None = None
@@ -85,7 +104,7 @@ class SlackChannel:
                                      "Switchyard clone") from exc
         self._api = SlackApi(bot_token, self.config.api_base_url, token_env=self.config.bot_token_env)
         self._bot = await self._api.login()
-        app = build_app(self._api.web, self._receive, None if socket_mode else second)
+        app = build_app(self._api.web, self._receive, self._receive, None if socket_mode else second)
         if socket_mode:
             self.transport = SocketTransport(app, second, token_env=self.config.app_token_env, name=self.profile_id)
         else:
@@ -131,6 +150,11 @@ class SlackChannel:
                 self._intake.task_done()
 
     async def _take_in_one(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "block_actions":
+            tap = tap_of(event, self._bot)
+            if tap is not None:
+                await self._take_in_tap(tap)
+            return
         message = person_message(event, self._bot)
         api = self._api
         if message is None or api is None or self._sink is None:
@@ -164,6 +188,46 @@ class SlackChannel:
             except Exception as reply_exc:
                 log.warning("slack %s: could not tell the sender either: %s", self.profile_id, reply_exc)
             raise
+
+    async def _take_in_tap(self, tap: SlackTap) -> None:
+        """Enqueues a tap as a payload with `button` and the label (its messageId the tap's trigger_id, the
+        same if Slack sends it again), then marks the message answered; a refused sender is told as for
+        a message (the pairing code in an ephemeral message)."""
+        api = self._api
+        if api is None or self._sink is None:
+            return
+        sender = await api.user_name(tap.user)
+        decision = self._access.check(tap.user, sender)
+        if not decision.allowed:
+            self._reject(SlackMessage(channel=tap.channel, ts=tap.trigger_id, user=tap.user, text=tap.label,
+                                      thread_ts=tap.thread_ts), sender, decision)
+            if not decision.reply:  # (a pairing code, when there is one, tells them already)
+                await self._tell_quietly(tap, NOT_YOURS)
+            return
+        payload = IncomingPayload.model_validate({
+            "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": sender, "senderId": tap.user,
+            "message": tap.label, "timestamp": now_ms(), "messageId": f"tap:{tap.trigger_id}",
+            "conversationId": tap.conversation, "button": tap.button})
+        try:
+            await self._sink(payload)
+        except Exception:  # acknowledged already: Slack will not send the tap again
+            await self._tell_quietly(tap, INTAKE_FAILED_REPLY)
+            raise
+        if tap.blocks and tap.message_ts:
+            try:
+                await api.update_message(tap.channel, tap.message_ts, tap.text,
+                                         answered_blocks(tap.blocks, tap.label, tap.user))
+            except Exception as exc:
+                log.info("slack %s: marking a tapped message answered failed: %s", self.profile_id, exc)
+
+    async def _tell_quietly(self, tap: SlackTap, text: str) -> None:
+        """Tells the tapper something in an ephemeral message only they see (failures logged)."""
+        channel, thread_ts = split_conversation(tap.conversation)
+        try:
+            assert self._api is not None
+            await self._api.post_ephemeral(channel, tap.user, text, thread_ts)
+        except Exception as exc:
+            log.warning("slack %s: could not tell %s: %s", self.profile_id, tap.user, exc)
 
     async def _save_file(self, file: dict[str, Any], conversation: str) -> Path | None:
         """Downloads one shared file into files/; its absolute path, or None when that failed."""
@@ -213,7 +277,8 @@ class SlackChannel:
                                         await self.context.read_attachment(outgoing, part.file))
             if visible_to:
                 return await api.post_ephemeral(channel, str(visible_to), part.text or "", thread_ts)
-            ts = await api.post_message(channel, part.text or "", thread_ts)
+            blocks = button_blocks(part.text or "", part.buttons) if part.buttons else None
+            ts = await api.post_message(channel, part.text or "", thread_ts, blocks)
             if run_id:
                 self._threads.remember(run_ref(channel, ts), run_id)
             return ts
@@ -222,8 +287,10 @@ class SlackChannel:
             text = clip_note(outgoing.message, self.config.text_limit)
             return await deliver_note(outgoing, self._notes, text, lambda note: send_part(Part(0, text=note)),
                                       lambda ts, note: api.update_message(channel, ts, note))
-        parts = reply_parts(outgoing, self.config.text_limit)
-        record = await deliver_parts(outgoing, parts, send_part, self._journal)
+        parts = reply_parts(outgoing, self.config.text_limit, shows_buttons=True)
+        sender = send_part if visible_to else replacing_preview(
+            outgoing, self._notes, send_part, lambda ts, text: api.update_message(channel, ts, text))
+        record = await deliver_parts(outgoing, parts, sender, self._journal)
         await self._clear_typing(channel, outgoing.messageId)
         return record
 

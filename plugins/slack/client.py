@@ -82,17 +82,20 @@ class SlackApi:
             except NETWORK_ERRORS as exc:
                 raise DeliveryError(f"Slack {label} failed: {type(exc).__name__}: {exc}") from None
 
-    async def post_message(self, channel: str, text: str, thread_ts: str | None) -> str:
-        """Posts one text message (in a thread when `thread_ts` is set); returns its ts."""
+    async def post_message(self, channel: str, text: str, thread_ts: str | None,
+                           blocks: list[dict[str, Any]] | None = None) -> str:
+        """Posts one text message (in a thread when `thread_ts` is set; laid out by `blocks` when given,
+        `text` then being what notifications show); returns its ts."""
         response = await self.call("chat.postMessage", lambda: self.web.chat_postMessage(
-            channel=channel, text=text, thread_ts=thread_ts, unfurl_links=False, unfurl_media=False))
+            channel=channel, text=text, thread_ts=thread_ts, blocks=blocks, unfurl_links=False, unfurl_media=False))
         return str(response["ts"])
 
-    async def update_message(self, channel: str, ts: str, text: str) -> bool:
-        """Replaces the text of a message the bot posted; False when that message is gone."""
+    async def update_message(self, channel: str, ts: str, text: str,
+                             blocks: list[dict[str, Any]] | None = None) -> bool:
+        """Replaces the text (and blocks) of a message the bot posted; False when that message is gone."""
         async def request() -> AsyncSlackResponse | None:
             try:
-                return await self.web.chat_update(channel=channel, ts=ts, text=text)
+                return await self.web.chat_update(channel=channel, ts=ts, text=text, blocks=blocks)
             except SlackApiError as exc:
                 if exc.response.get("error") in MESSAGE_GONE:
                     return None

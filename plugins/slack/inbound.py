@@ -78,3 +78,43 @@ def split_conversation(conversation: str) -> tuple[str, str | None]:
 def run_ref(channel: str, ts: str) -> str:
     """The RunThreads key of one Slack message (a thread is keyed by its root message)."""
     return f"{channel}:{ts}"
+
+
+@dataclass(frozen=True)
+class SlackTap:
+    """A person's tap on a button of a bot message (one action of a block_actions payload)."""
+
+    channel: str
+    message_ts: str
+    thread_ts: str | None
+    user: str
+    button: str
+    label: str
+    trigger_id: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def conversation(self) -> str:
+        """The conversation of the tapped message: `<channel>`, or `<channel>:<thread_ts>` in a thread."""
+        in_thread = bool(self.thread_ts) and self.thread_ts != self.message_ts
+        return f"{self.channel}:{self.thread_ts}" if in_thread else self.channel
+
+
+def tap_of(body: dict[str, Any], bot: BotIdentity) -> SlackTap | None:
+    """The tap on a button in a block_actions payload, or None (another kind of action, a bot, no message)."""
+    actions = [a for a in body.get("actions") or [] if isinstance(a, dict) and a.get("type") == "button"]
+    user = str((body.get("user") or {}).get("id") or "")
+    container = body.get("container") or {}
+    message = body.get("message") or {}
+    channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
+    if body.get("type") != "block_actions" or not actions or not user or user == bot.user_id or not channel:
+        return None
+    action = actions[0]
+    button = str(action.get("value") or action.get("action_id") or "")
+    label = str((action.get("text") or {}).get("text") or button)
+    thread_ts = message.get("thread_ts") or container.get("thread_ts")
+    return SlackTap(channel=channel, message_ts=str(container.get("message_ts") or message.get("ts") or ""),
+                    thread_ts=str(thread_ts) if thread_ts else None, user=user, button=button, label=label,
+                    trigger_id=str(body.get("trigger_id") or action.get("action_ts") or ""),
+                    blocks=list(message.get("blocks") or []), text=str(message.get("text") or ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,16 +24,23 @@ log = logging.getLogger("switchyard.slack")
 EventHandler = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def build_app(web_client: AsyncWebClient, on_message: EventHandler, signing_secret: str | None) -> AsyncApp:
-    """A bolt app that hands every `message` event to `on_message`; with a signing secret it checks
-    each request's signature (HTTP mode), without one it trusts its Socket Mode connection."""
+def build_app(web_client: AsyncWebClient, on_message: EventHandler, on_tap: EventHandler,
+              signing_secret: str | None) -> AsyncApp:
+    """A bolt app that hands every `message` event to `on_message` and every tap on a button (a
+    block_actions payload, acknowledged first: Slack wants the ack within 3 s) to `on_tap`; with a signing
+    secret it checks each request's signature (HTTP mode), without one it trusts its Socket Mode connection."""
     app = AsyncApp(client=web_client, signing_secret=signing_secret or "", logger=sdk_logger(),
                    request_verification_enabled=signing_secret is not None)
 
     async def message(event: dict[str, Any]) -> None:
         await on_message(event)
 
+    async def tap(ack: Callable[[], Awaitable[None]], body: dict[str, Any]) -> None:
+        await ack()
+        await on_tap(body)
+
     app.event("message")(message)
+    app.action(re.compile(".+"))(tap)
     return app
 
 

@@ -24,6 +24,7 @@ from gateway import (
     clip_note,
     deliver_note,
     deliver_parts,
+    replacing_preview,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from gateway.backoff import delay as backoff_delay
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard.telegram")
 
 MAX_INLINE_WAIT_S = 30.0  # longer rate limits go back to the dispatcher as retry_after
-ALLOWED_UPDATES = ["message"]
+ALLOWED_UPDATES = ["message", "callback_query"]  # messages, and taps on the inline keyboards of replies
 NOTE_GONE = ("message to edit not found", "message can't be edited")  # post the note anew
 T = TypeVar("T")
 
@@ -53,11 +54,23 @@ class TelegramChannel:
 
     Polling failures are reported by python-telegram-bot's error callback; a named supervisor
     task then restarts polling with jittered exponential backoff until it works again. Progress
-    notes are edited in place (editMessageText).
+    notes and streamed answers' previews are edited in place (editMessageText), a preview into the final
+    answer's first part. A reply's buttons are an inline keyboard under its last text chunk; a tap
+    (callback_query) comes in as a payload with `button` (plugins.telegram.inbound).
     """
 
     name = CHANNEL_TYPE
     edits_progress = True
+    shows_buttons = True
+    edit_interval_sec = 1.0
+    """Telegram's Bot FAQ: "In a single chat, avoid sending more than one message per second", and in a group
+    no more than 20 messages a minute (https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-
+    avoid-this). An edit is a call on that chat too; a 429 is still waited out (`_waiting`)."""
+    group_edit_interval_sec = 3.0
+
+    def edit_interval_for(self, conversation: str) -> float:
+        """The FAQ's pace for this chat: a group's (its id is negative) or a private chat's."""
+        return self.group_edit_interval_sec if conversation.startswith("-") else self.edit_interval_sec
 
     def __init__(self, options: TelegramOptions, context: ChannelContext):
         self.profile_id = options.profile_id
@@ -65,7 +78,7 @@ class TelegramChannel:
         self.context = context
         self.threads = RunThreads(context.home, options.profile_id)
         self.journal = DeliveryJournal(context.home, options.profile_id)
-        self.notes = NoteMessages()
+        self.notes = NoteMessages.kept_for(context.home, options.profile_id)
         self._token = ""
         self._app: TelegramApp | None = None
         self._inbound: InboundMessages | None = None
@@ -215,6 +228,9 @@ class TelegramChannel:
 
     async def _on_update(self, update: Update, _context: object) -> None:
         """Handles one update from the Application (updates are processed one at a time)."""
+        if update.callback_query is not None and self._inbound is not None:
+            await self._inbound.tap(update.callback_query)
+            return
         if update.message is None or self._inbound is None:
             return
         try:
@@ -248,7 +264,11 @@ class TelegramChannel:
             data = await self.context.read_attachment(outgoing, part.file) if part.file is not None else None
             return await self._send_part(bot, target, part, data, quoted, outgoing.workflowRunId)
 
-        return await deliver_parts(outgoing, parts, send_part, self.journal)
+        async def edit(ref: str, text: str) -> bool:
+            return await self._edit(bot, ref, text)
+
+        return await deliver_parts(outgoing, parts, replacing_preview(outgoing, self.notes, send_part, edit),
+                                   self.journal)
 
     async def _send_note(self, bot: Bot, target: Target, outgoing: OutgoingPayload) -> DeliveryRecord:
         """Posts a progress note, or edits the message already showing that note."""
@@ -328,14 +348,17 @@ class TelegramChannel:
 
     async def _post(self, bot: Bot, chat: int | str, topic: int | None, part: Part, data: bytes | None,
                     reply_to: int | None) -> Message:
-        """One Bot API call: sendDocument for a file (its bytes in `data`), sendMessage (plain text) otherwise."""
-        from telegram import ReplyParameters
+        """One Bot API call: sendDocument for a file (its bytes in `data`), sendMessage (plain text, with
+        the part's buttons as an inline keyboard, one per row) otherwise."""
+        from telegram import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 
         quote = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
         if part.file is not None and data is not None:
             return await bot.send_document(chat, document=data, filename=part.file.name,
                                            message_thread_id=topic, reply_parameters=quote)
-        return await bot.send_message(chat, part.text or "", message_thread_id=topic, reply_parameters=quote)
+        keyboard = InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.id)] for b in part.buttons])
+        return await bot.send_message(chat, part.text or "", message_thread_id=topic, reply_parameters=quote,
+                                      reply_markup=keyboard if part.buttons else None)
 
     async def typing(self, conversation: str) -> None:
         """Shows "typing…" in the conversation (Telegram shows it for ~5 s); failures are logged."""

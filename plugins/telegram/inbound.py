@@ -1,13 +1,16 @@
-"""Turns a person's Telegram message into an incoming payload: access, attachments, run thread."""
+"""Turns a person's Telegram message, or tap on a reply's button, into an incoming payload: access,
+attachments, run thread."""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from gateway import (
+    INTAKE_FAILED_REPLY,
     AccessDecision,
     ChannelContext,
     IncomingPayload,
@@ -20,11 +23,13 @@ from plugins.telegram.options import CHANNEL_TYPE
 from plugins.telegram.refs import conversation_id, message_ref
 
 if TYPE_CHECKING:
-    from telegram import Bot, Message
+    from telegram import Bot, CallbackQuery, Message
 
 log = logging.getLogger("switchyard.telegram")
 
 MEDIA_KINDS = ("document", "audio", "video", "voice", "video_note", "animation")
+ANSWERED = "answered: {label}"  # said under the tapped message (its keyboard removed) and on the tapper's screen
+NOT_YOURS = "You may not answer here."
 
 
 class InboundMessages:
@@ -66,6 +71,54 @@ class InboundMessages:
         )
         return await self.sink(payload)
 
+    async def tap(self, query: CallbackQuery) -> Path | None:
+        """Enqueues a tap on a reply's button as a payload with `button` (its callback_data) and the
+        button's label as the message, then answers the query (the client stops spinning) and edits
+        the message: its keyboard removed, "answered: <label>" added. Refused like a message when the
+        sender is not allowed. The messageId is the query's own id: a redelivery is the same message."""
+        message, user = query.message, query.from_user
+        if message is None or user.is_bot or not query.data:
+            await _quietly(query.answer())
+            return None
+        topic = getattr(message, "message_thread_id", None) if getattr(message, "is_topic_message", False) else None
+        conversation = conversation_id(message.chat.id, topic)
+        sender_id, sender = str(user.id), user.full_name or user.username or str(user.id)
+        label = _label(message, query.data)
+        decision = self.access.check(sender_id, sender)
+        if not decision.allowed:
+            self._refuse_tap(conversation, sender_id, sender, label, f"{message.chat.id}:cb{query.id}", decision)
+            await _quietly(query.answer(NOT_YOURS))
+            return None
+        payload = IncomingPayload.model_validate({
+            "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": sender, "senderId": sender_id,
+            "message": label, "timestamp": now_ms(), "messageId": f"{message.chat.id}:cb{query.id}",
+            "conversationId": conversation, "button": query.data})
+        try:
+            path = await self.sink(payload)
+        except Exception:
+            await _quietly(query.answer(INTAKE_FAILED_REPLY, show_alert=True))
+            raise
+        answered = ANSWERED.format(label=label)
+        await _quietly(query.answer(answered))
+        text = getattr(message, "text", None)
+        if text is not None and len(text) + len(answered) < 4000:
+            entities = getattr(message, "entities", None)
+            await _quietly(query.edit_message_text(f"{text}\n\n{answered}", entities=entities))
+        else:
+            await _quietly(query.edit_message_reply_markup(None))
+        return path
+
+    def _refuse_tap(self, conversation: str, sender_id: str, sender: str, label: str, message_id: str,
+                    decision: AccessDecision) -> None:
+        """Records a refused tap and, when the policy says so (pairing), queues its reply."""
+        self.context.events.emit("message.rejected", channel=CHANNEL_TYPE, profile=self.profile_id,
+                                 conversation=conversation, senderId=sender_id, reason=decision.reason)
+        if decision.reply:
+            self.context.outbox.write(OutgoingPayload(
+                channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=sender_id,
+                message=decision.reply, originalMessage=label, timestamp=now_ms(), messageId=message_id,
+                agent="switchyard", conversationId=conversation))
+
     async def _download(self, bot: Bot, conversation: str, kind: str, file_id: str,
                         name: str | None) -> tuple[str, Path | None]:
         """Saves one attachment; returns its `[file: …]` tag, or a note when it cannot be fetched."""
@@ -93,6 +146,27 @@ class InboundMessages:
                 timestamp=now_ms(), messageId=message_ref(message.chat_id, message.message_id),
                 agent="switchyard", conversationId=conversation,
             ))
+
+
+def _label(message: object, data: str) -> str:
+    """The text of the button with this callback_data in the message's keyboard (the data itself when
+    the message is too old for Telegram to include it)."""
+    markup = getattr(message, "reply_markup", None)
+    for row in getattr(markup, "inline_keyboard", None) or ():
+        for button in row:
+            if button.callback_data == data:
+                return str(button.text)
+    return data
+
+
+async def _quietly(call: Awaitable[object]) -> None:
+    """Makes a Bot API call whose failure only costs a cosmetic detail (logged, never raised)."""
+    from telegram.error import TelegramError
+
+    try:
+        await call
+    except TelegramError as exc:
+        log.info("telegram: answering a button tap: %s", exc)
 
 
 def _without_bot_mention(text: str, username: str | None) -> str:

@@ -23,12 +23,13 @@ def refused_for_good(exc: TelegramError) -> bool:
 
 
 def telegram_parts(outgoing: OutgoingPayload) -> list[Part]:
-    """The reply's parts, text chunks within 4096 UTF-16 units (emoji count twice), blank ones left out."""
+    """The reply's parts, text chunks within 4096 UTF-16 units (emoji count twice), blank ones left out;
+    the last text chunk carries the reply's buttons (an inline keyboard)."""
     limit = TEXT_LIMIT
-    parts = reply_parts(outgoing, limit)
+    parts = reply_parts(outgoing, limit, shows_buttons=True)
     while limit > TEXT_LIMIT // 2 and any(utf16_len(p.text) > TEXT_LIMIT for p in parts if p.text):
         limit -= 512
-        parts = reply_parts(outgoing, limit)
+        parts = reply_parts(outgoing, limit, shows_buttons=True)
     return [part for part in parts if part.file is not None or (part.text or "").strip()]
 
 

@@ -33,6 +33,7 @@ log = logging.getLogger("switchyard.whatsapp")
 
 CHANNEL_TYPE = "whatsapp"
 TEXT_LIMIT = 4096
+MAX_BUTTONS, TITLE_LIMIT, BODY_LIMIT = 3, 20, 1024  # interactive reply buttons: Meta's limits
 DEFAULT_API_BASE_URL = "https://graph.facebook.com/v21.0"
 DEFAULT_WEBHOOK_PORT = 8090
 DEFAULT_WEBHOOK_PATH = "/whatsapp/webhook"
@@ -99,10 +100,12 @@ class WhatsAppChannel:
 
     conversationId is the sender's WhatsApp id (wa_id): WhatsApp chats with a business are
     one-to-one. A message quoting (replying to) a message sent for a workflow run carries that
-    run's workflowRunId.
+    run's workflowRunId. A reply's buttons are interactive reply buttons when WhatsApp can show them
+    (see `shows_buttons_of`), else a numbered list; a tap (button_reply) becomes a payload with `button`.
     """
 
     name = CHANNEL_TYPE
+    shows_buttons = True
 
     def __init__(self, profile: ChannelProfile, context: ChannelContext):
         self.profile = profile
@@ -203,11 +206,11 @@ class WhatsAppChannel:
                 text = f"{text}\n[file: {path}]" if text else f"[file: {path}]"
             else:
                 text = f"{text}\n[attachment could not be downloaded]".strip()
-        payload = IncomingPayload(
-            channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=message.sender_name,
-            senderId=message.sender_id, message=text, timestamp=message.timestamp_ms or now_ms(),
-            messageId=message.message_id, conversationId=message.sender_id, files=files,
-            workflowRunId=run_id)
+        payload = IncomingPayload.model_validate({
+            "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": message.sender_name,
+            "senderId": message.sender_id, "message": text, "timestamp": message.timestamp_ms or now_ms(),
+            "messageId": message.message_id, "conversationId": message.sender_id, "files": files,
+            "workflowRunId": run_id, **({"button": message.button} if message.button else {})})
         assert self._sink is not None
         await self._sink(payload)
         _remember(self._last_inbound, message.sender_id, message.message_id)
@@ -253,13 +256,18 @@ class WhatsAppChannel:
                 data = await self.context.read_attachment(outgoing, part.file)
                 media_id = await api.upload_media(part.file.name, data)
                 wamid = await api.send_document(to, media_id, part.file.name, reply_to=reply_to)
+            elif part.buttons:
+                wamid = await api.send_buttons(to, part.text or "", part.buttons, reply_to=reply_to)
             else:
                 wamid = await api.send_text(to, part.text or "", reply_to=reply_to)
             if outgoing.workflowRunId:
                 self.threads.remember(wamid, outgoing.workflowRunId)
             return wamid
 
-        return await deliver_parts(outgoing, reply_parts(outgoing, TEXT_LIMIT), send_part, self.journal)
+        parts = reply_parts(outgoing, TEXT_LIMIT, shows_buttons=True)
+        if not shows_buttons_of(parts):
+            parts = reply_parts(outgoing, TEXT_LIMIT)
+        return await deliver_parts(outgoing, parts, send_part, self.journal)
 
     async def typing(self, conversation: str) -> None:
         """Marks the conversation's latest message read with a typing indicator; failures are logged."""
@@ -276,6 +284,16 @@ class WhatsAppChannel:
         if self.api is None:
             raise DeliveryError("the WhatsApp channel is not started")
         return self.api
+
+
+def shows_buttons_of(parts: list[Part]) -> bool:
+    """Whether WhatsApp can show the buttons riding on these parts as reply buttons: at most three, titles
+    of at most 20 characters, on a text of at most 1,024 (else the reply shows them as a numbered list)."""
+    for part in parts:
+        if part.buttons and (len(part.buttons) > MAX_BUTTONS or len(part.text or "") > BODY_LIMIT
+                             or any(len(button.label) > TITLE_LIMIT for button in part.buttons)):
+            return False
+    return True
 
 
 def _remember(memory: OrderedDict[str, Any], key: str, value: Any) -> None:

@@ -7,12 +7,12 @@ import json
 import logging
 import math
 import mimetypes
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 
-from gateway import DeliveryError, PermanentError
+from gateway import Button, DeliveryError, PermanentError
 from gateway.backoff import delay as backoff_delay
 
 log = logging.getLogger("switchyard.whatsapp")
@@ -94,6 +94,13 @@ class CloudApi:
     async def send_text(self, to: str, text: str, *, reply_to: str | None = None) -> str:
         """Sends a text message; returns its wamid."""
         return await self._send_message(to, "text", {"body": text, "preview_url": False}, reply_to)
+
+    async def send_buttons(self, to: str, text: str, buttons: Sequence[Button], *,
+                           reply_to: str | None = None) -> str:
+        """Sends text with up to three reply buttons (an interactive message); returns its wamid."""
+        action = {"buttons": [{"type": "reply", "reply": {"id": b.id, "title": b.label}} for b in buttons]}
+        return await self._send_message(to, "interactive", {"type": "button", "body": {"text": text},
+                                                            "action": action}, reply_to)
 
     async def send_document(self, to: str, media_id: str, filename: str, *, reply_to: str | None = None) -> str:
         """Sends an uploaded file as a document message; returns its wamid."""

@@ -57,6 +57,7 @@ class InboundMessage:
     text: str
     media: MediaRef | None = None
     reply_to: str | None = None
+    button: str | None = None  # the id of the reply button tapped (an interactive button_reply)
 
 
 def parse_messages(event: dict[str, Any]) -> list[InboundMessage]:
@@ -105,7 +106,13 @@ def _parse_message(raw: dict[str, Any], phone_number_id: str, names: dict[str, s
     return InboundMessage(
         message_id=str(raw["id"]), phone_number_id=phone_number_id, sender_id=sender,
         sender_name=names.get(sender) or sender, timestamp_ms=timestamp_ms, text=text or "", media=media,
-        reply_to=str(context["id"]) if context.get("id") else None)
+        reply_to=str(context["id"]) if context.get("id") else None, button=_button_id(kind, raw))
+
+
+def _button_id(kind: str, raw: dict[str, Any]) -> str | None:
+    """The id of the reply button an interactive `button_reply` taps (None for other messages)."""
+    reply = (raw.get("interactive") or {}).get("button_reply") or {} if kind == "interactive" else {}
+    return str(reply["id"]) if reply.get("id") else None
 
 
 def _content(kind: str, raw: dict[str, Any]) -> tuple[str | None, MediaRef | None]:

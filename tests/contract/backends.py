@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from gateway.access import Pairing, PairingStore
+from gateway.approvals import FileApprovals
 from gateway.delivery import DeliveryJournal
 from gateway.events import EventLog, read_events
 from gateway.files.answered import AnsweredIndex
@@ -23,6 +24,7 @@ from gateway.memory import (
     AnsweredState,
     LocksState,
     MemoryAnswered,
+    MemoryApprovals,
     MemoryDeadLetters,
     MemoryEventSink,
     MemoryJournal,
@@ -31,9 +33,11 @@ from gateway.memory import (
     MemoryQueue,
     QueueState,
 )
-from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, QueueStore
+from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
 from orchestrator.runs import RunStore
+from orchestrator.schedfiles import FileScheduleRecords
+from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
 
@@ -107,6 +111,10 @@ class Backend:
     def locks(self, holder: str, ttl_s: float) -> Locks:
         raise NotImplementedError
 
+    def approvals(self) -> Approvals:
+        """A new handle on the backend's approvals (another process, or the next one to start)."""
+        raise NotImplementedError
+
     def journal(self) -> DeliveryJournalStore:
         raise NotImplementedError
 
@@ -114,6 +122,10 @@ class Backend:
         raise NotImplementedError
 
     def records(self, kind: str) -> Records:
+        raise NotImplementedError
+
+    def schedules(self) -> ScheduleRecords:
+        """A handle on the backend's schedule records (each call: another process or host on the same state)."""
         raise NotImplementedError
 
     def events(self) -> tuple[EventLog, Any]:
@@ -129,10 +141,12 @@ class MemoryBackend(Backend):
         self.queue_state = QueueState()
         self.answered_state = AnsweredState()
         self.pairing_state = MemoryPairing()
+        self.approvals_state = MemoryApprovals()
         self.locks_state = LocksState()
         self.journal_state = MemoryJournal()
         self.runs_state = RunsState()
         self.record_states: dict[str, MemoryRecords] = {}
+        self.schedule_state = MemoryScheduleRecords()
 
     def queue(self, worker: str) -> QueueStore:
         return MemoryQueue(self.queue_state, worker=worker)
@@ -146,6 +160,9 @@ class MemoryBackend(Backend):
     def pairing(self) -> Pairing:
         return MemoryPairing(self.pairing_state)
 
+    def approvals(self) -> Approvals:
+        return self.approvals_state.twin()
+
     def locks(self, holder: str, ttl_s: float) -> Locks:
         return MemoryLocks(self.locks_state, holder=holder, ttl_s=ttl_s)
 
@@ -157,6 +174,9 @@ class MemoryBackend(Backend):
 
     def records(self, kind: str) -> Records:
         return self.record_states.setdefault(kind, MemoryRecords()).twin()
+
+    def schedules(self) -> ScheduleRecords:
+        return self.schedule_state.twin()
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.tmp_path / "memory-events.jsonl")
@@ -201,6 +221,9 @@ class FilesBackend(Backend):
     def pairing(self) -> Pairing:
         return PairingStore(self.home)
 
+    def approvals(self) -> Approvals:
+        return FileApprovals(self.home, fsync=False)
+
     def locks(self, holder: str, ttl_s: float) -> Locks:
         return LockDirectory(self.home.coordination / "locks", holder=holder, ttl_s=ttl_s)
 
@@ -212,6 +235,9 @@ class FilesBackend(Backend):
 
     def records(self, kind: str) -> Records:
         return FileRecords(self.home.root / "sessions" / kind, fsync=False)
+
+    def schedules(self) -> ScheduleRecords:
+        return FileScheduleRecords(self.home, fsync=False)
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.home.events_file)
@@ -274,6 +300,11 @@ class PostgresBackend(Backend):
 
         return PgPairingStore.pooled(self.dsn)
 
+    def approvals(self) -> Approvals:
+        from gateway.pg.approvals import PgApprovals
+
+        return PgApprovals.pooled(self.dsn)
+
     def locks(self, holder: str, ttl_s: float) -> Locks:
         from gateway.pg.locks import PgLocks
 
@@ -291,6 +322,11 @@ class PostgresBackend(Backend):
         from orchestrator.pg.sessions import PgRecords
 
         return PgRecords(self.dsn, kind)
+
+    def schedules(self) -> ScheduleRecords:
+        from orchestrator.pg.schedules import PgScheduleRecords
+
+        return PgScheduleRecords(self.dsn)
 
     def events(self) -> tuple[EventLog, Any]:
         from gateway.pg.events import attach_event_sink

@@ -146,3 +146,19 @@ async def test_an_answered_message_whose_work_failed_later_is_a_dead_letter_that
     await async_wait_until(lambda: len(flow.sent("room-l")) == 2)
     assert [call.message_id for call in flow.script.calls] == ["L1", "L1"], "the retried letter was not run again"
     assert dead.list_dead() == []
+
+
+async def test_a_control_message_runs_beside_its_conversations_running_message_and_others_wait(flow: Flow) -> None:
+    """`/stop` (gateway.keys: its own ordering key) is handled while its conversation's message still runs,
+    which may end only once `/stop` was answered; the message sent before `/stop` still waits its turn."""
+    host = await flow.host()
+    script = flow.script
+    script.gate["long"] = lambda: script.answered("stop")
+    await host.send("long", "room-a")
+    await async_wait_until(lambda: script.of("long"))
+    await host.send("next", "room-a")
+    await host.send("/stop", "room-a", message_id="stop")
+    await async_wait_until(lambda: len(flow.sent("room-a")) == 3)
+    assert flow.texts("room-a") == ["/stop part 1/1", "long part 1/1", "next part 1/1"]
+    assert [call.ok for call in script.of("long")] == [True], "long waited for /stop, which could not start"
+    assert script.of("next")[0].start >= script.of("long")[0].end, "next overtook the running message"

@@ -9,6 +9,7 @@ import inspect
 import pytest
 
 from gateway.access import PairingStore
+from gateway.approvals import FileApprovals
 from gateway.delivery import DeliveryJournal
 from gateway.files.answered import AnsweredIndex
 from gateway.files.backend import FileDeadLetters
@@ -16,6 +17,7 @@ from gateway.files.queue import FileQueue
 from gateway.locks import LockDirectory, Locks
 from gateway.memory import (
     MemoryAnswered,
+    MemoryApprovals,
     MemoryDeadLetters,
     MemoryEventSink,
     MemoryJournal,
@@ -24,15 +26,19 @@ from gateway.memory import (
     MemoryQueue,
 )
 from gateway.pairing import Pairing
+from gateway.pg.approvals import PgApprovals
 from gateway.pg.deadletters import DeadStore
 from gateway.pg.events import EventSink as PgEventSink
 from gateway.pg.locks import PgLocks
 from gateway.pg.pairing import PgPairingStore
-from gateway.stores import AnsweredStore, DeadLetterStore, DeliveryJournalStore, EventSink, QueueStore
+from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, EventSink, QueueStore
 from orchestrator.memory import MemoryRecords, MemoryRunStore
 from orchestrator.pg.runs import PgRunStore
+from orchestrator.pg.schedules import PgScheduleRecords
 from orchestrator.pg.sessions import PgRecords
 from orchestrator.runs import RunStore
+from orchestrator.schedfiles import FileScheduleRecords
+from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
 
@@ -44,8 +50,10 @@ IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (EventSink, [MemoryEventSink, PgEventSink]),
     (Pairing, [MemoryPairing, PairingStore, PgPairingStore]),
     (Locks, [MemoryLocks, LockDirectory, PgLocks]),
+    (Approvals, [MemoryApprovals, FileApprovals, PgApprovals]),
     (RunRecords, [MemoryRunStore, RunStore, PgRunStore]),
     (Records, [MemoryRecords, FileRecords, PgRecords]),
+    (ScheduleRecords, [MemoryScheduleRecords, FileScheduleRecords, PgScheduleRecords]),
 ]
 
 

@@ -171,3 +171,36 @@ def test_a_port_in_use_is_reported_and_the_gateway_runs_on_without_a_dashboard(s
         sent = switchyard.send("hello")
         switchyard.reply_to(sent["messageId"])
         assert "cannot listen" in switchyard.output()
+
+
+def test_pending_tool_approvals_are_listed_and_answered_once_over_http(switchyard: Switchyard) -> None:
+    import time
+
+    from gateway.approvals import Approval, FileApprovals, conversation_scope
+
+    url = start_with_dashboard(switchyard)
+    now = time.time()
+    store = FileApprovals(switchyard.home)
+    store.request(Approval(id="dash01", scope=conversation_scope("console", "console", "desk"), title=HOSTILE,
+                           options=[{"id": "ok", "name": "Allow once", "kind": "allow_once"},
+                                    {"id": "no", "name": "Reject", "kind": "reject_once"}],
+                           address={"channel": "console", "conversationId": "desk", "messageId": "m1"},
+                           owner="elsewhere:1:1", created_at=now, expires_at=now + 600))
+    [listed] = fetch(url + "api/state").json()["approvals"]
+    assert (listed["id"], listed["title"], listed["options"]) == ("dash01", HOSTILE, "Allow once, Reject")
+    html = fetch(url).text
+    assert 'class="approval" data-id="dash01" data-verdict="allow"' in html and "Tool approvals (1)" in html
+    assert "<img" not in html, "a tool call's title is text, never markup"
+    answer = url + "api/approvals/answer"
+    body = json.dumps({"id": "dash01", "verdict": "deny"}).encode()
+    assert fetch(answer, data=body, headers={"Content-Type": "text/plain"}).status == 415  # no cross-site form
+    assert fetch(answer, data=json.dumps({"id": "nope", "verdict": "deny"}).encode(),
+                 headers={"Content-Type": "application/json"}).status == 404
+    denied = fetch(answer, data=body, headers={"Content-Type": "application/json"})
+    assert denied.status == 200 and denied.json()["allowed"] is False and denied.json()["state"] == "answered"
+    again = fetch(answer, data=json.dumps({"id": "dash01", "verdict": "allow"}).encode(),
+                  headers={"Content-Type": "application/json"})
+    assert again.status == 409 and again.json()["by"] == "dashboard"
+    stored = store.get("dash01")
+    assert stored is not None and stored.choice == "no"
+    assert fetch(url + "api/state").json()["approvals"] == []

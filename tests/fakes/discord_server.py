@@ -1,4 +1,6 @@
-"""A fake of the Discord REST API and gateway, just enough for discord.py 2.x to log in, chat, edit and upload."""
+"""A fake of the Discord REST API and gateway, just enough for discord.py 2.x to log in, chat, edit and upload,
+and to show buttons (message components) whose taps arrive as INTERACTION_CREATE and are answered on the
+interaction callback endpoint."""
 
 from __future__ import annotations
 
@@ -35,6 +37,11 @@ class SentMessage:
     reply_to: str | None = None
     payload: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def buttons(self) -> list[tuple[str, str]]:
+        """(custom_id, label) of each button in the message's components."""
+        return [(b["custom_id"], b.get("label", "")) for b in _buttons(self.payload.get("components") or [])]
+
 
 @dataclass
 class EditedMessage:
@@ -53,6 +60,11 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     # discord.py reads a body as JSON only when the content type is exactly `application/json`.
     return web.Response(body=json.dumps(data).encode(), status=status,
                         headers={**(headers or {}), "Content-Type": "application/json"})
+
+
+def _buttons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The buttons (type 2) in a message's action rows (type 1)."""
+    return [c for row in rows for c in row.get("components") or [] if c.get("type") == 2]
 
 
 class DiscordFakeServer(FakeServer):
@@ -81,6 +93,8 @@ class DiscordFakeServer(FakeServer):
         self._fail_status = 503
         self._identify_close: list[int] = []
         self.typing_status = 204
+        self.responses: list[tuple[str, dict[str, Any]]] = []  # (interaction id, callback body) of each answer
+        self._tapped: dict[str, str] = {}  # interaction id → the id of the message whose button was tapped
         super().__init__()
 
     # --- knobs the tests turn ----------------------------------------------------------------
@@ -170,6 +184,21 @@ class DiscordFakeServer(FakeServer):
         await self.dispatch("MESSAGE_CREATE", message)
         return str(message["id"])
 
+    def interaction(self, channel_id: str, user: dict[str, Any], custom_id: str) -> dict[str, Any]:
+        """The INTERACTION_CREATE of `user` tapping the button `custom_id` under the bot's latest message in
+        the DM channel `channel_id` showing it, as Discord sends it (its own id and token)."""
+        shown = [m for m in self._posted.values() if m["channel_id"] == channel_id
+                 and any(b["custom_id"] == custom_id for b in _buttons(m["components"]))]
+        assert shown, f"no message of the bot in {channel_id} shows a button {custom_id!r}"
+        interaction_id = self.snowflake()
+        self._tapped[interaction_id] = shown[-1]["id"]
+        return {"id": interaction_id, "application_id": APPLICATION_ID, "type": 3, "version": 1,
+                "token": f"itoken-{interaction_id}", "data": {"custom_id": custom_id, "component_type": 2},
+                "channel_id": channel_id, "channel": {"id": channel_id, "type": 1, "recipients": [user]},
+                "user": user, "message": shown[-1], "locale": "en-US", "app_permissions": "0", "entitlements": [],
+                "authorizing_integration_owners": {"1": user["id"]}, "context": 1,
+                "attachment_size_limit": 10_485_760}
+
     async def guild_create(self, guild_id: str, channel_id: str, thread_id: str) -> None:
         """Makes a guild with one text channel and one active thread in it known to the bot."""
         channel = {"id": channel_id, "type": 0, "name": "general", "position": 0, "guild_id": guild_id,
@@ -217,6 +246,7 @@ class DiscordFakeServer(FakeServer):
         app.router.add_patch("/api/v10/channels/{channel_id}/messages/{message_id}", self._edit_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._trigger_typing)
         app.router.add_get("/attachments/{channel_id}/{attachment_id}/{name}", self._attachment)
+        app.router.add_post("/api/v10/interactions/{interaction_id}/{token}/callback", self._interaction_callback)
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bot {self.token}"
@@ -289,6 +319,7 @@ class DiscordFakeServer(FakeServer):
         reference = payload.get("message_reference") or {}
         reply_to = str(reference["message_id"]) if reference.get("message_id") else None
         message = self._message(channel_id, self.bot_user(), payload.get("content") or "", reply_to=reply_to)
+        message["components"] = payload.get("components") or []
         self.sent.append(SentMessage(id=message["id"], channel_id=channel_id, content=payload.get("content"),
                                      files=files, reply_to=reply_to, payload=payload))
         self._posted[message["id"]] = message
@@ -308,9 +339,35 @@ class DiscordFakeServer(FakeServer):
         payload, _ = await self._read_post(request)
         content = str(payload.get("content") or "")
         message.update(content=content, edited_timestamp=datetime.now(UTC).isoformat())
+        if "components" in payload:
+            message["components"] = payload["components"] or []
         self.edits.append(EditedMessage(id=message_id, channel_id=channel_id, content=content))
         self.changed.set()
         return _json(message, headers=MESSAGE_BUCKET)
+
+    async def _interaction_callback(self, request: web.Request) -> web.Response:
+        """An answer to an interaction (no bot token: the interaction's own token authorises it); type 7
+        updates the tapped message, a second answer to one interaction is refused as Discord does."""
+        interaction_id = request.match_info["interaction_id"]
+        if request.match_info["token"] != f"itoken-{interaction_id}":
+            return _json({"message": "Unknown interaction", "code": 10062}, status=404)
+        if any(seen == interaction_id for seen, _ in self.responses):
+            return _json({"message": "Interaction has already been acknowledged.", "code": 40060}, status=400)
+        body, _ = await self._read_post(request)
+        self.responses.append((interaction_id, body))
+        resource: dict[str, Any] = {"type": body.get("type")}
+        data = body.get("data") or {}
+        if body.get("type") == 7:
+            tapped = self._posted.get(self._tapped.get(interaction_id, ""))
+            if tapped is not None:
+                tapped.update({k: v for k, v in data.items() if k in ("content", "components")})
+                self.edits.append(EditedMessage(id=tapped["id"], channel_id=tapped["channel_id"],
+                                                content=str(tapped.get("content", ""))))
+                resource["message"] = tapped
+        self.changed.set()
+        return _json({"interaction": {"id": interaction_id, "type": 3, "response_message_loading": False,
+                                      "response_message_ephemeral": bool(data.get("flags", 0) & 64)},
+                      "resource": resource})
 
     def _too_many_requests(self, retry_after: float) -> web.Response:
         self.rate_limited += 1

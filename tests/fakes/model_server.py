@@ -53,8 +53,10 @@ class ModelServer(FakeServer):
     """Answers every model call with `reply`; `requests` holds what was asked, `model_calls` the calls
     that asked for an answer (not model listings or token counts)."""
 
-    def __init__(self, reply: str = DEFAULT_REPLY) -> None:
+    def __init__(self, reply: str = DEFAULT_REPLY, *, chunks: int = 1, chunk_delay: float = 0.0) -> None:
         self.reply = reply
+        self.chunks = chunks  # a streamed Anthropic answer comes in this many text deltas …
+        self.chunk_delay = chunk_delay  # … this many seconds apart
         self.requests: list[ModelRequest] = []
         self.echo: bool = False  # True: print each request as a JSON line (when run alone)
         super().__init__()
@@ -86,6 +88,8 @@ class ModelServer(FakeServer):
         if api is None or request.method != "POST":
             return web.json_response({"error": {"message": f"fake model server: no {request.path}"}}, status=404)
         stream = bool(record.body.get("stream")) or api == "gemini-stream"
+        if api == "anthropic" and stream:
+            return await _anthropic_stream(request, record, self.reply, self.chunks, self.chunk_delay)
         return await _ANSWERS[api](request, record, self.reply, stream)
 
 
@@ -101,35 +105,57 @@ def _api(path: str) -> str | None:
     return None
 
 
-async def _sse(request: web.Request, events: list[tuple[str | None, dict[str, Any] | str]]) -> web.StreamResponse:
+async def _sse(request: web.Request, events: list[tuple[str | None, dict[str, Any] | str]],
+               delays: dict[int, float] | None = None) -> web.StreamResponse:
+    """Writes the events as Server-Sent Events; `delays`: seconds to wait before the event at that index."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    for name, data in events:
+    for index, (name, data) in enumerate(events):
+        if delays and delays.get(index):
+            await asyncio.sleep(delays[index])
         text = data if isinstance(data, str) else json.dumps(data)
         await response.write(((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode())
     await response.write_eof()
     return response
 
 
-async def _anthropic(request: web.Request, record: ModelRequest, reply: str, stream: bool) -> web.StreamResponse:
+def split_reply(reply: str, chunks: int) -> list[str]:
+    """The reply cut into `chunks` pieces of about equal length (fewer when it is shorter)."""
+    size = max(1, -(-len(reply) // max(1, chunks)))
+    return [reply[start:start + size] for start in range(0, len(reply), size)] or [""]
+
+
+def _anthropic_message(record: ModelRequest) -> dict[str, Any]:
     model = str(record.body.get("model", "claude-fake"))
     usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
-               "stop_reason": "end_turn", "stop_sequence": None, "usage": usage}
-    if not stream:
-        return web.json_response({**message, "content": [{"type": "text", "text": reply}]})
+    return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
+            "stop_reason": "end_turn", "stop_sequence": None, "usage": usage}
+
+
+async def _anthropic(request: web.Request, record: ModelRequest, reply: str, stream: bool) -> web.StreamResponse:
+    if stream:
+        return await _anthropic_stream(request, record, reply, 1, 0.0)
+    return web.json_response({**_anthropic_message(record), "content": [{"type": "text", "text": reply}]})
+
+
+async def _anthropic_stream(request: web.Request, record: ModelRequest, reply: str, chunks: int,
+                            delay: float) -> web.StreamResponse:
+    """The Messages API's SSE answer, its text in `chunks` deltas `delay` seconds apart."""
+    message = _anthropic_message(record)
+    deltas = [("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                       "delta": {"type": "text_delta", "text": piece}})
+              for piece in split_reply(reply, chunks)]
     return await _sse(request, [
         ("message_start", {"type": "message_start",
                            "message": {**message, "content": [], "stop_reason": None}}),
         ("content_block_start", {"type": "content_block_start", "index": 0,
                                  "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "text_delta", "text": reply}}),
+        *deltas,
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
         ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                            "usage": {"output_tokens": 5}}),
         ("message_stop", {"type": "message_stop"}),
-    ])
+    ], {2 + index: delay for index in range(1, len(deltas))})
 
 
 async def _responses(request: web.Request, record: ModelRequest, reply: str, stream: bool) -> web.StreamResponse:

@@ -1,8 +1,9 @@
 """A fake Slack: the Web API methods the plugin calls, Socket Mode, signed HTTP events, file up/downloads.
 
-Records what the bot sent (text, files with their bytes, channel, thread), its edits and reactions, and
-injects message events either through the Socket Mode WebSocket (waiting for the envelope's ack)
-or as signed POSTs to the bot's HTTP events URL.
+Records what the bot sent (text, files with their bytes, channel, thread, the buttons of its actions
+blocks), its edits and reactions, and injects message events and button taps (block_actions) either
+through the Socket Mode WebSocket (waiting for the envelope's ack) or as signed POSTs to the bot's
+HTTP events URL (a tap as the form field `payload`, as Slack posts interactions).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hmac
 import itertools
 import json
 import time
+import urllib.parse
 from types import TracebackType
 from typing import Any
 
@@ -42,6 +44,8 @@ class FakeSlack(FakeServer):
         self.edits: list[tuple[str, str, str]] = []  # (channel, ts of the edited message, its new text)
         self.posts: list[tuple[str, str, str]] = []  # (ts, channel, text as posted) of each chat.postMessage
         self._live: dict[str, str] = {}  # ts → channel of each posted message not deleted
+        self.messages: dict[str, dict[str, Any]] = {}  # ts → the bot's message as Slack keeps it (blocks too)
+        self.acks: list[dict[str, Any]] = []  # the Socket Mode acks of interactive envelopes
         self.reactions: list[dict[str, str]] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.events_url: str | None = None
@@ -130,24 +134,56 @@ class FakeSlack(FakeServer):
             status = await self.post_event(json.dumps(body).encode())
             assert status == 200, f"the bot answered the event with HTTP {status}"
 
-    async def push_envelope(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Sends an events_api envelope over the current Socket Mode connection; returns the ack."""
+    def block_actions(self, action_id: str, *, user: str, channel: str) -> dict[str, Any]:
+        """The block_actions payload of `user` tapping the button `action_id` under the bot's latest message
+        in `channel` showing it, as Slack sends it (trigger_id unique to this tap)."""
+        shown = [(ts, m) for ts, m in self.messages.items() if m["channel"] == channel and _button(m, action_id)]
+        assert shown, f"no message of the bot in {channel} shows a button {action_id!r}"
+        ts, message = shown[-1]
+        button = _button(message, action_id) or {}
+        container: dict[str, Any] = {"type": "message", "message_ts": ts, "channel_id": channel, "is_ephemeral": False}
+        if message.get("thread_ts"):
+            container["thread_ts"] = message["thread_ts"]
+        name = self.users.get(user, user)
+        return {"type": "block_actions", "user": {"id": user, "username": name.lower(), "name": name.lower(),
+                                                  "team_id": "T1"},
+                "api_app_id": "A1", "token": "legacy", "container": container,
+                "trigger_id": f"{next(self._ids)}.1.{time.time_ns()}", "team": {"id": "T1", "domain": "fake"},
+                "enterprise": None, "is_enterprise_install": False, "channel": {"id": channel, "name": "general"},
+                "message": {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id, **message},
+                "state": {"values": {}}, "response_url": f"{self.url}/respond/{ts}",
+                "actions": [{"action_id": action_id, "block_id": button["block_id"], "text": button["text"],
+                             "value": button.get("value"), "type": "button", "action_ts": self.next_ts()}]}
+
+    async def tap(self, payload: dict[str, Any]) -> None:
+        """Delivers a block_actions payload: an `interactive` envelope (its ack recorded), or a signed POST."""
+        if self.events_url is None:
+            self.acks.append(await self.push_envelope(payload, kind="interactive"))
+        else:
+            body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+            status = await self.post_event(body, content_type="application/x-www-form-urlencoded")
+            assert status == 200, f"the bot answered the tap with HTTP {status}"
+
+    async def push_envelope(self, payload: dict[str, Any], *, kind: str = "events_api") -> dict[str, Any]:
+        """Sends an envelope (events_api, or interactive for a tap) over the current Socket Mode
+        connection; returns the ack."""
         await asyncio.wait_for(self._socket_ready.wait(), ACK_TIMEOUT_S)
         envelope_id = f"env-{next(self._ids)}"
         ack = asyncio.get_running_loop().create_future()
         self._acks[envelope_id] = ack
-        await self._sockets[-1].send_json({"envelope_id": envelope_id, "type": "events_api",
-                                           "accepts_response_payload": False, "retry_attempt": 0,
+        await self._sockets[-1].send_json({"envelope_id": envelope_id, "type": kind,
+                                           "accepts_response_payload": kind == "interactive", "retry_attempt": 0,
                                            "retry_reason": "", "payload": payload})
         return await asyncio.wait_for(ack, ACK_TIMEOUT_S)
 
-    async def post_event(self, body: bytes, *, secret: str | None = None, timestamp: int | None = None) -> int:
+    async def post_event(self, body: bytes, *, secret: str | None = None, timestamp: int | None = None,
+                         content_type: str = "application/json") -> int:
         """POSTs a body to the bot's events URL signed with `secret` (default: the right one)."""
         assert self.events_url is not None
         stamp = str(timestamp if timestamp is not None else int(time.time()))
         key = (secret if secret is not None else self.signing_secret).encode()
         signature = "v0=" + hmac.new(key, f"v0:{stamp}:".encode() + body, hashlib.sha256).hexdigest()
-        headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": stamp,
+        headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": stamp,
                    "X-Slack-Signature": signature}
         async with aiohttp.ClientSession() as session, session.post(self.events_url, data=body,
                                                                     headers=headers) as response:
@@ -213,9 +249,13 @@ class FakeSlack(FakeServer):
 
     def _m_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(params["channel"]), self.next_ts()
-        self.sent.append(SentItem(conversation=channel, text=params.get("text"), reply_to=params.get("thread_ts")))
+        blocks = _blocks(params)
+        self.sent.append(SentItem(conversation=channel, text=params.get("text"), reply_to=params.get("thread_ts"),
+                                  buttons=[(b["action_id"], b["text"]["text"]) for b in _buttons(blocks)]))
         self.posts.append((ts, channel, str(params.get("text"))))
         self._live[ts] = channel
+        self.messages[ts] = {"channel": channel, "ts": ts, "text": params.get("text"), "blocks": blocks,
+                             **({"thread_ts": params["thread_ts"]} if params.get("thread_ts") else {})}
         self.changed.set()
         return {"channel": channel, "ts": ts, "message": {"text": params.get("text"), "ts": ts}}
 
@@ -224,6 +264,8 @@ class FakeSlack(FakeServer):
         if self._live.get(ts) != channel:
             return _ok_false("message_not_found")
         self.edits.append((channel, ts, text))
+        if ts in self.messages:
+            self.messages[ts].update(text=text, blocks=_blocks(params))
         self.changed.set()
         return {"channel": channel, "ts": ts, "text": text}
 
@@ -291,6 +333,22 @@ class FakeSlack(FakeServer):
             if not self._sockets:
                 self._socket_ready.clear()
         return socket
+
+
+def _blocks(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """A call's blocks (a JSON list, or a JSON string of one in a form body)."""
+    blocks = params.get("blocks") or []
+    return list(json.loads(blocks) if isinstance(blocks, str) else blocks)
+
+
+def _buttons(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The buttons of a message's actions blocks, each with its block_id."""
+    return [{**element, "block_id": block.get("block_id", "")} for block in blocks if block.get("type") == "actions"
+            for element in block.get("elements") or [] if element.get("type") == "button"]
+
+
+def _button(message: dict[str, Any], action_id: str) -> dict[str, Any] | None:
+    return next((b for b in _buttons(message.get("blocks") or []) if b["action_id"] == action_id), None)
 
 
 async def _params(request: web.Request) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """A fake Telegram Bot API: just enough for python-telegram-bot to poll, receive webhooks and send.
 
 Endpoints `POST /bot{token}/{method}` (form or multipart, values as strings) for getMe,
-deleteWebhook, setWebhook, getUpdates (long poll), sendMessage, sendDocument, editMessageText,
-sendChatAction and getFile, plus `GET /file/bot{token}/{path}` for downloads. While a webhook is set, updates are
-POSTed to it (with the secret-token header) and getUpdates answers 409, as the real API does; so does a
-getUpdates while another one is still waiting (a second poller of the same bot), counted in `conflicts`.
+deleteWebhook, setWebhook, getUpdates (long poll), sendMessage (with an inline keyboard), sendDocument,
+editMessageText, editMessageReplyMarkup, answerCallbackQuery, sendChatAction and getFile, plus
+`GET /file/bot{token}/{path}` for downloads; taps on inline keyboards arrive as callback_query updates.
+While a webhook is set, updates are POSTed to it (with the secret-token header) and getUpdates answers
+409, as the real API does; so does a getUpdates while another one is still waiting (a second poller of
+the same bot), counted in `conflicts`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import itertools
 import json
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -44,15 +46,18 @@ class Sent:
     data: bytes | None = None
     reply_to: int | None = None
     topic: int | None = None
+    buttons: list[tuple[str, str]] = field(default_factory=list)  # (callback_data, text) of its inline keyboard
 
 
 @dataclass
 class Edit:
-    """One editMessageText that changed a message: the chat, the message and its new text."""
+    """One editMessageText that changed a message: the chat, the message and its new text (and whether
+    it still has an inline keyboard)."""
 
     chat: str
     message_id: int
     text: str
+    keyboard: bool = False
 
 
 class FakeTelegram(FakeServer):
@@ -63,6 +68,8 @@ class FakeTelegram(FakeServer):
         self.sent: list[Sent] = []
         self.edits: list[Edit] = []
         self.actions: list[tuple[str, str, int | None]] = []  # (chat, action, topic)
+        self.answered: list[tuple[str, str]] = []  # (callback_query_id, text) of each answerCallbackQuery
+        self.allowed_updates: list[str] = []  # as the bot last asked (getUpdates, setWebhook); empty: all kinds
         self.calls: list[str] = []
         self.webhook: dict[str, str] | None = None
         self.webhook_statuses: list[int] = []
@@ -74,6 +81,7 @@ class FakeTelegram(FakeServer):
         self._next_message: dict[str, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
         self._next_update = itertools.count(1)
         self._next_file = itertools.count(1)
+        self._next_query = itertools.count(4_000_000_000_000_000_001)
         self._pending: list[dict[str, Any]] = []
         self._arrived = asyncio.Condition()
         self._rate_limited = 0
@@ -142,11 +150,24 @@ class FakeTelegram(FakeServer):
         self._messages[(key, message["message_id"])] = message
         return message
 
-    async def deliver(self, message: dict[str, Any], *, secret: str | None = None) -> int:
-        """Hands one message to the bot as an update: POSTed to the webhook if set, else polled."""
+    def callback_query(self, chat: int, data: str, *, user_id: int = 1001, first_name: str = "Ada",
+                       query_id: str | None = None) -> dict[str, Any]:
+        """A tap on the button with callback_data `data` under the bot's latest message in `chat` showing it,
+        as Telegram sends it: the query's own id, who tapped, the message (keyboard included) and the data."""
+        key = str(chat)
+        shown = [m for (c, _), m in self._messages.items() if c == key and _has_button(m, data)]
+        assert shown, f"no message of the bot in chat {chat} shows a button {data!r}"
+        return {"id": query_id or str(next(self._next_query)), "chat_instance": f"ci{chat}", "data": data,
+                "from": {"id": user_id, "is_bot": False, "first_name": first_name}, "message": shown[-1]}
+
+    async def deliver(self, message: dict[str, Any], *, secret: str | None = None, kind: str = "message") -> int:
+        """Hands one message (or, with `kind="callback_query"`, a tap) to the bot as an update: POSTed to
+        the webhook if set, else polled."""
         update_id = next(self._next_update)
-        update = {"update_id": update_id, "message": message}
+        update = {"update_id": update_id, kind: message}
         if self.webhook is not None:
+            if not self._wanted(update):
+                return update_id
             headers = {"X-Telegram-Bot-Api-Secret-Token": secret or self.webhook.get("secret_token", "")}
             async with aiohttp.ClientSession() as session, \
                     session.post(self.webhook["url"], json=update, headers=headers) as response:
@@ -204,6 +225,7 @@ class FakeTelegram(FakeServer):
 
     async def _m_setWebhook(self, params: dict[str, Any]) -> web.Response:
         self.webhook = {"url": str(params["url"]), "secret_token": str(params.get("secret_token", ""))}
+        self._allow(params)
         return _ok(True)
 
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
@@ -223,29 +245,58 @@ class FakeTelegram(FakeServer):
         finally:
             self.polling -= 1
 
+    def _wanted(self, update: dict[str, Any]) -> bool:
+        """Whether the bot asked for this kind of update (Telegram never sends the others)."""
+        return not self.allowed_updates or any(kind in update for kind in self.allowed_updates)
+
+    def _allow(self, params: dict[str, Any]) -> None:
+        if params.get("allowed_updates"):
+            self.allowed_updates = list(json.loads(params["allowed_updates"]))
+
     async def _poll(self, params: dict[str, Any]) -> web.Response:
+        self._allow(params)
         offset = int(params.get("offset") or 0)
         async with self._arrived:
-            self._pending = [u for u in self._pending if u["update_id"] >= offset]
+            self._pending = [u for u in self._pending if u["update_id"] >= offset and self._wanted(u)]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait_for(lambda: bool(self._pending)),
+                await asyncio.wait_for(self._arrived.wait_for(lambda: any(map(self._wanted, self._pending))),
                                        float(params.get("timeout") or 0))
+            self._pending = [u for u in self._pending if self._wanted(u)]
             return _ok(list(self._pending))
 
     async def _m_sendMessage(self, params: dict[str, Any]) -> web.Response:
-        return self._record(params, text=str(params["text"]))
+        markup = json.loads(params["reply_markup"]) if params.get("reply_markup") else None
+        return self._record(params, text=str(params["text"]), markup=markup)
 
     async def _m_editMessageText(self, params: dict[str, Any]) -> web.Response:
         chat, message_id, text = str(params["chat_id"]), int(params["message_id"]), str(params["text"])
+        return self._edit(chat, message_id, text, params.get("reply_markup"))
+
+    async def _m_editMessageReplyMarkup(self, params: dict[str, Any]) -> web.Response:
+        chat, message_id = str(params["chat_id"]), int(params["message_id"])
+        message = self._messages.get((chat, message_id))
+        return self._edit(chat, message_id, str((message or {}).get("text", "")), params.get("reply_markup"))
+
+    def _edit(self, chat: str, message_id: int, text: str, markup: Any) -> web.Response:
+        """An edit as Telegram makes it: the text and the keyboard replaced (no reply_markup: none left)."""
         message = self._messages.get((chat, message_id))
         if message is None:
             return _error(400, NOT_FOUND)
-        if message.get("text") == text:
+        keyboard = json.loads(markup) if markup else None
+        if message.get("text") == text and message.get("reply_markup") == keyboard:
             return _error(400, NOT_MODIFIED)
         message.update(text=text, edit_date=int(time.time()))
-        self.edits.append(Edit(chat=chat, message_id=message_id, text=text))
+        message.pop("reply_markup", None)
+        if keyboard:
+            message["reply_markup"] = keyboard
+        self.edits.append(Edit(chat=chat, message_id=message_id, text=text, keyboard=bool(keyboard)))
         self.changed.set()
         return _ok(message)
+
+    async def _m_answerCallbackQuery(self, params: dict[str, Any]) -> web.Response:
+        self.answered.append((str(params["callback_query_id"]), str(params.get("text", ""))))
+        self.changed.set()
+        return _ok(True)
 
     async def _m_sendDocument(self, params: dict[str, Any]) -> web.Response:
         upload = params["document"]
@@ -273,15 +324,16 @@ class FakeTelegram(FakeServer):
         file_id = request.match_info["path"].split("/")[1]
         return web.Response(body=self.files[file_id][1])
 
-    def _record(self, params: dict[str, Any], **content: Any) -> web.Response:
+    def _record(self, params: dict[str, Any], markup: dict[str, Any] | None = None, **content: Any) -> web.Response:
         chat = str(params["chat_id"])
         if chat in self.migrated:
             return _error(400, "Bad Request: group chat was upgraded to a supergroup chat",
                           parameters={"migrate_to_chat_id": self.migrated[chat]})
         topic = int(params["message_thread_id"]) if params.get("message_thread_id") else None
         reply = json.loads(params["reply_parameters"]) if params.get("reply_parameters") else {}
+        rows = (markup or {}).get("inline_keyboard") or []
         sent = Sent(chat=chat, message_id=next(self._next_message[chat]), reply_to=reply.get("message_id"),
-                    topic=topic, **content)
+                    topic=topic, buttons=[(b["callback_data"], b["text"]) for row in rows for b in row], **content)
         self.sent.append(sent)
         message: dict[str, Any] = {"message_id": sent.message_id, "date": int(time.time()),
                                    "chat": _chat(int(chat)), "from": BOT_USER}
@@ -292,6 +344,8 @@ class FakeTelegram(FakeServer):
                                    "file_name": sent.filename}
         if topic is not None:
             message.update(message_thread_id=topic, is_topic_message=True)
+        if markup:
+            message["reply_markup"] = markup
         self._messages[(chat, sent.message_id)] = message
         self.changed.set()
         return _ok(message)
@@ -300,6 +354,11 @@ class FakeTelegram(FakeServer):
         file_id = f"f{next(self._next_file)}"
         self.files[file_id] = (name, data)
         return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(data)}
+
+
+def _has_button(message: dict[str, Any], data: str) -> bool:
+    rows = (message.get("reply_markup") or {}).get("inline_keyboard") or []
+    return any(button.get("callback_data") == data for row in rows for button in row)
 
 
 def _chat(chat: int) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""A fake WhatsApp Cloud API: the Graph endpoints the plugin calls, and signed webhooks it can post."""
+"""A fake WhatsApp Cloud API: the Graph endpoints the plugin calls (text, documents, interactive reply
+buttons checked against Meta's limits), and signed webhooks it can post (messages, button replies)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class Recorded:
 
     sent: list[SentItem] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)  # every accepted message body
+    wamids: list[str] = field(default_factory=list)  # the wamid given to each, in the same order
     read_receipts: list[dict[str, Any]] = field(default_factory=list)  # status: read (+ typing)
     send_attempts: int = 0
 
@@ -160,10 +162,11 @@ class FakeWhatsApp(FakeServer):
         item = self._record(body)
         if item is None:
             return _error(400, 131009, "(#131009) Parameter value is not valid")
+        wamid = f"wamid.{secrets.token_hex(20).upper()}"
         self.recorded.messages.append(body)
+        self.recorded.wamids.append(wamid)
         self.recorded.sent.append(item)
         self.changed.set()
-        wamid = f"wamid.{secrets.token_hex(20).upper()}"
         return web.json_response({"messaging_product": "whatsapp",
                                   "contacts": [{"input": body["to"], "wa_id": body["to"]}],
                                   "messages": [{"id": wamid}]})
@@ -191,6 +194,14 @@ class FakeWhatsApp(FakeServer):
         reply_to = (body.get("context") or {}).get("message_id")
         if body.get("type") == "text":
             return SentItem(conversation=body["to"], text=body["text"]["body"], reply_to=reply_to)
+        if body.get("type") == "interactive":
+            interactive = body["interactive"]
+            text = str((interactive.get("body") or {}).get("text") or "")
+            buttons = [(b["reply"]["id"], b["reply"]["title"]) for b in interactive["action"]["buttons"]]
+            fits = 1 <= len(buttons) <= 3 and all(0 < len(title) <= 20 and len(i) <= 256 for i, title in buttons)
+            if interactive.get("type") != "button" or not fits or not 0 < len(text) <= 1024:
+                return None  # Meta: (#131009) Parameter value is not valid
+            return SentItem(conversation=body["to"], text=text, reply_to=reply_to, buttons=buttons)
         if body.get("type") == "document":
             upload = self.media.get(body["document"].get("id", ""))
             if upload is None:
@@ -244,6 +255,23 @@ class FakeWhatsApp(FakeServer):
         if reply_to is not None:
             message["context"] = {"from": self.own_wa_id, "id": reply_to}
         return message
+
+    def button_reply(self, button_id: str, *, sender_id: str = "15551234567",
+                     shown_to: str | None = None) -> dict[str, Any]:
+        """The message of a user tapping the reply button `button_id` of the bot's latest interactive message
+        to `shown_to` (default: the user) showing it, as the webhook carries it: its own wamid, the button's
+        id and title, and the context (the tapped message)."""
+        to = shown_to or sender_id
+        shown = [(wamid, body) for wamid, body in zip(self.recorded.wamids, self.recorded.messages, strict=True)
+                 if body.get("type") == "interactive" and body["to"] == to
+                 and any(b["reply"]["id"] == button_id for b in body["interactive"]["action"]["buttons"])]
+        assert shown, f"no interactive message to {to} shows a button {button_id!r}"
+        wamid, body = shown[-1]
+        title = next(b["reply"]["title"] for b in body["interactive"]["action"]["buttons"]
+                     if b["reply"]["id"] == button_id)
+        return {"from": sender_id, "id": f"wamid.{secrets.token_hex(20).upper()}", "timestamp": str(int(time.time())),
+                "type": "interactive", "context": {"from": self.own_wa_id, "id": wamid},
+                "interactive": {"type": "button_reply", "button_reply": {"id": button_id, "title": title}}}
 
     def event(self, messages: list[dict[str, Any]], *, names: dict[str, str] | None = None,
               phone_number_id: str | None = None, statuses: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -36,8 +36,14 @@ class ConsoleDriver(ChannelDriver):
         os.write(self._write_fd, f"{text}\n".encode())
 
     def sent(self) -> list[SentItem]:
-        lines = self.stdout.getvalue().splitlines()
-        return [SentItem(conversation="console", text=line.split("] ", 1)[1]) for line in lines if "] " in line]
+        """Each printed reply: a line `[agent] text` and the lines after it up to the next reply."""
+        items: list[SentItem] = []
+        for line in self.stdout.getvalue().splitlines():
+            if line.startswith("[") and "] " in line:
+                items.append(SentItem(conversation="console", text=line.split("] ", 1)[1]))
+            elif items:
+                items[-1].text = f"{items[-1].text}\n{line}"
+        return items
 
     def close(self) -> None:
         os.close(self._write_fd)

@@ -19,6 +19,7 @@ from gateway.testing import async_wait_until
 from plugins.discord.channel import DiscordChannel
 from tests.fakes.discord_server import MESSAGE_CONTENT_INTENT, DiscordFakeServer
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
+from tests.integration.stream_previews import StreamPreviewChecks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,6 +33,7 @@ class DiscordDriver(ChannelDriver):
     type = "discord"
     limit = 2000
     conversation = DM
+    supports_buttons = True
 
     def __init__(self, server: DiscordFakeServer, **options: Any) -> None:
         self.server = server
@@ -54,8 +56,16 @@ class DiscordDriver(ChannelDriver):
         for message in self.server.sent:
             filename, data = message.files[0] if message.files else (None, None)
             items.append(SentItem(conversation=message.channel_id, text=message.content or None,
-                                  filename=filename, data=data, reply_to=message.reply_to))
+                                  filename=filename, data=data, reply_to=message.reply_to, buttons=message.buttons))
         return items
+
+    async def user_taps(self, button_id: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        interaction = self.server.interaction(self.conversation, self.server.user(sender_id, sender), button_id)
+        await self.tap_again(interaction)
+        return interaction
+
+    async def tap_again(self, tap: Any) -> None:
+        await self.server.dispatch("INTERACTION_CREATE", tap)
 
     def rate_limit_next(self, times: int, retry_after: float) -> None:
         self.server.rate_limit_next(times, retry_after)
@@ -97,6 +107,12 @@ class TestDiscordConformance(ChannelConformance):
 
 
 class TestDiscordProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: DiscordFakeServer) -> DiscordNoteDriver:
+        return DiscordNoteDriver(server)
+
+
+class TestDiscordStreamPreviews(StreamPreviewChecks):
     @pytest.fixture
     async def note_driver(self, server: DiscordFakeServer) -> DiscordNoteDriver:
         return DiscordNoteDriver(server)

@@ -178,3 +178,15 @@ async def test_a_file_that_is_not_a_prompt_is_reported_once_and_listed_until_it_
         path.unlink()
     await channel.scan(sink)
     assert notes[-1] == ("running", None)
+
+
+async def test_a_message_with_buttons_is_kept_with_them_as_a_numbered_list(home: Home, events: EventLog) -> None:
+    _prompt(home, "app/main/20250101T120000_fix-login.md")
+    channel, sink = _channel(home, events), Recorder(home)
+    await channel.scan(sink)
+    [payload] = sink.payloads
+    question = OutgoingPayload.reply_to(payload, "Deploy now?", agent="x", timestamp=1,
+                                        buttons=[{"id": "ap:a1:0", "label": "Yes"}, {"id": "ap:a1:1", "label": "No"}])
+    await channel.send(question)
+    saved = channel._load(payload.messageId) or {}
+    assert saved["last_message"] == "Deploy now?\n\n1. Yes\n2. No\nReply 1 or 2"

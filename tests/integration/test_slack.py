@@ -16,6 +16,7 @@ from plugins.slack.channel import SlackChannel
 from plugins.slack.transport import SocketTransport
 from tests.fakes.slack_server import FakeSlack
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
+from tests.integration.stream_previews import StreamPreviewChecks
 
 BOT_ENV, APP_ENV, SECRET_ENV = "TEST_SLACK_BOT_TOKEN", "TEST_SLACK_APP_TOKEN", "TEST_SLACK_SIGNING_SECRET"
 CHANNEL = "C100"
@@ -27,6 +28,7 @@ class SlackDriver(ChannelDriver):
     type = "slack"
     limit = 40_000
     conversation = CHANNEL
+    supports_buttons = True
 
     def __init__(self, server: FakeSlack, mode: str, **options: Any) -> None:
         self.server = server
@@ -70,6 +72,17 @@ class SlackDriver(ChannelDriver):
 
     def sent(self) -> list[SentItem]:
         return list(self.server.sent)
+
+    async def user_taps(self, button_id: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        self.server.users[sender_id] = sender
+        payload = self.server.block_actions(button_id, user=sender_id, channel=CHANNEL)
+        await self.tap_again(payload)
+        return payload
+
+    async def tap_again(self, tap: Any) -> None:
+        if self.mode == "http":
+            self.server.events_url = self.channels[-1].transport.url  # type: ignore[union-attr]
+        await self.server.tap(tap)
 
     def rate_limit_next(self, times: int, retry_after: float) -> None:
         self.server.rate_limit_next(times, retry_after)
@@ -117,6 +130,12 @@ class TestSlackConformance(ChannelConformance):
 
 
 class TestSlackProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: FakeSlack) -> SlackNoteDriver:
+        return SlackNoteDriver(server, "socket")
+
+
+class TestSlackStreamPreviews(StreamPreviewChecks):
     @pytest.fixture
     async def note_driver(self, server: FakeSlack) -> SlackNoteDriver:
         return SlackNoteDriver(server, "socket")

@@ -28,6 +28,7 @@ from plugins.telegram import TelegramOptions
 from plugins.telegram.channel import TelegramChannel
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
+from tests.integration.stream_previews import StreamPreviewChecks
 
 pytestmark = [
     # PTB 22 warns when RetryAfter.retry_after is read as an int (the plugin handles both forms)
@@ -53,6 +54,7 @@ class TelegramDriver(ChannelDriver):
     type = "telegram"
     limit = 4096
     conversation = "1001"
+    supports_buttons = True
 
     def __init__(self, server: FakeTelegram, mode: str = "polling", **options: Any) -> None:
         self.server = server
@@ -80,7 +82,17 @@ class TelegramDriver(ChannelDriver):
 
     def sent(self) -> list[SentItem]:
         return [SentItem(conversation=s.chat, text=s.text, filename=s.filename, data=s.data,
-                         reply_to=str(s.reply_to) if s.reply_to else None) for s in self.server.sent]
+                         reply_to=str(s.reply_to) if s.reply_to else None, buttons=s.buttons)
+                for s in self.server.sent]
+
+    async def user_taps(self, button_id: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        query = self.server.callback_query(int(self.conversation), button_id, user_id=int(sender_id),
+                                           first_name=sender)
+        await self.tap_again(query)
+        return query
+
+    async def tap_again(self, tap: Any) -> None:
+        await self.server.deliver(tap, kind="callback_query")
 
     def rate_limit_next(self, times: int, retry_after: float) -> None:
         self.server.rate_limit_next(times, retry_after)
@@ -133,6 +145,12 @@ class TestTelegramWebhookConformance(ChannelConformance):
 
 
 class TestTelegramProgressNotes(ProgressNoteChecks):
+    @pytest.fixture
+    async def note_driver(self, server: FakeTelegram) -> TelegramNoteDriver:
+        return TelegramNoteDriver(server)
+
+
+class TestTelegramStreamPreviews(StreamPreviewChecks):
     @pytest.fixture
     async def note_driver(self, server: FakeTelegram) -> TelegramNoteDriver:
         return TelegramNoteDriver(server)
@@ -553,3 +571,7 @@ async def test_the_users_own_attachment_is_uploaded_at_delivery(rig: ChannelRig,
     await _delivered(rig, _dispatch(rig), name)
     assert [(s.text, s.filename, s.data) for s in server.sent] == [
         ("your notes back", None, None), (None, Path(saved).name, b"mine")]
+
+
+async def test_edits_of_a_stream_are_spaced_as_the_bot_faq_asks_private_and_group(rig: ChannelRig) -> None:
+    assert (channel_of(rig).edit_interval_for("1001"), channel_of(rig).edit_interval_for("-100123/7")) == (1.0, 3.0)

@@ -43,6 +43,7 @@ class WhatsAppDriver(ChannelDriver):
     limit = 4096
     conversation = "15557654321"
     redelivers_refused_messages = True  # the webhook answers 500 and Meta sends it again
+    supports_buttons = True
 
     def __init__(self, server: FakeWhatsApp):
         self.server = server
@@ -74,6 +75,17 @@ class WhatsAppDriver(ChannelDriver):
 
     def sent(self) -> list[SentItem]:
         return list(self.server.recorded.sent)
+
+    async def user_taps(self, button_id: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        tap = self.server.button_reply(button_id, sender_id=sender_id, shown_to=self.conversation)
+        await self.tap_again({"message": tap, "sender": sender})
+        return {"message": tap, "sender": sender}
+
+    async def tap_again(self, tap: Any) -> None:
+        self.point_webhook()
+        message = tap["message"]
+        status = await self.server.post_event(self.server.event([message], names={message["from"]: tap["sender"]}))
+        assert status == 200, f"webhook answered {status}"
 
     def rate_limit_next(self, times: int, retry_after: float) -> None:
         self.server.rate_limit_next(times, retry_after)

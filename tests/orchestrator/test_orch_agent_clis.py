@@ -226,7 +226,7 @@ async def test_progress_notes_come_from_the_stream_and_stop_with_the_step(
     fake_clis.scenario("claude", "tool_use:1.5")
     orchestrator = await agents(agent="claude")
     [answer] = await orchestrator.handle(make_message("edit the notes"))
-    notes = [p for p in outbox.payloads if (p.model_extra or {}).get("progressKey")]
+    notes = [p for p in outbox.payloads if p.progress_key and not p.draft]  # not the answer's previews
     assert notes and notes[0].message == "⏳ using Edit: notes.txt"
     assert {(p.model_extra or {})["progressKey"] for p in notes} == {f"{answer.workflowRunId}/Reply"}
     assert answer.message.startswith("echo:")

@@ -288,14 +288,14 @@ async def test_cancel_stops_the_process_and_pushes_once(
     pid = int(pid_file.read_text())
     [answer] = await orchestrator.handle(make_message("/cancel"))
     run_id = run_id_for(message)
-    assert answer.message == f"Cancelled run {run_id} (workflow build)."
+    assert answer.message == f"Stopped. Cancelled run {run_id} (workflow build)."
     run = rig.state(run_id)
     assert run.state == "cancelled" and run.steps["Plan"].status == "failed" and run.steps["Plan"].error == "cancelled"
     await async_wait_until(lambda: not pid_alive(pid), timeout_s=5)
     [pushed] = rig.outbox.payloads
     assert pushed.message == f"Run {run_id} (workflow build) was cancelled."
     [again] = await orchestrator.handle(make_message("/cancel"))
-    assert again.message == "no active workflow run found for this conversation"
+    assert again.message == "Nothing is running."
 
 
 

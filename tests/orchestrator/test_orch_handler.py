@@ -100,7 +100,7 @@ async def test_an_unknown_named_run_is_reported_not_replaced(home: Home, orchest
     [status] = await orchestrator.handle(make_message("/status", workflowRunId="r-ghost", conversationId="c1"))
     assert status.message == "no workflow run 'r-ghost' found"
     [cancel] = await orchestrator.handle(make_message("/cancel", workflowRunId="r-ghost", conversationId="c1"))
-    assert cancel.message == NO_RUN
+    assert cancel.message == "Nothing is running."
     assert RunStore(home).load("r-a").state == "running"  # type: ignore[union-attr]
 
 

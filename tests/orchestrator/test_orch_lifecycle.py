@@ -142,7 +142,7 @@ async def test_cancel_while_waiting_for_input(flow: Callable[..., Any]) -> None:
     run_id = run_id_for(message)
     assert f.run(run_id).state == "waiting_input"
     answer, _ = await f.send("/cancel")
-    assert answer.message == f"Cancelled run {run_id} (workflow w)."
+    assert answer.message == f"Stopped. Cancelled run {run_id} (workflow w)."
     run = f.run(run_id)
     assert run.state == "cancelled" and run.steps["Ask"].error == "cancelled"
     assert [e["event"] for e in f.job_events(run_id)][-1] == "job.cancelled"

@@ -19,7 +19,7 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from tests.fakes.clis import FOLDER as FAKE_CLIS
 from tests.fakes.model_server import ModelServer
-from tests.orchestrator.orch_helpers import REMOTE_AGENT_CONFIG, make_message
+from tests.orchestrator.orch_helpers import REMOTE_AGENT_CONFIG, FakeOutbox, make_message
 
 INSTALLED = Path("/opt/agent-clis/node_modules/.bin")
 KEY_VARIABLE = "SWITCHYARD_REAL_CLI_TEST_KEY"
@@ -68,3 +68,29 @@ async def test_the_real_cli_answers_from_the_endpoint_with_the_key_and_keeps_its
     if cli == "claude":  # each turn forks; the session it came from is removed once the fork is recorded
         assert len(list(user_home.glob(".claude/projects/*/*.jsonl"))) == 1
     assert not (user_home / ".codex").exists() and not (user_home / ".gemini").exists()
+
+
+async def test_the_real_claude_streams_its_answer_into_growing_drafts(
+    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+    start: Callable[[HandlerContext], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox,
+) -> None:
+    """`--include-partial-messages` as the preset passes it: the model's four deltas, 0.4 s apart, reach the
+    chat as drafts holding the answer so far (what tests/fakes/clis/claude imitates, CLIS.md)."""
+    binary = real_cli("claude")
+    user_home = tmp_path / "user-home"
+    user_home.mkdir()
+    monkeypatch.setenv("HOME", str(user_home))
+    monkeypatch.setenv(KEY_VARIABLE, "sk-real-claude")
+    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    write_config(REMOTE_AGENT_CONFIG + "stream_after_sec: 0.2\nstream_interval_sec: 0.3\n")
+    answer_text = "The quick brown fox jumps over the lazy dog. It was a sunny day."
+    async with ModelServer(reply=answer_text, chunks=4, chunk_delay=0.4) as server:
+        provider = ProviderSettings(type="claude", binary=binary, base_url=server.url, api_key_env=KEY_VARIABLE,
+                                    timeout_sec=90, first_output_sec=60)
+        orchestrator = await start(make_context({"remote": provider}))
+        [answer] = await orchestrator.handle(make_message("tell me a story", conversationId="c1"))
+    assert answer.message == answer_text
+    drafts = [p.message for p in outbox.payloads if p.draft]
+    assert len(drafts) >= 2 and all(answer_text.startswith(d) for d in drafts), drafts
+    assert len(drafts[0]) < len(answer_text) and drafts == sorted(drafts, key=len)  # the last may be all of it

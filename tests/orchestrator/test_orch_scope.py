@@ -10,7 +10,6 @@ from typing import Any
 from gateway.events import EventLog
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
-from orchestrator.actions import NO_ACTIVE_RUN
 from tests.orchestrator.orch_helpers import Flow, ScriptedSelector, make_message
 
 SECRET = "ALICE-SECRET-4711"
@@ -107,7 +106,7 @@ async def test_cancel_run_reaches_only_the_asking_conversations_runs(
     assert await _ask(f, selector, unknown, **BOB) == "no workflow run 'r-nope' found"
     assert await _ask(f, selector, cancel, **BOB) == f"no workflow run {run_id!r} found"
     [answer] = await f.orchestrator.handle(make_message("/cancel", **BOB))
-    assert answer.message == NO_ACTIVE_RUN
+    assert answer.message == "Nothing is running."
     assert f.run(run_id).state == "running"
     assert not any(e.get("event") == "job.cancelled" for e in f.job_events(run_id))
 

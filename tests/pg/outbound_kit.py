@@ -72,11 +72,12 @@ class RecordingChannel:
 
 
 def insert_reply(dsn: str, conversation: str, message: str, *, profile: str = "p", name: str | None = None,
-                 channel: str = CHANNEL) -> int:
-    """Inserts one pending row as the pgqueue side would (contract columns only); returns its id."""
+                 channel: str = CHANNEL, **extra: Any) -> int:
+    """Inserts one pending row as the pgqueue side would (contract columns only; `extra` keys such as
+    `progressKey` go into the payload); returns its id."""
     payload = OutgoingPayload(channel=channel, channelProfileId=profile, conversationId=conversation,
                               messageId=f"m-{time.time_ns()}", timestamp=int(time.time() * 1000), message=message,
-                              sender="switchyard", senderId="switchyard")
+                              sender="switchyard", senderId="switchyard", **extra)
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
                            "VALUES (%s, %s, %s, %s, %s::jsonb) RETURNING id",

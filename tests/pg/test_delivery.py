@@ -126,6 +126,31 @@ async def test_rows_go_out_in_id_order_per_conversation_and_side_by_side_across_
     await async_wait_until(lambda: set(states(pg_dsn).values()) == {"sent"}, 10)
 
 
+async def test_waiting_drafts_are_superseded_by_the_newest_and_by_the_final_answer(
+        make_owner: MakeOwner, pg_dsn: str) -> None:
+    owner = await make_owner("A")
+    owner.channel.edits_progress = True  # type: ignore[attr-defined]
+    owner.channel.gates["hold"] = asyncio.Event()
+    insert_reply(pg_dsn, "conv-a", "hold")
+    for text in ("The", "The quick"):
+        insert_reply(pg_dsn, "conv-a", text, progressKey="answer:m1", draft=True)
+    insert_reply(pg_dsn, "conv-a", "other stream", progressKey="answer:m2", draft=True)
+    insert_reply(pg_dsn, "conv-a", "The quick brown fox.", streamKey="answer:m1")
+    await async_wait_until(lambda: states(pg_dsn).get("The") == "pending", 10)
+    owner.channel.gates["hold"].set()
+    await async_wait_until(lambda: set(states(pg_dsn).values()) == {"sent"}, 10)
+    assert owner.channel.texts() == ["hold", "other stream", "The quick brown fox."]
+    assert len(owner.events("outgoing.skipped")) == 2
+
+
+async def test_a_draft_for_a_channel_that_cannot_edit_is_recorded_not_sent(make_owner: MakeOwner, pg_dsn: str) -> None:
+    owner = await make_owner("A")
+    insert_reply(pg_dsn, "conv-a", "The quick", progressKey="answer:m1", draft=True)
+    insert_reply(pg_dsn, "conv-a", "The quick brown fox.", streamKey="answer:m1")
+    await async_wait_until(lambda: set(states(pg_dsn).values()) == {"sent"}, 10)
+    assert owner.channel.texts() == ["The quick brown fox."]
+
+
 async def test_a_failing_row_keeps_its_place_and_is_retried_with_backoff(make_owner: MakeOwner, pg_dsn: str) -> None:
     owner = await make_owner("A", max_attempts=5)
     owner.channel.failures["a1"] = 2

@@ -587,3 +587,29 @@ async def test_a_read_only_database_is_waited_out_never_a_messages_failure(rig_f
     read_only.read_only = False
     await rig.until(lambda: "c1-00001" in rig.replies())
     assert not list(rig.home.failed.glob("*.json"))
+
+
+async def test_a_job_that_ended_between_the_sweeps_listing_and_its_retry_is_left_alone(db: str) -> None:
+    """The sweep lists running jobs, then retries some: one whose worker recorded its end in between is no
+    longer 'doing', and Procrastinate refuses to retry it. That is nothing to retry, not a sweep failure (a
+    `queue.error` and an error log each time it happened); a job still running is retried."""
+    import procrastinate
+
+    from gateway.pg.keyjobs import defer_query, retry_running
+    from tests.pg.helpers import insert_message, rows
+
+    with psycopg.connect(db) as conn:
+        ids = [insert_message(conn, f"000000{n}-m.json", message(n, f"c{n}").to_json()) for n in (1, 2)]
+        for message_id in ids:
+            conn.execute(*defer_query(message_id, (f"conv:c{message_id}",)))
+        conn.execute("UPDATE procrastinate_jobs SET status = 'doing'")
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db))
+    async with app.open_async():
+        manager = app.job_manager
+        ended, running = sorted(await manager.list_jobs_async(status="doing"), key=lambda job: job.id)
+        with psycopg.connect(db) as conn:  # its worker records it done after the listing
+            conn.execute("UPDATE procrastinate_jobs SET status = 'succeeded' WHERE id = %s", (ended.id,))
+        assert await retry_running(manager, ended) is False
+        assert await retry_running(manager, running) is True
+    assert rows(db, "SELECT id, status FROM procrastinate_jobs ORDER BY id") == [(ended.id, "succeeded"),
+                                                                               (running.id, "todo")]

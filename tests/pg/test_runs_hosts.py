@@ -159,7 +159,7 @@ def test_another_host_lists_shows_reports_and_cancels_a_run_executing_on_the_fir
     b.drop(cancel)
     wait_until(lambda: run_state(db, run_id) == "cancelled", 60)
     wait_until(lambda: replies_to(db, cancel.messageId) and replies_to(db, start.messageId), 60)
-    assert replies_to(db, cancel.messageId)[0]["message"].startswith(f"Cancelled run {run_id}")
+    assert replies_to(db, cancel.messageId)[0]["message"].startswith(f"Stopped. Cancelled run {run_id}")
     [result] = results_of(db, run_id)
     assert result["messageId"] == start.messageId and "was cancelled" in result["message"]
     assert [s for s, _ in steps_run(a.steps)] == ["First", "Second"]

@@ -1,4 +1,4 @@
-// Refreshes the dashboard's sections in place and sends the retry button's POST; no build step.
+// Refreshes the dashboard's sections in place and sends the retry and allow / deny buttons' POSTs; no build step.
 "use strict";
 const sections = document.getElementById("sections");
 const updated = document.getElementById("updated");
@@ -44,8 +44,23 @@ async function retry(button) {
   await refresh();
 }
 
+async function answer(button) {
+  button.disabled = true;
+  const response = await fetch("api/approvals/answer", {
+    method: "POST", credentials: "same-origin",
+    headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({id: button.dataset.id, verdict: button.dataset.verdict}),
+  });
+  const result = await response.json().catch(() => ({}));
+  if (response.ok) tell(`${result.allowed ? "allowed" : "denied"} ${result.id}`, "info");
+  else tell(`answer failed: ${result.error || `${result.id} is ${result.state} already (${result.by})`}`, "error");
+  await refresh();
+}
+
 sections.addEventListener("click", (event) => {
   const button = event.target.closest("button.retry");
   if (button) retry(button);
+  const verdict = event.target.closest("button.approval");
+  if (verdict) answer(verdict);
 });
 setInterval(refresh, refreshMs);

@@ -9,7 +9,8 @@ $FAKE_LOG (start/end with times) so tests can check ordering and concurrency.
   "fail-until <n>"          -> exit 1 until this message was seen n times, then chat
   "always-fail"             -> exit 1
   "garbage"                 -> prose without a decision
-  "sleep <seconds> ..."     -> sleeps first, then chat
+  "sleep <seconds> ..."     -> prints a line, writes its pid to $FAKE_STATE/selector-<messageId>.pid,
+                               sleeps, then chat
   anything else             -> workflow_start chat
 """
 
@@ -36,6 +37,10 @@ def record(kind: str) -> None:
 record("start")
 decision: dict = {"action": "workflow_start", "workflowId": "chat", "input": {}}
 if words and words[0] == "sleep":
+    print("Thinking...", flush=True)
+    pid_file = Path(os.environ["FAKE_STATE"]) / f"selector-{message['messageId']}.pid"
+    pid_file.with_suffix(".tmp").write_text(str(os.getpid()))
+    pid_file.with_suffix(".tmp").rename(pid_file)
     time.sleep(float(words[1]))
 if words and words[0] == "start":
     decision = {"action": "workflow_start", "workflowId": words[1], "input": {}}

@@ -71,6 +71,8 @@ def main(argv: list[str]) -> int:
     fmt = opts.get("output-format", "text")
     if fmt == "stream-json" and not opts.get("verbose"):
         c.fail("Error: When using --print, --output-format=stream-json requires --verbose", 1)
+    if opts.get("include-partial-messages") and fmt != "stream-json":
+        c.fail("Error: --include-partial-messages requires --print and --output-format=stream-json.", 1)
     session_id, session_file = _session(opts)
     prompt = positionals[0] if positionals else c.read_stdin()
     if not prompt:
@@ -139,10 +141,13 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
         if persist:
             c.append_turn(session_file, prompt, None)
         return _finish(fmt, session_id, text, is_error=True, api_status=status, error=error, verbose_init=array)
-    if name not in ("ok", "slow", "tool_use", "untrusted", "overloaded", "token_refreshed"):
+    if name not in ("ok", "slow", "tool_use", "untrusted", "overloaded", "token_refreshed", "stream"):
         c.fail(f"fake claude: scenario {name!r} does not apply", 99)
-    reply = _endpoint_reply(opts, fmt, session_id, prompt, array)
-    reply = c.answer("claude", prompt) if reply is None else reply
+    partials = _Partials(session_id, bool(opts.get("include-partial-messages")))
+    reply = _endpoint_reply(opts, fmt, session_id, prompt, array, partials)
+    if reply is None:
+        reply = c.answer("claude", prompt)
+        partials.play(reply, seconds if name == "stream" else 0.0)
     denials: list[dict[str, Any]] = []
     if name in ("tool_use", "untrusted") and stream:
         c.out(c.dump(_assistant(session_id, [{"type": "tool_use", "id": "toolu_01fake", "name": "Edit",
@@ -159,7 +164,55 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
         denials = [{"tool_name": "Edit", "tool_use_id": "toolu_01fake", "tool_input": {"file_path": "notes.txt"}}]
     if persist:
         c.append_turn(session_file, prompt, reply)
-    return _finish(fmt, session_id, reply, denials=denials, verbose_init=array)
+    return _finish(fmt, session_id, reply, denials=denials, verbose_init=array, partials=partials)
+
+
+class _Partials:
+    """`--include-partial-messages`: the model's stream as claude relays it, one `stream_event` line per SSE
+    event (CLIS.md, "Partial messages"): the text deltas as they arrive, the block's and message's end after
+    the `assistant` line."""
+
+    CHUNKS = 4  # the fake's own answer (no model endpoint) comes in this many deltas
+
+    def __init__(self, session_id: str, enabled: bool):
+        self.session_id = session_id
+        self.enabled = enabled
+        self.started = False
+
+    def _event(self, event: dict[str, Any], **extra: Any) -> None:
+        c.out(c.dump({"type": "stream_event", "event": event, "session_id": self.session_id,
+                      "parent_tool_use_id": None, "uuid": str(uuid.uuid4()), **extra}) + "\n")
+
+    def delta(self, text: str) -> None:
+        """One text delta (the message's start before the first)."""
+        if not self.enabled:
+            return
+        if not self.started:
+            self.started = True
+            c.out(c.dump({"type": "system", "subtype": "status", "status": "requesting", "uuid": str(uuid.uuid4()),
+                          "session_id": self.session_id}) + "\n")
+            message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+                       "model": "claude-fake", "stop_reason": None, "stop_sequence": None,
+                       "usage": {"input_tokens": 0, "output_tokens": 0}, "content": []}
+            self._event({"type": "message_start", "message": message}, ttft_ms=10)
+            self._event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        self._event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})
+
+    def play(self, reply: str, delay: float) -> None:
+        """The fake's own answer in CHUNKS deltas, `delay` seconds apart (scenario `stream:<sec>`)."""
+        size = max(1, -(-len(reply) // self.CHUNKS))
+        for number, start in enumerate(range(0, len(reply), size)):
+            if number and delay:
+                time.sleep(delay)
+            self.delta(reply[start:start + size])
+
+    def end(self) -> None:
+        """The block's and the message's end (printed after the `assistant` line, as claude does)."""
+        if self.started:
+            self._event({"type": "content_block_stop", "index": 0})
+            self._event({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                         "usage": {"output_tokens": 5}})
+            self._event({"type": "message_stop"})
 
 
 def _api_retries(session_id: str, status: int, error: str, delays: tuple[float, ...]) -> None:
@@ -170,7 +223,7 @@ def _api_retries(session_id: str, status: int, error: str, delays: tuple[float, 
                       "session_id": session_id, "uuid": str(uuid.uuid4())}) + "\n")
         time.sleep(delay)
 def _endpoint_reply(opts: dict[str, Any], fmt: str, session_id: str, prompt: str,
-                    array: dict[str, Any] | None) -> str | None:
+                    array: dict[str, Any] | None, partials: _Partials | None = None) -> str | None:
     """With ANTHROPIC_BASE_URL, the answer of that Messages API (key: ANTHROPIC_API_KEY), as the real CLI
     gets it; a failure ends the run as the real one does. None without it."""
     base_url = os.environ.get("ANTHROPIC_BASE_URL")
@@ -183,7 +236,8 @@ def _endpoint_reply(opts: dict[str, Any], fmt: str, session_id: str, prompt: str
     import _model  # only here: urllib costs ~20 ms of every fake's start
 
     try:
-        return _model.anthropic(base_url, key, prompt, opts.get("model") or "claude-fake")
+        return _model.anthropic(base_url, key, prompt, opts.get("model") or "claude-fake",
+                                partials.delta if partials is not None else None)
     except _model.ModelError as exc:
         text = BAD_KEY if exc.status == 401 else f"API Error: {exc}"
         raise SystemExit(_finish(fmt, session_id, text, is_error=True, api_status=exc.status,
@@ -193,7 +247,7 @@ def _endpoint_reply(opts: dict[str, Any], fmt: str, session_id: str, prompt: str
 
 def _finish(fmt: str, session_id: str, text: str, *, is_error: bool = False, api_status: int | None = None,
             error: str | None = None, denials: list[dict[str, Any]] | None = None,
-            verbose_init: dict[str, Any] | None = None) -> int:
+            verbose_init: dict[str, Any] | None = None, partials: _Partials | None = None) -> int:
     """Prints the assistant message and result in the chosen format; returns the exit code.
 
     `--output-format json --verbose` prints one JSON array of every message, as the real CLI does.
@@ -212,6 +266,8 @@ def _finish(fmt: str, session_id: str, text: str, *, is_error: bool = False, api
         message["error"] = error
     if fmt == "stream-json":
         c.out(c.dump(message) + "\n")
+        if partials is not None:
+            partials.end()
     if fmt == "json" and verbose_init is not None:
         c.out(c.dump([verbose_init, message, result]) + "\n")
     else:

@@ -24,7 +24,7 @@ from typing import Any
 
 SCENARIOS = ("ok", "not_logged_in", "bad_key", "untrusted", "network", "network_hang", "hang", "crash", "slow",
              "tool_use", "prompt_too_large", "not_running", "model_missing", "overloaded",
-             "token_refreshed")
+             "token_refreshed", "stream")
 
 
 def state_dir() -> Path:

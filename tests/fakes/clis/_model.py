@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 TIMEOUT_SEC = 30
@@ -20,13 +21,23 @@ class ModelError(Exception):
         self.status = status
 
 
-def anthropic(base_url: str, key: str | None, prompt: str, model: str) -> str:
-    """claude: POST <base>/v1/messages?beta=true, `x-api-key`, streamed."""
+def anthropic(base_url: str, key: str | None, prompt: str, model: str,
+              on_delta: Callable[[str], None] | None = None) -> str:
+    """claude: POST <base>/v1/messages?beta=true, `x-api-key`, streamed; `on_delta` gets each text delta as
+    it arrives."""
     headers = {"anthropic-version": "2023-06-01", **({"x-api-key": key} if key else {})}
     body = {"model": model, "max_tokens": 32000, "stream": True,
             "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}]}
-    events = _sse(f"{base_url.rstrip('/')}/v1/messages?beta=true", headers, body)
-    return "".join(str(e.get("delta", {}).get("text", "")) for e in events if e.get("type") == "content_block_delta")
+    texts = []
+
+    def take(event: dict[str, Any]) -> None:
+        if event.get("type") == "content_block_delta":
+            texts.append(str(event.get("delta", {}).get("text", "")))
+            if on_delta is not None:
+                on_delta(texts[-1])
+
+    _sse(f"{base_url.rstrip('/')}/v1/messages?beta=true", headers, body, take)
+    return "".join(texts)
 
 
 def responses(base_url: str, key: str | None, prompt: str, model: str) -> str:
@@ -55,23 +66,25 @@ def gemini(base_url: str, key: str | None, prompt: str, model: str) -> str:
     return "".join(texts)
 
 
-def _sse(url: str, headers: dict[str, str], body: dict[str, Any]) -> list[dict[str, Any]]:
+def _sse(url: str, headers: dict[str, str], body: dict[str, Any],
+         on_event: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """The stream's events, each also handed to `on_event` as soon as its line arrives."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json", "Accept": "text/event-stream",
                                               **headers})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_SEC) as response:
-            text = response.read().decode("utf-8", "replace")
+            events = []
+            for raw in response:
+                line = raw.decode("utf-8", "replace")
+                data = line[5:].strip() if line.startswith("data:") else ""
+                if data and data != "[DONE]" and isinstance(value := json.loads(data), dict):
+                    events.append(value)
+                    if on_event is not None:
+                        on_event(value)
+            return events
     except urllib.error.HTTPError as exc:
         said = exc.read().decode("utf-8", "replace")[:500]
         raise ModelError(f"{exc.code} {exc.reason}: {said}, url: {url}", exc.code) from exc
     except (urllib.error.URLError, OSError) as exc:
         raise ModelError(f"error sending request for url ({url}): {exc}") from exc
-    events = []
-    for line in text.splitlines():
-        data = line[5:].strip() if line.startswith("data:") else ""
-        if data and data != "[DONE]":
-            value = json.loads(data)
-            if isinstance(value, dict):
-                events.append(value)
-    return events

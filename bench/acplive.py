@@ -1,0 +1,135 @@
+"""P8 live agent sessions (issue 22): what a turn adds over the model's own time — warm over ACP (`transport:
+acp`) and one-shot (the preset's CLI per message) side by side in one run, per adapter — and what a warm
+adapter holds in memory with 1 and 3 conversations.
+
+The real adapters and CLIs (claude-agent-acp, codex-acp, `gemini --acp`; claude, codex, gemini) run through
+ProviderRunner, the path a workflow step takes, against the scripted model on 127.0.0.1
+(tests/fakes/acp/scripted_model.py), which answers at once: "added" is a turn's wall time minus the time the
+model spent answering its calls. An adapter or CLI that is not installed is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.home import Home
+from gateway.settings import ProviderSettings
+from orchestrator.agent_cli import AgentCall
+from orchestrator.providers import ProviderRunner
+
+ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
+CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"
+KEY_VARIABLE = "SWITCHYARD_BENCH_P8_KEY"
+PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
+MODEL = {"codex": "gpt-5.4", "gemini": "gemini-fake"}
+CONVERSATION = "conv:bench/p8/{n}"
+
+
+def _missing(like: str) -> str | None:
+    """Why `like` cannot be measured here, else None."""
+    needed = [CLIS_BIN / like] + ([] if like == "gemini" else [ACP_BIN / f"{like}-agent-acp" if like == "claude"
+                                                               else ACP_BIN / "codex-acp"])
+    absent = [str(path) for path in needed if not os.access(path, os.X_OK)]
+    if shutil.which("node") is None:
+        absent.append("node")
+    return f"not installed: {', '.join(absent)}" if absent else None
+
+
+def _provider(like: str, transport: str, url: str) -> ProviderSettings:
+    settings: dict[str, Any] = {"binary": str(CLIS_BIN / like), "model": MODEL.get(like)}
+    if transport == "acp" and like != "gemini":
+        settings["acp_command"] = [str(ACP_BIN / ("claude-agent-acp" if like == "claude" else "codex-acp"))]
+    return ProviderSettings(type=like, transport=transport, base_url=url + PREFIX[like],  # type: ignore[arg-type]
+                            api_key_env=KEY_VARIABLE, timeout_sec=120, **settings)
+
+
+def _descendants_rss_mb() -> float:
+    """The resident memory of every process below this one (the adapters the pool keeps warm), in MB."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    total_kb, stack = 0, list(children.get(os.getpid(), []))
+    while stack:
+        pid = stack.pop()
+        stack += children.get(pid, [])
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            continue
+        total_kb += sum(int(line.split()[1]) for line in lines if line.startswith("VmRSS:"))
+    return round(total_kb / 1024, 1)
+
+
+async def _turns(runner: ProviderRunner, model: Any, cwd: Path, count: int, conversation: str) -> list[float]:
+    """`count` turns in one conversation; what each added over the model's own time, in ms."""
+    added = []
+    for index in range(count):
+        first_call = len(model.calls)
+        started = time.monotonic()
+        await runner.run("agent", f"say ok {index}", request={}, request_file=None, cwd=cwd,
+                         call=AgentCall(conversation=conversation))
+        took = time.monotonic() - started
+        model_s = sum((call.ended or time.monotonic()) - call.started for call in model.calls[first_call:])
+        added.append(round((took - model_s) * 1000, 1))
+    return added
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(statistics.median(values), 1), "min_ms": min(values), "max_ms": max(values)}
+
+
+async def _adapter(like: str, scratch: Path, turns: int) -> dict[str, Any]:
+    from tests.fakes.acp.scripted_model import ScriptedModel
+
+    result: dict[str, Any] = {}
+    async with ScriptedModel() as model:
+        for transport in ("acp", "oneshot"):
+            home = Home(scratch / f"p8-{like}-{transport}")
+            home.create()
+            runner = ProviderRunner(home, {"agent": _provider(like, transport, model.url)}, {},
+                                    hidden_env=frozenset({KEY_VARIABLE}))
+            cwd = scratch / f"p8-{like}-{transport}-work"
+            cwd.mkdir(parents=True, exist_ok=True)
+            try:
+                first = await _turns(runner, model, cwd, 1, CONVERSATION.format(n=1))
+                warm = await _turns(runner, model, cwd, turns, CONVERSATION.format(n=1))
+                entry: dict[str, Any] = {"first_turn_ms": first[0], "turns": _stats(warm)}
+                if transport == "acp":
+                    entry["rss_mb_1_conversation"] = _descendants_rss_mb()
+                    for n in (2, 3):
+                        await _turns(runner, model, cwd, 1, CONVERSATION.format(n=n))
+                    entry["rss_mb_3_conversations"] = _descendants_rss_mb()
+                result[transport] = entry
+            finally:
+                await runner.close()
+                shutil.rmtree(home.root, ignore_errors=True)
+    warm_p50, oneshot_p50 = result["acp"]["turns"]["p50_ms"], result["oneshot"]["turns"]["p50_ms"]
+    result["oneshot_over_warm"] = round(oneshot_p50 / warm_p50, 1) if warm_p50 > 0 else None
+    return result
+
+
+async def p8(scratch: Path, *, turns: int) -> dict[str, Any]:
+    """Each adapter's warm and one-shot turns side by side, and its memory (see the module's docstring)."""
+    saved = os.environ.get(KEY_VARIABLE)
+    os.environ[KEY_VARIABLE] = "sk-bench-p8"
+    try:
+        results: dict[str, Any] = {"turns": turns}
+        for like in ("claude", "codex", "gemini"):
+            reason = _missing(like)
+            results[like] = {"skipped": reason} if reason else await _adapter(like, scratch, turns)
+        return results
+    finally:
+        if saved is None:
+            os.environ.pop(KEY_VARIABLE, None)
+        else:
+            os.environ[KEY_VARIABLE] = saved
