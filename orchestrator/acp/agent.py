@@ -152,9 +152,9 @@ class AgentProcess:
         with contextlib.suppress(ProcessLookupError):
             await process.wait()
         await _group_gone(process.pid)
-        if self.conn is not None:
+        if self.conn is not None:  # shielded: the SDK's close swallows a CancelledError it meets
             with contextlib.suppress(Exception):
-                await self.conn.close()
+                await asyncio.shield(self.conn.close())
         if self._drain is not None:
             self._drain.cancel()
             await asyncio.gather(self._drain, return_exceptions=True)

@@ -77,6 +77,7 @@ class AcpPool:
         self._reaper: asyncio.Task[None] | None = None
         self._idle_of: dict[str, float] = {}  # provider name -> its idle_sec
         self._used: dict[str, float] = {}  # provider name -> when a turn of it last ended
+        self._active: dict[str, int] = {}  # provider name -> its turns running now (its process is kept)
         self._closed = False
 
     def live_count(self, name: str) -> int:
@@ -94,6 +95,13 @@ class AcpPool:
         if self._closed:
             raise RuntimeError("the ACP pool is closed")
         self._start_reaper(request.name, request.provider.idle_sec)
+        self._active[request.name] = self._active.get(request.name, 0) + 1
+        try:
+            return await self._run(request, prompt)
+        finally:
+            self._active[request.name] -= 1
+
+    async def _run(self, request: TurnRequest, prompt: str) -> ProviderResult:
         spec = spec_of(request.provider)
         started = time.monotonic()
         if request.scope is None:  # a stateless call (the selector's): a one-off session in the warm process
@@ -311,7 +319,7 @@ class AcpPool:
 
     async def _reap(self) -> None:
         """Closes sessions left unused for their provider's `idle_sec` (looking a few times per idle_sec)."""
-        while True:
+        while not self._closed:
             await asyncio.sleep(max(0.05, min(min(self._idle_of.values()) / 4, 30.0)))
             now = time.monotonic()
             for live in list(self._live.values()):
@@ -320,8 +328,8 @@ class AcpPool:
                         if not live.busy:
                             await self._evict(live)
             for name, agent in list(self._shared.items()):  # a shared process left with no session
-                if now - self._used.get(name, now) > self._idle_of.get(name, 0) and \
-                        not any(live.agent is agent for live in self._live.values()):
+                if now - self._used.get(name, now) > self._idle_of.get(name, 0) and not self._active.get(name) \
+                        and not any(live.agent is agent for live in self._live.values()):
                     await self._drop_agent(agent)
 
     async def close(self) -> None:
