@@ -12,6 +12,9 @@ from orchestrator.clis.endpoint import write_private
 AUTH_EXIT = 41
 UNTRUSTED_EXIT = 55
 API_KEY_AUTH = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+QUIET = {"general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+         "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
+"""What an unattended gemini must not do: update itself, announce updates, send usage statistics or telemetry."""
 
 
 class Gemini(Preset):
@@ -39,10 +42,11 @@ class Gemini(Preset):
 
     def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
         """GOOGLE_GEMINI_BASE_URL alone makes gemini pick its "gateway" auth, which it then rejects (exit 41):
-        a settings.json under a home of its own (GEMINI_CLI_HOME) selects the API-key auth. Its sessions
+        a settings.json under a home of its own (GEMINI_CLI_HOME) selects the API-key auth (and turns off
+        auto-update and telemetry, as the ACP recordings did: tests/fakes/acp/FINDINGS.md). Its sessions
         live there too, so that home stays the same for every call of the provider."""
         home = folder / "gemini"
-        write_private(home / ".gemini" / "settings.json", json.dumps(API_KEY_AUTH, indent=2) + "\n")
+        write_private(home / ".gemini" / "settings.json", json.dumps(API_KEY_AUTH | QUIET, indent=2) + "\n")
         env = {"GEMINI_CLI_HOME": str(home)}
         env |= {"GOOGLE_GEMINI_BASE_URL": settings.base_url} if settings.base_url else {}
         return env | ({"GEMINI_API_KEY": key} if key is not None else {})

@@ -4,6 +4,7 @@ reply proves the preset configured each CLI the way it reads it."""
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -128,3 +129,16 @@ def test_endpoint_settings_are_validated(settings: dict[str, Any], words: str) -
     with pytest.raises(ValidationError) as invalid:
         ProviderSettings.model_validate(settings)
     assert words in str(invalid.value)
+
+
+def test_gemini_runs_unattended_without_updating_itself_or_reporting(tmp_path: Path) -> None:
+    """The private settings.json that selects gemini's API-key auth also turns off its auto-update, its update
+    notice, usage statistics and telemetry (one-shot and `gemini --acp` alike read it)."""
+    from orchestrator.clis import PRESETS
+
+    env = PRESETS["gemini"].endpoint_env(ProviderSettings(type="gemini", base_url="http://127.0.0.1:9/google"),
+                                         "key", tmp_path)
+    written = json.loads((Path(env["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json").read_text())
+    assert written["security"]["auth"]["selectedType"] == "gemini-api-key"
+    assert written["general"] == {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}
+    assert written["privacy"]["usageStatisticsEnabled"] is False and written["telemetry"]["enabled"] is False
