@@ -1,6 +1,6 @@
 """P8 live agent sessions (issue 22): what a turn adds over the model's own time — warm over ACP (`transport:
 acp`) and one-shot (the preset's CLI per message) side by side in one run, per adapter — and what a warm
-adapter holds in memory with 1 and 3 conversations.
+adapter holds in memory with 1, 3 and 50 conversations (at the default `max_live: 8`).
 
 The real adapters and CLIs (claude-agent-acp, codex-acp, `gemini --acp`; claude, codex, gemini) run through
 ProviderRunner, the path a workflow step takes, against the scripted model on 127.0.0.1
@@ -28,6 +28,7 @@ KEY_VARIABLE = "SWITCHYARD_BENCH_P8_KEY"
 PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
 MODEL = {"codex": "gpt-5.4", "gemini": "gemini-fake"}
 CONVERSATION = "conv:bench/p8/{n}"
+IDLE_CONVERSATIONS = 50  # the issue's "50 idle conversations", at the default max_live (8)
 
 
 def _missing(like: str) -> str | None:
@@ -109,6 +110,9 @@ async def _adapter(like: str, scratch: Path, turns: int) -> dict[str, Any]:
                     for n in (2, 3):
                         await _turns(runner, model, cwd, 1, CONVERSATION.format(n=n))
                     entry["rss_mb_3_conversations"] = _descendants_rss_mb()
+                    for n in range(4, IDLE_CONVERSATIONS + 1):  # the pool keeps max_live of them warm
+                        await _turns(runner, model, cwd, 1, CONVERSATION.format(n=n))
+                    entry[f"rss_mb_{IDLE_CONVERSATIONS}_conversations"] = _descendants_rss_mb()
                 result[transport] = entry
             finally:
                 await runner.close()
