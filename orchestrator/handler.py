@@ -68,6 +68,7 @@ class Orchestrator:
                                      runs_retention_days=queue.runs_retention_days,
                                      locks=backend.locks(ttl_s=queue.lock_ttl_sec))
         self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
+        steps.on_ask(self._executor.delivery.let_go)  # a number answering it must not wait behind the run
         self._selector = Selector(context.home, self._runner, context.events,
                                   open_history(backend))
         self._answers = ChatAnswers(self.approvals, context.settings, backend.pairing())

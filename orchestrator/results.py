@@ -82,6 +82,7 @@ class _Waiting:
     event: asyncio.Event = field(default_factory=asyncio.Event)
     count: int = 0
     run: RunState | None = None  # the run as handed over (written just before): the waiters' reply
+    let_go: bool = False  # the run asked something another message answers: the waiters are acknowledged
 
 
 class Delivery:
@@ -119,9 +120,18 @@ class Delivery:
             waiting.count -= 1
             if not waiting.event.is_set() and waiting.count == 0:
                 self._waiting.pop(run_id, None)
-        if not waiting.event.is_set():
+        if not waiting.event.is_set() or waiting.let_go:
             return None
         return waiting.run if waiting.run is not None else self._store.load(run_id)
+
+    def let_go(self, run_id: str) -> None:
+        """The run asks its conversation something a later message of it answers (a tool approval by
+        number): the messages waiting for the run stop waiting now (each gets its acknowledgement, and the
+        run's result is pushed), so that answer is not held behind them for `reply_within_sec`."""
+        waiting = self._waiting.pop(run_id, None)
+        if waiting is not None:
+            waiting.let_go = True
+            waiting.event.set()
 
     @staticmethod
     def _settled(run: RunState) -> bool:

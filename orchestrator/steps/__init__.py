@@ -38,6 +38,10 @@ class StepRunner:
         self._bodies = BodyRunner(runner, store, outbox, approvals)
         self._for_each = ForEach(self._bodies)
 
+    def on_ask(self, callback: Callable[[str], None]) -> None:
+        """Calls `callback(run_id)` when a step of a run asks its conversation to approve a tool call."""
+        self._bodies.on_ask = callback
+
     def lookup(self, run: RunState, step_id: str) -> tuple[LoadedConfig, StepConfig]:
         """The configuration of a run's step; raises a fatal StepFailed when it cannot be found."""
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from orchestrator.workflows import StepBody
 
 if TYPE_CHECKING:
     from orchestrator.approvals import ApprovalBroker
-    from orchestrator.live import PermissionAsker
+    from orchestrator.live import PermissionAsker, ToolApproval
 
 COMMAND_TIMEOUT_SEC = 300.0
 COMMAND_MAX_OUTPUT = 1_048_576
@@ -37,6 +38,8 @@ class BodyRunner:
         self._store = store
         self._outbox = outbox
         self._approvals = approvals
+        self.on_ask: Callable[[str], None] | None = None
+        """Called with the run's id when a step asks for approval (the executor lets its waiting messages go)."""
 
     async def run(
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
@@ -86,7 +89,15 @@ class BodyRunner:
         `session/request_permission`): waits up to the orchestrator's `approval_timeout_sec`."""
         if self._approvals is None:
             return None
-        return self._approvals.asker(job.run.payload(), timeout_s=job.loaded.config.approval_timeout_sec)
+        ask = self._approvals.asker(job.run.payload(), timeout_s=job.loaded.config.approval_timeout_sec)
+        on_ask, run_id = self.on_ask, job.run.runId
+
+        async def asking(approval: ToolApproval) -> str | None:
+            if on_ask is not None:
+                on_ask(run_id)
+            return await ask(approval)
+
+        return asking
 
     def _notes(self, job: StepJob) -> ProgressNotes | None:
         if self._outbox is None:

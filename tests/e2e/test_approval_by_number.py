@@ -1,0 +1,61 @@
+"""A tool approval answered by number on a channel without buttons: the message that started the run is
+acknowledged as soon as its agent asks (it does not hold the conversation for `reply_within_sec`), so the
+numbered answer is read at once and the run's result is pushed."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.testing import wait_until
+from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard
+
+pytestmark = pytest.mark.e2e
+
+FAKE_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "acp" / "fake_agent.py"
+PROMPT_WITHIN_S = 10.0  # far less than the run's reply_within_sec below
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Path]:
+    state = tmp_path / "agents"
+    yield state
+    for mark in state.glob("pid-*"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(mark.name.removeprefix("pid-")), signal.SIGKILL)
+
+
+def test_a_numbered_answer_is_read_while_the_run_waits_for_it(switchyard: Switchyard, agents: Path) -> None:
+    orchestrator = copy.deepcopy(ORCHESTRATOR) | {"reply_within_sec": 120}
+    switchyard.configure({"channels": [  # the profile whose approvers may answer (make_incoming's sender is u1)
+        {"id": "console", "type": "inbox", "poll_ms": 50, "settle_ms": 0, "approvers": ["u1"]}], "providers": {
+        "fake_selector": {"command": [sys.executable, str(PROVIDERS / "selector.py")], "timeout_sec": 30},
+        "fake_diagnostics": {"command": [sys.executable, str(PROVIDERS / "diagnostics.py")]},
+        "fake_agent": {"type": "claude", "transport": "acp", "timeout_sec": 60, "env": {"FAKE_ACP_STATE": str(agents)},
+                       "acp_command": [sys.executable, str(FAKE_AGENT), "--like", "claude"]},
+    }}, orchestrator)
+    switchyard.start()
+    first = switchyard.send("please [run=make deploy]", conversationId="c1")
+    started = time.monotonic()
+    replies = switchyard.reply_to(first["messageId"], count=2, timeout=PROMPT_WITHIN_S)
+    question = next(r for r in replies if r.get("buttons"))
+    assert "make deploy" in question["message"] and [b["label"] for b in question["buttons"]][1] == "Allow"
+    ack = next(r for r in replies if not r.get("buttons"))
+    assert ack["message"].startswith("Started run"), ack["message"]
+    assert time.monotonic() - started < PROMPT_WITHIN_S, "the starting message did not hold the conversation"
+
+    answer = switchyard.send("2", conversationId="c1")  # Allow (once)
+    [allowed] = switchyard.reply_to(answer["messageId"], timeout=PROMPT_WITHIN_S)
+    assert allowed["message"].startswith("Allowed"), allowed["message"]
+    pushed = wait_until(lambda: [r for r in switchyard.replies(first["messageId"])
+                                 if "ran make deploy" in r["message"]], 30)
+    assert len(pushed) == 1, "the run's result is pushed once"
+    switchyard.stop()
