@@ -159,6 +159,8 @@ class Actions:
         ended = await self._executor.outcome(run.runId, within_sec, run if fresh else None)
         if ended is None or not ended.finished:
             self._executor.outlived(ended or run)
+        if ended is None and self._executor.delivery.asking(run.runId):
+            return None  # its question (a tool approval) is the answer for now; the result is pushed
         if ended is None:
             text = (f"{verb} run {run.runId} (workflow {run.workflowId}). I will post the result here "
                     "when it finishes; send /status for its progress.")

@@ -98,6 +98,7 @@ class Delivery:
         self._outbox = outbox
         self._home = home
         self._waiting: dict[str, _Waiting] = {}
+        self._asking: set[str] = set()  # runs whose waiting messages a question let go (until they end)
         self.dead_letter: LateDeadLetter | None = None
 
     async def outcome(self, run_id: str, timeout_sec: float, current: RunState | None = None) -> RunState | None:
@@ -126,12 +127,17 @@ class Delivery:
 
     def let_go(self, run_id: str) -> None:
         """The run asks its conversation something a later message of it answers (a tool approval by
-        number): the messages waiting for the run stop waiting now (each gets its acknowledgement, and the
-        run's result is pushed), so that answer is not held behind them for `reply_within_sec`."""
+        number): the messages waiting for the run stop waiting now — the question is their answer, and the
+        run's result is pushed — so that answer is not held behind them for `reply_within_sec`."""
         waiting = self._waiting.pop(run_id, None)
         if waiting is not None:
             waiting.let_go = True
             waiting.event.set()
+            self._asking.add(run_id)
+
+    def asking(self, run_id: str) -> bool:
+        """Whether the run's waiting messages were let go for a question it asked (they need no other reply)."""
+        return run_id in self._asking
 
     @staticmethod
     def _settled(run: RunState) -> bool:
@@ -145,6 +151,7 @@ class Delivery:
         """Writes a finished run (fsynced) with its delivery decided: `reply` when messages wait for it
         (they are then handed the result by `hand_over`), else none yet (`hand_over` pushes it)."""
         waiting = self._waiting.pop(run.runId, None)
+        self._asking.discard(run.runId)
         if waiting is not None and waiting.count > 0:
             return self._store.save(run.model_copy(update={"delivery": "reply"})), waiting
         return self._store.save(run), None
