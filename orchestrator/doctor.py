@@ -85,13 +85,26 @@ def check_providers(home: Home, settings: Settings, *, all_providers: bool = Tru
             check.kind = provider.type or "command"
             check.binary = binary_of(provider)
             check.path = shutil.which(check.binary)
-            if check.path is None:
+            if check.path is None and not _live_without_cli(provider, check.used_by):
                 check.problem = not_found(check.binary)
             check.problem = check.problem or missing_key(provider)
             if provider.transport == "acp":
                 check.adapter = adapter_state(provider)
         checks.append(check)
     return checks
+
+
+def _live_without_cli(provider: ProviderSettings, used_by: list[str]) -> bool:
+    """Whether an acp provider whose CLI is not on PATH runs anyway: its adapter is found, and no call of it runs
+    the one-shot preset (claude's stateless calls do: a selector's or diagnostics')."""
+    if provider.transport != "acp":
+        return False
+    from orchestrator.acp.specs import adapter_argv, spec_of
+
+    if shutil.which(adapter_argv(provider)[0]) is None:
+        return False
+    stateless = any(use.endswith((":selector", ":diagnostics")) for use in used_by)
+    return spec_of(provider).shared or not stateless
 
 
 def adapter_state(provider: ProviderSettings) -> str:

@@ -41,6 +41,25 @@ def test_status_says_a_missing_adapter_means_one_shot(home: Home) -> None:
     assert section["providers"] == []
 
 
+def test_a_live_provider_whose_cli_is_not_on_path_is_missing_only_where_it_runs_one_shot(home: Home) -> None:
+    """A codex or gemini acp provider runs in its adapter, selector calls included: its CLI absent from PATH is
+    no problem. claude's stateless calls (selector, diagnostics) run the one-shot CLI: absent, it is reported
+    for them, not for an agent."""
+    workspace = home.root / "orchestrators" / "main"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "orchestrator.yaml").write_text(
+        "selector: {provider: codexlive}\ndiagnostics: {provider: claudeselect}\n"
+        "agents: {writer: {provider: claudeagent}}\n"
+        "workflows: {chat: {description: chat, steps: [{id: Reply, agent: writer}]}}\n")
+    adapter = [sys.executable]  # found on PATH, as an installed adapter is
+    settings = Settings(providers={
+        name: ProviderSettings(type=kind, transport="acp", binary=f"/nowhere/{kind}", acp_command=adapter)
+        for name, kind in (("codexlive", "codex"), ("claudeselect", "claude"), ("claudeagent", "claude"))})
+    problems = {check.name: check.problem for check in check_providers(home, settings)}
+    assert problems == {"codexlive": "", "claudeagent": "", "claudeselect": problems["claudeselect"]}
+    assert "/nowhere/claude" in problems["claudeselect"]
+
+
 async def test_doctor_shows_whether_each_adapter_initializes(home: Home) -> None:
     settings = Settings(providers={
         "good": fake_provider("codex"),
