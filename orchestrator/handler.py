@@ -142,12 +142,15 @@ class Orchestrator:
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with one reply (results of slow runs are pushed later), or none for a
-        retried message whose run's result was already pushed."""
+        retried message whose run's result was already pushed. Its voice notes are transcribed first."""
         if message.job is not None:  # a channel-authored job: its profile's workflow, never a command
             loaded = self._load(message)
             workflow = scheduled_workflow(message) or self._profile_workflow(message, loaded)
             return [self._actions.start_job(message, message.job, loaded, workflow)]
-        message = await self._transcriber.transcribed(message, turn=f"conv:{conversation_key(message)}")
+        try:
+            message = await self._transcriber.transcribed(message, turn=f"conv:{conversation_key(message)}")
+        except TurnStopped:  # `/stop` during the transcription: its reply says so; this message is done
+            return []
         answered = await self._answers.handle(message)  # a tapped approval button, or an option's number
         if answered is not None:
             return [answered]

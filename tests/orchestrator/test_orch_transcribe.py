@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable
@@ -18,7 +19,9 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.runtime.outcome import Dead, Retry, failed
 from gateway.settings import ChannelProfile, QueueSettings, Settings, SettingsError, TranscribeSettings, load_settings
+from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
+from orchestrator.handler import STOPPED_TURN
 from orchestrator.transcribe import NO_TRANSCRIBER, TranscriptionFailed, transcribe_problems, with_line
 from tests.fakes.audio import fake_transcriber, seconds_of, spoken_ogg
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message
@@ -185,3 +188,23 @@ def test_check_reports_a_transcriber_that_is_not_installed() -> None:
         "settings.yaml: transcribe.command: `no-such-whisper-9` not found on PATH (voice notes would be refused)"]
     assert transcribe_problems(Settings(transcribe=TranscribeSettings(command=[os.path.realpath("/bin/sh")])),
                                "s") == []
+
+
+async def test_stop_ends_a_slow_transcription_at_once_and_nothing_is_retried(
+    build: Callable[..., Any], voice: tuple[Path, bytes], tmp_path: Path
+) -> None:
+    path, data = voice
+    pid_file = tmp_path / "transcriber.pid"
+    orchestrator = await build(transcribe=TranscribeSettings(
+        command=[*fake_transcriber(tmp_path, {data: SPOKEN}), "--sleep", str(pid_file)]))
+    handling = asyncio.create_task(orchestrator.handle(voice_message(path, 3)))
+    try:
+        await async_wait_until(lambda: pid_file.exists() and pid_file.read_text(), 20)
+        [stopped] = await orchestrator.handle(make_message("/stop"))
+        assert stopped.message == STOPPED_TURN
+        assert await asyncio.wait_for(handling, 10) == []  # done: no reply of its own, no failure to retry
+    finally:
+        handling.cancel()  # (a failed assertion must not leave the slow transcriber running)
+        await asyncio.gather(handling, return_exceptions=True)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
