@@ -331,7 +331,6 @@ def _file_name(file: dict[str, Any]) -> str:
     return str(file.get("name") or file.get("title") or file.get("id") or "file")
 
 
-
 def _seconds(file: dict[str, Any]) -> float | None:
     """A shared audio file's length as Slack reports it (`duration_ms`, on audio clips), else None."""
     duration = file.get("duration_ms")
