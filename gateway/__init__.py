@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         open_attachment,
         read_attachment,
     )
+    from gateway.audio import audio_note, is_audio, with_audio
     from gateway.buttons import numbered
     from gateway.chunking import split_message
     from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
@@ -50,6 +51,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
                     "Sink"),
     "gateway.attachments": ("AttachmentPolicy", "AttachmentRefused", "attachment_folder", "open_attachment",
                             "read_attachment"),
+    "gateway.audio": ("audio_note", "is_audio", "with_audio"),
     "gateway.buttons": ("numbered",),
     "gateway.chunking": ("split_message",),
     "gateway.delivery": ("DeliveryJournal", "Part", "RunThreads", "deliver_parts", "delivery_key", "reply_parts"),
@@ -70,6 +72,7 @@ __all__ = [  # the same names as _SOURCES, written out for type checkers and lin
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
     "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso", "ChannelOptions",
+    "audio_note", "is_audio", "with_audio",
 ]
 
 

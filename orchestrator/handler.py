@@ -30,6 +30,7 @@ from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
 from orchestrator.stores import backend_for, open_history, open_run_store, open_schedules, open_sessions
 from orchestrator.taskqueue import ensure_queue_dirs
+from orchestrator.transcribe import Transcriber
 
 log = logging.getLogger("switchyard.orchestrator")
 
@@ -57,6 +58,7 @@ class Orchestrator:
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=open_sessions(backend))
+        self._transcriber = Transcriber(context.home, context.settings, self._runner, context.events)
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
         self._store = open_run_store(backend)
         self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
@@ -141,11 +143,15 @@ class Orchestrator:
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with one reply (results of slow runs are pushed later), or none for a
-        retried message whose run's result was already pushed."""
+        retried message whose run's result was already pushed. Its voice notes are transcribed first."""
         if message.job is not None:  # a channel-authored job: its profile's workflow, never a command
             loaded = self._load(message)
             workflow = scheduled_workflow(message) or self._profile_workflow(message, loaded)
             return [self._actions.start_job(message, message.job, loaded, workflow)]
+        try:
+            message = await self._transcriber.transcribed(message, turn=f"conv:{conversation_key(message)}")
+        except TurnStopped:  # `/stop` during the transcription: its reply says so; this message is done
+            return []
         answered = await self._answers.handle(message)  # a tapped approval button, or an option's number
         if answered is not None:
             return [answered]

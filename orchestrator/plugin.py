@@ -63,13 +63,17 @@ def switchyard_init(home: Home, settings: Settings) -> list[str]:
 @hookimpl
 def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> list[str]:
     """Validates every orchestrator's orchestrator.yaml (keys, agents, workflows, the providers it names) and
-    that the key variable of each provider with `api_key_env` is set."""
+    that the key variable of each provider with `api_key_env` is set, and that the `transcribe:` command's
+    program is on PATH."""
     from orchestrator.config import load_every_config
     from orchestrator.doctor import unset_keys
     from orchestrator.rules import builtin_providers
+    from orchestrator.transcribe import transcribe_problems
 
     known = set(settings.providers) | set(builtin_providers()) | set(providers)
-    return unset_keys(settings, str(home.settings_file)) + load_every_config(home, settings, known)[1]
+    source = str(home.settings_file)
+    return (unset_keys(settings, source) + transcribe_problems(settings, source)
+            + load_every_config(home, settings, known)[1])
 
 
 @hookimpl

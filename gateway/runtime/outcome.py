@@ -104,8 +104,10 @@ def failed(message: IncomingPayload, exc: Exception, attempts: int, settings: Qu
         return dead(message, str(exc), attempts + 1, reply=exc.reply)
     error = f"{type(exc).__name__}: {exc}"
     attempts += 1
-    if attempts >= settings.max_attempts:
-        return Dead(f"failed {attempts} time(s); last error: {error}", error, attempts, apology(message, attempts))
+    if attempts >= settings.max_attempts:  # a failure that says what its sender should hear (`reply`) says it
+        said = getattr(exc, "reply", None)
+        return Dead(f"failed {attempts} time(s); last error: {error}", error, attempts,
+                    apology(message, attempts, said if isinstance(said, str) and said else None))
     return Retry(error, attempts, backoff_seconds(attempts, settings))
 
 

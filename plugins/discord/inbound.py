@@ -23,7 +23,10 @@ from gateway import (
     OutgoingPayload,
     RunThreads,
     Sink,
+    audio_note,
+    is_audio,
     now_ms,
+    with_audio,
 )
 from plugins.discord import CHANNEL_TYPE
 
@@ -173,21 +176,22 @@ class Intake:
 
     async def _payload(self, message: discord.Message, me: discord.ClientUser,
                        run_id: str | None) -> IncomingPayload | None:
-        files, notes = await self._download(message)
+        files, notes, audio = await self._download(message)
         text = re.sub(rf"^\s*<@!?{me.id}>\s*", "", message.content)
         text = "\n".join([line for line in [text, *notes] if line] + [f"[file: {path}]" for path in files])
         if not text:
             log.debug("discord message %s has neither text nor files; ignored", message.id)
             return None
-        return IncomingPayload(
+        return with_audio(IncomingPayload(
             channel=CHANNEL_TYPE, channelProfileId=self._profile_id, sender=message.author.display_name,
             senderId=str(message.author.id), message=text, timestamp=int(message.created_at.timestamp() * 1000),
             messageId=str(message.id), conversationId=str(message.channel.id), files=[str(p) for p in files],
-            workflowRunId=run_id)
+            workflowRunId=run_id), audio)
 
-    async def _download(self, message: discord.Message) -> tuple[list[Path], list[str]]:
-        """Saves each attachment under files/; a failed download becomes a note in the text."""
-        paths, notes = [], []
+    async def _download(self, message: discord.Message) -> tuple[list[Path], list[str], list[dict[str, Any]]]:
+        """Saves each attachment under files/; a failed download becomes a note in the text. The third list
+        is the payload's `audio` (voice messages and audio files, with Discord's duration when given)."""
+        paths, notes, audio = [], [], []
         for attachment in message.attachments:
             try:
                 data = await attachment.read()
@@ -198,7 +202,9 @@ class Intake:
                 continue
             paths.append(await self._context.save_attachment(attachment.filename, data,
                                                              conversation=str(message.channel.id)))
-        return paths, notes
+            if is_audio(attachment.content_type, attachment.filename):
+                audio.append(audio_note(paths[-1], attachment.duration, attachment.content_type))
+        return paths, notes, audio
 
     def _remember(self, message: discord.Message) -> None:
         self._seen[message.id] = message.channel.id

@@ -20,12 +20,15 @@ from gateway import (
     Part,
     RunThreads,
     Sink,
+    audio_note,
     clip_note,
     deliver_note,
     deliver_parts,
+    is_audio,
     now_ms,
     replacing_preview,
     reply_parts,
+    with_audio,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from plugins.slack.blocks import answered_blocks, button_blocks
@@ -166,6 +169,7 @@ class SlackChannel:
             return
         lines = [message.text] if message.text else []
         files: list[str] = []
+        audio: list[dict[str, Any]] = []
         for file in message.files:
             saved = await self._save_file(file, message.conversation)
             if saved is None:
@@ -173,11 +177,14 @@ class SlackChannel:
             else:
                 files.append(str(saved))
                 lines.append(f"[file: {saved}]")
+                if is_audio(file.get("mimetype"), _file_name(file)):
+                    audio.append(audio_note(saved, _seconds(file), file.get("mimetype")))
         run_id = self._threads.run_for(run_ref(message.channel, message.thread_ts or "")) if message.in_thread else None
         payload = IncomingPayload(
             channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=message.user,
             message="\n".join(lines), timestamp=message.timestamp_ms, messageId=message.ts,
             conversationId=message.conversation, files=files, workflowRunId=run_id)
+        payload = with_audio(payload, audio)
         self._latest[message.conversation] = (message.channel, message.ts)
         try:
             await self._sink(payload)
@@ -323,3 +330,8 @@ def _file_name(file: dict[str, Any]) -> str:
     """A shared file's name as the user gave it."""
     return str(file.get("name") or file.get("title") or file.get("id") or "file")
 
+
+def _seconds(file: dict[str, Any]) -> float | None:
+    """A shared audio file's length as Slack reports it (`duration_ms`, on audio clips), else None."""
+    duration = file.get("duration_ms")
+    return duration / 1000 if isinstance(duration, int | float) else None

@@ -7,7 +7,7 @@ import logging
 import re
 from collections.abc import Awaitable
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway import (
     INTAKE_FAILED_REPLY,
@@ -17,7 +17,9 @@ from gateway import (
     OutgoingPayload,
     RunThreads,
     Sink,
+    audio_note,
     now_ms,
+    with_audio,
 )
 from plugins.telegram.options import CHANNEL_TYPE
 from plugins.telegram.refs import conversation_id, message_ref
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard.telegram")
 
 MEDIA_KINDS = ("document", "audio", "video", "voice", "video_note", "animation")
+AUDIO_KINDS = ("voice", "audio")  # transcribed by the orchestrator (gateway/audio.py)
 ANSWERED = "answered: {label}"  # said under the tapped message (its keyboard removed) and on the tapper's screen
 NOT_YOURS = "You may not answer here."
 
@@ -69,7 +72,7 @@ class InboundMessages:
             workflowRunId=self.threads.run_for(message_ref(message.chat_id, reply.message_id))
             if reply is not None else None,
         )
-        return await self.sink(payload)
+        return await self.sink(with_audio(payload, _audio(message, attachments, [path for _, path in notes])))
 
     async def tap(self, query: CallbackQuery) -> Path | None:
         """Enqueues a tap on a reply's button as a payload with `button` (its callback_data) and the
@@ -186,4 +189,16 @@ def _attachments(message: Message) -> list[tuple[str, str, str | None]]:
         media = getattr(message, kind)
         if media is not None and all(media.file_id != seen for _, seen, _ in found):
             found.append((kind, media.file_id, getattr(media, "file_name", None)))
+    return found
+
+
+def _audio(message: Message, attachments: list[tuple[str, str, str | None]],
+           paths: list[Path | None]) -> list[dict[str, Any]]:
+    """The payload's `audio` entries for the voice notes and audio files saved, with Telegram's own
+    duration and MIME type."""
+    found = []
+    for (kind, _, _), path in zip(attachments, paths, strict=True):
+        media = getattr(message, kind) if kind in AUDIO_KINDS else None
+        if media is not None and path is not None:
+            found.append(audio_note(path, media.duration, media.mime_type))
     return found

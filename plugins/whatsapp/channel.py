@@ -21,6 +21,7 @@ from gateway import (
     Part,
     RunThreads,
     Sink,
+    audio_note,
     deliver_parts,
     now_ms,
     reply_parts,
@@ -198,11 +199,13 @@ class WhatsAppChannel:
         run_id = self.threads.run_for(message.reply_to)
         if run_id:
             self.threads.remember(message.message_id, run_id)
-        text, files = message.text, []
+        text, files, audio = message.text, [], []
         if message.media is not None:
             path = await self._download(message)
             if path is not None:
                 files.append(str(path))
+                if message.media.kind == "audio":  # voice notes too; the webhook gives no length
+                    audio.append(audio_note(path, None, message.media.mime_type))
                 text = f"{text}\n[file: {path}]" if text else f"[file: {path}]"
             else:
                 text = f"{text}\n[attachment could not be downloaded]".strip()
@@ -210,7 +213,8 @@ class WhatsAppChannel:
             "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": message.sender_name,
             "senderId": message.sender_id, "message": text, "timestamp": message.timestamp_ms or now_ms(),
             "messageId": message.message_id, "conversationId": message.sender_id, "files": files,
-            "workflowRunId": run_id, **({"button": message.button} if message.button else {})})
+            "workflowRunId": run_id, **({"button": message.button} if message.button else {}),
+            **({"audio": audio} if audio else {})})
         assert self._sink is not None
         await self._sink(payload)
         _remember(self._last_inbound, message.sender_id, message.message_id)

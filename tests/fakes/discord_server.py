@@ -175,9 +175,19 @@ class DiscordFakeServer(FakeServer):
 
     async def message_create(self, channel_id: str, author: dict[str, Any], content: str, *,
                              files: Sequence[tuple[str, bytes]] = (), guild_id: str | None = None,
-                             reply_to: str | None = None, mentions: Sequence[dict[str, Any]] = ()) -> str:
-        """Delivers a MESSAGE_CREATE as if `author` wrote `content` in `channel_id`; returns its id."""
+                             reply_to: str | None = None, mentions: Sequence[dict[str, Any]] = (),
+                             voice: tuple[bytes, float] | None = None) -> str:
+        """Delivers a MESSAGE_CREATE as if `author` wrote `content` in `channel_id`; returns its id. `voice`
+        (OGG/Opus bytes, seconds) makes it a voice message, as Discord's apps send one."""
         message = self._message(channel_id, author, content, files=files, reply_to=reply_to)
+        if voice is not None:
+            attachment_id = self.snowflake()
+            self.attachments[attachment_id] = voice[0]
+            url = f"{self.url}/attachments/{channel_id}/{attachment_id}/voice-message.ogg"
+            message["attachments"].append({
+                "id": attachment_id, "filename": "voice-message.ogg", "size": len(voice[0]), "url": url,
+                "proxy_url": url, "content_type": "audio/ogg", "duration_secs": voice[1], "waveform": "AAAA"})
+            message["flags"] = 1 << 13  # IS_VOICE_MESSAGE
         message["mentions"] = list(mentions)
         if guild_id is not None:
             message["guild_id"] = guild_id

@@ -98,12 +98,12 @@ class FakeSlack(FakeServer):
         self._clock = max(round(time.time(), 6), round(self._clock + 0.000001, 6))
         return f"{self._clock:.6f}"
 
-    def add_file(self, name: str, data: bytes) -> dict[str, Any]:
+    def add_file(self, name: str, data: bytes, mimetype: str = "text/plain") -> dict[str, Any]:
         """Makes a file downloadable (bot token required) and returns its event `files[]` entry."""
         file_id = f"F{next(self._ids):05d}"
         self._files[file_id] = (name, data)
         url = f"{self.url}/files/{file_id}/{name}"
-        return {"id": file_id, "name": name, "title": name, "mimetype": "text/plain", "size": len(data),
+        return {"id": file_id, "name": name, "title": name, "mimetype": mimetype, "size": len(data),
                 "url_private": url, "url_private_download": url + "?download=1"}
 
     def message_event(self, text: str, *, user: str, channel: str, ts: str | None = None,

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import mimetypes
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -127,18 +128,26 @@ class FakeTelegram(FakeServer):
 
     def message(self, chat: int, text: str = "", *, user_id: int = 1001, first_name: str = "Ada",
                 is_bot: bool = False, file: tuple[str, bytes] | None = None, photo: bytes | None = None,
-                reply_to: int | None = None, topic: int | None = None) -> dict[str, Any]:
-        """A message in `chat` from a user (or bot), stored so later messages can reply to it."""
+                reply_to: int | None = None, topic: int | None = None, voice: tuple[bytes, int] | None = None,
+                audio: tuple[str, bytes, int] | None = None) -> dict[str, Any]:
+        """A message in `chat` from a user (or bot), stored so later messages can reply to it; `voice` is a
+        voice note (OGG/Opus bytes, seconds), `audio` an audio file (name, bytes, seconds)."""
         key = str(chat)
         message: dict[str, Any] = {
             "message_id": next(self._next_message[key]), "date": int(time.time()),
             "chat": _chat(chat), "from": {"id": user_id, "is_bot": is_bot, "first_name": first_name},
         }
-        text_key = "caption" if file or photo else "text"
+        text_key = "caption" if file or photo or voice or audio else "text"
         if text:
             message[text_key] = text
         if file is not None:
             message["document"] = {**self._store(*file), "file_name": file[0]}
+        if voice is not None:
+            message["voice"] = {**self._store("file_0.oga", voice[0]), "duration": voice[1],
+                                "mime_type": "audio/ogg"}
+        if audio is not None:
+            message["audio"] = {**self._store(*audio[:2]), "duration": audio[2], "file_name": audio[0],
+                                "mime_type": mimetypes.guess_type(audio[0])[0] or "audio/mpeg"}
         if photo is not None:
             small = self._store("small.jpg", photo[:10])
             large = self._store("large.jpg", photo)

@@ -20,6 +20,7 @@ from plugins.discord.channel import DiscordChannel
 from tests.fakes.discord_server import MESSAGE_CONTENT_INTENT, DiscordFakeServer
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
 from tests.integration.stream_previews import StreamPreviewChecks
+from tests.integration.voice_notes import SPOKEN, queued_voice, transcribed, voice_bytes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -420,3 +421,14 @@ async def test_typing_reaches_the_conversation_and_failures_stay_quiet(
     await channel.typing(DM)
     await channel.typing("not-a-discord-id")
     assert server.typing == [DM]
+
+
+async def test_a_voice_message_is_queued_as_audio_with_discords_length_and_becomes_text(
+    rig: ChannelRig, server: DiscordFakeServer, tmp_path: Path
+) -> None:
+    data = voice_bytes(tmp_path)
+    await server.message_create("4242", server.user("1001", "Ada"), "", voice=(data, 3.4))
+    payload = await queued_voice(rig, data, "audio/ogg")
+    [entry] = payload["audio"]
+    assert entry["seconds"] == 3.4
+    assert await transcribed(rig, payload, data, tmp_path) == f"[voice 0:03] {SPOKEN}\n[file: {entry['path']}]"

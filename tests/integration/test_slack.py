@@ -17,6 +17,7 @@ from plugins.slack.transport import SocketTransport
 from tests.fakes.slack_server import FakeSlack
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
 from tests.integration.stream_previews import StreamPreviewChecks
+from tests.integration.voice_notes import SPOKEN, queued_voice, transcribed, voice_bytes
 
 BOT_ENV, APP_ENV, SECRET_ENV = "TEST_SLACK_BOT_TOKEN", "TEST_SLACK_APP_TOKEN", "TEST_SLACK_SIGNING_SECRET"
 CHANNEL = "C100"
@@ -458,3 +459,33 @@ def test_an_unknown_mode_is_refused_naming_the_key(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="mode"):
         SlackConfig.from_profile(ChannelProfile.model_validate({"id": "s", "type": "slack", "mode": "rtm"}))
+
+
+async def test_an_audio_clip_is_queued_as_audio_with_slacks_length_and_becomes_text(
+    server: FakeSlack, tmp_path: Path
+) -> None:
+    data = voice_bytes(tmp_path)
+    rig, _ = await started(SlackDriver(server, "socket"), tmp_path / "home")
+    try:
+        server.users["U1001"] = "Ada"
+        clip = {**server.add_file("audio_message.ogg", data, "audio/ogg"), "subtype": "slack_audio",
+                "duration_ms": 4200}
+        await server.deliver(server.message_event("", user="U1001", channel=CHANNEL, files=[clip]))
+        payload = await queued_voice(rig, data, "audio/ogg")
+        [entry] = payload["audio"]
+        assert entry["seconds"] == 4.2
+        assert await transcribed(rig, payload, data, tmp_path) == f"[voice 0:04] {SPOKEN}\n[file: {entry['path']}]"
+    finally:
+        await rig.stop()
+
+
+async def test_a_text_file_is_not_taken_for_audio(server: FakeSlack, tmp_path: Path) -> None:
+    rig, _ = await started(SlackDriver(server, "socket"), tmp_path / "home")
+    try:
+        server.users["U1001"] = "Ada"
+        await server.deliver(server.message_event("notes", user="U1001", channel=CHANNEL,
+                                                  files=[server.add_file("notes.txt", b"plain")]))
+        payload = (await async_wait_until(rig.incoming))[0]
+        assert len(payload["files"]) == 1 and "audio" not in payload
+    finally:
+        await rig.stop()

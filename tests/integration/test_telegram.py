@@ -29,6 +29,7 @@ from plugins.telegram.channel import TelegramChannel
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note
 from tests.integration.stream_previews import StreamPreviewChecks
+from tests.integration.voice_notes import SPOKEN, queued_voice, transcribed, voice_bytes
 
 pytestmark = [
     # PTB 22 warns when RetryAfter.retry_after is read as an int (the plugin handles both forms)
@@ -575,3 +576,22 @@ async def test_the_users_own_attachment_is_uploaded_at_delivery(rig: ChannelRig,
 
 async def test_edits_of_a_stream_are_spaced_as_the_bot_faq_asks_private_and_group(rig: ChannelRig) -> None:
     assert (channel_of(rig).edit_interval_for("1001"), channel_of(rig).edit_interval_for("-100123/7")) == (1.0, 3.0)
+
+
+async def test_a_voice_note_is_queued_as_audio_with_telegrams_length_and_becomes_text(
+    rig: ChannelRig, server: FakeTelegram, tmp_path: Path
+) -> None:
+    data = voice_bytes(tmp_path)
+    await server.deliver(server.message(1001, voice=(data, 7)))
+    payload = await queued_voice(rig, data, "audio/ogg")
+    [entry] = payload["audio"]
+    assert entry["seconds"] == 7 and entry["path"].endswith("voice.oga")
+    assert await transcribed(rig, payload, data, tmp_path) == f"[voice 0:07] {SPOKEN}\n[file: {entry['path']}]"
+
+
+async def test_an_audio_file_is_queued_as_audio_too(rig: ChannelRig, server: FakeTelegram, tmp_path: Path) -> None:
+    data = voice_bytes(tmp_path)
+    await server.deliver(server.message(1001, "the meeting", audio=("meeting.ogg", data, 65)))
+    payload = (await async_wait_until(rig.incoming))[0]
+    assert payload["audio"] == [{"path": payload["files"][0], "seconds": 65, "mime": "audio/ogg"}]
+    assert payload["message"].startswith("the meeting\n[file: ")

@@ -27,7 +27,9 @@ from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
 from gateway.testing import async_wait_until
 from plugins.whatsapp.channel import WhatsAppChannel
+from tests.fakes.audio import seconds_of
 from tests.fakes.whatsapp_server import FakeWhatsApp
+from tests.integration.voice_notes import SPOKEN, queued_voice, transcribed, voice_bytes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -379,3 +381,19 @@ async def test_an_event_that_cannot_be_queued_is_refused_so_meta_delivers_it_aga
         assert [p.message for p in queued] == ["keep me"]
     finally:
         await channel.stop()
+
+
+async def test_a_voice_note_is_queued_as_audio_and_its_length_read_from_the_file(
+        driver: WhatsAppDriver, server: FakeWhatsApp, tmp_path: Path) -> None:
+    data = voice_bytes(tmp_path)
+    async with running(driver, tmp_path / "home") as rig:
+        message = server.message("", kind="audio", mime_type="audio/ogg; codecs=opus")
+        message["audio"]["voice"] = True
+        server.media[message["audio"]["id"]].data = data
+        assert await server.post_event(server.event([message])) == 200
+        payload = await queued_voice(rig, data, "audio/ogg")
+        [entry] = payload["audio"]
+        assert entry["seconds"] is None and entry["path"].endswith(".oga")  # the webhook gives no length
+        seconds = round(seconds_of(data, tmp_path))
+        assert await transcribed(rig, payload, data, tmp_path) == \
+            f"[voice 0:{seconds:02d}] {SPOKEN}\n[file: {entry['path']}]"
