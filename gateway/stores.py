@@ -35,6 +35,7 @@ __all__ = [
     "BackendUnreachable",
     "DeadLetterStore",
     "DeliveryJournalStore",
+    "EditFolding",
     "EventSink",
     "QueueStore",
     "StoreFactory",
@@ -176,6 +177,41 @@ class QueueStore(Protocol):
 
     def take_vanished(self) -> list[tuple[int, str]]:
         """Orders of indexed payloads that were gone when claimed (taken by another handle)."""
+
+
+@runtime_checkable
+class EditFolding(Protocol):
+    """Edits of waiting messages (FileQueue, gateway/memory/queue.py MemoryQueue, gateway/pg/edits.py
+    PgEdits). An edit is an ordinary payload with `editOf` (the original's messageId) and a messageId of its
+    own. While the original waits (not yet claimed, or back in line for a retry) the edit replaces its text in
+    place: same place in line, same name, same ordering keys, the original's messageId. Once it was taken the
+    edit is not folded: the caller queues it as a new message of the conversation (the agent sees
+    "(edited) …"). The decision is made by the same atomic step that claiming uses (a rename out of
+    incoming/, the queue's lock, an UPDATE ... WHERE state = 'queued'), so an edit racing a claim is either
+    folded before the claim or queued after it: never both, never neither."""
+
+    def fold_edit(self, edit: IncomingPayload) -> bool:
+        """True when the original of `edit` (same channel, profile and conversation, messageId `editOf`) was
+        waiting and now holds the edit's text; False when it is not waiting (taken, answered, unknown)."""
+
+
+def edited_bytes(original: bytes, edit: IncomingPayload) -> bytes | None:
+    """The original payload with the edit's text (its attachments stay the original's), or None when `original`
+    is not the message `edit` edits (another channel, profile, conversation or messageId; not a payload)."""
+    import json
+
+    try:
+        body = json.loads(original)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or body.get("messageId") != edit.editOf or body.get("channel") != edit.channel:
+        return None
+    if (body.get("channelProfileId") or body["channel"]) != edit.profile:
+        return None
+    if (body.get("conversationId") or body.get("senderId") or body.get("sender")) != edit.conversation:
+        return None
+    body["message"] = edit.message
+    return json.dumps(body).encode()
 
 
 @runtime_checkable

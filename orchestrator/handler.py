@@ -38,6 +38,7 @@ NOTHING_RUNNING = "Nothing is running."
 STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."
 CONFIG_CHECK_SEC = 2.0  # how often each orchestrator.yaml is looked at for an edit
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
+EDITED_PREFIX = "(edited) "  # what the agent sees before the text of an edit of a message already taken
 
 
 class Orchestrator:
@@ -158,6 +159,8 @@ class Orchestrator:
             return [await self._stop(message)]
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
+        if message.editOf:  # an edit of a message already taken: the agent sees it is one
+            message = message.model_copy(update={"message": f"{EDITED_PREFIX}{message.message}"})
         loaded = self._load(message)
         run = self._actions.resolve_run(message)  # read once: the named run, else the conversation's
         if run is not None and self._actions.answers_input(message, run):

@@ -13,12 +13,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.events import utc_now_iso
 from gateway.files.deadletters import DeadLetter, Kind
 from gateway.files.queue import Claimed
 from gateway.home import safe_name
+from gateway.stores import edited_bytes
+
+if TYPE_CHECKING:
+    from gateway.models import IncomingPayload
 
 MAX_ERRORS = 20  # errors kept per payload, as FileQueue keeps
 
@@ -112,6 +116,19 @@ class MemoryQueue:
                 self.state.taken_in[identity] = name
             self.state.changed()
         return Path("memory:incoming") / name
+
+    def fold_edit(self, edit: IncomingPayload) -> bool:
+        """Puts an edit's text into its original while that one waits in line (gateway.stores.EditFolding):
+        under the queue's lock, which a claim takes too."""
+        if not edit.editOf:
+            return False
+        with self.state.lock:
+            for item in self.state.incoming.values():
+                edited = edited_bytes(item.data, edit)
+                if edited is not None:
+                    item.data = edited
+                    return True
+        return False
 
     def rescan(self) -> None:
         """Nothing to index: every handle reads the shared line."""
