@@ -94,6 +94,23 @@ def line_of(backend: Backend) -> Iterator[Line]:
         line.close()
 
 
+def at_once(work: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Runs each callable in a thread of its own, released together; their results by name."""
+    barrier = threading.Barrier(len(work))
+    result: dict[str, Any] = {}
+
+    def body(name: str, call: Callable[[], Any]) -> None:
+        barrier.wait()
+        result[name] = call()
+
+    threads = [threading.Thread(target=body, args=item) for item in work.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return result
+
+
 def test_an_edit_of_a_waiting_message_replaces_its_text_in_place(backend: Backend) -> None:
     with line_of(backend) as line:
         line.take_in(original(1))
@@ -123,20 +140,7 @@ def test_an_edit_racing_a_claim_is_folded_or_not_never_both_never_neither(backen
     with line_of(backend) as line:
         for n in range(RACES):
             line.take_in(original(n))
-            barrier = threading.Barrier(2)
-            result: dict[str, Any] = {}
-
-            def run(name: str, work: Callable[[], Any]) -> threading.Thread:
-                def body() -> None:
-                    barrier.wait()
-                    result[name] = work()
-                thread = threading.Thread(target=body)
-                thread.start()
-                return thread
-
-            threads = [run("claimed", line.claim), run("folded", lambda n=n: line.folding.fold_edit(edit(n)))]
-            for thread in threads:
-                thread.join(10)
+            result = at_once({"claimed": line.claim, "folded": lambda n=n: line.folding.fold_edit(edit(n))})
             claimed = result["claimed"]
             if claimed is None:  # the fold held it out of line at that moment: it waits, with the edit
                 if backend.name == "files":
