@@ -52,13 +52,15 @@ class Intake:
         """The channel a user's message came from, if it arrived since this process started."""
         return self._seen.get(message_id)
 
-    async def receive(self, message: discord.Message, me: discord.ClientUser, sink: Sink) -> None:
-        """Handles one MESSAGE_CREATE: ignores bots and system messages, checks access, sinks the payload."""
+    async def receive(self, message: discord.Message, me: discord.ClientUser, sink: Sink, *,
+                      edited: bool = False) -> None:
+        """Handles one MESSAGE_CREATE (or, `edited`, a MESSAGE_UPDATE that edits one: a payload with `editOf`
+        and the messageId `<id>:e<edited time>`): ignores bots and system messages, checks access, sinks it."""
         if message.author.bot or message.author.id == me.id or message.type not in CONVERSATIONAL:
             return
         self._remember(message)
         async with self._in_order(message.channel.id):
-            await self._admit(message, me, sink)
+            await self._admit(message, me, sink, edited)
 
     async def tap(self, interaction: discord.Interaction, sink: Sink) -> None:
         """Handles a tap on a reply's button (a component interaction, dispatched by its custom_id so a tap
@@ -125,7 +127,7 @@ class Intake:
             else:
                 self._locks[channel_id] = (lock, users - 1)
 
-    async def _admit(self, message: discord.Message, me: discord.ClientUser, sink: Sink) -> None:
+    async def _admit(self, message: discord.Message, me: discord.ClientUser, sink: Sink, edited: bool) -> None:
         run_id = self._threads.run_for(message.reference.message_id if message.reference else None,
                                        message.channel.id)
         if not self._addressed(message, me, run_id):
@@ -138,6 +140,9 @@ class Intake:
         payload = await self._payload(message, me, run_id)
         if payload is None:
             return
+        if edited and message.edited_at is not None:
+            payload = payload.model_copy(update={
+                "editOf": payload.messageId, "messageId": f"{message.id}:e{int(message.edited_at.timestamp() * 1000)}"})
         try:
             await sink(payload)
         except Exception as exc:  # Discord will not send the event again: tell the sender
