@@ -165,7 +165,11 @@ class ChannelRig:
             self.paths.append(path)
             return path
 
-        await self.channel.start(sink)
+        try:
+            await self.channel.start(sink)
+        except BaseException:
+            self.queue.close()  # (a start that fails is never stopped)
+            raise
         return self.channel
 
     def incoming(self) -> list[dict[str, Any]]:

@@ -176,7 +176,9 @@ class SlackChannel:
         run_id = self._threads.run_for(run_ref(message.channel, message.thread_ts or "")) if message.in_thread else None
         payload = IncomingPayload(
             channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=message.user,
-            message="\n".join(lines), timestamp=message.timestamp_ms, messageId=message.ts,
+            message="\n".join(lines), timestamp=message.timestamp_ms,
+            messageId=f"{message.ts}:e{message.edited_ts}" if message.edited_ts else message.ts,
+            editOf=message.ts if message.edited_ts else None,
             conversationId=message.conversation, files=files, workflowRunId=run_id)
         self._latest[message.conversation] = (message.channel, message.ts)
         try:
