@@ -195,25 +195,6 @@ class EditFolding(Protocol):
         waiting and now holds the edit's text; False when it is not waiting (taken, answered, unknown)."""
 
 
-def edited_bytes(original: bytes, edit: IncomingPayload) -> bytes | None:
-    """The original payload with the edit's text (its attachments stay the original's), or None when `original`
-    is not the message `edit` edits (another channel, profile, conversation or messageId; not a payload)."""
-    import json
-
-    try:
-        body = json.loads(original)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or body.get("messageId") != edit.editOf or body.get("channel") != edit.channel:
-        return None
-    if (body.get("channelProfileId") or body["channel"]) != edit.profile:
-        return None
-    if (body.get("conversationId") or body.get("senderId") or body.get("sender")) != edit.conversation:
-        return None
-    body["message"] = edit.message
-    return json.dumps(body).encode()
-
-
 @runtime_checkable
 class Approvals(Protocol):
     """Tool approvals asked in chat (gateway/approvals.py: the record and its rules; FileApprovals,

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
+from gateway.edits import EDITED_PREFIX
 from gateway.keys import CONTROL_COMMANDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
@@ -38,7 +39,6 @@ NOTHING_RUNNING = "Nothing is running."
 STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."
 CONFIG_CHECK_SEC = 2.0  # how often each orchestrator.yaml is looked at for an edit
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
-EDITED_PREFIX = "(edited) "  # what the agent sees before the text of an edit of a message already taken
 
 
 class Orchestrator:

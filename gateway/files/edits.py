@@ -10,14 +10,28 @@ A crash while it is held returns it to incoming/ at the next start, as any claim
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from gateway.home import NotRegularFile, atomic_write, read_file, safe_name
-from gateway.stores import edited_bytes
+from gateway.edits import edited_bytes
+from gateway.home import Home, NotRegularFile, atomic_write, read_file, safe_name
 
 if TYPE_CHECKING:
-    from gateway.files.queue import FileQueue
     from gateway.models import IncomingPayload
+
+
+class FileQueue(Protocol):
+    """What folding needs of gateway.files.queue.FileQueue (named here so the two modules need not import
+    each other)."""
+
+    home: Home
+    worker_dir: Path
+    fsync: bool
+    max_payload_bytes: int
+
+    def holds_worker_lock(self) -> bool: ...
+
+    def notice(self, name: str) -> None: ...
 
 
 def fold_edit(queue: FileQueue, edit: IncomingPayload) -> bool:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.edits import edited_bytes
 from gateway.events import utc_now_iso
 from gateway.files.deadletters import DeadLetter, Kind
 from gateway.files.queue import Claimed
 from gateway.home import safe_name
-from gateway.stores import edited_bytes
 
 if TYPE_CHECKING:
     from gateway.models import IncomingPayload

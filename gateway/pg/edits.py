@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.edits import edited_bytes
 from gateway.models import IncomingPayload
-from gateway.stores import edited_bytes
 
 WAITING = ("SELECT id, payload FROM switchyard_messages WHERE state = 'queued' AND channel = %s AND profile = %s "
            "AND conversation = %s ORDER BY id")

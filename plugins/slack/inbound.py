@@ -55,7 +55,9 @@ def person_message(event: dict[str, Any], bot: BotIdentity) -> SlackMessage | No
         return None
     if event.get("subtype") == EDITED:
         inner = event.get("message")
-        edited = inner.get("edited") if isinstance(inner, dict) else None
+        if not isinstance(inner, dict):
+            return None
+        edited = inner.get("edited")
         if not isinstance(edited, dict) or not edited.get("ts"):  # an unfurl or a bot's update: no edit
             return None
         found = person_message({**inner, "type": "message", "channel": event.get("channel")}, bot)
