@@ -183,7 +183,8 @@ class QueueStore(Protocol):
 class EditFolding(Protocol):
     """Edits of waiting messages (FileQueue, gateway/memory/queue.py MemoryQueue, gateway/pg/edits.py
     PgEdits). An edit is an ordinary payload with `editOf` (the original's messageId) and a messageId of its
-    own. While the original waits (not yet claimed, or back in line for a retry) the edit replaces its text in
+    own. While the original waits (not yet claimed, back in line for a retry, or claimed by this process's worker
+    but not started: the queue's `pending_edits`, set by gateway/files/worker.py) the edit replaces its text in
     place: same place in line, same name, same ordering keys, the original's messageId. Once it was taken the
     edit is not folded: the caller queues it as a new message of the conversation (the agent sees
     "(edited) …"). The decision is made by the same atomic step that claiming uses (a rename out of

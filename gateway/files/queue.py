@@ -87,6 +87,7 @@ class FileQueue:
         self._peeked: dict[str, tuple[str, ...]] = {}  # ordering keys of files read in incoming/ (shared home)
         self._deferred: list[_Entry] = []  # files whose keys another process holds, until end_pass()
         self._spares = SpareFiles(home.incoming)  # for enqueue on the event loop
+        self.pending_edits: Callable[[IncomingPayload], bool] | None = None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -371,13 +372,18 @@ class FileQueue:
 
     # --- writing payloads -------------------------------------------------------------------
 
+    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
+        """Replaces a claimed file's bytes where it is (an edit folded into it before it started)."""
+        atomic_write(claimed.path, data, fsync=self.fsync)
+
     def holds_worker_lock(self) -> bool:
         """Whether this handle is open (its processing/ folder is its own)."""
         return self._lock_fd >= 0
 
     def fold_edit(self, edit: IncomingPayload) -> bool:
-        """Puts an edit's text into its original while that one waits (gateway.files.edits)."""
-        return fold_edit(self, edit)
+        """Puts an edit's text into its original while that one waits: in incoming/ (gateway.files.edits),
+        else claimed by this process's worker but not started (`pending_edits`, set by the worker)."""
+        return fold_edit(self, edit) or (self.pending_edits is not None and self.pending_edits(edit))
 
     def enqueue(self, data: bytes, *, hint: str = "msg") -> Path:
         """Writes a payload into incoming/ atomically under a sortable, unique name."""

@@ -78,6 +78,7 @@ class MemoryQueue:
         self.worker = worker
         self.max_payload_bytes = max_payload_bytes
         self._deferred: set[str] = set()
+        self.pending_edits: Callable[[IncomingPayload], bool] | None = None  # set by the worker
 
     def open(self) -> list[str]:
         with self.state.lock:
@@ -128,7 +129,14 @@ class MemoryQueue:
                 if edited is not None:
                     item.data = edited
                     return True
-        return False
+        return self.pending_edits is not None and self.pending_edits(edit)  # claimed by the worker, not started
+
+    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
+        """Replaces the bytes of a payload this handle claimed (an edit folded into it before it started)."""
+        with self.state.lock:
+            held = self.state.claimed.get(claimed.name)
+            if held is not None:
+                held[1].data = bytes(data)
 
     def rescan(self) -> None:
         """Nothing to index: every handle reads the shared line."""
