@@ -46,3 +46,31 @@ async def test_an_edit_of_a_waiting_row_replaces_it_and_one_of_an_answered_row_f
     rig.drop(edit_of(first, "hello one, edited"))  # answered already: queued as its own message
     await rig.until(lambda: len(rig.replies()) == 3)
     assert handler.texts[-1] == ("c-00001:e1", "hello one, edited", "c-00001")
+
+
+async def test_an_edit_folded_between_the_workers_read_and_its_start_is_what_runs(
+    rig_factory: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """The worker reads a row, then starts it with `UPDATE … WHERE state = 'queued'`: an edit folded in between
+    is what it runs (the start statement returns the payload it started), never the text read before."""
+    from gateway.pg.edits import PgEdits
+    from gateway.pg.processing import MessageProcessor
+
+    original = message(1, "c", text="helo")
+    start = MessageProcessor._answered_or_start
+    folded: list[bool] = []
+
+    async def edit_then_start(self: MessageProcessor, message_id: int, msg: IncomingPayload) -> Any:
+        if msg.messageId == original.messageId and not folded:
+            from psycopg_pool import ConnectionPool
+
+            with ConnectionPool(rig.dsn, min_size=1, max_size=1) as pool:
+                folded.append(PgEdits(pool).fold_edit(edit_of(original, "hello")))
+        return await start(self, message_id, msg)
+
+    monkeypatch.setattr(MessageProcessor, "_answered_or_start", edit_then_start)
+    handler = TextHandler()
+    rig = await rig_factory(handler)
+    rig.drop(original)
+    await rig.until(lambda: rig.replies())
+    assert folded == [True] and handler.texts == [("c-00001", "hello", None)]
