@@ -34,6 +34,21 @@ class EditConformance:
         assert rig.incoming() == [{**original, "message": "hello world"}], "the waiting message holds the edit"
         assert sorted(p.name for p in rig.context.home.incoming.glob("*.json")) == names, "same file: same place"
 
+    async def test_an_edit_of_a_message_with_a_file_keeps_the_file_and_fetches_nothing_again(
+        self, rig: ChannelRig, driver: ChannelDriver
+    ) -> None:
+        if not driver.supports_edits or not driver.supports_files:
+            pytest.skip(f"{driver.type} reports no edits, or takes no files")
+        await driver.user_says("see the file", file=("notes.txt", b"the notes"))
+        (original,) = await async_wait_until(rig.incoming)
+        assert rig.context is not None and original["files"]
+        saved = sorted(p for p in rig.context.home.files.rglob("*") if p.is_file())
+        await driver.user_edits_last("see the notes file")
+        await async_wait_until(lambda: any(p["message"] == "see the notes file" for p in rig.incoming()))
+        (edited,) = rig.incoming()
+        assert edited["files"] == original["files"], "the attachment stays the original's"
+        assert sorted(p for p in rig.context.home.files.rglob("*") if p.is_file()) == saved, "downloaded again"
+
     async def test_an_edit_of_a_taken_message_is_queued_as_an_edit_of_it(
         self, rig: ChannelRig, driver: ChannelDriver
     ) -> None:

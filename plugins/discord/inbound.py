@@ -137,7 +137,7 @@ class Intake:
         if not decision.allowed:
             await self._refuse(message, decision)
             return
-        payload = await self._payload(message, me, run_id)
+        payload = await self._payload(message, me, run_id, download=not edited)  # an edit's files came before
         if payload is None:
             return
         if edited and message.edited_at is not None:
@@ -177,8 +177,8 @@ class Intake:
             await asyncio.to_thread(self._context.outbox.write, answer)
 
     async def _payload(self, message: discord.Message, me: discord.ClientUser,
-                       run_id: str | None) -> IncomingPayload | None:
-        files, notes = await self._download(message)
+                       run_id: str | None, *, download: bool = True) -> IncomingPayload | None:
+        files, notes = await self._download(message) if download else ([], [])
         text = re.sub(rf"^\s*<@!?{me.id}>\s*", "", message.content)
         text = "\n".join([line for line in [text, *notes] if line] + [f"[file: {path}]" for path in files])
         if not text:

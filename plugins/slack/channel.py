@@ -166,7 +166,7 @@ class SlackChannel:
             return
         lines = [message.text] if message.text else []
         files: list[str] = []
-        for file in message.files:
+        for file in [] if message.edited_ts else message.files:  # an edit's files came with the original
             saved = await self._save_file(file, message.conversation)
             if saved is None:
                 lines.append(f"[file not downloaded: {_file_name(file)}]")

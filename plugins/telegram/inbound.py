@@ -55,7 +55,7 @@ class InboundMessages:
         if user is None or user.is_bot:
             return None  # other bots, the bot itself, anonymous admins
         text = _without_bot_mention(message.text or message.caption or "", bot.username)
-        attachments = _attachments(message)
+        attachments = [] if edited else _attachments(message)  # an edit's files came with the original
         if not text.strip() and not attachments:
             return None  # stickers, service messages, polls, …
         topic = message.message_thread_id if message.is_topic_message else None
