@@ -70,6 +70,7 @@ class ChannelDriver:
     redelivers_refused_messages: bool = False  # True: the platform sends a message again when the sink failed
     supports_refusal: bool = True  # the platform can refuse a send for good (blocked, removed, gone)
     supports_buttons: bool = False  # the fake delivers taps on the buttons the bot showed
+    supports_edits: bool = False  # the platform reports a user's edits (gateway/conformance_edits.py)
 
     def profile_options(self) -> dict[str, Any]:
         """Type-specific profile keys pointing the plugin at the fake (base URLs, token_env, …)."""
@@ -113,6 +114,15 @@ class ChannelDriver:
         showing it, as the platform does; returns what `tap_again` needs to deliver the same tap again."""
         raise NotImplementedError
 
+    async def user_edits_last(self, text: str, *, sender_id: str = "1001", sender: str = "Ada") -> Any:
+        """Makes the fake platform report that the user edited their latest message to `text`; returns what
+        `edit_again` needs to report the same edit again."""
+        raise NotImplementedError
+
+    async def edit_again(self, edit: Any) -> None:
+        """Reports an edit once more, as the platform does when it is not sure the first delivery arrived."""
+        raise NotImplementedError
+
     async def tap_again(self, tap: Any) -> None:
         """Delivers a tap once more, as the platform does when it is not sure the first delivery arrived."""
         raise NotImplementedError
@@ -142,17 +152,24 @@ class ChannelRig:
         self.context = ChannelContext(home=home, settings=settings, profile=profile, events=events,
                                       outbox=outbox, pairing=PairingStore(home))  # the file backend's, as a `run`
         self.queue = FileQueue(home, fsync=False)
+        self.queue.open()
         self.channel = self.driver.build_channel(profile, self.context)
 
         async def sink(payload: IncomingPayload) -> Path:
             assert self.queue is not None
             if self.refuse_intake:
                 raise OSError(errno.ENOSPC, "No space left on device")
+            if payload.editOf and self.queue.fold_edit(payload):  # as the gateway's sink: edited in place
+                return self.context.home.incoming if self.context else self.root
             path = self.queue.enqueue(payload.to_json(), hint=payload.messageId)
             self.paths.append(path)
             return path
 
-        await self.channel.start(sink)
+        try:
+            await self.channel.start(sink)
+        except BaseException:
+            self.queue.close()  # (a start that fails is never stopped)
+            raise
         return self.channel
 
     def incoming(self) -> list[dict[str, Any]]:
@@ -164,6 +181,8 @@ class ChannelRig:
     async def stop(self) -> None:
         if self.channel is not None:
             await self.channel.stop()
+        if self.queue is not None:
+            self.queue.close()
 
 
 async def send_like_the_dispatcher(channel: Channel, outgoing: OutgoingPayload, attempts: int = 5) -> None:

@@ -242,6 +242,10 @@ class KeyScheduler(Generic[T]):
         """Keys whose cross-process lock this scheduler holds (running or with messages waiting)."""
         return sorted(self._locked)
 
+    def pending_items(self) -> list[T]:
+        """The claimed messages that have not started, in claim order (left in place)."""
+        return [p.item for _, p in sorted(self._entries.items()) if p.item is not None]
+
     def drain_pending(self) -> list[T]:
         """Removes and returns every claimed message that has not started (for shutdown); their keys'
         locks are kept until `release_idle()`, called once the messages are back in incoming/, so no

@@ -75,11 +75,14 @@ class IncomingPayload(_Payload):
     workflowStepId: str | None = Field(default=None, max_length=128)
     job: Job | None = None
     """Set by a channel that authors jobs: the message is a job, not chat (see `Job`)."""
+    editOf: str | None = Field(default=None, max_length=256)
+    """Set by a channel when the message is an edit: the messageId of the message edited. Folded into that
+    message while it waits (gateway.stores.EditFolding); else queued as its own message, shown "(edited) …"."""
     invokeFunction: str | None = Field(default=None, max_length=128)
     """Set by a channel whose messages are requests for one function (e.g. a probe): the built-in
     `rules` selector invokes it when the orchestrator offers it; other selectors see it in the request."""
 
-    @field_validator("channelProfileId", "conversationId", "workflowRunId", "workflowStepId")
+    @field_validator("channelProfileId", "conversationId", "workflowRunId", "workflowStepId", "editOf")
     @classmethod
     def _empty_is_none(cls, value: str | None) -> str | None:
         return value or None

@@ -35,6 +35,7 @@ __all__ = [
     "BackendUnreachable",
     "DeadLetterStore",
     "DeliveryJournalStore",
+    "EditFolding",
     "EventSink",
     "QueueStore",
     "StoreFactory",
@@ -176,6 +177,23 @@ class QueueStore(Protocol):
 
     def take_vanished(self) -> list[tuple[int, str]]:
         """Orders of indexed payloads that were gone when claimed (taken by another handle)."""
+
+
+@runtime_checkable
+class EditFolding(Protocol):
+    """Edits of waiting messages (FileQueue, gateway/memory/queue.py MemoryQueue, gateway/pg/edits.py
+    PgEdits). An edit is an ordinary payload with `editOf` (the original's messageId) and a messageId of its
+    own. While the original waits (not yet claimed, back in line for a retry, or claimed by this process's worker
+    but not started: the queue's `pending_edits`, set by gateway/files/worker.py) the edit replaces its text in
+    place: same place in line, same name, same ordering keys, the original's messageId. Once it was taken the
+    edit is not folded: the caller queues it as a new message of the conversation (the agent sees
+    "(edited) …"). The decision is made by the same atomic step that claiming uses (a rename out of
+    incoming/, the queue's lock, an UPDATE ... WHERE state = 'queued'), so an edit racing a claim is either
+    folded before the claim or queued after it: never both, never neither."""
+
+    def fold_edit(self, edit: IncomingPayload) -> bool:
+        """True when the original of `edit` (same channel, profile and conversation, messageId `editOf`) was
+        waiting and now holds the edit's text; False when it is not waiting (taken, answered, unknown)."""
 
 
 @runtime_checkable

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
+from gateway.edits import EDITED_PREFIX
 from gateway.keys import CONTROL_COMMANDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
@@ -165,6 +166,8 @@ class Orchestrator:
             return [await self._stop(message)]
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
+        if message.editOf:  # an edit of a message already taken: the agent sees it is one
+            message = message.model_copy(update={"message": f"{EDITED_PREFIX}{message.message}"})
         loaded = self._load(message)
         run = self._actions.resolve_run(message)  # read once: the named run, else the conversation's
         if run is not None and self._actions.answers_input(message, run):

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.events import utc_now_iso
+from gateway.files.edits import fold_edit
 from gateway.files.queueorder import NameSequence, order_of
 from gateway.home import (
     Home,
@@ -29,6 +30,9 @@ from gateway.home import (
     scan_mtimes,
     take_folder_lock,
 )
+
+if TYPE_CHECKING:
+    from gateway.models import IncomingPayload
 
 log = logging.getLogger("switchyard.queue")
 
@@ -83,6 +87,7 @@ class FileQueue:
         self._peeked: dict[str, tuple[str, ...]] = {}  # ordering keys of files read in incoming/ (shared home)
         self._deferred: list[_Entry] = []  # files whose keys another process holds, until end_pass()
         self._spares = SpareFiles(home.incoming)  # for enqueue on the event loop
+        self.pending_edits: Callable[[IncomingPayload], bool] | None = None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -309,7 +314,6 @@ class FileQueue:
             data = b""
             errors = [*errors, f"cannot read: {exc}"]
         return Claimed(entry.name, target, data, (entry.order, entry.name), attempts, errors, invalid)
-        return None
 
     def take_claim_errors(self) -> list[str]:
         """Why claims failed since the last call (the files stay indexed and are tried again)."""
@@ -367,6 +371,19 @@ class FileQueue:
             return 0, []
 
     # --- writing payloads -------------------------------------------------------------------
+
+    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
+        """Replaces a claimed file's bytes where it is (an edit folded into it before it started)."""
+        atomic_write(claimed.path, data, fsync=self.fsync)
+
+    def holds_worker_lock(self) -> bool:
+        """Whether this handle is open (its processing/ folder is its own)."""
+        return self._lock_fd >= 0
+
+    def fold_edit(self, edit: IncomingPayload) -> bool:
+        """Puts an edit's text into its original while that one waits: in incoming/ (gateway.files.edits),
+        else claimed by this process's worker but not started (`pending_edits`, set by the worker)."""
+        return fold_edit(self, edit) or (self.pending_edits is not None and self.pending_edits(edit))
 
     def enqueue(self, data: bytes, *, hint: str = "msg") -> Path:
         """Writes a payload into incoming/ atomically under a sortable, unique name."""

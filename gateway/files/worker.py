@@ -14,6 +14,7 @@ from typing import Protocol
 
 from gateway.aio import finish_or_cancel, wait_event
 from gateway.api import Handler, Outbox
+from gateway.edits import edited_bytes
 from gateway.events import EventLog
 from gateway.files.queue import CLAIM_RETRY_S, Claimed
 from gateway.files.receipts import Receipts
@@ -38,6 +39,10 @@ class WorkerQueue(QueueStore, Protocol):
 
     def take_claim_errors(self) -> list[str]:
         """The reasons of the claims that failed since the last call (a file that cannot be moved)."""
+        ...
+
+    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
+        """Replaces the bytes of a payload this handle claimed (an edit folded into it before it started)."""
         ...
 
 
@@ -86,6 +91,8 @@ class Worker:
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
+        if hasattr(queue, "pending_edits"):  # an edit of a message claimed here but not started folds into it
+            queue.pending_edits = self.fold_pending
         self.processed = 0
         self.receipts: Receipts | None = None  # set by the gateway: tells a waiting sender it is queued
 
@@ -216,6 +223,19 @@ class Worker:
         self._last_claim_error = (errors[0], now)
         log.error("%s (%d claim failure(s); retrying)", errors[0], len(errors))
         self.events.emit("queue.error", reason=errors[0], failures=len(errors))
+
+    def fold_pending(self, edit: IncomingPayload) -> bool:
+        """Puts an edit's text into its original when this worker claimed it and it has not started (it waits
+        behind its conversation): the claimed bytes are rewritten where they are, so a restart keeps the edit.
+        On the event loop, as starting is: a message is either still pending here or started."""
+        for job in self.scheduler.pending_items():
+            edited = edited_bytes(job.claimed.data, edit)
+            if edited is not None:
+                self.queue.rewrite_claimed(job.claimed, edited)
+                job.claimed.data = edited
+                job.message = parse_payload(edited, self.settings.max_payload_bytes)
+                return True
+        return False
 
     def _wants_more(self) -> bool:
         # Claims happen only while a slot is free; since ready messages were just started, every

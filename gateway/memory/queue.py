@@ -13,12 +13,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gateway.edits import edited_bytes
 from gateway.events import utc_now_iso
 from gateway.files.deadletters import DeadLetter, Kind
 from gateway.files.queue import Claimed
 from gateway.home import safe_name
+
+if TYPE_CHECKING:
+    from gateway.models import IncomingPayload
 
 MAX_ERRORS = 20  # errors kept per payload, as FileQueue keeps
 
@@ -74,6 +78,7 @@ class MemoryQueue:
         self.worker = worker
         self.max_payload_bytes = max_payload_bytes
         self._deferred: set[str] = set()
+        self.pending_edits: Callable[[IncomingPayload], bool] | None = None  # set by the worker
 
     def open(self) -> list[str]:
         with self.state.lock:
@@ -112,6 +117,26 @@ class MemoryQueue:
                 self.state.taken_in[identity] = name
             self.state.changed()
         return Path("memory:incoming") / name
+
+    def fold_edit(self, edit: IncomingPayload) -> bool:
+        """Puts an edit's text into its original while that one waits in line (gateway.stores.EditFolding):
+        under the queue's lock, which a claim takes too."""
+        if not edit.editOf:
+            return False
+        with self.state.lock:
+            for item in self.state.incoming.values():
+                edited = edited_bytes(item.data, edit)
+                if edited is not None:
+                    item.data = edited
+                    return True
+        return self.pending_edits is not None and self.pending_edits(edit)  # claimed by the worker, not started
+
+    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
+        """Replaces the bytes of a payload this handle claimed (an edit folded into it before it started)."""
+        with self.state.lock:
+            held = self.state.claimed.get(claimed.name)
+            if held is not None:
+                held[1].data = bytes(data)
 
     def rescan(self) -> None:
         """Nothing to index: every handle reads the shared line."""

@@ -90,15 +90,17 @@ class MemoryRuntime(FileRuntime):
             if claimed.invalid is not None:  # a FIFO, a link...: quarantined unread, as the file worker does
                 incoming.dead_letter(claimed, claimed.invalid)
                 continue
-            self.memory_queue.enqueue(claimed.data, hint=claimed.name.removesuffix(".json"),
-                                      identity=self._identity(claimed.data))
+            message = self._parsed(claimed.data)
+            if message is None or not self.memory_queue.fold_edit(message):  # an edit of a waiting message
+                self.memory_queue.enqueue(claimed.data, hint=claimed.name.removesuffix(".json"),
+                                          identity=message_identity(message) if message is not None else None)
             incoming.complete(claimed)
 
-    def _identity(self, data: bytes) -> str | None:
-        """The message identity of a spooled payload (None for one that does not parse: the worker
-        quarantines it, once)."""
+    def _parsed(self, data: bytes) -> IncomingPayload | None:
+        """A spooled payload as a message (None for one that does not parse: the worker quarantines it,
+        once)."""
         try:
-            return message_identity(parse_payload(data, self.parts.settings.queue.max_payload_bytes))
+            return parse_payload(data, self.parts.settings.queue.max_payload_bytes)
         except ValueError:
             return None
 

@@ -28,6 +28,7 @@ from gateway.home import Home
 from gateway.keys import ordering_keys
 from gateway.models import INVALID_APOLOGY, IncomingPayload, OutgoingPayload
 from gateway.payloads import parse_payload
+from gateway.pg.edits import PgEdits
 from gateway.pg.errors import database_away, worth_waiting
 from gateway.pg.keyjobs import defer_jobs_of, defer_query
 from gateway.pg.outbox import PgOutbox
@@ -57,6 +58,7 @@ class Intake:
         self.home = home
         self.settings = settings
         self.outbox = outbox
+        self.edits = PgEdits(pool)
         self.on_database = on_database  # called with (ok: bool, reason: str | None)
         self.taken = 0
         self._wakeup = asyncio.Event()
@@ -137,6 +139,10 @@ class Intake:
             message: IncomingPayload | None = parse_payload(claimed.data, limit)
         except ValueError:  # stored keyless: the worker dead-letters it with its reason
             message = None
+        if message is not None and message.editOf and await asyncio.to_thread(self.edits.fold_edit, message):
+            self.queue.complete(claimed)  # folded into its waiting original (gateway.pg.edits)
+            self.taken += 1
+            return
         if await self._store_plain(claimed.name, claimed.data, message):
             refused = None
         else:

@@ -37,13 +37,14 @@ log = logging.getLogger("switchyard.pg.worker")
 
 PARK_S = 0.2  # how soon a parked job (a gate, or a process job waiting for its gate) looks again
 KEPT_ERRORS = 20
-# Whether the message was answered within the window; if not, it is marked running, in the same statement.
+# Whether the message was answered within the window; if not, it is marked running, in the same statement,
+# which returns the payload as it was then (an edit folded into it while it waited: gateway/pg/edits.py).
 ANSWERED_OR_START = (
     "WITH seen AS (SELECT 1 FROM switchyard_answered WHERE %(window)s > 0 AND identity = %(identity)s "
     "AND answered_at > now() - make_interval(secs => %(window)s)), "
     "started AS (UPDATE switchyard_messages SET state = 'running', updated_at = now() "
-    "WHERE id = %(id)s AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM seen)) "
-    "SELECT EXISTS (SELECT 1 FROM seen)")
+    "WHERE id = %(id)s AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM seen) RETURNING payload) "
+    "SELECT EXISTS (SELECT 1 FROM seen), (SELECT payload FROM started)")
 
 REFUSED = ("UPDATE switchyard_messages SET state = 'dead', reason = %s, updated_at = now() "
            "WHERE id = %s AND state NOT IN ('done', 'dead') RETURNING name, channel, conversation")
@@ -145,7 +146,10 @@ class MessageProcessor:
             return
         if len(job_locks(keys)) > 1 and not gate_open:
             raise Reschedule(PARK_S, "waiting for its conversation")
-        if await self._answered_or_start(message_id, message):
+        seen, started = await self._answered_or_start(message_id, message)
+        if started is not None and bytes(started) != bytes(payload):  # edited after it was read: run the edit
+            message = parse_payload(bytes(started), self.settings.max_payload_bytes)
+        if seen:
             await self._store_done(message_id, message, [], duplicate=True)
             self.events.emit("message.duplicate", job_id=name, channel=message.channel,
                              conversation=message.conversation, messageId=message.messageId)
@@ -192,14 +196,14 @@ class MessageProcessor:
         else:
             await self._dead_letter(message_id, name, message, outcome, errors)
 
-    async def _answered_or_start(self, message_id: int, message: IncomingPayload) -> bool:
-        """True when the message was answered within the duplicate window; else marks it running (one
-        statement: the pool is in autocommit)."""
+    async def _answered_or_start(self, message_id: int, message: IncomingPayload) -> tuple[bool, Any]:
+        """(True, None) when the message was answered within the duplicate window; else marks it running
+        and gives its payload as started (one statement: the pool is in autocommit)."""
         async with self.pool.connection() as conn:
             cursor = await conn.execute(ANSWERED_OR_START, {"identity": message_identity(message), "id": message_id,
                                                             "window": float(self.settings.duplicate_window_sec)})
             row = await cursor.fetchone()
-        return bool(row and row[0])
+        return (bool(row[0]), row[1]) if row else (False, None)
 
     async def _store_done(self, message_id: int, message: IncomingPayload, replies: list[OutgoingPayload],
                           *, duplicate: bool = False) -> bool:

@@ -220,6 +220,8 @@ class Gateway:
         failures = 0
         while True:
             try:
+                if payload.editOf and self.queue.fold_edit(payload):  # its original still waits: edited in place
+                    return self.home.incoming
                 path = self.queue.enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
                 break
             except OSError as exc:

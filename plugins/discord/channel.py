@@ -179,11 +179,15 @@ class DiscordChannel:
         async def on_message(message: discord.Message) -> None:
             await self._take_in(client, message)
 
+        async def on_raw_message_edit(event: discord.RawMessageUpdateEvent) -> None:
+            if event.message.edited_at is not None:  # (an embed unfurled is an update, not an edit)
+                await self._take_in(client, event.message, edited=True)
+
         async def on_interaction(interaction: discord.Interaction) -> None:
             if interaction.type is discord.InteractionType.component and self._sink is not None:
                 await self._tracked(self._intake.tap(interaction, self._sink), f"interaction {interaction.id}")
 
-        for handler in (on_connect, on_resumed, on_message, on_interaction):
+        for handler in (on_connect, on_resumed, on_message, on_raw_message_edit, on_interaction):
             client.event(handler)
         return client
 
@@ -243,10 +247,11 @@ class DiscordChannel:
             self._client = client
             return client
 
-    async def _take_in(self, client: discord.Client, message: discord.Message) -> None:
-        """Runs the intake for one message, tracked so that stop() can let it finish."""
+    async def _take_in(self, client: discord.Client, message: discord.Message, *, edited: bool = False) -> None:
+        """Runs the intake for one message (or an edit of one), tracked so that stop() can let it finish."""
         if client.user is not None and self._sink is not None:
-            await self._tracked(self._intake.receive(message, client.user, self._sink), f"message {message.id}")
+            await self._tracked(self._intake.receive(message, client.user, self._sink, edited=edited),
+                                f"message {message.id}")
 
     async def _tracked(self, intake: Awaitable[None], what: str) -> None:
         """Runs one intake in the event's task, tracked so that stop() can let it finish; failures are logged."""

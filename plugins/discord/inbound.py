@@ -55,13 +55,15 @@ class Intake:
         """The channel a user's message came from, if it arrived since this process started."""
         return self._seen.get(message_id)
 
-    async def receive(self, message: discord.Message, me: discord.ClientUser, sink: Sink) -> None:
-        """Handles one MESSAGE_CREATE: ignores bots and system messages, checks access, sinks the payload."""
+    async def receive(self, message: discord.Message, me: discord.ClientUser, sink: Sink, *,
+                      edited: bool = False) -> None:
+        """Handles one MESSAGE_CREATE (or, `edited`, a MESSAGE_UPDATE that edits one: a payload with `editOf`
+        and the messageId `<id>:e<edited time>`): ignores bots and system messages, checks access, sinks it."""
         if message.author.bot or message.author.id == me.id or message.type not in CONVERSATIONAL:
             return
         self._remember(message)
         async with self._in_order(message.channel.id):
-            await self._admit(message, me, sink)
+            await self._admit(message, me, sink, edited)
 
     async def tap(self, interaction: discord.Interaction, sink: Sink) -> None:
         """Handles a tap on a reply's button (a component interaction, dispatched by its custom_id so a tap
@@ -128,7 +130,7 @@ class Intake:
             else:
                 self._locks[channel_id] = (lock, users - 1)
 
-    async def _admit(self, message: discord.Message, me: discord.ClientUser, sink: Sink) -> None:
+    async def _admit(self, message: discord.Message, me: discord.ClientUser, sink: Sink, edited: bool) -> None:
         run_id = self._threads.run_for(message.reference.message_id if message.reference else None,
                                        message.channel.id)
         if not self._addressed(message, me, run_id):
@@ -138,9 +140,12 @@ class Intake:
         if not decision.allowed:
             await self._refuse(message, decision)
             return
-        payload = await self._payload(message, me, run_id)
+        payload = await self._payload(message, me, run_id, download=not edited)  # an edit's files came before
         if payload is None:
             return
+        if edited and message.edited_at is not None:
+            payload = payload.model_copy(update={
+                "editOf": payload.messageId, "messageId": f"{message.id}:e{int(message.edited_at.timestamp() * 1000)}"})
         try:
             await sink(payload)
         except Exception as exc:  # Discord will not send the event again: tell the sender
@@ -175,8 +180,8 @@ class Intake:
             await asyncio.to_thread(self._context.outbox.write, answer)
 
     async def _payload(self, message: discord.Message, me: discord.ClientUser,
-                       run_id: str | None) -> IncomingPayload | None:
-        files, notes, audio = await self._download(message)
+                       run_id: str | None, *, download: bool = True) -> IncomingPayload | None:
+        files, notes, audio = await self._download(message) if download else ([], [], [])
         text = re.sub(rf"^\s*<@!?{me.id}>\s*", "", message.content)
         text = "\n".join([line for line in [text, *notes] if line] + [f"[file: {path}]" for path in files])
         if not text:

@@ -170,7 +170,7 @@ class SlackChannel:
         lines = [message.text] if message.text else []
         files: list[str] = []
         audio: list[dict[str, Any]] = []
-        for file in message.files:
+        for file in [] if message.edited_ts else message.files:  # an edit's files came with the original
             saved = await self._save_file(file, message.conversation)
             if saved is None:
                 lines.append(f"[file not downloaded: {_file_name(file)}]")
@@ -182,7 +182,9 @@ class SlackChannel:
         run_id = self._threads.run_for(run_ref(message.channel, message.thread_ts or "")) if message.in_thread else None
         payload = IncomingPayload(
             channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=message.user,
-            message="\n".join(lines), timestamp=message.timestamp_ms, messageId=message.ts,
+            message="\n".join(lines), timestamp=message.timestamp_ms,
+            messageId=f"{message.ts}:e{message.edited_ts}" if message.edited_ts else message.ts,
+            editOf=message.ts if message.edited_ts else None,
             conversationId=message.conversation, files=files, workflowRunId=run_id)
         payload = with_audio(payload, audio)
         self._latest[message.conversation] = (message.channel, message.ts)

@@ -6,8 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# Subtypes that are a person's new message; edits, deletions, joins and the like are not.
+# Subtypes that are a person's new message; deletions, joins and the like are not (an edit is read apart).
 PERSON_SUBTYPES = {None, "file_share", "thread_broadcast", "me_message"}
+EDITED = "message_changed"  # the event of an edit: the message as it is now under `message`
 _MENTION = re.compile(r"^\s*<@(?P<user>[A-Z0-9]+)(\|[^>]*)?>[:,]?\s*")
 
 
@@ -29,6 +30,7 @@ class SlackMessage:
     text: str
     thread_ts: str | None = None
     files: list[dict[str, Any]] = field(default_factory=list)
+    edited_ts: str | None = None  # set for an edit: when it was edited (`message.edited.ts`)
 
     @property
     def in_thread(self) -> bool:
@@ -47,8 +49,20 @@ class SlackMessage:
 
 
 def person_message(event: dict[str, Any], bot: BotIdentity) -> SlackMessage | None:
-    """The message of a person in `event`, or None for bots (this one included), edits and the like."""
-    if event.get("type") != "message" or event.get("subtype") not in PERSON_SUBTYPES:
+    """The message of a person in `event` (for an edit, `message_changed`, the message as edited, with
+    `edited_ts`), or None for bots (this one included), deletions, link unfurls and the like."""
+    if event.get("type") != "message":
+        return None
+    if event.get("subtype") == EDITED:
+        inner = event.get("message")
+        if not isinstance(inner, dict):
+            return None
+        edited = inner.get("edited")
+        if not isinstance(edited, dict) or not edited.get("ts"):  # an unfurl or a bot's update: no edit
+            return None
+        found = person_message({**inner, "type": "message", "channel": event.get("channel")}, bot)
+        return None if found is None else SlackMessage(**{**found.__dict__, "edited_ts": str(edited["ts"])})
+    if event.get("subtype") not in PERSON_SUBTYPES:
         return None
     if event.get("bot_id") or event.get("bot_profile"):
         return None

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard.telegram")
 
 MAX_INLINE_WAIT_S = 30.0  # longer rate limits go back to the dispatcher as retry_after
-ALLOWED_UPDATES = ["message", "callback_query"]  # messages, and taps on the inline keyboards of replies
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]  # messages, their edits, taps on buttons
 NOTE_GONE = ("message to edit not found", "message can't be edited")  # post the note anew
 T = TypeVar("T")
 
@@ -231,17 +231,17 @@ class TelegramChannel:
         if update.callback_query is not None and self._inbound is not None:
             await self._inbound.tap(update.callback_query)
             return
-        if update.message is None or self._inbound is None:
+        message = update.message or update.edited_message
+        if message is None or self._inbound is None:
             return
         try:
-            await self._inbound.handle(update.get_bot(), update.message)
+            await self._inbound.handle(update.get_bot(), message, edited=update.message is None)
         except Exception as exc:  # Telegram will not send the update again: tell the sender
-            log.exception("telegram %s: could not enqueue message %s", self.profile_id,
-                          update.message.message_id)
+            log.exception("telegram %s: could not enqueue message %s", self.profile_id, message.message_id)
             self.context.events.emit("channel.error", channel=CHANNEL_TYPE, profile=self.profile_id,
                                      reason=self._scrub(exc))
             try:
-                await update.message.reply_text(INTAKE_FAILED_REPLY)
+                await message.reply_text(INTAKE_FAILED_REPLY)
             except Exception as reply_exc:
                 log.warning("telegram %s: could not tell the sender either: %s", self.profile_id,
                             self._scrub(reply_exc))

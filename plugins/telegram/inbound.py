@@ -35,6 +35,12 @@ ANSWERED = "answered: {label}"  # said under the tapped message (its keyboard re
 NOT_YOURS = "You may not answer here."
 
 
+def _edit_ref(message: Message) -> str:
+    """The messageId of one edit of a message: the message's own, with the edit's time."""
+    edited_at = int(message.edit_date.timestamp()) if message.edit_date is not None else 0
+    return f"{message_ref(message.chat_id, message.message_id)}:e{edited_at}"
+
+
 class InboundMessages:
     """Admits or refuses each message, downloads its files and hands the payload to the sink."""
 
@@ -45,13 +51,14 @@ class InboundMessages:
         self.threads = threads
         self.sink = sink
 
-    async def handle(self, bot: Bot, message: Message) -> Path | None:
-        """Enqueues one message; returns its queue file, or None when it is ignored or refused."""
+    async def handle(self, bot: Bot, message: Message, *, edited: bool = False) -> Path | None:
+        """Enqueues one message (`edited`: an edit of one, whose messageId names the edit's time, so a
+        redelivery is the same edit); returns its queue file, or None when it is ignored or refused."""
         user = message.from_user
         if user is None or user.is_bot:
             return None  # other bots, the bot itself, anonymous admins
         text = _without_bot_mention(message.text or message.caption or "", bot.username)
-        attachments = _attachments(message)
+        attachments = [] if edited else _attachments(message)  # an edit's files came with the original
         if not text.strip() and not attachments:
             return None  # stickers, service messages, polls, …
         topic = message.message_thread_id if message.is_topic_message else None
@@ -67,7 +74,8 @@ class InboundMessages:
             channel=CHANNEL_TYPE, channelProfileId=self.profile_id, sender=sender, senderId=sender_id,
             message="\n".join(line for line in (text, *(note for note, _ in notes)) if line),
             timestamp=int(message.date.timestamp() * 1000),
-            messageId=message_ref(message.chat_id, message.message_id), conversationId=conversation,
+            messageId=_edit_ref(message) if edited else message_ref(message.chat_id, message.message_id),
+            editOf=message_ref(message.chat_id, message.message_id) if edited else None, conversationId=conversation,
             files=[str(path) for _, path in notes if path is not None],
             workflowRunId=self.threads.run_for(message_ref(message.chat_id, reply.message_id))
             if reply is not None else None,

@@ -214,7 +214,8 @@ class WhatsAppChannel:
             "senderId": message.sender_id, "message": text, "timestamp": message.timestamp_ms or now_ms(),
             "messageId": message.message_id, "conversationId": message.sender_id, "files": files,
             "workflowRunId": run_id, **({"button": message.button} if message.button else {}),
-            **({"audio": audio} if audio else {})})
+            **({"audio": audio} if audio else {}),
+            **({"editOf": message.edit_of} if message.edit_of else {})})
         assert self._sink is not None
         await self._sink(payload)
         _remember(self._last_inbound, message.sender_id, message.message_id)

@@ -58,6 +58,7 @@ class InboundMessage:
     media: MediaRef | None = None
     reply_to: str | None = None
     button: str | None = None  # the id of the reply button tapped (an interactive button_reply)
+    edit_of: str | None = None  # set for an edit (type "edit"): the id of the message edited
 
 
 def parse_messages(event: dict[str, Any]) -> list[InboundMessage]:
@@ -94,7 +95,15 @@ def _parse_message(raw: dict[str, Any], phone_number_id: str, names: dict[str, s
     kind = str(raw.get("type", ""))
     if not sender or not raw.get("id"):
         return None
-    text, media = _content(kind, raw)
+    edit = raw.get("edit") if kind == "edit" else None
+    if isinstance(edit, dict):  # an edit (reported to Coexistence numbers only): the text or caption as now
+        inner = edit.get("message") or {}
+        text, media = _content(str(inner.get("type", "")), inner)
+        media = None  # the file was taken in with the original
+        if not edit.get("original_message_id"):
+            return None
+    else:
+        text, media = _content(kind, raw)
     if text is None and media is None:
         log.debug("whatsapp: skipping a %r message", kind)
         return None
@@ -106,7 +115,8 @@ def _parse_message(raw: dict[str, Any], phone_number_id: str, names: dict[str, s
     return InboundMessage(
         message_id=str(raw["id"]), phone_number_id=phone_number_id, sender_id=sender,
         sender_name=names.get(sender) or sender, timestamp_ms=timestamp_ms, text=text or "", media=media,
-        reply_to=str(context["id"]) if context.get("id") else None, button=_button_id(kind, raw))
+        reply_to=str(context["id"]) if context.get("id") else None, button=_button_id(kind, raw),
+        edit_of=str(edit["original_message_id"]) if isinstance(edit, dict) else None)
 
 
 def _button_id(kind: str, raw: dict[str, Any]) -> str | None:

@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import BodyPartReader, WSMsgType, web
@@ -74,6 +74,8 @@ class DiscordFakeServer(FakeServer):
         self.token = token
         self.sent: list[SentMessage] = []
         self.edits: list[EditedMessage] = []
+        self.written: list[dict[str, Any]] = []  # the users' messages, as MESSAGE_CREATE carried them (or edited)
+        self._next_edit = itertools.count(1)
         self.typing: list[str] = []
         self.identifies: list[dict[str, Any]] = []
         self.resumes = 0
@@ -191,8 +193,19 @@ class DiscordFakeServer(FakeServer):
         message["mentions"] = list(mentions)
         if guild_id is not None:
             message["guild_id"] = guild_id
+        self.written.append(message)
         await self.dispatch("MESSAGE_CREATE", message)
         return str(message["id"])
+
+    def edited_last(self, channel_id: str, author_id: str, content: str) -> dict[str, Any]:
+        """The author's latest message in `channel_id` edited to `content`, as a MESSAGE_UPDATE carries it (the
+        whole message, with `edited_timestamp`); deliver it with `dispatch("MESSAGE_UPDATE", …)`."""
+        mine = [m for m in self.written if m["channel_id"] == channel_id and m["author"]["id"] == author_id]
+        assert mine, f"{author_id} wrote nothing in {channel_id} to edit"
+        stamp = datetime.now(UTC) + timedelta(milliseconds=next(self._next_edit))
+        edited = {**mine[-1], "content": content, "edited_timestamp": stamp.isoformat()}
+        self.written[self.written.index(mine[-1])] = edited
+        return edited
 
     def interaction(self, channel_id: str, user: dict[str, Any], custom_id: str) -> dict[str, Any]:
         """The INTERACTION_CREATE of `user` tapping the button `custom_id` under the bot's latest message in

@@ -119,6 +119,16 @@ class FakeSlack(FakeServer):
         event.update(extra)
         return event
 
+    def message_changed(self, original: dict[str, Any], text: str) -> dict[str, Any]:
+        """The `message_changed` event Slack sends when the author edits `original` (a message event) to
+        `text`: the message as it is now under `message`, with `edited.ts`; its own ts."""
+        inner = {key: value for key, value in original.items() if key not in ("channel", "channel_type")}
+        inner.update(text=text, edited={"user": original["user"], "ts": self.next_ts()})
+        return {"type": "message", "subtype": "message_changed", "hidden": True, "channel": original["channel"],
+                "channel_type": "channel", "ts": self.next_ts(), "event_ts": self.next_ts(), "message": inner,
+                "previous_message": {key: value for key, value in inner.items() if key != "edited"}
+                | {"text": original["text"]}}
+
     def callback(self, event: dict[str, Any]) -> dict[str, Any]:
         """The event_callback body wrapping one event."""
         return {"token": "legacy", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",

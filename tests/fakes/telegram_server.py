@@ -83,6 +83,7 @@ class FakeTelegram(FakeServer):
         self._next_update = itertools.count(1)
         self._next_file = itertools.count(1)
         self._next_query = itertools.count(4_000_000_000_000_000_001)
+        self._next_edit = itertools.count(1)
         self._pending: list[dict[str, Any]] = []
         self._arrived = asyncio.Condition()
         self._rate_limited = 0
@@ -158,6 +159,17 @@ class FakeTelegram(FakeServer):
             message.update(message_thread_id=topic, is_topic_message=True)
         self._messages[(key, message["message_id"])] = message
         return message
+
+    def edit_last(self, chat: int, text: str, *, user_id: int = 1001) -> dict[str, Any]:
+        """The user's latest message in `chat` edited to `text`, as an `edited_message` update carries it (its
+        own message_id, an `edit_date`)."""
+        key = str(chat)
+        mine = [m for (c, _), m in self._messages.items() if c == key and m["from"]["id"] == user_id]
+        assert mine, f"user {user_id} has no message in chat {chat} to edit"
+        edited = {**mine[-1], "edit_date": mine[-1]["date"] + next(self._next_edit)}
+        edited["caption" if "caption" in edited else "text"] = text
+        self._messages[(key, edited["message_id"])] = edited
+        return edited
 
     def callback_query(self, chat: int, data: str, *, user_id: int = 1001, first_name: str = "Ada",
                        query_id: str | None = None) -> dict[str, Any]:

@@ -273,6 +273,13 @@ class FakeWhatsApp(FakeServer):
                 "type": "interactive", "context": {"from": self.own_wa_id, "id": wamid},
                 "interactive": {"type": "button_reply", "button_reply": {"id": button_id, "title": title}}}
 
+    def edit(self, original: str, text: str, *, sender_id: str) -> dict[str, Any]:
+        """The message object Meta posts when the user edits the message `original` to `text` (type `edit`,
+        reported to Coexistence numbers): an id of its own, `edit.original_message_id`, the message as now."""
+        return {"from": sender_id, "id": f"wamid.{secrets.token_hex(20).upper()}", "timestamp": str(int(time.time())),
+                "type": "edit", "edit": {"original_message_id": original,
+                                         "message": {"type": "text", "text": {"body": text}}}}
+
     def event(self, messages: list[dict[str, Any]], *, names: dict[str, str] | None = None,
               phone_number_id: str | None = None, statuses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """A `messages` webhook event wrapping message (or status) objects, as Meta posts it."""

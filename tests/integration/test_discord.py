@@ -14,6 +14,7 @@ import pytest
 
 from gateway import DeliveryError, OutgoingPayload, PermanentError
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.conformance_edits import EditConformance
 from gateway.events import read_events
 from gateway.testing import async_wait_until
 from plugins.discord.channel import DiscordChannel
@@ -35,6 +36,7 @@ class DiscordDriver(ChannelDriver):
     limit = 2000
     conversation = DM
     supports_buttons = True
+    supports_edits = True
 
     def __init__(self, server: DiscordFakeServer, **options: Any) -> None:
         self.server = server
@@ -51,6 +53,14 @@ class DiscordDriver(ChannelDriver):
 
     async def bot_says(self, text: str) -> None:
         await self.server.message_create(self.conversation, self.server.bot_user(), text)
+
+    async def user_edits_last(self, text: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        edited = self.server.edited_last(self.conversation, sender_id, text)
+        await self.edit_again(edited)
+        return edited
+
+    async def edit_again(self, edit: Any) -> None:
+        await self.server.dispatch("MESSAGE_UPDATE", edit)
 
     def sent(self) -> list[SentItem]:
         items = []
@@ -101,7 +111,7 @@ async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordFakeSe
         yield fake
 
 
-class TestDiscordConformance(ChannelConformance):
+class TestDiscordConformance(ChannelConformance, EditConformance):
     @pytest.fixture
     async def driver(self, server: DiscordFakeServer) -> DiscordDriver:
         return DiscordDriver(server)

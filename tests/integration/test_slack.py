@@ -11,6 +11,7 @@ import pytest
 
 from gateway import Channel, ChannelContext, ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.conformance_edits import EditConformance
 from gateway.testing import async_wait_until
 from plugins.slack.channel import SlackChannel
 from plugins.slack.transport import SocketTransport
@@ -30,12 +31,14 @@ class SlackDriver(ChannelDriver):
     limit = 40_000
     conversation = CHANNEL
     supports_buttons = True
+    supports_edits = True
 
     def __init__(self, server: FakeSlack, mode: str, **options: Any) -> None:
         self.server = server
         self.mode = mode
         self.options = options
         self.channels: list[SlackChannel] = []
+        self.written: dict[str, dict[str, Any]] = {}  # each sender's latest message event (or its edit's)
 
     def profile_options(self) -> dict[str, Any]:
         return {"mode": self.mode, "bot_token_env": BOT_ENV, "app_token_env": APP_ENV,
@@ -64,8 +67,18 @@ class SlackDriver(ChannelDriver):
         self.server.users[sender_id] = sender
         files = [self.server.add_file(*file)] if file else None
         event = self.server.message_event(text, user=sender_id, channel=CHANNEL, thread_ts=thread_ts, files=files)
+        self.written[sender_id] = event
         await self.deliver(event)
         return event
+
+    async def user_edits_last(self, text: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        edit = self.server.message_changed(self.written[sender_id], text)
+        self.written[sender_id] = {**edit["message"], "channel": CHANNEL}
+        await self.edit_again(edit)
+        return edit
+
+    async def edit_again(self, edit: Any) -> None:
+        await self.deliver(edit)
 
     async def bot_says(self, text: str) -> None:
         await self.deliver(self.server.message_event(text, user=self.server.bot_user_id, channel=CHANNEL,
@@ -124,7 +137,7 @@ async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeSlack]:
         yield fake
 
 
-class TestSlackConformance(ChannelConformance):
+class TestSlackConformance(ChannelConformance, EditConformance):
     @pytest.fixture(params=["socket", "http"])
     async def driver(self, request: pytest.FixtureRequest, server: FakeSlack) -> SlackDriver:
         return SlackDriver(server, request.param)

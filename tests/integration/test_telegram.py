@@ -21,6 +21,7 @@ import pytest
 from gateway import ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
 from gateway.access import PairingStore
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.conformance_edits import EditConformance
 from gateway.files.dispatcher import Dispatcher
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until
@@ -56,6 +57,7 @@ class TelegramDriver(ChannelDriver):
     limit = 4096
     conversation = "1001"
     supports_buttons = True
+    supports_edits = True
 
     def __init__(self, server: FakeTelegram, mode: str = "polling", **options: Any) -> None:
         self.server = server
@@ -95,6 +97,14 @@ class TelegramDriver(ChannelDriver):
     async def tap_again(self, tap: Any) -> None:
         await self.server.deliver(tap, kind="callback_query")
 
+    async def user_edits_last(self, text: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        edited = self.server.edit_last(int(sender_id), text, user_id=int(sender_id))
+        await self.edit_again(edited)
+        return edited
+
+    async def edit_again(self, edit: Any) -> None:
+        await self.server.deliver(edit, kind="edited_message")
+
     def rate_limit_next(self, times: int, retry_after: float) -> None:
         self.server.rate_limit_next(times, retry_after)
 
@@ -133,13 +143,13 @@ async def server() -> AsyncIterator[FakeTelegram]:
         yield fake
 
 
-class TestTelegramPollingConformance(ChannelConformance):
+class TestTelegramPollingConformance(ChannelConformance, EditConformance):
     @pytest.fixture
     async def driver(self, server: FakeTelegram) -> TelegramDriver:
         return TelegramDriver(server)
 
 
-class TestTelegramWebhookConformance(ChannelConformance):
+class TestTelegramWebhookConformance(ChannelConformance, EditConformance):
     @pytest.fixture
     async def driver(self, server: FakeTelegram) -> TelegramDriver:
         return TelegramDriver(server, mode="webhook")

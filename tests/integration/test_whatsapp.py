@@ -22,6 +22,7 @@ from gateway import (
     Settings,
 )
 from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.conformance_edits import EditConformance
 from gateway.events import read_events
 from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
@@ -46,11 +47,13 @@ class WhatsAppDriver(ChannelDriver):
     conversation = "15557654321"
     redelivers_refused_messages = True  # the webhook answers 500 and Meta sends it again
     supports_buttons = True
+    supports_edits = True
 
     def __init__(self, server: FakeWhatsApp):
         self.server = server
         self.options: dict[str, Any] = {}
         self.channels: list[WhatsAppChannel] = []
+        self.written: dict[str, str] = {}  # each sender's latest wamid
 
     def profile_options(self) -> dict[str, Any]:
         return {"token_env": TOKEN_ENV, "phone_number_id": self.server.phone_number_id,
@@ -69,7 +72,18 @@ class WhatsAppDriver(ChannelDriver):
     async def user_says(self, text: str, *, sender_id: str = "1001", sender: str = "Ada",
                         file: tuple[str, bytes] | None = None) -> None:
         self.point_webhook()
-        await self.server.user_says(text, sender_id=sender_id, sender=sender, file=file)
+        self.written[sender_id] = await self.server.user_says(text, sender_id=sender_id, sender=sender, file=file)
+
+    async def user_edits_last(self, text: str, *, sender_id: str = "1001", sender: str = "Ada") -> dict[str, Any]:
+        edit = {"message": self.server.edit(self.written[sender_id], text, sender_id=sender_id), "sender": sender}
+        await self.edit_again(edit)
+        return edit
+
+    async def edit_again(self, edit: Any) -> None:
+        self.point_webhook()
+        status = await self.server.post_event(self.server.event([edit["message"]],
+                                                                names={edit["message"]["from"]: edit["sender"]}))
+        assert status == 200, f"webhook answered {status}"
 
     async def bot_says(self, text: str) -> None:
         self.point_webhook()
@@ -114,7 +128,7 @@ async def driver(server: FakeWhatsApp) -> WhatsAppDriver:
     return WhatsAppDriver(server)
 
 
-class TestWhatsAppConformance(ChannelConformance):
+class TestWhatsAppConformance(ChannelConformance, EditConformance):
     """Every conformance check, against the fake Cloud API (the `driver` fixture above)."""
 
 

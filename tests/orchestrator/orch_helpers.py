@@ -67,7 +67,9 @@ class ScriptedSelector:
         self.calls_file = tmp_path / "selector_calls.txt"
         argv = script("scripted_selector", """
             import sys
-            sys.stdin.read()
+            request = sys.stdin.read()
+            with open(sys.argv[2] + ".requests", "a") as requests:
+                requests.write(request)
             with open(sys.argv[2], "a") as calls:
                 calls.write("call\\n")
             print(open(sys.argv[1]).read())
@@ -77,6 +79,11 @@ class ScriptedSelector:
     def answer(self, decision: dict[str, Any] | str) -> None:
         text = decision if isinstance(decision, str) else json.dumps(decision)
         self.answer_file.write_text(text, encoding="utf-8")
+
+    def requests(self) -> str:
+        """What the selector was given on stdin, every call."""
+        path = self.calls_file.with_name(self.calls_file.name + ".requests")
+        return path.read_text(encoding="utf-8") if path.exists() else ""
 
     @property
     def calls(self) -> int:

@@ -171,3 +171,15 @@ async def test_default_orchestrator_echoes_a_chat_message(
     assert answer.message == "You said: hello [send_file: /tmp/x.txt]", "the user's own tag is echoed as text"
     assert answer.files == []
     assert answer.agent == "echo" and answer.workflowStepId == "Reply"
+
+
+async def test_an_edit_of_a_taken_message_reaches_the_agent_marked_edited(
+    selector: ScriptedSelector, orchestrator: Orchestrator
+) -> None:
+    """Issue 23 §3: an edit queued as its own message (`editOf`) is shown to the agent as "(edited) <text>"; a
+    message that is no edit is shown as it is."""
+    await orchestrator.handle(make_message("plain words first"))
+    await orchestrator.handle(make_message("build the docs please", editOf="m1"))
+    requests = selector.requests()
+    assert "(edited) build the docs please" in requests, requests[-2000:]
+    assert "plain words first" in requests and "(edited) plain words first" not in requests

@@ -1,0 +1,57 @@
+"""Edits through the real Gateway of each backend (memory, files, postgres when SWITCHYARD_TEST_DSN is set),
+as a channel's sink hands them over: an edit of a message still waiting is answered once, with the new text,
+in that message's place; an edit of a message already answered is answered as a message of its own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.testing import async_wait_until, make_incoming
+from tests.contract.flow import PROFILE, Flow, Host
+from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["memory", "files", "postgres"])
+async def flow(request: pytest.FixtureRequest, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Flow]:
+    dsn = None
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("db")
+        monkeypatch.setenv("SWITCHYARD_DSN", dsn)
+    flow = Flow(request.param, tmp_path, dsn=dsn)
+    try:
+        yield flow
+    finally:
+        await flow.stop()
+
+
+async def edit(host: Host, of: str, text: str, conversation: str) -> None:
+    """An edit of the message `of`, as a channel sinks it: its own messageId, `editOf` the original's."""
+    payload = make_incoming(text, channel="fake", channelProfileId=PROFILE, conversationId=conversation,
+                            messageId=f"{of}:e1", editOf=of)
+    assert host.channel.sink is not None
+    await host.channel.sink(payload)
+
+
+async def test_an_edit_replaces_a_waiting_message_and_follows_an_answered_one(flow: Flow) -> None:
+    host = await flow.host()
+    assert host is not None
+    script = flow.script
+    edited: list[bool] = []
+    script.gate["e1"] = lambda: edited  # e1 runs until the edit of e2 is in; e2 waits behind it
+    await host.send("e1", "room-e")
+    await host.send("e2", "room-e")
+    await async_wait_until(lambda: script.of("e1"))
+    await edit(host, "e2", "e2 edited", "room-e")
+    edited.append(True)
+    await async_wait_until(lambda: len(flow.sent("room-e")) == 2)
+    assert flow.texts("room-e") == ["e1 part 1/1", "e2 edited part 1/1"], "the waiting e2 ran once, edited"
+    assert not script.of("e2:e1"), "an edit folded into its original is no message of its own"
+    await edit(host, "e1", "e1 edited", "room-e")  # e1 was answered: the edit follows it
+    await async_wait_until(lambda: len(flow.sent("room-e")) == 3)
+    assert flow.texts("room-e")[2] == "e1 edited part 1/1" and [c.ok for c in script.of("e1:e1")] == [True]
