@@ -15,7 +15,8 @@ from orchestrator.acp.orphans import reap_orphans
 from orchestrator.actions import Actions, reply
 from orchestrator.approvalchat import ChatAnswers
 from orchestrator.approvals import ApprovalBroker
-from orchestrator.config import ConfigCache, LoadedConfig
+from orchestrator.config import LoadedConfig
+from orchestrator.configcache import ConfigCache
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor

@@ -14,11 +14,11 @@ from gateway.home import Home
 from gateway.settings import Settings, SettingsError
 from orchestrator.config import (
     DEFAULT_ORCHESTRATOR_YAML,
-    ConfigCache,
     load_every_config,
     load_orchestrator_config,
     write_default_orchestrator,
 )
+from orchestrator.configcache import ConfigCache
 
 BUILTINS = {"echo", "rules"}
 
