@@ -9,7 +9,10 @@ where it keeps that state (the home's folders, or the database's tables).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +28,7 @@ from orchestrator.runs import RunStore
 from tests.process import SWITCHYARD, SwitchyardProcess, clean_environment
 
 PROVIDERS = Path(__file__).parent / "providers"
+FAKE_ACP_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "acp" / "fake_agent.py"
 BACKENDS = ("files", "postgres")
 both_backends = pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 PG_LEASE_SEC = 2  # a killed process's jobs are retried this soon on the postgres backend
@@ -256,6 +260,32 @@ def switchyard(tmp_path: Path, fake_log: Path, backend: str, request: pytest.Fix
         instance = Switchyard(tmp_path / "home", env)
     yield instance
     SwitchyardProcess.kill_started()  # this one and any other() it started, before the schema is dropped
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Path]:
+    """The fake ACP agents' state folder (each agent process leaves `pid-<pid>` there); whatever a test left
+    running of them (its process group) is killed at the end."""
+    state = tmp_path / "agents"
+    yield state
+    for pid in agent_pids(state):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def agent_pids(state: Path) -> list[int]:
+    """Every fake ACP agent process started with `state` as its FAKE_ACP_STATE."""
+    return [int(p.name.removeprefix("pid-")) for p in state.glob("pid-*")]
+
+
+def live_agent_providers(state: Path, like: str = "claude") -> dict[str, Any]:
+    """The e2e providers with the chat agent a live session (`transport: acp`) of the fake adapter `like`."""
+    return {
+        "fake_selector": {"command": [sys.executable, str(PROVIDERS / "selector.py")], "timeout_sec": 30},
+        "fake_diagnostics": {"command": [sys.executable, str(PROVIDERS / "diagnostics.py")]},
+        "fake_agent": {"type": like, "transport": "acp", "timeout_sec": 60, "env": {"FAKE_ACP_STATE": str(state)},
+                       "acp_command": [sys.executable, str(FAKE_ACP_AGENT), "--like", like]},
+    }
 
 
 def provider_calls(fake_log: Path) -> list[dict[str, Any]]:

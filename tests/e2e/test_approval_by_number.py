@@ -4,44 +4,25 @@ as soon as its agent asks (the question is its answer for now; it does not hold 
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
-import signal
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway.testing import wait_until
-from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard
+from tests.e2e.conftest import ORCHESTRATOR, Switchyard, live_agent_providers
 
 pytestmark = pytest.mark.e2e
 
-FAKE_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "acp" / "fake_agent.py"
 PROMPT_WITHIN_S = 10.0  # far less than the run's reply_within_sec below
-
-
-@pytest.fixture
-def agents(tmp_path: Path) -> Iterator[Path]:
-    state = tmp_path / "agents"
-    yield state
-    for mark in state.glob("pid-*"):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(mark.name.removeprefix("pid-")), signal.SIGKILL)
 
 
 def test_a_numbered_answer_is_read_while_the_run_waits_for_it(switchyard: Switchyard, agents: Path) -> None:
     orchestrator = copy.deepcopy(ORCHESTRATOR) | {"reply_within_sec": 120}
     switchyard.configure({"channels": [  # the profile whose approvers may answer (make_incoming's sender is u1)
-        {"id": "console", "type": "inbox", "poll_ms": 50, "settle_ms": 0, "approvers": ["u1"]}], "providers": {
-        "fake_selector": {"command": [sys.executable, str(PROVIDERS / "selector.py")], "timeout_sec": 30},
-        "fake_diagnostics": {"command": [sys.executable, str(PROVIDERS / "diagnostics.py")]},
-        "fake_agent": {"type": "claude", "transport": "acp", "timeout_sec": 60, "env": {"FAKE_ACP_STATE": str(agents)},
-                       "acp_command": [sys.executable, str(FAKE_AGENT), "--like", "claude"]},
-    }}, orchestrator)
+        {"id": "console", "type": "inbox", "poll_ms": 50, "settle_ms": 0, "approvers": ["u1"]}],
+        "providers": live_agent_providers(agents)}, orchestrator)
     switchyard.start()
     first = switchyard.send("please [run=make deploy]", conversationId="c1")
     started = time.monotonic()

@@ -23,7 +23,7 @@ import pytest
 
 from gateway.testing import wait_until
 from orchestrator.approvals import EXPIRED_TEXT, RESTARTED_TEXT
-from tests.e2e.conftest import Switchyard, both_backends
+from tests.e2e.conftest import Switchyard, agent_pids, both_backends
 from tests.e2e.fake_thread import FakeThread
 from tests.e2e.test_channels import TELEGRAM_ENV, telegram_profile
 from tests.fakes.acp.procs import group_members
@@ -93,24 +93,9 @@ def telegram() -> Iterator[FakeThread[FakeTelegram]]:
         yield fake
 
 
-@pytest.fixture
-def agents(tmp_path: Path) -> Iterator[Path]:
-    """The fake agents' state folder (each agent process leaves `pid-<pid>` there); whatever a test left
-    running of them (its process group) is killed at the end."""
-    state = tmp_path / "agents"
-    yield state
-    for pid in _agent_pids(state):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-
-
-def _agent_pids(state: Path) -> list[int]:
-    return [int(p.name.removeprefix("pid-")) for p in state.glob("pid-*")]
-
-
 def _left_running(state: Path) -> list[int]:
     """The agent processes (and members of their groups) still running."""
-    pids = _agent_pids(state)
+    pids = agent_pids(state)
     return [pid for pid in pids if pid_alive(pid)] + [
         int(str(m["pid"])) for pid in pids for m in group_members(pid) if pid_alive(int(str(m["pid"])))]
 
@@ -130,7 +115,7 @@ def start(switchyard: Switchyard, telegram: FakeThread[FakeTelegram], agents: Pa
 
 
 def _stop_leaves_no_agent(switchyard: Switchyard, agents: Path) -> None:
-    assert _agent_pids(agents), "no agent ever ran"
+    assert agent_pids(agents), "no agent ever ran"
     assert switchyard.stop() == 0
     assert _left_running(agents) == [], "an agent process outlived `switchyard run`"
 
@@ -218,7 +203,7 @@ def test_a_gateway_killed_while_an_approval_is_pending_closes_it_and_the_retried
     [first] = wait_until(chat.questions, WAIT_S)
     wait_until(lambda: switchyard.count("outgoing.sent"), WAIT_S)  # and the gateway knows it was delivered
     switchyard.kill()  # kill -9 while the approval is pending
-    for pid in _agent_pids(agents):  # the killed gateway's agent outlives it: gone as a crashed host's would be
+    for pid in agent_pids(agents):  # the killed gateway's agent outlives it: gone as a crashed host's would be
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     wait_until(lambda: not _left_running(agents), 10)
