@@ -61,12 +61,14 @@ def test_the_dashboard_shows_the_database_and_its_retry_button_puts_a_dead_lette
     for sent in elsewhere:
         worker.drop(sent)  # taken in and run on the worker's home: nothing of it in the run's folders
 
-    def one_running_one_queued() -> dict[str, Any] | None:
+    expected = {"incoming": 1, "processing": 1, "outgoing": 0, "failed": 1, "sent": 0}
+
+    def one_running_one_queued() -> dict[str, Any] | None:  # the depths and in_flight are read one after the other
         seen = state(url)
-        return seen if seen["in_flight"] and depths(seen)["incoming"] == 1 else None
+        return seen if seen["in_flight"] and depths(seen) == expected else None
 
     seen = wait_until(one_running_one_queued, 30)
-    assert depths(seen) == {"incoming": 1, "processing": 1, "outgoing": 0, "failed": 1, "sent": 0}
+    assert depths(seen) == expected
     [running] = seen["in_flight"]
     assert running["conversation"] == "x" and running["attempt"] == 1
     assert seen["dead_total"] == 1 and [d["name"] for d in seen["dead_letters"]] == ["gone.json"]
