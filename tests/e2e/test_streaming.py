@@ -9,6 +9,7 @@ with that one message holding the answer (Telegram on both queue backends).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -179,12 +180,27 @@ def test_a_gateway_killed_between_preview_and_answer_still_ends_with_one_message
 
         wait_until(lambda: shown()[0], REPLY_TIMEOUT_S)  # the preview is showing, the model still writing
         assert ANSWER not in _shown(*shown())
+        preview_id = shown()[0][0][0].split(":")[1]
+        wait_until(lambda: _remembers(switchyard, "tg", preview_id), REPLY_TIMEOUT_S)
         switchyard.kill()  # kill -9: the turn dies with it
         _kill_agents(tmp_path / "fake-cli-state")
         switchyard.start()
         _assert_one_reply_grew_into_the_answer(shown)
         assert len(model.run(lambda: list(model.server.model_calls))) == 2  # the turn ran again after the restart
         assert switchyard.stop() == 0
+
+
+def _remembers(switchyard: Switchyard, profile_id: str, message_id: str) -> bool:
+    """Whether the gateway has recorded that this platform message shows a note (state/notes/<profile>.json).
+
+    The kill above waits for it: between the platform accepting a preview and its id reaching that file there
+    is a window of one file write where a kill -9 leaves that preview behind, partial (docs/providers.md,
+    "Streamed answers"); the answer is still delivered once."""
+    notes = switchyard.home.state / "notes" / f"{profile_id}.json"
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        return any(entry[2] == message_id or entry[2].endswith(f":{message_id}")
+                   for entry in json.loads(notes.read_bytes()))
+    return False
 
 
 def _kill_agents(state: Path) -> None:
