@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.usagesettings import UsageSettings
 from gateway.yamlfile import load_yaml
 
 
@@ -255,6 +256,7 @@ class Settings(_Strict):
     files: FileSettings = Field(default_factory=FileSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     transcribe: TranscribeSettings | None = None  # voice notes and audio files to text (else refused, told)
+    usage: UsageSettings = Field(default_factory=UsageSettings)  # the day's time zone and the spending limits
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 

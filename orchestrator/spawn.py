@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway import containment
 from orchestrator.clis.base import MISSING_EXIT, NOT_EXECUTABLE_EXIT, short_tail
+from orchestrator.usage import TokenUsage
 
 log = logging.getLogger("switchyard.providers")
 
@@ -35,6 +36,7 @@ class ProviderResult:
     timed_out: bool
     truncated: bool
     stalled: bool = False  # timed out because it showed no sign of work for `first_output_sec`
+    usage: TokenUsage | None = None  # what the CLI's own output said the call used (None: it said nothing)
 
 
 class ProviderFailed(Exception):

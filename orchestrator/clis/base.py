@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gateway.settings import ProviderSettings
+from orchestrator.usage import TokenUsage
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 FAILURE_TEXT_CHARS = 300
@@ -36,6 +37,7 @@ class Reading:
     session_id: str | None = None
     error: str | None = None
     refused: bool = False  # the stream showed a failure the CLI would only retry in vain (a refused key)
+    usage: TokenUsage | None = None  # the cost and tokens its envelope reported, if any
 
 
 @dataclass(frozen=True)

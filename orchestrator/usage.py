@@ -1,0 +1,148 @@
+"""What agent turns spend, and where it is counted (the UsageRecords protocol), with the in-memory store.
+
+A turn is one provider call made for a message: its cost in USD when the CLI reports one (claude), its input
+and output tokens when the CLI reports them (claude, codex, gemini, ollama), and always one turn and its
+seconds. Each turn is added to the per-day totals of its payer's keys — the sender, the conversation, the
+channel profile and the provider — in the backend's store (files: orchestrator/usagefiles.py; PostgreSQL:
+orchestrator/pg/usage.py); the limits (orchestrator/meter.py) read those totals before a turn starts.
+tests/contract/test_usage.py checks the rules written here once on every backend.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from gateway.models import IncomingPayload
+
+PAYER_KINDS = ("sender", "conversation", "profile", "provider")
+"""What a day's totals are kept by (`switchyard usage --by`, a limit's `per`)."""
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What one turn, or many added up, spent: USD (0 when the CLI reports no cost), tokens in and out (0 when it
+    reports none), turns, and seconds of agent time."""
+
+    usd: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    turns: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens together (what a `tokens` limit counts)."""
+        return self.tokens_in + self.tokens_out
+
+    def __add__(self, other: Spent) -> Spent:
+        return Spent(self.usd + other.usd, self.tokens_in + other.tokens_in, self.tokens_out + other.tokens_out,
+                     self.turns + other.turns, self.seconds + other.seconds)
+
+    def amount(self, unit: str) -> float:
+        """The amount of one limit unit: usd, tokens, turns or agent_sec."""
+        return {"usd": self.usd, "tokens": float(self.tokens), "turns": float(self.turns),
+                "agent_sec": self.seconds}[unit]
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """What a CLI's own output said one call used (read from its envelope); None fields: not reported."""
+
+    usd: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+
+    def spent(self, seconds: float) -> Spent:
+        """One turn of `seconds` that used this."""
+        return Spent(self.usd or 0.0, self.tokens_in or 0, self.tokens_out or 0, 1, seconds)
+
+
+@dataclass(frozen=True)
+class Payer:
+    """Whom a message's turns are counted against: its sender, its conversation and its channel profile."""
+
+    sender: str  # `<channel>/<profile>/<senderId>`
+    conversation: str  # `<channel>/<profile>/<conversation>` (runstate.conversation_key)
+    profile: str  # the channel profile id (the channel's name when it has none)
+
+    @classmethod
+    def of(cls, message: IncomingPayload) -> Payer:
+        """The payer of a message."""
+        prefix = f"{message.channel}/{message.profile}"
+        return cls(f"{prefix}/{message.senderId or message.sender or message.conversation}",
+                   f"{prefix}/{message.conversation}", message.profile)
+
+    def keys(self, provider: str | None = None) -> dict[str, str]:
+        """Kind → key of every total a turn adds to (the provider's only when given)."""
+        keys = {"sender": self.sender, "conversation": self.conversation, "profile": self.profile}
+        return keys if provider is None else {**keys, "provider": provider}
+
+
+@runtime_checkable
+class UsageRecords(Protocol):
+    """Per-day totals of what turns spent, by kind (PAYER_KINDS) and key; shared by every process and host of the
+    backend: adds from any number of them at once are all counted, once."""
+
+    def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
+        """Adds one turn's spending to the day's total of each (kind, key) in `keys`."""
+
+    def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
+        """What `key` of `kind` spent from day `first` to day `last`, both included (nothing: Spent())."""
+
+    def table(self, kind: str, first: date, last: date) -> list[tuple[str, Spent]]:
+        """Every key of `kind` with spending from `first` to `last`, summed over those days; most USD first, then
+        most tokens, then most turns, then by key."""
+
+    def reset(self, kind: str, key: str | None, first: date, last: date) -> int:
+        """Forgets what `key` (None: every key) of `kind` spent from `first` to `last`; returns how many day
+        totals were forgotten."""
+
+
+def ordered(rows: Mapping[str, Spent]) -> list[tuple[str, Spent]]:
+    """The rows of a usage table in its order: most USD, most tokens, most turns, then by key."""
+    return sorted(rows.items(), key=lambda row: (-row[1].usd, -row[1].tokens, -row[1].turns, row[0]))
+
+
+class MemoryUsageRecords:
+    """UsageRecords in this process (tests; the in-memory backend). `twin` is another handle on the same state,
+    as a second host on one database."""
+
+    def __init__(self) -> None:
+        self._days: dict[tuple[date, str, str], Spent] = {}
+        self._lock = threading.Lock()
+
+    def twin(self) -> MemoryUsageRecords:
+        other = MemoryUsageRecords()
+        other._days, other._lock = self._days, self._lock
+        return other
+
+    def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
+        with self._lock:
+            for kind, key in keys.items():
+                self._days[(day, kind, key)] = self._days.get((day, kind, key), Spent()) + spent
+
+    def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
+        with self._lock:
+            return sum((spent for (day, k, name), spent in self._days.items()
+                        if k == kind and name == key and first <= day <= last), Spent())
+
+    def table(self, kind: str, first: date, last: date) -> list[tuple[str, Spent]]:
+        rows: dict[str, Spent] = {}
+        with self._lock:
+            for (day, k, name), spent in self._days.items():
+                if k == kind and first <= day <= last:
+                    rows[name] = rows.get(name, Spent()) + spent
+        return ordered(rows)
+
+    def reset(self, kind: str, key: str | None, first: date, last: date) -> int:
+        with self._lock:
+            gone = [entry for entry in self._days
+                    if entry[1] == kind and (key is None or entry[2] == key) and first <= entry[0] <= last]
+            for entry in gone:
+                del self._days[entry]
+            return len(gone)
