@@ -35,6 +35,7 @@ from orchestrator.clis import (
 from orchestrator.live import PermissionAsker, TextSink, TurnStopped
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, run_process
+from orchestrator.usage import Payer
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class AgentCall:
     on_text: TextSink | None = None  # the answer so far, while it streams (a live session's chunks)
     ask: PermissionAsker | None = None  # asks the chat to approve a tool call; None: the provider's own rule
     stopped_by: str | None = None  # the conversation whose `/stop` stops this call; None: `conversation`
+    payer: Payer | None = None  # whom the turn is counted against (its limits checked first); None: nobody
 
     def turn_scope(self) -> str | None:
         """The conversation scope this call registers under in `Turns` (None: `/stop` cannot reach it)."""

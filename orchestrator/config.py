@@ -87,6 +87,9 @@ queues: {inbox_dir: inbox, processed_dir: processed, failed_dir: failed, task_ex
 agents:
   echo: {provider: echo, prompt: "You said: {{message}}"}
 
+# An agent may also name a `fallback` provider, used instead once its provider's spending limit
+# (settings.yaml usage.limits, per: provider) is reached or its CLI says its usage limit is reached.
+
 # Workflows: a description the selector reads and steps run in order. A step is exactly one of
 #   {id, agent: <agentId>}  or  {id, provider: <name>, prompt: <template>}
 #   {id, command: [argv...]}                       (never a shell string; timeout_sec: 300)
@@ -176,6 +179,8 @@ class AgentConfig(_Strict):
 
     provider: str = Field(min_length=1)
     prompt: str = "{{message}}"
+    fallback: str | None = Field(default=None, min_length=1)
+    """A provider tried instead when this one's spending limit is reached or its CLI says its usage limit is."""
 
 
 class FunctionConfig(_Strict):
@@ -263,6 +268,8 @@ class OrchestratorConfig(_Sections):
         yield "diagnostics.provider", self.diagnostics.provider
         for agent_id, agent in self.agents.items():
             yield f"agents.{agent_id}.provider", agent.provider
+            if agent.fallback is not None:
+                yield f"agents.{agent_id}.fallback", agent.fallback
         for workflow_id, workflow in self.workflows.items():
             for index, step in enumerate(workflow.steps):
                 for suffix, body in step.bodies():

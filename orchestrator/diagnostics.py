@@ -13,10 +13,12 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from orchestrator.agent_cli import AgentCall
 from orchestrator.config import LoadedConfig, read_template
+from orchestrator.meter import LimitReached
 from orchestrator.providers import ProviderRunner
 from orchestrator.runstate import RunState, conversation_key
 from orchestrator.spawn import ProviderFailed
 from orchestrator.templates import render
+from orchestrator.usage import Payer
 
 log = logging.getLogger("switchyard.orchestrator.diagnostics")
 
@@ -133,11 +135,15 @@ class Diagnostics:
         context_json = json.dumps(context, indent=1, default=str)
         prompt = render(template, {"question": question, "contextJson": context_json})
         request_file = self._home.root / "orchestrator" / "diagnostics" / f"{request_id}.json"
+        payer = None if self._runner.in_process(settings.provider) else Payer.of(message)
         try:
             result = await self._runner.run(settings.provider, prompt, request=request,
                                             request_file=request_file, cwd=loaded.workspace,
                                             call=AgentCall(mode="answer",
-                                                           stopped_by=f"conv:{conversation_key(message)}"))
+                                                           stopped_by=f"conv:{conversation_key(message)}",
+                                                           payer=payer))
         except ProviderFailed as exc:
             return f"The diagnostics agent failed: {exc}"
+        except LimitReached as exc:
+            return str(exc)
         return result.stdout.strip() or "The diagnostics agent gave no answer."

@@ -23,7 +23,7 @@ from orchestrator.spawn import ProviderFailed
 
 FUNCTION_MAX_OUTPUT = 65536
 COMMANDS_HELP = ("Commands: /status (this conversation's run), /stop (stop what runs now: the agent's answer "
-                 "and the run; /cancel does the same), /help (this list).")
+                 "and the run; /cancel does the same), /usage (what you spent, and your limits), /help (this list).")
 
 
 class FunctionRefused(Exception):

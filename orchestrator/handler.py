@@ -22,6 +22,7 @@ from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
 from orchestrator.functions import cancel_text, workflow_listing
 from orchestrator.live import PermissionAsker, TurnStopped
+from orchestrator.meter import LimitReached, UsageMeter
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
 from orchestrator.rules import STATUS_WORDS, builtin_providers
@@ -30,9 +31,17 @@ from orchestrator.schedconfig import ScheduleConfig
 from orchestrator.scheduler import Scheduler, scheduled_workflow
 from orchestrator.selector import Selector, SelectorError
 from orchestrator.steps import StepRunner
-from orchestrator.stores import backend_for, open_history, open_run_store, open_schedules, open_sessions
+from orchestrator.stores import (
+    backend_for,
+    open_history,
+    open_run_store,
+    open_schedules,
+    open_sessions,
+    open_usage,
+)
 from orchestrator.taskqueue import ensure_queue_dirs
 from orchestrator.transcribe import Transcriber
+from orchestrator.usage import Payer
 
 log = logging.getLogger("switchyard.orchestrator")
 
@@ -60,6 +69,7 @@ class Orchestrator:
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=open_sessions(backend))
+        self.meter = self._runner.meter = UsageMeter(open_usage(backend), context.settings.usage, context.events)
         self._transcriber = Transcriber(context.home, context.settings, self._runner, context.events)
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
         self._store = open_run_store(backend)
@@ -167,6 +177,8 @@ class Orchestrator:
             return [await self._stop(message)]
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
+        if command == "/usage":
+            return [reply(message, await asyncio.to_thread(self.meter.report, Payer.of(message)), agent=SYSTEM_AGENT)]
         if message.editOf:  # an edit of a message already taken: the agent sees it is one
             message = message.model_copy(update={"message": f"{EDITED_PREFIX}{message.message}"})
         loaded = self._load(message)
@@ -219,14 +231,21 @@ class Orchestrator:
         self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None
     ) -> OutgoingPayload | None:
         """Asks the selector (with the conversation's active run) and carries out its decision."""
+        try:  # a payer over a limit starts nothing: no selector, no run (a provider's own limit: at its turn)
+            await asyncio.to_thread(self.meter.check, Payer.of(message), kinds=("sender", "conversation", "profile"))
+        except LimitReached as exc:
+            return reply(message, str(exc), agent=SYSTEM_AGENT)
         functions = self._actions.registry(loaded)
         request = self._selector.build_request(message, loaded, functions.describe(),
                                                active.summary() if active else None)
         try:
-            decision = await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}")
+            decision = await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}",
+                                                   payer=Payer.of(message))
             answer = await self._actions.execute(decision, message, loaded, functions)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
+        except LimitReached as exc:  # the selector's provider is over its own limit
+            return reply(message, str(exc), agent=SYSTEM_AGENT)
         except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
             return None
         if answer is not None:

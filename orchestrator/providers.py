@@ -20,8 +20,10 @@ from orchestrator.acp.route import AcpRoute
 from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.clis import PRESETS
 from orchestrator.live import Turns, TurnStopped
+from orchestrator.meter import UsageMeter
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, ms_since, run_process
+from orchestrator.usage import TokenUsage
 
 BUILTIN_MAX_OUTPUT = 1_048_576
 STOP_WAIT_SEC = 5.0  # how long `/stop` waits for a stopped call to end (its processes are killed at once)
@@ -48,6 +50,7 @@ class ProviderRunner:
         self._builtins = dict(builtins)
         self._hidden_env = hidden_env
         self.turns = Turns()  # the turns running now, by conversation: what /stop stops
+        self.meter: UsageMeter | None = None  # counts and limits the turns of calls with a payer
         sessions = sessions or SessionStore.in_home(home)
         self.acp = AcpRoute(sessions, events, self.turns)  # live sessions of `transport: acp` presets
         self._cli = AgentCliRunner(sessions, events, self.acp)
@@ -73,13 +76,41 @@ class ProviderRunner:
         env: Mapping[str, str] | None = None, call: AgentCall | None = None,
     ) -> ProviderResult:
         """Writes the request file (when given), runs the provider; raises ProviderFailed (retryable) or
-        PermanentError (unknown provider, or a failure retrying cannot fix)."""
-        configured = self._providers.get(name)
-        if configured is None and name not in self._builtins:
+        PermanentError (unknown provider, or a failure retrying cannot fix). A call with a payer is a turn of
+        that payer: its limits are checked first (LimitReached: nothing is started), and what it spent is
+        counted whether it succeeds or fails."""
+        if name not in self._providers and name not in self._builtins:
             raise PermanentError(f"unknown provider {name!r}; known: {', '.join(sorted(self.known()))}")
+        call = call or AgentCall()
+        if call.payer is None or self.meter is None:
+            return await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
+                                   call=call)
+        meter, payer = self.meter, call.payer
+        await asyncio.to_thread(meter.check, payer, name)
+        started, ran = time.monotonic(), None
+        try:
+            ran = await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
+                                  call=call)
+            return ran
+        except (ProviderFailed, ProviderRefused) as exc:
+            ran = exc.result  # None: it never started (missing binary, unset key): nothing spent
+            raise
+        except TurnStopped:
+            ran = ProviderResult("", "", None, ms_since(started), False, False)
+            raise
+        finally:
+            if ran is not None:
+                seconds = time.monotonic() - started
+                spent = (ran.usage or TokenUsage()).spent(seconds)
+                await asyncio.to_thread(meter.record, payer, name, spent, run_id=call.run)
+
+    async def _run(
+        self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,
+        env: Mapping[str, str] | None, call: AgentCall,
+    ) -> ProviderResult:
+        configured = self._providers.get(name)
         if configured is not None or request_file is not None:  # a built-in needs no working directory
             _prepare(cwd, request_file, request)
-        call = call or AgentCall()
         if configured is None:
             return _checked(name, await self._run_builtin(self._builtins[name], prompt, request,
                                                           call.turn_scope()))

@@ -27,6 +27,7 @@ from orchestrator.runstate import conversation_key
 from orchestrator.sessions import ConversationHistory
 from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.templates import render
+from orchestrator.usage import Payer
 
 log = logging.getLogger(__name__)
 
@@ -250,9 +251,11 @@ class Selector:
         except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
             log.warning("could not keep the exchange for the selector's next requests: %s", exc)
 
-    async def decide(self, request: dict[str, Any], loaded: LoadedConfig, *, turn: str | None = None) -> Decision:
+    async def decide(self, request: dict[str, Any], loaded: LoadedConfig, *, turn: str | None = None,
+                     payer: Payer | None = None) -> Decision:
         """Runs the selector on a request as a turn of the conversation `turn` (which `/stop` may stop:
-        TurnStopped); raises SelectorError (bad answer) or ProviderFailed (bad run)."""
+        TurnStopped) paid by `payer` (a built-in in process costs nothing and is not counted); raises
+        SelectorError (bad answer), ProviderFailed (bad run) or LimitReached (not started)."""
         request_id = request["requestId"]
         selector = loaded.config.selector
         template = DEFAULT_SELECTOR_PROMPT
@@ -268,7 +271,8 @@ class Selector:
         try:
             result = await self._runner.run(selector.provider, prompt, request=request,
                                             request_file=request_file, cwd=loaded.workspace,
-                                            call=AgentCall(mode="answer", stopped_by=turn))
+                                            call=AgentCall(mode="answer", stopped_by=turn,
+                                                           payer=None if in_process else payer))
         except ProviderFailed as exc:
             self._record(request_id, exc.result, None, str(exc))
             raise

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from orchestrator.runstate import RunState
     from orchestrator.schedstore import ScheduleRecords
     from orchestrator.sessions import ConversationHistory, SessionStore
+    from orchestrator.usage import UsageRecords
 
 __all__ = ["RunRecords"]
 
@@ -150,6 +151,15 @@ def open_schedules(backend: Backend) -> ScheduleRecords | None:
     """The backend's schedule records (orchestrator/schedstore.py), or None where no plugin declares them."""
     try:
         store: ScheduleRecords = backend.store("schedules")
+    except KeyError:
+        return None
+    return store
+
+
+def open_usage(backend: Backend) -> UsageRecords | None:
+    """The backend's usage totals (orchestrator/usage.py), or None where no plugin declares them."""
+    try:
+        store: UsageRecords = backend.store("usage")
     except KeyError:
         return None
     return store

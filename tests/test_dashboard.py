@@ -111,6 +111,25 @@ def test_a_channel_label_is_a_known_channel_type_or_other_so_payloads_cannot_add
     assert claimed == {"console": 1, "slack": 1, "other": 102}
 
 
+def test_usage_metrics_count_cost_tokens_and_turns_by_provider_and_a_configured_profile_else_other() -> None:
+    metrics = Metrics(lambda: {"queue": [], "in_flight": 0, "channels": {}, "heartbeat_last_ms": {}},
+                      channels=["telegram"], profiles=["tg"])
+    for profile in ["tg", "tg", *(f"made-up-{n}" for n in range(50))]:
+        metrics.observe({"event": "usage.recorded", "provider": "claude", "profile": profile, "usd": 0.5,
+                         "tokens_in": 100, "tokens_out": 20, "seconds": 1.5})
+    metrics.observe({"event": "usage.limit_reached", "kind": "sender"})
+    samples = [s for family in text_string_to_metric_families(metrics.text().decode()) for s in family.samples
+               if s.name.startswith("switchyard_usage") and s.name.endswith("_total")]
+    value = {(s.name, s.labels.get("profile"), s.labels.get("direction")): s.value for s in samples}
+    assert value[("switchyard_usage_usd_total", "tg", None)] == 1.0
+    assert value[("switchyard_usage_usd_total", "other", None)] == 25.0
+    assert value[("switchyard_usage_tokens_total", "tg", "in")] == 200
+    assert value[("switchyard_usage_tokens_total", "tg", "out")] == 40
+    assert value[("switchyard_usage_turns_total", "other", None)] == 50
+    assert value[("switchyard_usage_limit_reached_total", None, None)] == 1
+    assert {s.labels.get("profile") for s in samples} == {"tg", "other", None}
+
+
 def test_a_refresh_lists_dead_letters_from_their_reports_and_reads_none_of_their_payloads(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     home.create()

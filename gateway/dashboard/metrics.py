@@ -21,8 +21,9 @@ class Metrics:
     A `channel` label is one of `channels` (the types configured or installed), else `other`: a payload
     file naming any channel it likes cannot add series without end."""
 
-    def __init__(self, live: Snapshot, channels: Iterable[str]):
+    def __init__(self, live: Snapshot, channels: Iterable[str], profiles: Iterable[str] = ()):
         self.channels = frozenset(channels)
+        self.profiles = frozenset(profiles)
         self.registry = CollectorRegistry(auto_describe=True)
         counter = _factory(Counter, self.registry)
         self.claimed = counter("switchyard_messages_claimed", "Messages claimed from incoming/", ["channel"])
@@ -36,6 +37,13 @@ class Metrics:
         self.delivery_retries = counter("switchyard_delivery_retries", "Reply deliveries retried",
                                         ["channel", "rate_limited"])
         self.dead = counter("switchyard_dead_letters", "Payloads moved to failed/", ["kind"])
+        self.usd = counter("switchyard_usage_usd", "What agent turns cost, as their CLIs reported it",
+                           ["provider", "profile"])
+        self.tokens = counter("switchyard_usage_tokens", "Tokens agent turns used, as their CLIs reported them",
+                              ["provider", "profile", "direction"])
+        self.turns = counter("switchyard_usage_turns", "Agent turns counted against a payer", ["provider", "profile"])
+        self.limited = counter("switchyard_usage_limit_reached", "Turns refused because a spending limit was reached",
+                               ["per"])
         histogram = _factory(Histogram, self.registry)
         self.processing = histogram("switchyard_processing_duration_seconds",
                                     "Time from a message's start to its answer", ["channel"])
@@ -58,6 +66,11 @@ class Metrics:
         """The `channel` label of an event: its channel when known, else `other`."""
         channel = event.get("channel")
         return channel if isinstance(channel, str) and channel in self.channels else OTHER
+
+    def profile(self, event: dict[str, Any]) -> str:
+        """The `profile` label of an event: a configured channel profile, else `other`."""
+        profile = event.get("profile")
+        return profile if isinstance(profile, str) and profile in self.profiles else OTHER
 
     def text(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -119,6 +132,18 @@ def _step(m: Metrics, e: dict[str, Any]) -> None:
         m.provider.labels("step").observe(took)
 
 
+def _usage(m: Metrics, e: dict[str, Any]) -> None:
+    """One agent turn's spending (`usage.recorded`); its provider is one the orchestrator's settings name (a bounded
+    set: an unknown name never runs), its profile is bounded by the configured ones."""
+    labels = (str(e.get("provider") or "-"), m.profile(e))
+    m.turns.labels(*labels).inc()
+    if isinstance(usd := e.get("usd"), int | float) and usd > 0:
+        m.usd.labels(*labels).inc(usd)
+    for direction in ("in", "out"):
+        if isinstance(count := e.get(f"tokens_{direction}"), int) and count > 0:
+            m.tokens.labels(*labels, direction).inc(count)
+
+
 def _heartbeat(m: Metrics, e: dict[str, Any]) -> None:
     if (took := _seconds(e, "rtt_ms")) is not None:
         m.heartbeat.labels(str(e.get("profile") or "-")).observe(took)
@@ -137,6 +162,8 @@ _HANDLERS: dict[str, Callable[[Metrics, dict[str, Any]], None]] = {
     "selector.decided": _selector,
     "selector.failed": _selector,
     "step.completed": _step,
+    "usage.recorded": _usage,
+    "usage.limit_reached": lambda m, e: m.limited.labels(str(e.get("kind") or "-")).inc(),
     "heartbeat.ok": _heartbeat,
     "heartbeat.alert": _heartbeat,
 }

@@ -58,7 +58,8 @@ class Dashboard:
         self.activity = Activity()
         self.activity.seed(read_events(gateway.home.events_file, limit=SEED_EVENTS))
         installed = [t for types in call_each(gateway.pm, "switchyard_channel_types") for t in types]
-        self._metrics = Metrics(self._live, [p.type for p in gateway.settings.channels] + installed)
+        self._metrics = Metrics(self._live, [p.type for p in gateway.settings.channels] + installed,
+                                [p.id for p in gateway.settings.channels])
         gateway.events.observe(self._observe)
         self._server: Server | None = None
         self._approval_store: Any = None

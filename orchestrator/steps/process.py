@@ -10,6 +10,7 @@ from gateway.api import Outbox, PermanentError
 from gateway.home import safe_name
 from orchestrator.agent_cli import AgentCall
 from orchestrator.config import AgentConfig, read_template
+from orchestrator.meter import LimitReached
 from orchestrator.progress import ProgressNotes
 from orchestrator.providers import ProviderRunner
 from orchestrator.runbase import RunStoreBase
@@ -19,6 +20,7 @@ from orchestrator.steps.base import StepFailed, StepJob
 from orchestrator.steps.values import step_request
 from orchestrator.streaming import TextPreviews
 from orchestrator.templates import render
+from orchestrator.usage import Payer
 from orchestrator.workflows import StepBody
 
 if TYPE_CHECKING:
@@ -63,10 +65,20 @@ class BodyRunner:
             notes = self._notes(job)
             previews = self._previews(job, body.agent or agent.provider)
             call = AgentCall(conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
-                             ask=self._asker(job))
+                             ask=self._asker(job), payer=Payer.of(job.run.payload()))
             try:
-                return await self._runner.run(agent.provider, prompt, request=request, request_file=request_file,
+                try:
+                    return await self._runner.run(agent.provider, prompt, request=request,
+                                                  request_file=request_file, cwd=job.loaded.workspace, env=env,
+                                                  call=call)
+                except LimitReached as exc:
+                    if agent.fallback is None or exc.standing.kind != "provider":
+                        raise
+                    self._fell_back(job, agent.provider, agent.fallback, str(exc))
+                return await self._runner.run(agent.fallback, prompt, request=request, request_file=request_file,
                                               cwd=job.loaded.workspace, env=env, call=call)
+            except LimitReached as exc:  # the run ends failed, saying which limit (its message is answered)
+                raise StepFailed(str(exc), category="fatal") from exc
             finally:
                 for closing in (notes, previews):
                     if closing is not None:
@@ -75,6 +87,11 @@ class BodyRunner:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:  # the run ends failed_final and its waiting message is dead-lettered
             raise StepFailed(str(exc), category="fatal", fields={"permanent": True}) from exc
+
+    def _fell_back(self, job: StepJob, provider: str, fallback: str, reason: str) -> None:
+        """Notes on the run that the step's agent runs on its `fallback:` provider this time."""
+        self._store.append_event(job.run.runId, "provider.fallback", step=job.step.id, provider=provider,
+                                 fallback=fallback, reason=reason)
 
     def _request_file(self, job: StepJob, provider: str, label: str) -> Path | None:
         """Where the step's request JSON goes, for a provider whose entry asks for it (`request_file: true`);

@@ -1,0 +1,139 @@
+"""orchestrator/meter.py: spending limits checked before a turn starts, each turn counted for its payer, and what
+`/usage` tells a sender (their own spending; of a shared limit only whether it is reached)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from gateway.events import EventLog, read_events
+from gateway.home import Home
+from gateway.usagesettings import UsageSettings
+from orchestrator.agent_cli import AgentCall
+from orchestrator.meter import LimitReached, UsageMeter, window_of
+from orchestrator.providers import ProviderRunner
+from orchestrator.usage import MemoryUsageRecords, Payer, Spent
+from tests.orchestrator.orch_helpers import make_message
+
+NOW = datetime(2026, 11, 28, 21, 30, tzinfo=UTC)
+ADA = Payer("console/console/ada", "console/console/c1", "console")
+BOB = Payer("console/console/bob", "console/console/c1", "console")
+
+
+def _meter(limits: list[dict[str, Any]], records: MemoryUsageRecords | None = None, *, timezone: str = "UTC",
+           events: EventLog | None = None, now: datetime = NOW) -> UsageMeter:
+    settings = UsageSettings.model_validate({"timezone": timezone, "limits": limits})
+    return UsageMeter(records or MemoryUsageRecords(), settings, events, clock=lambda: now)
+
+
+def test_a_turn_is_counted_for_the_sender_the_conversation_the_profile_and_the_provider() -> None:
+    records = MemoryUsageRecords()
+    meter = _meter([], records)
+    meter.record(ADA, "claude", Spent(usd=0.25, tokens_in=1000, tokens_out=200, turns=1, seconds=3.5))
+    day = NOW.date()
+    for kind, key in (("sender", ADA.sender), ("conversation", ADA.conversation), ("profile", "console"),
+                      ("provider", "claude")):
+        assert records.totals(kind, key, day, day) == Spent(0.25, 1000, 200, 1, 3.5), kind
+    assert records.totals("sender", BOB.sender, day, day) == Spent()
+
+
+def test_the_limit_is_checked_before_the_turn_and_says_which_how_much_and_when_it_resets() -> None:
+    meter = _meter([{"per": "sender", "day": {"usd": 1.0}}])
+    meter.check(ADA, "claude")  # nothing spent yet
+    meter.record(ADA, "claude", Spent(usd=0.6, turns=1))
+    meter.check(ADA, "claude")  # $0.60 of $1.00: the next turn may start
+    meter.record(ADA, "claude", Spent(usd=0.6, turns=1))  # the turn that crosses it finishes
+    with pytest.raises(LimitReached) as reached:
+        meter.check(ADA, "claude")
+    text = reached.value.reply
+    assert "daily limit of $1.00 per sender" in text and "$1.20 used" in text
+    assert "resets at 00:00 UTC on 2026-11-29 (in 2 h 30 min)" in text
+    meter.check(BOB, "claude")  # another sender of the same conversation is not limited by Ada's spending
+
+
+def test_each_unit_and_window_is_limited() -> None:
+    records = MemoryUsageRecords()
+    earlier = date(2026, 11, 3)
+    records.add(earlier, ADA.keys("codex"), Spent(tokens_in=900, tokens_out=100, turns=4, seconds=50))
+    meter = _meter([{"per": "conversation", "month": {"tokens": 1000}}], records)
+    with pytest.raises(LimitReached, match="monthly limit of 1,000 tokens for this conversation: 1,000 tokens used"):
+        meter.check(ADA)
+    assert "resets at 00:00 UTC on 2026-12-01" in str(_reached(_meter([{"per": "provider", "month": {"turns": 4}}],
+                                                                      records), ADA, "codex"))
+    meter = _meter([{"per": "profile", "day": {"agent_sec": 60}}], records)
+    meter.check(ADA)  # the 50 s were spent on another day: today's window is empty
+
+
+def test_a_rule_matching_one_key_replaces_the_general_one() -> None:
+    records = MemoryUsageRecords()
+    records.add(NOW.date(), ADA.keys(), Spent(turns=5))
+    records.add(NOW.date(), BOB.keys(), Spent(turns=5))
+    meter = _meter([{"per": "sender", "day": {"turns": 5}},
+                    {"per": "sender", "match": ADA.sender, "day": {"turns": 50}}], records)
+    meter.check(ADA)  # Ada was given more
+    with pytest.raises(LimitReached):
+        meter.check(BOB)
+
+
+def test_days_and_months_begin_at_midnight_in_the_usage_time_zone() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    now = datetime(2026, 11, 30, 23, 30, tzinfo=UTC).astimezone(berlin)  # 00:30 on 1 December in Berlin
+    assert window_of("day", now) == (date(2026, 12, 1), datetime(2026, 12, 2, tzinfo=berlin))
+    assert window_of("month", now) == (date(2026, 12, 1), datetime(2027, 1, 1, tzinfo=berlin))
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"turns": 1}}], records, timezone="Europe/Berlin",
+                   now=datetime(2026, 11, 30, 23, 30, tzinfo=UTC))
+    meter.record(ADA, "claude", Spent(turns=1))
+    assert records.totals("sender", ADA.sender, date(2026, 12, 1), date(2026, 12, 1)).turns == 1
+
+
+def test_usage_shows_the_sender_their_own_spending_and_of_a_shared_limit_only_whether_it_is_reached() -> None:
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"usd": 2}}, {"per": "conversation", "day": {"usd": 5}}], records)
+    meter.record(ADA, "claude", Spent(usd=0.42, tokens_in=12000, tokens_out=345, turns=7, seconds=192))
+    meter.record(BOB, "claude", Spent(usd=4.5, tokens_in=1, turns=1, seconds=1))
+    text = meter.report(ADA)
+    assert "Your usage today: $0.42, 12,345 tokens, 7 turns, 3 min 12 s of agent time" in text
+    assert "daily limit of $2.00 per sender: $0.42 used" in text
+    assert "daily limit of $5.00 for this conversation: not reached" in text
+    assert "4.5" not in text and "4.92" not in text  # nothing of what Bob spent, alone or added up
+    meter.record(BOB, "claude", Spent(usd=1, turns=1))
+    assert "for this conversation: reached; it resets at 00:00 UTC" in meter.report(ADA)
+
+
+def test_a_turn_over_the_limit_is_not_started_and_every_turn_is_counted(home: Home, tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    async def counting(prompt: str, request: dict[str, Any]) -> str:
+        calls.append(prompt)
+        return "answered"
+
+    events = EventLog(home.events_file)
+    records = MemoryUsageRecords()
+    runner = ProviderRunner(home, {}, {"agent": counting})
+    runner.meter = _meter([{"per": "sender", "day": {"turns": 2}}], records, events=events,
+                          now=datetime.now(UTC))
+    call = AgentCall(conversation="conv:console/console/c1", payer=Payer.of(make_message("hi")))
+
+    async def turn() -> str:
+        result = await runner.run("agent", "hello", request={}, request_file=None, cwd=tmp_path, call=call)
+        return result.stdout
+
+    assert asyncio.run(turn()) == "answered" and asyncio.run(turn()) == "answered"
+    with pytest.raises(LimitReached):
+        asyncio.run(turn())
+    assert len(calls) == 2  # the third turn never reached the agent
+    recorded = [e for e in read_events(home.events_file) if e["event"] == "usage.recorded"]
+    assert [e["provider"] for e in recorded] == ["agent", "agent"]
+    assert [e["event"] for e in read_events(home.events_file)][-1] == "usage.limit_reached"
+
+
+def _reached(meter: UsageMeter, payer: Payer, provider: str) -> LimitReached:
+    with pytest.raises(LimitReached) as reached:
+        meter.check(payer, provider)
+    return reached.value
