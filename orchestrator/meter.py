@@ -74,7 +74,7 @@ def amount(unit: str, value: float) -> str:
         minutes = int(value) // 60
         spoken = f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min {int(value) % 60} s"
         return f"{spoken} of agent time"
-    return f"{int(value):,} {unit}"
+    return f"{int(value):,} {unit if int(value) != 1 else unit.removesuffix('s')}"
 
 
 class UsageMeter:
