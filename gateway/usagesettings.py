@@ -4,9 +4,11 @@ an agent turn starts (orchestrator/meter.py)."""
 from __future__ import annotations
 
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.timezones import TimeZoneName
 
 LIMIT_UNITS = ("usd", "tokens", "turns", "agent_sec")
 
@@ -53,17 +55,8 @@ class UsageSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    timezone: str = "UTC"
+    timezone: TimeZoneName = "UTC"
     limits: list[LimitRule] = Field(default_factory=list)
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {value!r} (an IANA name such as UTC or Europe/Berlin)") from exc
-        return value
 
     def zone(self) -> ZoneInfo:
         """The time zone days and months are counted in."""

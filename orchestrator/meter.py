@@ -122,8 +122,7 @@ class UsageMeter:
                                       limit=standing.limit, resets_at=standing.resets_at.isoformat())
                 raise LimitReached(standing, self.now())
 
-    def record(self, payer: Payer, provider: str, spent: Spent, *, run_id: str | None = None,
-               step: str | None = None) -> None:
+    def record(self, payer: Payer, provider: str, spent: Spent, *, run_id: str | None = None) -> None:
         """Adds one turn's spending to today's totals of the payer's keys and the provider, with an event."""
         if self.records is not None:
             try:
@@ -134,7 +133,7 @@ class UsageMeter:
             fields: dict[str, Any] = {"provider": provider, "profile": payer.profile, "usd": round(spent.usd, 6),
                                       "tokens_in": spent.tokens_in, "tokens_out": spent.tokens_out,
                                       "seconds": round(spent.seconds, 3)}
-            self._events.emit("usage.recorded", job_id=run_id, step=step, **fields)
+            self._events.emit("usage.recorded", job_id=run_id, **fields)
 
     def report(self, payer: Payer) -> str:
         """What `/usage` tells a sender: their own spending today and this month, and each limit that applies to

@@ -102,7 +102,7 @@ class ProviderRunner:
             if ran is not None:
                 seconds = time.monotonic() - started
                 spent = (ran.usage or TokenUsage()).spent(seconds)
-                await asyncio.to_thread(meter.record, payer, name, spent, run_id=call.run)
+                meter.record(payer, name, spent, run_id=call.run)  # at once: the step's result waits on it
 
     async def _run(
         self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,

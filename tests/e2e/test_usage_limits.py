@@ -24,15 +24,17 @@ print("answered: " + prompt)
 
 
 def _configure(switchyard: Switchyard, tmp_path: Path, limits: list[dict[str, Any]],
-               steps: tuple[str, ...] = ("Reply",)) -> Path:
+               steps: tuple[str, ...] = ("Reply",), fallback: str | None = None) -> Path:
     calls = tmp_path / "agent-calls.txt"
     agent = tmp_path / "agent.py"
     agent.write_text(COUNTING_AGENT)
+    counted = {"command": [sys.executable, str(agent), str(calls)], "timeout_sec": 30}
+    backup = {"command": [sys.executable, str(agent), str(tmp_path / "backup-calls.txt")], "timeout_sec": 30}
+    writer = {"provider": "counted", "prompt": "{{message}}", **({"fallback": fallback} if fallback else {})}
     switchyard.configure(
-        {"providers": {"counted": {"command": [sys.executable, str(agent), str(calls)], "timeout_sec": 30}},
-         "usage": {"limits": limits}},
+        {"providers": {"counted": counted, "backup": backup}, "usage": {"limits": limits}},
         {"selector": {"provider": "rules"}, "diagnostics": {"provider": "rules"}, "reply_within_sec": 20,
-         "rules": {"default_workflow": "chat"}, "agents": {"writer": {"provider": "counted", "prompt": "{{message}}"}},
+         "rules": {"default_workflow": "chat"}, "agents": {"writer": writer},
          "workflows": {"chat": {"description": "Reply", "steps": [{"id": step, "agent": "writer"} for step in steps]}}})
     return calls
 
@@ -82,4 +84,18 @@ def test_a_run_that_crosses_a_limit_between_steps_ends_saying_which_and_is_no_de
     assert "failed at step Again: You have reached the daily limit of 1 turn for this conversation" in answer, answer
     assert _agent_calls(calls) == ["plan it"]
     assert switchyard.dead_letters() == []
+    assert switchyard.stop() == 0
+
+
+def test_an_agent_whose_provider_reached_its_limit_answers_through_its_fallback(
+        switchyard: Switchyard, tmp_path: Path) -> None:
+    calls = _configure(switchyard, tmp_path, [{"per": "provider", "match": "counted", "month": {"turns": 1}}],
+                       fallback="backup")
+    switchyard.start()
+    assert _said(switchyard, "one", "ada", "f-1") == "answered: one"
+    assert _said(switchyard, "two", "ada", "f-2") == "answered: two"  # the fallback answered
+    assert _agent_calls(calls) == ["one"]
+    assert _agent_calls(tmp_path / "backup-calls.txt") == ["two"]
+    table = switchyard.cli("usage", "--by", "provider", "--json")
+    assert '"counted"' in table.stdout and '"backup"' in table.stdout, table.stdout + table.stderr
     assert switchyard.stop() == 0

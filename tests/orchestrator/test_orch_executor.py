@@ -105,7 +105,8 @@ async def test_fast_run_result_is_the_reply(
     assert run.state == "done" and run.delivery == "reply"
     assert [run.steps["Plan"].status, run.steps["Test"].status] == ["completed", "completed"]
     assert run.steps["Plan"].output == "planned: Plan for: build it\n"
-    jobs = [(e["event"], e["state"]) for e in read_events(rig.home.events_file) if e.get("job_id") == run_id]
+    jobs = [(e["event"], e["state"]) for e in read_events(rig.home.events_file)
+            if e.get("job_id") == run_id and e["event"].startswith("job.")]
     assert jobs == [("job.created", "queued"), ("job.running", "running"), ("job.succeeded", "done")]
 
 

@@ -10,9 +10,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 
 from gateway.events import EventLog, read_events
 from gateway.home import Home
+from gateway.settings import SettingsError, load_settings
 from gateway.usagesettings import UsageSettings
 from orchestrator.agent_cli import AgentCall
 from orchestrator.meter import LimitReached, UsageMeter, window_of
@@ -137,3 +139,18 @@ def _reached(meter: UsageMeter, payer: Payer, provider: str) -> LimitReached:
     with pytest.raises(LimitReached) as reached:
         meter.check(payer, provider)
     return reached.value
+
+
+@pytest.mark.parametrize(("usage", "says"), [
+    ({"timezone": "Mars/Olympus"}, "settings.yaml: usage.timezone: unknown time zone 'Mars/Olympus'"),
+    ({"limits": [{"per": "sender"}]}, "a limit needs `day:` or `month:`"),
+    ({"limits": [{"per": "team", "day": {"usd": 1}}]}, "usage.limits.0.per"),
+    ({"limits": [{"per": "sender", "day": {"dollars": 1}}]}, "usage.limits.0.day.dollars"),
+])
+def test_usage_settings_that_cannot_work_are_refused_naming_the_key(
+        tmp_path: Path, usage: dict[str, Any], says: str) -> None:
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(yaml.safe_dump({"usage": usage}))
+    with pytest.raises(SettingsError) as refused:
+        load_settings(settings_file)
+    assert says in str(refused.value)
