@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import threading
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from datetime import date, timedelta
 from pathlib import Path
@@ -24,7 +26,7 @@ from pathlib import Path
 from gateway.home import Home, atomic_write
 from orchestrator.usage import Spent, ordered
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("switchyard.orchestrator.usage")
 
 RETENTION_DAYS = 400
 Day = dict[str, dict[str, Spent]]
@@ -104,7 +106,7 @@ class FileUsageRecords:
         try:
             return _parse(data)
         except (ValueError, TypeError) as exc:
-            bad = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.bad")
+            bad = path.with_name(f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.bad")
             log.warning("usage: %s cannot be read (%s); moved aside to %s, its totals are lost", path, exc, bad.name)
             os.replace(path, bad)
             return {}
