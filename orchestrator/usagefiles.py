@@ -3,10 +3,10 @@ holding {kind: {key: [usd, tokens_in, tokens_out, turns, seconds]}}.
 
 Every change is a read-modify-write of day files under one flock (`state/usage/.lock`) and an atomic rewrite,
 so the adds of any number of processes and threads sharing the home are each counted once. Reads take no lock:
-a day file is always whole, and a parsed day is kept until its file changes (its inode, mtime and size), so a
-month's limits cost ~31 stats. A day file that cannot be parsed is logged and moved aside as `.bad` (under the
-lock, after reading it again there). Days with nothing leave no file; a day file older than RETENTION_DAYS is
-removed when a new day's file is created.
+a day file is always whole, and a parsed day is kept until its file changes (its inode, mtime and size; a day
+changed within SETTLED_NS is parsed each time), so a month's limits cost ~31 stats. A day file that cannot be
+parsed is logged and moved aside as `.bad` (under the lock, after reading it again there). Days with nothing
+leave no file; a day file older than RETENTION_DAYS is removed when a new day's file is created.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ from orchestrator.usage import Spent, ordered
 log = logging.getLogger("switchyard.orchestrator.usage")
 
 RETENTION_DAYS = 400
+SETTLED_NS = 1_000_000_000
+"""A day file is cached only once it has been left alone this long: the file clock ticks coarsely (4 ms here) and a
+rewrite may reuse the inode it replaced, so a file rewritten within one tick at the same size would look unchanged
+(git's "racy" index entries)."""
 Day = dict[str, dict[str, Spent]]
 
 
@@ -131,8 +135,9 @@ class FileUsageRecords:
             with self._locked():
                 parsed = self._read_locked(path)
             return parsed
-        with self._cache_lock:
-            self._cache[path.name] = (stamp, parsed)
+        if time.time_ns() - stat.st_mtime_ns > SETTLED_NS:
+            with self._cache_lock:
+                self._cache[path.name] = (stamp, parsed)
         return parsed
 
     def _write_locked(self, day: date, totals: Day) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 from datetime import date, timedelta
 
 import pytest
@@ -64,6 +66,9 @@ def test_a_month_is_read_from_parsed_days_until_a_day_changes(home: Home, monkey
     records = FileUsageRecords(home, fsync=False)
     for offset in range(30):
         records.add(DAY - timedelta(days=offset), {"sender": "s"}, TURN)
+    an_hour_ago = time.time() - 3600
+    for path in (home.state / "usage").glob("*.json"):
+        os.utime(path, (an_hour_ago, an_hour_ago))
     parsed: list[bytes] = []
     original = usagefiles._parse
     monkeypatch.setattr(usagefiles, "_parse", lambda data: parsed.append(data) or original(data))
@@ -74,3 +79,5 @@ def test_a_month_is_read_from_parsed_days_until_a_day_changes(home: Home, monkey
     FileUsageRecords(home, fsync=False).add(DAY, {"sender": "s"}, TURN)  # another process
     assert records.totals("sender", "s", first, last).turns == 31
     assert len(parsed) == 32, "only the changed day is parsed again (once under add's lock, once to read)"
+    assert records.totals("sender", "s", first, last).turns == 31
+    assert len(parsed) == 33, "a day changed within the last second is parsed each time (it may change unseen)"
