@@ -1,5 +1,5 @@
-"""The orchestrator's CLI subcommands: `runs`, `schedules`, `coordination clean`, `workspace …`, `doctor`
-(via switchyard_cli).
+"""The orchestrator's CLI subcommands: `runs`, `schedules`, `usage` (orchestrator/usagecli.py),
+`coordination clean`, `workspace …`, `doctor` (via switchyard_cli).
 
 Only argparse is imported at module level: the parser is built on every `switchyard` start, and each
 command imports what it needs when it runs.
@@ -27,12 +27,14 @@ EXIT_DATABASE = 2  # the postgres backend's database is unreachable (as `status`
 
 @hookimpl
 def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `switchyard runs`, `schedules`, `coordination clean`, `workspace …` and `doctor`."""
+    """Adds `switchyard runs`, `schedules`, `usage`, `coordination clean`, `workspace …` and `doctor`."""
     add_commands(commands)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `runs`, `schedules`, `coordination`, `workspace` and `doctor` to the `switchyard` parser."""
+    """Adds `runs`, `schedules`, `usage`, `coordination`, `workspace` and `doctor` to the `switchyard` parser."""
+    from orchestrator.usagecli import add_usage_command
+
     runs = commands.add_parser("runs", help="list workflow runs newest first, or show one (`runs show ID`)")
     runs.add_argument("--json", action="store_true", help="print JSON for scripts")
     runs.add_argument("--active", action="store_true", help="only runs not yet finished")
@@ -54,6 +56,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
                                                       "occurrence and outcome")
     schedules.add_argument("--json", action="store_true", help="print JSON for scripts")
     schedules.set_defaults(run=cmd_schedules)
+
+    add_usage_command(commands)
 
     coordination = commands.add_parser("coordination", help="the spec-001 coordination directory")
     coordination_commands = coordination.add_subparsers(dest="coordination_command", required=True,

@@ -1,5 +1,5 @@
 """Declares the orchestrator's stores on the PostgreSQL backend (`switchyard_stores`): runs, provider
-sessions and conversation history in the database of gateway/pg/storage.py. It stands outside
+sessions, conversation history, schedules and usage totals in the database of gateway/pg/storage.py. It stands outside
 orchestrator/pg/ and imports nothing of it, nor psycopg: each factory imports its store when opened."""
 
 from __future__ import annotations
@@ -15,16 +15,22 @@ if TYPE_CHECKING:
 
 @hookimpl
 def switchyard_migrations() -> dict[str, list[str]]:
-    """The orchestrator's tables (runs, their events, cancel requests; sessions and history; schedules), in
+    """The orchestrator's tables (runs, their events, cancel requests; sessions and history; schedules; usage), in
     orchestrator/pg/migrations/."""
     return {"postgres": ["orchestrator.pg"]}
 
 
 @hookimpl
 def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
-    """Declares the postgres runs, sessions, history and schedules."""
+    """Declares the postgres runs, sessions, history, schedules and usage."""
     return {"runs": {"postgres": _runs}, "sessions": {"postgres": _sessions}, "history": {"postgres": _history},
-            "schedules": {"postgres": _schedules}}
+            "schedules": {"postgres": _schedules}, "usage": {"postgres": _usage}}
+
+
+def _usage(backend: PgStorage) -> Any:
+    from orchestrator.pg.usage import PgUsageRecords
+
+    return PgUsageRecords(backend.dsn, backend.pool)
 
 
 def _schedules(backend: PgStorage) -> Any:

@@ -1,7 +1,8 @@
 """The orchestrator's stores as protocols: runs (orchestrator/runs.py RunStore, orchestrator/pg/runs.py
 PgRunStore, orchestrator/memory.py MemoryRunStore) and the records behind provider sessions and each
-conversation's history (orchestrator/sessions.py Records: FileRecords, PgRecords, MemoryRecords), and the
-claimed occurrences of scheduled prompts (orchestrator/schedstore.py ScheduleRecords).
+conversation's history (orchestrator/sessions.py Records: FileRecords, PgRecords, MemoryRecords), the
+claimed occurrences of scheduled prompts (orchestrator/schedstore.py ScheduleRecords) and the per-day usage
+totals (orchestrator/usage.py UsageRecords).
 tests/contract/ checks the rules written here once against every backend.
 
 RunRecords is the storage part of a run store: what every backend writes and reads. The lifecycle on top
@@ -168,7 +169,13 @@ def open_usage(backend: Backend) -> UsageRecords | None:
 def file_stores() -> dict[str, dict[str, StoreFactory]]:
     """The orchestrator's stores on the file backend: folders under runs/ and files in state/."""
     return {"runs": {"files": _runs}, "sessions": {"files": _sessions}, "history": {"files": _history},
-            "schedules": {"files": _schedules}}
+            "schedules": {"files": _schedules}, "usage": {"files": _usage}}
+
+
+def _usage(backend: Backend) -> Any:
+    from orchestrator.usagefiles import FileUsageRecords
+
+    return FileUsageRecords(backend.home, fsync=backend.settings.queue.fsync)
 
 
 def _schedules(backend: Backend) -> Any:

@@ -40,6 +40,8 @@ from orchestrator.schedfiles import FileScheduleRecords
 from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
+from orchestrator.usage import MemoryUsageRecords, UsageRecords
+from orchestrator.usagefiles import FileUsageRecords
 
 REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
                   b'"conversationId": "c1"}')
@@ -128,6 +130,10 @@ class Backend:
         """A handle on the backend's schedule records (each call: another process or host on the same state)."""
         raise NotImplementedError
 
+    def usage(self) -> UsageRecords:
+        """A handle on the backend's usage totals (each call: another process or host on the same state)."""
+        raise NotImplementedError
+
     def events(self) -> tuple[EventLog, Any]:
         """An EventLog with this backend's sink, and a function giving back what the backend stored."""
         raise NotImplementedError
@@ -147,6 +153,7 @@ class MemoryBackend(Backend):
         self.runs_state = RunsState()
         self.record_states: dict[str, MemoryRecords] = {}
         self.schedule_state = MemoryScheduleRecords()
+        self.usage_state = MemoryUsageRecords()
 
     def queue(self, worker: str) -> QueueStore:
         return MemoryQueue(self.queue_state, worker=worker)
@@ -177,6 +184,9 @@ class MemoryBackend(Backend):
 
     def schedules(self) -> ScheduleRecords:
         return self.schedule_state.twin()
+
+    def usage(self) -> UsageRecords:
+        return self.usage_state.twin()
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.tmp_path / "memory-events.jsonl")
@@ -238,6 +248,9 @@ class FilesBackend(Backend):
 
     def schedules(self) -> ScheduleRecords:
         return FileScheduleRecords(self.home, fsync=False)
+
+    def usage(self) -> UsageRecords:
+        return FileUsageRecords(self.home, fsync=False)
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.home.events_file)
@@ -327,6 +340,11 @@ class PostgresBackend(Backend):
         from orchestrator.pg.schedules import PgScheduleRecords
 
         return PgScheduleRecords(self.dsn)
+
+    def usage(self) -> UsageRecords:
+        from orchestrator.pg.usage import PgUsageRecords
+
+        return PgUsageRecords(self.dsn)
 
     def events(self) -> tuple[EventLog, Any]:
         from gateway.pg.events import attach_event_sink

@@ -36,11 +36,14 @@ from orchestrator.memory import MemoryRecords, MemoryRunStore
 from orchestrator.pg.runs import PgRunStore
 from orchestrator.pg.schedules import PgScheduleRecords
 from orchestrator.pg.sessions import PgRecords
+from orchestrator.pg.usage import PgUsageRecords
 from orchestrator.runs import RunStore
 from orchestrator.schedfiles import FileScheduleRecords
 from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
+from orchestrator.usage import MemoryUsageRecords, UsageRecords
+from orchestrator.usagefiles import FileUsageRecords
 
 IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (QueueStore, [MemoryQueue, FileQueue]),
@@ -54,6 +57,7 @@ IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (RunRecords, [MemoryRunStore, RunStore, PgRunStore]),
     (Records, [MemoryRecords, FileRecords, PgRecords]),
     (ScheduleRecords, [MemoryScheduleRecords, FileScheduleRecords, PgScheduleRecords]),
+    (UsageRecords, [MemoryUsageRecords, FileUsageRecords, PgUsageRecords]),
 ]
 
 

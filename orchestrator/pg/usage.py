@@ -1,0 +1,56 @@
+"""UsageRecords on PostgreSQL (`switchyard_usage`), shared by every host: a turn adds to each of its keys' day
+rows with INSERT … ON CONFLICT DO UPDATE (col = col + excluded.col), all in one transaction, so concurrent adds
+are each counted once and a turn is counted for all its keys or for none."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date
+
+from gateway.pg.db import SharedPool
+from orchestrator.usage import Spent, ordered
+
+ADD = ("INSERT INTO switchyard_usage AS u (day, kind, key, usd, tokens_in, tokens_out, turns, seconds) "
+       "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (day, kind, key) DO UPDATE SET "
+       "usd = u.usd + excluded.usd, tokens_in = u.tokens_in + excluded.tokens_in, "
+       "tokens_out = u.tokens_out + excluded.tokens_out, turns = u.turns + excluded.turns, "
+       "seconds = u.seconds + excluded.seconds")
+SUMS = "SUM(usd), SUM(tokens_in), SUM(tokens_out), SUM(turns), SUM(seconds)"
+
+
+def _spent(usd: float | None, tokens_in: int | None, tokens_out: int | None, turns: int | None,
+           seconds: float | None) -> Spent:
+    return Spent(float(usd or 0), int(tokens_in or 0), int(tokens_out or 0), int(turns or 0), float(seconds or 0))
+
+
+class PgUsageRecords:
+    """Per-day usage totals in the backend's database."""
+
+    def __init__(self, dsn: str, pool: SharedPool | None = None):
+        self._pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
+
+    def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
+        rows = [(day, kind, key, spent.usd, spent.tokens_in, spent.tokens_out, spent.turns, spent.seconds)
+                for kind, key in sorted(keys.items())]  # one row order for every host: no deadlock between them
+        if not rows:
+            return
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            cursor.executemany(ADD, rows)
+
+    def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
+        with self._pool.connection() as conn:
+            row = conn.execute(f"SELECT {SUMS} FROM switchyard_usage WHERE kind = %s AND key = %s "
+                               "AND day BETWEEN %s AND %s", (kind, key, first, last)).fetchone()
+        return _spent(*row) if row else Spent()
+
+    def table(self, kind: str, first: date, last: date) -> list[tuple[str, Spent]]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(f"SELECT key, {SUMS} FROM switchyard_usage WHERE kind = %s "
+                                "AND day BETWEEN %s AND %s GROUP BY key", (kind, first, last)).fetchall()
+        return ordered({str(key): _spent(*sums) for key, *sums in rows})
+
+    def reset(self, kind: str, key: str | None, first: date, last: date) -> int:
+        with self._pool.connection() as conn:
+            cursor = conn.execute("DELETE FROM switchyard_usage WHERE kind = %s AND (%s::text IS NULL OR key = %s) "
+                                  "AND day BETWEEN %s AND %s", (kind, key, key, first, last))
+            return int(cursor.rowcount)
