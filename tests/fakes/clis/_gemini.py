@@ -173,7 +173,7 @@ def _error(fmt: str, session_id: str, message: str, code: int) -> None:
         body = {"session_id": session_id, "error": {"type": "Error", "message": message, "code": code}}
         c.fail(json.dumps(body, indent=2, ensure_ascii=False), code)
     if fmt == "stream-json":
-        _event("result", status="error", error={"type": "Error", "message": message}, stats=_stats())
+        _event("result", status="error", error={"type": "Error", "message": message}, stats=_stats(()))
         raise SystemExit(code)
     c.fail(message, code)
 
@@ -210,11 +210,11 @@ def _run(fmt: str, name: str, seconds: float, prompt: str, session_id: str, chat
         _event("tool_result", tool_id="read_file-1", status="success", output="")
     c.append_turn(chat, prompt, reply)
     if fmt == "json":
-        c.out(json.dumps({"session_id": session_id, "response": reply, "stats": _stats()}, indent=2,
-                         ensure_ascii=False) + "\n")
+        c.out(json.dumps({"session_id": session_id, "response": reply, "stats": _json_stats(_models(opts))},
+                         indent=2, ensure_ascii=False) + "\n")
     elif fmt == "stream-json":
         _event("message", role="assistant", content=reply, delta=True)
-        _event("result", status="success", stats=_stats())
+        _event("result", status="success", stats=_stats(_models(opts)))
     else:
         c.out(reply + "\n")
     return 0
@@ -225,6 +225,29 @@ def _event(kind: str, **fields: Any) -> None:
     c.out(c.dump({"type": kind, "timestamp": stamp, **fields}) + "\n")
 
 
-def _stats() -> dict[str, Any]:
-    return {"total_tokens": 15, "input_tokens": 10, "output_tokens": 5, "cached": 0, "input": 10,
-            "duration_ms": 5, "tool_calls": 0, "models": {}}
+def _models(opts: dict[str, Any]) -> tuple[str, ...]:
+    """The models a turn asks: without `-m`, the router's (flash-lite) and the one it picks."""
+    return (opts["model"],) if opts.get("model") else ("gemini-3.5-flash-lite", "gemini-3.8-flash")
+
+
+def _tokens() -> dict[str, int]:
+    """One model call's tokens, as gemini keeps them (`prompt` includes `cached`; `total` the thoughts)."""
+    prompt, candidates = c.FRESH_IN + c.CACHED_IN, c.OUT - c.REASONING
+    return {"input": c.FRESH_IN, "prompt": prompt, "candidates": candidates, "total": prompt + c.OUT,
+            "cached": c.CACHED_IN, "thoughts": c.REASONING, "tool": 0}
+
+
+def _stats(models: tuple[str, ...]) -> dict[str, Any]:
+    """`-o stream-json`'s result stats: each model's tokens and their sums (no thoughts field)."""
+    t = _tokens()
+    each = {"total_tokens": t["total"], "input_tokens": t["prompt"], "output_tokens": t["candidates"],
+            "cached": t["cached"], "input": t["input"]}
+    sums = {key: value * len(models) for key, value in each.items()}
+    return {**sums, "duration_ms": 5, "tool_calls": 0, "models": dict.fromkeys(models, each)}
+
+
+def _json_stats(models: tuple[str, ...]) -> dict[str, Any]:
+    """`-o json`'s stats: per model its API calls and tokens (thoughts included), then the tools."""
+    api = {"totalRequests": 1, "totalErrors": 0, "totalLatencyMs": 30, "errorsByType": {}}
+    return {"models": {model: {"api": api, "tokens": _tokens()} for model in models},
+            "tools": {"totalCalls": 0, "totalSuccess": 0, "totalFail": 0, "totalDurationMs": 0}}
