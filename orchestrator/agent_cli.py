@@ -2,8 +2,10 @@
 
 A failure retrying cannot fix (the CLI is missing or not executable, not logged in, refuses to run
 unattended, the prompt is too large) raises ProviderRefused: the message is dead-lettered at once and
-the sender is told what happened and how it is fixed, in the CLI's own words. Anything else (a
-timeout, a network error, an exit without a recognised cause) raises ProviderFailed and is retried.
+the sender is told what happened and how it is fixed, in the CLI's own words. A model API whose usage limit
+or quota is reached raises ProviderExhausted (a ProviderRefused). Anything else (a timeout, a network
+error, an exit without a recognised cause) raises ProviderFailed and is retried. Every result, and the
+one a failure carries, holds the usage the CLI's own output reported (`ProviderResult.usage`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ class ProviderRefused(PermanentError):
         words = f' ({name} said: "{said}")' if said and said.lower() not in reason.lower() else ""
         super().__init__(f"{name}: {reason}{words}",
                          reply=f"Sorry, I could not run the agent {name}: {reason}.{words}")
+
+
+class ProviderExhausted(ProviderRefused):
+    """The model API answered that the account's usage limit or quota is reached: retrying now would only
+    be refused again."""
+
+    def __init__(self, name: str, said: str = "", result: ProviderResult | None = None):
+        super().__init__(name, "its provider's usage limit is reached; it is tried again later, or an operator "
+                               "sets a `fallback:` provider for it", said, result)
 
 
 @dataclass(frozen=True)
@@ -209,7 +220,7 @@ class AgentCliRunner:
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
             watcher=watch, first_output_sec=provider.first_output_sec or preset.first_output_sec, stop=watch.stop,
         )
-        reading = preset.read(result.stdout)
+        reading = preset.read(result.stdout, result.stderr_tail)
         if watch.refused is not None:
             stop.clear()  # the watcher stopped it, not /stop
             reading = replace(reading, answer="", error=watch.refused, refused=True)
@@ -220,15 +231,18 @@ class AgentCliRunner:
     def _checked(
         self, name: str, preset: Preset, binary: str, result: ProviderResult, reading: Reading
     ) -> ProviderResult:
+        result = replace(result, usage=reading.usage)
         if not _failed(result, reading):
             return replace(result, stdout=made_safe(reading.answer))  # its envelope may spell a NUL, `\\ud800`
         said = failure_text(result, reading)
         refusal = cannot_start(name, binary, result, preset.install)
+        everything = strip_ansi("\n".join(filter(None, (reading.error, result.stderr_tail, result.stdout[-4000:]))))
+        if refusal is None and preset.exhausted(everything):
+            raise ProviderExhausted(name, said, result)
         if refusal is None and reading.refused:
             refusal = preset.permanent(said, None) or preset.not_logged_in()
         if refusal is None and not result.timed_out:
-            everything = "\n".join(filter(None, (reading.error, result.stderr_tail, result.stdout[-4000:])))
-            refusal = preset.permanent(strip_ansi(everything), result.exit_code)
+            refusal = preset.permanent(everything, result.exit_code)
         if refusal is not None:
             raise ProviderRefused(name, refusal, said, result)
         raise ProviderFailed(name, replace(result, stderr_tail=said or result.stderr_tail))

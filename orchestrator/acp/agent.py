@@ -55,6 +55,7 @@ class AgentProcess:
         self.process: asyncio.subprocess.Process | None = None
         self.conn: ClientSideConnection | None = None
         self.turns: dict[str, Turn] = {}
+        self._costs: dict[str, float] = {}  # each session's cost so far, as its last `usage_update` said
         self.can_load = False
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
@@ -123,6 +124,9 @@ class AgentProcess:
         try:
             reply = await self._answer(self.conn.prompt(session_id=session_id, prompt=[text_block(text)]))
             turn.usage_total = _total_tokens(reply.usage)
+            turn.usage = turn.spent(reply.usage, reply.field_meta, self._costs.get(session_id))
+            if turn.cost is not None:
+                self._costs[session_id] = turn.cost
             return str(reply.stop_reason)
         finally:
             self.turns.pop(session_id, None)

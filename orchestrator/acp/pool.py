@@ -109,12 +109,13 @@ class AcpPool:
             request = replace(request, scope=f"call:{uuid.uuid4().hex}")
             turn, live = await self._turn(request, spec, prompt, stored=False)
             await self._evict(live, keep_agent=True)
-            return ProviderResult(made_safe(turn.answer(turn.stop_reason)), "", 0, ms_since(started), False, False)
+            return ProviderResult(made_safe(turn.answer(turn.stop_reason)), "", 0, ms_since(started), False, False,
+                                  usage=turn.usage)
         async with self._sessions.hold(_key(request.name), request.scope):
             turn, live = await self._turn(request, spec, prompt)
             answer = made_safe(turn.answer(turn.stop_reason))
             self._save(request, live.session_id, prompt, answer)
-        return ProviderResult(answer, "", 0, ms_since(started), False, False)
+        return ProviderResult(answer, "", 0, ms_since(started), False, False, usage=turn.usage)
 
     async def _turn(self, request: TurnRequest, spec: AdapterSpec, prompt: str,
                     stored: bool = True) -> tuple[Turn, Live]:

@@ -1,5 +1,5 @@
-"""One prompt of a live session: the answer its chunks build (passed on to `on_text` as it grows) and the
-tool approvals it asks for (the chat's asker, or the provider's `permissions` rule)."""
+"""One prompt of a live session: the answer its chunks build (passed on to `on_text` as it grows), the
+tool approvals it asks for (the chat's asker, or the provider's `permissions` rule), and what it used."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any
 
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
+from orchestrator.clis.base import count
 from orchestrator.live import ApprovalOption, PermissionAsker, TextSink, ToolApproval
+from orchestrator.usage import TokenUsage
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,9 @@ class Turn:
         self.parts: list[str] = []
         self.chunks = 0  # chunks with text (claude sends an empty one before each message)
         self.usage_total: int | None = None
+        self.used: int | None = None  # `usage_update`: the tokens in the session's context now
+        self.cost: float | None = None  # `usage_update`: the session's cost so far (USD, cumulative)
+        self.usage: TokenUsage | None = None  # what the turn used, once it ended (`spent`)
         self.stop_reason = ""
         self.denied: list[str] = []  # titles of the tool calls denied in this turn
         self.asked = 0
@@ -47,7 +52,13 @@ class Turn:
         return "".join(self.parts)
 
     def update(self, update: dict[str, Any]) -> None:
-        """A session update of this turn: an answer chunk adds to the text (and reaches `on_text`)."""
+        """A session update of this turn: an answer chunk adds to the text (and reaches `on_text`); a
+        `usage_update` says what the session holds and has cost so far."""
+        if update.get("sessionUpdate") == "usage_update":
+            self.used = count(update.get("used"))
+            cost = update.get("cost")
+            amount = cost.get("amount") if isinstance(cost, dict) else None
+            self.cost = float(amount) if isinstance(amount, int | float) and not isinstance(amount, bool) else None
         if update.get("sessionUpdate") != "agent_message_chunk":
             return
         content = update.get("content") or {}
@@ -65,6 +76,26 @@ class Turn:
     def ended_empty(self, stop_reason: str) -> bool:
         """claude's answer after a cancel: `end_turn` at once, no chunk, no tokens (FINDINGS)."""
         return stop_reason == "end_turn" and self.chunks == 0 and not self.usage_total and not self.asked
+
+    def spent(self, usage: Any, meta: Any, cost_before: float | None) -> TokenUsage | None:
+        """What this turn used, from what its adapter reported (tests/fakes/acp/FINDINGS.md, "Usage"):
+        claude the prompt result's `usage` (input apart from both cache counts; the total holds them all)
+        and the session's cumulative cost in `usage_update` (this turn: its growth since `cost_before`);
+        gemini the result's `_meta.quota.token_count`; codex only `usage_update.used`, the context's
+        tokens after the turn's last model call (its input and output: a turn of several calls counts
+        only its last one). None: nothing reported."""
+        usd = None if self.cost is None else max(0.0, self.cost - (cost_before or 0.0))
+        if usage is not None:
+            out = sum(count(getattr(usage, name, None)) or 0 for name in ("output_tokens", "thought_tokens"))
+            total = count(getattr(usage, "total_tokens", None))
+            return TokenUsage(usd, None if total is None else max(0, total - out), out)
+        quota = meta.get("quota") if isinstance(meta, dict) else None
+        tokens = quota.get("token_count") if isinstance(quota, dict) else None
+        if isinstance(tokens, dict):
+            return TokenUsage(usd, count(tokens.get("input_tokens")), count(tokens.get("output_tokens")))
+        if self.used is not None or usd is not None:
+            return TokenUsage(usd, self.used, None if self.used is None else 0)
+        return None
 
     def answer(self, stop_reason: str) -> str:
         """The turn's answer; a turn that a denied tool call ended without text (codex) says so."""

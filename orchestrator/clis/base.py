@@ -70,6 +70,7 @@ class Preset:
     too_large_markers: ClassVar[tuple[str, ...]] = ()
     unknown_session_markers: ClassVar[tuple[str, ...]] = ()
     session_in_use_markers: ClassVar[tuple[str, ...]] = ()
+    usage_limit_markers: ClassVar[tuple[str, ...]] = ()  # the CLI's words for a used-up quota or usage limit
     partial_args: ClassVar[tuple[str, ...]] = ()  # added to argv when the call streams its text (`on_text`)
     login_exit_codes: ClassVar[frozenset[int]] = frozenset()
     refusal_exit_codes: ClassVar[frozenset[int]] = frozenset()
@@ -82,8 +83,8 @@ class Preset:
         """What the CLI reads on stdin: the prompt."""
         return prompt
 
-    def read(self, stdout: str) -> Reading:
-        """The answer, session id and error out of the CLI's whole output."""
+    def read(self, stdout: str, stderr: str = "") -> Reading:
+        """The answer, session id, error and usage out of the CLI's whole output (and the end of its stderr)."""
         raise NotImplementedError
 
     def stream_event(self, line: str) -> StreamEvent | None:
@@ -104,6 +105,10 @@ class Preset:
     def not_logged_in(self) -> str:
         """The permanent failure of a missing or refused login, with the fix."""
         return f"{self.name} is not logged in for the user running switchyard: {self.login}"
+
+    def exhausted(self, text: str) -> bool:
+        """The model API refused the call because the account's usage limit or quota is reached."""
+        return _has(text.lower(), self.usage_limit_markers)
 
     def unknown_session(self, text: str) -> bool:
         """The CLI no longer knows the session it was asked to continue."""
@@ -139,6 +144,11 @@ def json_lines(text: str) -> Iterator[dict[str, Any]]:
         value = json_object(line)
         if value is not None:
             yield value
+
+
+def count(value: Any) -> int | None:
+    """A token count as a CLI printed it: a non-negative int, else None (not reported)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def json_object(line: str) -> dict[str, Any] | None:

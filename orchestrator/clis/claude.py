@@ -19,12 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from gateway.settings import ProviderSettings
-from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+from orchestrator.clis.base import (
+    Preset,
+    Reading,
+    Session,
+    StreamEvent,
+    count,
+    first_line,
+    json_lines,
+    json_object,
+)
+from orchestrator.usage import TokenUsage
 
 EDIT_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep")
 REFUSED_STATUSES = (401, 403)
 _SESSION_ID = re.compile(r"[0-9a-fA-F-]{36}")  # a uuid: never a path, never a glob
 REFUSED_ERRORS = ("authentication_failed", "oauth_org_not_allowed")  # claude's names for a refused login
+INPUT_COUNTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 REFUSALS_TRUSTED = 2  # the attempt whose refusal is final: the first may end in a refreshed claude.ai token
 
 
@@ -37,6 +48,8 @@ class Claude(Preset):
     login = "run `claude` once as that user and /login, or set ANTHROPIC_API_KEY in the provider's env"
     login_markers = ("not logged in", "please run /login", "invalid api key", "authentication_error",
                      "oauth token has expired", "credit balance is too low")
+    usage_limit_markers = ("request rejected (429)", "usage limit reached", "out of usage credits",
+                           "monthly usage limit")  # CLIS.md, "Usage limit"
     too_large_markers = ("prompt is too long", "input is too long", "argument list too long")
     unknown_session_markers = ("no conversation found with session id",)
     session_in_use_markers = ("is already in use",)
@@ -73,7 +86,7 @@ class Claude(Preset):
         for transcript in Path(config).glob(f"projects/*/{session_id}.jsonl"):
             transcript.unlink(missing_ok=True)
 
-    def read(self, stdout: str) -> Reading:
+    def read(self, stdout: str, stderr: str = "") -> Reading:
         reading = Reading(answer="")
         texts: list[str] = []
         found_result = False
@@ -83,6 +96,7 @@ class Claude(Preset):
                 texts += [b.get("text", "") for b in _blocks(event) if b.get("type") == "text"]
             elif event.get("type") == "result":
                 found_result = True
+                reading.usage = _usage(event)
                 result = event.get("result")
                 failed = event.get("is_error") or event.get("subtype") not in (None, "success")
                 if failed:
@@ -109,6 +123,18 @@ class Claude(Preset):
             if block.get("type") == "text" and block.get("text", "").strip():
                 return StreamEvent(note=first_line(block["text"]), from_text=True)
         return StreamEvent()
+
+
+def _usage(result: dict[str, Any]) -> TokenUsage:
+    """The result line's cost and tokens: the Messages API counts the input read from and written to the
+    prompt cache apart from `input_tokens`, so all three make the input (CLIS.md, "Usage")."""
+    usage = result.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    cost = result.get("total_cost_usd")
+    parts = [count(usage.get(key)) for key in INPUT_COUNTS]
+    tokens_in = sum(part or 0 for part in parts) if any(part is not None for part in parts) else None
+    return TokenUsage(float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
+                      tokens_in, count(usage.get("output_tokens")))
 
 
 def _api_retry(event: dict[str, Any]) -> StreamEvent | None:

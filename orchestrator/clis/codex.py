@@ -6,8 +6,18 @@ import json
 from pathlib import Path
 
 from gateway.settings import ProviderSettings
-from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+from orchestrator.clis.base import (
+    Preset,
+    Reading,
+    Session,
+    StreamEvent,
+    count,
+    first_line,
+    json_lines,
+    json_object,
+)
 from orchestrator.clis.endpoint import write_private
+from orchestrator.usage import TokenUsage
 
 OPENAI_URL = "https://api.openai.com/v1"
 KEY_VARIABLE = "OPENAI_API_KEY"
@@ -23,6 +33,7 @@ class Codex(Preset):
     login_markers = ("not logged in", "401 unauthorized", "missing bearer", "invalid_api_key",
                      "incorrect api key", "please run `codex login`")
     refusal_markers = ("not inside a trusted directory",)
+    usage_limit_markers = ("hit your usage limit", "quota exceeded")  # CLIS.md, "Usage limit"
     too_large_markers = ("context_length_exceeded", "context window", "argument list too long")
     unknown_session_markers = ("no rollout found for thread id",)
 
@@ -46,12 +57,14 @@ class Codex(Preset):
         write_private(home / "config.toml", _codex_config(settings.base_url or OPENAI_URL, key is not None))
         return {"CODEX_HOME": str(home)} | ({KEY_VARIABLE: key} if key is not None else {})
 
-    def read(self, stdout: str) -> Reading:
+    def read(self, stdout: str, stderr: str = "") -> Reading:
         reading = Reading(answer="")
         errors: list[str] = []
         for event in json_lines(stdout):
             kind = event.get("type")
-            if kind == "thread.started":
+            if kind == "turn.completed":
+                reading.usage = _added(reading.usage, event.get("usage"))
+            elif kind == "thread.started":
                 reading.session_id = event.get("thread_id") or reading.session_id
             elif kind == "item.completed":
                 item = event.get("item") or {}
@@ -83,6 +96,23 @@ class Codex(Preset):
         if kind == "agent_message" and item.get("text"):
             return StreamEvent(note=first_line(str(item["text"])))
         return StreamEvent()
+
+
+def _added(total: TokenUsage | None, usage: object) -> TokenUsage | None:
+    """`total` plus one `turn.completed` usage: `input_tokens` already holds `cached_input_tokens`, and
+    `output_tokens` the `reasoning_output_tokens` (the Responses API's counts, passed on: CLIS.md, "Usage")."""
+    if not isinstance(usage, dict):
+        return total
+    tokens_in, tokens_out = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
+    if tokens_in is None and tokens_out is None:
+        return total
+    if total is None:
+        return TokenUsage(None, tokens_in, tokens_out)
+    return TokenUsage(None, _sum(total.tokens_in, tokens_in), _sum(total.tokens_out, tokens_out))
+
+
+def _sum(first: int | None, second: int | None) -> int | None:
+    return None if first is None and second is None else (first or 0) + (second or 0)
 
 
 def _codex_config(base_url: str, with_key: bool) -> str:

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from gateway.settings import ProviderSettings
-from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, first_line, json_lines, json_object
+from orchestrator.clis.base import (
+    Preset,
+    Reading,
+    Session,
+    StreamEvent,
+    count,
+    first_line,
+    json_lines,
+    json_object,
+)
 from orchestrator.clis.endpoint import write_private
+from orchestrator.usage import TokenUsage
 
 AUTH_EXIT = 41
 UNTRUSTED_EXIT = 55
@@ -25,6 +36,8 @@ class Gemini(Preset):
     login = ("run `gemini` once as that user and choose a login, or set GEMINI_API_KEY in the provider's env")
     login_markers = ("please set an auth method", "api key not valid", "gemini_api_key environment variable")
     refusal_markers = ("not running in a trusted directory",)
+    usage_limit_markers = ("exhausted your daily quota", "exceeded your current quota", "resource_exhausted",
+                           "terminalquotaerror")  # CLIS.md, "Usage limit"
     too_large_markers = ("exceeds the maximum number of tokens", "argument list too long")
     unknown_session_markers = ("no previous sessions found", "invalid session identifier")
     session_in_use_markers = ("already exists. use --resume",)
@@ -51,11 +64,13 @@ class Gemini(Preset):
         env |= {"GOOGLE_GEMINI_BASE_URL": settings.base_url} if settings.base_url else {}
         return env | ({"GEMINI_API_KEY": key} if key is not None else {})
 
-    def read(self, stdout: str) -> Reading:
+    def read(self, stdout: str, stderr: str = "") -> Reading:
         reading = Reading(answer="")
         parts: list[str] = []
         for event in json_lines(stdout):
             reading.session_id = event.get("session_id") or reading.session_id
+            if isinstance(event.get("stats"), dict):
+                reading.usage = _usage(event["stats"])
             kind = event.get("type")
             if kind == "message" and event.get("role") == "assistant":
                 parts.append(str(event.get("content", "")))
@@ -79,3 +94,21 @@ class Gemini(Preset):
         if kind == "message" and event.get("role") == "assistant" and str(event.get("content", "")).strip():
             return StreamEvent(note=first_line(str(event["content"])))
         return StreamEvent()
+
+
+def _usage(stats: dict[str, Any]) -> TokenUsage | None:
+    """The tokens of every model the call asked (the router's too). `-o stream-json` sums them up:
+    `input_tokens` (the prompt, cached part included), `output_tokens` (the answer without the thoughts),
+    `total_tokens` (with the thoughts), so the output is total minus input. `-o json` lists them by model
+    (`models.<m>.tokens`: prompt, candidates, thoughts). CLIS.md, "Usage"."""
+    if "input_tokens" in stats:
+        tokens_in, total = count(stats.get("input_tokens")), count(stats.get("total_tokens"))
+        out = total - tokens_in if total is not None and tokens_in is not None else None
+        return TokenUsage(None, tokens_in, out if out is not None else count(stats.get("output_tokens")))
+    models = stats.get("models")
+    tokens = [m["tokens"] for m in models.values() if isinstance(m, dict) and isinstance(m.get("tokens"), dict)] \
+        if isinstance(models, dict) else []
+    if not tokens:
+        return None
+    return TokenUsage(None, sum(count(t.get("prompt")) or 0 for t in tokens),
+                      sum((count(t.get("candidates")) or 0) + (count(t.get("thoughts")) or 0) for t in tokens))

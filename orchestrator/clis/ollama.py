@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from gateway.settings import ProviderSettings
-from orchestrator.clis.base import Preset, Reading, Session, StreamEvent
+from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, strip_ansi
+from orchestrator.usage import TokenUsage
 
 DEFAULT_MODEL = "llama3.2"
 HISTORY_TURNS = 6
+_COUNT = re.compile(r"^(prompt eval count|eval count):\s+(\d+) token\(s\)\s*$", re.MULTILINE)
 
 
 class Ollama(Preset):
@@ -19,7 +23,7 @@ class Ollama(Preset):
     too_large_markers = ("argument list too long",)
 
     def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
-        return [binary, "run", settings.model or DEFAULT_MODEL, "--nowordwrap", "--hidethinking",
+        return [binary, "run", settings.model or DEFAULT_MODEL, "--nowordwrap", "--hidethinking", "--verbose",
                 *settings.extra_args]
 
     def stdin(self, prompt: str, session: Session | None) -> str:
@@ -30,8 +34,14 @@ class Ollama(Preset):
             lines += [f"User: {turn.get('prompt', '')}", f"Assistant: {turn.get('answer', '')}"]
         return "\n".join([*lines, "", "Now:", prompt])
 
-    def read(self, stdout: str) -> Reading:
-        return Reading(answer=stdout.strip())
+    def read(self, stdout: str, stderr: str = "") -> Reading:
+        """The answer is stdout; `--verbose` adds the response's metrics to stderr (api/types.go
+        `Metrics.Summary`): `prompt eval count:    N token(s)`, `eval count:           N token(s)`, each
+        left out when zero."""
+        counts = dict(_COUNT.findall(strip_ansi(stderr)))
+        usage = TokenUsage(None, int(counts.get("prompt eval count", 0)), int(counts.get("eval count", 0))) \
+            if counts else None
+        return Reading(answer=stdout.strip(), usage=usage)
 
     def stream_event(self, line: str) -> StreamEvent | None:
         return StreamEvent() if line.strip() else None

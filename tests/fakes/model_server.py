@@ -24,6 +24,56 @@ from tests.fakes.base import FakeServer
 DEFAULT_REPLY = "hello from the fake model"
 
 
+@dataclass(frozen=True)
+class Usage:
+    """The tokens every answer reports, each API spelling them its own way (distinct numbers, so a test sees
+    which ones a CLI added up): `cached_in` of `fresh_in` … are read from a cache, `reasoning` of `out` think."""
+
+    fresh_in: int = 1200  # input not read from a cache
+    cache_write: int = 300  # Anthropic only: input written to the cache
+    cached_in: int = 4000  # input read from the cache
+    out: int = 70  # output, reasoning included
+    reasoning: int = 20
+
+    def anthropic(self, output: int | None = None) -> dict[str, Any]:
+        """Messages API: input_tokens excludes both cache counts; output_tokens is cumulative."""
+        return {"input_tokens": self.fresh_in, "cache_creation_input_tokens": self.cache_write,
+                "cache_read_input_tokens": self.cached_in, "output_tokens": self.out if output is None else output,
+                "service_tier": "standard"}
+
+    def responses(self) -> dict[str, Any]:
+        """Responses API: input_tokens includes the cached ones, output_tokens the reasoning ones."""
+        total_in = self.fresh_in + self.cached_in
+        return {"input_tokens": total_in, "input_tokens_details": {"cached_tokens": self.cached_in},
+                "output_tokens": self.out, "output_tokens_details": {"reasoning_tokens": self.reasoning},
+                "total_tokens": total_in + self.out}
+
+    def gemini(self) -> dict[str, Any]:
+        """generateContent: promptTokenCount includes the cached ones; thoughts are counted apart from
+        candidatesTokenCount."""
+        prompt, candidates = self.fresh_in + self.cached_in, self.out - self.reasoning
+        return {"promptTokenCount": prompt, "candidatesTokenCount": candidates,
+                "cachedContentTokenCount": self.cached_in, "thoughtsTokenCount": self.reasoning,
+                "totalTokenCount": prompt + candidates + self.reasoning}
+
+
+LIMIT_ANSWERS: dict[str, tuple[int, dict[str, Any]]] = {
+    "anthropic": (429, {"type": "error", "error": {"type": "rate_limit_error", "message":
+                        "This request would exceed your organization's rate limit. Please try again later."}}),
+    "responses": (429, {"error": {"type": "usage_limit_reached", "code": "insufficient_quota", "message":
+                        "You exceeded your current quota, please check your plan and billing details.",
+                        "param": None}}),
+    "gemini": (429, {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message":
+                     "You exceeded your current quota, please check your plan and billing details.",
+                     "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                         {"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                          "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier", "quotaValue": "250"}]},
+                                 {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "43s"}]}}),
+}
+"""What each API answers once the account's usage limit or quota is reached (Gemini: a daily quota, which
+gemini-cli does not retry; the same body without `details` it retries for minutes: CLIS.md)."""
+
+
 @dataclass
 class ModelRequest:
     """One request the server received."""
@@ -53,8 +103,11 @@ class ModelServer(FakeServer):
     """Answers every model call with `reply`; `requests` holds what was asked, `model_calls` the calls
     that asked for an answer (not model listings or token counts)."""
 
-    def __init__(self, reply: str = DEFAULT_REPLY, *, chunks: int = 1, chunk_delay: float = 0.0) -> None:
+    def __init__(self, reply: str = DEFAULT_REPLY, *, chunks: int = 1, chunk_delay: float = 0.0,
+                 usage: Usage | None = None, limited: bool = False) -> None:
         self.reply = reply
+        self.usage = usage or Usage()
+        self.limited = limited  # True: every model call is answered with the API's usage-limit error
         self.chunks = chunks  # a streamed Anthropic answer comes in this many text deltas …
         self.chunk_delay = chunk_delay  # … this many seconds apart
         self.requests: list[ModelRequest] = []
@@ -87,10 +140,13 @@ class ModelServer(FakeServer):
             return web.json_response({"object": "list", "data": [], "models": []})
         if api is None or request.method != "POST":
             return web.json_response({"error": {"message": f"fake model server: no {request.path}"}}, status=404)
+        if self.limited:
+            status, error = LIMIT_ANSWERS[api.split("-")[0]]
+            return web.json_response(error, status=status, headers={"retry-after": "1"})
         stream = bool(record.body.get("stream")) or api == "gemini-stream"
         if api == "anthropic" and stream:
-            return await _anthropic_stream(request, record, self.reply, self.chunks, self.chunk_delay)
-        return await _ANSWERS[api](request, record, self.reply, stream)
+            return await _anthropic_stream(request, record, self.reply, self.usage, self.chunks, self.chunk_delay)
+        return await _ANSWERS[api](request, record, self.reply, self.usage, stream)
 
 
 def _api(path: str) -> str | None:
@@ -125,23 +181,25 @@ def split_reply(reply: str, chunks: int) -> list[str]:
     return [reply[start:start + size] for start in range(0, len(reply), size)] or [""]
 
 
-def _anthropic_message(record: ModelRequest) -> dict[str, Any]:
+def _anthropic_message(record: ModelRequest, usage: dict[str, Any]) -> dict[str, Any]:
     model = str(record.body.get("model", "claude-fake"))
-    usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
     return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": model,
             "stop_reason": "end_turn", "stop_sequence": None, "usage": usage}
 
 
-async def _anthropic(request: web.Request, record: ModelRequest, reply: str, stream: bool) -> web.StreamResponse:
+async def _anthropic(request: web.Request, record: ModelRequest, reply: str, usage: Usage,
+                     stream: bool) -> web.StreamResponse:
     if stream:
-        return await _anthropic_stream(request, record, reply, 1, 0.0)
-    return web.json_response({**_anthropic_message(record), "content": [{"type": "text", "text": reply}]})
+        return await _anthropic_stream(request, record, reply, usage, 1, 0.0)
+    return web.json_response({**_anthropic_message(record, usage.anthropic()),
+                              "content": [{"type": "text", "text": reply}]})
 
 
-async def _anthropic_stream(request: web.Request, record: ModelRequest, reply: str, chunks: int,
+async def _anthropic_stream(request: web.Request, record: ModelRequest, reply: str, usage: Usage, chunks: int,
                             delay: float) -> web.StreamResponse:
-    """The Messages API's SSE answer, its text in `chunks` deltas `delay` seconds apart."""
-    message = _anthropic_message(record)
+    """The Messages API's SSE answer, its text in `chunks` deltas `delay` seconds apart: `message_start` holds
+    the input counts and one output token, `message_delta` the whole usage (output cumulative)."""
+    message = _anthropic_message(record, usage.anthropic(output=1))
     deltas = [("content_block_delta", {"type": "content_block_delta", "index": 0,
                                        "delta": {"type": "text_delta", "text": piece}})
               for piece in split_reply(reply, chunks)]
@@ -153,24 +211,23 @@ async def _anthropic_stream(request: web.Request, record: ModelRequest, reply: s
         *deltas,
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
         ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                           "usage": {"output_tokens": 5}}),
+                           "usage": usage.anthropic()}),
         ("message_stop", {"type": "message_stop"}),
     ], {2 + index: delay for index in range(1, len(deltas))})
 
 
-async def _responses(request: web.Request, record: ModelRequest, reply: str, stream: bool) -> web.StreamResponse:
+async def _responses(request: web.Request, record: ModelRequest, reply: str, usage: Usage,
+                     stream: bool) -> web.StreamResponse:
     response_id = f"resp_{uuid.uuid4().hex[:24]}"
     item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": reply, "annotations": []}]}
-    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
     done = {"id": response_id, "object": "response", "status": "completed", "model": record.body.get("model"),
-            "output": [item], "usage": usage}
+            "output": [item], "usage": usage.responses()}
     if not stream:
         return web.json_response(done)
     return await _sse(request, [
         ("response.created", {"type": "response.created",
-                              "response": {**done, "status": "in_progress", "output": []}}),
+                              "response": {**done, "status": "in_progress", "output": [], "usage": None}}),
         ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
                                         "item": {**item, "status": "in_progress", "content": []}}),
         ("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item["id"],
@@ -180,14 +237,15 @@ async def _responses(request: web.Request, record: ModelRequest, reply: str, str
     ])
 
 
-async def _gemini(request: web.Request, record: ModelRequest, reply: str, stream: bool) -> web.StreamResponse:
+async def _gemini(request: web.Request, record: ModelRequest, reply: str, usage: Usage,
+                  stream: bool) -> web.StreamResponse:
     config = record.body.get("generationConfig") or {}
     schema = config.get("responseJsonSchema") or config.get("responseSchema")
     if config.get("responseMimeType") == "application/json":  # gemini-cli's own helper calls (model routing, …)
         reply = json.dumps(_sample(schema or {}))
     answer = {"candidates": [{"content": {"parts": [{"text": reply}], "role": "model"}, "finishReason": "STOP",
                               "index": 0}],
-              "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+              "usageMetadata": usage.gemini(),
               "modelVersion": record.path.rsplit("/", 1)[-1].split(":")[0]}
     if not stream:
         return web.json_response(answer)

@@ -37,6 +37,7 @@ from acp.helpers import update_user_message_text
 from acp.schema import (
     AgentCapabilities,
     AvailableCommandsUpdate,
+    Cost,
     InitializeResponse,
     LoadSessionResponse,
     NewSessionResponse,
@@ -44,6 +45,7 @@ from acp.schema import (
     PromptResponse,
     ToolCallUpdate,
     Usage,
+    UsageUpdate,
 )
 
 OPTIONS = {
@@ -54,6 +56,8 @@ OPTIONS = {
     "gemini": [("proceed_always", "Allow for this session", "allow_always"), ("proceed_once", "Allow", "allow_once"),
                ("cancel", "Reject", "reject_once")],
 }
+FRESH_IN, CACHE_WRITE, CACHED_IN, OUT, REASONING = 1200, 300, 4000, 70, 20  # as tests/fakes/clis/_common.py
+TURN_COST = 0.011624999999999998  # what claude-agent-acp priced those tokens at (its usage_update's cost)
 DIRECTIVE = re.compile(r"\[([a-z]+)(?:=([^\]]*))?\]")
 
 
@@ -67,6 +71,7 @@ class FakeAgent:
         self.after_cancel: dict[str, str] = {}  # claude: "empty" for the next prompt, else an answer owed
         self.permission_count = 0
         self.replays: dict[str, asyncio.Future[None]] = {}  # gemini: a load's replay still to come
+        self.costs: dict[str, float] = {}  # claude: each session's cost so far (this process's turns)
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -127,7 +132,29 @@ class FakeAgent:
         if not (stop == "cancelled" and self.like == "gemini"):
             record["history"].append([text, answer])
             self._write(session_id, record)
-        return PromptResponse(stop_reason=stop, usage=_usage(len(answer) + 1) if self.like == "claude" else None)
+        return await self._ended(session_id, stop)
+
+    async def _ended(self, session_id: str, stop: str) -> PromptResponse:
+        """The turn's end with its usage as each real adapter reports it (FINDINGS.md, "Usage"): claude a
+        `usage_update` (context tokens, the session's cumulative cost) and the result's `usage`; codex only a
+        `usage_update` (the context's tokens); gemini the result's `_meta.quota`."""
+        prompt = FRESH_IN + CACHED_IN
+        if self.like == "gemini":
+            tokens = {"input_tokens": prompt, "output_tokens": OUT - REASONING}
+            return PromptResponse(stop_reason=stop, field_meta={"quota": {"token_count": tokens, "model_usage": [
+                {"model": "gemini-fake", "token_count": tokens}]}})
+        cost = None
+        if self.like == "claude":
+            self.costs[session_id] = self.costs.get(session_id, 0.0) + TURN_COST
+            cost = Cost(amount=self.costs[session_id], currency="USD")
+        used, size = (prompt + CACHE_WRITE + 1, 1000000) if self.like == "claude" else (prompt + OUT, 258400)
+        await self.conn.session_update(session_id, UsageUpdate(session_update="usage_update", used=used,
+                                                               size=size, cost=cost))
+        if self.like == "codex":
+            return PromptResponse(stop_reason=stop)
+        return PromptResponse(stop_reason=stop, usage=Usage(
+            input_tokens=FRESH_IN, output_tokens=OUT, cached_read_tokens=CACHED_IN, cached_write_tokens=CACHE_WRITE,
+            total_tokens=prompt + CACHE_WRITE + OUT))
 
     async def _turn(self, session_id: str, text: str, record: dict[str, Any],
                     cancelled: asyncio.Event) -> tuple[str, str]:

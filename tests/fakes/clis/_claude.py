@@ -14,13 +14,18 @@ VERSION = "2.1.197 (Claude Code)"
 NOT_LOGGED_IN = "Not logged in · Please run /login"
 BAD_KEY = "Invalid API key · Fix external API key"
 NETWORK = "API Error: Unable to connect to API (ConnectionRefused)"
+USAGE_LIMIT = ("API Error: Request rejected (429) · This request would exceed your organization's rate limit. "
+               "Please try again later.")
+COST_USD = 0.011624999999999998  # what claude 2.1.197 priced c.FRESH_IN … c.OUT at (claude-opus-4-8)
 TOO_LONG = 'API Error: 400 {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}'
 # (status, error, delay after each attempt) of the `api_retry` lines before the outcome, as observed: a 401 is
 # retried ten times over ~3 minutes before "Invalid API key"; a 529 until the API answers.
 API_RETRIES = {"bad_key": (401, "authentication_failed", (0.5, 1.1, 2.2, 4.1, 9.0, 17.0, 34.0, 39.7, 36.4, 35.0)),
                "overloaded": (529, "overloaded", (1.0, 1.5)),
                # a claude.ai login whose access token the API refused: claude refreshes it, then answers
-               "token_refreshed": (401, "authentication_failed", (0.5,))}
+               "token_refreshed": (401, "authentication_failed", (0.5,)),
+               # the real claude waits ~5 min over its 10 retries of a 429 (CLIS.md, "Usage limit"); 0.3 s here
+               "usage_limit": (429, "rate_limit", (0.03,) * 10)}
 CHOICES = {
     "output-format": ("text", "json", "stream-json"),
     "input-format": ("text", "stream-json"),
@@ -141,6 +146,9 @@ def _run(opts: dict[str, Any], fmt: str, name: str, seconds: float, prompt: str,
         if persist:
             c.append_turn(session_file, prompt, None)
         return _finish(fmt, session_id, text, is_error=True, api_status=status, error=error, verbose_init=array)
+    if name == "usage_limit":
+        return _finish(fmt, session_id, USAGE_LIMIT, is_error=True, api_status=429, error="rate_limit",
+                       verbose_init=array)
     if name not in ("ok", "slow", "tool_use", "untrusted", "overloaded", "token_refreshed", "stream"):
         c.fail(f"fake claude: scenario {name!r} does not apply", 99)
     partials = _Partials(session_id, bool(opts.get("include-partial-messages")))
@@ -193,7 +201,7 @@ class _Partials:
                           "session_id": self.session_id}) + "\n")
             message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
                        "model": "claude-fake", "stop_reason": None, "stop_sequence": None,
-                       "usage": {"input_tokens": 0, "output_tokens": 0}, "content": []}
+                       "usage": _usage(1), "content": []}
             self._event({"type": "message_start", "message": message}, ttft_ms=10)
             self._event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
         self._event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})
@@ -211,7 +219,7 @@ class _Partials:
         if self.started:
             self._event({"type": "content_block_stop", "index": 0})
             self._event({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                         "usage": {"output_tokens": 5}})
+                         "usage": _usage(c.OUT)})
             self._event({"type": "message_stop"})
 
 
@@ -259,7 +267,8 @@ def _finish(fmt: str, session_id: str, text: str, *, is_error: bool = False, api
     result = {"type": "result", "subtype": "success", "is_error": is_error, "api_error_status": api_status,
               "duration_ms": 12, "duration_api_ms": 0 if is_error else 10, "num_turns": 1, "result": text,
               "stop_reason": "stop_sequence" if is_error else "end_turn", "session_id": session_id,
-              "total_cost_usd": 0, "usage": {"input_tokens": 0, "output_tokens": 0}, "modelUsage": {},
+              "total_cost_usd": 0 if is_error else COST_USD, "usage": _usage(0 if is_error else c.OUT, is_error),
+              "modelUsage": {} if is_error else _model_usage(),
               "permission_denials": denials or [], "terminal_reason": "completed", "uuid": str(uuid.uuid4())}
     message = _assistant(session_id, [{"type": "text", "text": text}])
     if error:
@@ -273,6 +282,23 @@ def _finish(fmt: str, session_id: str, text: str, *, is_error: bool = False, api
     else:
         c.out(c.dump(result) + "\n")
     return code
+
+
+def _usage(output: int, empty: bool = False) -> dict[str, Any]:
+    """The `usage` of a message or result line (the Messages API's counts, cumulative output)."""
+    fresh, write, cached = (0, 0, 0) if empty else (c.FRESH_IN, c.CACHE_WRITE, c.CACHED_IN)
+    return {"input_tokens": fresh, "cache_creation_input_tokens": write, "cache_read_input_tokens": cached,
+            "output_tokens": output, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+            "service_tier": "standard", "cache_creation": {"ephemeral_1h_input_tokens": 0,
+                                                           "ephemeral_5m_input_tokens": 0},
+            "inference_geo": "", "iterations": [], "speed": "standard"}
+
+
+def _model_usage() -> dict[str, Any]:
+    return {"claude-opus-4-8[1m]": {"inputTokens": c.FRESH_IN, "outputTokens": c.OUT,
+                                    "cacheReadInputTokens": c.CACHED_IN, "cacheCreationInputTokens": c.CACHE_WRITE,
+                                    "webSearchRequests": 0, "costUSD": COST_USD, "contextWindow": 1000000,
+                                    "maxOutputTokens": 64000}}
 
 
 def _init(opts: dict[str, Any], session_id: str) -> dict[str, Any]:
@@ -293,5 +319,5 @@ def _tool_list(tools: list[str] | None) -> list[str]:
 def _assistant(session_id: str, content: list[dict[str, Any]]) -> dict[str, Any]:
     return {"type": "assistant", "message": {"id": f"msg_{uuid.uuid4().hex[:20]}", "model": "claude-fake",
                                              "role": "assistant", "type": "message", "content": content,
-                                             "usage": {"input_tokens": 0, "output_tokens": 0}},
+                                             "usage": _usage(1)},
             "parent_tool_use_id": None, "session_id": session_id, "uuid": str(uuid.uuid4())}

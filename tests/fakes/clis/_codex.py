@@ -17,6 +17,7 @@ UNAUTHORIZED = ("unexpected status 401 Unauthorized: Incorrect API key provided:
 DNS = "stream disconnected before completion: failed to lookup address information: Name does not resolve"
 TOO_LONG = ("Codex ran out of room in the model's context window. Start a new thread or clear earlier history "
             "before retrying.")
+USAGE_LIMIT = "You’ve hit your usage limit. Try again later."  # a 429 `usage_limit_reached`: at once, no retry
 SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 COLORS = ("always", "never", "auto")
 _SHARED = {"-c": ("config", "value"), "--config": ("config", "value"), "--enable": ("enable", "value"),
@@ -199,6 +200,8 @@ class _Run:
         if name in ("not_logged_in", "bad_key", "prompt_too_large"):
             return self.fail_turn(TOO_LONG if name == "prompt_too_large" else UNAUTHORIZED,
                                   retries=name != "prompt_too_large")
+        if name == "usage_limit":
+            return self.fail_turn(USAGE_LIMIT, retries=False)
         if name == "untrusted":
             c.fail("Not inside a trusted directory and --skip-git-repo-check was not specified.", 1)
         if name not in ("ok", "slow", "tool_use"):
@@ -210,8 +213,9 @@ class _Run:
             return reply
         reply = c.answer("codex", self.prompt) if reply is None else reply
         self.item({"type": "agent_message", "text": reply}, "item.completed")
-        self.event({"type": "turn.completed", "usage": {"input_tokens": 10, "cached_input_tokens": 0,
-                                                         "output_tokens": 5}})
+        self.event({"type": "turn.completed", "usage": {
+            "input_tokens": c.FRESH_IN + c.CACHED_IN, "cached_input_tokens": c.CACHED_IN,
+            "cache_write_input_tokens": 0, "output_tokens": c.OUT, "reasoning_output_tokens": c.REASONING}})
         if not self.opts.get("ephemeral"):
             c.append_turn(self.thread_file, self.prompt, reply)
         if not self.json:

@@ -24,7 +24,10 @@ from typing import Any
 
 SCENARIOS = ("ok", "not_logged_in", "bad_key", "untrusted", "network", "network_hang", "hang", "crash", "slow",
              "tool_use", "prompt_too_large", "not_running", "model_missing", "overloaded",
-             "token_refreshed", "stream")
+             "token_refreshed", "stream", "usage_limit")
+FRESH_IN, CACHE_WRITE, CACHED_IN, OUT, REASONING = 1200, 300, 4000, 70, 20
+"""The tokens each fake reports for a turn, spelled as its real CLI prints them: the numbers the real CLIs
+printed for the fake model server's default answer (tests/fakes/model_server.py `Usage`; CLIS.md, "Usage")."""
 
 
 def state_dir() -> Path:

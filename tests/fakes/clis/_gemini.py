@@ -24,6 +24,10 @@ BAD_KEY = "[API Error: API key not valid. Please pass a valid API key.]"
 INVALID_AUTH = "Invalid auth method selected."
 NO_KEY = ("When using Gemini API, you must specify the GEMINI_API_KEY environment variable.\nUpdate your environment "
           "and try again (no reload needed if using .env)!")
+DAILY_QUOTA = ("[API Error: You have exhausted your daily quota on this model.]\nPlease wait and try again later. "
+               "To increase your limits, request a quota increase through AI Studio, or switch to another /auth "
+               "method")
+QUOTA_EXIT = 173  # what 0.61.0 exited with on a 429 daily quota (TerminalQuotaError, no retry)
 TOO_LONG = "[API Error: The input token count exceeds the maximum number of tokens allowed.]"
 CHOICES = {"approval-mode": ("default", "auto_edit", "yolo", "plan"), "output-format": ("text", "json", "stream-json")}
 _KINDS = {"debug": "bool", "model": "value", "prompt": "value", "prompt-interactive": "value", "skip-trust": "bool",
@@ -167,13 +171,14 @@ def _answered(chat: Path) -> bool:
     return any(turn.get("answer") is not None for turn in c.read_turns(chat))
 
 
-def _error(fmt: str, session_id: str, message: str, code: int) -> None:
+def _error(fmt: str, session_id: str, message: str, code: int, models: tuple[str, ...] = ()) -> None:
     """The error envelope: pretty JSON on stderr (json), a result event (stream-json) or plain text; exits."""
     if fmt == "json":
         body = {"session_id": session_id, "error": {"type": "Error", "message": message, "code": code}}
         c.fail(json.dumps(body, indent=2, ensure_ascii=False), code)
     if fmt == "stream-json":
-        _event("result", status="error", error={"type": "Error", "message": message}, stats=_stats())
+        _event("result", status="error", error={"type": "unknown" if models else "Error", "message": message},
+               stats=_stats(models, spent=False))
         raise SystemExit(code)
     c.fail(message, code)
 
@@ -198,6 +203,12 @@ def _run(fmt: str, name: str, seconds: float, prompt: str, session_id: str, chat
     if name == "crash":
         c.fail("FATAL ERROR: fake gemini crashed", 134)
     c.sleep_if_slow(name, seconds)
+    if name == "usage_limit":
+        c.append_turn(chat, prompt, None)
+        c.err("[Routing] NumericalClassifierStrategy failed: Error: Failed to generate content: You have exhausted "
+              "your daily quota on this model.\nError when talking to Gemini API Full report available at: "
+              "/tmp/gemini-client-error.json TerminalQuotaError: You have exhausted your daily quota on this model.\n")
+        _error(fmt, session_id, DAILY_QUOTA, QUOTA_EXIT, _models(opts))
     if name in ("bad_key", "prompt_too_large"):
         c.append_turn(chat, prompt, None)
         _error(fmt, session_id, BAD_KEY if name == "bad_key" else TOO_LONG, 1)
@@ -210,11 +221,11 @@ def _run(fmt: str, name: str, seconds: float, prompt: str, session_id: str, chat
         _event("tool_result", tool_id="read_file-1", status="success", output="")
     c.append_turn(chat, prompt, reply)
     if fmt == "json":
-        c.out(json.dumps({"session_id": session_id, "response": reply, "stats": _stats()}, indent=2,
-                         ensure_ascii=False) + "\n")
+        c.out(json.dumps({"session_id": session_id, "response": reply, "stats": _json_stats(_models(opts))},
+                         indent=2, ensure_ascii=False) + "\n")
     elif fmt == "stream-json":
         _event("message", role="assistant", content=reply, delta=True)
-        _event("result", status="success", stats=_stats())
+        _event("result", status="success", stats=_stats(_models(opts)))
     else:
         c.out(reply + "\n")
     return 0
@@ -225,6 +236,30 @@ def _event(kind: str, **fields: Any) -> None:
     c.out(c.dump({"type": kind, "timestamp": stamp, **fields}) + "\n")
 
 
-def _stats() -> dict[str, Any]:
-    return {"total_tokens": 15, "input_tokens": 10, "output_tokens": 5, "cached": 0, "input": 10,
-            "duration_ms": 5, "tool_calls": 0, "models": {}}
+def _models(opts: dict[str, Any]) -> tuple[str, ...]:
+    """The models a turn asks: without `-m`, the router's (flash-lite) and the one it picks."""
+    return (opts["model"],) if opts.get("model") else ("gemini-3.5-flash-lite", "gemini-3.8-flash")
+
+
+def _tokens() -> dict[str, int]:
+    """One model call's tokens, as gemini keeps them (`prompt` includes `cached`; `total` the thoughts)."""
+    prompt, candidates = c.FRESH_IN + c.CACHED_IN, c.OUT - c.REASONING
+    return {"input": c.FRESH_IN, "prompt": prompt, "candidates": candidates, "total": prompt + c.OUT,
+            "cached": c.CACHED_IN, "thoughts": c.REASONING, "tool": 0}
+
+
+def _stats(models: tuple[str, ...], *, spent: bool = True) -> dict[str, Any]:
+    """`-o stream-json`'s result stats: each model's tokens and their sums (no thoughts field); all 0 when
+    no call was answered."""
+    t = _tokens() if spent else dict.fromkeys(_tokens(), 0)
+    each = {"total_tokens": t["total"], "input_tokens": t["prompt"], "output_tokens": t["candidates"],
+            "cached": t["cached"], "input": t["input"]}
+    sums = {key: value * len(models) for key, value in each.items()}
+    return {**sums, "duration_ms": 5, "tool_calls": 0, "models": dict.fromkeys(models, each)}
+
+
+def _json_stats(models: tuple[str, ...]) -> dict[str, Any]:
+    """`-o json`'s stats: per model its API calls and tokens (thoughts included), then the tools."""
+    api = {"totalRequests": 1, "totalErrors": 0, "totalLatencyMs": 30, "errorsByType": {}}
+    return {"models": {model: {"api": api, "tokens": _tokens()} for model in models},
+            "tools": {"totalCalls": 0, "totalSuccess": 0, "totalFail": 0, "totalDurationMs": 0}}

@@ -56,6 +56,11 @@ def main(argv: list[str]) -> int:
     if think not in (None, "false") and not opts.get("hidethinking"):
         c.out("Thinking...\nfake thoughts\n...done thinking.\n\n")
     c.out(reply + "\n\n")
-    if opts.get("verbose"):
-        c.err(f"total duration:       {time.monotonic() - started:.6f}s\neval count:           5 token(s)\n")
+    if opts.get("verbose"):  # api/types.go Metrics.Summary, on stderr after the answer
+        took = time.monotonic() - started
+        c.err(f"total duration:       {took:.6f}s\nload duration:        {took / 4:.6f}s\n"
+              f"prompt eval count:    {c.FRESH_IN} token(s)\nprompt eval duration: {took / 4:.6f}s\n"
+              f"prompt eval rate:     {c.FRESH_IN / max(took / 4, 1e-6):.2f} tokens/s\n"
+              f"eval count:           {c.OUT} token(s)\neval duration:        {took / 2:.6f}s\n"
+              f"eval rate:            {c.OUT / max(took / 2, 1e-6):.2f} tokens/s\n")
     return 0
