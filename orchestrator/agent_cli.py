@@ -63,8 +63,9 @@ class ProviderExhausted(ProviderRefused):
     be refused again."""
 
     def __init__(self, name: str, said: str = "", result: ProviderResult | None = None):
-        super().__init__(name, "its provider's usage limit is reached; it is tried again later, or an operator "
-                               "sets a `fallback:` provider for it", said, result)
+        super().__init__(name, "its provider's usage limit is reached; your message is kept, and an operator "
+                               "runs it again once the limit resets (or gives the agent a `fallback:` provider)",
+                         said, result)
 
 
 @dataclass(frozen=True)

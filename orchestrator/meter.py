@@ -62,7 +62,7 @@ class LimitReached(PermanentError):
 
     def __init__(self, standing: Standing, now: datetime):
         self.standing = standing
-        text = f"You have reached the {standing.describe()}; {standing.resets(now)}. Nothing was started."
+        text = f"You have reached the {standing.describe()}; {standing.resets(now)}."
         super().__init__(text, reply=text)
 
 

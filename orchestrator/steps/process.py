@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.api import Outbox, PermanentError
 from gateway.home import safe_name
-from orchestrator.agent_cli import AgentCall
+from orchestrator.agent_cli import AgentCall, ProviderExhausted
 from orchestrator.config import AgentConfig, read_template
 from orchestrator.meter import LimitReached
 from orchestrator.progress import ProgressNotes
@@ -71,8 +71,8 @@ class BodyRunner:
                     return await self._runner.run(agent.provider, prompt, request=request,
                                                   request_file=request_file, cwd=job.loaded.workspace, env=env,
                                                   call=call)
-                except LimitReached as exc:
-                    if agent.fallback is None or exc.standing.kind != "provider":
+                except (LimitReached, ProviderExhausted) as exc:
+                    if agent.fallback is None or (isinstance(exc, LimitReached) and exc.standing.kind != "provider"):
                         raise
                     self._fell_back(job, agent.provider, agent.fallback, str(exc))
                 return await self._runner.run(agent.fallback, prompt, request=request, request_file=request_file,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -12,15 +13,19 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
+from gateway.api import HandlerContext
 from gateway.events import EventLog, read_events
 from gateway.home import Home
-from gateway.settings import SettingsError, load_settings
+from gateway.settings import ProviderSettings, QueueSettings, Settings, SettingsError, load_settings
 from gateway.usagesettings import UsageSettings
+from orchestrator import Orchestrator
 from orchestrator.agent_cli import AgentCall
 from orchestrator.meter import LimitReached, UsageMeter, window_of
 from orchestrator.providers import ProviderRunner
 from orchestrator.usage import MemoryUsageRecords, Payer, Spent
-from tests.orchestrator.orch_helpers import make_message
+from orchestrator.usagefiles import FileUsageRecords
+from tests.fakes.clis import FakeClis
+from tests.orchestrator.orch_helpers import FakeOutbox, make_message
 
 NOW = datetime(2026, 11, 28, 21, 30, tzinfo=UTC)
 ADA = Payer("console/console/ada", "console/console/c1", "console")
@@ -154,3 +159,54 @@ def test_usage_settings_that_cannot_work_are_refused_naming_the_key(
     with pytest.raises(SettingsError) as refused:
         load_settings(settings_file)
     assert says in str(refused.value)
+
+
+CLAUDE_AGENT = """
+selector: {provider: rules}
+diagnostics: {provider: rules}
+reply_within_sec: 30
+stream: false
+rules: {default_workflow: chat}
+agents:
+  helper: {provider: claude, prompt: "{{message}}", fallback: echo}
+workflows:
+  chat:
+    steps:
+      - {id: Reply, agent: helper}
+"""
+
+
+@pytest.fixture
+def claude_agent(home: Home, events: EventLog, outbox: FakeOutbox, write_config: Callable[[str], Path],
+                 start: Callable[[HandlerContext], Any]) -> Callable[[], Any]:
+    async def build() -> Orchestrator:
+        write_config(CLAUDE_AGENT)
+        settings = Settings(providers={"claude": ProviderSettings(type="claude")}, queue=QueueSettings(fsync=False))
+        return await start(HandlerContext(home=home, settings=settings, events=events, outbox=outbox,  # type: ignore[no-any-return]
+                                          queue_stats=dict))
+    return build
+
+
+async def test_what_a_claude_turn_cost_reaches_the_day_totals(
+        fake_clis: FakeClis, home: Home, claude_agent: Callable[[], Any]) -> None:
+    orchestrator = await claude_agent()
+    [answer] = await orchestrator.handle(make_message("say hi", senderId="ada"))
+    assert answer.message == "echo: say hi"  # the fake claude's answer
+    today = orchestrator.meter.now().date()
+    records = FileUsageRecords(home, fsync=False)
+    spent = records.totals("sender", "console/console/ada", today, today)
+    assert spent.turns == 1 and spent.usd == pytest.approx(0.011625) and spent.tokens == 5500 + 70
+    assert records.totals("provider", "claude", today, today).usd == pytest.approx(0.011625)
+
+
+async def test_an_agent_whose_cli_says_its_usage_limit_is_reached_answers_through_its_fallback(
+        fake_clis: FakeClis, home: Home, claude_agent: Callable[[], Any]) -> None:
+    fake_clis.scenario("claude", "usage_limit")
+    orchestrator = await claude_agent()
+    message = make_message("say hi", senderId="ada")
+    [answer] = await orchestrator.handle(message)
+    assert answer.message == "say hi"  # the built-in echo, the agent's fallback
+    assert len(fake_clis.calls("claude")) == 1
+    today = orchestrator.meter.now().date()
+    by_provider = dict(FileUsageRecords(home, fsync=False).table("provider", today, today))
+    assert by_provider["claude"].turns == 1 and by_provider["echo"].turns == 1  # the refused turn ran: counted
