@@ -106,7 +106,10 @@ class StepRunner:
             return await self._for_each.run(job)
         values = template_values(run, str(loaded.workspace))
         result = await self._bodies.run(job, step, step_id, values, env)
-        return StepOutcome(result.stdout, result.exit_code, result.duration_ms, result.stderr_tail)
+        usage = result.usage  # what the agent's CLI reported it spent, kept on the step
+        fields = {} if usage is None else {"usage": {"usd": usage.usd, "tokensIn": usage.tokens_in,
+                                                     "tokensOut": usage.tokens_out}}
+        return StepOutcome(result.stdout, result.exit_code, result.duration_ms, result.stderr_tail, fields)
 
 
 def handoff_env(run: RunState, step_id: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ from orchestrator import Orchestrator
 from orchestrator.agent_cli import AgentCall
 from orchestrator.meter import LimitReached, UsageMeter, window_of
 from orchestrator.providers import ProviderRunner
+from orchestrator.runs import RunStore
 from orchestrator.usage import MemoryUsageRecords, Payer, Spent
 from orchestrator.usagefiles import FileUsageRecords
 from tests.fakes.clis import FakeClis
@@ -197,6 +198,9 @@ async def test_what_a_claude_turn_cost_reaches_the_day_totals(
     spent = records.totals("sender", "console/console/ada", today, today)
     assert spent.turns == 1 and spent.usd == pytest.approx(0.011625) and spent.tokens == 5500 + 70
     assert records.totals("provider", "claude", today, today).usd == pytest.approx(0.011625)
+    run = RunStore(home, fsync=False).load(str(answer.workflowRunId))
+    assert run is not None and (run.steps["Reply"].model_extra or {})["usage"] == {
+        "usd": pytest.approx(0.011625), "tokensIn": 5500, "tokensOut": 70}  # kept on the run's step too
 
 
 async def test_an_agent_whose_cli_says_its_usage_limit_is_reached_answers_through_its_fallback(
