@@ -13,8 +13,7 @@ from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.page import sections
 from gateway.dashboard.state import Activity, FolderView
-from gateway.files.deadletters import list_dead
-from gateway.files.queue import move_to_failed
+from gateway.files.deadletters import list_dead, move_to_failed
 from gateway.home import Home
 from gateway.settings import DashboardSettings, SettingsError, load_settings
 

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from gateway.files import deadletters
-from gateway.files.queue import FileQueue, move_to_failed
+from gateway.files.deadletters import move_to_failed
+from gateway.files.queue import FileQueue
 from gateway.home import Home
 from gateway.testing import drop_incoming
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.home import Home, NotRegularFile, fsync_dir, read_file
+from gateway.events import utc_now_iso
+from gateway.home import Home, NotRegularFile, atomic_write, fsync_dir, read_file
 from gateway.storable import made_safe
 
 REPORT_SUFFIX = ".error.json"
@@ -229,3 +230,19 @@ def _free_name(folder: Path, name: str) -> str:
     stem, dot, suffix = name.rpartition(".")
     base = stem if dot else name
     return f"{base}.retried-{time.time_ns()}" + (f".{suffix}" if dot else "")
+
+
+def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -> Path:
+    """Moves a file to failed/ under its own name (prefixed if taken) beside `<name>.error.json`,
+    which holds `report` plus the file name, the name it had before (a retry puts it back under
+    that name) and the time; the report is written first, so a dead letter is never without its
+    reason. Returns the new path."""
+    target = home.failed / source.name
+    if os.path.lexists(target):
+        target = home.failed / f"{time.time_ns()}-{source.name}"
+    body = {"file": target.name, "original": source.name, **report, "failed_at": utc_now_iso()}
+    atomic_write(target.with_name(target.name + ".error.json"), json.dumps(body, indent=2).encode(), fsync=fsync)
+    os.rename(source, target)
+    if fsync:
+        fsync_dir(home.failed)
+    return target

@@ -20,7 +20,7 @@ from gateway.api import Channel
 from gateway.attachments import AttachmentPolicy
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
-from gateway.files.queue import move_to_failed
+from gateway.files.deadletters import move_to_failed
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.sending import Sender, conversation_of

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from gateway.events import utc_now_iso
+from gateway.files.deadletters import move_to_failed
 from gateway.files.edits import fold_edit
 from gateway.files.queueorder import NameSequence, order_of
 from gateway.home import (
@@ -22,7 +22,6 @@ from gateway.home import (
     NotRegularFile,
     SpareFiles,
     atomic_write,
-    fsync_dir,
     lock_if_unheld,
     read_file,
     remove_stale_tmp,
@@ -391,22 +390,6 @@ class FileQueue:
         path = self.home.incoming / name
         atomic_write(path, data, fsync=self.fsync, spares=self._spares)
         return path
-
-
-def move_to_failed(home: Home, source: Path, /, *, fsync: bool, **report: Any) -> Path:
-    """Moves a file to failed/ under its own name (prefixed if taken) beside `<name>.error.json`,
-    which holds `report` plus the file name, the name it had before (a retry puts it back under
-    that name) and the time; the report is written first, so a dead letter is never without its
-    reason. Returns the new path."""
-    target = home.failed / source.name
-    if os.path.lexists(target):
-        target = home.failed / f"{time.time_ns()}-{source.name}"
-    body = {"file": target.name, "original": source.name, **report, "failed_at": utc_now_iso()}
-    atomic_write(target.with_name(target.name + ".error.json"), json.dumps(body, indent=2).encode(), fsync=fsync)
-    os.rename(source, target)
-    if fsync:
-        fsync_dir(home.failed)
-    return target
 
 
 def _is_regular(path: Path) -> bool:

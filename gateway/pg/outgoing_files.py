@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
-from gateway.files.queue import move_to_failed
+from gateway.files.deadletters import move_to_failed
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.pg.errors import worth_waiting

@@ -17,7 +17,8 @@ from gateway.delivery import DeliveryJournal
 from gateway.events import EventLog, read_events
 from gateway.files.answered import AnsweredIndex
 from gateway.files.backend import FileDeadLetters
-from gateway.files.queue import FileQueue, move_to_failed
+from gateway.files.deadletters import move_to_failed
+from gateway.files.queue import FileQueue
 from gateway.home import Home
 from gateway.locks import LockDirectory, Locks
 from gateway.memory import (
