@@ -231,8 +231,10 @@ class Orchestrator:
         self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None
     ) -> OutgoingPayload | None:
         """Asks the selector (with the conversation's active run) and carries out its decision."""
+        payer = Payer.of(message)
         try:  # a payer over a limit starts nothing: no selector, no run (a provider's own limit: at its turn)
-            await asyncio.to_thread(self.meter.check, Payer.of(message), kinds=("sender", "conversation", "profile"))
+            if self.meter.limiting:
+                await asyncio.to_thread(self.meter.check, payer, kinds=("sender", "conversation", "profile"))
         except LimitReached as exc:
             return reply(message, str(exc), agent=SYSTEM_AGENT)
         functions = self._actions.registry(loaded)
@@ -240,7 +242,7 @@ class Orchestrator:
                                                active.summary() if active else None)
         try:
             decision = await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}",
-                                                   payer=Payer.of(message))
+                                                   payer=payer)
             answer = await self._actions.execute(decision, message, loaded, functions)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)

@@ -90,6 +90,11 @@ class UsageMeter:
         self._events = events
         self._clock = clock or (lambda: datetime.now(settings.zone()))
 
+    @property
+    def limiting(self) -> bool:
+        """Whether any limit can be reached (a store and at least one limit): else `check` has nothing to do."""
+        return self.records is not None and bool(self.settings.limits)
+
     def now(self) -> datetime:
         """Now, in the usage time zone."""
         return self._clock().astimezone(self.settings.zone())

@@ -86,7 +86,8 @@ class ProviderRunner:
             return await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
                                    call=call)
         meter, payer = self.meter, call.payer
-        await asyncio.to_thread(meter.check, payer, name)
+        if meter.limiting:
+            await asyncio.to_thread(meter.check, payer, name)
         started, ran = time.monotonic(), None
         try:
             ran = await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,

@@ -150,20 +150,22 @@ def open_history(backend: Backend) -> ConversationHistory:
 
 def open_schedules(backend: Backend) -> ScheduleRecords | None:
     """The backend's schedule records (orchestrator/schedstore.py), or None where no plugin declares them."""
-    try:
-        store: ScheduleRecords = backend.store("schedules")
-    except KeyError:
-        return None
+    store: ScheduleRecords | None = _declared(backend, "schedules")
     return store
 
 
 def open_usage(backend: Backend) -> UsageRecords | None:
     """The backend's usage totals (orchestrator/usage.py), or None where no plugin declares them."""
+    store: UsageRecords | None = _declared(backend, "usage")
+    return store
+
+
+def _declared(backend: Backend, name: str) -> Any:
+    """The backend's store `name`, or None where no plugin declares it for this backend."""
     try:
-        store: UsageRecords = backend.store("usage")
+        return backend.store(name)
     except KeyError:
         return None
-    return store
 
 
 def file_stores() -> dict[str, dict[str, StoreFactory]]:
@@ -175,7 +177,7 @@ def file_stores() -> dict[str, dict[str, StoreFactory]]:
 def _usage(backend: Backend) -> Any:
     from orchestrator.usagefiles import FileUsageRecords
 
-    return FileUsageRecords(backend.home, fsync=backend.settings.queue.fsync)
+    return FileUsageRecords(backend.home)
 
 
 def _schedules(backend: Backend) -> Any:

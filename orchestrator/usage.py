@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from orchestrator.runstate import conversation_key
+
 if TYPE_CHECKING:
     from gateway.models import IncomingPayload
 
@@ -73,9 +75,8 @@ class Payer:
     @classmethod
     def of(cls, message: IncomingPayload) -> Payer:
         """The payer of a message."""
-        prefix = f"{message.channel}/{message.profile}"
-        return cls(f"{prefix}/{message.senderId or message.sender or message.conversation}",
-                   f"{prefix}/{message.conversation}", message.profile)
+        sender = message.senderId or message.sender or message.conversation
+        return cls(f"{message.channel}/{message.profile}/{sender}", conversation_key(message), message.profile)
 
     def keys(self, provider: str | None = None) -> dict[str, str]:
         """Kind → key of every total a turn adds to (the provider's only when given)."""

@@ -45,10 +45,10 @@ class _Read:
 
 
 class FileUsageRecords:
-    """Per-day usage totals of one home, shared by every process on it. `fsync` is taken for the backend's
-    signature and not used: see the module's docstring."""
+    """Per-day usage totals of one home, shared by every process on it (never fsynced: see the module's
+    docstring)."""
 
-    def __init__(self, home: Home, fsync: bool = True):
+    def __init__(self, home: Home):
         self.root = home.state / "usage"
         self._read: dict[str, _Read] = {}
         self._lock = threading.Lock()

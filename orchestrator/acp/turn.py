@@ -10,7 +10,7 @@ from typing import Any
 
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
-from orchestrator.clis.base import count
+from orchestrator.clis.base import cost, count
 from orchestrator.live import ApprovalOption, PermissionAsker, TextSink, ToolApproval
 from orchestrator.usage import TokenUsage
 
@@ -56,9 +56,8 @@ class Turn:
         `usage_update` says what the session holds and has cost so far."""
         if update.get("sessionUpdate") == "usage_update":
             self.used = count(update.get("used"))
-            cost = update.get("cost")
-            amount = cost.get("amount") if isinstance(cost, dict) else None
-            self.cost = float(amount) if isinstance(amount, int | float) and not isinstance(amount, bool) else None
+            spent = update.get("cost")
+            self.cost = cost(spent.get("amount")) if isinstance(spent, dict) else None
         if update.get("sessionUpdate") != "agent_message_chunk":
             return
         content = update.get("content") or {}

@@ -151,6 +151,11 @@ def count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def cost(value: Any) -> float | None:
+    """An amount of money as a CLI printed it: a number (not a bool), else None (not reported)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def json_object(line: str) -> dict[str, Any] | None:
     """One line as a JSON object, or None."""
     line = line.strip()

@@ -24,6 +24,7 @@ from orchestrator.clis.base import (
     Reading,
     Session,
     StreamEvent,
+    cost,
     count,
     first_line,
     json_lines,
@@ -130,11 +131,9 @@ def _usage(result: dict[str, Any]) -> TokenUsage:
     prompt cache apart from `input_tokens`, so all three make the input (CLIS.md, "Usage")."""
     usage = result.get("usage")
     usage = usage if isinstance(usage, dict) else {}
-    cost = result.get("total_cost_usd")
     parts = [count(usage.get(key)) for key in INPUT_COUNTS]
     tokens_in = sum(part or 0 for part in parts) if any(part is not None for part in parts) else None
-    return TokenUsage(float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
-                      tokens_in, count(usage.get("output_tokens")))
+    return TokenUsage(cost(result.get("total_cost_usd")), tokens_in, count(usage.get("output_tokens")))
 
 
 def _api_retry(event: dict[str, Any]) -> StreamEvent | None:

@@ -251,7 +251,7 @@ class FilesBackend(Backend):
         return FileScheduleRecords(self.home, fsync=False)
 
     def usage(self) -> UsageRecords:
-        return FileUsageRecords(self.home, fsync=False)
+        return FileUsageRecords(self.home)
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.home.events_file)

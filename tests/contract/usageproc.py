@@ -14,7 +14,7 @@ from tests.contract.test_usage import DAY, KEYS, TURN
 
 
 def main(home: str, stop: Path) -> None:
-    records = FileUsageRecords(Home(Path(home)), fsync=False)
+    records = FileUsageRecords(Home(Path(home)))
     records.add(DAY, KEYS, TURN)
     print("started", flush=True)
     added = 1

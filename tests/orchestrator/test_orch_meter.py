@@ -194,7 +194,7 @@ async def test_what_a_claude_turn_cost_reaches_the_day_totals(
     [answer] = await orchestrator.handle(make_message("say hi", senderId="ada"))
     assert answer.message == "echo: say hi"  # the fake claude's answer
     today = orchestrator.meter.now().date()
-    records = FileUsageRecords(home, fsync=False)
+    records = FileUsageRecords(home)
     spent = records.totals("sender", "console/console/ada", today, today)
     assert spent.turns == 1 and spent.usd == pytest.approx(0.011625) and spent.tokens == 5500 + 70
     assert records.totals("provider", "claude", today, today).usd == pytest.approx(0.011625)
@@ -212,5 +212,5 @@ async def test_an_agent_whose_cli_says_its_usage_limit_is_reached_answers_throug
     assert answer.message == "say hi"  # the built-in echo, the agent's fallback
     assert len(fake_clis.calls("claude")) == 1
     today = orchestrator.meter.now().date()
-    by_provider = dict(FileUsageRecords(home, fsync=False).table("provider", today, today))
+    by_provider = dict(FileUsageRecords(home).table("provider", today, today))
     assert by_provider["claude"].turns == 1 and by_provider["echo"].turns == 1  # the refused turn ran: counted

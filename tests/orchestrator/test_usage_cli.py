@@ -31,7 +31,7 @@ def cli(home: Home, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int
 
 
 def seed(home: Home) -> None:
-    records = FileUsageRecords(home, fsync=False)
+    records = FileUsageRecords(home)
     records.add(TODAY, ALICE, Spent(usd=0.0123, tokens_in=1200, tokens_out=300, turns=1, seconds=3725))
     records.add(TODAY, BOB, Spent(tokens_in=50, tokens_out=10, turns=2, seconds=42))
     records.add(TODAY - timedelta(days=40), ALICE, Spent(usd=5.0, turns=1, seconds=1))
@@ -93,7 +93,7 @@ def test_reset_forgets_one_key_or_all_within_its_dates(home: Home, capsys: pytes
 
 def test_days_are_counted_in_the_settings_time_zone(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
     ahead = datetime.now(ZoneInfo("Pacific/Kiritimati")).date()  # UTC+14: a day ahead of UTC-12, always
-    FileUsageRecords(home, fsync=False).add(ahead, ALICE, Spent(turns=1))
+    FileUsageRecords(home).add(ahead, ALICE, Spent(turns=1))
     home.settings_file.write_text("usage:\n  timezone: Pacific/Kiritimati\n")
     assert json.loads(cli(home, capsys, "--since", "today", "--json")[1])["rows"][0]["turns"] == 1
     home.settings_file.write_text("usage:\n  timezone: Etc/GMT+12\n")

@@ -20,7 +20,7 @@ TURN = Spent(usd=0.5, tokens_in=10, tokens_out=2, turns=1, seconds=3.0)
 
 
 def test_a_turn_is_one_line_appended_to_its_days_log(home: Home) -> None:
-    records = FileUsageRecords(home, fsync=False)
+    records = FileUsageRecords(home)
     records.add(DAY, {"sender": "s", "provider": "claude"}, TURN)
     records.add(DAY, {"sender": "t"}, TURN)
     lines = [json.loads(line) for line in (home.state / "usage" / "2026-11-27.log").read_bytes().split(b"\n") if line]
@@ -30,29 +30,29 @@ def test_a_turn_is_one_line_appended_to_its_days_log(home: Home) -> None:
 
 def test_a_line_torn_by_a_crash_is_skipped_and_logged_and_the_next_turn_counts(
         home: Home, caplog: pytest.LogCaptureFixture) -> None:
-    records = FileUsageRecords(home, fsync=False)
+    records = FileUsageRecords(home)
     records.add(DAY, {"sender": "s"}, TURN)
     with (home.state / "usage" / "2026-11-27.log").open("ab") as log_file:
         log_file.write(b'\n{"keys": {"sender": "s"}, "spe')  # a process killed in the middle of its write
     records.add(DAY, {"sender": "s"}, TURN)
     with caplog.at_level(logging.WARNING, logger="switchyard.orchestrator.usage"):
-        assert FileUsageRecords(home, fsync=False).totals("sender", "s", DAY, DAY) == TURN + TURN
+        assert FileUsageRecords(home).totals("sender", "s", DAY, DAY) == TURN + TURN
     assert any("cannot be read" in record.getMessage() for record in caplog.records)
 
 
 def test_a_day_with_nothing_has_no_log_and_a_reset_forgets_what_came_before_it(home: Home) -> None:
-    records = FileUsageRecords(home, fsync=False)
+    records = FileUsageRecords(home)
     records.add(DAY, {}, TURN)
     assert not (home.state / "usage").exists()
     records.add(DAY, {"sender": "s"}, TURN)
     assert records.reset("sender", None, DAY, DAY) == 1
     assert records.reset("sender", None, DAY, DAY) == 0  # nothing left to forget: no second line
     records.add(DAY, {"sender": "s"}, TURN)
-    assert FileUsageRecords(home, fsync=False).totals("sender", "s", DAY, DAY) == TURN
+    assert FileUsageRecords(home).totals("sender", "s", DAY, DAY) == TURN
 
 
 def test_days_past_retention_go_when_a_new_days_log_is_made(home: Home) -> None:
-    records = FileUsageRecords(home, fsync=False)
+    records = FileUsageRecords(home)
     old, kept = DAY - timedelta(days=RETENTION_DAYS + 1), DAY - timedelta(days=RETENTION_DAYS)
     for day in (old, kept):
         records.add(day, {"sender": "s"}, TURN)
@@ -62,7 +62,7 @@ def test_days_past_retention_go_when_a_new_days_log_is_made(home: Home) -> None:
 
 
 def test_reads_go_on_from_where_they_stopped(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    records = FileUsageRecords(home, fsync=False)
+    records = FileUsageRecords(home)
     for offset in range(30):
         records.add(DAY - timedelta(days=offset), {"sender": "s"}, TURN)
     applied: list[bytes] = []
@@ -72,7 +72,7 @@ def test_reads_go_on_from_where_they_stopped(home: Home, monkeypatch: pytest.Mon
     first, last = DAY - timedelta(days=30), DAY
     assert records.totals("sender", "s", first, last).turns == 30 and len(applied) == 30
     assert records.totals("sender", "s", first, last).turns == 30 and len(applied) == 30, "nothing read again"
-    FileUsageRecords(home, fsync=False).add(DAY, {"sender": "s"}, TURN)  # another process
+    FileUsageRecords(home).add(DAY, {"sender": "s"}, TURN)  # another process
     assert records.totals("sender", "s", first, last).turns == 31 and len(applied) == 31, "only the new line"
     path = home.state / "usage" / "2026-11-27.log"
     path.write_bytes(b"")  # a log replaced by a shorter one (restored from a copy) is read from its start
