@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.events import read_events
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -31,6 +33,23 @@ workflows:
       - {id: Reply, agent: helper}
 """
 """orchestrator.yaml whose chat workflow is one step of the agent behind the provider named `remote`."""
+
+API_PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
+"""Where the fake model server (tests/fakes/model_server.py) answers each real CLI's API."""
+AGENT_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME", "GEMINI_API_KEY",
+                   "GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME", "CLAUDE_CONFIG_DIR")
+
+
+def isolate_real_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, key: str) -> Path:
+    """For a test running a real agent CLI: a HOME of the test's own (returned), `key` in `variable`, and none of
+    the user's agent variables (so nothing of the machine's own logins or endpoints is used)."""
+    user_home = tmp_path / "user-home"
+    user_home.mkdir()
+    monkeypatch.setenv("HOME", str(user_home))
+    monkeypatch.setenv(variable, key)
+    for name in AGENT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return user_home
 
 
 class FakeOutbox:

@@ -19,6 +19,7 @@ from orchestrator.spawn import ProviderFailed, ProviderResult
 from orchestrator.usage import TokenUsage
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer, Usage
+from tests.orchestrator.orch_helpers import isolate_real_cli
 from tests.orchestrator.test_orch_real_endpoints import KEY_VARIABLE, PREFIX, real_cli
 
 FAKE_COST = 0.011624999999999998
@@ -114,16 +115,6 @@ EXPECTED = {  # what each real CLI printed for REAL_USAGE, as the preset reads i
 }
 
 
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: str) -> None:
-    user_home = tmp_path / "user-home"
-    user_home.mkdir()
-    monkeypatch.setenv("HOME", str(user_home))
-    monkeypatch.setenv(KEY_VARIABLE, f"sk-real-{cli}")
-    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME", "GEMINI_API_KEY",
-                     "GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME"):
-        monkeypatch.delenv(variable, raising=False)
-
-
 async def _real(home: Home, cli: str, server: ModelServer, tmp_path: Path) -> ProviderResult:
     provider = ProviderSettings(type=cli, binary=real_cli(cli), base_url=server.url + PREFIX[cli],  # type: ignore[arg-type]
                                 api_key_env=KEY_VARIABLE, timeout_sec=120, first_output_sec=90)
@@ -137,7 +128,7 @@ async def test_the_real_cli_reports_the_tokens_the_model_api_sent(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: str
 ) -> None:
     real_cli(cli)
-    _isolated(tmp_path, monkeypatch, cli)
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
     async with ModelServer(reply="the fake model says hi", usage=REAL_USAGE) as server:
         result = await _real(home, cli, server, tmp_path)
     assert result.stdout == "the fake model says hi"
@@ -154,7 +145,7 @@ async def test_the_real_codex_is_exhausted_at_once_by_a_usage_limit(
     """codex does not retry a 429 `usage_limit_reached` (claude retries a 429 ten times over ~3 min, gemini a
     quota without details ~2.5 min: CLIS.md "Usage limit"; not run here)."""
     real_cli("codex")
-    _isolated(tmp_path, monkeypatch, "codex")
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-codex")
     async with ModelServer(limited=True) as server:
         with pytest.raises(ProviderExhausted) as exhausted:
             await _real(home, "codex", server, tmp_path)
@@ -166,7 +157,7 @@ async def test_the_real_gemini_is_exhausted_at_once_by_a_daily_quota(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real_cli("gemini")
-    _isolated(tmp_path, monkeypatch, "gemini")
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-gemini")
     async with ModelServer(limited=True) as server:
         with pytest.raises(ProviderExhausted) as exhausted:
             await _real(home, "gemini", server, tmp_path)
@@ -178,7 +169,7 @@ async def test_the_real_claude_is_exhausted_by_a_429_once_its_retries_end(
 ) -> None:
     """CLAUDE_CODE_MAX_RETRIES=1 shortens its ten retries (~3 min by default) to one."""
     real_cli("claude")
-    _isolated(tmp_path, monkeypatch, "claude")
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-claude")
     monkeypatch.setenv("CLAUDE_CODE_MAX_RETRIES", "1")
     async with ModelServer(limited=True) as server:
         with pytest.raises(ProviderExhausted) as exhausted:

@@ -19,11 +19,17 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from tests.fakes.clis import FOLDER as FAKE_CLIS
 from tests.fakes.model_server import ModelServer
-from tests.orchestrator.orch_helpers import REMOTE_AGENT_CONFIG, FakeOutbox, make_message
+from tests.orchestrator.orch_helpers import (
+    API_PREFIX,
+    REMOTE_AGENT_CONFIG,
+    FakeOutbox,
+    isolate_real_cli,
+    make_message,
+)
 
 INSTALLED = Path("/opt/agent-clis/node_modules/.bin")
 KEY_VARIABLE = "SWITCHYARD_REAL_CLI_TEST_KEY"
-PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
+PREFIX = API_PREFIX
 
 
 def real_cli(name: str) -> str:
@@ -46,13 +52,7 @@ async def test_the_real_cli_answers_from_the_endpoint_with_the_key_and_keeps_its
     start: Callable[[HandlerContext], Any], home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: str,
 ) -> None:
     binary = real_cli(cli)
-    user_home = tmp_path / "user-home"
-    user_home.mkdir()
-    monkeypatch.setenv("HOME", str(user_home))
-    monkeypatch.setenv(KEY_VARIABLE, f"sk-real-{cli}")
-    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME", "GEMINI_API_KEY",
-                     "GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME"):
-        monkeypatch.delenv(variable, raising=False)
+    user_home = isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
     write_config(REMOTE_AGENT_CONFIG)
     async with ModelServer(reply="the fake model says hi") as server:
         provider = ProviderSettings(type=cli, binary=binary, base_url=server.url + PREFIX[cli],
@@ -77,12 +77,7 @@ async def test_the_real_claude_streams_its_answer_into_growing_drafts(
     """`--include-partial-messages` as the preset passes it: the model's four deltas, 0.4 s apart, reach the
     chat as drafts holding the answer so far (what tests/fakes/clis/claude imitates, CLIS.md)."""
     binary = real_cli("claude")
-    user_home = tmp_path / "user-home"
-    user_home.mkdir()
-    monkeypatch.setenv("HOME", str(user_home))
-    monkeypatch.setenv(KEY_VARIABLE, "sk-real-claude")
-    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(variable, raising=False)
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-claude")
     write_config(REMOTE_AGENT_CONFIG + "stream_after_sec: 0.2\nstream_interval_sec: 0.3\n")
     answer_text = "The quick brown fox jumps over the lazy dog. It was a sunny day."
     async with ModelServer(reply=answer_text, chunks=4, chunk_delay=0.4) as server:

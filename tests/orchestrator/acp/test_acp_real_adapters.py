@@ -22,11 +22,12 @@ from orchestrator.live import ToolApproval, TurnStopped
 from orchestrator.providers import ProviderRunner
 from tests.fakes.acp.scripted_model import ScriptedModel
 from tests.orchestrator.acp.acp_helpers import CONV, any_alive
+from tests.orchestrator.orch_helpers import API_PREFIX, isolate_real_cli
 
 ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
 CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"
 KEY_VARIABLE = "SWITCHYARD_REAL_ACP_TEST_KEY"
-PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
+PREFIX = API_PREFIX
 ADAPTER = {"claude": ACP_BIN / "claude-agent-acp", "codex": ACP_BIN / "codex-acp", "gemini": CLIS_BIN / "gemini"}
 
 
@@ -46,21 +47,10 @@ def _provider(like: str, url: str) -> ProviderSettings:
                             api_key_env=KEY_VARIABLE, timeout_sec=120, **settings)
 
 
-def _isolate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str) -> None:
-    """A HOME of the test's own, the key in its variable, none of the user's agent variables."""
-    user_home = tmp_path / "user-home"
-    user_home.mkdir()
-    monkeypatch.setenv("HOME", str(user_home))
-    monkeypatch.setenv(KEY_VARIABLE, f"sk-real-acp-{like}")
-    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME", "GEMINI_API_KEY",
-                     "GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME", "CLAUDE_CONFIG_DIR"):
-        monkeypatch.delenv(variable, raising=False)
-
-
 @pytest.mark.parametrize("like", sorted(PREFIX))
 async def test_a_real_adapter_remembers_streams_and_asks(home: Home, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch, like: str) -> None:
-    _isolate(tmp_path, monkeypatch, like)
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
         provider = _provider(like, model.url)
         runner = ProviderRunner(home, {"agent": provider}, {})
@@ -97,7 +87,7 @@ async def test_a_real_adapter_remembers_streams_and_asks(home: Home, tmp_path: P
 async def test_a_real_adapters_evicted_session_comes_back_with_its_memory(
     home: Home, events: EventLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str,
 ) -> None:
-    _isolate(tmp_path, monkeypatch, like)
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
         provider = _provider(like, model.url).model_copy(update={"max_live": 1})
         runner = ProviderRunner(home, {"agent": provider}, {}, events=events)
@@ -124,7 +114,7 @@ async def test_a_real_adapters_evicted_session_comes_back_with_its_memory(
 async def test_a_real_adapters_turn_stops_and_the_next_one_answers(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str,
 ) -> None:
-    _isolate(tmp_path, monkeypatch, like)
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
         runner = ProviderRunner(home, {"agent": _provider(like, model.url)}, {})
         seen: list[str] = []
@@ -153,7 +143,7 @@ async def test_a_real_adapters_turn_stops_and_the_next_one_answers(
 async def test_a_real_adapters_denied_tool_call_does_not_run_and_the_answer_says_something(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str,
 ) -> None:
-    _isolate(tmp_path, monkeypatch, like)
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
         runner = ProviderRunner(home, {"agent": _provider(like, model.url)}, {})
 

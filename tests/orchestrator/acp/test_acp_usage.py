@@ -17,6 +17,7 @@ from orchestrator.spawn import ProviderResult
 from orchestrator.usage import TokenUsage
 from tests.fakes.model_server import ModelServer, Usage
 from tests.orchestrator.acp.acp_helpers import CONV, Harness, fake_provider
+from tests.orchestrator.orch_helpers import API_PREFIX, isolate_real_cli
 
 TURN_COST = 0.011624999999999998
 FAKE = {
@@ -46,7 +47,7 @@ async def test_each_live_turn_carries_what_its_adapter_reported(home: Home, tmp_
 ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
 CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"
 ADAPTER = {"claude": ACP_BIN / "claude-agent-acp", "codex": ACP_BIN / "codex-acp", "gemini": CLIS_BIN / "gemini"}
-PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
+PREFIX = API_PREFIX
 KEY_VARIABLE = "SWITCHYARD_REAL_ACP_USAGE_KEY"
 REAL_USAGE = Usage(fresh_in=1111, cache_write=222, cached_in=3333, out=44, reasoning=9)
 REAL = {  # (tokens in, tokens out) each real adapter reported for REAL_USAGE
@@ -70,12 +71,7 @@ def _real_provider(like: str, url: str) -> ProviderSettings:
 async def test_a_real_adapters_live_turn_reports_the_tokens_the_model_api_sent(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str
 ) -> None:
-    (tmp_path / "user-home").mkdir()
-    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
-    monkeypatch.setenv(KEY_VARIABLE, f"sk-real-acp-{like}")
-    for variable in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "CODEX_HOME", "GEMINI_API_KEY",
-                     "GOOGLE_GEMINI_BASE_URL", "GEMINI_CLI_HOME", "CLAUDE_CONFIG_DIR"):
-        monkeypatch.delenv(variable, raising=False)
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ModelServer(reply="the fake model says hi", usage=REAL_USAGE) as server:
         runner = ProviderRunner(home, {"agent": _real_provider(like, server.url)}, {})
         try:
