@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from orchestrator.runstate import conversation_key
-
 if TYPE_CHECKING:
     from gateway.models import IncomingPayload
 
@@ -75,6 +73,8 @@ class Payer:
     @classmethod
     def of(cls, message: IncomingPayload) -> Payer:
         """The payer of a message."""
+        from orchestrator.runstate import conversation_key  # here: `switchyard --help` imports this module
+
         sender = message.senderId or message.sender or message.conversation
         return cls(f"{message.channel}/{message.profile}/{sender}", conversation_key(message), message.profile)
 
