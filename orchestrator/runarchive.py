@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gateway.events import utc_now_iso
 from gateway.home import fsync_dir
@@ -33,6 +33,8 @@ from gateway.home import fsync_dir
 ARCHIVE_DIR = ".archive"  # under runs/: hidden, so never taken for a run's folder
 RECORD = 256  # bytes of one index record, its newline included
 CHUNK_RECORDS = 64  # records read at once from the end of an index
+SEEN_DAYS = 4  # days whose index `find` keeps read in memory
+_ID_PREFIX = b'{"id":"'  # how a record starts (`_record`)
 _DAY_IN_ID = re.compile(r"r-(\d{4})(\d{2})(\d{2})-")
 
 
@@ -67,6 +69,8 @@ class RunArchive:
     def __init__(self, runs_root: Path, *, fsync: bool):
         self.root = runs_root / ARCHIVE_DIR
         self._fsync = fsync
+        # day → ((its index's inode, first record), bytes of it read, where each id's record is)
+        self._seen: dict[str, tuple[tuple[int, bytes], int, dict[str, int]]] = {}
 
     def _log(self, day: str) -> Path:
         return self.root / f"{day}.jsonl"
@@ -234,22 +238,52 @@ class RunArchive:
                     (heapq.heappush if len(best) < limit else heapq.heappushpop)(best, key(entry))
         return _ordered(chosen, limit, key), (counted if not limit or len(best) < limit else None)
 
-    def find(self, run_id: str) -> Entry | None:
-        """The record of a run, by id (the last one, should a run have been archived twice)."""
+    def find(self, run_id: str, *, again: bool = True) -> Entry | None:
+        """The record of a run, by id (the last one, should a run have been archived twice). A day's index
+        is read once, then only what was appended to it since (every message asks for its run's id)."""
         day = day_of(run_id)
-        needle = json.dumps({"id": run_id}, separators=(",", ":"))[:-1].encode() + b","
         for candidate in [day] if day else reversed(self.days()):
             self._checked(candidate)
             try:
-                data = self._index(candidate).read_bytes()
+                with open(self._index(candidate), "rb") as handle:
+                    at = self._ids(candidate, handle).get(run_id)
+                    if at is None:
+                        continue
+                    handle.seek(at)
+                    entry = self._entry(handle.read(RECORD), candidate)
             except FileNotFoundError:
                 continue
-            at = data.rfind(needle)
-            while at >= 0 and at % RECORD != 0:
-                at = data.rfind(needle, 0, at)
-            if at >= 0:
-                return self._entry(data[at:at + RECORD], candidate)
+            if entry.run_id == run_id:
+                return entry
+            self._seen.pop(candidate, None)  # the index was rebuilt differently: read it whole again
+            return self.find(run_id, again=False) if again else None
         return None
+
+    def _ids(self, day: str, handle: IO[bytes]) -> dict[str, int]:
+        """Where each run id's last record is in the day's index, read on from where the last call stopped
+        (from the start when the file is another one, or shorter: rebuilt or pruned)."""
+        status = os.fstat(handle.fileno())
+        first = os.pread(handle.fileno(), RECORD, 0)  # with the inode, tells another file of the same name
+        known, read, ids = self._seen.pop(day, ((status.st_ino, first), 0, {}))
+        if known != (status.st_ino, first) or read > status.st_size:
+            read, ids = 0, {}
+        end = status.st_size // RECORD * RECORD
+        if end > read:
+            handle.seek(read)
+            data = handle.read(end - read)
+            for at in range(0, len(data), RECORD):
+                record = data[at:at + RECORD]
+                raw = record[len(_ID_PREFIX):record.find(b'"', len(_ID_PREFIX))]
+                if record.startswith(_ID_PREFIX) and b"\\" not in raw:
+                    ids[raw.decode()] = read + at
+                else:  # an escaped id (or not a record: `find` reads it, and the index is rebuilt)
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        ids[str(json.loads(record)["id"])] = read + at
+            read = end
+        self._seen[day] = ((status.st_ino, first), read, ids)
+        while len(self._seen) > SEEN_DAYS:  # the days looked up last are kept
+            del self._seen[next(iter(self._seen))]
+        return ids
 
     def line(self, entry: Entry) -> dict[str, Any] | None:
         """A settled run's line: `{"run": …, "events": […]}` (None: it cannot be read)."""

@@ -58,7 +58,8 @@ class RunStoreBase(ABC):
         except FileNotFoundError:
             return False  # removed meanwhile by another process sharing the home
         shutil.rmtree(hidden, ignore_errors=True)
-        self._made = {made for made in self._made if not made.is_relative_to(folder)}  # its outputs/ too
+        inside = str(folder) + os.sep  # its workspace/ and outputs/ too (a string test: is_relative_to raises)
+        self._made = {made for made in self._made if made != folder and not str(made).startswith(inside)}
         return True
 
     # --- state changes, written once for every store --------------------------------------------------

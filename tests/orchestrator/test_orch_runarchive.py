@@ -183,3 +183,37 @@ def test_retention_removes_a_day_once_all_its_runs_expired(home: Home) -> None:
     assert other.newest(5) == ([], 0) and other.load(ids[0]) is None and other.load(kept) is None
     assert os.listdir(_archive(home)) == []
     assert prune_runs(home, store, coordination, 0, now=now + timedelta(days=400)) == []
+
+
+def test_a_run_is_found_by_id_after_others_appended_or_rebuilt_the_index_since_it_was_read(home: Home) -> None:
+    reader, writer = RunStore(home, fsync=False), RunStore(home, fsync=False)  # two processes sharing the home
+    first = _settled(writer, 1)
+    assert reader.load(first.runId) == first and reader.load(_chat_run(2).runId) is None  # the index read once
+    second = _settled(writer, 2)  # appended by the other process after that read
+    assert reader.load(second.runId) == second
+    index = _archive(home) / "2023-11-14.idx"
+    index.unlink()  # lost, then rebuilt from the log (a new file) by the other process's next run
+    third = _settled(writer, 3)
+    assert [reader.load(run.runId) for run in (first, second, third)] == [first, second, third]
+    assert reader.load(_chat_run(4).runId) is None
+
+
+def test_a_day_pruned_and_begun_again_is_read_afresh_by_a_store_that_had_read_it(home: Home) -> None:
+    reader, writer = RunStore(home, fsync=False), RunStore(home, fsync=False)
+    old = [_settled(writer, index) for index in range(2)]
+    assert [reader.load(run.runId) for run in old] == old  # its index read: 2 records
+    assert prune_runs(home, writer, Coordination(home), 30, now=datetime.now(UTC) + timedelta(days=31))
+    late = [_settled(writer, index) for index in range(10, 13)]  # late messages of that day: a new index, longer
+    assert [reader.load(run.runId) for run in late] == late
+    assert [reader.load(run.runId) for run in old] == [None, None]
+
+
+def test_a_removed_run_folder_is_made_again_with_its_workspace_when_its_id_runs_again(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    other = store.made(store.folder("r-20231114-000000-0000000a") / "workspace")
+    run = store.create(_chat_run(1), None)
+    workspace = store.made(store.folder(run.runId) / "workspace")
+    assert store.remove(run.runId) and not workspace.exists()
+    store.create(run, None)  # a refused run's message came back (`dead retry`): the same id runs afresh
+    assert store.made(workspace).is_dir() and (store.folder(run.runId) / "state.json").is_file()
+    assert other.is_dir()  # another run's folders are left alone
