@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import RunState, cap_text
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner
 from orchestrator.steps.values import parse_json
+
+log = logging.getLogger("switchyard.orchestrator.lifecycle")
 
 CONTEXT_OUTPUT_CAP = 4096
 OUTPUT_FILE_CHARS = 4096  # a one-step run's output up to this long is kept in its state only, not as a file
@@ -263,7 +266,7 @@ class Lifecycle:
         """Writes a run that reached a final state (one fsynced write, with the delivery decided: a
         waiting message's reply, else a push after it), announces `event`, writes its coordination
         records, then delivers."""
-        run, waiting = self.delivery.record(run)
+        run, waiting, written = self.delivery.record(run)
         self.emit(event, run, **fields)
         finished = run.job.finished_at or utc_now_iso()
         self.coordination.deactivate(run.runId)
@@ -281,7 +284,20 @@ class Lifecycle:
             "retries": run.job.retries, "duration_ms": run.job.duration_ms, "error": run.error,
             "handoff_context": handoff_context(result_text(run))})
         self.store.close_events(run.runId)
-        self.store.settle(self.delivery.hand_over(run, waiting))
+        if written:
+            self.store.settle(self.delivery.hand_over(run, waiting))
+        else:  # its archived line is its final write, made before the waiting messages are handed the result
+            self.delivery.hand_over(self._settle_unwritten(run), waiting)
+
+    def _settle_unwritten(self, run: RunState) -> RunState:
+        """Settles a finished run not yet written in its final state; its state.json is written instead when
+        the store did not keep it (the archive refused the line: tidied into it at the next start)."""
+        try:
+            if self.store.settle(run):
+                return run
+        except Exception:
+            log.exception("cannot archive run %s; its state is kept in its folder", run.runId)
+        return self.store.save(run)
 
 
 def _output_file(run: RunState, output: str) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import LateDeadLetter, Outbox
-from gateway.events import now_ms
+from gateway.events import now_ms, utc_now_iso
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.runbase import RunStoreBase
@@ -147,14 +147,19 @@ class Delivery:
         return run.state == "waiting_input" and step is not None and bool((step.model_extra or {}).get(
             "promptDelivery"))
 
-    def record(self, run: RunState) -> tuple[RunState, _Waiting | None]:
-        """Writes a finished run (fsynced) with its delivery decided: `reply` when messages wait for it
-        (they are then handed the result by `hand_over`), else none yet (`hand_over` pushes it)."""
+    def record(self, run: RunState) -> tuple[RunState, _Waiting | None, bool]:
+        """Decides a finished run's delivery — `reply` when messages wait for it (they are then handed the
+        result by `hand_over`), else none yet (`hand_over` pushes it) — and writes the run (fsynced), except
+        a run waited for that the store keeps whole when it settles (the file store's archive line): then
+        that line is its final write (Lifecycle._finish). The flag says whether it was written here."""
         waiting = self._waiting.pop(run.runId, None)
         self._asking.discard(run.runId)
         if waiting is not None and waiting.count > 0:
-            return self._store.save(run.model_copy(update={"delivery": "reply"})), waiting
-        return self._store.save(run), None
+            run = run.model_copy(update={"delivery": "reply", "updatedAt": utc_now_iso()})
+            if self._store.settles_whole(run.runId):
+                return run, waiting, False
+            return self._store.save(run), waiting, True
+        return self._store.save(run), None, True
 
     def hand_over(self, run: RunState, waiting: _Waiting | None) -> RunState:
         """Delivers a finished run's result once, as `record` decided: to the waiting messages, else pushed."""

@@ -114,9 +114,15 @@ class RunStoreBase(ABC):
         """Where `runs show` says the run's state is."""
         return "the database" if self.shared else str(self.folder(run_id) / "state.json")
 
-    def settle(self, run: RunState) -> None:
-        """Hears that a finished run's result was handed over: nothing will change it any more."""
-        return None
+    def settle(self, run: RunState) -> bool:
+        """Hears that a finished run's result was handed over: nothing will change it any more. True when
+        the store now keeps the run whole as given (the file store's archive line), so it need not have
+        been written in its final state before."""
+        return False
+
+    def settles_whole(self, run_id: str) -> bool:
+        """Whether `settle` would keep this run whole now (its final state need not be written before)."""
+        return False
 
     def tidy(self) -> None:
         """At start: completes what a crash left half done in keeping finished runs."""

@@ -329,15 +329,20 @@ class RunStore(RunStoreBase):
 
     # --- the archive ---------------------------------------------------------------------------------
 
-    def settle(self, run: RunState) -> None:
+    def settle(self, run: RunState) -> bool:
         """Archives a finished run whose result was handed over, when its folder holds nothing but its state
-        and events: one line written (fsynced when the store fsyncs) before the folder goes."""
-        if not run.finished or run.delivery is None or not line_holds(self.folder(run.runId)):
-            return
+        and events: one line written (fsynced when the store fsyncs) before the folder goes. True when it
+        was archived."""
+        if not run.finished or run.delivery is None or not self.settles_whole(run.runId):
+            return False
         self.close_events(run.runId)
         events = event_lines(self.folder(run.runId) / "events.jsonl")
         self._settled.add(run, storable_state(run, indent=None)[1], events)
         self.remove_folder(run.runId)
+        return True
+
+    def settles_whole(self, run_id: str) -> bool:
+        return line_holds(self.folder(run_id))
 
     def stored_at(self, run_id: str) -> str:
         """The run's state.json, or for a settled run the archive's log holding its line."""

@@ -15,6 +15,7 @@ from gateway.events import read_events
 from gateway.home import Home
 from gateway.testing import async_wait_until
 from orchestrator.jobs import TRANSITIONS, IllegalTransition, RetryPolicy, check_transition, parse_iso
+from orchestrator.runs import RunStore
 from orchestrator.runstate import run_id_for
 from tests.orchestrator.orch_helpers import PY
 from tests.process import pid_alive
@@ -181,3 +182,22 @@ async def test_per_run_events_and_state_shape(flow: Callable[..., Any], home: Ho
     assert run_events[:2] == ["run.created", "job.created"] and run_events[-1] == "job.succeeded"
     assert [e["event"] for e in read_events(home.events_file) if e.get("job_id") == run_id][-1] == "job.succeeded"
 
+
+
+async def test_a_chat_run_the_archive_refuses_is_kept_in_its_folder_finished_and_answered_once(
+    flow: Callable[..., Any], home: Home
+) -> None:
+    # a run waited for is written in its final state only as its archived line; when that line cannot be
+    # written, its state.json must say it ended and was answered, or a restart would run it again
+    (home.runs / ".archive").parent.mkdir(parents=True, exist_ok=True)
+    (home.runs / ".archive").write_text("not a folder")
+    f = await flow(_config("              - {id: Reply, agent: a}"))
+    answer, message = await f.send("hi")
+    run_id = run_id_for(message)
+    assert answer.message == "hi" and f.outbox.payloads == []  # answered as the reply, not pushed again
+    state = json.loads((home.runs / run_id / "state.json").read_text())
+    assert state["state"] == "done" and state["delivery"] == "reply"
+    (home.runs / ".archive").unlink()
+    store = RunStore(home)
+    store.tidy()  # at the next start: archived, its folder gone
+    assert not (home.runs / run_id).exists() and store.load(run_id).state == "done"
