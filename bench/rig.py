@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from bench.plugin import BenchChannel, BenchPlugin
+from gateway.containment import supervise_children
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import build_plugin_manager
@@ -81,6 +82,7 @@ class Rig:
 
     async def __aenter__(self) -> Rig:
         logging.getLogger("switchyard").setLevel(logging.ERROR)
+        supervise_children()  # as `switchyard run` does (gateway.runtime.app.run_gateway)
         await self.gateway.start()
         return self
 

@@ -27,7 +27,7 @@ from gateway.api import (
 )
 from gateway.backoff import delay as backoff_delay
 from gateway.composition import open_backend
-from gateway.containment import become_subreaper
+from gateway.containment import supervise_children
 from gateway.events import EventLog, utc_now_iso
 from gateway.files.queue import FileQueue
 from gateway.files.receipts import takes_receipts
@@ -357,8 +357,8 @@ async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: s
 
 
 async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:
-    """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI); it adopts its orphans."""
-    become_subreaper()
+    """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI); it supervises its children."""
+    supervise_children()
     gateway.request_stop = stop.set
     await gateway.start()
     try:
