@@ -352,7 +352,8 @@ class RunStore(RunStoreBase):
 
     def tidy(self) -> None:
         """Archives the settled runs a crash left in their folders (removing the folder of one archived
-        already)."""
+        already), and drops the spare folders of processes that are gone."""
+        super().tidy()
         for run in self._folder_runs():
             if run.finished and run.delivery is not None and line_holds(self.folder(run.runId)):
                 if self._settled.holds(run.runId):

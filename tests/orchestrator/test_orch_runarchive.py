@@ -13,6 +13,7 @@ from orchestrator.coordination import Coordination
 from orchestrator.jobs import parse_iso
 from orchestrator.retention import prune_runs
 from orchestrator.runarchive import RECORD
+from orchestrator.runbase import SPARE_DIR, SPARE_FOLDERS
 from orchestrator.runs import RunStore
 from orchestrator.runstate import Conversation, RunState, StepState
 
@@ -52,7 +53,8 @@ def _ids(runs: list[RunState]) -> list[str]:
 def test_a_settled_chat_run_is_one_line_and_reads_back_in_another_process(home: Home) -> None:
     run = _settled(RunStore(home, fsync=False), 1)
     assert not (home.runs / run.runId).exists()
-    assert sorted(os.listdir(home.runs)) == [".archive"]
+    assert sorted(os.listdir(home.runs)) == [".archive", SPARE_DIR]  # and one emptied folder, for the next run
+    assert [os.listdir(spare) for spare in (home.runs / SPARE_DIR).iterdir()] == [[]]
     other = RunStore(home, fsync=False)  # nothing in memory: read from the archive
     assert other.load(run.runId) == run
     events = [event["event"] for event in other.events(run.runId)]
@@ -217,3 +219,39 @@ def test_a_removed_run_folder_is_made_again_with_its_workspace_when_its_id_runs_
     store.create(run, None)  # a refused run's message came back (`dead retry`): the same id runs afresh
     assert store.made(workspace).is_dir() and (store.folder(run.runId) / "state.json").is_file()
     assert other.is_dir()  # another run's folders are left alone
+
+
+def test_a_settled_runs_emptied_folder_is_the_next_runs_and_nothing_of_it_is_left_inside(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    first = _finished(store, 1)
+    workspace = store.made(store.folder(first.runId) / "workspace")
+    store.settle(first)
+    [spare] = os.listdir(home.runs / SPARE_DIR)
+    spare_inode = os.stat(home.runs / SPARE_DIR / spare).st_ino
+    assert os.listdir(home.runs / SPARE_DIR / spare) == [] and not workspace.exists()
+    second = store.create(_chat_run(2), None)
+    folder = home.runs / second.runId
+    assert os.stat(folder).st_ino == spare_inode and os.listdir(home.runs / SPARE_DIR) == []
+    assert sorted(os.listdir(folder)) == ["events.jsonl", "state.json"]
+    assert [e["event"] for e in store.events(second.runId)] == ["run.created"]  # none of the first run's
+    assert store.load(first.runId) == first  # archived, read back from its line
+
+
+def test_a_folder_holding_files_in_a_subfolder_is_deleted_not_kept(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    run = store.create(_chat_run(1), None)
+    (store.made(store.folder(run.runId) / "workspace") / "notes.txt").write_text("kept by the agent")
+    assert store.remove(run.runId)
+    assert not (home.runs / run.runId).exists() and os.listdir(home.runs / SPARE_DIR) == []
+
+
+def test_spare_folders_are_bounded_and_a_gone_process_s_are_dropped_at_start(home: Home) -> None:
+    store = RunStore(home, fsync=False)
+    runs = [store.create(_chat_run(index), None) for index in range(SPARE_FOLDERS + 3)]
+    assert all(store.remove(run.runId) for run in runs)
+    assert len(os.listdir(home.runs / SPARE_DIR)) == SPARE_FOLDERS
+    (home.runs / SPARE_DIR / "999999999-0").mkdir()  # left by a process that died
+    RunStore(home, fsync=False).tidy()
+    spares = os.listdir(home.runs / SPARE_DIR)
+    assert len(spares) == SPARE_FOLDERS and all(name.startswith(f"{os.getpid()}-") for name in spares)
+    assert store.all_runs() == [] and store.newest(5) == ([], 0)  # a spare is never taken for a run
