@@ -82,6 +82,7 @@ class RunExecutor:
             self._claims.unreserve(run_id)
         self.coordination.flush()
         self._store.close_events()
+        self._store.drop_spares()
 
     def begin(self, run: RunState, key: str, *, announced: bool = False, waits: bool = False) -> RunState:
         """Stores a new queued run and wakes the executor. A run its starting message `waits` for is

@@ -60,8 +60,9 @@ class RunStoreBase(ABC):
         """Deletes a run's folder (renamed to a hidden name first, so a half-deleted folder is never read
         as a run); False when it was gone already. Emptied, the folder itself is kept for a next run
         (runs/.spare/): on ext4 a folder created soon after others were deleted costs up to a few hundred
-        µs, and a chat message made and deleted one. Only the folder is reused, never a file of it, and
-        every reader reaches a run's files by their path: nothing of the old run can be read through it."""
+        µs, and a chat message made and deleted two (with its `workspace/`). Only the folder and an empty
+        `workspace/` are reused, never a file, and every reader reaches a run's files by their path: nothing
+        of the old run can be read through it."""
         folder = self.folder(run_id)
         spare = self._root / SPARE_DIR / f"{os.getpid()}-{next(_SPARE_NAMES)}"
         hidden = spare if len(self._spares) < SPARE_FOLDERS else folder.with_name(REMOVING_PREFIX + folder.name)
@@ -128,6 +129,12 @@ class RunStoreBase(ABC):
                 self._spares.append(spare)
                 return False
         return False
+
+    def drop_spares(self) -> None:
+        """Removes this process's spare folders (when it stops: they serve only its next runs)."""
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            shutil.rmtree(spare, ignore_errors=True)
 
     def drop_dead_spares(self) -> None:
         """Removes the spare folders processes that are gone left (at start)."""
@@ -287,14 +294,16 @@ _SPARE_NAMES = itertools.count()
 
 
 def _emptied(folder: Path) -> bool:
-    """Empties a run folder of its files and empty folders; False when a folder in it holds anything (or
-    the disk refused)."""
+    """Empties a run folder of its files and empty folders but `workspace/` (kept for the next run's process,
+    empty); False when a folder in it holds anything (or the disk refused)."""
     try:
         for entry in list(os.scandir(folder)):
-            if entry.is_dir(follow_symlinks=False):
-                os.rmdir(entry.path)
-            else:
+            if not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.path)
+            elif entry.name != "workspace":
+                os.rmdir(entry.path)
+            elif os.listdir(entry.path):
+                return False
     except OSError:
         return False
     return True
