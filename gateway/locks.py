@@ -171,7 +171,10 @@ class Locks(Protocol):
 
     holder: str
     ttl_s: float
-    reclaimed: int
+
+    @property
+    def reclaimed(self) -> int:
+        """Stale locks taken over (their holder may have died mid-work)."""
 
     def acquire(self, resource: str) -> bool: ...
     def release(self, resource: str) -> None: ...

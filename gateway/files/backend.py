@@ -21,6 +21,7 @@ from gateway.stores import Stores
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
     from gateway.files.runtime import FileRuntime
+    from gateway.files.sharing import SharedHome
     from gateway.home import Home
     from gateway.locks import Locks
     from gateway.pairing import Pairing
@@ -46,6 +47,7 @@ class FileStores:
         self.home = home
         self.settings = settings
         self._stores = stores
+        self._sharing: SharedHome | None = None
 
     def failure_text(self, exc: BaseException) -> str:
         return str(exc)
@@ -64,11 +66,23 @@ class FileStores:
 
         return FileApprovals(self.home, fsync=self.settings.queue.fsync)
 
+    @property
+    def sharing(self) -> SharedHome:
+        """Whether other processes share the home: one per backend, for its worker and its job locks."""
+        if self._sharing is None:
+            from gateway.files.sharing import SharedHome
+
+            self._sharing = SharedHome(self.home.state)
+        return self._sharing
+
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
+        """Lock files in coordination/locks/, kept only in memory while this process is alone on the home."""
+        from gateway.files.sharing import SoloLocks
         from gateway.locks import LockDirectory
 
-        return LockDirectory(self.home.coordination / "locks",
-                             holder=holder or f"{socket.gethostname()}:{os.getpid()}", ttl_s=ttl_s)
+        files = LockDirectory(self.home.coordination / "locks",
+                              holder=holder or f"{socket.gethostname()}:{os.getpid()}", ttl_s=ttl_s)
+        return SoloLocks(files, self.sharing)
 
     def dead_letters(self) -> FileDeadLetters:
         return FileDeadLetters(self.home)
@@ -112,7 +126,7 @@ class FileStores:
     def runtime(self, parts: RuntimeParts) -> FileRuntime:
         from gateway.files.runtime import FileRuntime
 
-        return FileRuntime(parts)
+        return FileRuntime(parts, self.sharing)
 
     def store(self, name: str, **options: Any) -> Any:
         return open_store(self, self._stores, name, **options)

@@ -27,14 +27,14 @@ from gateway.runtime import Delivery, RuntimeParts, Watch
 class FileRuntime:
     """The embedded default: processing and delivery in the home's folders."""
 
-    def __init__(self, parts: RuntimeParts):
+    def __init__(self, parts: RuntimeParts, sharing: SharedHome):
         self.parts = parts
         home, settings, qs = parts.home, parts.settings, parts.settings.queue
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
         self.outbox: BaseOutbox = FileOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings),
                                              fsync=qs.fsync)
-        self.sharing = SharedHome(home.state)
+        self.sharing = sharing  # the backend's: its job locks follow the same mode
         self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
                                              max_payload_bytes=qs.max_payload_bytes)
         self.worker: Worker | None = None
@@ -48,7 +48,10 @@ class FileRuntime:
         return None
 
     def open(self) -> None:
+        """Opens the answered index and takes this process's place on the home (before the handler starts:
+        its job locks follow the home's mode from its first recovery on)."""
         self.answered.open()
+        self.sharing.open()
 
     async def start(self, handler: Handler) -> Delivery | None:
         """Starts the channels (a `run`), the worker with its receipts, and the dispatcher."""
@@ -69,7 +72,6 @@ class FileRuntime:
         home, qs = self.parts.home, self.parts.settings.queue
         locks = LockDirectory(home.coordination / "locks",
                               holder=f"{socket.gethostname()}:{os.getpid()}", ttl_s=qs.lock_ttl_sec)
-        self.sharing.open()
         return Worker(self.parts.queue, handler, self.outbox, self.answered, self.parts.events, qs,
                       on_start=self.parts.show_typing, locks=locks, sharing=self.sharing)
 

@@ -7,10 +7,11 @@ import errno
 import fcntl
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from gateway.locks import pid_alive
+from gateway.locks import Locks, pid_alive
 
 
 class SharedHome:
@@ -29,9 +30,17 @@ class SharedHome:
         self.requests = state_dir / "share"
         self.mode: Literal["waiting", "solo", "shared"] = "waiting"
         self._fd = -1
+        self._before_sharing: list[Callable[[], bool]] = []  # each writes out what it kept in memory alone
+
+    @property
+    def opened(self) -> bool:
+        return self._fd >= 0
 
     def open(self) -> None:
-        """Opens the lock file and takes the lock if it can; else asks the lone process to share."""
+        """Opens the lock file and takes the lock if it can; else asks the lone process to share (once:
+        the worker and the job locks of one process share one SharedHome)."""
+        if self.opened:
+            return
         self.requests.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if not self.poll():
@@ -64,10 +73,15 @@ class SharedHome:
         return False
 
     def share(self) -> bool:
-        """Turns the exclusive lock into a shared one (after the running keys' locks were taken)."""
-        if self.mode == "solo" and self._try(fcntl.F_RDLCK):
+        """Turns the exclusive lock into a shared one (after the running keys' locks were taken), once what
+        was held only in memory while alone is written out (`before_sharing`)."""
+        if self.mode == "solo" and all(write() for write in self._before_sharing) and self._try(fcntl.F_RDLCK):
             self.mode = "shared"
         return self.mode == "shared"
+
+    def before_sharing(self, write: Callable[[], bool]) -> None:
+        """Has `write` called before the home is shared; its False (a lock held elsewhere) defers sharing."""
+        self._before_sharing.append(write)
 
     def _try(self, kind: int) -> bool:
         request = struct.pack("hhqqixxxx", kind, os.SEEK_SET, 0, 1, 0)  # struct flock, l_pid 0 for OFD locks
@@ -86,3 +100,57 @@ class SharedHome:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class SoloLocks:
+    """Locks (gateway.locks) that are lock files only when other processes may take them.
+
+    While this process is alone on its home (`SharedHome` "solo"), nobody else can take a lock, so one
+    taken is only remembered: a run's job lock cost a file created and deleted per chat message. Before
+    the home is shared those are written as lock files (`SharedHome.before_sharing`); from then on every
+    lock is a file. A process that waits for a lone one to share takes none (False): the lone one may
+    hold it in memory until it shares. Without a worker on the home (SharedHome not opened by the file
+    runtime), every lock is a file, as before.
+    """
+
+    def __init__(self, files: Locks, sharing: SharedHome):
+        self._files = files
+        self._sharing = sharing
+        self._remembered: set[str] = set()
+        self.holder = files.holder
+        self.ttl_s = files.ttl_s
+        sharing.before_sharing(self.write_out)
+
+    @property
+    def reclaimed(self) -> int:
+        return self._files.reclaimed
+
+    def acquire(self, resource: str) -> bool:
+        if not self._sharing.opened:  # no worker of this process on the home (its runtime opens it): files
+            return self._files.acquire(resource)
+        if self._sharing.mode == "solo":
+            self._remembered.add(resource)
+            return True
+        if self._sharing.mode == "waiting" and not self._sharing.poll():
+            return False
+        return self._files.acquire(resource)
+
+    def release(self, resource: str) -> None:
+        if resource in self._remembered:
+            self._remembered.discard(resource)
+        else:
+            self._files.release(resource)
+
+    def renew(self, resources: list[str]) -> None:
+        self._files.renew([resource for resource in resources if resource not in self._remembered])
+
+    def clean_expired(self) -> list[str]:
+        return self._files.clean_expired()
+
+    def write_out(self) -> bool:
+        """Takes as files the locks held in memory; False when one is held elsewhere (tried again later)."""
+        for resource in sorted(self._remembered):
+            if not self._files.acquire(resource):
+                return False
+            self._remembered.discard(resource)
+        return True

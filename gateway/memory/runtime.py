@@ -17,6 +17,7 @@ from gateway.api import Handler
 from gateway.files.answered import message_identity
 from gateway.files.latedead import letter_name
 from gateway.files.runtime import FileRuntime
+from gateway.files.sharing import SharedHome
 from gateway.files.worker import Worker
 from gateway.memory.queue import MemoryQueue
 from gateway.memory.stores import MemoryAnswered, MemoryLocks
@@ -36,7 +37,7 @@ class MemoryRuntime(FileRuntime):
     """One host on a MemoryState (gateway/runtime/__init__.py's Runtime)."""
 
     def __init__(self, parts: RuntimeParts, state: MemoryState):
-        super().__init__(parts)
+        super().__init__(parts, SharedHome(parts.home.state))
         qs = parts.settings.queue
         self.host = f"{socket.gethostname()}:{os.getpid()}:memory-{next(_HOSTS)}"
         self.memory_queue = MemoryQueue(state.queue, worker=self.host, max_payload_bytes=qs.max_payload_bytes)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gateway.files.sharing import SharedHome
+from gateway.files.sharing import SharedHome, SoloLocks
 from gateway.keys import KeyScheduler
 from gateway.locks import LockDirectory
 from gateway.testing import wait_until
@@ -93,7 +93,7 @@ def test_two_processes_run_randomly_assigned_conversations_each_in_written_order
 CHILD = """
 import sys
 from pathlib import Path
-from gateway.files.sharing import SharedHome
+from gateway.files.sharing import SharedHome, SoloLocks
 home = SharedHome(Path(sys.argv[1]))
 home.open()
 print(home.mode, flush=True)
@@ -128,3 +128,60 @@ def test_the_lone_process_lock_turns_shared_on_request_and_running_keys_get_lock
         lone.close()
     scheduler.finish(("conv:x",))
     assert LockDirectory(tmp_path / "locks", holder="other").acquire("conv:x")
+
+
+def test_a_lone_process_s_job_locks_are_files_only_once_another_process_shares_the_home(tmp_path: Path) -> None:
+    # alone, a run's job lock is only remembered (no file a chat message); a process that comes meanwhile
+    # takes none of them while it waits, and the lone one writes them out before it shares the home
+    locks_dir = tmp_path / "locks"
+    lone_home = SharedHome(tmp_path / "state")
+    lone = SoloLocks(LockDirectory(locks_dir, holder="lone"), lone_home)
+    assert lone.acquire("job:r-0") and len(list(locks_dir.iterdir())) == 1  # no worker of it on the home yet: files
+    lone.release("job:r-0")
+    lone_home.open()  # as the file runtime does before its handler starts
+    assert lone.acquire("job:r-1") and lone.acquire("job:r-2") and lone_home.mode == "solo"
+    lone.release("job:r-2")
+    assert list(locks_dir.iterdir()) == []
+    later_home = SharedHome(tmp_path / "state")  # another process (its own open file description)
+    later = SoloLocks(LockDirectory(locks_dir, holder="later"), later_home)
+    later_home.open()
+    try:
+        assert not later.acquire("job:r-1") and later_home.mode == "waiting"  # it may be held in memory
+        assert lone_home.share()  # as its worker does when asked (the request names this same pid here)
+        assert [LockDirectory.read(path).resource for path in locks_dir.glob("*.json")] == ["job:r-1"]
+        assert not later.acquire("job:r-1") and later_home.mode == "shared"  # a file now, held by the lone one
+        assert later.acquire("job:r-2")  # released while alone: free
+        lone.release("job:r-1")
+        assert later.acquire("job:r-1")
+    finally:
+        later_home.close()
+        lone_home.close()
+
+
+STEP = ("import os, sys, time\n"
+        "open(sys.argv[1], 'a').write(f'{os.getpid()}\\n')\n"
+        "while os.path.exists(sys.argv[2]):\n"
+        "    time.sleep(0.02)\n"
+        "print('step done')\n")
+
+
+def test_a_run_going_on_in_the_lone_process_is_not_run_again_by_a_process_that_comes_to_share(
+        tmp_path: Path) -> None:
+    log, hold = tmp_path / "steps.log", tmp_path / "hold"
+    hold.touch()
+    first = GatewayRun(tmp_path / "home", log=tmp_path / "first.log")
+    first.configure(queue={"fsync": False}, orchestrator={
+        **FAST_ORCHESTRATOR, "reply_within_sec": 0.2, "rules": {"default_workflow": "w"},
+        "workflows": {"w": {"steps": [{"id": "S", "command": [sys.executable, "-c", STEP, str(log), str(hold)]}]}}})
+    second = GatewayRun(tmp_path / "home", log=tmp_path / "second.log")
+    first.start()
+    first.drop(message(0, "c0"))
+    wait_until(lambda: log.exists() and log.read_text().count("\n") == 1, 20)  # its step runs, in the first
+    second.start()  # its start-up recovery looks at every unfinished run, this one too
+    wait_until(lambda: first.count("queue.shared") == 1, 20)
+    wait_until(lambda: first.count("gateway.started") == 2, 20)  # one events log: both processes
+    hold.unlink()
+    wait_until(lambda: any("step done" in r["message"] for r in first.replies()), 30)
+    assert first.stop() == 0 and second.stop() == 0
+    assert log.read_text().count("\n") == 1, "the step ran again in the second process"
+    assert sum("step done" in r["message"] for r in first.replies()) == 1

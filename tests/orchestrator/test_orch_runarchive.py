@@ -228,11 +228,12 @@ def test_a_settled_runs_emptied_folder_is_the_next_runs_and_nothing_of_it_is_lef
     store.settle(first)
     [spare] = os.listdir(home.runs / SPARE_DIR)
     spare_inode = os.stat(home.runs / SPARE_DIR / spare).st_ino
-    assert os.listdir(home.runs / SPARE_DIR / spare) == [] and not workspace.exists()
+    assert os.listdir(home.runs / SPARE_DIR / spare) == ["workspace"] and not workspace.exists()
     second = store.create(_chat_run(2), None)
     folder = home.runs / second.runId
     assert os.stat(folder).st_ino == spare_inode and os.listdir(home.runs / SPARE_DIR) == []
-    assert sorted(os.listdir(folder)) == ["events.jsonl", "state.json"]
+    assert sorted(os.listdir(folder)) == ["events.jsonl", "state.json", "workspace"]
+    assert os.listdir(folder / "workspace") == []
     assert [e["event"] for e in store.events(second.runId)] == ["run.created"]  # none of the first run's
     assert store.load(first.runId) == first  # archived, read back from its line
 
