@@ -63,9 +63,16 @@ class _PidfdWatcher(asyncio.AbstractChildWatcher):
     spawn costs the gateway, measured: 0.62 → 0.44 ms per spawn of /bin/true), and its own
     PidfdChildWatcher serves one loop, where tests run loops in several threads."""
 
+    def __init__(self) -> None:
+        self._threaded = asyncio.ThreadedChildWatcher()  # when no pidfd can be had (out of descriptors, say)
+
     def add_child_handler(self, pid: int, callback: Callable[..., object], *args: object) -> None:
         loop = asyncio.get_running_loop()
-        pidfd = os.pidfd_open(pid)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            self._threaded.add_child_handler(pid, callback, *args)
+            return
         loop.add_reader(pidfd, self._exited, loop, pidfd, pid, callback, args)
 
     @staticmethod

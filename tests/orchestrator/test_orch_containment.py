@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,3 +38,27 @@ async def test_each_run_gets_its_own_token(tmp_path: Path) -> None:
                         timeout_sec=30, max_output=4096) for _ in range(2)]
     first, second = await asyncio.gather(*runs)
     assert first.stdout.strip() and first.stdout != second.stdout
+
+
+WATCHED = """
+import asyncio, os
+from gateway.containment import supervise_children
+
+async def main() -> None:
+    codes = [await (await asyncio.create_subprocess_exec("/bin/sh", "-c", f"exit {n}")).wait() for n in (3, 4)]
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(24, "Too many open files")
+    os.pidfd_open = no_pidfd  # then a thread waits for it, as Python 3.11's default does
+    codes.append(await (await asyncio.create_subprocess_exec("/bin/sh", "-c", "exit 5")).wait())
+    print(codes)
+
+supervise_children()
+asyncio.run(main())
+"""
+
+
+def test_a_gateway_s_children_report_their_exit_codes_through_a_pidfd_or_else_a_thread() -> None:
+    done = subprocess.run([sys.executable, "-c", WATCHED], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[3, 4, 5]"
