@@ -301,7 +301,7 @@ class RunStore(RunStoreBase):
         settled, counted = self._settled.newest(limit, keep, since)
         if counted is None and not states and since is None:  # every one kept: the indexes' sizes say
             counted = self._settled.count() - sum(1 for run in folder_runs if run.finished and run.delivery
-                                                  and line_holds(self.folder(run.runId))  # a crash's leftover
+                                                  and self.settles_whole(run.runId)  # a crash's leftover
                                                   and self._settled.holds(run.runId))
         elif counted is None:
             counted = self._settled.newest(0, keep, since)[1]
@@ -355,7 +355,7 @@ class RunStore(RunStoreBase):
         already), and drops the spare folders of processes that are gone."""
         super().tidy()
         for run in self._folder_runs():
-            if run.finished and run.delivery is not None and line_holds(self.folder(run.runId)):
+            if run.finished and run.delivery is not None and self.settles_whole(run.runId):
                 if self._settled.holds(run.runId):
                     self.remove_folder(run.runId)
                 else:
