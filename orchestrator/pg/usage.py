@@ -1,6 +1,7 @@
 """UsageRecords on PostgreSQL (`switchyard_usage`), shared by every host: a turn adds to each of its keys' day
-rows with INSERT … ON CONFLICT DO UPDATE (col = col + excluded.col), all in one transaction, so concurrent adds
-are each counted once and a turn is counted for all its keys or for none."""
+rows with one INSERT … ON CONFLICT DO UPDATE (col = col + excluded.col) of all of them, a statement atomic by
+itself (one round trip, no `BEGIN`/`COMMIT`), so concurrent adds are each counted once and a turn is counted
+for all its keys or for none."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from collections.abc import Mapping
 from datetime import date
 
 from gateway.pg.db import SharedPool
+from gateway.pg.pools import lone_statement
 from orchestrator.usage import Spent, ordered
 
+ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
 ADD = ("INSERT INTO switchyard_usage AS u (day, kind, key, usd, tokens_in, tokens_out, turns, seconds) "
-       "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (day, kind, key) DO UPDATE SET "
+       "VALUES {rows} ON CONFLICT (day, kind, key) DO UPDATE SET "
        "usd = u.usd + excluded.usd, tokens_in = u.tokens_in + excluded.tokens_in, "
        "tokens_out = u.tokens_out + excluded.tokens_out, turns = u.turns + excluded.turns, "
        "seconds = u.seconds + excluded.seconds")
@@ -34,8 +37,9 @@ class PgUsageRecords:
                 for kind, key in sorted(keys.items())]  # one row order for every host: no deadlock between them
         if not rows:
             return
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            cursor.executemany(ADD, rows)
+        # the rows are inserted (and their day rows locked) in this order; one key per kind, so no two conflict
+        with lone_statement(self._pool) as conn:
+            conn.execute(ADD.format(rows=", ".join([ROW] * len(rows))), [value for row in rows for value in row])
 
     def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
         with self._pool.connection() as conn:
