@@ -209,6 +209,9 @@ def throughput(base_dsn: str, root: Path, workers: int, messages: int, conversat
     by_workers = messages - by_run
     row = {"path": path, "workers": workers, "messages": messages, "seconds": round(elapsed, 2),
            "msg_s": round(messages / elapsed, 1), "replies": replies, "misordered": misordered,
+           # the workers' own rate: what they answered over the run (the `run` answers some messages too,
+           # more of them beside one worker than beside four, which would flatter one worker's figure)
+           "workers_msg_s": round(by_workers / elapsed, 1),
            # CPU per message: all worker processes (per message they answered), the PostgreSQL processes
            # serving them; the machine's busy share over the run (every process on it, other sessions'
            # included), of all its cores
@@ -309,11 +312,14 @@ def main() -> None:
             if path == "chat" and not args.no_files:
                 print(f"files, one run: {files['msg_s']:7.1f} msg/s  ({files['messages']} messages in "
                       f"{files['seconds']} s); CPU ms/msg: run {files['run_cpu_ms']}")
-            base = rows[0]["msg_s"]
+            base, own_base = rows[0]["msg_s"], rows[0]["workers_msg_s"]
             for row in rows:
                 run = (f", run {row['run_cpu_ms']} (answered {row['answered_by_run']} itself), total "
                        f"{row['total_cpu_ms']}" if "run_cpu_ms" in row else "")
-                print(f"{path}, {row['workers']} worker(s): {row['msg_s']:7.1f} msg/s  ×{row['msg_s'] / base:.2f}  "
+                own = (f"; the workers' own {row['workers_msg_s']:.1f} msg/s ×{row['workers_msg_s'] / own_base:.2f}"
+                       if "run_cpu_ms" in row else "")
+                print(f"{path}, {row['workers']} worker(s): {row['msg_s']:7.1f} msg/s  "
+                      f"×{row['msg_s'] / base:.2f}{own}  "
                       f"({row['messages']} messages in {row['seconds']} s, misordered {row['misordered']}); "
                       f"CPU ms/msg: workers {row['worker_cpu_ms']}, PostgreSQL {row['pg_cpu_ms']}{run}; each "
                       f"worker {row['worker_cpu_pct']} % of a core; machine busy {row['machine_busy_pct']} %")
