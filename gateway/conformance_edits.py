@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.conformance import ChannelDriver, ChannelRig
+from gateway.conformance_rig import ChannelDriver, ChannelRig
 from gateway.testing import async_wait_until
 
 
