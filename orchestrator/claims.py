@@ -33,9 +33,12 @@ class Claims:
     a claimed run (its task goes into `tasks`, shared with the executor, which releases its lock).
 
     The queued runs come from coordination/work_queue.json, or from the store when it is shared by
-    hosts (postgres). A run whose claim fails for a reason of its own (its state is not a run, a field
-    no code can read) ends failed_final with that reason, its data kept; a failure of this host (a
-    full disk, the database away) leaves it queued for the next pass. Either way the pass goes on.
+    hosts (postgres). A run reserved here as it is created is kept in hand (it cannot change while its
+    lock is held here): it is claimed at once when a slot is free and the last pass left no claimable run
+    behind (`begin`), else when a slot frees and every claimable run the last pass left was one of those
+    (`freed`), oldest first; either way without the pass's read of the queue, a second take of its lock
+    and a read of the run. Anything else waiting for a slot (`backlog`) makes a freed slot wake a pass.
+    A run queued by another process since the last pass (at most IDLE_SEC ago) is seen by the next one.
     """
 
     def __init__(self, *, store: RunStoreBase, locks: Locks, coordination: Coordination, life: Lifecycle,
@@ -47,26 +50,35 @@ class Claims:
         self._tasks = tasks
         self._start = start
         self._max_parallel = max_parallel
-        self.reserved: set[str] = set()  # queued runs whose lock this process holds for a waiting message
+        # queued runs whose lock this process holds for a waiting message: the run as created here (kept
+        # until claimed, used while its lock was taken less than half the lock TTL ago), else None
+        self.reserved: dict[str, tuple[RunState | None, float]] = {}
         self._stuck: set[str] = set()  # runs whose failure could not be recorded either: skipped, said once
         # queued runs whose lock another process held at a pass (reserved for its waiting message): tried
         # again after IDLE_SEC, not at every pass of this process (each try is a statement on a shared store)
         self._held_elsewhere: dict[str, float] = {}
+        # whether a claimable run not held in hand here may wait for a slot (a pass left one at capacity,
+        # or read a full batch): a slot freeing then wakes a pass
+        self.backlog = True
+        self._hand_sec = locks.ttl_s / 2  # a lock taken this recently is still held, renewed or not
 
     def ready(self) -> float:
         """One claim pass; returns how long to sleep before the next."""
         sleep = IDLE_SEC
         now = time.monotonic()
         self._held_elsewhere = {run_id: until for run_id, until in self._held_elsewhere.items() if until > now}
-        for run_id, next_retry_at in self.queued():
-            if len(self._tasks) >= self._max_parallel:
-                break
+        queued = self.queued()
+        self.backlog = len(queued) >= QUEUED_BATCH
+        for run_id, next_retry_at in queued:
             if run_id in self._tasks or run_id in self._stuck or run_id in self._held_elsewhere:
                 continue
             try:
                 wait = seconds_until(next_retry_at)
                 if wait > 0:
                     sleep = min(sleep, wait)
+                    continue
+                if len(self._tasks) >= self._max_parallel:
+                    self.backlog = self.backlog or self._in_hand(run_id) is None
                     continue
                 self.claim(run_id)
             except Exception as exc:
@@ -85,13 +97,19 @@ class Claims:
         """Takes the run's lock for a message waiting here (kept until this process claims the run)."""
         if run_id in self._tasks or not self._locks.acquire(job_lock(run_id)):
             return False
-        self.reserved.add(run_id)
+        self.reserved[run_id] = (None, time.monotonic())
         return True
 
     def unreserve(self, run_id: str) -> None:
         """Gives back the lock `reserve` took."""
-        self.reserved.discard(run_id)
+        self.reserved.pop(run_id, None)
         self._locks.release(job_lock(run_id))
+
+    def _in_hand(self, run_id: str) -> RunState | None:
+        """The queued run as created here under the lock this process reserved it with, while that lock
+        is surely still held; None: it is read (and its lock taken again) when claimed."""
+        run, taken = self.reserved.get(run_id, (None, 0.0))
+        return run if run is not None and time.monotonic() - taken < self._hand_sec else None
 
     @contextlib.contextmanager
     def locked(self, run_id: str) -> Iterator[bool]:
@@ -107,12 +125,70 @@ class Claims:
             if held:
                 self._locks.release(job_lock(run_id))
 
+    def created(self, run: RunState) -> bool:
+        """A run this process reserved has just been created (no await since): claimed at once when a
+        slot is free and no claimable run is known to wait, else kept in hand for `freed`. False: it is
+        left to a pass (wake one). A run in hand is not asked whether it was cancelled when it is claimed:
+        the executor's watch reads the cancel requests of the runs in hand with those of its tasks."""
+        if run.runId not in self.reserved:
+            return False
+        self.reserved[run.runId] = (run, self.reserved[run.runId][1])
+        if self.backlog:
+            return False
+        if len(self._tasks) >= self._max_parallel:
+            return True  # in hand: the next slot to free takes it
+        return self._claim_in_hand(run)
+
+    def freed(self) -> bool:
+        """A slot freed: claims the runs in hand, oldest first, while slots allow, when nothing else is
+        known to wait. False: a pass is due (wake one)."""
+        if self.backlog:
+            return False
+        for run_id in list(self.reserved):
+            if len(self._tasks) >= self._max_parallel:
+                break
+            run = self._in_hand(run_id)
+            if run is None or not self._claim_in_hand(run):
+                return False
+        return True
+
+    def in_hand(self) -> list[str]:
+        """The queued runs held in hand here (whose cancel requests the executor's watch reads)."""
+        return [run_id for run_id in self.reserved if self._in_hand(run_id) is not None]
+
+    def cancel_in_hand(self, run_id: str) -> None:
+        """Ends a run in hand cancelled (another process asked), before it ran; its lock is given back."""
+        run, _ = self.reserved.pop(run_id, (None, 0.0))
+        if run is None:
+            return
+        try:
+            self._life.cancelled(run)
+            self._store.clear_cancel(run_id)
+        finally:
+            self._locks.release(job_lock(run_id))
+
+    def _claim_in_hand(self, run: RunState) -> bool:
+        """Claims a run in hand; False when it is left to a pass (a failure of this host, in the log)."""
+        try:
+            claimed = self._life.claimed(run)
+        except Exception:
+            log.exception("cannot claim run %s now; a claim pass takes it", run.runId)
+            self.backlog = True
+            return False
+        self.reserved.pop(run.runId, None)  # the claim's outcome releases the lock now
+        self._start(claimed)
+        return True
+
     def claim(self, run_id: str) -> None:
         """Takes the run's lock, checks it is still queued and due, marks it running, starts its task."""
+        in_hand = self._in_hand(run_id)
+        if in_hand is not None:
+            self._claim_in_hand(in_hand)
+            return
         if not self._locks.acquire(job_lock(run_id)):
             self._held_elsewhere[run_id] = time.monotonic() + IDLE_SEC
             return
-        self.reserved.discard(run_id)  # the claim's outcome releases the lock now
+        self.reserved.pop(run_id, None)  # the claim's outcome releases the lock now
         try:
             run = self._store.read(run_id)
             if run is not None and run.state == "running":  # its process died: the lock was stale

@@ -54,7 +54,7 @@ class RunExecutor:
         owner = f"{socket.gethostname()}:{os.getpid()}"
         self._locks = locks or LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
         self.coordination = Coordination(home)  # an index and mirrors: recover() rebuilds it
-        self.delivery = Delivery(store, outbox, home)
+        self.delivery = Delivery(store, outbox, home, here=self._here)
         self.life = Lifecycle(store=store, steps=steps, events=events, coordination=self.coordination,
                               delivery=self.delivery, owner=owner)
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -91,11 +91,11 @@ class RunExecutor:
         fsynced write before the result is the reply, or `outlived` makes it durable and active before
         an ack. The conversation's next message comes only after that reply, so it never needs the
         active run of a run that ended meanwhile. Other runs are durable and active at once."""
-        if waits and self._store.shared:
-            self._claims.reserve(run.runId)
+        reserved = waits and self._store.shared and self._claims.reserve(run.runId)
         run = self._store.create(run, None if waits else key, durable=not waits)
         self.life.created(run, announced=announced)
-        self.wake()
+        if not (reserved and self._claims.created(run)):
+            self.wake()
         return run
 
     def outlived(self, run: RunState) -> None:
@@ -140,8 +140,9 @@ class RunExecutor:
     async def _execute(self, live: list[RunState]) -> None:
         """Runs a claimed run's steps; `live[0]` is the run as this process last changed it."""
         run_id = live[0].runId
+        settled = False  # ended or paused: nothing of it waits for a claim pass
         try:
-            await self._run_steps(live)
+            settled = await self._run_steps(live)
         except TurnStopped:  # `/stop` stopped its step: cancelled, as `/cancel` would
             run = self._current(live)
             if run is not None and not run.finished:
@@ -164,7 +165,20 @@ class RunExecutor:
             self._cancelled.discard(run_id)
             self._locks.release(job_lock(run_id))
             self._tasks.pop(run_id, None)
-            self.wake()
+            if not settled or not self._freed():
+                self.wake()
+
+    def _here(self, run_id: str) -> bool:
+        """Whether the run executes here or waits here in hand: its end is handed over in this process."""
+        return run_id in self._tasks or run_id in self._claims.reserved
+
+    def _freed(self) -> bool:
+        """A run ended here: the runs in hand take its slot; False when a claim pass is due instead."""
+        try:
+            return self._claims.freed()
+        except Exception:
+            log.exception("claiming a reserved run failed; a claim pass tries again")
+            return False
 
     def _current(self, live: list[RunState]) -> RunState | None:
         """The run as stored, or as claimed here when the claim was not written yet (it is written with
@@ -172,7 +186,9 @@ class RunExecutor:
         run = self._store.load(live[0].runId)
         return live[0] if run is not None and run.state == "queued" and live[0].state == "running" else run
 
-    async def _run_steps(self, live: list[RunState]) -> None:
+    async def _run_steps(self, live: list[RunState]) -> bool:
+        """Runs the run's steps in order; True when it ended succeeded or paused for input, False when a
+        step failed (it may be queued again for a retry)."""
         run = live[0]
         after_step = False
         for step_id in list(run.steps):
@@ -181,16 +197,17 @@ class RunExecutor:
             try:
                 if self._steps.kind_of(run, step_id) == "input":
                     self.life.paused(run, step_id)
-                    return
+                    return True
                 live[0] = self.life.step_started(run, step_id, after_step=after_step)
                 outcome: StepOutcome = await self._steps.run(live[0], step_id, self._progress(live, step_id),
                                                              handoff_env(live[0], step_id))
             except StepFailed as exc:
                 self.life.step_failed(live[0], step_id, exc)
-                return
+                return False
             run = live[0] = self.life.step_completed(live[0], step_id, outcome)
             after_step = True
         self.life.succeeded(run)
+        return True
 
     def _progress(self, live: list[RunState], step_id: str) -> Progress:
         def save(fields: dict[str, object]) -> None:
@@ -262,12 +279,15 @@ class RunExecutor:
                 await self._clean()
 
     def _cancel_requested(self) -> None:
-        """Cancels the runs executing here that another process asked to cancel."""
-        for run_id in self._store.cancel_requests([r for r in self._tasks if r not in self._cancelled]):
+        """Cancels the runs executing or held in hand here that another process asked to cancel."""
+        asked = [run_id for run_id in self._tasks if run_id not in self._cancelled] + self._claims.in_hand()
+        for run_id in self._store.cancel_requests(asked):
             task = self._tasks.get(run_id)
             if task is not None:
                 self._cancelled.add(run_id)
                 task.cancel()
+            else:
+                self._claims.cancel_in_hand(run_id)
 
     async def _clean(self) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,8 +94,10 @@ class Delivery:
     every permanent failure is in `dead list`; the push is recorded only once it is.
     """
 
-    def __init__(self, store: RunStoreBase, outbox: Outbox, home: Home):
+    def __init__(self, store: RunStoreBase, outbox: Outbox, home: Home,
+                 here: Callable[[str], bool] = lambda run_id: False):
         self._store = store
+        self._here = here  # whether a run executes (or waits in hand) in this process: no need to poll it
         self._outbox = outbox
         self._home = home
         self._waiting: dict[str, _Waiting] = {}
@@ -113,7 +116,7 @@ class Delivery:
         deadline = loop.time() + timeout_sec
         try:
             while not waiting.event.is_set() and (remaining := deadline - loop.time()) > 0:
-                if not await wait_event(waiting.event, min(POLL_SEC, remaining)):
+                if not await wait_event(waiting.event, min(POLL_SEC, remaining)) and not self._here(run_id):
                     current = self._store.load(run_id)  # another process may have settled it
                     if current is not None and self._settled(current):
                         return current

@@ -114,22 +114,32 @@ def _orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> A
     return Orchestrator(context)
 
 
-async def test_a_chat_message_reads_its_run_twice_and_its_reply_is_the_run_as_recorded(
+async def test_a_chat_message_reads_its_run_once_claims_it_at_once_and_its_reply_is_the_run_as_recorded(
         tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, sent: list[str]) -> None:
     """The statements of one chat message (rules → a one-step run → its result as the reply): the run is read
-    before it is created (a retried message's run) and when it is claimed, not again while its message
-    waits; the result handed to that message is the run as stored, delivery included."""
+    once, before it is created (a retried message's run), and claimed as it is created, its lock taken once
+    (no claim pass reading the queue, no second take, no read back); the result handed to that message is
+    the run as stored, delivery included."""
+    from orchestrator import claims
+
+    monkeypatch.setattr(claims, "IDLE_SEC", 3600.0)  # no idle pass meanwhile: only the message's statements
     orchestrator = _orchestrator(tmp_path, db, monkeypatch)
     await orchestrator.start()
     try:
+        [_] = await orchestrator.handle(make_message("warm", conversationId="c8"))  # the first pass is behind
         sent.clear()
         [reply] = await orchestrator.handle(make_message("hello there", conversationId="c9"))
     finally:
         await orchestrator.stop()
-    reads = [text for text in sent if text.startswith("SELECT data::text FROM switchyard_runs WHERE run_id")]
-    assert len(reads) == 2, sent
+    def count(start: str) -> int:
+        return sum(" ".join(text.split()).startswith(start) for text in sent)
+
+    assert count("SELECT data::text FROM switchyard_runs WHERE run_id") == 1, sent
+    assert count("WITH before AS (SELECT holder") == 1, sent  # the lock, taken once
+    assert count("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued'") == 0, sent
     with psycopg.connect(db, autocommit=True) as conn:
-        [(data,)] = conn.execute("SELECT data::text FROM switchyard_runs").fetchall()
+        [(data,)] = conn.execute("SELECT data::text FROM switchyard_runs WHERE run_id = %s",
+                                 (reply.workflowRunId,)).fetchall()
     stored = RunState.model_validate_json(data)
     assert reply.workflowRunId == stored.runId and reply.runState == "done" == stored.state
     assert stored.delivery == "reply" and "hello there" in reply.message

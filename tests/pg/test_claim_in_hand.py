@@ -1,0 +1,98 @@
+"""Runs reserved here and held in hand (orchestrator/claims.py) on a database shared by hosts: claimed when a
+slot frees, oldest first, without reading the queue again; a cancel another process asks for one still
+waiting for a slot ends it cancelled before it runs, and its waiting message is told."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.api import HandlerContext
+from gateway.events import EventLog
+from gateway.home import Home
+from gateway.settings import QueueSettings, Settings
+from gateway.testing import async_wait_until
+from tests.orchestrator.orch_helpers import FakeOutbox, make_message
+
+CHAT = {"selector": {"provider": "rules"}, "diagnostics": {"provider": "rules"}, "reply_within_sec": 60,
+        "agents": {"helper": {"provider": "gated", "prompt": "{{message}}"}},
+        "workflows": {"chat": {"description": "Answers", "steps": [{"id": "Reply", "agent": "helper"}]}},
+        "rules": {"default_workflow": "chat"}}
+
+
+class Gated:
+    """An agent that answers each prompt only once the test opens the gate; records the order it started."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.started: list[str] = []
+
+    async def __call__(self, prompt: str, request: dict[str, Any]) -> str:
+        self.started.append(prompt.strip())
+        await self.gate.wait()
+        return f"answered: {prompt.strip()}"
+
+
+def _orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, agent: Gated) -> Any:
+    from orchestrator import Orchestrator
+
+    monkeypatch.setenv("SWITCHYARD_DSN", db)
+    home = Home(tmp_path / "a")
+    home.create()
+    (home.orchestrators / "main").mkdir(parents=True, exist_ok=True)
+    (home.orchestrators / "main" / "orchestrator.yaml").write_text(yaml.safe_dump(CHAT))
+    settings = Settings(queue=QueueSettings(backend="postgres", fsync=False))
+    context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
+                             queue_stats=dict)
+    return Orchestrator(context, providers={"gated": agent}, max_parallel_runs=1)
+
+
+async def test_runs_waiting_for_a_slot_run_oldest_first_and_each_message_gets_its_own_answer(
+        tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = Gated()
+    orchestrator = _orchestrator(tmp_path, db, monkeypatch, agent)
+    await orchestrator.start()
+    try:
+        texts = ["first", "second", "third", "fourth"]
+        handled = []
+        for index, text in enumerate(texts):  # each message's run is created before the next message's
+            handled.append(asyncio.create_task(orchestrator.handle(make_message(text, conversationId=f"c{index}"))))
+            await async_wait_until(lambda n=index: len(agent.started) + len(orchestrator._executor._claims.reserved)
+                                   == n + 1, timeout_s=10)
+        assert agent.started == ["first"]  # one slot: the others wait
+        agent.gate.set()
+        replies = await asyncio.wait_for(asyncio.gather(*handled), timeout=30)
+    finally:
+        await orchestrator.stop()
+    assert agent.started == texts
+    assert [reply.message for [reply] in replies] == [f"answered: {text}" for text in texts]
+
+
+async def test_a_cancel_asked_elsewhere_for_a_run_waiting_for_a_slot_ends_it_before_it_runs(
+        tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.pg.runs import PgRunStore
+
+    agent = Gated()
+    orchestrator = _orchestrator(tmp_path, db, monkeypatch, agent)
+    await orchestrator.start()
+    try:
+        busy = asyncio.create_task(orchestrator.handle(make_message("busy", conversationId="c1")))
+        await async_wait_until(lambda: agent.started == ["busy"], timeout_s=10)
+        waiting = asyncio.create_task(orchestrator.handle(make_message("later", conversationId="c2")))
+        await async_wait_until(lambda: len(orchestrator._executor._claims.reserved) == 1, timeout_s=10)
+        [run_id] = orchestrator._executor._claims.reserved
+        other_home = Home(tmp_path / "b")
+        other_home.create()
+        PgRunStore(other_home, db, fsync=False).request_cancel(run_id)  # as another host's /cancel does
+        [reply] = await asyncio.wait_for(waiting, timeout=30)
+        assert agent.started == ["busy"]  # it never ran
+        agent.gate.set()
+        await asyncio.wait_for(busy, timeout=30)
+    finally:
+        await orchestrator.stop()
+    assert run_id in reply.message and "cancel" in reply.message.lower()
+    assert orchestrator._store.load(run_id).state == "cancelled"
