@@ -47,11 +47,7 @@ class Lifecycle:
 
     def emit(self, event: str, run: RunState, **fields: Any) -> None:
         """Writes a `job.*` event to the event log and to the run's events.jsonl."""
-        conversation = run.conversation
-        common = {"state": run.state, "workflow": run.workflowId, "channel": conversation.channel,
-                  "profile": conversation.channelProfileId or conversation.channel,
-                  "conversation": conversation.conversationId or conversation.senderId,
-                  "repo": run.job.repo, "branch": run.job.branch}
+        common = _event_fields(run)
         self.events.emit(event, job_id=run.runId, **common, **fields)
         self.store.append_event(run.runId, event, **{**common, **fields})
 
@@ -266,8 +262,10 @@ class Lifecycle:
         """Writes a run that reached a final state (one fsynced write, with the delivery decided: a
         waiting message's reply, else a push after it), announces `event`, writes its coordination
         records, then delivers."""
+        common = _event_fields(run)
+        self.store.append_event(run.runId, event, **{**common, **fields})  # written with the final state
         run, waiting, written = self.delivery.record(run)
-        self.emit(event, run, **fields)
+        self.events.emit(event, job_id=run.runId, **common, **fields)  # announced once that is written
         finished = run.job.finished_at or utc_now_iso()
         self.coordination.deactivate(run.runId)
         self.coordination.dequeue(run.runId)
@@ -298,6 +296,15 @@ class Lifecycle:
         except Exception:
             log.exception("cannot archive run %s; its state is kept in its folder", run.runId)
         return self.store.save(run)
+
+
+def _event_fields(run: RunState) -> dict[str, Any]:
+    """What every `job.*` event of a run says about it."""
+    conversation = run.conversation
+    return {"state": run.state, "workflow": run.workflowId, "channel": conversation.channel,
+            "profile": conversation.channelProfileId or conversation.channel,
+            "conversation": conversation.conversationId or conversation.senderId,
+            "repo": run.job.repo, "branch": run.job.branch}
 
 
 def _output_file(run: RunState, output: str) -> bool:
