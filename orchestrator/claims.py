@@ -187,6 +187,7 @@ class Claims:
             return
         if not self._locks.acquire(job_lock(run_id)):
             self._held_elsewhere[run_id] = time.monotonic() + IDLE_SEC
+            self.reserved.pop(run_id, None)  # a reservation whose lock expired (the database away) is lost
             return
         self.reserved.pop(run_id, None)  # the claim's outcome releases the lock now
         try:

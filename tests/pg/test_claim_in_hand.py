@@ -96,3 +96,47 @@ async def test_a_cancel_asked_elsewhere_for_a_run_waiting_for_a_slot_ends_it_bef
         await orchestrator.stop()
     assert run_id in reply.message and "cancel" in reply.message.lower()
     assert orchestrator._store.load(run_id).state == "cancelled"
+
+
+async def test_a_message_whose_reserved_run_another_host_took_over_learns_it_ended_there(
+        tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run held in hand whose lock this process lost (the database away longer than the lock's TTL) and
+    another host took: the claim fails, the reservation is dropped, and the waiting message goes back to
+    reading the store, where it finds the run that host ended and pushed (nothing more to reply)."""
+    from gateway.pg.locks import PgLocks
+    from orchestrator.claims import job_lock
+    from orchestrator.pg.runs import PgRunStore
+
+    agent = Gated()
+    orchestrator = _orchestrator(tmp_path, db, monkeypatch, agent)
+    await orchestrator.start()
+    claims = orchestrator._executor._claims
+    try:
+        busy = asyncio.create_task(orchestrator.handle(make_message("busy", conversationId="c1")))
+        await async_wait_until(lambda: agent.started == ["busy"], timeout_s=10)
+        waiting = asyncio.create_task(orchestrator.handle(make_message("later", conversationId="c2")))
+        await async_wait_until(lambda: len(claims.reserved) == 1, timeout_s=10)
+        [run_id] = claims.reserved
+        monkeypatch.setattr(claims, "_hand_sec", 0.0)  # as if reserved long ago: claimed through the lock
+        other = PgLocks(db, holder="elsewhere:1:1", ttl_s=600)
+        with psycopg_connection(db) as conn:  # its lock expired meanwhile
+            conn.execute("UPDATE switchyard_locks SET expires_at = now() - interval '1 second' WHERE resource = %s",
+                         (job_lock(run_id),))
+        assert other.acquire(job_lock(run_id))
+        elsewhere = PgRunStore(Home(tmp_path / "b"), db, fsync=False)
+        run = elsewhere.load(run_id)
+        assert run is not None and run.state == "queued"
+        agent.gate.set()  # the slot frees: the claim of the run in hand is refused
+        await async_wait_until(lambda: not claims.reserved, timeout_s=10)
+        assert agent.started == ["busy"]
+        elsewhere.save(run.model_copy(update={"state": "done", "delivery": "push"}))  # that host ran and pushed it
+        assert await asyncio.wait_for(waiting, timeout=10) == []
+        await asyncio.wait_for(busy, timeout=10)
+    finally:
+        await orchestrator.stop()
+
+
+def psycopg_connection(db: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(db, autocommit=True)
