@@ -13,7 +13,7 @@ from gateway.locks import Locks
 from orchestrator.coordination import Coordination
 from orchestrator.jobs import is_due, seconds_until
 from orchestrator.lifecycle import Lifecycle
-from orchestrator.runbase import RunStoreBase
+from orchestrator.runbase import JOB_LOCK_PREFIX, RunStoreBase
 from orchestrator.runs import UnreadableRun
 from orchestrator.runstate import RunState
 
@@ -25,7 +25,7 @@ QUEUED_BATCH = 64  # queued runs read from a shared store per claim pass
 
 def job_lock(run_id: str) -> str:
     """The coordination lock a process holds while it executes a run (`run:<id>` is a message key)."""
-    return f"job:{run_id}"
+    return f"{JOB_LOCK_PREFIX}{run_id}"
 
 
 class Claims:

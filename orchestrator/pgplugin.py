@@ -42,7 +42,8 @@ def _schedules(backend: PgStorage) -> Any:
 def _runs(backend: PgStorage, *, fsync: bool) -> Any:
     from orchestrator.pg.runs import PgRunStore
 
-    return PgRunStore(backend.home, backend.dsn, fsync=fsync, pool=backend.pool)
+    return PgRunStore(backend.home, backend.dsn, fsync=fsync, pool=backend.pool,
+                      live_sec=backend.settings.queue.lease_sec)
 
 
 def _sessions(backend: PgStorage) -> Any:

@@ -20,6 +20,7 @@ from orchestrator.jobs import JobState, check_transition
 from orchestrator.listing import select_runs
 from orchestrator.runstate import RunState
 
+JOB_LOCK_PREFIX = "job:"  # the coordination lock of a run being executed (or reserved): `job:<run id>`
 MADE_FOLDERS = 4096  # folders remembered as existing
 REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden: not a valid run id)
 SPARE_DIR = ".spare"  # under runs/: emptied run folders a process keeps for its next runs (`<pid>-<n>`)

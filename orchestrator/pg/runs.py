@@ -24,12 +24,12 @@ from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
-from gateway.pg.db import SharedPool
+from gateway.pg.db import SharedPool, process_holder
 from gateway.pg.errors import database_away
 from gateway.pg.pools import lone_statement
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
-from orchestrator.runbase import RunStoreBase
+from orchestrator.runbase import JOB_LOCK_PREFIX, RunStoreBase
 from orchestrator.runstate import RunState, finished_at
 
 log = logging.getLogger("switchyard.orchestrator.runs")
@@ -54,8 +54,15 @@ ACTIVE_FOR = ("SELECT r.run_id, r.data::text FROM switchyard_active_runs a JOIN 
 DROP_ENDED = ("DELETE FROM switchyard_active_runs a WHERE NOT EXISTS (SELECT 1 FROM switchyard_runs r "
               f"WHERE r.run_id = a.run_id AND r.state NOT IN {FINISHED_SQL})")
 # Columns only: a claim never parses `data` in the database, so no run's JSON can fail every claim.
-QUEUED = ("SELECT run_id, next_retry_at FROM switchyard_runs WHERE state = 'queued' "
-          "ORDER BY next_retry_at IS NOT NULL AND next_retry_at > now(), created_at, run_id LIMIT %s")
+# Queued runs, due first, oldest first; not those whose job lock another live process holds (one that
+# heartbeat in switchyard_processes within `live`): reserved for a message waiting there, they would only
+# be refused. A holder not listed there, or gone quiet, is left to the lock's own takeover rules.
+QUEUED = ("SELECT r.run_id, r.next_retry_at FROM switchyard_runs r WHERE r.state = 'queued' AND NOT EXISTS ("
+          "SELECT 1 FROM switchyard_locks l JOIN switchyard_processes p USING (holder) "
+          "WHERE l.resource = %(prefix)s || r.run_id AND l.holder <> %(holder)s AND l.expires_at > now() "
+          "AND p.last_seen > now() - make_interval(secs => %(live)s)) "
+          "ORDER BY r.next_retry_at IS NOT NULL AND r.next_retry_at > now(), r.created_at, r.run_id "
+          "LIMIT %(limit)s")
 ASYNC_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"  # for the statement's own transaction
 UNREADABLE = f"UPDATE switchyard_runs SET state = 'failed_final' WHERE run_id = %s AND state NOT IN {FINISHED_SQL}"
 PENDING_EVENTS_MAX = 64  # a run's events held back for its next save at most
@@ -66,9 +73,11 @@ class PgRunStore(RunStoreBase):
 
     shared = True
 
-    def __init__(self, home: Home, dsn: str, *, fsync: bool = True, pool: SharedPool | None = None):
+    def __init__(self, home: Home, dsn: str, *, fsync: bool = True, pool: SharedPool | None = None,
+                 live_sec: float = 15.0):
         super().__init__(home, fsync=fsync)
         self.pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
+        self._live_sec = live_sec  # a process that heartbeat this recently is alive (queue.lease_sec)
         self._pending: dict[str, list[dict[str, Any]]] = {}  # events waiting for their run's next write
         self._unsynced: set[str] = set()  # runs whose last write was committed without waiting for the WAL
 
@@ -283,8 +292,10 @@ class PgRunStore(RunStoreBase):
         return [run for run in candidates if (ended := finished_at(run)) is not None and ended < cutoff]
 
     def queued(self, limit: int) -> list[tuple[str, str | None]]:
-        """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims)."""
-        return [(str(run_id), iso(retry) if retry else None) for run_id, retry in self._query(QUEUED, (limit,))]
+        """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims),
+        without those another live process holds (QUEUED)."""
+        params = {"prefix": JOB_LOCK_PREFIX, "holder": process_holder(), "live": self._live_sec, "limit": limit}
+        return [(str(run_id), iso(retry) if retry else None) for run_id, retry in self._query(QUEUED, params)]
 
     def running_ids(self) -> list[str]:
         """The runs some host marked running (the executor checks their locks for a dead host's)."""

@@ -162,6 +162,29 @@ def test_the_database_store_claims_due_runs_first_and_lists_running_ones(db: str
     assert store.running_ids() == ["r-run"]
 
 
+def test_the_claims_leave_out_runs_another_live_process_holds(db: str, tmp_path: Path) -> None:
+    """A queued run reserved by another process that heartbeats (switchyard_processes) is not offered to the
+    claims (its lock would only be refused); it is again once that process goes quiet, and a run this
+    process holds, or one held by a holder the table does not list, is offered as before."""
+    from gateway.pg.db import process_holder
+    from gateway.pg.locks import PgLocks
+    from orchestrator.claims import job_lock
+    from orchestrator.pg.runs import PgRunStore
+
+    store = PgRunStore(Home(tmp_path / "a"), db, fsync=False, live_sec=15)
+    for n in range(4):
+        store.create(_run(f"r-{n}", createdAt=f"2030-01-01T00:00:0{n}.000Z"), None)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO switchyard_processes (holder, role, host, pid) VALUES ('there:1:1', 'worker', "
+                     "'there', 1)")
+        assert PgLocks(db, holder="there:1:1").acquire(job_lock("r-0"))  # a live worker's waiting message
+        assert PgLocks(db, holder="unlisted:2:2").acquire(job_lock("r-1"))
+        assert PgLocks(db, holder=process_holder()).acquire(job_lock("r-2"))  # this process's own
+        assert [run_id for run_id, _ in store.queued(10)] == ["r-1", "r-2", "r-3"]
+        conn.execute("UPDATE switchyard_processes SET last_seen = now() - interval '16 seconds'")  # gone quiet
+        assert [run_id for run_id, _ in store.queued(10)] == ["r-0", "r-1", "r-2", "r-3"]
+
+
 def test_text_the_database_cannot_read_back_never_stops_the_claims(db: str, tmp_path: Path) -> None:
     """A NUL in a run's stored JSON failed every query reading into it: the claims of every run on every
     host. A run saved now holds U+FFFD instead; one stored so before no longer stops the others."""
