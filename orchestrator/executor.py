@@ -61,6 +61,7 @@ class RunExecutor:
         self._claims = Claims(store=store, locks=self._locks, coordination=self.coordination, life=self.life,
                               tasks=self._tasks, start=self._start, max_parallel=max_parallel)
         self._cancelled: set[str] = set()
+        self._stopping = False  # no run is claimed once `stop` began
         self._wake = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
 
@@ -72,6 +73,7 @@ class RunExecutor:
 
     async def stop(self) -> None:
         """Stops claiming; interrupted runs go back to `queued` and resume at the next start."""
+        self._stopping = True
         for task in self._background:
             task.cancel()
         running = list(self._tasks.values())
@@ -174,6 +176,8 @@ class RunExecutor:
 
     def _freed(self) -> bool:
         """A run ended here: the runs in hand take its slot; False when a claim pass is due instead."""
+        if self._stopping:
+            return True
         try:
             return self._claims.freed()
         except Exception:
