@@ -113,10 +113,11 @@ class Switchyard(SwitchyardProcess):
     # --- backend-neutral observations (this class: the file queue's folders) ----------------
 
     def dead_letters(self) -> list[DeadLetter]:
-        """Every dead letter (failed/: the original bytes beside `<name>.error.json`), by name."""
+        """Every dead letter (failed/: the original bytes beside `<name>.error.json`), by name; not the
+        temporary file of a report being written (`<name>.error.json.<pid>-<n>.tmp`)."""
         letters = []
         for path in sorted(self.home.failed.iterdir()):
-            if path.name.endswith(".error.json"):
+            if path.name.endswith((".error.json", ".tmp")) or path.name.startswith("."):
                 continue
             report_file = path.with_name(path.name + ".error.json")
             report = json.loads(report_file.read_text()) if report_file.exists() else {}

@@ -115,7 +115,7 @@ def test_dead_letter_after_max_attempts_keeps_bytes_and_apologises(switchyard: S
                "conversationId": "c1", "customKey": {"kept": True}}
     raw = json.dumps(payload, indent=3).encode()
     drop_incoming(switchyard.home, raw, path.name)
-    [letter] = wait_until(switchyard.dead_letters, 20)
+    [letter] = wait_until(lambda: [d for d in switchyard.dead_letters() if d.reason], 20)  # its report written
     assert (letter.name, letter.kind, letter.data) == ("doomed.json", "message", raw)
     assert letter.attempts == 3 and "exit" in letter.reason.lower()
     apology = switchyard.reply_to("doomed")[0]
