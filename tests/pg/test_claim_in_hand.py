@@ -9,14 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gateway.api import HandlerContext
-from gateway.events import EventLog
 from gateway.home import Home
-from gateway.settings import QueueSettings, Settings
 from gateway.testing import async_wait_until
-from tests.orchestrator.orch_helpers import FakeOutbox, make_message
+from tests.orchestrator.orch_helpers import make_message
+from tests.pg.test_run_writes import pg_orchestrator
 
 CHAT = {"selector": {"provider": "rules"}, "diagnostics": {"provider": "rules"}, "reply_within_sec": 60,
         "agents": {"helper": {"provider": "gated", "prompt": "{{message}}"}},
@@ -38,17 +35,7 @@ class Gated:
 
 
 def _orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, agent: Gated) -> Any:
-    from orchestrator import Orchestrator
-
-    monkeypatch.setenv("SWITCHYARD_DSN", db)
-    home = Home(tmp_path / "a")
-    home.create()
-    (home.orchestrators / "main").mkdir(parents=True, exist_ok=True)
-    (home.orchestrators / "main" / "orchestrator.yaml").write_text(yaml.safe_dump(CHAT))
-    settings = Settings(queue=QueueSettings(backend="postgres", fsync=False))
-    context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
-                             queue_stats=dict)
-    return Orchestrator(context, providers={"gated": agent}, max_parallel_runs=1)
+    return pg_orchestrator(tmp_path, db, monkeypatch, CHAT, providers={"gated": agent}, max_parallel_runs=1)
 
 
 async def test_runs_waiting_for_a_slot_run_oldest_first_and_each_message_gets_its_own_answer(

@@ -94,7 +94,10 @@ CHAT = {"selector": {"provider": "rules"}, "diagnostics": {"provider": "rules"},
         "rules": {"default_workflow": "chat"}}
 
 
-def _orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+def pg_orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, config: dict[str, Any] | None = None,
+                    **options: Any) -> Any:
+    """An Orchestrator on the postgres backend over `tmp_path/a`, with `config` (CHAT) as its orchestrator.yaml
+    and `options` (providers, max_parallel_runs) as Orchestrator's."""
     import yaml
 
     from gateway.api import HandlerContext
@@ -107,11 +110,11 @@ def _orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> A
     home = Home(tmp_path / "a")
     home.create()
     (home.orchestrators / "main").mkdir(parents=True, exist_ok=True)
-    (home.orchestrators / "main" / "orchestrator.yaml").write_text(yaml.safe_dump(CHAT))
+    (home.orchestrators / "main" / "orchestrator.yaml").write_text(yaml.safe_dump(config or CHAT))
     settings = Settings(queue=QueueSettings(backend="postgres", fsync=False))
     context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
                              queue_stats=dict)
-    return Orchestrator(context)
+    return Orchestrator(context, **options)
 
 
 async def test_a_chat_message_reads_its_run_once_claims_it_at_once_and_its_reply_is_the_run_as_recorded(
@@ -123,7 +126,7 @@ async def test_a_chat_message_reads_its_run_once_claims_it_at_once_and_its_reply
     from orchestrator import claims
 
     monkeypatch.setattr(claims, "IDLE_SEC", 3600.0)  # no idle pass meanwhile: only the message's statements
-    orchestrator = _orchestrator(tmp_path, db, monkeypatch)
+    orchestrator = pg_orchestrator(tmp_path, db, monkeypatch)
     await orchestrator.start()
     try:
         [_] = await orchestrator.handle(make_message("warm", conversationId="c8"))  # the first pass is behind
@@ -169,7 +172,7 @@ async def test_a_run_another_process_holds_is_tried_once_a_second_and_taken_once
     from orchestrator.actions import new_run
     from orchestrator.claims import job_lock
 
-    orchestrator = _orchestrator(tmp_path, db, monkeypatch)
+    orchestrator = pg_orchestrator(tmp_path, db, monkeypatch)
     await orchestrator.start()
     try:
         run = new_run(make_message("later", conversationId="c7"), orchestrator._configs.get("main"), "chat", {})
