@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from gateway.home import Home
@@ -36,6 +37,17 @@ class Gated:
 
 def _orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, agent: Gated) -> Any:
     return pg_orchestrator(tmp_path, db, monkeypatch, CHAT, providers={"gated": agent}, max_parallel_runs=1)
+
+
+async def _one_running_one_waiting(orchestrator: Any, agent: Gated) -> tuple[asyncio.Task[Any], asyncio.Task[Any], str]:
+    """`busy` holds the only slot (its agent waits at the gate); `later`'s run waits in hand: both messages'
+    tasks, and the waiting run's id."""
+    busy = asyncio.create_task(orchestrator.handle(make_message("busy", conversationId="c1")))
+    await async_wait_until(lambda: agent.started == ["busy"], timeout_s=10)
+    waiting = asyncio.create_task(orchestrator.handle(make_message("later", conversationId="c2")))
+    await async_wait_until(lambda: len(orchestrator._executor._claims.reserved) == 1, timeout_s=10)
+    [run_id] = orchestrator._executor._claims.reserved
+    return busy, waiting, run_id
 
 
 async def test_runs_waiting_for_a_slot_run_oldest_first_and_each_message_gets_its_own_answer(
@@ -67,11 +79,7 @@ async def test_a_cancel_asked_elsewhere_for_a_run_waiting_for_a_slot_ends_it_bef
     orchestrator = _orchestrator(tmp_path, db, monkeypatch, agent)
     await orchestrator.start()
     try:
-        busy = asyncio.create_task(orchestrator.handle(make_message("busy", conversationId="c1")))
-        await async_wait_until(lambda: agent.started == ["busy"], timeout_s=10)
-        waiting = asyncio.create_task(orchestrator.handle(make_message("later", conversationId="c2")))
-        await async_wait_until(lambda: len(orchestrator._executor._claims.reserved) == 1, timeout_s=10)
-        [run_id] = orchestrator._executor._claims.reserved
+        busy, waiting, run_id = await _one_running_one_waiting(orchestrator, agent)
         other_home = Home(tmp_path / "b")
         other_home.create()
         PgRunStore(other_home, db, fsync=False).request_cancel(run_id)  # as another host's /cancel does
@@ -99,14 +107,10 @@ async def test_a_message_whose_reserved_run_another_host_took_over_learns_it_end
     await orchestrator.start()
     claims = orchestrator._executor._claims
     try:
-        busy = asyncio.create_task(orchestrator.handle(make_message("busy", conversationId="c1")))
-        await async_wait_until(lambda: agent.started == ["busy"], timeout_s=10)
-        waiting = asyncio.create_task(orchestrator.handle(make_message("later", conversationId="c2")))
-        await async_wait_until(lambda: len(claims.reserved) == 1, timeout_s=10)
-        [run_id] = claims.reserved
+        busy, waiting, run_id = await _one_running_one_waiting(orchestrator, agent)
         monkeypatch.setattr(claims, "_hand_sec", 0.0)  # as if reserved long ago: claimed through the lock
         other = PgLocks(db, holder="elsewhere:1:1", ttl_s=600)
-        with psycopg_connection(db) as conn:  # its lock expired meanwhile
+        with psycopg.connect(db, autocommit=True) as conn:  # its lock expired meanwhile
             conn.execute("UPDATE switchyard_locks SET expires_at = now() - interval '1 second' WHERE resource = %s",
                          (job_lock(run_id),))
         assert other.acquire(job_lock(run_id))
@@ -122,8 +126,3 @@ async def test_a_message_whose_reserved_run_another_host_took_over_learns_it_end
     finally:
         await orchestrator.stop()
 
-
-def psycopg_connection(db: str) -> Any:
-    import psycopg
-
-    return psycopg.connect(db, autocommit=True)
