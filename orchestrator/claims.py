@@ -37,7 +37,7 @@ class Claims:
     lock is held here): it is claimed at once when a slot is free and the last pass left no claimable run
     behind (`begin`), else when a slot frees and every claimable run the last pass left was one of those
     (`freed`), oldest first; either way without the pass's read of the queue, a second take of its lock
-    and a read of the run. Anything else waiting for a slot (`backlog`) makes a freed slot wake a pass.
+    and a read of the run. Anything else waiting for a slot (`_backlog`) makes a freed slot wake a pass.
     A run queued by another process since the last pass (at most IDLE_SEC ago) is seen by the next one.
     """
 
@@ -59,7 +59,7 @@ class Claims:
         self._held_elsewhere: dict[str, float] = {}
         # whether a claimable run not held in hand here may wait for a slot (a pass left one at capacity,
         # or read a full batch): a slot freeing then wakes a pass
-        self.backlog = True
+        self._backlog = True
         self._hand_sec = locks.ttl_s / 2  # a lock taken this recently is still held, renewed or not
 
     def ready(self) -> float:
@@ -68,7 +68,7 @@ class Claims:
         now = time.monotonic()
         self._held_elsewhere = {run_id: until for run_id, until in self._held_elsewhere.items() if until > now}
         queued = self.queued()
-        self.backlog = len(queued) >= QUEUED_BATCH
+        self._backlog = len(queued) >= QUEUED_BATCH
         for run_id, next_retry_at in queued:
             if run_id in self._tasks or run_id in self._stuck or run_id in self._held_elsewhere:
                 continue
@@ -78,7 +78,7 @@ class Claims:
                     sleep = min(sleep, wait)
                     continue
                 if len(self._tasks) >= self._max_parallel:
-                    self.backlog = self.backlog or self._in_hand(run_id) is None
+                    self._backlog = self._backlog or self._in_hand(run_id) is None
                     continue
                 self.claim(run_id)
             except Exception as exc:
@@ -133,7 +133,7 @@ class Claims:
         if run.runId not in self.reserved:
             return False
         self.reserved[run.runId] = (run, self.reserved[run.runId][1])
-        if self.backlog:
+        if self._backlog:
             return False
         if len(self._tasks) >= self._max_parallel:
             return True  # in hand: the next slot to free takes it
@@ -142,7 +142,7 @@ class Claims:
     def freed(self) -> bool:
         """A slot freed: claims the runs in hand, oldest first, while slots allow, when nothing else is
         known to wait. False: a pass is due (wake one)."""
-        if self.backlog:
+        if self._backlog:
             return False
         for run_id in list(self.reserved):
             if len(self._tasks) >= self._max_parallel:
@@ -173,7 +173,7 @@ class Claims:
             claimed = self._life.claimed(run)
         except Exception:
             log.exception("cannot claim run %s now; a claim pass takes it", run.runId)
-            self.backlog = True
+            self._backlog = True
             return False
         self.reserved.pop(run.runId, None)  # the claim's outcome releases the lock now
         self._start(claimed)
