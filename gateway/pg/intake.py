@@ -23,6 +23,7 @@ from typing import Any
 from gateway.aio import wait_event
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, now_ms
+from gateway.files.answered import message_identity
 from gateway.files.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.home import Home
 from gateway.keys import ordering_keys
@@ -37,8 +38,8 @@ from gateway.storable import made_safe
 
 log = logging.getLogger("switchyard.pg.intake")
 
-INSERT = ("INSERT INTO switchyard_messages (name, payload, channel, profile, conversation, keys) "
-          "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING id")
+INSERT = ("INSERT INTO switchyard_messages (name, payload, channel, profile, conversation, keys, identity) "
+          "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING id")
 
 
 class Intake:
@@ -196,11 +197,12 @@ class Intake:
 
 
 def _fields(message: IncomingPayload | None) -> tuple[list[str], list[Any]]:
-    """(ordering keys, the row's channel, profile, conversation and keys); keyless for an unparsable one."""
+    """(ordering keys, the row's channel, profile, conversation, keys and identity); keyless for an
+    unparsable one."""
     if message is None:
-        return [], ["", "", "", []]
+        return [], ["", "", "", [], None]
     keys = list(ordering_keys(message))
-    return keys, [message.channel, message.profile, message.conversation, keys]
+    return keys, [message.channel, message.profile, message.conversation, keys, message_identity(message)]
 
 
 def _insert(cursor: Any, name: str, data: bytes, fields: list[Any]) -> int | None:

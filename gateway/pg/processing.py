@@ -46,6 +46,22 @@ ANSWERED_OR_START = (
     "WHERE id = %(id)s AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM seen) RETURNING payload) "
     "SELECT EXISTS (SELECT 1 FROM seen), (SELECT payload FROM started)")
 
+# The message's row and, when it can be started in the same statement (its identity was stored when it was
+# taken in, and it waits for no gate: one key, or its gate open), ANSWERED_OR_START's check and start: one
+# round trip where two were. `folded` says whether that part ran (else the worker runs ANSWERED_OR_START).
+READ_AND_START = (
+    "WITH m AS (SELECT name, payload, state, attempts, errors, keys, gate_open, identity, "
+    "identity IS NOT NULL AND (gate_open OR cardinality(keys) <= 1) AS folded "
+    "FROM switchyard_messages WHERE id = %(id)s), "
+    "seen AS (SELECT 1 FROM switchyard_answered WHERE %(window)s > 0 "
+    "AND identity = (SELECT identity FROM m WHERE folded) "
+    "AND answered_at > now() - make_interval(secs => %(window)s)), "
+    "started AS (UPDATE switchyard_messages SET state = 'running', updated_at = now() "
+    "WHERE id = %(id)s AND state = 'queued' AND (SELECT folded FROM m) AND NOT EXISTS (SELECT 1 FROM seen) "
+    "RETURNING payload) "
+    "SELECT name, payload, state, attempts, errors, keys, gate_open, folded, EXISTS (SELECT 1 FROM seen), "
+    "(SELECT payload FROM started) FROM m")
+
 REFUSED = ("UPDATE switchyard_messages SET state = 'dead', reason = %s, updated_at = now() "
            "WHERE id = %s AND state NOT IN ('done', 'dead') RETURNING name, channel, conversation")
 
@@ -130,12 +146,12 @@ class MessageProcessor:
 
     async def _process(self, message_id: int) -> None:
         async with self.pool.connection() as conn:
-            cursor = await conn.execute("SELECT name, payload, state, attempts, errors, keys, gate_open "
-                                        "FROM switchyard_messages WHERE id = %s", (message_id,))
+            cursor = await conn.execute(READ_AND_START, {"id": message_id,
+                                                         "window": float(self.settings.duplicate_window_sec)})
             row = await cursor.fetchone()
         if row is None or row[2] in ("done", "dead"):
             return  # run again after its outcome was stored: nothing left to do
-        name, payload, _, attempts, errors, keys, gate_open = row
+        name, payload, _, attempts, errors, keys, gate_open, folded, seen, started = row
         try:
             message = parse_payload(bytes(payload), self.settings.max_payload_bytes)
         except ValueError as exc:
@@ -146,7 +162,8 @@ class MessageProcessor:
             return
         if len(job_locks(keys)) > 1 and not gate_open:
             raise Reschedule(PARK_S, "waiting for its conversation")
-        seen, started = await self._answered_or_start(message_id, message)
+        if not folded:  # stored without its identity (before it was kept), or a gate to wait for first
+            seen, started = await self._answered_or_start(message_id, message)
         if started is not None and bytes(started) != bytes(payload):  # edited after it was read: run the edit
             message = parse_payload(bytes(started), self.settings.max_payload_bytes)
         if seen:

@@ -227,6 +227,34 @@ async def test_a_dead_letter_keeps_its_original_bytes_and_the_sender_gets_an_apo
     assert len(rig.events_named("job.failed.final")) == 2 and len(rig.events_named("message.invalid")) == 1
 
 
+async def test_a_message_is_read_checked_and_started_in_one_statement(
+    rig_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before its handler runs, a worker sends one statement about the message's row: it reads the row,
+    checks the answered index and marks it running (gateway/pg/processing.py READ_AND_START)."""
+    texts: list[str] = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def recorded(self: psycopg.AsyncConnection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        texts.append(str(query))
+        return await execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", recorded)
+    before_handler: list[list[str]] = []
+
+    @dataclass
+    class Counting(ScriptedHandler):
+        async def handle(self, msg: IncomingPayload) -> list[OutgoingPayload]:
+            before_handler.append([t for t in texts if "switchyard_messages" in t and "WHERE id = %" in t])
+            return await super().handle(msg)
+
+    rig = await rig_factory(Counting(), duplicate_window_sec=60)
+    rig.drop(message(1, "c"))
+    await rig.until(lambda: rig.replies())
+    assert len(before_handler) == 1 and len(before_handler[0]) == 1, before_handler
+    assert rig.rows("SELECT state FROM switchyard_messages") == [("done",)]
+
+
 async def test_a_duplicate_within_the_window_is_skipped(rig_factory: Any) -> None:
     handler = ScriptedHandler()
     rig = await rig_factory(handler)
@@ -243,9 +271,9 @@ async def test_taking_in_twice_stores_once_and_another_file_under_a_taken_name_i
 
     rig = await rig_factory(ScriptedHandler())
     with psycopg.connect(rig.dsn, autocommit=True) as conn, conn.cursor() as cursor:
-        first = _insert(cursor, "x.json", b"one", ["", "", "", []])
-        again = _insert(cursor, "x.json", b"one", ["", "", "", []])  # a crash before its unlink
-        other = _insert(cursor, "x.json", b"two", ["", "", "", []])
+        first = _insert(cursor, "x.json", b"one", ["", "", "", [], None])
+        again = _insert(cursor, "x.json", b"one", ["", "", "", [], None])  # a crash before its unlink
+        other = _insert(cursor, "x.json", b"two", ["", "", "", [], None])
     assert first is not None and again is None and other is not None
     assert rig.rows("SELECT name, payload FROM switchyard_messages WHERE name LIKE 'x%%' ORDER BY id") == [
         ("x.json", b"one"), ("x.again-1.json", b"two")]
