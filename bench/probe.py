@@ -2,8 +2,8 @@
 
 Loaded by a bench process (`BENCH_PROBE=queries|profile|cprofile`, `BENCH_PROBE_DIR=DIR`) through the bench plugin
 module: `SIGUSR2` starts (or restarts) counting or profiling, `SIGUSR1` writes `DIR/<kind>-<pid>.json`
-(counts) or `DIR/profile-<kind>-<pid>.txt` (pyinstrument, or cProfile's flat and cumulative tables: CPU
-time of the main thread). The counting wraps
+(counts) or `DIR/profile-<kind>-<pid>.txt` (pyinstrument, or cProfile's flat and cumulative tables with
+its `.prof` beside: CPU time of the main thread). The counting wraps
 psycopg's generators and cursor methods in this process only; nothing of Switchyard is changed.
 """
 
@@ -97,6 +97,7 @@ def _dump(signum: int, frame: Any) -> None:
         stats.sort_stats("tottime").print_stats(45)
         stats.sort_stats("cumulative").print_stats(80)
         (folder / f"profile-{kind}-{os.getpid()}.txt").write_text(out.getvalue())
+        stats.dump_stats(folder / f"profile-{kind}-{os.getpid()}.prof")  # for pstats or a viewer
         return
     if _profiler is not None and _profiler.is_running:
         _profiler.stop()

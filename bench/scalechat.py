@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from bench.process import count_events, cpu_seconds
+from bench.process import count_events, cpu_split
 
 AGENT_S = 0.2
 CHAT_ORCHESTRATOR = {
@@ -73,7 +73,7 @@ def files_chat(root: Path, messages: int, conversations: int, concurrency: int) 
                 raise RuntimeError(f"switchyard run did not start; see {home.with_suffix('.log')}")
             time.sleep(0.1)
         incoming = home / "queue" / "incoming"
-        before = cpu_seconds(process.pid)
+        before = cpu_split(process.pid)
         started = time.perf_counter()
         for seq in range(messages):
             tmp = incoming / f"{seq:07d}.tmp"
@@ -82,12 +82,13 @@ def files_chat(root: Path, messages: int, conversations: int, concurrency: int) 
         while count_events(events, "outgoing.sent") < messages:
             time.sleep(0.1)
         elapsed = time.perf_counter() - started
-        used = cpu_seconds(process.pid) - before
+        user, system = (after - b for after, b in zip(cpu_split(process.pid), before, strict=True))
     finally:
         process.terminate()
         process.wait(30)
     return {"path": "chat", "backend": "files", "messages": messages, "seconds": round(elapsed, 2),
-            "msg_s": round(messages / elapsed, 1), "run_cpu_ms": round(used * 1000 / messages, 2)}
+            "msg_s": round(messages / elapsed, 1), "run_cpu_ms": round((user + system) * 1000 / messages, 2),
+            "run_sys_ms": round(system * 1000 / messages, 2)}
 
 
 def probe(cluster: Any, messages: int, conversations: int, folder: Path) -> dict[str, Any]:

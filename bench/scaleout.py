@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import probe, scalechat
-from bench.process import cpu_seconds
+from bench.process import cpu_split
 from gateway import hookimpl
 
 PROVIDER_S = 0.2
@@ -133,15 +133,16 @@ class Cluster:
             return self.count("SELECT count(*) FROM switchyard_outbox WHERE state = 'sent'")
         return self.count("SELECT count(*) FROM switchyard_messages WHERE state = 'done'")
 
-    def cpu(self) -> dict[int, float]:
-        """CPU seconds so far of each worker process (by pid) and of each server process serving them."""
+    def cpu(self) -> dict[int, tuple[float, float]]:
+        """(user, system) CPU seconds so far of each worker process (by pid) and of each server process
+        serving them."""
         backends = {pid for (pid,) in self._monitor.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.schema,))}
         seconds = {}
         ours = [*(p.pid for p in self.processes), *([self.run_process.pid] if self.run_process else [])]
         for pid in [*ours, *backends]:
             with contextlib.suppress(OSError):
-                seconds[pid] = cpu_seconds(pid)
+                seconds[pid] = cpu_split(pid)
         return seconds
 
     def drop(self, home: Path, name: str, data: bytes) -> None:
@@ -192,8 +193,11 @@ def throughput(base_dsn: str, root: Path, workers: int, messages: int, conversat
         cpu_after, machine_after = cluster.cpu(), _machine_ticks()
         workers_pids = {p.pid for p in cluster.processes}
         run_pid = cluster.run_process.pid if cluster.run_process else None
-        used = {pid: cpu_after[pid] - cpu_before.get(pid, 0.0) for pid in cpu_after}
+        split = {pid: [a - b for a, b in zip(cpu_after[pid], cpu_before.get(pid, (0.0, 0.0)), strict=True)]
+                 for pid in cpu_after}
+        used = {pid: user + system for pid, (user, system) in split.items()}
         worker_s = sum(v for pid, v in used.items() if pid in workers_pids)
+        worker_sys_s = sum(split[pid][1] for pid in split if pid in workers_pids)
         run_s = used.get(run_pid, 0.0) if run_pid else 0.0
         server_s = sum(v for pid, v in used.items() if pid not in workers_pids and pid != run_pid)
         busy, total = (a - b for a, b in zip(machine_after, machine_before, strict=True))
@@ -215,7 +219,9 @@ def throughput(base_dsn: str, root: Path, workers: int, messages: int, conversat
            # CPU per message: all worker processes (per message they answered), the PostgreSQL processes
            # serving them; the machine's busy share over the run (every process on it, other sessions'
            # included), of all its cores
-           "worker_cpu_ms": round(worker_s * 1000 / by_workers, 2), "pg_cpu_ms": round(server_s * 1000 / messages, 2),
+           "worker_cpu_ms": round(worker_s * 1000 / by_workers, 2),
+           "worker_sys_ms": round(worker_sys_s * 1000 / by_workers, 2),
+           "pg_cpu_ms": round(server_s * 1000 / messages, 2),
            "worker_cpu_pct": round(worker_s * 100 / elapsed / max(workers, 1), 1),
            "machine_busy_pct": round(busy * 100 / total, 1) if total else None}
     if run_pid:
@@ -311,7 +317,8 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
             if path == "chat" and not args.no_files:
                 print(f"files, one run: {files['msg_s']:7.1f} msg/s  ({files['messages']} messages in "
-                      f"{files['seconds']} s); CPU ms/msg: run {files['run_cpu_ms']}")
+                      f"{files['seconds']} s); CPU ms/msg: run {files['run_cpu_ms']} "
+                      f"(system {files['run_sys_ms']})")
             base, own_base = rows[0]["msg_s"], rows[0]["workers_msg_s"]
             for row in rows:
                 run = (f", run {row['run_cpu_ms']} (answered {row['answered_by_run']} itself), total "
@@ -321,7 +328,8 @@ def main() -> None:
                 print(f"{path}, {row['workers']} worker(s): {row['msg_s']:7.1f} msg/s  "
                       f"×{row['msg_s'] / base:.2f}{own}  "
                       f"({row['messages']} messages in {row['seconds']} s, misordered {row['misordered']}); "
-                      f"CPU ms/msg: workers {row['worker_cpu_ms']}, PostgreSQL {row['pg_cpu_ms']}{run}; each "
+                      f"CPU ms/msg: workers {row['worker_cpu_ms']} (system {row['worker_sys_ms']}), "
+                      f"PostgreSQL {row['pg_cpu_ms']}{run}; each "
                       f"worker {row['worker_cpu_pct']} % of a core; machine busy {row['machine_busy_pct']} %")
         if args.latency and not args.probe and "light" in args.paths.split(","):
             latency = added_latency(args.dsn, root, args.latency)
