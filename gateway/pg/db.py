@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from gateway.logs import hide_in_logs
@@ -59,6 +61,7 @@ class SharedPool:
         self.dsn = dsn
         self._lock = threading.Lock()
         self._pool: Any = None
+        self._held: Any = None  # the main thread's connection for lone statements, kept between them
 
     def get(self) -> Any:
         """The pool, opened on first use."""
@@ -76,11 +79,56 @@ class SharedPool:
             return self._pool
 
     def connection(self, timeout: float | None = None) -> Any:
-        """A connection of the pool, as `ConnectionPool.connection` gives it (a context manager)."""
+        """A connection of the pool, as `ConnectionPool.connection` gives it (a context manager); on the
+        main thread, the connection its lone statements kept is given back first, so it is this one."""
+        if self._held is not None and threading.current_thread() is threading.main_thread():
+            self._give_back()
         return self.get().connection(timeout)
+
+    @contextlib.contextmanager
+    def lone(self) -> Iterator[Any]:
+        """A connection in autocommit for statements each atomic by itself (one round trip each, no
+        `BEGIN`/`COMMIT`). The main thread's, where the event loop calls the stores one statement after
+        another, is kept between such statements: no taking from and giving back to the pool, nor
+        autocommit switched on and off, for each; it goes back to the pool at the main thread's next
+        other use of the pool, or at the close. One the server ended is replaced before use, as the
+        pool's are. Other threads take one from the pool for the statement (pools.lone_statement)."""
+        import psycopg
+
+        from gateway.pg.pools import check_if_signalled_sync, lone_statement
+
+        if threading.current_thread() is not threading.main_thread():
+            with lone_statement(self) as conn:
+                yield conn
+            return
+        held = self._held
+        if held is not None:
+            try:
+                check_if_signalled_sync(held)
+            except psycopg.Error:
+                self._give_back()  # closed or ended by the server: the pool discards it
+                held = None
+        if held is None:
+            held = self.get().getconn()
+            held.autocommit = True
+            self._held = held
+        yield held
+
+    def _give_back(self) -> None:
+        """Gives the main thread's kept connection back to the pool, as the pool's other users take it."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        with contextlib.suppress(Exception):  # a broken connection: the pool discards it
+            held.autocommit = False
+        if self._pool is not None:
+            self._pool.putconn(held)
+        else:
+            held.close()
 
     def close(self) -> None:
         """Closes the pool and its connections; a later use opens a new one."""
+        self._give_back()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:

@@ -14,7 +14,6 @@ from typing import Any
 
 from gateway.locks import pid_alive
 from gateway.pg.db import SharedPool
-from gateway.pg.pools import lone_statement
 
 # Whether it was taken, and who held it before (and whether that hold had not expired): a lock held by
 # another is answered in the same round trip, with who holds it (a process of this host may be gone).
@@ -47,7 +46,7 @@ class PgLocks:
         self.reclaimed = 0  # expired locks of other holders taken over (their holder may have died mid-work)
 
     def _execute(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        with lone_statement(self.pool) as conn:
+        with self.pool.lone() as conn:
             cursor = conn.execute(sql, params)
             return cursor.fetchall() if cursor.description is not None else []
 

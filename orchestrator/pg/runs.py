@@ -26,7 +26,6 @@ from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
 from gateway.pg.db import SharedPool, process_holder
 from gateway.pg.errors import database_away
-from gateway.pg.pools import lone_statement
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
 from orchestrator.runbase import JOB_LOCK_PREFIX, RunStoreBase
@@ -96,7 +95,7 @@ class PgRunStore(RunStoreBase):
                 parts.insert(0, f"a AS ({ASYNC_COMMIT})")
             # a CTE that only reads runs when it is read: `a` is, so it sets the mode of the commit
             sql = f"WITH {', '.join(parts)} {'SELECT 1' if durable else 'SELECT count(*) FROM a'}"
-        with lone_statement(self.pool) as conn:
+        with self.pool.lone() as conn:
             conn.execute(sql, params)
         if durable:  # a synchronous commit flushes the WAL up to it: every earlier commit is durable too
             self._unsynced.clear()
@@ -211,7 +210,7 @@ class PgRunStore(RunStoreBase):
 
     def _query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         """Rows of one query, in autocommit (a lone statement is atomic by itself: no BEGIN, no COMMIT)."""
-        with lone_statement(self.pool) as conn:
+        with self.pool.lone() as conn:
             rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
         return rows
 

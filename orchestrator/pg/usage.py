@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from datetime import date
 
 from gateway.pg.db import SharedPool
-from gateway.pg.pools import lone_statement
 from orchestrator.usage import Spent, ordered
 
 ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
@@ -38,7 +37,7 @@ class PgUsageRecords:
         if not rows:
             return
         # the rows are inserted (and their day rows locked) in this order; one key per kind, so no two conflict
-        with lone_statement(self._pool) as conn:
+        with self._pool.lone() as conn:
             conn.execute(ADD.format(rows=", ".join([ROW] * len(rows))), [value for row in rows for value in row])
 
     def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
