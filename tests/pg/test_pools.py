@@ -10,6 +10,15 @@ import psycopg
 from gateway.pg.pools import message_pool
 
 
+def _end_server_process(dsn: str, pid: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as admin:  # ends only that server process
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+
 async def test_a_connection_the_server_ended_is_replaced_before_use(pg_dsn: str) -> None:
     pool = message_pool(pg_dsn, min_size=1, max_size=1, timeout=5)
     await pool.open()
@@ -17,12 +26,7 @@ async def test_a_connection_the_server_ended_is_replaced_before_use(pg_dsn: str)
         async with pool.connection() as conn:
             pid = conn.info.backend_pid
             assert conn.autocommit
-        with psycopg.connect(pg_dsn, autocommit=True) as admin:  # ends only that server process
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            deadline = time.monotonic() + 10
-            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+        _end_server_process(pg_dsn, pid)
         async with pool.connection() as conn:
             assert conn.info.backend_pid != pid
             assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
@@ -37,26 +41,12 @@ def test_the_shared_pool_replaces_a_connection_the_server_ended_before_use(pg_ds
     try:
         with shared.connection() as conn:
             pid = conn.info.backend_pid
-        with psycopg.connect(pg_dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            deadline = time.monotonic() + 10
-            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+        _end_server_process(pg_dsn, pid)
         with shared.connection() as conn:
             assert conn.info.backend_pid != pid
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         shared.close()
-
-
-def _end_server_process(dsn: str, pid: int) -> None:
-    with psycopg.connect(dsn, autocommit=True) as admin:  # ends only that server process
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        deadline = time.monotonic() + 10
-        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
 
 
 def test_the_main_threads_lone_statements_keep_one_connection_and_replace_it_once_the_server_ended_it(
