@@ -153,7 +153,8 @@ async def test_a_control_message_runs_beside_its_conversations_running_message_a
     which may end only once `/stop` was answered; the message sent before `/stop` still waits its turn."""
     host = await flow.host()
     script = flow.script
-    script.gate["long"] = lambda: script.answered("stop")
+    # `long` ends once /stop's reply is out (not merely its handler returned: the two replies' stores race)
+    script.gate["long"] = lambda: "/stop part 1/1" in flow.texts("room-a")
     await host.send("long", "room-a")
     await async_wait_until(lambda: script.of("long"))
     await host.send("next", "room-a")
