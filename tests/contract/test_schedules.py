@@ -86,9 +86,13 @@ def test_two_hosts_ticking_together_fire_each_occurrence_once(backend: Backend, 
                        settings=settings, events=EventLog(tmp_path / f"events{i}.jsonl"), load_run=lambda _: None,
                        holder=f"host{i}:1") for i in range(2)]
     moments = [T0 + timedelta(seconds=20 * step) for step in range(16)]  # (T0, T0+5 min]: five occurrences
+    # The hosts share one clock, as hosts do: neither ticks a moment before the other has ended the one before
+    # (run freely, a host that fell behind looks like one whose claim is past CLAIM_LEASE_S, and is taken over).
+    in_step = threading.Barrier(len(hosts))
 
     def ticking(host: Scheduler) -> None:
         for moment in moments:
+            in_step.wait(30)
             asyncio.run(host.tick(moment))
 
     race([lambda h=h: ticking(h) for h in hosts])
