@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import re
 import secrets
-import socket
 import string
 import time
 from collections.abc import Iterator
@@ -60,18 +58,6 @@ def parse_button(button: str) -> tuple[str, int] | None:
 def conversation_scope(channel: str, profile: str, conversation: str) -> str:
     """The conversation's scope, as ordering keys and live turns name it: `conv:<channel>/<profile>/<conv>`."""
     return f"conv:{channel}/{profile}/{conversation}"
-
-
-def this_owner() -> str:
-    """This process as an approval's owner: `<host>:<pid>:<start ns>`, unique even when a pid is reused
-    (a container's gateway is pid 1 at every start)."""
-    global _OWNER
-    if _OWNER is None:
-        _OWNER = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
-    return _OWNER
-
-
-_OWNER: str | None = None
 
 
 def owner_gone(owner: str, me: str) -> bool:

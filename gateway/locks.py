@@ -6,16 +6,14 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from gateway.home import safe_name
-
-if TYPE_CHECKING:
-    pass
 
 UNREADABLE_GRACE_S = 60.0
 
@@ -26,6 +24,24 @@ def _iso(moment: datetime) -> str:
 
 def _parse_iso(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def process_name() -> str:
+    """This process as a lock's or a claim's holder: `<host>:<pid>` (a holder on this host is checked with
+    pid_alive)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def process_instance() -> str:
+    """This process, unique even when a pid is reused (a container's gateway is pid 1 at every start):
+    `<host>:<pid>:<start ns>`, as database leases, the process list and approvals' owners name it."""
+    global _INSTANCE
+    if _INSTANCE is None:
+        _INSTANCE = f"{process_name()}:{time.time_ns()}"
+    return _INSTANCE
+
+
+_INSTANCE: str | None = None
 
 
 def pid_alive(pid: int) -> bool:

@@ -29,9 +29,9 @@ from gateway.approvals import (
     conversation_scope,
     new_id,
     owner_gone,
-    this_owner,
 )
 from gateway.events import now_ms
+from gateway.locks import process_instance
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.results import SYSTEM_AGENT
 
@@ -76,7 +76,7 @@ class ApprovalBroker:
         self.store = store
         self._outbox = outbox
         self._events = events
-        self.owner = owner or this_owner()
+        self.owner = owner or process_instance()
         self._poll_s = poll_s
         self._waiting: dict[str, asyncio.Event] = {}
 

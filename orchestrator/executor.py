@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from typing import Any
 
@@ -13,7 +11,7 @@ from gateway.aio import wait_event
 from gateway.api import Outbox
 from gateway.events import EventLog
 from gateway.home import Home
-from gateway.locks import LockDirectory, Locks
+from gateway.locks import LockDirectory, Locks, process_name
 from gateway.models import IncomingPayload
 from orchestrator.claims import IDLE_SEC, Claims, job_lock
 from orchestrator.coordination import Coordination
@@ -51,7 +49,7 @@ class RunExecutor:
         self._store = store
         self._steps = steps
         self._max_parallel = max_parallel
-        owner = f"{socket.gethostname()}:{os.getpid()}"
+        owner = process_name()
         self._locks = locks or LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
         self.coordination = Coordination(home)  # an index and mirrors: recover() rebuilds it
         self.delivery = Delivery(store, outbox, home, here=self._here)

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from gateway.events import EventLog
 from gateway.home import safe_name
-from gateway.locks import pid_alive
+from gateway.locks import pid_alive, process_name
 from gateway.models import IncomingPayload, Job
 from gateway.settings import Settings
 from orchestrator.runstate import RunState, run_id_for
@@ -38,11 +36,6 @@ POLL_S = 30.0
 SENDER = "schedule"
 
 T = TypeVar("T")
-
-
-def holder_id() -> str:
-    """This process's name in a claim: host name and process id."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def utc_now() -> datetime:
@@ -86,7 +79,7 @@ class Scheduler:
         self.settings = settings
         self.events = events
         self.load_run = load_run
-        self.holder = holder or holder_id()
+        self.holder = holder or process_name()
         self.clock = clock
         self.alive = alive
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from gateway.approvals import Approval, button_id, conversation_scope, owner_gone, parse_button, this_owner
+from gateway.approvals import Approval, button_id, conversation_scope, owner_gone, parse_button
+from gateway.locks import process_instance
 
 
 def test_button_ids_round_trip_and_fit_the_platforms_limit() -> None:
@@ -22,7 +23,7 @@ def test_button_ids_round_trip_and_fit_the_platforms_limit() -> None:
 
 
 def test_an_owner_is_gone_when_its_pid_ended_or_is_now_this_process_but_another_host_is_not_judged() -> None:
-    me = this_owner()
+    me = process_instance()
     host = socket.gethostname()
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,10 +77,10 @@ class FileStores:
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
         """Lock files in coordination/locks/, kept only in memory while this process is alone on the home."""
         from gateway.files.sharing import SoloLocks
-        from gateway.locks import LockDirectory
+        from gateway.locks import LockDirectory, process_name
 
         files = LockDirectory(self.home.coordination / "locks",
-                              holder=holder or f"{socket.gethostname()}:{os.getpid()}", ttl_s=ttl_s)
+                              holder=holder or process_name(), ttl_s=ttl_s)
         return SoloLocks(files, self.sharing)
 
     def dead_letters(self) -> FileDeadLetters:

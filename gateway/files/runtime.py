@@ -4,8 +4,6 @@ home), the channels started under supervision, and the Dispatcher of queue/outgo
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 from contextlib import suppress
 from typing import Any
 
@@ -18,7 +16,7 @@ from gateway.files.latedead import FileLateDeadLetters
 from gateway.files.receipts import Receipts
 from gateway.files.sharing import SharedHome
 from gateway.files.worker import Worker
-from gateway.locks import LockDirectory
+from gateway.locks import LockDirectory, process_name
 from gateway.models import IncomingPayload
 from gateway.outbox import BaseOutbox, FileOutbox
 from gateway.runtime import Delivery, RuntimeParts, Watch
@@ -71,7 +69,7 @@ class FileRuntime:
         """The Worker of incoming/, with the home's key locks, shared with other processes on request."""
         home, qs = self.parts.home, self.parts.settings.queue
         locks = LockDirectory(home.coordination / "locks",
-                              holder=f"{socket.gethostname()}:{os.getpid()}", ttl_s=qs.lock_ttl_sec)
+                              holder=process_name(), ttl_s=qs.lock_ttl_sec)
         return Worker(self.parts.queue, handler, self.outbox, self.answered, self.parts.events, qs,
                       on_start=self.parts.show_typing, locks=locks, sharing=self.sharing)
 

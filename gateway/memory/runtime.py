@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import socket
 from typing import TYPE_CHECKING
 
 from gateway.api import Handler
@@ -19,6 +17,7 @@ from gateway.files.latedead import letter_name
 from gateway.files.runtime import FileRuntime
 from gateway.files.sharing import SharedHome
 from gateway.files.worker import Worker
+from gateway.locks import process_name
 from gateway.memory.queue import MemoryQueue
 from gateway.memory.stores import MemoryAnswered, MemoryLocks
 from gateway.models import IncomingPayload
@@ -39,7 +38,7 @@ class MemoryRuntime(FileRuntime):
     def __init__(self, parts: RuntimeParts, state: MemoryState):
         super().__init__(parts, SharedHome(parts.home.state))
         qs = parts.settings.queue
-        self.host = f"{socket.gethostname()}:{os.getpid()}:memory-{next(_HOSTS)}"
+        self.host = f"{process_name()}:memory-{next(_HOSTS)}"
         self.memory_queue = MemoryQueue(state.queue, worker=self.host, max_payload_bytes=qs.max_payload_bytes)
         self.memory_answered = MemoryAnswered(state.answered, window_sec=qs.duplicate_window_sec)
         self.memory_locks = MemoryLocks(state.locks, holder=self.host, ttl_s=qs.lock_ttl_sec)

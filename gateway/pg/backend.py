@@ -25,9 +25,10 @@ from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog, utc_now_iso
 from gateway.files.queue import FileQueue
 from gateway.home import Home
+from gateway.locks import process_instance
 from gateway.models import IncomingPayload
 from gateway.pg import schema
-from gateway.pg.db import SharedPool, dsn_from_settings, process_holder
+from gateway.pg.db import SharedPool, dsn_from_settings
 from gateway.pg.errors import database_away
 from gateway.pg.intake import Intake
 from gateway.pg.keyjobs import QUEUE, TASK, retry_running
@@ -64,7 +65,7 @@ class PgBackend:
         except Exception as exc:
             raise SettingsError(database_error(exc, self.dsn)) from None
         self.outbox = PgOutbox(home, events, extra_roots=extra_roots, dsn=self.dsn, pool=pool)
-        self.holder = process_holder()
+        self.holder = process_instance()
         self.detail: dict[str, Any] = {"database": "connected"}
         self.intake: Intake | None = None
         self.processor: MessageProcessor | None = None

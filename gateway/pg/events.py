@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from gateway.events import EventLog, utc_now_iso
-from gateway.pg.db import process_holder
+from gateway.locks import process_instance
 from gateway.pg.errors import database_away
 from gateway.redaction import database_error
 
@@ -53,7 +53,7 @@ class EventSink:
         self.stored = 0
         self.refused = 0  # events the database refused (each batch holding one is left out)
         self._down_since: str | None = None
-        self._holder = process_holder()
+        self._holder = process_instance()
         self._thread = threading.Thread(target=self._run, name="switchyard-pg-events", daemon=True)
         self._thread.start()
 

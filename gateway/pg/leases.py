@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any
 
-from gateway.pg.db import process_holder
+from gateway.locks import process_instance
 
 log = logging.getLogger("switchyard.pg.leases")
 
@@ -52,7 +52,7 @@ class Leases:
     def __init__(self, dsn: str, lease_sec: float, on_lost: OnLost, *, holder: str | None = None):
         self.dsn = dsn
         self.lease_sec = lease_sec
-        self.holder = holder or process_holder()
+        self.holder = holder or process_instance()
         self.on_lost = on_lost
         self.margin = lease_sec / 3  # time left to stop what a lease guards before it can be taken
         self.timeout = max(0.2, min(lease_sec / 4, 5.0))  # one query; a hung database must not stall renewal

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from gateway.composition import open_store
-from gateway.pg.db import SharedPool, dsn_from_settings, process_holder
+from gateway.locks import process_instance
+from gateway.pg.db import SharedPool, dsn_from_settings
 from gateway.redaction import database_error
 from gateway.stores import Stores
 
@@ -72,7 +73,7 @@ class PgStorage:
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> PgLocks:
         from gateway.pg.locks import PgLocks
 
-        return PgLocks(self.dsn, holder=holder or process_holder(), ttl_s=ttl_s, pool=self.pool)
+        return PgLocks(self.dsn, holder=holder or process_instance(), ttl_s=ttl_s, pool=self.pool)
 
     def dead_letters(self) -> DeadStore:
         from gateway.pg.deadletters import DeadStore

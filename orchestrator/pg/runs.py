@@ -24,7 +24,8 @@ from pydantic_core import PydanticSerializationError
 
 from gateway.events import utc_now_iso
 from gateway.home import Home, safe_name
-from gateway.pg.db import SharedPool, process_holder
+from gateway.locks import process_instance
+from gateway.pg.db import SharedPool
 from gateway.pg.errors import database_away
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
@@ -293,7 +294,7 @@ class PgRunStore(RunStoreBase):
     def queued(self, limit: int) -> list[tuple[str, str | None]]:
         """(run id, next_retry_at) of queued runs: those due first, oldest first (the executor's claims),
         without those another live process holds (QUEUED)."""
-        params = {"prefix": JOB_LOCK_PREFIX, "holder": process_holder(), "live": self._live_sec, "limit": limit}
+        params = {"prefix": JOB_LOCK_PREFIX, "holder": process_instance(), "live": self._live_sec, "limit": limit}
         return [(str(run_id), iso(retry) if retry else None) for run_id, retry in self._query(QUEUED, params)]
 
     def running_ids(self) -> list[str]:

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from gateway.events import EventLog
+from gateway.locks import process_instance
 from gateway.pg import schema
-from gateway.pg.db import process_holder
 from gateway.pg.events import EventSink, attach_event_sink
 
 
@@ -40,7 +40,7 @@ def test_events_are_stored_with_the_holder_and_secrets_masked(tmp_path: Path, pg
     close()
     stored = _events(pg_dsn)
     assert [event["job_id"] for _, event in stored] == [f"m{n}.json" for n in range(250)]  # all, in order
-    assert {holder for holder, _ in stored} == {process_holder()}
+    assert {holder for holder, _ in stored} == {process_instance()}
     assert all("s3cr3t" not in str(event) for _, event in stored)
 
 

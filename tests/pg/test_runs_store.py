@@ -166,7 +166,7 @@ def test_the_claims_leave_out_runs_another_live_process_holds(db: str, tmp_path:
     """A queued run reserved by another process that heartbeats (switchyard_processes) is not offered to the
     claims (its lock would only be refused); it is again once that process goes quiet, and a run this
     process holds, or one held by a holder the table does not list, is offered as before."""
-    from gateway.pg.db import process_holder
+    from gateway.locks import process_instance
     from gateway.pg.locks import PgLocks
     from orchestrator.claims import job_lock
     from orchestrator.pg.runs import PgRunStore
@@ -179,7 +179,7 @@ def test_the_claims_leave_out_runs_another_live_process_holds(db: str, tmp_path:
                      "'there', 1)")
         assert PgLocks(db, holder="there:1:1").acquire(job_lock("r-0"))  # a live worker's waiting message
         assert PgLocks(db, holder="unlisted:2:2").acquire(job_lock("r-1"))
-        assert PgLocks(db, holder=process_holder()).acquire(job_lock("r-2"))  # this process's own
+        assert PgLocks(db, holder=process_instance()).acquire(job_lock("r-2"))  # this process's own
         assert [run_id for run_id, _ in store.queued(10)] == ["r-1", "r-2", "r-3"]
         conn.execute("UPDATE switchyard_processes SET last_seen = now() - interval '16 seconds'")  # gone quiet
         assert [run_id for run_id, _ in store.queued(10)] == ["r-0", "r-1", "r-2", "r-3"]
