@@ -23,21 +23,6 @@ def dsn_from_settings(settings: QueueSettings) -> str:
     return dsn
 
 
-def process_holder() -> str:
-    """This process's name in the database (leases, process list): `<host>:<pid>:<start ns>`, unique
-    even when a pid is reused."""
-    global _HOLDER
-    if _HOLDER is None:
-        import socket
-        import time
-
-        _HOLDER = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
-    return _HOLDER
-
-
-_HOLDER: str | None = None
-
-
 SHARED_POOL_SIZE = 4
 # How long a caller waits for a connection of the shared pool. Its callers run on the event loop, which
 # stands still meanwhile (its own connections cannot finish connecting, and a restarting server waits
@@ -116,10 +101,12 @@ class SharedPool:
 
     def _give_back(self) -> None:
         """Gives the main thread's kept connection back to the pool, as the pool's other users take it."""
+        import psycopg
+
         held, self._held = self._held, None
         if held is None:
             return
-        with contextlib.suppress(Exception):  # a broken connection: the pool discards it
+        with contextlib.suppress(psycopg.Error):  # a broken connection: the pool discards it
             held.autocommit = False
         if self._pool is not None:
             self._pool.putconn(held)
