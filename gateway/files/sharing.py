@@ -128,11 +128,11 @@ class SoloLocks:
     def acquire(self, resource: str) -> bool:
         if not self._sharing.opened:  # no worker of this process on the home (its runtime opens it): files
             return self._files.acquire(resource)
-        if self._sharing.mode == "solo":
-            self._remembered.add(resource)
-            return True
         if self._sharing.mode == "waiting" and not self._sharing.poll():
             return False
+        if self._sharing.mode == "solo":  # alone already, or since the poll just now
+            self._remembered.add(resource)
+            return True
         return self._files.acquire(resource)
 
     def release(self, resource: str) -> None:

@@ -158,6 +158,24 @@ def test_a_lone_process_s_job_locks_are_files_only_once_another_process_shares_t
         lone_home.close()
 
 
+def test_a_waiting_process_that_finds_itself_alone_keeps_its_locks_in_memory(tmp_path: Path) -> None:
+    # the lone process ended while the other waited: that one's next lock finds the home its own and is only
+    # remembered, as a lone process's are (no file a chat message from then on)
+    locks_dir = tmp_path / "locks"
+    lone_home, later_home = SharedHome(tmp_path / "state"), SharedHome(tmp_path / "state")
+    later = SoloLocks(LockDirectory(locks_dir, holder="later"), later_home)
+    lone_home.open()
+    later_home.open()
+    try:
+        assert not later.acquire("job:r-1") and later_home.mode == "waiting"
+        lone_home.close()  # the lone process is gone
+        assert later.acquire("job:r-1") and later_home.mode == "solo"
+        assert not locks_dir.exists() or list(locks_dir.iterdir()) == []
+    finally:
+        later_home.close()
+        lone_home.close()
+
+
 STEP = ("import os, sys, time\n"
         "open(sys.argv[1], 'a').write(f'{os.getpid()}\\n')\n"
         "while os.path.exists(sys.argv[2]):\n"
