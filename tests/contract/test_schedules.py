@@ -52,7 +52,8 @@ def test_an_unfinished_claim_moves_to_one_new_holder_and_a_finished_one_to_none(
     first, second = backend.schedules(), backend.schedules()
     assert first.claim("o/s", T0, "dead:1", T0)
     assert [f.holder for f in second.unfinished("o/s")] == ["dead:1"]
-    moved = race([lambda i=i: second.take_over("o/s", T0, "dead:1", f"new{i}:1", T0) for i in range(RACERS)])
+    hosts = [backend.schedules() for _ in range(RACERS)]  # each its own handle, as hosts (and their pools) are
+    moved = race([lambda h=h, i=i: h.take_over("o/s", T0, "dead:1", f"new{i}:1", T0) for i, h in enumerate(hosts)])
     assert moved.count(True) == 1
     new_holder = second.unfinished("o/s")[0].holder
     assert new_holder.startswith("new") and not first.take_over("o/s", T0, "dead:1", "other:1", T0)
