@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.home import atomic_write
+from gateway.locks import holder_process, pid_alive
 
 if TYPE_CHECKING:
     from gateway.home import Home
@@ -63,16 +64,11 @@ def conversation_scope(channel: str, profile: str, conversation: str) -> str:
 def owner_gone(owner: str, me: str) -> bool:
     """Whether the process `owner` has surely ended, as seen from process `me`: on this host, not `me`, and
     its pid is gone or is `me`'s own (a restarted container). An owner on another host is not judged."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    my_host, _, my_rest = me.partition(":")
-    if owner == me or host != my_host or not pid_text.isdigit():
+    host, pid = holder_process(owner)
+    my_host, my_pid = holder_process(me)
+    if owner == me or host != my_host or pid is None:
         return False
-    if pid_text == my_rest.partition(":")[0]:
-        return True
-    from gateway.locks import pid_alive
-
-    return not pid_alive(int(pid_text))
+    return pid == my_pid or not pid_alive(pid)
 
 
 @dataclass(frozen=True)

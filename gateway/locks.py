@@ -44,6 +44,14 @@ def process_instance() -> str:
 _INSTANCE: str | None = None
 
 
+def holder_process(holder: str) -> tuple[str, int | None]:
+    """The host and process id a holder names (`<host>:<pid>[:...]`, as process_name and process_instance spell
+    it); the pid is None when the holder names none."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    return host, int(pid) if pid.isdigit() else None
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id exists on this machine."""
     try:

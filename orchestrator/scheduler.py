@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from gateway.events import EventLog
 from gateway.home import safe_name
-from gateway.locks import pid_alive, process_name
+from gateway.locks import holder_process, pid_alive, process_name
 from gateway.models import IncomingPayload, Job
 from gateway.settings import Settings
 from orchestrator.runstate import RunState, run_id_for
@@ -133,8 +133,8 @@ class Scheduler:
         or one older than CLAIM_LEASE_S."""
         if fire.holder == self.holder:
             return True
-        host, _, pid = fire.holder.rpartition(":")
-        if host == self.holder.rpartition(":")[0] and pid.isdigit() and not self.alive(int(pid)):
+        host, pid = holder_process(fire.holder)
+        if host == holder_process(self.holder)[0] and pid is not None and not self.alive(pid):
             return True
         return now - fire.claimed_at > timedelta(seconds=CLAIM_LEASE_S)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from gateway.locks import pid_alive
+from gateway.locks import holder_process, pid_alive
 from gateway.pg.db import SharedPool
 
 # Whether it was taken, and who held it before (and whether that hold had not expired): a lock held by
@@ -86,6 +86,5 @@ class PgLocks:
 
 def _gone_from_this_host(holder: str) -> bool:
     """Whether `holder` (`<host>:<pid>[:...]`) names a process of this host that no longer exists."""
-    host, _, rest = holder.partition(":")
-    pid = rest.split(":", 1)[0]
-    return host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
+    host, pid = holder_process(holder)
+    return host == socket.gethostname() and pid is not None and not pid_alive(pid)
