@@ -153,8 +153,9 @@ class LockDirectory:
         if current is not None and current.holder == self.holder:
             path.unlink(missing_ok=True)
 
-    def renew(self, resources: list[str]) -> None:
-        """Moves the expiry of held locks forward (for work that outlives the TTL)."""
+    def renew(self, resources: list[str]) -> list[str]:
+        """Moves the expiry of held locks forward (for work that outlives the TTL); returns those still held."""
+        held = []
         for resource in resources:
             path = self.path_for(resource)
             current = self.read(path)
@@ -163,6 +164,8 @@ class LockDirectory:
                 tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
                 tmp.write_bytes(json.dumps(content).encode())
                 os.replace(tmp, path)
+                held.append(resource)
+        return held
 
     @staticmethod
     def read(path: Path) -> LockInfo | None:
@@ -202,5 +205,6 @@ class Locks(Protocol):
 
     def acquire(self, resource: str) -> bool: ...
     def release(self, resource: str) -> None: ...
-    def renew(self, resources: list[str]) -> None: ...
+    def renew(self, resources: list[str]) -> list[str]:
+        """Moves the expiry of held locks forward; returns those still held (a lock lost meanwhile is not)."""
     def clean_expired(self) -> list[str]: ...

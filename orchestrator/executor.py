@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 
 from gateway.aio import wait_event
 from gateway.api import Outbox
+from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.home import Home
 from gateway.locks import LockDirectory, Locks, process_name
@@ -19,7 +22,7 @@ from orchestrator.lifecycle import Lifecycle
 from orchestrator.live import TurnStopped
 from orchestrator.results import Delivery
 from orchestrator.retention import RUNS_RETENTION_DAYS, apply_retention
-from orchestrator.runbase import RunStoreBase
+from orchestrator.runbase import JOB_LOCK_PREFIX, RunStoreBase
 from orchestrator.runstate import RunState, conversation_key
 from orchestrator.steps import StepFailed, StepOutcome, StepRunner, handoff_env
 from orchestrator.steps.base import Progress
@@ -30,6 +33,13 @@ WATCH_SEC = 0.25
 RECLAIM_SEC = 15.0
 RETENTION_SEC = 3600.0
 CANCEL_WAIT_SEC = 10.0
+STORE_RETRY_SEC = (0.2, 5.0)  # first and longest wait before writing a run's state again while its store is away
+T = TypeVar("T")
+
+
+class RunTakenOver(Exception):
+    """Another process took the run over while this one could not renew its lock: this execution ends
+    without writing (the other one's is the run's)."""
 
 
 class RunExecutor:
@@ -62,6 +72,8 @@ class RunExecutor:
         self._stopping = False  # no run is claimed once `stop` began
         self._wake = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
+        self._renewed_at = time.monotonic()  # the job locks held here were last renewed (or taken) then
+        self._lapsed: set[str] = set()  # runs whose lock a renewal found held by another, or by nobody
 
     async def start(self) -> None:
         """Recovers what a previous process left (interrupted runs, undelivered results), then drains."""
@@ -143,6 +155,10 @@ class RunExecutor:
         settled = False  # ended or paused: nothing of it waits for a claim pass
         try:
             settled = await self._run_steps(live)
+        except RunTakenOver:
+            log.warning("run %s was taken over by another process while its lock could not be renewed; "
+                        "this execution of it ends without writing", run_id)
+            settled = True
         except TurnStopped:  # `/stop` stopped its step: cancelled, as `/cancel` would
             run = self._current(live)
             if run is not None and not run.finished:
@@ -158,15 +174,27 @@ class RunExecutor:
                 raise
         except Exception as exc:
             log.exception("run %s failed unexpectedly", run_id)
-            run = self._current(live)
-            if run is not None and run.state == "running":
-                self.life.failed(run, f"internal error: {type(exc).__name__}: {exc}", "transient")
+            try:
+                run = self._current(live)
+                if run is not None and run.state == "running":
+                    self.life.failed(run, f"internal error: {type(exc).__name__}: {exc}", "transient")
+            except Exception:  # the store is away: the run, left running, is reclaimed as an orphan
+                log.exception("cannot record that run %s failed; it is requeued once its lock lapses", run_id)
         finally:
             self._cancelled.discard(run_id)
-            self._locks.release(job_lock(run_id))
-            self._tasks.pop(run_id, None)
+            self._lapsed.discard(run_id)
+            self._tasks.pop(run_id, None)  # first: a run no task executes is an orphan the watchdog reclaims
+            self._release(run_id)
             if not settled or not self._freed():
                 self.wake()
+
+    def _release(self, run_id: str) -> None:
+        """Gives up a run's job lock; one the store cannot drop now expires after its TTL unrenewed."""
+        try:
+            self._locks.release(job_lock(run_id))
+        except Exception as exc:
+            log.warning("cannot release the lock of run %s (it expires unrenewed): %s: %s", run_id,
+                        type(exc).__name__, exc)
 
     def _here(self, run_id: str) -> bool:
         """Whether the run executes here or waits here in hand: its end is handed over in this process."""
@@ -196,20 +224,40 @@ class RunExecutor:
         for step_id in list(run.steps):
             if run.steps[step_id].status == "completed":
                 continue
+            if self._steps.kind_of(run, step_id) == "input":
+                await self._stored(live, partial(self.life.paused, run, step_id))
+                return True
+            live[0] = await self._stored(live, partial(self.life.step_started, run, step_id,
+                                                            after_step=after_step))
             try:
-                if self._steps.kind_of(run, step_id) == "input":
-                    self.life.paused(run, step_id)
-                    return True
-                live[0] = self.life.step_started(run, step_id, after_step=after_step)
                 outcome: StepOutcome = await self._steps.run(live[0], step_id, self._progress(live, step_id),
                                                              handoff_env(live[0], step_id))
             except StepFailed as exc:
-                self.life.step_failed(live[0], step_id, exc)
+                await self._stored(live, partial(self.life.step_failed, live[0], step_id, exc))
                 return False
             run = live[0] = self.life.step_completed(live[0], step_id, outcome)
             after_step = True
-        self.life.succeeded(run)
+        await self._stored(live, partial(self.life.succeeded, run))
         return True
+
+    async def _stored(self, live: list[RunState], write: Callable[[], T]) -> T:
+        """Carries out a lifecycle write, tried again with backoff while the store is away (a database
+        restarting, a full disk): what a step did is never lost to an outage. Each write starts from the run
+        as this process holds it, so a try that failed half way is made whole by the next."""
+        failures = 0
+        while True:
+            try:
+                if self._store.shared and self._taken_over(live[0]):
+                    raise RunTakenOver(live[0].runId)
+                return write()
+            except Exception as exc:
+                if not self._store.transient(exc):
+                    raise
+                failures += 1
+                wait = backoff_delay(failures, STORE_RETRY_SEC[0], STORE_RETRY_SEC[1])
+                log.warning("run %s: cannot write its state (%s: %s); trying again in %.1f s", live[0].runId,
+                            type(exc).__name__, exc, wait)
+                await asyncio.sleep(wait)
 
     def _progress(self, live: list[RunState], step_id: str) -> Progress:
         def save(fields: dict[str, object]) -> None:
@@ -272,13 +320,45 @@ class RunExecutor:
             now = time.monotonic()
             if now - renewed > self._locks.ttl_s / 3:
                 renewed = now
-                self._locks.renew([job_lock(run_id) for run_id in [*self._tasks, *self._claims.reserved]])
+                self._renew(now)
             if now - reclaimed > reclaim_sec:
                 reclaimed = now
-                self._reclaim_orphans()
+                try:
+                    self._reclaim_orphans()
+                except Exception:
+                    log.exception("cannot look for orphaned runs; trying again shortly")
             if now - cleaned > RETENTION_SEC or not cleaned:
                 cleaned = now
                 await self._clean()
+
+    def _renew(self, now: float) -> None:
+        """Renews the locks of the runs executing or held here; `_renewed_at` says when that last worked."""
+        wanted = [job_lock(run_id) for run_id in [*self._tasks, *self._claims.reserved]]
+        try:
+            held = set(self._locks.renew(wanted))
+        except Exception as exc:
+            log.warning("cannot renew the locks of the runs executing here (%s: %s); trying again shortly",
+                        type(exc).__name__, exc)
+            return
+        self._lapsed.update(resource.removeprefix(JOB_LOCK_PREFIX) for resource in wanted if resource not in held)
+        self._renewed_at = now
+
+    def _taken_over(self, live: RunState) -> bool:
+        """Whether another process took the run over (its lock expired unrenewed while the store was away).
+        Asked before a write only when the locks may have lapsed: the lock taken again (still ours, or free),
+        the stored run must still be this execution's (claimed by this owner at this start)."""
+        if live.runId not in self._lapsed and time.monotonic() - self._renewed_at < self._locks.ttl_s / 2:
+            return False
+        if not self._locks.acquire(job_lock(live.runId)):
+            return True
+        stored = self._store.load(live.runId)
+        if stored is None:
+            return True
+        this_execution = (stored.job.owner, stored.job.started_at) == (live.job.owner, live.job.started_at)
+        if not this_execution and stored.updatedAt != live.updatedAt:  # written since, by another
+            return True
+        self._lapsed.discard(live.runId)
+        return False
 
     def _cancel_requested(self) -> None:
         """Cancels the runs executing or held in hand here that another process asked to cancel."""

@@ -102,6 +102,9 @@ class Delivery:
         self._home = home
         self._waiting: dict[str, _Waiting] = {}
         self._asking: set[str] = set()  # runs whose waiting messages a question let go (until they end)
+        # runs whose result was being pushed when a write failed: the outbox may hold it (a commit whose
+        # answer was lost), so the next try looks before writing it again
+        self._pushing: set[str] = set()
         self.dead_letter: LateDeadLetter | None = None
 
     async def outcome(self, run_id: str, timeout_sec: float, current: RunState | None = None) -> RunState | None:
@@ -155,14 +158,18 @@ class Delivery:
         result by `hand_over`), else none yet (`hand_over` pushes it) — and writes the run (fsynced), except
         a run waited for that the store keeps whole when it settles (the file store's archive line): then
         that line is its final write (Lifecycle._finish). The flag says whether it was written here."""
-        waiting = self._waiting.pop(run.runId, None)
-        self._asking.discard(run.runId)
+        waiting = self._waiting.get(run.runId)
         if waiting is not None and waiting.count > 0:
             run = run.model_copy(update={"delivery": "reply", "updatedAt": utc_now_iso()})
-            if self._store.settles_whole(run.runId):
-                return run, waiting, False
-            return self._store.save(run), waiting, True
-        return self._store.save(run), None, True
+            written = not self._store.settles_whole(run.runId)
+            if written:
+                run = self._store.save(run)
+        else:
+            run, waiting, written = self._store.save(run), None, True
+        # only once written: a write the store refused is tried again (RunExecutor._stored) with the waiters
+        self._waiting.pop(run.runId, None)
+        self._asking.discard(run.runId)
+        return run, waiting, written
 
     def hand_over(self, run: RunState, waiting: _Waiting | None) -> RunState:
         """Delivers a finished run's result once, as `record` decided: to the waiting messages, else pushed."""
@@ -177,14 +184,19 @@ class Delivery:
         When `recovering`, a result the outbox already holds (the process died between writing it
         and recording it) is recorded, not written again."""
         try:
-            if not (recovering and self._in_outbox(run)):
+            if not ((recovering or run.runId in self._pushing) and self._in_outbox(run)):
+                self._pushing.add(run.runId)
                 self._outbox.write(result_reply(run))
-        except Exception:
+        except Exception as exc:
+            if self._store.transient(exc):
+                raise  # the store is away: the write is tried again (RunExecutor._stored), never lost
             log.exception("cannot push the result of run %s; it is retried at the next start", run.runId)
             return run
         if run.refused and not self._bury(run):
             return run
-        return self._store.save(run.model_copy(update={"delivery": "push"}))
+        pushed = self._store.save(run.model_copy(update={"delivery": "push"}))
+        self._pushing.discard(run.runId)
+        return pushed
 
     def _bury(self, run: RunState, attempt: int = 0) -> bool:
         """Dead-letters a refused run's message (already answered with an ack); False when it must wait:
@@ -226,14 +238,22 @@ class Delivery:
 
     def asked(self, run: RunState, step_id: str, prompt: str) -> RunState:
         """Delivers an input step's question once: as a waiting message's reply, else pushed."""
-        waiting = self._waiting.pop(run.runId, None)
+        waiting = self._waiting.get(run.runId)
         if waiting is not None and waiting.count > 0:
             run = waiting.run = self._store.update_step(run, step_id, promptDelivery="reply")
+            self._waiting.pop(run.runId, None)
             waiting.event.set()
             return run
+        self._waiting.pop(run.runId, None)
         try:
-            self._outbox.write(prompt_reply(run, step_id, prompt))
-        except Exception:
+            if not (run.runId in self._pushing and self._in_outbox(run)):
+                self._pushing.add(run.runId)
+                self._outbox.write(prompt_reply(run, step_id, prompt))
+        except Exception as exc:
+            if self._store.transient(exc):
+                raise  # tried again with the run's pause (RunExecutor._stored)
             log.exception("cannot ask the question of run %s; it is retried at the next start", run.runId)
             return run
-        return self._store.update_step(run, step_id, promptDelivery="push")
+        asked = self._store.update_step(run, step_id, promptDelivery="push")
+        self._pushing.discard(run.runId)
+        return asked

@@ -141,8 +141,9 @@ class SoloLocks:
         else:
             self._files.release(resource)
 
-    def renew(self, resources: list[str]) -> None:
-        self._files.renew([resource for resource in resources if resource not in self._remembered])
+    def renew(self, resources: list[str]) -> list[str]:
+        remembered = [resource for resource in resources if resource in self._remembered]
+        return remembered + self._files.renew([resource for resource in resources if resource not in remembered])
 
     def clean_expired(self) -> list[str]:
         return self._files.clean_expired()

@@ -141,13 +141,16 @@ class MemoryLocks:
             if current is not None and current[0] == self.holder:
                 del self.state.held[resource]
 
-    def renew(self, resources: list[str]) -> None:
+    def renew(self, resources: list[str]) -> list[str]:
         now = time.monotonic()
+        held = []
         with self.state.lock:
             for resource in resources:
                 current = self.state.held.get(resource)
                 if current is not None and current[0] == self.holder:
                     self.state.held[resource] = (self.holder, now + self.ttl_s)
+                    held.append(resource)
+        return held
 
     def clean_expired(self) -> list[str]:
         now = time.monotonic()

@@ -30,7 +30,7 @@ SELECT EXISTS (SELECT 1 FROM taken), (SELECT holder FROM before), COALESCE((SELE
 """
 RELEASE = "DELETE FROM switchyard_locks WHERE resource = %s AND holder = %s"
 RENEW = ("UPDATE switchyard_locks SET expires_at = now() + make_interval(secs => %s) "
-         "WHERE holder = %s AND resource = ANY(%s)")
+         "WHERE holder = %s AND resource = ANY(%s) RETURNING resource")
 CLEAN = "DELETE FROM switchyard_locks WHERE expires_at <= now() RETURNING resource"
 OWNER = "SELECT holder FROM switchyard_locks WHERE resource = %s AND expires_at > now()"
 
@@ -69,10 +69,11 @@ class PgLocks:
         """Drops the lock if this holder has it."""
         self._execute(RELEASE, (resource, self.holder))
 
-    def renew(self, resources: list[str]) -> None:
-        """Moves the expiry of held locks forward (for work that outlives the TTL)."""
-        if resources:
-            self._execute(RENEW, (self.ttl_s, self.holder, list(resources)))
+    def renew(self, resources: list[str]) -> list[str]:
+        """Moves the expiry of held locks forward (for work that outlives the TTL); returns those still held."""
+        if not resources:
+            return []
+        return [str(row[0]) for row in self._execute(RENEW, (self.ttl_s, self.holder, list(resources)))]
 
     def owner(self, resource: str) -> str | None:
         """Who holds the lock on `resource` now (None: nobody, or it expired)."""
