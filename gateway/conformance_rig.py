@@ -139,7 +139,7 @@ class ChannelRig:
             assert self.queue is not None
             if self.refuse_intake:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            queued = to_queue(self.queue, payload)
+            queued = to_queue(self.queue.fold_edit, payload)
             if queued is None:  # as the gateway's sink: an edit, folded into its waiting original
                 return self.context.home.incoming if self.context else self.root
             path = self.queue.enqueue(queued.to_json(), hint=queued.messageId)

@@ -10,8 +10,9 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gateway.models import IncomingPayload
-    from gateway.stores import EditFolding
 
 EDITED_PREFIX = "(edited) "
 """What the agent sees before the text of an edit of a message already taken (orchestrator/handler.py)."""
@@ -41,12 +42,12 @@ def edited_bytes(original: bytes, edit: IncomingPayload) -> bytes | None:
     return json.dumps(body).encode()
 
 
-def to_queue(folding: EditFolding, payload: IncomingPayload) -> IncomingPayload | None:
-    """What to queue of a payload a channel handed in: None when it was an edit now folded into its waiting
-    original; the payload as a message of its own (no `editOf`) when the message it names waits but another
-    sender wrote it; else the payload itself."""
+def to_queue(fold_edit: Callable[[IncomingPayload], bool], payload: IncomingPayload) -> IncomingPayload | None:
+    """What to queue of a payload a channel handed in, given a store's `fold_edit` (gateway.stores.EditFolding):
+    None when it was an edit now folded into its waiting original; the payload as a message of its own (no
+    `editOf`) when the message it names waits but another sender wrote it; else the payload itself."""
     try:
-        if payload.editOf and folding.fold_edit(payload):
+        if payload.editOf and fold_edit(payload):
             return None
     except ForeignEdit:
         return payload.model_copy(update={"editOf": None})

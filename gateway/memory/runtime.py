@@ -92,10 +92,9 @@ class MemoryRuntime(FileRuntime):
                 incoming.dead_letter(claimed, claimed.invalid)
                 continue
             message = self._parsed(claimed.data)
-            queued = message if message is None else to_queue(self.memory_queue, message)
             if message is None:  # the worker quarantines it, once
                 self.memory_queue.enqueue(claimed.data, hint=claimed.name.removesuffix(".json"))
-            elif queued is not None:  # else an edit, folded into its waiting original
+            elif (queued := to_queue(self.memory_queue.fold_edit, message)) is not None:  # else folded in its original
                 self.memory_queue.enqueue(claimed.data if queued is message else queued.to_json(),
                                           hint=claimed.name.removesuffix(".json"), identity=message_identity(queued))
             incoming.complete(claimed)

@@ -143,7 +143,7 @@ class Intake:
             message = None
         data = claimed.data
         if message is not None and message.editOf:
-            queued = await asyncio.to_thread(to_queue, self.edits, message)
+            queued = await asyncio.to_thread(to_queue, self.edits.fold_edit, message)
             if queued is None:
                 self.queue.complete(claimed)  # folded into its waiting original (gateway.pg.edits)
                 self.taken += 1

@@ -221,7 +221,7 @@ class Gateway:
         failures = 0
         while True:
             try:
-                queued = to_queue(self.queue, payload)
+                queued = to_queue(self.queue.fold_edit, payload)
                 if queued is None:  # an edit, and its original still waits: edited in place
                     return self.home.incoming
                 path = self.queue.enqueue(queued.to_json(), hint=f"{queued.channel}-{queued.messageId}")

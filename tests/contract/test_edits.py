@@ -145,7 +145,7 @@ def test_another_senders_edit_is_a_message_of_its_own_from_its_real_sender(backe
     """Issue 32 §5: in a group, an edit carrying 1001's messageId but sent by 1002 is no edit of 1001's message."""
     with line_of(backend) as line:
         line.take_in(original(1, "deploy staging", sender="1001"))
-        queued = to_queue(line.folding, edit(1, "deploy PRODUCTION", sender="1002"))
+        queued = to_queue(line.folding.fold_edit, edit(1, "deploy PRODUCTION", sender="1002"))
         assert queued is not None, "another sender's edit replaced the waiting message"
         line.take_in(queued.to_json())
         first, second = line.claim_payload(), line.claim_payload()
@@ -158,7 +158,7 @@ def test_another_senders_edit_is_a_message_of_its_own_from_its_real_sender(backe
 def test_the_same_senders_edit_still_replaces_the_waiting_message(backend: Backend) -> None:
     with line_of(backend) as line:
         line.take_in(original(1, "deploy stagng", sender="1001"))
-        assert to_queue(line.folding, edit(1, "deploy staging", sender="1001")) is None, "not folded"
+        assert to_queue(line.folding.fold_edit, edit(1, "deploy staging", sender="1001")) is None, "not folded"
         claimed = line.claim_payload()
         assert claimed is not None and (claimed["message"], claimed["senderId"]) == ("deploy staging 1", "1001")
         assert line.claim() is None, "the edit is no message of its own"
