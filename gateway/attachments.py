@@ -1,7 +1,8 @@
 """Which files a reply may carry, and the one way an attachment is opened for upload.
 
 A conversation gets only its own files: the attachments its messages brought
-(`files/<profile>/<conversation folder>/`), the files of its own runs (`runs/<runId>/`, where
+(`files/<profile>/<conversation folder>/`, `in_own_folder`: also the only files its voice notes are
+transcribed from, orchestrator/transcribe.py), the files of its own runs (`runs/<runId>/`, where
 `state.json` names the conversation), and the operator's `files.extra_roots`. The orchestrator
 workspace is shared by every conversation, so nothing in it is sent.
 """
@@ -46,6 +47,11 @@ def attachment_folder(home: Home, profile: str, conversation: str) -> Path:
     return home.files / safe_name(profile) / f"{safe_name(conversation)[:40]}-{digest}"
 
 
+def in_own_folder(home: Home, real: str, profile: str, conversation: str) -> bool:
+    """Whether `real` (a path without links or `..`) is inside the conversation's own attachment folder."""
+    return bool(conversation) and _inside(real, os.path.realpath(attachment_folder(home, profile, conversation)))
+
+
 def reply_conversation(payload: OutgoingPayload) -> str:
     """The conversation a reply goes to (its conversationId, else its sender id); empty when unknown."""
     return payload.conversationId or payload.senderId or ""
@@ -66,8 +72,8 @@ class AttachmentPolicy:
         conversation = reply_conversation(payload)
         if not conversation:
             return False
-        own = os.path.realpath(attachment_folder(self.home, payload.profile, conversation))
-        return _inside(real, own) or self._in_own_run(real, payload, conversation)
+        return (in_own_folder(self.home, real, payload.profile, conversation)
+                or self._in_own_run(real, payload, conversation))
 
     def _in_own_run(self, real: str, payload: OutgoingPayload, conversation: str) -> bool:
         if not _inside(real, self._runs):

@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.access import PairingStore
 from gateway.api import Channel, ChannelContext, DeliveryError
+from gateway.edits import to_queue
 from gateway.events import EventLog, now_ms
 from gateway.files.queue import FileQueue
 from gateway.home import Home
@@ -138,9 +139,10 @@ class ChannelRig:
             assert self.queue is not None
             if self.refuse_intake:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            if payload.editOf and self.queue.fold_edit(payload):  # as the gateway's sink: edited in place
+            queued = to_queue(self.queue.fold_edit, payload)
+            if queued is None:  # as the gateway's sink: an edit, folded into its waiting original
                 return self.context.home.incoming if self.context else self.root
-            path = self.queue.enqueue(payload.to_json(), hint=payload.messageId)
+            path = self.queue.enqueue(queued.to_json(), hint=queued.messageId)
             self.paths.append(path)
             return path
 

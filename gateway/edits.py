@@ -1,4 +1,8 @@
-"""An edit folded into the payload of the message it edits (issue 23 §3; the rule: gateway.stores.EditFolding)."""
+"""An edit folded into the payload of the message it edits (issue 23 §3; the rule: gateway.stores.EditFolding).
+
+Only the sender of a message edits it (issue 32 §5): an edit naming a waiting message of another sender is
+queued as a message of its own from the sender it names, neither folded into that message nor an edit.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,22 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gateway.models import IncomingPayload
 
 EDITED_PREFIX = "(edited) "
 """What the agent sees before the text of an edit of a message already taken (orchestrator/handler.py)."""
 
 
+class ForeignEdit(Exception):
+    """An edit naming a waiting message that another sender wrote: no edit of it, but a message of its own."""
+
+
 def edited_bytes(original: bytes, edit: IncomingPayload) -> bytes | None:
     """The original payload with the edit's text (its attachments stay the original's), or None when `original`
-    is not the message `edit` edits (another channel, profile, conversation or messageId; not a payload)."""
+    is not the message `edit` edits (another channel, profile, conversation or messageId; not a payload).
+    Raises ForeignEdit when it is, but its sender is not the edit's (the platform reports an edit's author)."""
     try:
         body = json.loads(original)
     except ValueError:
@@ -25,5 +36,19 @@ def edited_bytes(original: bytes, edit: IncomingPayload) -> bytes | None:
         return None
     if (body.get("conversationId") or body.get("senderId") or body.get("sender")) != edit.conversation:
         return None
+    if (body.get("senderId") or body.get("sender") or "") != (edit.senderId or edit.sender):
+        raise ForeignEdit(f"{edit.messageId} edits {edit.editOf}, which another sender wrote")
     body["message"] = edit.message
     return json.dumps(body).encode()
+
+
+def to_queue(fold_edit: Callable[[IncomingPayload], bool], payload: IncomingPayload) -> IncomingPayload | None:
+    """What to queue of a payload a channel handed in, given a store's `fold_edit` (gateway.stores.EditFolding):
+    None when it was an edit now folded into its waiting original; the payload as a message of its own (no
+    `editOf`) when the message it names waits but another sender wrote it; else the payload itself."""
+    try:
+        if payload.editOf and fold_edit(payload):
+            return None
+    except ForeignEdit:
+        return payload.model_copy(update={"editOf": None})
+    return payload

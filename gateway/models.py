@@ -76,8 +76,10 @@ class IncomingPayload(_Payload):
     job: Job | None = None
     """Set by a channel that authors jobs: the message is a job, not chat (see `Job`)."""
     editOf: str | None = Field(default=None, max_length=256)
-    """Set by a channel when the message is an edit: the messageId of the message edited. Folded into that
-    message while it waits (gateway.stores.EditFolding); else queued as its own message, shown "(edited) …"."""
+    """Set by a channel when the message is an edit: the messageId of the message edited (`senderId` is who made
+    the edit, as the platform reports it). Folded into that message while it waits, when it is its sender's
+    (gateway.edits, gateway.stores.EditFolding); another sender's is queued without editOf, as a message of its
+    own; an edit of a message already taken is queued as its own message, shown "(edited) …"."""
     invokeFunction: str | None = Field(default=None, max_length=128)
     """Set by a channel whose messages are requests for one function (e.g. a probe): the built-in
     `rules` selector invokes it when the orchestrator offers it; other selectors see it in the request."""

@@ -189,11 +189,14 @@ class EditFolding(Protocol):
     edit is not folded: the caller queues it as a new message of the conversation (the agent sees
     "(edited) …"). The decision is made by the same atomic step that claiming uses (a rename out of
     incoming/, the queue's lock, an UPDATE ... WHERE state = 'queued'), so an edit racing a claim is either
-    folded before the claim or queued after it: never both, never neither."""
+    folded before the claim or queued after it: never both, never neither. Whether an edit may be folded is
+    gateway.edits.edited_bytes's rule, written once (only the original's sender edits it); a caller takes a
+    payload in through gateway.edits.to_queue."""
 
     def fold_edit(self, edit: IncomingPayload) -> bool:
         """True when the original of `edit` (same channel, profile and conversation, messageId `editOf`) was
-        waiting and now holds the edit's text; False when it is not waiting (taken, answered, unknown)."""
+        waiting and now holds the edit's text; False when it is not waiting (taken, answered, unknown).
+        Raises gateway.edits.ForeignEdit, leaving it as it was, when it waits but another sender wrote it."""
 
 
 @runtime_checkable

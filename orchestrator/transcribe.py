@@ -6,6 +6,11 @@ the platform's when it reports one, else ffprobe's reading of the file (when ffp
 else the label is just `[voice]`. The payload stored in the queue is never changed: a retried message
 is transcribed again.
 
+A note is transcribed only from a file of its own conversation's attachment folder
+(gateway.attachments.in_own_folder, the rule replies' files follow too): every note of a message is
+checked before any command runs, and each again, resolved, just before its command starts, which is
+given the resolved path (a file swapped for a link meanwhile is refused, not followed).
+
 Without `transcribe:` the message is refused at once (a dead letter; the sender is told how it is fixed);
 a failing command is retried like any handler failure, and the last attempt's apology says its error.
 """
@@ -18,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from gateway.api import PermanentError
+from gateway.attachments import in_own_folder
 from gateway.audio import AUDIO_KEY, AudioNote, audio_notes, clock
 from gateway.events import EventLog
 from gateway.home import Home
@@ -30,6 +36,7 @@ from orchestrator.spawn import ProviderFailed, describe_failure, run_process
 NO_TRANSCRIBER = ("I cannot read voice notes yet: voice notes need `transcribe:` in settings (a command that turns "
                   "an audio file into text). Your message is kept for the operator; please type it meanwhile.")
 FAILED = "I could not transcribe your voice note: {reason}"
+NOT_OWN = "its file is not one of this conversation's own files"
 NO_SPEECH = "(no speech recognised)"
 PROBE_TIMEOUT_SEC = 10.0
 NAME = "transcribe"
@@ -50,8 +57,6 @@ class Transcriber:
     def __init__(self, home: Home, settings: Settings, runner: ProviderRunner, events: EventLog | None = None):
         self._home = home
         self._settings: TranscribeSettings | None = settings.transcribe
-        self._roots = [os.path.realpath(home.files)] + (
-            [os.path.realpath(home.resolve(settings.files.shared_dir))] if settings.files.shared_dir else [])
         self._runner = runner
         self._events = events
 
@@ -64,11 +69,14 @@ class Transcriber:
             return message
         if self._settings is None:
             raise PermanentError("a voice note arrived and settings.yaml has no `transcribe:`", reply=NO_TRANSCRIBER)
+        for note in notes:  # all of them before any command runs
+            self._own_file(note, message)
         text, entries = message.message, []
         for note in notes:
-            spoken = await self._text_of(self._settings, self._checked_path(note), turn)
+            path = self._own_file(note, message)  # again as its command starts: a file swapped meanwhile
+            spoken = await self._text_of(self._settings, path, turn)
             seconds = note.seconds if note.seconds is not None else await probed_seconds(
-                note.path, self._runner.environment())
+                path, self._runner.environment())
             label = f"[voice {clock(seconds)}]" if seconds is not None else "[voice]"
             text = with_line(text, f"{label} {spoken or NO_SPEECH}", note.path)
             entries.append({**note.as_json(), "seconds": seconds, "text": spoken})
@@ -77,12 +85,12 @@ class Transcriber:
                                   seconds=seconds, chars=len(spoken))
         return message.model_copy(update={"message": text, AUDIO_KEY: entries})
 
-    def _checked_path(self, note: AudioNote) -> str:
-        """The audio file's path, when it is a file a channel saved (under files/ or files.shared_dir)."""
+    def _own_file(self, note: AudioNote, message: IncomingPayload) -> str:
+        """The resolved path of a note's file, when it is in the message's own conversation's attachment folder."""
         real = os.path.realpath(note.path)
-        if not any(real == root or real.startswith(root + os.sep) for root in self._roots):
-            raise PermanentError(f"voice note {note.path} is outside the attachment folders",
-                                 reply=FAILED.format(reason="its file is not one this gateway saved"))
+        if not in_own_folder(self._home, real, message.profile, message.conversation):
+            raise PermanentError(f"voice note {note.path} is not one of its conversation's own files "
+                                 f"({message.profile}/{message.conversation})", reply=FAILED.format(reason=NOT_OWN))
         if not os.path.isfile(real):
             raise PermanentError(f"voice note {note.path} is missing",
                                  reply=FAILED.format(reason="its file is gone"))

@@ -46,17 +46,24 @@ def fold_edit(queue: FileQueue, edit: IncomingPayload) -> bool:
         except FileNotFoundError:
             continue  # claimed (or folded) by another process a moment ago
         try:
-            original = read_file(held, queue.max_payload_bytes)
-            edited = edited_bytes(original, edit)
-            if edited is not None:
-                atomic_write(held, edited, fsync=queue.fsync)
-        except (NotRegularFile, OSError):
-            edited = None
-        os.rename(held, source)  # back in line under its own name: the same place
-        queue.notice(name)  # re-indexed if this process's worker found it gone meanwhile
-        if edited is not None:
+            edited = _rewritten(queue, held, edit)
+        finally:  # ForeignEdit too: the original goes back as it was
+            os.rename(held, source)  # back in line under its own name: the same place
+            queue.notice(name)  # re-indexed if this process's worker found it gone meanwhile
+        if edited:
             return True
     return False
+
+
+def _rewritten(queue: FileQueue, held: Path, edit: IncomingPayload) -> bool:
+    """True when the held file was the original of `edit` and now holds its text; raises ForeignEdit."""
+    try:
+        edited = edited_bytes(read_file(held, queue.max_payload_bytes), edit)
+        if edited is not None:
+            atomic_write(held, edited, fsync=queue.fsync)
+    except (NotRegularFile, OSError):
+        return False
+    return edited is not None
 
 
 def _candidates(queue: FileQueue, edit: IncomingPayload) -> list[str]:

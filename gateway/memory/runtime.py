@@ -12,6 +12,7 @@ import itertools
 from typing import TYPE_CHECKING
 
 from gateway.api import Handler
+from gateway.edits import to_queue
 from gateway.files.answered import message_identity
 from gateway.files.latedead import letter_name
 from gateway.files.runtime import FileRuntime
@@ -91,9 +92,11 @@ class MemoryRuntime(FileRuntime):
                 incoming.dead_letter(claimed, claimed.invalid)
                 continue
             message = self._parsed(claimed.data)
-            if message is None or not self.memory_queue.fold_edit(message):  # an edit of a waiting message
-                self.memory_queue.enqueue(claimed.data, hint=claimed.name.removesuffix(".json"),
-                                          identity=message_identity(message) if message is not None else None)
+            if message is None:  # the worker quarantines it, once
+                self.memory_queue.enqueue(claimed.data, hint=claimed.name.removesuffix(".json"))
+            elif (queued := to_queue(self.memory_queue.fold_edit, message)) is not None:  # else folded in its original
+                self.memory_queue.enqueue(claimed.data if queued is message else queued.to_json(),
+                                          hint=claimed.name.removesuffix(".json"), identity=message_identity(queued))
             incoming.complete(claimed)
 
     def _parsed(self, data: bytes) -> IncomingPayload | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from gateway.aio import wait_event
 from gateway.backoff import delay as backoff_delay
+from gateway.edits import to_queue
 from gateway.events import EventLog, now_ms
 from gateway.files.answered import message_identity
 from gateway.files.queue import CLAIM_RETRY_S, Claimed, FileQueue
@@ -140,14 +141,19 @@ class Intake:
             message: IncomingPayload | None = parse_payload(claimed.data, limit)
         except ValueError:  # stored keyless: the worker dead-letters it with its reason
             message = None
-        if message is not None and message.editOf and await asyncio.to_thread(self.edits.fold_edit, message):
-            self.queue.complete(claimed)  # folded into its waiting original (gateway.pg.edits)
-            self.taken += 1
-            return
-        if await self._store_plain(claimed.name, claimed.data, message):
+        data = claimed.data
+        if message is not None and message.editOf:
+            queued = await asyncio.to_thread(to_queue, self.edits.fold_edit, message)
+            if queued is None:
+                self.queue.complete(claimed)  # folded into its waiting original (gateway.pg.edits)
+                self.taken += 1
+                return
+            if queued is not message:  # another sender's edit: a message of its own
+                message, data = queued, queued.to_json()
+        if await self._store_plain(claimed.name, data, message):
             refused = None
         else:
-            refused = await asyncio.to_thread(self._store, claimed.name, claimed.data, message)
+            refused = await asyncio.to_thread(self._store, claimed.name, data, message)
         self.queue.complete(claimed)
         self.taken += 1
         if refused is not None and message is not None:

@@ -28,6 +28,7 @@ from gateway.api import (
 from gateway.backoff import delay as backoff_delay
 from gateway.composition import open_backend
 from gateway.containment import supervise_children
+from gateway.edits import to_queue
 from gateway.events import EventLog, utc_now_iso
 from gateway.files.queue import FileQueue
 from gateway.files.receipts import takes_receipts
@@ -220,9 +221,10 @@ class Gateway:
         failures = 0
         while True:
             try:
-                if payload.editOf and self.queue.fold_edit(payload):  # its original still waits: edited in place
+                queued = to_queue(self.queue.fold_edit, payload)
+                if queued is None:  # an edit, and its original still waits: edited in place
                     return self.home.incoming
-                path = self.queue.enqueue(payload.to_json(), hint=f"{payload.channel}-{payload.messageId}")
+                path = self.queue.enqueue(queued.to_json(), hint=f"{queued.channel}-{queued.messageId}")
                 break
             except OSError as exc:
                 failures += 1

@@ -50,7 +50,8 @@ class SlackMessage:
 
 def person_message(event: dict[str, Any], bot: BotIdentity) -> SlackMessage | None:
     """The message of a person in `event` (for an edit, `message_changed`, the message as edited, with
-    `edited_ts`), or None for bots (this one included), deletions, link unfurls and the like."""
+    `edited_ts`, from the person who edited it, `message.edited.user`, not the `message.user` it names as the
+    author), or None for bots (this one included), deletions, link unfurls and the like."""
     if event.get("type") != "message":
         return None
     if event.get("subtype") == EDITED:
@@ -61,7 +62,10 @@ def person_message(event: dict[str, Any], bot: BotIdentity) -> SlackMessage | No
         if not isinstance(edited, dict) or not edited.get("ts"):  # an unfurl or a bot's update: no edit
             return None
         found = person_message({**inner, "type": "message", "channel": event.get("channel")}, bot)
-        return None if found is None else SlackMessage(**{**found.__dict__, "edited_ts": str(edited["ts"])})
+        editor = str(edited.get("user") or "") or (found.user if found is not None else "")
+        if found is None or editor == bot.user_id:
+            return None
+        return SlackMessage(**{**found.__dict__, "user": editor, "edited_ts": str(edited["ts"])})
     if event.get("subtype") not in PERSON_SUBTYPES:
         return None
     if event.get("bot_id") or event.get("bot_profile"):

@@ -32,7 +32,8 @@ QUEUE = {"fsync": False, "max_attempts": 3, "backoff_initial_ms": 100, "backoff_
 
 @dataclass
 class Call:
-    """One handler call: which host, which message, when, and how it ended (None while running)."""
+    """One handler call: which host, which message (its sender, the message it edits), when, and how it ended
+    (None while running)."""
 
     host: str
     message_id: str
@@ -40,6 +41,8 @@ class Call:
     start: float
     end: float = 0.0
     ok: bool | None = None
+    sender: str = ""
+    edit_of: str | None = None
 
 
 @dataclass
@@ -66,7 +69,8 @@ class Script:
         return any(call.ok for call in self.of(message_id))
 
     async def handle(self, host: str, message: IncomingPayload) -> list[OutgoingPayload]:
-        call = Call(host, message.messageId, message.conversation, time.monotonic())
+        call = Call(host, message.messageId, message.conversation, time.monotonic(), sender=message.senderId,
+                    edit_of=message.editOf)
         self.calls.append(call)
         self.running += 1
         self.peak = max(self.peak, self.running)

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from gateway.edits import to_queue
 from gateway.models import IncomingPayload
 from gateway.stores import EditFolding, QueueStore
 from tests.contract.backends import Backend
@@ -20,14 +21,14 @@ from tests.contract.backends import Backend
 RACES = 40
 
 
-def original(n: int = 1) -> bytes:
-    return json.dumps({"channel": "console", "message": f"helo {n}", "timestamp": 1, "messageId": f"m{n}",
-                       "conversationId": "c1"}).encode()
+def original(n: int = 1, text: str = "helo", sender: str | None = None) -> bytes:
+    return json.dumps({"channel": "console", "message": f"{text} {n}", "timestamp": 1, "messageId": f"m{n}",
+                       "conversationId": "c1", **({"senderId": sender} if sender else {})}).encode()
 
 
-def edit(n: int = 1, text: str = "hello", of: str | None = None) -> IncomingPayload:
+def edit(n: int = 1, text: str = "hello", of: str | None = None, sender: str = "") -> IncomingPayload:
     return IncomingPayload(channel="console", message=f"{text} {n}", timestamp=2, messageId=f"m{n}:e1",
-                           editOf=of or f"m{n}", conversationId="c1")
+                           editOf=of or f"m{n}", conversationId="c1", senderId=sender)
 
 
 class Line:
@@ -64,6 +65,11 @@ class Line:
 
     def claim(self) -> str | None:
         """The text of the oldest waiting message, now taken; None when none could be taken."""
+        claimed = self.claim_payload()
+        return None if claimed is None else str(claimed["message"])
+
+    def claim_payload(self) -> dict[str, Any] | None:
+        """The oldest waiting message, now taken; None when none could be taken."""
         if self.pool is not None:  # the worker's own start statement (gateway/pg/processing.py)
             from gateway.pg.processing import ANSWERED_OR_START
 
@@ -73,12 +79,12 @@ class Line:
                 if row is None:
                     return None
                 started = conn.execute(ANSWERED_OR_START, {"identity": "x", "id": row[0], "window": 0.0}).fetchone()
-            return None if started is None or started[1] is None else str(json.loads(bytes(started[1]))["message"])
+            return None if started is None or started[1] is None else dict(json.loads(bytes(started[1])))
         claimed = self.claimer.claim()
         if claimed is None:
             return None
         self.claimer.complete(claimed)
-        return str(json.loads(claimed.data)["message"])
+        return dict(json.loads(claimed.data))
 
     def close(self) -> None:
         if self.pool is not None:
@@ -133,6 +139,29 @@ def test_an_edit_of_a_taken_or_unknown_message_is_not_folded(backend: Backend) -
                                 conversationId="c2")
         assert line.folding.fold_edit(other) is False, "another conversation's message of that id is not it"
         assert line.claim() == "helo 2"
+
+
+def test_another_senders_edit_is_a_message_of_its_own_from_its_real_sender(backend: Backend) -> None:
+    """Issue 32 §5: in a group, an edit carrying 1001's messageId but sent by 1002 is no edit of 1001's message."""
+    with line_of(backend) as line:
+        line.take_in(original(1, "deploy staging", sender="1001"))
+        queued = to_queue(line.folding.fold_edit, edit(1, "deploy PRODUCTION", sender="1002"))
+        assert queued is not None, "another sender's edit replaced the waiting message"
+        line.take_in(queued.to_json())
+        first, second = line.claim_payload(), line.claim_payload()
+        assert first is not None and second is not None and line.claim() is None
+        assert (first["message"], first.get("senderId")) == ("deploy staging 1", "1001"), "1001's message changed"
+        assert (second["message"], second["senderId"], second.get("editOf")) == ("deploy PRODUCTION 1", "1002", None), \
+            "processed as a new message of its real sender, no edit of 1001's"
+
+
+def test_the_same_senders_edit_still_replaces_the_waiting_message(backend: Backend) -> None:
+    with line_of(backend) as line:
+        line.take_in(original(1, "deploy stagng", sender="1001"))
+        assert to_queue(line.folding.fold_edit, edit(1, "deploy staging", sender="1001")) is None, "not folded"
+        claimed = line.claim_payload()
+        assert claimed is not None and (claimed["message"], claimed["senderId"]) == ("deploy staging 1", "1001")
+        assert line.claim() is None, "the edit is no message of its own"
 
 
 def test_an_edit_racing_a_claim_is_folded_or_not_never_both_never_neither(backend: Backend) -> None:

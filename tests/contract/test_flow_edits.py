@@ -30,10 +30,11 @@ async def flow(request: pytest.FixtureRequest, tmp_path: Path,
         await flow.stop()
 
 
-async def edit(host: Host, of: str, text: str, conversation: str) -> None:
-    """An edit of the message `of`, as a channel sinks it: its own messageId, `editOf` the original's."""
+async def edit(host: Host, of: str, text: str, conversation: str, sender: str = "u1") -> None:
+    """An edit of the message `of` (sent by `sender`; make_incoming's senders are u1), as a channel sinks it:
+    its own messageId, `editOf` the original's."""
     payload = make_incoming(text, channel="fake", channelProfileId=PROFILE, conversationId=conversation,
-                            messageId=f"{of}:e1", editOf=of)
+                            messageId=f"{of}:e1", editOf=of, senderId=sender)
     assert host.channel.sink is not None
     await host.channel.sink(payload)
 
@@ -55,3 +56,25 @@ async def test_an_edit_replaces_a_waiting_message_and_follows_an_answered_one(fl
     await edit(host, "e1", "e1 edited", "room-e")  # e1 was answered: the edit follows it
     await async_wait_until(lambda: len(flow.sent("room-e")) == 3)
     assert flow.texts("room-e")[2] == "e1 edited part 1/1" and [c.ok for c in script.of("e1:e1")] == [True]
+
+
+async def test_another_senders_edit_of_a_waiting_message_is_answered_as_its_own_message(flow: Flow) -> None:
+    """Issue 32 §5: in a group, 1002's edit naming u1's waiting "deploy staging" leaves it as it is, and is
+    handled after it as a message of 1002's, no edit."""
+    host = await flow.host()
+    assert host is not None
+    script = flow.script
+    forged: list[bool] = []
+    script.gate["busy"] = lambda: forged  # runs until the forged edit is in; "staging" waits behind it
+    await host.send("busy", "group")
+    await host.send("deploy staging", "group", message_id="staging")
+    await async_wait_until(lambda: script.of("busy"))
+    await edit(host, "staging", "deploy PRODUCTION", "group", sender="1002")
+    forged.append(True)
+    await async_wait_until(lambda: len(flow.sent("group")) >= 2)
+    assert flow.texts("group")[1] == "deploy staging part 1/1", "u1's waiting message was replaced"
+    await async_wait_until(lambda: len(flow.sent("group")) == 3)
+    assert flow.texts("group")[2] == "deploy PRODUCTION part 1/1"
+    [staging], [own] = script.of("staging"), script.of("staging:e1")
+    assert staging.sender == "u1", "u1's message ran as someone else's"
+    assert (own.sender, own.edit_of) == ("1002", None), "not a message of its own from its real sender"

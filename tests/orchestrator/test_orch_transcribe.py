@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,9 +70,9 @@ def build(home: Home, events: EventLog, outbox: FakeOutbox, write_config: Callab
     return make
 
 
-def voice_message(path: Path, seconds: float | None, caption: str = "") -> IncomingPayload:
+def voice_message(path: Path, seconds: float | None, caption: str = "", **fields: Any) -> IncomingPayload:
     text = "\n".join(line for line in (caption, f"[file: {path}]") if line)
-    return make_message(text, files=[str(path)], audio=[audio_note(path, seconds, "audio/ogg")])
+    return make_message(text, files=[str(path)], audio=[audio_note(path, seconds, "audio/ogg")], **fields)
 
 
 async def test_a_voice_note_reaches_the_agent_as_text_with_its_length_and_its_file(
@@ -154,8 +156,98 @@ async def test_a_file_outside_the_attachment_folders_is_not_transcribed(
     outside = tmp_path / "elsewhere.ogg"
     outside.write_bytes(voice[1])
     orchestrator = await build(transcribe=TranscribeSettings(command=fake_transcriber(tmp_path, {voice[1]: SPOKEN})))
-    with pytest.raises(PermanentError, match="outside the attachment folders"):
+    with pytest.raises(PermanentError, match="not one of its conversation's own files"):
         await orchestrator.handle(voice_message(outside, 3))
+
+
+VICTIMS_WORDS = "the door code is four four seven one"
+
+
+@pytest.fixture
+def victims_note(home: Home, tmp_path: Path) -> tuple[Path, bytes]:
+    """A voice note of conversation `victim`, saved where its channel saves that conversation's attachments."""
+    data = spoken_ogg(VICTIMS_WORDS, tmp_path)
+    folder = attachment_folder(home, "console", "victim")
+    folder.mkdir(parents=True)
+    path = folder / "1-voice.oga"
+    path.write_bytes(data)
+    return path, data
+
+
+async def outcome_of(orchestrator: Orchestrator, message: IncomingPayload) -> list[str]:
+    """What the sender is shown for `message`: the texts of its answers, or the apology of its dead letter."""
+    try:
+        return [answer.message for answer in await orchestrator.handle(message)]
+    except PermanentError as exc:
+        dead = failed(message, exc, 0, QueueSettings())
+        assert isinstance(dead, Dead)
+        return [dead.apology.message]
+
+
+def swapping(folder: Path, note: Path, target: Path, transcriber: list[str]) -> list[str]:
+    """A `transcribe:` command that, the first time it runs, replaces `note` by a link to `target`, then runs
+    `transcriber` on the file it was given (as another process of the machine might, between two checks)."""
+    script = folder / "swapping_transcriber.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        if not os.path.islink({str(note)!r}):
+            os.unlink({str(note)!r})
+            os.symlink({str(target)!r}, {str(note)!r})
+        argv = {transcriber[:-1]!r} + [sys.argv[-1]]
+        os.execv(argv[0], argv)
+    """))
+    return [sys.executable, str(script), "{file}"]
+
+
+REFUSED = ["I could not transcribe your voice note: its file is not one of this conversation's own files"]
+
+
+async def test_another_conversations_voice_note_is_refused_and_never_transcribed(
+    build: Callable[..., Any], victims_note: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 §2: a payload of conversation `attacker` naming the victim's voice note under files/."""
+    path, data = victims_note
+    ran = tmp_path / "transcriber-ran.txt"
+    monkeypatch.setenv("FAKE_TRANSCRIBER_ENV", str(ran))
+    orchestrator = await build(transcribe=TranscribeSettings(command=fake_transcriber(tmp_path,
+                                                                                      {data: VICTIMS_WORDS})))
+    shown = await outcome_of(orchestrator, voice_message(path, 3, conversationId="attacker"))
+    assert not any(VICTIMS_WORDS in text for text in shown), f"the victim's words reached the attacker: {shown}"
+    assert shown == REFUSED
+    assert not ran.exists(), "the transcriber ran on another conversation's file"
+
+
+async def test_a_link_in_the_senders_own_folder_to_another_conversations_note_is_refused(
+    build: Callable[..., Any], victims_note: tuple[Path, bytes], home: Home, tmp_path: Path
+) -> None:
+    path, data = victims_note
+    own = attachment_folder(home, "console", "attacker")
+    own.mkdir(parents=True)
+    (own / "2-voice.oga").symlink_to(path)
+    orchestrator = await build(transcribe=TranscribeSettings(command=fake_transcriber(tmp_path,
+                                                                                      {data: VICTIMS_WORDS})))
+    shown = await outcome_of(orchestrator, voice_message(own / "2-voice.oga", 3, conversationId="attacker"))
+    assert shown == REFUSED
+
+
+async def test_a_note_swapped_for_a_link_after_the_first_check_is_refused_when_its_transcriber_starts(
+    build: Callable[..., Any], victims_note: tuple[Path, bytes], voice: tuple[Path, bytes], tmp_path: Path
+) -> None:
+    """Two notes of c1's own: while the first is transcribed, the second is replaced by a link to the
+    victim's note (after the check every note gets before any command runs)."""
+    victim, victims_data = victims_note
+    first, data = voice
+    second = first.with_name("2-voice.oga")
+    second.write_bytes(data)
+    transcriber = fake_transcriber(tmp_path, {data: SPOKEN, victims_data: VICTIMS_WORDS})
+    command = swapping(tmp_path, second, victim, transcriber)
+    orchestrator = await build(transcribe=TranscribeSettings(command=command))
+    message = make_message(f"[file: {first}]\n[file: {second}]", files=[str(first), str(second)],
+                           audio=[audio_note(first, 3, "audio/ogg"), audio_note(second, 3, "audio/ogg")])
+    shown = await outcome_of(orchestrator, message)
+    assert os.path.islink(second), "the transcriber of the first note swapped the second"
+    assert not any(VICTIMS_WORDS in text for text in shown), f"the victim's words reached c1: {shown}"
+    assert shown == REFUSED
 
 
 def test_the_voice_line_goes_before_its_files_tag() -> None:
