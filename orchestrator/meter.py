@@ -9,7 +9,7 @@ limit: the turn that crosses it finishes, the next one is not started. Days and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from gateway.api import PermanentError
 from gateway.events import EventLog
 from gateway.usagesettings import LimitRule, UsageSettings
-from orchestrator.usage import Payer, Spent, UsageRecords
+from orchestrator.usage import Invalid, Payer, Spent, UsageRecords
 
 log = logging.getLogger("switchyard.usage")
 
@@ -127,8 +127,17 @@ class UsageMeter:
                                       limit=standing.limit, resets_at=standing.resets_at.isoformat())
                 raise LimitReached(standing, self.now())
 
-    def record(self, payer: Payer, provider: str, spent: Spent, *, run_id: str | None = None) -> None:
-        """Adds one turn's spending to today's totals of the payer's keys and the provider, with an event."""
+    def record(self, payer: Payer, provider: str, spent: Spent, *, run_id: str | None = None,
+               invalid: Sequence[Invalid] = ()) -> None:
+        """Adds one turn's spending to today's totals of the payer's keys and the provider, with an event. A figure
+        that is no amount (NaN, infinite, negative), reported (`invalid`) or in `spent`, is not counted: an event
+        `usage.invalid` names it with its raw value."""
+        spent, found = spent.counted()
+        for field, raw in [*invalid, *found]:
+            log.warning("%s reported a %s that is no amount (%s): not counted", provider, field, raw)
+            if self._events is not None:
+                self._events.emit("usage.invalid", job_id=run_id, provider=provider, profile=payer.profile,
+                                  field=field, raw=raw)
         if self.records is not None:
             try:
                 self.records.add(self.now().date(), payer.keys(provider), spent)

@@ -102,8 +102,9 @@ class ProviderRunner:
         finally:
             if ran is not None:
                 seconds = time.monotonic() - started
-                spent = (ran.usage or TokenUsage()).spent(seconds)
-                meter.record(payer, name, spent, run_id=call.run)  # at once: the step's result waits on it
+                usage = ran.usage or TokenUsage()
+                meter.record(payer, name, usage.spent(seconds), run_id=call.run,  # at once: the step waits on it
+                             invalid=usage.invalid)
 
     async def _run(
         self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,

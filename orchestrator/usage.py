@@ -10,9 +10,10 @@ tests/contract/test_usage.py checks the rules written here once on every backend
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import date
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -21,6 +22,27 @@ if TYPE_CHECKING:
 
 PAYER_KINDS = ("sender", "conversation", "profile", "provider")
 """What a day's totals are kept by (`switchyard usage --by`, a limit's `per`)."""
+MAX_AMOUNT = 1e12
+"""More than one turn can cost, use or last: a bigger figure is no amount (and a sum of them never overflows)."""
+Invalid = tuple[str, str]
+"""A reported figure that is no amount: its field and its raw value as text (JSON), as `usage.invalid` names them."""
+
+
+def is_amount(value: object, *, whole: bool = False) -> bool:
+    """Whether a cost, count or duration can be counted: a finite number from 0 to MAX_AMOUNT (not a bool; with
+    `whole`, an int)."""
+    if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+        return False
+    return 0 <= value <= MAX_AMOUNT  # False for NaN; an int never overflows this comparison
+
+
+def raw_text(value: object) -> str:
+    """A reported value as text for an event: its JSON (NaN, Infinity, -1, "12"), at most 100 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text[:100]
 
 
 @dataclass(frozen=True)
@@ -48,14 +70,23 @@ class Spent:
         return {"usd": self.usd, "tokens": float(self.tokens), "turns": float(self.turns),
                 "agent_sec": self.seconds}[unit]
 
+    def counted(self) -> tuple[Spent, list[Invalid]]:
+        """This spending with each figure that is no amount (NaN, infinite, negative, too big) as 0, and those
+        figures: what every store adds and reads back, so a total is never NaN."""
+        invalid = [(each.name, raw_text(getattr(self, each.name))) for each in fields(self)
+                   if not is_amount(getattr(self, each.name))]
+        return replace(self, **{name: 0 for name, _ in invalid}), invalid
+
 
 @dataclass(frozen=True)
 class TokenUsage:
-    """What a CLI's own output said one call used (read from its envelope); None fields: not reported."""
+    """What a CLI's own output said one call used (read from its envelope); None fields: not reported. `invalid`:
+    the figures it reported that are no amount (is_amount), each with its field and raw value: not counted."""
 
     usd: float | None = None
     tokens_in: int | None = None
     tokens_out: int | None = None
+    invalid: tuple[Invalid, ...] = ()
 
     def spent(self, seconds: float) -> Spent:
         """One turn of `seconds` that used this."""
@@ -90,7 +121,8 @@ class UsageRecords(Protocol):
     backend: adds from any number of them at once are all counted, once."""
 
     def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
-        """Adds one turn's spending to the day's total of each (kind, key) in `keys`."""
+        """Adds one turn's spending to the day's total of each (kind, key) in `keys`; a figure that is no amount
+        (Spent.counted) adds nothing, and one stored that is none is read back as nothing: a total is never NaN."""
 
     def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
         """What `key` of `kind` spent from day `first` to day `last`, both included (nothing: Spent())."""
@@ -123,13 +155,14 @@ class MemoryUsageRecords:
         return other
 
     def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
+        spent, _ = spent.counted()
         with self._lock:
             for kind, key in keys.items():
-                self._days[(day, kind, key)] = self._days.get((day, kind, key), Spent()) + spent
+                self._days[(day, kind, key)] = self._days.get((day, kind, key), Spent()).counted()[0] + spent
 
     def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
         with self._lock:
-            return sum((spent for (day, k, name), spent in self._days.items()
+            return sum((spent.counted()[0] for (day, k, name), spent in self._days.items()
                         if k == kind and name == key and first <= day <= last), Spent())
 
     def table(self, kind: str, first: date, last: date) -> list[tuple[str, Spent]]:
@@ -137,7 +170,7 @@ class MemoryUsageRecords:
         with self._lock:
             for (day, k, name), spent in self._days.items():
                 if k == kind and first <= day <= last:
-                    rows[name] = rows.get(name, Spent()) + spent
+                    rows[name] = rows.get(name, Spent()) + spent.counted()[0]
         return ordered(rows)
 
     def reset(self, kind: str, key: str | None, first: date, last: date) -> int:

@@ -109,6 +109,7 @@ class FileUsageRecords:
             return read.totals
 
     def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
+        spent, _ = spent.counted()
         if keys:
             self._append(day, {"keys": dict(keys), "spent": [spent.usd, spent.tokens_in, spent.tokens_out,
                                                              spent.turns, spent.seconds]})
@@ -145,8 +146,10 @@ def _apply(totals: Totals, line: bytes, path: Path) -> None:
             else:
                 totals.get(kind, {}).pop(str(key), None)
             return
-        usd, tokens_in, tokens_out, turns, seconds = record["spent"]
-        spent = Spent(float(usd), int(tokens_in), int(tokens_out), int(turns), float(seconds))
+        spent, invalid = Spent(*record["spent"]).counted()
+        if invalid:
+            log.warning("usage: a line of %s holds figures that are no amount (%s); they are not counted", path,
+                        ", ".join(f"{field} {raw}" for field, raw in invalid))
         for kind, key in record["keys"].items():
             row = totals.setdefault(str(kind), {})
             row[str(key)] = row.get(str(key), Spent()) + spent

@@ -1,7 +1,11 @@
 """UsageRecords on PostgreSQL (`switchyard_usage`), shared by every host: a turn adds to each of its keys' day
 rows with one INSERT … ON CONFLICT DO UPDATE (col = col + excluded.col) of all of them, a statement atomic by
 itself (one round trip, no `BEGIN`/`COMMIT`), so concurrent adds are each counted once and a turn is counted
-for all its keys or for none."""
+for all its keys or for none.
+
+A figure that is no amount is never written (Spent.counted), and one a row holds anyway (NaN, infinite or
+negative, written by an older version or by hand) is read as nothing and replaced by the next add to its row,
+so a sum is never NaN."""
 
 from __future__ import annotations
 
@@ -14,10 +18,21 @@ from orchestrator.usage import Spent, ordered
 ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
 ADD = ("INSERT INTO switchyard_usage AS u (day, kind, key, usd, tokens_in, tokens_out, turns, seconds) "
        "VALUES {rows} ON CONFLICT (day, kind, key) DO UPDATE SET "
-       "usd = u.usd + excluded.usd, tokens_in = u.tokens_in + excluded.tokens_in, "
-       "tokens_out = u.tokens_out + excluded.tokens_out, turns = u.turns + excluded.turns, "
-       "seconds = u.seconds + excluded.seconds")
-SUMS = "SUM(usd), SUM(tokens_in), SUM(tokens_out), SUM(turns), SUM(seconds)"
+       "usd = {usd} + excluded.usd, tokens_in = {tokens_in} + excluded.tokens_in, "
+       "tokens_out = {tokens_out} + excluded.tokens_out, turns = {turns} + excluded.turns, "
+       "seconds = {seconds} + excluded.seconds")
+COLUMNS = ("usd", "tokens_in", "tokens_out", "turns", "seconds")
+FLOATS = ("usd", "seconds")  # double precision; the others are bigint
+
+
+def _counted(column: str, table: str = "") -> str:
+    """Whether a row's figure is an amount: at least 0, and finite (NaN sorts above 'Infinity' in PostgreSQL)."""
+    name = f"{table}{column}"
+    return f"({name} >= 0 AND {name} < 'Infinity'::float8)" if column in FLOATS else f"{name} >= 0"
+
+
+KEPT = {column: f"CASE WHEN {_counted(column, 'u.')} THEN u.{column} ELSE 0 END" for column in COLUMNS}
+SUMS = ", ".join(f"SUM({column}) FILTER (WHERE {_counted(column)})" for column in COLUMNS)
 
 
 def _spent(usd: float | None, tokens_in: int | None, tokens_out: int | None, turns: int | None,
@@ -32,13 +47,15 @@ class PgUsageRecords:
         self._pool = pool or SharedPool(dsn)  # its backend's; its own when built alone (tests)
 
     def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
+        spent, _ = spent.counted()
         rows = [(day, kind, key, spent.usd, spent.tokens_in, spent.tokens_out, spent.turns, spent.seconds)
                 for kind, key in sorted(keys.items())]  # one row order for every host: no deadlock between them
         if not rows:
             return
         # the rows are inserted (and their day rows locked) in this order; one key per kind, so no two conflict
         with self._pool.lone() as conn:
-            conn.execute(ADD.format(rows=", ".join([ROW] * len(rows))), [value for row in rows for value in row])
+            statement = ADD.format(rows=", ".join([ROW] * len(rows)), **KEPT)
+            conn.execute(statement, [value for row in rows for value in row])
 
     def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
         with self._pool.connection() as conn:

@@ -1,10 +1,12 @@
 """Per-day usage totals on every backend (orchestrator/usage.py UsageRecords): adds summed over a range of days,
 both ends included; kinds kept apart; the table's order; a reset of one key or of every key of a kind, only within
 its dates; and adds racing from 8 handles (processes on one home, hosts on one database) each counted once. On
-files a second process adds at the same time as this one's threads, and every turn of both is counted."""
+files a second process adds at the same time as this one's threads, and every turn of both is counted. A figure
+that is no amount (NaN, infinite, negative), added or found stored, counts as nothing: a total is never NaN."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -133,3 +135,29 @@ def test_a_second_process_adding_at_the_same_time_is_counted_too(backend: Backen
     total = expected(HANDLES * TURNS_EACH + turns_there)
     for kind, key in KEYS.items():
         assert backend.usage().totals(kind, key, DAY, DAY) == total, kind
+
+
+NOT_AMOUNTS = [math.nan, math.inf, -math.inf, -0.25]
+
+
+@pytest.mark.parametrize("bad", NOT_AMOUNTS, ids=str)
+def test_a_figure_that_is_no_amount_adds_nothing(backend: Backend, bad: float) -> None:
+    records = backend.usage()
+    records.add(DAY, KEYS, TURN)
+    records.add(DAY, KEYS, Spent(usd=bad, tokens_in=100, tokens_out=-20, turns=1, seconds=bad))
+    records.add(DAY, KEYS, TURN)
+    reader = backend.usage()
+    for kind, key in KEYS.items():
+        assert reader.totals(kind, key, DAY, DAY) == Spent(0.5, 300, 40, 3, 3.0), kind
+    assert reader.table("sender", DAY, DAY) == [(KEYS["sender"], Spent(0.5, 300, 40, 3, 3.0))]
+
+
+@pytest.mark.parametrize("bad", NOT_AMOUNTS, ids=str)
+def test_a_figure_found_stored_that_is_no_amount_is_read_as_nothing(backend: Backend, bad: float) -> None:
+    key = KEYS["sender"]
+    backend.plant_usage(DAY, "sender", key, [bad, 100, -20, 1, bad])
+    reader = backend.usage()
+    assert reader.totals("sender", key, DAY, DAY) == Spent(0.0, 100, 0, 1, 0.0)
+    reader.add(DAY, KEYS, TURN)  # a later turn still counts, and the total stays a number
+    assert backend.usage().totals("sender", key, DAY, DAY) == Spent(0.25, 200, 20, 2, 1.5)
+    assert backend.usage().table("sender", DAY, DAY) == [(key, Spent(0.25, 200, 20, 2, 1.5))]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ from orchestrator.agent_cli import AgentCall
 from orchestrator.meter import LimitReached, UsageMeter, window_of
 from orchestrator.providers import ProviderRunner
 from orchestrator.runs import RunStore
-from orchestrator.usage import MemoryUsageRecords, Payer, Spent
+from orchestrator.usage import MemoryUsageRecords, Payer, Spent, raw_text
 from orchestrator.usagefiles import FileUsageRecords
 from tests.fakes.clis import FakeClis
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message
@@ -139,6 +140,25 @@ def test_a_turn_over_the_limit_is_not_started_and_every_turn_is_counted(home: Ho
     recorded = [e for e in read_events(home.events_file) if e["event"] == "usage.recorded"]
     assert [e["provider"] for e in recorded] == ["agent", "agent"]
     assert [e["event"] for e in read_events(home.events_file)][-1] == "usage.limit_reached"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0], ids=str)
+def test_a_figure_that_is_no_amount_is_not_counted_and_is_named_in_an_event(home: Home, bad: float) -> None:
+    events = EventLog(home.events_file)
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"usd": 1.0}}], records, events=events)
+    meter.record(ADA, "claude", Spent(usd=1.0, turns=1))
+    meter.record(ADA, "claude", Spent(usd=bad, tokens_in=5, turns=1, seconds=bad), run_id="r1",
+                 invalid=[("total_cost_usd", "NaN")])  # as a preset read it (clis/base.py Figures)
+    day = NOW.date()
+    assert records.totals("sender", ADA.sender, day, day) == Spent(1.0, 5, 0, 2, 0.0)
+    with pytest.raises(LimitReached, match=r"\$1.00 used"):  # the limit still holds
+        meter.check(ADA, "claude")
+    stored = read_events(home.events_file)
+    assert [(e["provider"], e["field"], e["raw"], e["job_id"]) for e in stored if e["event"] == "usage.invalid"] == [
+        ("claude", "total_cost_usd", "NaN", "r1"), ("claude", "usd", raw_text(bad), "r1"),
+        ("claude", "seconds", raw_text(bad), "r1")]
+    assert [e["usd"] for e in stored if e["event"] == "usage.recorded"] == [1.0, 0.0]
 
 
 def _reached(meter: UsageMeter, payer: Payer, provider: str) -> LimitReached:
