@@ -132,8 +132,9 @@ class Backend:
         """A handle on the backend's schedule records (each call: another process or host on the same state)."""
         raise NotImplementedError
 
-    def usage(self) -> UsageRecords:
-        """A handle on the backend's usage totals (each call: another process or host on the same state)."""
+    def usage(self, holder: str | None = None) -> UsageRecords:
+        """A handle on the backend's usage totals (each call: another process or host on the same state), whose
+        reservations `holder` makes (`<host>:<pid>:…`; None: this process; the memory backend has none)."""
         raise NotImplementedError
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
@@ -192,7 +193,7 @@ class MemoryBackend(Backend):
     def schedules(self) -> ScheduleRecords:
         return self.schedule_state.twin()
 
-    def usage(self) -> UsageRecords:
+    def usage(self, holder: str | None = None) -> UsageRecords:
         return self.usage_state.twin()
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
@@ -259,8 +260,8 @@ class FilesBackend(Backend):
     def schedules(self) -> ScheduleRecords:
         return FileScheduleRecords(self.home, fsync=False)
 
-    def usage(self) -> UsageRecords:
-        return FileUsageRecords(self.home)
+    def usage(self, holder: str | None = None) -> UsageRecords:
+        return FileUsageRecords(self.home, holder=holder)
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
         folder = self.home.state / "usage"
@@ -358,10 +359,10 @@ class PostgresBackend(Backend):
 
         return PgScheduleRecords(self.dsn)
 
-    def usage(self) -> UsageRecords:
+    def usage(self, holder: str | None = None) -> UsageRecords:
         from orchestrator.pg.usage import PgUsageRecords
 
-        return PgUsageRecords(self.dsn)
+        return PgUsageRecords(self.dsn, holder=holder)
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
         with psycopg.connect(self.dsn) as conn:
