@@ -45,7 +45,7 @@ class Standing:
     key: str
     window: str  # day | month
     unit: str  # usd | tokens | turns | agent_sec
-    used: float  # with the turns running now (`running`), as module's docstring counts them
+    used: float  # with the turns running now (`running`), counted as the module's docstring says
     limit: float
     resets_at: datetime
     running: int = 0

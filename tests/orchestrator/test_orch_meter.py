@@ -1,5 +1,7 @@
-"""orchestrator/meter.py: spending limits checked before a turn starts, each turn counted for its payer, and what
-`/usage` tells a sender (their own spending; of a shared limit only whether it is reached)."""
+"""orchestrator/meter.py: spending limits checked before a turn starts, counting the turns running now (each one
+turn; of the other units the window's average per ended turn), each turn counted for its payer, a figure that is
+no amount not counted, and what `/usage` tells a sender (their own spending; of a shared limit only whether it is
+reached)."""
 
 from __future__ import annotations
 
@@ -159,6 +161,40 @@ def test_a_figure_that_is_no_amount_is_not_counted_and_is_named_in_an_event(home
         ("claude", "total_cost_usd", "NaN", "r1"), ("claude", "usd", raw_text(bad), "r1"),
         ("claude", "seconds", raw_text(bad), "r1")]
     assert [e["usd"] for e in stored if e["event"] == "usage.recorded"] == [1.0, 0.0]
+
+
+def test_the_turns_running_now_count_one_turn_each_and_say_so_in_the_reply() -> None:
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"turns": 3}}], records)
+    meter.record(ADA, "claude", Spent(turns=1))
+    first, second = meter.reserve(ADA, "claude"), meter.reserve(BOB, "claude")  # Bob is another sender
+    assert first is not None and second is not None
+    meter.reserve(ADA, "claude")
+    with pytest.raises(LimitReached) as reached:  # 1 used and 2 running
+        meter.reserve(ADA, "claude")
+    assert "daily limit of 3 turns per sender: 3 turns used, counting 2 turns still running" in reached.value.reply
+    meter.release(first)
+    assert meter.reserve(ADA, "claude") is not None
+
+
+def test_a_running_turn_counts_the_windows_average_cost_per_turn_and_nothing_before_any_turn_ended() -> None:
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"usd": 1.0}}], records)
+    tokens = [meter.reserve(ADA, "claude") for _ in range(5)]  # no turn ended yet: nothing known of their cost
+    for token in tokens:
+        assert token is not None
+        meter.release(token)
+    meter.record(ADA, "claude", Spent(usd=0.6, turns=2))  # $0.30 a turn so far
+    meter.reserve(ADA, "claude")  # $0.60 used, nothing running
+    meter.reserve(ADA, "claude")  # $0.60 + one running at $0.30 < $1.00
+    with pytest.raises(LimitReached, match=r"\$1.20 used, counting 2 turns still running"):
+        meter.reserve(ADA, "claude")
+
+
+def test_without_a_limit_nothing_is_reserved() -> None:
+    records = MemoryUsageRecords()
+    assert _meter([], records).reserve(ADA, "claude") is None
+    assert records.running("sender", ADA.sender) == 0
 
 
 def _reached(meter: UsageMeter, payer: Payer, provider: str) -> LimitReached:
