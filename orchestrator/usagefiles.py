@@ -154,23 +154,23 @@ class FileUsageRecords:
         return _count(self._reservations(), kind, key)
 
     def reserve(self, keys: Mapping[str, str], admit: Admit, ttl_s: float) -> str:
-        with self._running() as reservations:
+        with self._locked_reservations() as reservations:
             admit(_Ledger(self, reservations))
             token = new_token()
             reservations[token] = {"keys": dict(keys), "holder": self.holder, "expires": time.time() + ttl_s}
             return token
 
     def renew(self, token: str, ttl_s: float) -> None:
-        with self._running() as reservations:
+        with self._locked_reservations() as reservations:
             if token in reservations:
                 reservations[token]["expires"] = time.time() + ttl_s
 
     def release(self, token: str) -> None:
-        with self._running() as reservations:
+        with self._locked_reservations() as reservations:
             reservations.pop(token, None)
 
     @contextmanager
-    def _running(self) -> Iterator[Reservations]:
+    def _locked_reservations(self) -> Iterator[Reservations]:
         """The live reservations under the home's exclusive lock, written back (by a rename) when the block ends
         without an error."""
         self.root.mkdir(parents=True, exist_ok=True)
