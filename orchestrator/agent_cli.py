@@ -84,6 +84,7 @@ class AgentCall:
     ask: PermissionAsker | None = None  # asks the chat to approve a tool call; None: the provider's own rule
     stopped_by: str | None = None  # the conversation whose `/stop` stops this call; None: `conversation`
     payer: Payer | None = None  # whom the turn is counted against (its limits checked first); None: nobody
+    reserved: tuple[str, ...] = ()  # the payer's kinds this turn's caller reserved it for already (UsageMeter.turn)
 
     def turn_scope(self) -> str | None:
         """The conversation scope this call registers under in `Turns` (None: `/stop` cannot reach it)."""

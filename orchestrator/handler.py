@@ -20,7 +20,7 @@ from orchestrator.configcache import ConfigCache
 from orchestrator.diagnostics import Diagnostics
 from orchestrator.doctor import missing_providers
 from orchestrator.executor import RunExecutor
-from orchestrator.functions import cancel_text, workflow_listing
+from orchestrator.functions import FunctionRegistry, cancel_text, workflow_listing
 from orchestrator.live import PermissionAsker, TurnStopped
 from orchestrator.meter import LimitReached, UsageMeter
 from orchestrator.providers import ProviderRunner
@@ -29,7 +29,7 @@ from orchestrator.rules import STATUS_WORDS, builtin_providers
 from orchestrator.runstate import RunState, conversation_key
 from orchestrator.schedconfig import ScheduleConfig
 from orchestrator.scheduler import Scheduler, scheduled_workflow
-from orchestrator.selector import Selector, SelectorError
+from orchestrator.selector import Decision, Selector, SelectorError
 from orchestrator.steps import StepRunner
 from orchestrator.stores import (
     backend_for,
@@ -50,6 +50,7 @@ NOTHING_RUNNING = "Nothing is running."
 STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."
 CONFIG_CHECK_SEC = 2.0  # how often each orchestrator.yaml is looked at for an edit
 UNCLEAR_SELECTOR = "I could not understand the selector's answer ({reason}). Nothing was started."
+BEFORE_SELECTOR = ("sender", "conversation", "profile")  # the limits checked before the selector
 
 
 class Orchestrator:
@@ -231,28 +232,34 @@ class Orchestrator:
         self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None
     ) -> OutgoingPayload | None:
         """Asks the selector (with the conversation's active run) and carries out its decision."""
-        payer = Payer.of(message)
-        try:  # a payer over a limit starts nothing: no selector, no run (a provider's own limit: at its turn)
-            if self.meter.limiting:
-                await asyncio.to_thread(self.meter.check, payer, kinds=("sender", "conversation", "profile"))
-        except LimitReached as exc:
-            return reply(message, str(exc), agent=SYSTEM_AGENT)
         functions = self._actions.registry(loaded)
-        request = self._selector.build_request(message, loaded, functions.describe(),
-                                               active.summary() if active else None)
         try:
-            decision = await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}",
-                                                   payer=payer)
+            decision = await self._decide(message, loaded, active, functions)
             answer = await self._actions.execute(decision, message, loaded, functions)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)
-        except LimitReached as exc:  # the selector's provider is over its own limit
+        except LimitReached as exc:  # before the selector, or the selector's provider over its own limit
             return reply(message, str(exc), agent=SYSTEM_AGENT)
         except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
             return None
         if answer is not None:
             self._selector.remember(message, loaded, answer.message)
         return answer
+
+    async def _decide(
+        self, message: IncomingPayload, loaded: LoadedConfig, active: RunState | None, functions: FunctionRegistry
+    ) -> Decision:
+        """The selector's decision. A payer over a limit starts nothing (LimitReached): no selector, no run (a
+        provider's own limit: at its turn). A selector that runs a CLI is a turn: the reservation that checks
+        the sender's, conversation's and profile's limits is that turn's, until it ends; a built-in's decision
+        is none, so it reserves nothing and the run's steps reserve their own turns."""
+        payer = Payer.of(message)
+        selector_turn = not self._runner.in_process(loaded.config.selector.provider)
+        async with self.meter.turn(payer, kinds=BEFORE_SELECTOR, reserve=selector_turn):
+            request = self._selector.build_request(message, loaded, functions.describe(),
+                                                   active.summary() if active else None)
+            return await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}",
+                                               payer=payer, reserved=BEFORE_SELECTOR if selector_turn else ())
 
 
 def _replies(answer: OutgoingPayload | None) -> list[OutgoingPayload]:

@@ -4,23 +4,34 @@ The totals live in the backend's usage store (orchestrator/usage.py UsageRecords
 in settings.yaml (gateway/usagesettings.py). A limit is reached once what was used in its window is at least the
 limit: the turn that crosses it finishes, the next one is not started. Days and months begin at midnight in
 `usage.timezone`.
+
+The turns running now count too: a turn reserves before it starts (the check and the reservation one step in the
+store, against every other handle), so turns started at once pass a limit by one turn at most, as one after
+another do. For `turns` each running turn counts one; for usd, tokens and agent_sec, whose amount is known only
+once the turn ends, each counts the window's average per turn so far (nothing while no turn has ended in it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.api import PermanentError
 from gateway.events import EventLog
 from gateway.usagesettings import LimitRule, UsageSettings
-from orchestrator.usage import Payer, Spent, UsageRecords
+from orchestrator.usage import PAYER_KINDS, Invalid, Ledger, Payer, Spent, UsageRecords
 
 log = logging.getLogger("switchyard.usage")
 
+T = TypeVar("T")
+RESERVATION_TTL_SEC = 60.0
+"""How long a running turn's reservation counts after its last renewal (every third of it while the turn runs): a
+holder that died unseen (on another host) is counted that long at most."""
 WINDOW_WORDS = {"day": "daily", "month": "monthly"}
 PER_WORDS = {"sender": "per sender", "conversation": "for this conversation", "profile": "for this channel",
              "provider": "of the agent {key}"}
@@ -34,19 +45,21 @@ class Standing:
     key: str
     window: str  # day | month
     unit: str  # usd | tokens | turns | agent_sec
-    used: float
+    used: float  # with the turns running now (`running`), counted as the module's docstring says
     limit: float
     resets_at: datetime
+    running: int = 0
 
     @property
     def reached(self) -> bool:
         return self.used >= self.limit
 
     def describe(self) -> str:
-        """`daily limit of $2.00 per sender: $2.13 used`."""
+        """`daily limit of $2.00 per sender: $2.13 used` (`, counting 1 turn still running`)."""
         per = PER_WORDS[self.kind].format(key=self.key)
+        still = f", counting {amount('turns', self.running)} still running" if self.running else ""
         return (f"{WINDOW_WORDS[self.window]} limit of {amount(self.unit, self.limit)} {per}: "
-                f"{amount(self.unit, self.used)} used")
+                f"{amount(self.unit, self.used)} used{still}")
 
     def resets(self, now: datetime) -> str:
         """`it resets at 00:00 UTC on 2026-11-29 (in 3 h 12 min)`."""
@@ -84,11 +97,12 @@ class UsageMeter:
     fails while recording is logged, not raised: the turn has run, and running it again would cost twice."""
 
     def __init__(self, records: UsageRecords | None, settings: UsageSettings, events: EventLog | None = None,
-                 clock: Callable[[], datetime] | None = None):
+                 clock: Callable[[], datetime] | None = None, ttl_sec: float = RESERVATION_TTL_SEC):
         self.records = records
         self.settings = settings
         self._events = events
         self._clock = clock or (lambda: datetime.now(settings.zone()))
+        self._ttl = ttl_sec
 
     @property
     def limiting(self) -> bool:
@@ -100,35 +114,121 @@ class UsageMeter:
         return self._clock().astimezone(self.settings.zone())
 
     def standings(self, payer: Payer, provider: str | None = None, *,
-                  kinds: tuple[str, ...] = ("sender", "conversation", "profile", "provider")) -> list[Standing]:
+                  kinds: tuple[str, ...] = PAYER_KINDS) -> list[Standing]:
         """How `payer` (and `provider`, when given) stands against every limit that applies to it, in the order
-        of the settings."""
+        of the settings, by what its ended turns used."""
         if self.records is None:
             return []
+        return self._standings(self.records, _keys(payer, provider, kinds), running=False)
+
+    def _standings(self, ledger: Ledger, keys: dict[str, str], *, running: bool) -> list[Standing]:
         now = self.now()
-        keys = {kind: key for kind, key in payer.keys(provider).items() if kind in kinds}
         used: dict[tuple[str, str], Spent] = {}
+        counts: dict[str, int] = {}
         found = []
         for (kind, window, unit), limit in _applying(self.settings.limits, keys).items():
             first, resets_at = window_of(window, now)
             if (kind, window) not in used:
-                used[(kind, window)] = self.records.totals(kind, keys[kind], first, now.date())
-            found.append(Standing(kind, keys[kind], window, unit, used[(kind, window)].amount(unit), limit, resets_at))
+                used[(kind, window)] = ledger.totals(kind, keys[kind], first, now.date())
+            if running and kind not in counts:
+                counts[kind] = ledger.running(kind, keys[kind])
+            count = counts.get(kind, 0)
+            found.append(Standing(kind, keys[kind], window, unit, _with_running(used[(kind, window)], unit, count),
+                                  limit, resets_at, count))
         return found
 
-    def check(self, payer: Payer, provider: str | None = None, *,
-              kinds: tuple[str, ...] = ("sender", "conversation", "profile", "provider")) -> None:
-        """Raises LimitReached for the first limit reached (with an event), else returns: the turn may start."""
-        for standing in self.standings(payer, provider, kinds=kinds):
+    def check(self, payer: Payer, provider: str | None = None, *, kinds: tuple[str, ...] = PAYER_KINDS) -> None:
+        """Raises LimitReached for the first limit reached, counting the turns running now (with an event), else
+        returns; it reserves nothing (a turn about to start reserves: `reserve`)."""
+        records = self.records
+        if records is not None:
+            keys = _keys(payer, provider, kinds)
+            self._refusing(lambda: self._admit(records, keys))
+
+    def reserve(self, payer: Payer, provider: str | None = None, *, kinds: tuple[str, ...] = PAYER_KINDS) -> str | None:
+        """Checks as `check` does and, in the same step on every handle of the store, counts one more turn running
+        against the payer's keys: the reservation's token, for `release` (None: no limit applies, nothing is
+        reserved). Raises LimitReached (with an event)."""
+        records = self.records
+        if records is None or not self.settings.limits:
+            return None
+        keys = _keys(payer, provider, kinds)
+        return self._refusing(lambda: records.reserve(keys, lambda ledger: self._admit(ledger, keys), self._ttl))
+
+    def _admit(self, ledger: Ledger, keys: dict[str, str]) -> None:
+        for standing in self._standings(ledger, keys, running=True):
             if standing.reached:
-                if self._events is not None:
-                    self._events.emit("usage.limit_reached", kind=standing.kind, key=standing.key,
-                                      window=standing.window, unit=standing.unit, used=standing.used,
-                                      limit=standing.limit, resets_at=standing.resets_at.isoformat())
                 raise LimitReached(standing, self.now())
 
-    def record(self, payer: Payer, provider: str, spent: Spent, *, run_id: str | None = None) -> None:
-        """Adds one turn's spending to today's totals of the payer's keys and the provider, with an event."""
+    def _refusing(self, step: Callable[[], T]) -> T:
+        """`step`'s result; a LimitReached it raises gets its event `usage.limit_reached`."""
+        try:
+            return step()
+        except LimitReached as exc:
+            standing = exc.standing
+            if self._events is not None:
+                self._events.emit("usage.limit_reached", kind=standing.kind, key=standing.key,
+                                  window=standing.window, unit=standing.unit, used=standing.used,
+                                  limit=standing.limit, running=standing.running,
+                                  resets_at=standing.resets_at.isoformat())
+            raise
+
+    def renew(self, token: str) -> None:
+        """Makes a running turn's reservation last another TTL; a store that fails is logged (it expires)."""
+        if self.records is not None:
+            try:
+                self.records.renew(token, self._ttl)
+            except Exception as exc:  # (OSError, a database error)
+                log.warning("could not renew the reservation of a running turn: %s", exc)
+
+    def release(self, token: str) -> None:
+        """Ends a turn's reservation; a store that fails is logged: the reservation expires after its TTL."""
+        if self.records is not None:
+            try:
+                self.records.release(token)
+            except Exception as exc:  # (OSError, a database error)
+                log.warning("could not release the reservation of a turn (it expires in %gs): %s", self._ttl, exc)
+
+    @asynccontextmanager
+    async def turn(self, payer: Payer, provider: str | None = None, *, kinds: tuple[str, ...] = PAYER_KINDS,
+                   reserve: bool = True) -> AsyncIterator[None]:
+        """A turn of `payer` while the block runs: its limits are checked first, counting the turns running now
+        (LimitReached: the block does not run), and with `reserve` it counts as running until the block ends,
+        however it ends (its spending, recorded in the block, then counts instead)."""
+        if not self.limiting:
+            yield
+            return
+        if not reserve:
+            await asyncio.to_thread(self.check, payer, provider, kinds=kinds)
+            yield
+            return
+        token = await _taken(asyncio.to_thread(self.reserve, payer, provider, kinds=kinds), self.release)
+        if token is None:
+            yield
+            return
+        renewing = asyncio.create_task(self._renewing(token), name="usage-reservation-renewal")
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            await asyncio.to_thread(self.release, token)  # runs to its end even if this task is cancelled again
+
+    async def _renewing(self, token: str) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            await asyncio.to_thread(self.renew, token)
+
+    def record(self, payer: Payer, provider: str, spent: Spent, *, run_id: str | None = None,
+               invalid: Sequence[Invalid] = ()) -> None:
+        """Adds one turn's spending to today's totals of the payer's keys and the provider, with an event. A figure
+        that is no amount (NaN, infinite, negative), reported (`invalid`) or in `spent`, is not counted: an event
+        `usage.invalid` names it with its raw value."""
+        spent, found = spent.counted()
+        for field, raw in [*invalid, *found]:
+            log.warning("%s reported a %s that is no amount (%s): not counted", provider, field, raw)
+            if self._events is not None:
+                self._events.emit("usage.invalid", job_id=run_id, provider=provider, profile=payer.profile,
+                                  field=field, raw=raw)
         if self.records is not None:
             try:
                 self.records.add(self.now().date(), payer.keys(provider), spent)
@@ -199,3 +299,33 @@ def _applying(rules: list[LimitRule], keys: dict[str, str]) -> dict[tuple[str, s
             for unit, limit in amounts.units() if amounts is not None else ():
                 chosen[(rule.per, window, unit)] = limit
     return {**general, **specific}
+
+
+def _keys(payer: Payer, provider: str | None, kinds: tuple[str, ...]) -> dict[str, str]:
+    return {kind: key for kind, key in payer.keys(provider).items() if kind in kinds}
+
+
+def _with_running(spent: Spent, unit: str, running: int) -> float:
+    """What a window used, with `running` turns still running: each one turn, and of the other units the window's
+    average per turn so far (nothing while no turn has ended in it: a turn's cost is known only once it ends)."""
+    used = spent.amount(unit)
+    if unit == "turns":
+        return used + running
+    return used + (used / spent.turns * running if spent.turns else 0.0)
+
+
+async def _taken(reserving: Awaitable[str | None], release: Callable[[str], None]) -> str | None:
+    """The token `reserving` gives; when the waiting task is cancelled first, the reservation it still makes is
+    released as soon as it is made, so none is left counting."""
+    task = asyncio.ensure_future(reserving)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        loop = asyncio.get_running_loop()
+
+        def made(done: asyncio.Future[str | None]) -> None:
+            if not done.cancelled() and done.exception() is None and (token := done.result()) is not None:
+                loop.run_in_executor(None, release, token)
+
+        task.add_done_callback(made)
+        raise

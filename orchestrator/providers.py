@@ -23,7 +23,7 @@ from orchestrator.live import Turns, TurnStopped
 from orchestrator.meter import UsageMeter
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult, ms_since, run_process
-from orchestrator.usage import TokenUsage
+from orchestrator.usage import PAYER_KINDS, TokenUsage
 
 BUILTIN_MAX_OUTPUT = 1_048_576
 STOP_WAIT_SEC = 5.0  # how long `/stop` waits for a stopped call to end (its processes are killed at once)
@@ -77,8 +77,9 @@ class ProviderRunner:
     ) -> ProviderResult:
         """Writes the request file (when given), runs the provider; raises ProviderFailed (retryable) or
         PermanentError (unknown provider, or a failure retrying cannot fix). A call with a payer is a turn of
-        that payer: its limits are checked first (LimitReached: nothing is started), and what it spent is
-        counted whether it succeeds or fails."""
+        that payer: its limits are checked first, counting the payer's turns running now, and it counts as
+        running until it ends (LimitReached: nothing is started); what it spent is counted whether it succeeds
+        or fails."""
         if name not in self._providers and name not in self._builtins:
             raise PermanentError(f"unknown provider {name!r}; known: {', '.join(sorted(self.known()))}")
         call = call or AgentCall()
@@ -86,24 +87,25 @@ class ProviderRunner:
             return await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
                                    call=call)
         meter, payer = self.meter, call.payer
-        if meter.limiting:
-            await asyncio.to_thread(meter.check, payer, name)
-        started, ran = time.monotonic(), None
-        try:
-            ran = await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
-                                  call=call)
-            return ran
-        except (ProviderFailed, ProviderRefused) as exc:
-            ran = exc.result  # None: it never started (missing binary, unset key): nothing spent
-            raise
-        except TurnStopped:
-            ran = ProviderResult("", "", None, ms_since(started), False, False)
-            raise
-        finally:
-            if ran is not None:
-                seconds = time.monotonic() - started
-                spent = (ran.usage or TokenUsage()).spent(seconds)
-                meter.record(payer, name, spent, run_id=call.run)  # at once: the step's result waits on it
+        kinds = tuple(kind for kind in PAYER_KINDS if kind not in call.reserved)
+        async with meter.turn(payer, name, kinds=kinds):  # counted as running until its spending is recorded
+            started, ran = time.monotonic(), None
+            try:
+                ran = await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
+                                      call=call)
+                return ran
+            except (ProviderFailed, ProviderRefused) as exc:
+                ran = exc.result  # None: it never started (missing binary, unset key): nothing spent
+                raise
+            except TurnStopped:
+                ran = ProviderResult("", "", None, ms_since(started), False, False)
+                raise
+            finally:
+                if ran is not None:
+                    seconds = time.monotonic() - started
+                    usage = ran.usage or TokenUsage()
+                    meter.record(payer, name, usage.spent(seconds), run_id=call.run,  # at once: the step waits
+                                 invalid=usage.invalid)
 
     async def _run(
         self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,

@@ -252,10 +252,11 @@ class Selector:
             log.warning("could not keep the exchange for the selector's next requests: %s", exc)
 
     async def decide(self, request: dict[str, Any], loaded: LoadedConfig, *, turn: str | None = None,
-                     payer: Payer | None = None) -> Decision:
+                     payer: Payer | None = None, reserved: tuple[str, ...] = ()) -> Decision:
         """Runs the selector on a request as a turn of the conversation `turn` (which `/stop` may stop:
-        TurnStopped) paid by `payer` (a built-in in process costs nothing and is not counted); raises
-        SelectorError (bad answer), ProviderFailed (bad run) or LimitReached (not started)."""
+        TurnStopped) paid by `payer` (a built-in in process costs nothing and is not counted), for whose kinds
+        `reserved` the caller reserved its turn already; raises SelectorError (bad answer), ProviderFailed (bad
+        run) or LimitReached (not started)."""
         request_id = request["requestId"]
         selector = loaded.config.selector
         template = DEFAULT_SELECTOR_PROMPT
@@ -271,7 +272,7 @@ class Selector:
         try:
             result = await self._runner.run(selector.provider, prompt, request=request,
                                             request_file=request_file, cwd=loaded.workspace,
-                                            call=AgentCall(mode="answer", stopped_by=turn,
+                                            call=AgentCall(mode="answer", stopped_by=turn, reserved=reserved,
                                                            payer=None if in_process else payer))
         except ProviderFailed as exc:
             self._record(request_id, exc.result, None, str(exc))

@@ -11,28 +11,42 @@ shortened is read again from its start), so checking a month's limits costs ~31 
 are not fsynced: a count is not a message; a process that crashes loses none (the page cache holds them), a
 machine that loses power may lose the last moments' counts. Days with nothing leave no log; a log older than
 RETENTION_DAYS is removed when a new day's log is made.
+
+The turns running now are `running.json` beside the logs — token → its keys, its holder (`<host>:<pid>:…`) and
+its expiry (epoch seconds) — read and rewritten (by a rename) only under an exclusive flock(2) of `running.lock`,
+which every thread and process of the home takes for its own open file: a reservation's check and its write are
+one step for all of them. A reservation whose holder is a process of this machine that is gone, or whose expiry
+passed, counts no more and is dropped at the next write.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
-from gateway.home import Home
-from orchestrator.usage import Spent, ordered
+from gateway.home import Home, atomic_write
+from gateway.locks import process_instance
+from orchestrator.usage import Admit, Spent, holder_gone, new_token, ordered
 
 log = logging.getLogger("switchyard.orchestrator.usage")
 
 RETENTION_DAYS = 400
 SUFFIX = ".log"
+RUNNING, RUNNING_LOCK = "running.json", "running.lock"
 Totals = dict[str, dict[str, Spent]]
 """kind → key → what it spent (one day's, as far as its log was read)."""
+Reservations = dict[str, dict[str, Any]]
+"""token → {"keys": {kind: key}, "holder": …, "expires": epoch seconds}: the turns running now."""
 
 
 @dataclass
@@ -48,8 +62,9 @@ class FileUsageRecords:
     """Per-day usage totals of one home, shared by every process on it (never fsynced: see the module's
     docstring)."""
 
-    def __init__(self, home: Home):
+    def __init__(self, home: Home, *, holder: str | None = None):
         self.root = home.state / "usage"
+        self.holder = holder or process_instance()  # whose reservations this handle makes
         self._read: dict[str, _Read] = {}
         self._lock = threading.Lock()
 
@@ -109,6 +124,7 @@ class FileUsageRecords:
             return read.totals
 
     def add(self, day: date, keys: Mapping[str, str], spent: Spent) -> None:
+        spent, _ = spent.counted()
         if keys:
             self._append(day, {"keys": dict(keys), "spent": [spent.usd, spent.tokens_in, spent.tokens_out,
                                                              spent.turns, spent.seconds]})
@@ -134,6 +150,78 @@ class FileUsageRecords:
         return forgotten
 
 
+    def running(self, kind: str, key: str) -> int:
+        return _count(self._reservations(), kind, key)
+
+    def reserve(self, keys: Mapping[str, str], admit: Admit, ttl_s: float) -> str:
+        with self._locked_reservations() as reservations:
+            admit(_Ledger(self, reservations))
+            token = new_token()
+            reservations[token] = {"keys": dict(keys), "holder": self.holder, "expires": time.time() + ttl_s}
+            return token
+
+    def renew(self, token: str, ttl_s: float) -> None:
+        with self._locked_reservations() as reservations:
+            if token in reservations:
+                reservations[token]["expires"] = time.time() + ttl_s
+
+    def release(self, token: str) -> None:
+        with self._locked_reservations() as reservations:
+            reservations.pop(token, None)
+
+    @contextmanager
+    def _locked_reservations(self) -> Iterator[Reservations]:
+        """The live reservations under the home's exclusive lock, written back (by a rename) when the block ends
+        without an error."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / RUNNING_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close, and by the kernel if this process dies
+            reservations = self._reservations()
+            yield reservations
+            atomic_write(self.root / RUNNING, json.dumps(reservations, separators=(",", ":")).encode(), fsync=False)
+        finally:
+            os.close(fd)
+
+    def _reservations(self) -> Reservations:
+        """The reservations of `running.json` that still count (an unreadable file: none, logged)."""
+        try:
+            found = json.loads((self.root / RUNNING).read_bytes())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            log.warning("usage: %s cannot be read (%s); no turn counts as running", self.root / RUNNING, exc)
+            return {}
+        now = time.time()
+        return {token: each for token, each in found.items() if _live(each, now)} if isinstance(found, dict) else {}
+
+
+class _Ledger:
+    """A reservation's view of the totals and of the reservations it is about to change."""
+
+    def __init__(self, records: FileUsageRecords, reservations: Reservations):
+        self._records, self._reservations = records, reservations
+
+    def totals(self, kind: str, key: str, first: date, last: date) -> Spent:
+        return self._records.totals(kind, key, first, last)
+
+    def running(self, kind: str, key: str) -> int:
+        return _count(self._reservations, kind, key)
+
+
+def _live(reservation: Any, now: float) -> bool:
+    """Whether a reservation read from `running.json` still counts: whole, not expired, its holder not gone."""
+    try:
+        return (isinstance(reservation["keys"], dict) and float(reservation["expires"]) > now
+                and not holder_gone(str(reservation["holder"])))
+    except (TypeError, KeyError, ValueError):
+        return False
+
+
+def _count(reservations: Reservations, kind: str, key: str) -> int:
+    return sum(1 for each in reservations.values() if each["keys"].get(kind) == key)
+
+
 def _apply(totals: Totals, line: bytes, path: Path) -> None:
     """Adds one line of a day's log to its totals; a line that is none (torn by a crash) is logged and skipped."""
     try:
@@ -145,8 +233,10 @@ def _apply(totals: Totals, line: bytes, path: Path) -> None:
             else:
                 totals.get(kind, {}).pop(str(key), None)
             return
-        usd, tokens_in, tokens_out, turns, seconds = record["spent"]
-        spent = Spent(float(usd), int(tokens_in), int(tokens_out), int(turns), float(seconds))
+        spent, invalid = Spent(*record["spent"]).counted()
+        if invalid:
+            log.warning("usage: a line of %s holds figures that are no amount (%s); they are not counted", path,
+                        ", ".join(f"{field} {raw}" for field, raw in invalid))
         for kind, key in record["keys"].items():
             row = totals.setdefault(str(kind), {})
             row[str(key)] = row.get(str(key), Spent()) + spent

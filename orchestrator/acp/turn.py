@@ -10,7 +10,7 @@ from typing import Any
 
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
-from orchestrator.clis.base import cost, count
+from orchestrator.clis.base import Figures
 from orchestrator.live import ApprovalOption, PermissionAsker, TextSink, ToolApproval
 from orchestrator.usage import TokenUsage
 
@@ -41,6 +41,7 @@ class Turn:
         self.used: int | None = None  # `usage_update`: the tokens in the session's context now
         self.cost: float | None = None  # `usage_update`: the session's cost so far (USD, cumulative)
         self.usage: TokenUsage | None = None  # what the turn used, once it ended (`spent`)
+        self.figures = Figures()  # reads what its adapter reported, keeping what is no amount
         self.stop_reason = ""
         self.denied: list[str] = []  # titles of the tool calls denied in this turn
         self.asked = 0
@@ -55,9 +56,9 @@ class Turn:
         """A session update of this turn: an answer chunk adds to the text (and reaches `on_text`); a
         `usage_update` says what the session holds and has cost so far."""
         if update.get("sessionUpdate") == "usage_update":
-            self.used = count(update.get("used"))
+            self.used = self.figures.count("used", update.get("used"))
             spent = update.get("cost")
-            self.cost = cost(spent.get("amount")) if isinstance(spent, dict) else None
+            self.cost = self.figures.cost("cost.amount", spent.get("amount")) if isinstance(spent, dict) else None
         if update.get("sessionUpdate") != "agent_message_chunk":
             return
         content = update.get("content") or {}
@@ -84,16 +85,19 @@ class Turn:
         tokens after the turn's last model call (its input and output: a turn of several calls counts
         only its last one). None: nothing reported."""
         usd = None if self.cost is None else max(0.0, self.cost - (cost_before or 0.0))
+        figures = self.figures
         if usage is not None:
-            out = sum(count(getattr(usage, name, None)) or 0 for name in ("output_tokens", "thought_tokens"))
-            total = count(getattr(usage, "total_tokens", None))
-            return TokenUsage(usd, None if total is None else max(0, total - out), out)
+            out = sum(figures.count(name, getattr(usage, name, None)) or 0
+                      for name in ("output_tokens", "thought_tokens"))
+            total = figures.count("total_tokens", getattr(usage, "total_tokens", None))
+            return figures.usage(usd, None if total is None else max(0, total - out), out)
         quota = meta.get("quota") if isinstance(meta, dict) else None
         tokens = quota.get("token_count") if isinstance(quota, dict) else None
         if isinstance(tokens, dict):
-            return TokenUsage(usd, count(tokens.get("input_tokens")), count(tokens.get("output_tokens")))
-        if self.used is not None or usd is not None:
-            return TokenUsage(usd, self.used, None if self.used is None else 0)
+            return figures.usage(usd, figures.count("input_tokens", tokens.get("input_tokens")),
+                                 figures.count("output_tokens", tokens.get("output_tokens")))
+        if self.used is not None or usd is not None or figures.invalid:
+            return figures.usage(usd, self.used, None if self.used is None else 0)
         return None
 
     def answer(self, stop_reason: str) -> str:

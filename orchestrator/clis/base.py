@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gateway.settings import ProviderSettings
-from orchestrator.usage import TokenUsage
+from orchestrator.usage import Invalid, TokenUsage, is_amount, raw_text
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 FAILURE_TEXT_CHARS = 300
@@ -146,14 +146,34 @@ def json_lines(text: str) -> Iterator[dict[str, Any]]:
             yield value
 
 
-def count(value: Any) -> int | None:
-    """A token count as a CLI printed it: a non-negative int, else None (not reported)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+class Figures:
+    """Reads the cost and token counts of one CLI output, field by field: a value reported that is no amount
+    (orchestrator.usage.is_amount: NaN, infinite, negative, a count that is no whole number) is not counted but
+    kept in `invalid` with its field and raw value, for the event `usage.invalid`; an absent one (None) is simply
+    not reported."""
 
+    def __init__(self) -> None:
+        self.invalid: list[Invalid] = []
 
-def cost(value: Any) -> float | None:
-    """An amount of money as a CLI printed it: a number (not a bool), else None (not reported)."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    def cost(self, name: str, value: Any) -> float | None:
+        """An amount of money as the CLI printed it, else None."""
+        return float(value) if self._kept(name, value, whole=False) else None
+
+    def count(self, name: str, value: Any) -> int | None:
+        """A token count as the CLI printed it, else None."""
+        return int(value) if self._kept(name, value, whole=True) else None
+
+    def usage(self, usd: float | None, tokens_in: int | None, tokens_out: int | None) -> TokenUsage:
+        """What the output reported, with the figures found invalid so far."""
+        return TokenUsage(usd, tokens_in, tokens_out, tuple(self.invalid))
+
+    def _kept(self, name: str, value: Any, *, whole: bool) -> bool:
+        if value is None:
+            return False
+        if is_amount(value, whole=whole):
+            return True
+        self.invalid.append((name, raw_text(value)))
+        return False
 
 
 def json_object(line: str) -> dict[str, Any] | None:

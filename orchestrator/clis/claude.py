@@ -20,12 +20,11 @@ from typing import Any
 
 from gateway.settings import ProviderSettings
 from orchestrator.clis.base import (
+    Figures,
     Preset,
     Reading,
     Session,
     StreamEvent,
-    cost,
-    count,
     first_line,
     json_lines,
     json_object,
@@ -131,9 +130,11 @@ def _usage(result: dict[str, Any]) -> TokenUsage:
     prompt cache apart from `input_tokens`, so all three make the input (CLIS.md, "Usage")."""
     usage = result.get("usage")
     usage = usage if isinstance(usage, dict) else {}
-    parts = [count(usage.get(key)) for key in INPUT_COUNTS]
+    figures = Figures()
+    parts = [figures.count(key, usage.get(key)) for key in INPUT_COUNTS]
     tokens_in = sum(part or 0 for part in parts) if any(part is not None for part in parts) else None
-    return TokenUsage(cost(result.get("total_cost_usd")), tokens_in, count(usage.get("output_tokens")))
+    return figures.usage(figures.cost("total_cost_usd", result.get("total_cost_usd")), tokens_in,
+                         figures.count("output_tokens", usage.get("output_tokens")))
 
 
 def _api_retry(event: dict[str, Any]) -> StreamEvent | None:

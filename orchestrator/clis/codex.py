@@ -7,11 +7,11 @@ from pathlib import Path
 
 from gateway.settings import ProviderSettings
 from orchestrator.clis.base import (
+    Figures,
     Preset,
     Reading,
     Session,
     StreamEvent,
-    count,
     first_line,
     json_lines,
     json_object,
@@ -103,12 +103,15 @@ def _added(total: TokenUsage | None, usage: object) -> TokenUsage | None:
     `output_tokens` the `reasoning_output_tokens` (the Responses API's counts, passed on: CLIS.md, "Usage")."""
     if not isinstance(usage, dict):
         return total
-    tokens_in, tokens_out = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
-    if tokens_in is None and tokens_out is None:
+    figures = Figures()
+    tokens_in = figures.count("input_tokens", usage.get("input_tokens"))
+    tokens_out = figures.count("output_tokens", usage.get("output_tokens"))
+    if tokens_in is None and tokens_out is None and not figures.invalid:
         return total
     if total is None:
-        return TokenUsage(None, tokens_in, tokens_out)
-    return TokenUsage(None, _sum(total.tokens_in, tokens_in), _sum(total.tokens_out, tokens_out))
+        return figures.usage(None, tokens_in, tokens_out)
+    return TokenUsage(None, _sum(total.tokens_in, tokens_in), _sum(total.tokens_out, tokens_out),
+                      total.invalid + tuple(figures.invalid))
 
 
 def _sum(first: int | None, second: int | None) -> int | None:

@@ -8,11 +8,11 @@ from typing import Any
 
 from gateway.settings import ProviderSettings
 from orchestrator.clis.base import (
+    Figures,
     Preset,
     Reading,
     Session,
     StreamEvent,
-    count,
     first_line,
     json_lines,
     json_object,
@@ -101,14 +101,21 @@ def _usage(stats: dict[str, Any]) -> TokenUsage | None:
     `input_tokens` (the prompt, cached part included), `output_tokens` (the answer without the thoughts),
     `total_tokens` (with the thoughts), so the output is total minus input. `-o json` lists them by model
     (`models.<m>.tokens`: prompt, candidates, thoughts). CLIS.md, "Usage"."""
+    figures = Figures()
     if "input_tokens" in stats:
-        tokens_in, total = count(stats.get("input_tokens")), count(stats.get("total_tokens"))
-        out = total - tokens_in if total is not None and tokens_in is not None else None
-        return TokenUsage(None, tokens_in, out if out is not None else count(stats.get("output_tokens")))
+        tokens_in = figures.count("input_tokens", stats.get("input_tokens"))
+        total = figures.count("total_tokens", stats.get("total_tokens"))
+        out = None if total is None or tokens_in is None else figures.count("total_tokens - input_tokens",
+                                                                            total - tokens_in)
+        return figures.usage(None, tokens_in,
+                             out if out is not None else figures.count("output_tokens", stats.get("output_tokens")))
     models = stats.get("models")
-    tokens = [m["tokens"] for m in models.values() if isinstance(m, dict) and isinstance(m.get("tokens"), dict)] \
-        if isinstance(models, dict) else []
+    tokens = {name: m["tokens"] for name, m in models.items()
+              if isinstance(m, dict) and isinstance(m.get("tokens"), dict)} if isinstance(models, dict) else {}
     if not tokens:
         return None
-    return TokenUsage(None, sum(count(t.get("prompt")) or 0 for t in tokens),
-                      sum((count(t.get("candidates")) or 0) + (count(t.get("thoughts")) or 0) for t in tokens))
+    tokens_in = sum(figures.count(f"models.{name}.tokens.prompt", each.get("prompt")) or 0
+                    for name, each in tokens.items())
+    tokens_out = sum(figures.count(f"models.{name}.tokens.{field}", each.get(field)) or 0
+                     for name, each in tokens.items() for field in ("candidates", "thoughts"))
+    return figures.usage(None, tokens_in, tokens_out)

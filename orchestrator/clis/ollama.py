@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 from gateway.settings import ProviderSettings
-from orchestrator.clis.base import Preset, Reading, Session, StreamEvent, strip_ansi
-from orchestrator.usage import TokenUsage
+from orchestrator.clis.base import Figures, Preset, Reading, Session, StreamEvent, strip_ansi
 
 DEFAULT_MODEL = "llama3.2"
 HISTORY_TURNS = 6
@@ -39,9 +38,12 @@ class Ollama(Preset):
         `Metrics.Summary`): `prompt eval count:    N token(s)`, `eval count:           N token(s)`, each
         left out when zero."""
         counts = dict(_COUNT.findall(strip_ansi(stderr)))
-        usage = TokenUsage(None, int(counts.get("prompt eval count", 0)), int(counts.get("eval count", 0))) \
-            if counts else None
-        return Reading(answer=stdout.strip(), usage=usage)
+        if not counts:
+            return Reading(answer=stdout.strip())
+        figures = Figures()
+        tokens_in, tokens_out = (figures.count(name, int(counts.get(name, 0))) for name in ("prompt eval count",
+                                                                                           "eval count"))
+        return Reading(answer=stdout.strip(), usage=figures.usage(None, tokens_in, tokens_out))
 
     def stream_event(self, line: str) -> StreamEvent | None:
         return StreamEvent() if line.strip() else None

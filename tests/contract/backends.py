@@ -5,6 +5,7 @@ starts after it), and says where a backend has no such store (the test then skip
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from orchestrator.schedfiles import FileScheduleRecords
 from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.sessions import FileRecords, Records
 from orchestrator.stores import RunRecords
-from orchestrator.usage import MemoryUsageRecords, UsageRecords
+from orchestrator.usage import MemoryUsageRecords, Spent, UsageRecords
 from orchestrator.usagefiles import FileUsageRecords
 
 REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
@@ -131,8 +132,14 @@ class Backend:
         """A handle on the backend's schedule records (each call: another process or host on the same state)."""
         raise NotImplementedError
 
-    def usage(self) -> UsageRecords:
-        """A handle on the backend's usage totals (each call: another process or host on the same state)."""
+    def usage(self, holder: str | None = None) -> UsageRecords:
+        """A handle on the backend's usage totals (each call: another process or host on the same state), whose
+        reservations `holder` makes (`<host>:<pid>:…`; None: this process; the memory backend has none)."""
+        raise NotImplementedError
+
+    def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
+        """Stores one turn's figures (usd, tokens in, tokens out, turns, seconds) for one key as they are, past every
+        check of `add`: what an older version, a torn write or a hand edit may have left."""
         raise NotImplementedError
 
     def events(self) -> tuple[EventLog, Any]:
@@ -186,8 +193,11 @@ class MemoryBackend(Backend):
     def schedules(self) -> ScheduleRecords:
         return self.schedule_state.twin()
 
-    def usage(self) -> UsageRecords:
+    def usage(self, holder: str | None = None) -> UsageRecords:
         return self.usage_state.twin()
+
+    def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
+        self.usage_state._days[(day, kind, key)] = Spent(*figures)  # type: ignore[arg-type]
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.tmp_path / "memory-events.jsonl")
@@ -250,8 +260,15 @@ class FilesBackend(Backend):
     def schedules(self) -> ScheduleRecords:
         return FileScheduleRecords(self.home, fsync=False)
 
-    def usage(self) -> UsageRecords:
-        return FileUsageRecords(self.home)
+    def usage(self, holder: str | None = None) -> UsageRecords:
+        return FileUsageRecords(self.home, holder=holder)
+
+    def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
+        folder = self.home.state / "usage"
+        folder.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"keys": {kind: key}, "spent": figures})  # NaN and Infinity as Python's json writes them
+        with open(folder / f"{day.isoformat()}.log", "a", encoding="utf-8") as log:
+            log.write(f"\n{line}\n")
 
     def events(self) -> tuple[EventLog, Any]:
         log = EventLog(self.home.events_file)
@@ -342,10 +359,15 @@ class PostgresBackend(Backend):
 
         return PgScheduleRecords(self.dsn)
 
-    def usage(self) -> UsageRecords:
+    def usage(self, holder: str | None = None) -> UsageRecords:
         from orchestrator.pg.usage import PgUsageRecords
 
-        return PgUsageRecords(self.dsn)
+        return PgUsageRecords(self.dsn, holder=holder)
+
+    def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
+        with psycopg.connect(self.dsn) as conn:
+            conn.execute("INSERT INTO switchyard_usage (day, kind, key, usd, tokens_in, tokens_out, turns, seconds) "
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", (day, kind, key, *figures))
 
     def events(self) -> tuple[EventLog, Any]:
         from gateway.pg.events import attach_event_sink

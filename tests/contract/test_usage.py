@@ -1,20 +1,36 @@
 """Per-day usage totals on every backend (orchestrator/usage.py UsageRecords): adds summed over a range of days,
 both ends included; kinds kept apart; the table's order; a reset of one key or of every key of a kind, only within
 its dates; and adds racing from 8 handles (processes on one home, hosts on one database) each counted once. On
-files a second process adds at the same time as this one's threads, and every turn of both is counted."""
+files a second process adds at the same time as this one's threads, and every turn of both is counted. A figure
+that is no amount (NaN, infinite, negative), added or found stored, counts as nothing: a total is never NaN.
+
+The turns running now (reservations): counted on every handle until released; checked with the totals in one
+step, a refused one reserving nothing; six turns at once of one sender, conversation, profile or provider, on two
+handles (two hosts on one database, two processes on one home), start exactly as many as `turns: 2` lets; one a
+host that died never renewed stops counting after its TTL, one of a process killed on this machine at once; a turn
+that never starts, or is cancelled, releases its reservation."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 
-from orchestrator.usage import Spent
+from gateway.home import Home
+from gateway.settings import ProviderSettings
+from gateway.usagesettings import UsageSettings
+from orchestrator.agent_cli import AgentCall, ProviderRefused
+from orchestrator.meter import LimitReached, UsageMeter
+from orchestrator.providers import ProviderRunner
+from orchestrator.usage import Ledger, Payer, Spent, UsageRecords
 from tests.contract.backends import Backend
 
 DAY = date(2026, 11, 27)
@@ -117,7 +133,7 @@ def test_a_second_process_adding_at_the_same_time_is_counted_too(backend: Backen
         pytest.skip("processes on one home are the file backend's case (hosts on one database: the race above)")
     home = backend.home  # type: ignore[attr-defined]
     stop = home.root / "stop-adding"
-    with subprocess.Popen([sys.executable, "-m", "tests.contract.usageproc", str(home.root), str(stop)],
+    with subprocess.Popen([sys.executable, "-m", "tests.contract.usageproc", "add", str(home.root), str(stop)],
                           cwd=REPO, stdout=subprocess.PIPE, text=True) as child:
         try:
             assert child.stdout is not None
@@ -133,3 +149,203 @@ def test_a_second_process_adding_at_the_same_time_is_counted_too(backend: Backen
     total = expected(HANDLES * TURNS_EACH + turns_there)
     for kind, key in KEYS.items():
         assert backend.usage().totals(kind, key, DAY, DAY) == total, kind
+
+
+NOT_AMOUNTS = [math.nan, math.inf, -math.inf, -0.25]
+
+
+@pytest.mark.parametrize("bad", NOT_AMOUNTS, ids=str)
+def test_a_figure_that_is_no_amount_adds_nothing(backend: Backend, bad: float) -> None:
+    records = backend.usage()
+    records.add(DAY, KEYS, TURN)
+    records.add(DAY, KEYS, Spent(usd=bad, tokens_in=100, tokens_out=-20, turns=1, seconds=bad))
+    records.add(DAY, KEYS, TURN)
+    reader = backend.usage()
+    for kind, key in KEYS.items():
+        assert reader.totals(kind, key, DAY, DAY) == Spent(0.5, 300, 40, 3, 3.0), kind
+    assert reader.table("sender", DAY, DAY) == [(KEYS["sender"], Spent(0.5, 300, 40, 3, 3.0))]
+
+
+@pytest.mark.parametrize("bad", NOT_AMOUNTS, ids=str)
+def test_a_figure_found_stored_that_is_no_amount_is_read_as_nothing(backend: Backend, bad: float) -> None:
+    key = KEYS["sender"]
+    backend.plant_usage(DAY, "sender", key, [bad, 100, -20, 1, bad])
+    reader = backend.usage()
+    assert reader.totals("sender", key, DAY, DAY) == Spent(0.0, 100, 0, 1, 0.0)
+    reader.add(DAY, KEYS, TURN)  # a later turn still counts, and the total stays a number
+    assert backend.usage().totals("sender", key, DAY, DAY) == Spent(0.25, 200, 20, 2, 1.5)
+    assert backend.usage().table("sender", DAY, DAY) == [(key, Spent(0.25, 200, 20, 2, 1.5))]
+
+
+PAYERS = {  # six turns at once of one payer of each kind, each in a conversation of its own where it can be
+    "sender": [Payer("console/console/ada", f"console/console/c{n}", "console") for n in range(6)],
+    "conversation": [Payer(f"console/console/s{n}", "console/console/c1", "console") for n in range(6)],
+    "profile": [Payer(f"tg/tg/s{n}", f"tg/tg/c{n}", "tg") for n in range(6)],
+    "provider": [Payer(f"p{n}/p{n}/s{n}", f"p{n}/p{n}/c{n}", f"p{n}") for n in range(6)],
+}
+
+
+def _meter(records: UsageRecords, per: str, limit: float = 2, unit: str = "turns") -> UsageMeter:
+    settings = UsageSettings.model_validate({"limits": [{"per": per, "day": {unit: limit}}]})
+    return UsageMeter(records, settings)
+
+
+async def turns_at_once(meters: list[UsageMeter], payers: list[Payer], cwd: Path,
+                        spent: Spent | None = None) -> tuple[int, int]:
+    """One turn of each payer at once, through a ProviderRunner per meter in turn (hosts, or processes, on one
+    store); each turn that starts waits until every other one started or was refused. (started, refused)."""
+    started: list[int] = []
+    refused: list[int] = []
+    everyone = asyncio.Event()
+
+    def settled() -> None:
+        if len(started) + len(refused) == len(payers):
+            everyone.set()
+
+    async def agent(prompt: str, request: dict[str, object]) -> str:
+        started.append(1)
+        settled()
+        await asyncio.wait_for(everyone.wait(), 30)
+        return "answered"
+
+    runners = []
+    for meter in meters:
+        runner = ProviderRunner(Home(cwd / "home"), {}, {"agent": agent})
+        runner.meter = meter
+        runners.append(runner)
+
+    async def turn(number: int) -> None:
+        try:
+            await runners[number % len(runners)].run("agent", "hi", request={}, request_file=None, cwd=cwd,
+                                                     call=AgentCall(payer=payers[number]))
+        except LimitReached:
+            refused.append(1)
+            settled()
+
+    await asyncio.gather(*(turn(number) for number in range(len(payers))))
+    return len(started), len(refused)
+
+
+@pytest.mark.parametrize("per", sorted(PAYERS))
+async def test_six_turns_at_once_start_only_as_many_as_the_limit_on_two_hosts(
+        backend: Backend, tmp_path: Path, per: str) -> None:
+    meters = [_meter(backend.usage(holder=f"host-{name}:1:1"), per) for name in "ab"]  # two hosts (processes)
+    assert await turns_at_once(meters, PAYERS[per], tmp_path) == (2, 4)
+    today = meters[0].now().date()
+    payer = PAYERS[per][0]
+    assert backend.usage().totals(per, payer.keys("agent")[per], today, today).turns == 2
+    assert await turns_at_once(meters, PAYERS[per], tmp_path) == (0, 6)  # the two that ran are used now
+
+
+def admit_all(ledger: Ledger) -> None:
+    """Lets every turn start."""
+
+
+def test_a_reservation_counts_as_running_on_every_handle_until_it_is_released(backend: Backend) -> None:
+    first, second = backend.usage(), backend.usage()
+    one = first.reserve({"sender": "s", "provider": "claude"}, admit_all, 60)
+    two = second.reserve({"sender": "s"}, admit_all, 60)
+    assert (second.running("sender", "s"), second.running("provider", "claude")) == (2, 1)
+    assert (first.running("sender", "t"), first.running("conversation", "s")) == (0, 0)
+    first.release(one)
+    assert (second.running("sender", "s"), second.running("provider", "claude")) == (1, 0)
+    second.release(two)
+    second.release(two)  # gone already: no error
+    assert first.running("sender", "s") == 0
+
+
+def test_a_reservation_is_checked_against_the_totals_and_the_running_turns_and_refused_reserves_nothing(
+        backend: Backend) -> None:
+    records = backend.usage()
+    records.add(DAY, KEYS, TURN)
+    records.reserve(KEYS, admit_all, 60)
+    seen: list[tuple[int, Spent]] = []
+
+    def refuse(ledger: Ledger) -> None:
+        seen.append((ledger.running("sender", KEYS["sender"]), ledger.totals("sender", KEYS["sender"], DAY, DAY)))
+        raise LookupError("over the limit")
+
+    with pytest.raises(LookupError):
+        backend.usage().reserve(KEYS, refuse, 60)
+    assert seen == [(1, TURN)]
+    assert records.running("sender", KEYS["sender"]) == 1
+
+
+def _until(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    """Whether `condition` holds within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_reservation_a_host_that_died_never_renewed_stops_counting_after_its_ttl(backend: Backend) -> None:
+    gone = backend.usage(holder="a-host-that-died:4242:1")  # another machine: nothing known of its processes
+    gone.reserve({"sender": "s"}, admit_all, 0.4)
+    records = backend.usage()
+    kept = records.reserve({"sender": "s"}, admit_all, 0.4)
+    records.renew(kept, 60)  # its turn still runs
+    assert records.running("sender", "s") == 2
+    assert _until(lambda: records.running("sender", "s") == 1)  # the dead host's: its 0.4 s have passed
+    assert backend.usage().running("sender", "s") == 1, "the renewed one still counts"
+    records.release(kept)
+    assert records.running("sender", "s") == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_reservation_of_a_process_killed_on_this_machine_stops_counting_at_once(backend: Backend) -> None:
+    if backend.name == "memory":
+        pytest.skip("the in-memory backend has no other process: its reservations end by their TTL (above)")
+    where = str(backend.home.root) if backend.name == "files" else backend.dsn  # type: ignore[attr-defined]
+    records = backend.usage()
+    with subprocess.Popen([sys.executable, "-m", "tests.contract.usageproc", "reserve", backend.name, where],
+                          cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "reserved"  # for an hour
+            assert records.running("sender", KEYS["sender"]) == 1
+        finally:
+            child.kill()
+            child.wait()
+    assert records.running("sender", KEYS["sender"]) == 0
+    meter = _meter(records, "sender", limit=1)
+    meter.check(Payer(KEYS["sender"], KEYS["conversation"], KEYS["profile"]))  # its limit lets a turn start
+
+
+async def test_a_turn_that_never_starts_or_is_cancelled_releases_its_reservation(
+        backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHYARD_TEST_NO_SUCH_KEY", raising=False)
+    records = backend.usage()
+    running = asyncio.Event()
+
+    async def agent(prompt: str, request: dict[str, object]) -> str:
+        running.set()
+        await asyncio.Event().wait()  # until cancelled
+        return "never"
+
+    keyless = ProviderSettings(type="claude", api_key_env="SWITCHYARD_TEST_NO_SUCH_KEY")
+    runner = ProviderRunner(Home(tmp_path / "home"), {"keyless": keyless}, {"agent": agent, "echo": _echo})
+    runner.meter = _meter(records, "sender", limit=1)
+    payer = PAYERS["sender"][0]
+
+    async def turn(provider: str) -> str:
+        result = await runner.run(provider, "hi", request={}, request_file=None, cwd=tmp_path,
+                                  call=AgentCall(payer=payer))
+        return result.stdout
+
+    with pytest.raises(ProviderRefused):  # its key is not set: its CLI never starts
+        await turn("keyless")
+    assert records.running("sender", payer.sender) == 0
+    cancelled = asyncio.create_task(turn("agent"))
+    await asyncio.wait_for(running.wait(), 10)
+    assert records.running("sender", payer.sender) == 1
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    assert records.running("sender", payer.sender) == 0
+    assert await turn("echo") == "hi"  # with 1 turn a day, this one still starts
+
+
+async def _echo(prompt: str, request: dict[str, object]) -> str:
+    return prompt

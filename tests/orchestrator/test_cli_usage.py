@@ -1,6 +1,7 @@
 """What each turn cost, read from the CLI's own output (issue 23 §1): the fake CLIs (tests/fakes/clis, printing
 usage as the real ones do: CLIS.md "Usage") through AgentCliRunner.run, the real claude, codex and gemini against
-the fake model server, and a model API whose usage limit is reached (ProviderExhausted)."""
+the fake model server, and a model API whose usage limit is reached (ProviderExhausted). A figure that is no
+amount (NaN, infinite, negative) is not counted but kept with its raw value (issue 32 §3)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.usagesettings import UsageSettings
 from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderExhausted, ProviderRefused
 from orchestrator.clis import PRESETS
+from orchestrator.meter import LimitReached, UsageMeter
+from orchestrator.providers import ProviderRunner
 from orchestrator.sessions import SessionStore
 from orchestrator.spawn import ProviderFailed, ProviderResult
-from orchestrator.usage import TokenUsage
+from orchestrator.usage import MemoryUsageRecords, Payer, Spent, TokenUsage
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer, Usage
 from tests.orchestrator.orch_helpers import isolate_real_cli
@@ -176,3 +181,78 @@ async def test_the_real_claude_is_exhausted_by_a_429_once_its_retries_end(
             await _real(home, "claude", server, tmp_path)
     assert "Request rejected (429)" in str(exhausted.value)
     assert len(server.model_calls) == 2
+
+
+NOT_AMOUNTS = ["NaN", "Infinity", "-Infinity", "-0.5", "1e+300", '"0.5"', "true"]  # as each raw value is named
+
+
+def _printed(value: dict[str, object], raw: str) -> str:
+    """A CLI's JSON line holding `raw` as printed, where `value` has RAW."""
+    return json.dumps(value, separators=(",", ":")).replace('"RAW"', raw)
+
+
+@pytest.mark.parametrize("raw", NOT_AMOUNTS)
+def test_a_claude_cost_that_is_no_amount_is_not_counted_and_kept_with_its_raw_value(raw: str) -> None:
+    line = _printed({"type": "result", "subtype": "success", "result": "hi", "total_cost_usd": "RAW",
+                     "usage": {"input_tokens": 10, "output_tokens": 2}}, raw)
+    reading = PRESETS["claude"].read(line)
+    assert reading.answer == "hi"
+    assert reading.usage == TokenUsage(None, 10, 2, (("total_cost_usd", raw),))
+    assert reading.usage.spent(1.0) == Spent(0.0, 10, 2, 1, 1.0)
+
+
+@pytest.mark.parametrize("raw", [*NOT_AMOUNTS, "12.5"])
+def test_a_token_count_that_is_no_whole_amount_is_not_counted_by_any_preset(raw: str) -> None:
+    claude = _printed({"type": "result", "subtype": "success", "result": "hi", "total_cost_usd": 0.5,
+                       "usage": {"input_tokens": 10, "cache_read_input_tokens": "RAW", "output_tokens": 2}}, raw)
+    assert PRESETS["claude"].read(claude).usage == TokenUsage(0.5, 10, 2, (("cache_read_input_tokens", raw),))
+    codex = _printed({"type": "turn.completed", "usage": {"input_tokens": "RAW", "output_tokens": 7}}, raw)
+    assert PRESETS["codex"].read(codex + "\n" + codex).usage == TokenUsage(
+        None, None, 14, (("input_tokens", raw), ("input_tokens", raw)))
+    gemini = _printed({"type": "result", "stats": {"input_tokens": 100, "total_tokens": "RAW", "output_tokens": 9}},
+                      raw)
+    assert PRESETS["gemini"].read(gemini).usage == TokenUsage(None, 100, 9, (("total_tokens", raw),))
+    by_model = _printed({"stats": {"models": {"m": {"tokens": {"prompt": "RAW", "candidates": 4, "thoughts": 1}}}}},
+                        raw)
+    assert PRESETS["gemini"].read(by_model).usage == TokenUsage(None, 0, 5, (("models.m.tokens.prompt", raw),))
+
+
+def test_a_gemini_total_below_its_input_and_an_ollama_count_too_big_are_not_counted() -> None:
+    gemini = '{"type":"result","stats":{"input_tokens":100,"total_tokens":40}}'
+    assert PRESETS["gemini"].read(gemini).usage == TokenUsage(None, 100, None, (("total_tokens - input_tokens",
+                                                                                 "-60"),))
+    huge = "9" * 20
+    ollama = PRESETS["ollama"].read("hi\n", f"prompt eval count:    {huge} token(s)\neval count:    3 token(s)\n")
+    assert ollama.usage == TokenUsage(None, None, 3, (("prompt eval count", huge),))
+
+
+async def test_a_real_claude_reporting_a_negative_cost_does_not_lower_what_its_sender_spent(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model API reporting negative token counts makes the real claude print `"total_cost_usd": -25`: counted,
+    the sender's total would drop by $25 and the limit would let every later turn run."""
+    real_cli("claude")
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-claude")
+    events = EventLog(home.events_file)
+    records = MemoryUsageRecords()
+    settings = UsageSettings.model_validate({"limits": [{"per": "sender", "day": {"usd": 1.0}}]})
+    meter = UsageMeter(records, settings, events)
+    payer = Payer("console/console/ada", "console/console/c1", "console")
+    meter.record(payer, "claude", Spent(usd=0.9, turns=1))
+    async with ModelServer(reply="hi", usage=Usage(fresh_in=-5_000_000, cache_write=0, cached_in=0, out=-1_000_000,
+                                                   reasoning=0)) as server:
+        provider = ProviderSettings(type="claude", binary=real_cli("claude"), base_url=server.url + PREFIX["claude"],
+                                    api_key_env=KEY_VARIABLE, timeout_sec=120, first_output_sec=90)
+        runner = ProviderRunner(home, {"claude": provider}, {})
+        runner.meter = meter
+        result = await runner.run("claude", "say hi", request={}, request_file=None, cwd=tmp_path,
+                                  call=AgentCall(payer=payer))
+    assert result.stdout == "hi"
+    today = meter.now().date()
+    spent = records.totals("sender", payer.sender, today, today)
+    assert spent.turns == 2 and spent.usd == pytest.approx(0.9)
+    invalid = [(e["field"], e["raw"]) for e in read_events(home.events_file) if e["event"] == "usage.invalid"]
+    assert ("total_cost_usd", "-25") in invalid
+    meter.record(payer, "claude", Spent(usd=0.1, turns=1))
+    with pytest.raises(LimitReached):
+        meter.check(payer, "claude")

@@ -1,9 +1,12 @@
-"""orchestrator/meter.py: spending limits checked before a turn starts, each turn counted for its payer, and what
-`/usage` tells a sender (their own spending; of a shared limit only whether it is reached)."""
+"""orchestrator/meter.py: spending limits checked before a turn starts, counting the turns running now (each one
+turn; of the other units the window's average per ended turn), each turn counted for its payer, a figure that is
+no amount not counted, and what `/usage` tells a sender (their own spending; of a shared limit only whether it is
+reached)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -23,7 +26,7 @@ from orchestrator.agent_cli import AgentCall
 from orchestrator.meter import LimitReached, UsageMeter, window_of
 from orchestrator.providers import ProviderRunner
 from orchestrator.runs import RunStore
-from orchestrator.usage import MemoryUsageRecords, Payer, Spent
+from orchestrator.usage import MemoryUsageRecords, Payer, Spent, raw_text
 from orchestrator.usagefiles import FileUsageRecords
 from tests.fakes.clis import FakeClis
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message
@@ -139,6 +142,59 @@ def test_a_turn_over_the_limit_is_not_started_and_every_turn_is_counted(home: Ho
     recorded = [e for e in read_events(home.events_file) if e["event"] == "usage.recorded"]
     assert [e["provider"] for e in recorded] == ["agent", "agent"]
     assert [e["event"] for e in read_events(home.events_file)][-1] == "usage.limit_reached"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0], ids=str)
+def test_a_figure_that_is_no_amount_is_not_counted_and_is_named_in_an_event(home: Home, bad: float) -> None:
+    events = EventLog(home.events_file)
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"usd": 1.0}}], records, events=events)
+    meter.record(ADA, "claude", Spent(usd=1.0, turns=1))
+    meter.record(ADA, "claude", Spent(usd=bad, tokens_in=5, turns=1, seconds=bad), run_id="r1",
+                 invalid=[("total_cost_usd", "NaN")])  # as a preset read it (clis/base.py Figures)
+    day = NOW.date()
+    assert records.totals("sender", ADA.sender, day, day) == Spent(1.0, 5, 0, 2, 0.0)
+    with pytest.raises(LimitReached, match=r"\$1.00 used"):  # the limit still holds
+        meter.check(ADA, "claude")
+    stored = read_events(home.events_file)
+    assert [(e["provider"], e["field"], e["raw"], e["job_id"]) for e in stored if e["event"] == "usage.invalid"] == [
+        ("claude", "total_cost_usd", "NaN", "r1"), ("claude", "usd", raw_text(bad), "r1"),
+        ("claude", "seconds", raw_text(bad), "r1")]
+    assert [e["usd"] for e in stored if e["event"] == "usage.recorded"] == [1.0, 0.0]
+
+
+def test_the_turns_running_now_count_one_turn_each_and_say_so_in_the_reply() -> None:
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"turns": 3}}], records)
+    meter.record(ADA, "claude", Spent(turns=1))
+    first, second = meter.reserve(ADA, "claude"), meter.reserve(BOB, "claude")  # Bob is another sender
+    assert first is not None and second is not None
+    meter.reserve(ADA, "claude")
+    with pytest.raises(LimitReached) as reached:  # 1 used and 2 running
+        meter.reserve(ADA, "claude")
+    assert "daily limit of 3 turns per sender: 3 turns used, counting 2 turns still running" in reached.value.reply
+    meter.release(first)
+    assert meter.reserve(ADA, "claude") is not None
+
+
+def test_a_running_turn_counts_the_windows_average_cost_per_turn_and_nothing_before_any_turn_ended() -> None:
+    records = MemoryUsageRecords()
+    meter = _meter([{"per": "sender", "day": {"usd": 1.0}}], records)
+    tokens = [meter.reserve(ADA, "claude") for _ in range(5)]  # no turn ended yet: nothing known of their cost
+    for token in tokens:
+        assert token is not None
+        meter.release(token)
+    meter.record(ADA, "claude", Spent(usd=0.6, turns=2))  # $0.30 a turn so far
+    meter.reserve(ADA, "claude")  # $0.60 used, nothing running
+    meter.reserve(ADA, "claude")  # $0.60 + one running at $0.30 < $1.00
+    with pytest.raises(LimitReached, match=r"\$1.20 used, counting 2 turns still running"):
+        meter.reserve(ADA, "claude")
+
+
+def test_without_a_limit_nothing_is_reserved() -> None:
+    records = MemoryUsageRecords()
+    assert _meter([], records).reserve(ADA, "claude") is None
+    assert records.running("sender", ADA.sender) == 0
 
 
 def _reached(meter: UsageMeter, payer: Payer, provider: str) -> LimitReached:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from orchestrator.acp.turn import Turn
 from orchestrator.agent_cli import AgentCall
 from orchestrator.providers import ProviderRunner
 from orchestrator.spawn import ProviderResult
@@ -89,3 +91,13 @@ async def test_a_real_adapters_live_turn_reports_the_tokens_the_model_api_sent(
         assert second.usage.usd == pytest.approx(first.usage.usd)
     else:
         assert first.usage.usd is None
+
+
+@pytest.mark.parametrize(("amount", "raw"), [(math.inf, "Infinity"), (math.nan, "NaN"), ("0.5", '"0.5"')])
+def test_a_live_sessions_cost_that_is_no_amount_is_not_counted_and_kept_with_its_raw_value(
+        amount: object, raw: str) -> None:
+    turn = Turn(on_text=None, ask=None, permissions="allow")
+    turn.update({"sessionUpdate": "usage_update", "used": 5270, "size": 200000,
+                 "cost": {"amount": amount, "currency": "USD"}})
+    assert turn.spent(None, None, 0.5) == TokenUsage(None, 5270, 0, (("cost.amount", raw),))
+    assert turn.cost is None  # nor is it kept as the session's cost so far, which the next turn starts from
