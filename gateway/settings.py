@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.usagesettings import UsageSettings
+from gateway.yamlfile import error_text as yaml_error_text
 from gateway.yamlfile import load_yaml
 
 
@@ -341,9 +342,7 @@ def parse_yaml_file(path: Path) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise SettingsError(f"{path}: file not found") from exc
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SettingsError(f"{path}: cannot read: invalid YAML{where}: {exc.problem or exc.context}") from exc
+        raise SettingsError(f"{path}: cannot read: {yaml_error_text(exc)}") from exc
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SettingsError(f"{path}: cannot read: {exc}") from exc
     if data is None:

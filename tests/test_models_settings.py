@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,29 @@ def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as caught:
         load_settings(path)
     assert "duplicate key 'runs_retention_days' on line 2 and line 4" in str(caught.value)
+
+
+@pytest.mark.parametrize(("line", "edit", "expected"), [
+    pytest.param(12, lambda text: "  max_attempts 5\n",
+                 "invalid YAML at line 12, column 3: could not find expected ':' at line 13, column 3 (while scanning "
+                 "a simple key at line 12, column 3): is the `:` after a key missing?", id="key-without-colon"),
+    pytest.param(86, lambda text: text.replace("}", "", 1),
+                 "invalid YAML at line 86, column 5: did not find expected ',' or '}' at line 166, column 1 (while "
+                 "parsing a flow mapping at line 86, column 5): is a `{` left open?", id="unclosed-brace"),
+])
+def test_a_yaml_error_points_at_the_line_to_fix_and_keeps_both_marks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], line: int, edit: Callable[[str], str],
+        expected: str) -> None:
+    """The example settings with one line broken as a user would: the error leads with that line, and keeps the
+    line where the parser gave up (before, only the latter was named: 13 and 166)."""
+    from gateway.cli import main
+
+    lines = EXAMPLE.read_text().splitlines(keepends=True)
+    lines[line - 1] = edit(lines[line - 1])
+    path = tmp_path / "settings.yaml"
+    path.write_text("".join(lines))
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert capsys.readouterr().out.splitlines() == [f"{path}: cannot read: {expected}", "1 problem found"]
 
 
 def test_check_names_a_key_given_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,7 +26,7 @@ def _with(**changes: Any) -> dict[str, Any]:
 
 BROKEN = [
     pytest.param("agents: {writer: {provider: fake_agent}\nworkflows: {}\n",
-                 "cannot read: invalid YAML at line 2", id="bad-yaml"),
+                 "cannot read: invalid YAML at line 1, column 9", id="bad-yaml"),
     pytest.param(_with(agents={"writer": {"provider": "ghost"}}),
                  "agents.writer.provider: unknown provider 'ghost'", id="unknown-provider"),
     pytest.param(_with(reply_within_secs=5), "reply_within_secs: unknown key; did you mean `reply_within_sec`",
