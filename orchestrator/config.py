@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.fields import Argv
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
 from gateway.yamlfile import load_yaml
@@ -188,7 +189,7 @@ class FunctionConfig(_Strict):
 
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    command: list[str] = Field(min_length=1)
+    command: Argv = Field(min_length=1)
     timeout_sec: float = Field(default=60, gt=0)
 
     @model_validator(mode="after")
