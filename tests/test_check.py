@@ -83,3 +83,30 @@ def test_check_is_not_ok_while_a_profile_token_variable_is_unset(
     monkeypatch.setenv("SY_TEST_TOKEN", "123:abc")
     assert main(["--home", str(tmp_path), "check"]) == 0
     assert capsys.readouterr().out.startswith("ok: ")
+
+
+SCHEDULES = """\
+workflows:
+  chat: {description: Reply, steps: [{id: Reply, provider: echo}]}
+rules: {default_workflow: chat, keyword: {}}
+schedules:
+  digest: {cron: "0 9 * * *", prompt: hi, workflow: digest, deliver: {profile: console, conversationId: c}}
+  ping: {every_sec: 60, prompt: hi, deliver: {profile: telegram-main, conversationId: c}}
+  both: {cron: "0 9 * * *", every_sec: 60, prompt: hi, deliver: {profile: console, conversationId: c}}
+"""
+
+
+def test_check_names_every_bad_schedule_in_one_pass(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three bad schedules: one did not validate (nor did `rules`), which hid the others' unknown workflow and
+    deliver profile."""
+    path = home.orchestrators / "main" / "orchestrator.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(SCHEDULES)
+    assert main(["--home", str(home.root), "check"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: rules.keyword: unknown key; did you mean `keywords`?",
+        f"{path}: schedules.both: give exactly one of `cron` and `every_sec`",
+        f"{path}: schedules.digest.workflow: unknown workflow 'digest'; workflows: chat",
+        f"{path}: schedules.ping.deliver.profile: no channel profile 'telegram-main' in settings.yaml; profiles: "
+        "console",
+        "4 problems found"]
