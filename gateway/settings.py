@@ -214,6 +214,13 @@ class ChannelOptions(_Strict):
     workflow: str | None = None
     approvers: list[IdText] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
 
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why no profile of this type can start on this installation (a library that is not installed:
+        `run` disables the profile), else None; `switchyard check` names it. A channel whose library is
+        optional overrides it, and its channel raises ConfigurationError with the same reason."""
+        return None
+
 
 class DashboardSettings(_Strict):
     """The web dashboard and `/metrics` served by `switchyard run` (off unless `port` is set)."""

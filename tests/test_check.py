@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gateway import hookimpl
 from gateway.api import BuiltinProvider
@@ -14,6 +16,8 @@ from gateway.cli.check import home_problems, require_valid_home
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import Settings, SettingsError
+from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML, write_default_orchestrator
+from tests.process import SWITCHYARD, clean_environment
 
 
 class Plugged:
@@ -83,6 +87,57 @@ def test_check_is_not_ok_while_a_profile_token_variable_is_unset(
     monkeypatch.setenv("SY_TEST_TOKEN", "123:abc")
     assert main(["--home", str(tmp_path), "check"]) == 0
     assert capsys.readouterr().out.startswith("ok: ")
+
+
+HIDDEN_LIBRARIES = [  # (profile, the module hidden, the extra the line names)
+    pytest.param({"type": "telegram", "token_env": "SY_TEST_TOKEN"}, "telegram", "python-telegram-bot", "telegram",
+                 id="telegram"),
+    pytest.param({"type": "discord", "token_env": "SY_TEST_TOKEN"}, "discord", "discord.py", "discord", id="discord"),
+    pytest.param({"type": "slack", "bot_token_env": "SY_TEST_TOKEN", "app_token_env": "SY_TEST_TOKEN"}, "slack_bolt",
+                 "slack-bolt", "slack", id="slack"),
+    pytest.param({"type": "whatsapp", "token_env": "SY_TEST_TOKEN", "phone_number_id": "1",
+                  "app_secret_env": "SY_TEST_TOKEN"}, "aiohttp", "aiohttp", "whatsapp", id="whatsapp"),
+]
+
+
+@pytest.mark.parametrize(("profile", "module", "library", "extra"), HIDDEN_LIBRARIES)
+def test_check_names_a_channel_whose_library_is_not_installed(
+        tmp_path: Path, profile: dict[str, str], module: str, library: str, extra: str) -> None:
+    """`switchyard check` as a process whose PYTHONPATH hides the library (importing it raises ImportError, as
+    when it is not installed): it said ok, and `run` then disabled the profile."""
+    hidden = tmp_path / "hidden" / module
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text(f"raise ImportError({f'No module named {module!r}'!r})\n")
+    home = tmp_path / "home"
+    (home / "orchestrators" / "main").mkdir(parents=True)
+    (home / "orchestrators" / "main" / "orchestrator.yaml").write_text(DEFAULT_ORCHESTRATOR_YAML)
+    (home / "settings.yaml").write_text(yaml.safe_dump({"channels": [{"id": "chat", **profile}]}))
+    env = clean_environment({"SY_TEST_TOKEN": "123:abc"})
+    shown = subprocess.run([SWITCHYARD, "--home", str(home), "check"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert (shown.returncode, shown.stdout.splitlines()[-1][:3]) == (0, "ok:"), shown.stdout + shown.stderr
+    checked = subprocess.run([SWITCHYARD, "--home", str(home), "check"], capture_output=True, text=True, timeout=60,
+                             env={**env, "PYTHONPATH": str(tmp_path / "hidden")})
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines() == [
+        f"{home / 'settings.yaml'}: channels.0 (chat): type: {library} is not installed: pip install '.[{extra}]' "
+        "in the Switchyard clone (run would disable this profile)", "1 problem found"]
+
+
+def test_check_names_a_plugin_module_that_does_not_import(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt module in `plugins:` was logged (twice) and `check` said ok: `run` goes on without it."""
+    path = tmp_path / "settings.yaml"
+    path.write_text("plugins: [plugins.telegarm]\nchannels: []\n")
+    monkeypatch.setenv("SWITCHYARD_PLUGINS", "switchyard_pigeon")
+    write_default_orchestrator(tmp_path / "orchestrators" / "main")
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: plugins.0: cannot import plugin 'plugins.telegarm' (No module named 'plugins.telegarm'); run would "
+        "go on without it",
+        f"{path}: $SWITCHYARD_PLUGINS: cannot import plugin 'switchyard_pigeon' (No module named 'switchyard_pigeon'); "
+        "run would go on without it",
+        "2 problems found"]
 
 
 SCHEDULES = """\
