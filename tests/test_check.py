@@ -70,7 +70,9 @@ def test_check_names_every_problem_in_one_pass_one_line_each_with_the_likely_key
         f"{path}: channels.0 (beat): intervall_sec: unknown key; did you mean `interval_sec`?",
         f"{path}: channels.1 (tg): token_env: the environment variable SWITCHYARD_TEST_UNSET_TOKEN is not set "
         "(run would disable this profile)",
-        "4 problems found"]
+        f"warning: {path}: orchestrators.main.workspace: {tmp_path / 'orchestrators' / 'main'} does not exist; run "
+        "would create it and write the default orchestrator.yaml there",
+        "4 problems found, 1 warning"]
     assert main(["--home", str(tmp_path), "run"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "switchyard: invalid settings: 2 problems:",
@@ -86,7 +88,7 @@ def test_check_is_not_ok_while_a_profile_token_variable_is_unset(
     assert "channels.0 (tg): token_env: the environment variable SY_TEST_TOKEN is not set" in capsys.readouterr().out
     monkeypatch.setenv("SY_TEST_TOKEN", "123:abc")
     assert main(["--home", str(tmp_path), "check"]) == 0
-    assert capsys.readouterr().out.startswith("ok: ")
+    assert capsys.readouterr().out.splitlines()[-1].startswith("ok: ")
 
 
 HIDDEN_LIBRARIES = [  # (profile, the module hidden, the extra the line names)
@@ -138,6 +140,63 @@ def test_check_names_a_plugin_module_that_does_not_import(
         f"{path}: $SWITCHYARD_PLUGINS: cannot import plugin 'switchyard_pigeon' (No module named 'switchyard_pigeon'); "
         "run would go on without it",
         "2 problems found"]
+
+
+def test_check_warns_of_a_workspace_or_orchestrator_yaml_run_would_create(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt workspace, and one without its orchestrator.yaml: `run` writes the default (echo and rules answer)."""
+    path = tmp_path / "settings.yaml"
+    path.write_text("orchestrators:\n  main: {workspace: orchestrators/mian}\n  ops: {workspace: ops}\n"
+                    "channels: []\n")
+    (tmp_path / "ops").mkdir()
+    assert main(["--home", str(tmp_path), "check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        f"warning: {path}: orchestrators.main.workspace: {tmp_path / 'orchestrators' / 'mian'} does not exist; run "
+        "would create it and write the default orchestrator.yaml there",
+        f"warning: {tmp_path / 'ops' / 'orchestrator.yaml'}: (file): not found; run would write the default one there"]
+    assert lines[2].startswith(f"ok: {path}: 0 channel profile(s)") and lines[2].endswith("; 2 warnings")
+    assert len(lines) == 3
+
+
+PLACEHOLDERS = """\
+agents:
+  writer: {provider: echo, prompt: "Plan: {{steps.Plan.output}} / {{steps.Nope.output}}"}
+workflows:
+  build:
+    description: Plan, then write
+    inputs: {type: object, properties: {topic: {type: string}}}
+    steps:
+      - {id: Plan, provider: echo, prompt: "Plan {{input.topic}} and {{input.topik}}, after {{steps.Write.output}}"}
+      - {id: Write, agent: writer}
+      - {id: Ship, command: [echo, "{{steps.Write.outptu}}"]}
+  chat:
+    description: Reply
+    steps:
+      - {id: Reply, provider: echo, prompt: "{{input.topic}}"}
+"""
+
+
+def test_check_warns_of_a_template_naming_a_step_or_input_that_does_not_exist(
+        home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent received `{{steps.Nope.output}}` as written, and `check` said ok."""
+    path = home.orchestrators / "main" / "orchestrator.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(PLACEHOLDERS)
+    assert main(["--home", str(home.root), "check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.removeprefix(f"warning: {path}: ") for line in lines[:-1]] == [
+        "workflows.build.steps.0.prompt: `{{input.topik}}` names no input of workflow build (inputs: topic); "
+        "it would stay as written",
+        "workflows.build.steps.0.prompt: `{{steps.Write.output}}` names step Write, which has not run yet at this "
+        "step; it would be empty",
+        "agents.writer.prompt (used by workflows.build.steps.1): `{{steps.Nope.output}}` names no step of workflow "
+        "build (steps: Plan, Write, Ship); it would stay as written",
+        "workflows.build.steps.2.command.1: `{{steps.Write.outptu}}` names no field of a step (fields: output, "
+        "status, json); it would stay as written",
+        "workflows.chat.steps.0.prompt: `{{input.topic}}` names no input of workflow chat (it declares no `inputs` "
+        "properties); it would stay as written"]
+    assert lines[-1].startswith("ok: ") and lines[-1].endswith("; 5 warnings")
 
 
 SCHEDULES = """\

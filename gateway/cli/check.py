@@ -2,7 +2,8 @@
 
 `switchyard run` calls `require_valid_home` before any channel starts; `switchyard check` prints the
 same problems, one `file: key: reason` line each, then what `run` would not refuse but answer by disabling
-a part (an unset variable, a channel library not installed, a plugin that does not import).
+a part (an unset variable, a channel library not installed, a plugin that does not import), then the
+warnings: what `run` goes on with that may not be what was meant (a default file it would write).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def home_problems(home: Home, settings: Settings, pm: pluggy.PluginManager, *, s
 def _providers(pm: pluggy.PluginManager) -> list[str]:
     """The in-process providers every plugin declares."""
     return sorted({name for declared in call_each(pm, "switchyard_providers") for name in declared})
+
+
+def home_warnings(home: Home, settings: Settings, pm: pluggy.PluginManager) -> list[str]:
+    """What every plugin warns of (`switchyard_check_warnings`): `run` goes on with it, `check` still says ok."""
+    found = call_each(pm, "switchyard_check_warnings", home=home, settings=settings, providers=_providers(pm))
+    return [warning for warnings in found for warning in warnings]
 
 
 def disabled_parts(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:
@@ -120,7 +127,7 @@ def cmd_check(args: argparse.Namespace, run: Invocation) -> int:
         settings: Settings | None = run.settings
         problems = home_problems(run.home, run.settings, run.pm, source=str(source))
         problems += disabled_parts(run.home, run.settings, run.pm, source=str(source))
-        warnings: list[str] = []
+        warnings = home_warnings(run.home, run.settings, run.pm)
     except SettingsError as exc:
         settings, problems = None, exc.problems or [str(exc)]
         more, warnings = _partly_valid_findings(run, source)
@@ -161,7 +168,8 @@ def _partly_valid_findings(run: Invocation, source: Path) -> tuple[list[str], li
     plugins = not invalid & {"providers", "orchestrators", "default_orchestrator"}
     problems = home_problems(run.home, partial, run.pm, source=str(source), channels="channels" not in invalid,
                              plugins=plugins)
-    return problems + disabled_parts(run.home, partial, run.pm, source=str(source)), []
+    warnings = home_warnings(run.home, partial, run.pm) if plugins else []
+    return problems + disabled_parts(run.home, partial, run.pm, source=str(source)), warnings
 
 
 def _summary(home: Home, settings: Settings, source: Path) -> dict[str, Any]:
