@@ -33,7 +33,8 @@ def file_warnings(home: Home, settings: Settings) -> Iterator[str]:
 
 def template_warnings(config: OrchestratorConfig, workspace: Path) -> Iterator[str]:
     """A `{{steps.X…}}` naming no step of its workflow (or one that has not run yet), or an `{{input.Y}}` naming
-    no input the workflow declares: the placeholder reaches the agent or command as written (or empty)."""
+    none of the `properties` its workflow's `inputs` declares: it reaches the agent or command as written (or
+    empty)."""
     for workflow_id, workflow in config.workflows.items():
         for index, step in enumerate(workflow.steps):
             where = f"workflows.{workflow_id}.steps.{index}"
@@ -82,10 +83,8 @@ def _placeholder_problem(name: str, workflow_id: str, workflow: WorkflowConfig, 
             return f"names step {step_id}, which has not run yet at this step; it would be empty"
         if field and field.partition(".")[0] not in STEP_FIELDS:
             return f"names no field of a step (fields: {', '.join(STEP_FIELDS)}); it would stay as written"
-    if kind == "input" and rest:
-        declared = (workflow.inputs or {}).get("properties")
-        names = sorted(declared) if isinstance(declared, dict) else []
-        if rest.partition(".")[0] not in names:
-            listed = f"inputs: {', '.join(names)}" if names else "it declares no `inputs` properties"
-            return f"names no input of workflow {workflow_id} ({listed}); it would stay as written"
+    declared = (workflow.inputs or {}).get("properties")  # without it, a channel may give any (an inbox's repo)
+    if kind == "input" and rest and isinstance(declared, dict) and rest.partition(".")[0] not in declared:
+        return (f"names no input of workflow {workflow_id} (inputs: {', '.join(sorted(declared))}); it would stay "
+                "as written")
     return None
