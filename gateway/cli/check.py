@@ -22,6 +22,8 @@ from gateway.plugin_manager import call_each, check_channel_options, import_plug
 from gateway.settings import ChannelOptions, Settings, SettingsError, parse_yaml_file
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gateway.cli import Invocation
 
 
@@ -64,7 +66,7 @@ def disabled_parts(home: Home, settings: Settings, pm: pluggy.PluginManager, *, 
 def missing_libraries(settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:
     """A problem for each channel profile whose type's library is not installed (`ChannelOptions.unavailable`;
     `run` would disable that profile)."""
-    models: dict[str, type[Any]] = {}
+    models: dict[str, type[BaseModel]] = {}
     for declared in call_each(pm, "switchyard_channel_options"):
         models.update(declared)
     unavailable = {kind: model.unavailable() for kind, model in models.items()
