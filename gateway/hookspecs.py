@@ -93,6 +93,16 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
 
 
 @hookspec
+def switchyard_check_warnings(home: Home, settings: Settings, providers: list[str]) -> list[str] | None:
+    """Names what `switchyard run` would go on with but may not be what was meant (a workspace or default
+    file it would create, a template placeholder no value fills); one `file: key: reason` line each.
+
+    `switchyard check` prints them as warnings and still exits 0 on warnings alone; `run` does not refuse
+    them. All implementations are called; the lists are joined.
+    """
+
+
+@hookspec
 def switchyard_backends() -> dict[str, BackendFactory]:  # type: ignore[empty-body]
     """Declares storage backends by the name `queue.backend` selects: a factory `(home, settings, stores) ->
     Backend` (gateway/composition.py says what a Backend opens; pass `stores` to `composition.open_store`).

@@ -57,7 +57,7 @@ def plugin_manager_for(modules: Iterable[str], *, extra: Iterable[object] = ()) 
     (the CLI builds one with only its light modules to parse a command line)."""
     pm = pluggy.PluginManager("switchyard")
     pm.add_hookspecs(hookspecs)
-    modules = [*modules, *(m.strip() for m in os.environ.get("SWITCHYARD_PLUGINS", "").split(",") if m.strip())]
+    modules = [*modules, *_env_plugins()]
     for name in dict.fromkeys(modules):
         _register_module(pm, name)
     for entry_point in _entry_points(tuple(sys.path)):
@@ -80,13 +80,32 @@ def _entry_points(path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
 
 
 def _register_module(pm: pluggy.PluginManager, name: str) -> None:
-    try:
-        module = importlib.import_module(name)
-    except Exception as exc:
-        log.error("plugin %s failed to import and is disabled: %s", name, exc)
-        return
-    if not pm.is_registered(module):
+    module = import_plugin(name)
+    if isinstance(module, str):
+        log.error("plugin %s failed to import and is disabled: %s", name, module)
+    elif not pm.is_registered(module):
         pm.register(module, name=name)
+
+
+def import_plugin(name: str) -> ModuleType | str:
+    """The plugin module `name`, or why it cannot be imported (the plugin manager then logs it and goes on
+    without it; `switchyard check` names it)."""
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        return str(exc) or type(exc).__name__
+
+
+def listed_plugins(settings: Settings) -> list[tuple[str, str]]:
+    """(where it is listed, module name) of each plugin module the user names: `plugins:` in the settings and
+    `$SWITCHYARD_PLUGINS`."""
+    listed = [(f"plugins.{index}", name) for index, name in enumerate(settings.plugins)]
+    return listed + [("$SWITCHYARD_PLUGINS", name) for name in _env_plugins()]
+
+
+def _env_plugins() -> list[str]:
+    """The modules `$SWITCHYARD_PLUGINS` names (comma-separated)."""
+    return [name.strip() for name in os.environ.get("SWITCHYARD_PLUGINS", "").split(",") if name.strip()]
 
 
 def call_each(pm: pluggy.PluginManager, hook: str, *, events: EventLog | None = None, **kwargs: Any) -> list[Any]:

@@ -11,7 +11,9 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.fields import Argv, IdText
 from gateway.usagesettings import UsageSettings
+from gateway.yamlfile import error_text as yaml_error_text
 from gateway.yamlfile import load_yaml
 
 
@@ -79,7 +81,7 @@ class ProviderSettings(_Strict):
     """One provider: a preset for a known agent CLI (`type`), or a generic argv (`command`)."""
 
     type: Literal["claude", "codex", "gemini", "ollama"] | None = None
-    command: list[str] | None = Field(default=None, min_length=1)
+    command: Argv | None = Field(default=None, min_length=1)
     input: Literal["stdin", "arg"] = "stdin"
     timeout_sec: float = Field(default=300, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
@@ -95,7 +97,7 @@ class ProviderSettings(_Strict):
     api_key_env: str | None = Field(default=None, min_length=1)  # the variable holding the key for it
     request_file: bool = False  # a workflow step writes its request JSON for it ($SWITCHYARD_REQUEST)
     transport: Literal["oneshot", "acp"] = "oneshot"  # acp: a live agent session per conversation (ACP adapter)
-    acp_command: list[str] | None = Field(default=None, min_length=1)  # the adapter's argv (else the preset's)
+    acp_command: Argv | None = Field(default=None, min_length=1)  # the adapter's argv (else the preset's)
     max_live: int = Field(default=8, ge=1, le=1024)  # acp: live sessions kept warm for this provider
     idle_sec: float = Field(default=600, gt=0)  # acp: a session unused this long is closed (reloaded when needed)
     permissions: Literal["ask", "allow", "deny"] = "ask"  # acp: a tool call asks the chat, or is allowed/denied
@@ -148,7 +150,7 @@ class TranscribeSettings(_Strict):
     `{file}` in the argv is replaced by the audio file's path; without it the path goes last. A bare
     list is the command alone."""
 
-    command: list[str] = Field(min_length=1)
+    command: Argv = Field(min_length=1)
     timeout_sec: float = Field(default=120, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     max_output_bytes: int = Field(default=65536, ge=1024)
@@ -156,7 +158,7 @@ class TranscribeSettings(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _bare_list(cls, data: Any) -> Any:
-        return {"command": data} if isinstance(data, list) else data
+        return {"command": data} if isinstance(data, list | str) else data
 
     @field_validator("command")
     @classmethod
@@ -184,7 +186,7 @@ class ChannelProfile(BaseModel):
     id: str = Field(min_length=1, max_length=128)
     type: str = Field(min_length=1)
     orchestrator: str | None = None
-    allow_from: list[str] | None = None  # absent: everyone; [] nobody; `allow_from:` left empty is an error
+    allow_from: list[IdText] | None = None  # absent: everyone; [] nobody; `allow_from:` left empty is an error
 
     @field_validator("allow_from", mode="before")
     @classmethod
@@ -210,7 +212,14 @@ class ChannelOptions(_Strict):
     pairing: bool = False
     pairing_code_ttl_sec: float = Field(default=DEFAULT_PAIRING_CODE_TTL_S, gt=0)
     workflow: str | None = None
-    approvers: list[str] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
+    approvers: list[IdText] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why no profile of this type can start on this installation (a library that is not installed:
+        `run` disables the profile), else None; `switchyard check` names it. A channel whose library is
+        optional overrides it, and its channel raises ConfigurationError with the same reason."""
+        return None
 
 
 class DashboardSettings(_Strict):
@@ -341,9 +350,7 @@ def parse_yaml_file(path: Path) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise SettingsError(f"{path}: file not found") from exc
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SettingsError(f"{path}: cannot read: invalid YAML{where}: {exc.problem or exc.context}") from exc
+        raise SettingsError(f"{path}: cannot read: {yaml_error_text(exc)}") from exc
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SettingsError(f"{path}: cannot read: {exc}") from exc
     if data is None:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.fields import Argv
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError, parse_yaml_file, validation_problems
 from gateway.yamlfile import load_yaml
+from orchestrator.configparts import salvage
 from orchestrator.jobs import RetryPolicy
 from orchestrator.schedconfig import ScheduleConfig, deliver_problems, workflow_problems
 from orchestrator.workflows import (
@@ -188,7 +190,7 @@ class FunctionConfig(_Strict):
 
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-    command: list[str] = Field(min_length=1)
+    command: Argv = Field(min_length=1)
     timeout_sec: float = Field(default=60, gt=0)
 
     @model_validator(mode="after")
@@ -239,19 +241,23 @@ class OrchestratorConfig(_Sections):
         return RetryPolicy(self.max_retries if own is None else own, self.retry_backoff_sec,
                            self.retry_backoff_max_sec)
 
-    def reference_problems(self, known_providers: set[str]) -> Iterator[str]:
-        """Every reference to an agent, workflow or provider that does not exist, as `key: problem`."""
+    def reference_problems(self, known_providers: set[str],
+                           written: Mapping[str, Collection[str]] | None = None) -> Iterator[str]:
+        """Every reference to an agent, workflow or provider that does not exist, as `key: problem`; `written`:
+        the names of each section as the file gives them, when some did not validate (configcheck.salvage)."""
+        agents = {*self.agents, *(written or {}).get("agents", ())}
+        workflows = {*self.workflows, *(written or {}).get("workflows", ())}
         yield from version_problems(self.version, self.workflows)
         for workflow_id, workflow in self.workflows.items():
             for index, step in enumerate(workflow.steps):
                 for suffix, body in step.bodies():
                     key = f"workflows.{workflow_id}.steps.{index}" + (f".{suffix}" if suffix else "")
-                    if body.agent is not None and body.agent not in self.agents:
-                        yield f"{key}.agent: unknown agent {body.agent!r}; agents: {_listing(self.agents)}"
-        yield from workflow_problems(self.schedules, self.workflows)
+                    if body.agent is not None and body.agent not in agents:
+                        yield f"{key}.agent: unknown agent {body.agent!r}; agents: {_listing(agents)}"
+        yield from workflow_problems(self.schedules, workflows)
         for key, workflow_id in self._rule_targets():
-            if workflow_id not in self.workflows:
-                yield f"{key}: unknown workflow {workflow_id!r}; workflows: {_listing(self.workflows)}"
+            if workflow_id not in workflows:
+                yield f"{key}: unknown workflow {workflow_id!r}; workflows: {_listing(workflows)}"
         for key, provider in self.provider_references():
             if provider not in known_providers:
                 yield f"{key}: unknown provider {provider!r}; known: {_listing(known_providers)}"
@@ -294,15 +300,23 @@ def _listing(names: Any) -> str:
 def parse_orchestrator_config(
     data: dict[str, Any], source: str, known_providers: set[str]
 ) -> OrchestratorConfig:
-    """Validates an orchestrator.yaml mapping, raising SettingsError that names the failing key."""
-    try:
-        config = OrchestratorConfig.model_validate(data)
-    except ValidationError as exc:
-        raise SettingsError.of(source, validation_problems(exc, OrchestratorConfig)) from exc
-    problems = list(config.reference_problems(known_providers))
+    """Validates an orchestrator.yaml mapping, raising SettingsError that names every failing key."""
+    config, problems = checked_config(data, known_providers)
     if problems:
         raise SettingsError.of(source, problems)
     return config
+
+
+def checked_config(data: dict[str, Any], known_providers: set[str]) -> tuple[OrchestratorConfig, list[str]]:
+    """An orchestrator.yaml mapping validated, and its problems as `key: reason`: all in one pass, those of the
+    references in the parts that are valid too (then the config holds only those parts)."""
+    try:
+        config, written, problems = OrchestratorConfig.model_validate(data), None, []
+    except ValidationError as exc:
+        problems = validation_problems(exc, OrchestratorConfig)
+        config, written = salvage(OrchestratorConfig, data)
+    return config, problems + [problem for problem in config.reference_problems(known_providers, written)
+                               if problem not in problems]
 
 
 def default_orchestrator_config(known_providers: set[str]) -> OrchestratorConfig:
@@ -323,16 +337,22 @@ def load_every_config(
     home: Home, settings: Settings, known_providers: set[str]
 ) -> tuple[list[LoadedConfig], list[str]]:
     """Every orchestrator's configuration that validates, and one `file: key: reason` line per
-    problem of those that do not (the check at start, `switchyard check`, `doctor` and `status`)."""
-    loaded, problems = [], []
+    problem of those that do not (the check at start, `switchyard check`, `doctor` and `status`); the
+    schedules of a file with problems are checked too, so that every schedule's problem is named."""
+    loaded, problems, schedules = [], [], []
     for orchestrator_id, ref in settings.orchestrators.items():
         workspace = home.resolve(ref.workspace)
+        path = workspace / CONFIG_FILE
         try:
-            config = load_orchestrator_config(workspace, known_providers)
-            loaded.append(LoadedConfig(orchestrator_id, workspace, config))
+            config, found = (checked_config(parse_yaml_file(path), known_providers) if path.exists()
+                             else (default_orchestrator_config(known_providers), []))
         except SettingsError as exc:
             problems += exc.problems
-    schedules = [(config.workspace / CONFIG_FILE, config.config.schedules) for config in loaded]
+            continue
+        problems += [f"{path}: {problem}" for problem in found]
+        schedules.append((path, config.schedules))
+        if not found:
+            loaded.append(LoadedConfig(orchestrator_id, workspace, config))
     return loaded, problems + list(_profile_workflow_problems(settings, loaded)) + list(
         deliver_problems(settings, schedules))
 

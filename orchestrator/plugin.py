@@ -77,6 +77,20 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
 
 
 @hookimpl
+def switchyard_check_warnings(home: Home, settings: Settings, providers: list[str]) -> list[str]:
+    """A workspace or orchestrator.yaml `run` would create (with the default answering), and each template
+    placeholder no value fills (it reaches the agent or command as written)."""
+    from orchestrator.config import CONFIG_FILE, load_every_config
+    from orchestrator.configcheck import file_warnings, template_warnings
+    from orchestrator.rules import builtin_providers
+
+    loaded, _ = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()) | set(providers))
+    return list(file_warnings(home, settings)) + [
+        f"{each.workspace / CONFIG_FILE}: {warning}" for each in loaded if (each.workspace / CONFIG_FILE).exists()
+        for warning in template_warnings(each.config, each.workspace)]
+
+
+@hookimpl
 def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dict[str, Any]:
     """Lists the runs not yet finished, read from disk, providers whose CLI cannot be found, orchestrator
     files that do not validate (a running gateway keeps their last valid version), and the retention of

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.fields import IdText
 from gateway.timezones import TimeZoneName
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ class ScheduleDeliver(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     profile: str = Field(min_length=1)
-    conversationId: str = Field(min_length=1, max_length=256)  # noqa: N815 - the payload's own field name
+    conversationId: IdText = Field(min_length=1, max_length=256)  # noqa: N815 - the payload's own field name
 
 
 class ScheduleConfig(BaseModel):

@@ -33,3 +33,8 @@ def render(template: str, values: Mapping[str, Any]) -> str:
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
     return _PLACEHOLDER.sub(replace, template)
+
+
+def placeholders(template: str) -> list[str]:
+    """The dotted name of every placeholder in a template, in order (`steps.Plan.output`)."""
+    return [match.group(1) for match in _PLACEHOLDER.finditer(template)]

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.fields import Argv
+
 ITEM_LIFECYCLE_VERSION = (1, 2)
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
@@ -37,7 +39,7 @@ class StepBody(_Strict):
     agent: str | None = None
     provider: str | None = None
     prompt: str | None = None
-    command: list[str] | None = Field(default=None, min_length=1)
+    command: Argv | None = Field(default=None, min_length=1)
     timeout_sec: float | None = Field(default=None, gt=0)
 
     def runnable_kinds(self) -> list[str]:

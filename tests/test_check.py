@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gateway import hookimpl
 from gateway.api import BuiltinProvider
@@ -14,6 +16,8 @@ from gateway.cli.check import home_problems, require_valid_home
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import Settings, SettingsError
+from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML, write_default_orchestrator
+from tests.process import SWITCHYARD, clean_environment
 
 
 class Plugged:
@@ -66,7 +70,9 @@ def test_check_names_every_problem_in_one_pass_one_line_each_with_the_likely_key
         f"{path}: channels.0 (beat): intervall_sec: unknown key; did you mean `interval_sec`?",
         f"{path}: channels.1 (tg): token_env: the environment variable SWITCHYARD_TEST_UNSET_TOKEN is not set "
         "(run would disable this profile)",
-        "4 problems found"]
+        f"warning: {path}: orchestrators.main.workspace: {tmp_path / 'orchestrators' / 'main'} does not exist; run "
+        "would create it and write the default orchestrator.yaml there",
+        "4 problems found, 1 warning"]
     assert main(["--home", str(tmp_path), "run"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "switchyard: invalid settings: 2 problems:",
@@ -82,4 +88,137 @@ def test_check_is_not_ok_while_a_profile_token_variable_is_unset(
     assert "channels.0 (tg): token_env: the environment variable SY_TEST_TOKEN is not set" in capsys.readouterr().out
     monkeypatch.setenv("SY_TEST_TOKEN", "123:abc")
     assert main(["--home", str(tmp_path), "check"]) == 0
-    assert capsys.readouterr().out.startswith("ok: ")
+    assert capsys.readouterr().out.splitlines()[-1].startswith("ok: ")
+
+
+HIDDEN_LIBRARIES = [  # (profile, the module hidden, the extra the line names)
+    pytest.param({"type": "telegram", "token_env": "SY_TEST_TOKEN"}, "telegram", "python-telegram-bot", "telegram",
+                 id="telegram"),
+    pytest.param({"type": "discord", "token_env": "SY_TEST_TOKEN"}, "discord", "discord.py", "discord", id="discord"),
+    pytest.param({"type": "slack", "bot_token_env": "SY_TEST_TOKEN", "app_token_env": "SY_TEST_TOKEN"}, "slack_bolt",
+                 "slack-bolt", "slack", id="slack"),
+    pytest.param({"type": "whatsapp", "token_env": "SY_TEST_TOKEN", "phone_number_id": "1",
+                  "app_secret_env": "SY_TEST_TOKEN"}, "aiohttp", "aiohttp", "whatsapp", id="whatsapp"),
+]
+
+
+@pytest.mark.parametrize(("profile", "module", "library", "extra"), HIDDEN_LIBRARIES)
+def test_check_names_a_channel_whose_library_is_not_installed(
+        tmp_path: Path, profile: dict[str, str], module: str, library: str, extra: str) -> None:
+    """`switchyard check` as a process whose PYTHONPATH hides the library (importing it raises ImportError, as
+    when it is not installed): it said ok, and `run` then disabled the profile."""
+    hidden = tmp_path / "hidden" / module
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text(f"raise ImportError({f'No module named {module!r}'!r})\n")
+    home = tmp_path / "home"
+    (home / "orchestrators" / "main").mkdir(parents=True)
+    (home / "orchestrators" / "main" / "orchestrator.yaml").write_text(DEFAULT_ORCHESTRATOR_YAML)
+    (home / "settings.yaml").write_text(yaml.safe_dump({"channels": [{"id": "chat", **profile}]}))
+    env = clean_environment({"SY_TEST_TOKEN": "123:abc"})
+    shown = subprocess.run([SWITCHYARD, "--home", str(home), "check"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert (shown.returncode, shown.stdout.splitlines()[-1][:3]) == (0, "ok:"), shown.stdout + shown.stderr
+    checked = subprocess.run([SWITCHYARD, "--home", str(home), "check"], capture_output=True, text=True, timeout=60,
+                             env={**env, "PYTHONPATH": str(tmp_path / "hidden")})
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines() == [
+        f"{home / 'settings.yaml'}: channels.0 (chat): type: {library} is not installed: pip install '.[{extra}]' "
+        "in the Switchyard clone (run would disable this profile)", "1 problem found"]
+
+
+def test_check_names_a_plugin_module_that_does_not_import(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt module in `plugins:` was logged (twice) and `check` said ok: `run` goes on without it."""
+    path = tmp_path / "settings.yaml"
+    path.write_text("plugins: [plugins.telegarm]\nchannels: []\n")
+    monkeypatch.setenv("SWITCHYARD_PLUGINS", "switchyard_pigeon")
+    write_default_orchestrator(tmp_path / "orchestrators" / "main")
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: plugins.0: cannot import plugin 'plugins.telegarm' (No module named 'plugins.telegarm'); run would "
+        "go on without it",
+        f"{path}: $SWITCHYARD_PLUGINS: cannot import plugin 'switchyard_pigeon' (No module named 'switchyard_pigeon'); "
+        "run would go on without it",
+        "2 problems found"]
+
+
+def test_check_warns_of_a_workspace_or_orchestrator_yaml_run_would_create(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt workspace, and one without its orchestrator.yaml: `run` writes the default (echo and rules answer)."""
+    path = tmp_path / "settings.yaml"
+    path.write_text("orchestrators:\n  main: {workspace: orchestrators/mian}\n  ops: {workspace: ops}\n"
+                    "channels: []\n")
+    (tmp_path / "ops").mkdir()
+    assert main(["--home", str(tmp_path), "check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        f"warning: {path}: orchestrators.main.workspace: {tmp_path / 'orchestrators' / 'mian'} does not exist; run "
+        "would create it and write the default orchestrator.yaml there",
+        f"warning: {tmp_path / 'ops' / 'orchestrator.yaml'}: (file): not found; run would write the default one there"]
+    assert lines[2].startswith(f"ok: {path}: 0 channel profile(s)") and lines[2].endswith("; 2 warnings")
+    assert len(lines) == 3
+
+
+PLACEHOLDERS = """\
+agents:
+  writer: {provider: echo, prompt: "Plan: {{steps.Plan.output}} / {{steps.Nope.output}}"}
+workflows:
+  build:
+    description: Plan, then write
+    inputs: {type: object, properties: {topic: {type: string}}}
+    steps:
+      - {id: Plan, provider: echo, prompt: "Plan {{input.topic}} and {{input.topik}}, after {{steps.Write.output}}"}
+      - {id: Write, agent: writer}
+      - {id: Ship, command: [echo, "{{steps.Write.outptu}}"]}
+  chat:
+    description: Reply (an inbox's job gives it input.repo, with no `inputs` declared)
+    steps:
+      - {id: Reply, provider: echo, prompt: "{{input.repo}}"}
+"""
+
+
+def test_check_warns_of_a_template_naming_a_step_or_input_that_does_not_exist(
+        home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent received `{{steps.Nope.output}}` as written, and `check` said ok."""
+    path = home.orchestrators / "main" / "orchestrator.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(PLACEHOLDERS)
+    assert main(["--home", str(home.root), "check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.removeprefix(f"warning: {path}: ") for line in lines[:-1]] == [
+        "workflows.build.steps.0.prompt: `{{input.topik}}` names no input of workflow build (inputs: topic); "
+        "it would stay as written",
+        "workflows.build.steps.0.prompt: `{{steps.Write.output}}` names step Write, which has not run yet at this "
+        "step; it would be empty",
+        "agents.writer.prompt (used by workflows.build.steps.1): `{{steps.Nope.output}}` names no step of workflow "
+        "build (steps: Plan, Write, Ship); it would stay as written",
+        "workflows.build.steps.2.command.1: `{{steps.Write.outptu}}` names no field of a step (fields: output, "
+        "status, json); it would stay as written"]
+    assert lines[-1].startswith("ok: ") and lines[-1].endswith("; 4 warnings")
+
+
+SCHEDULES = """\
+workflows:
+  chat: {description: Reply, steps: [{id: Reply, provider: echo}]}
+rules: {default_workflow: chat, keyword: {}}
+schedules:
+  digest: {cron: "0 9 * * *", prompt: hi, workflow: digest, deliver: {profile: console, conversationId: c}}
+  ping: {every_sec: 60, prompt: hi, deliver: {profile: telegram-main, conversationId: c}}
+  both: {cron: "0 9 * * *", every_sec: 60, prompt: hi, deliver: {profile: console, conversationId: c}}
+"""
+
+
+def test_check_names_every_bad_schedule_in_one_pass(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three bad schedules: one did not validate (nor did `rules`), which hid the others' unknown workflow and
+    deliver profile."""
+    path = home.orchestrators / "main" / "orchestrator.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(SCHEDULES)
+    assert main(["--home", str(home.root), "check"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: rules.keyword: unknown key; did you mean `keywords`?",
+        f"{path}: schedules.both: give exactly one of `cron` and `every_sec`",
+        f"{path}: schedules.digest.workflow: unknown workflow 'digest'; workflows: chat",
+        f"{path}: schedules.ping.deliver.profile: no channel profile 'telegram-main' in settings.yaml; profiles: "
+        "console",
+        "4 problems found"]

@@ -47,8 +47,9 @@ def test_a_beat_is_missed_only_when_its_answer_is_overdue(home: Home) -> None:
     assert read_heartbeat(home, profile)["missed"] is True, "never answered since it started long ago"
 
 
-def _channel(home: Home, outbox: RecordingOutbox, events: EventLog) -> HeartbeatChannel:
-    profile = _profile(notify={"profile": "ops", "conversationId": "room-7"})
+def _channel(home: Home, outbox: RecordingOutbox, events: EventLog,
+             conversation: str | int = "room-7") -> HeartbeatChannel:
+    profile = _profile(notify={"profile": "ops", "conversationId": conversation})
     settings = Settings(channels=[profile, ChannelProfile(id="ops", type="console")])
     state_path(home, "beat").parent.mkdir(parents=True, exist_ok=True)  # as start() does
     return HeartbeatChannel(profile, ChannelContext(home=home, settings=settings, profile=profile, events=events,
@@ -73,6 +74,15 @@ async def test_an_answer_other_than_ok_is_forwarded_to_the_notify_conversation(h
     names = [e["event"] for e in read_events(home.events_file)]
     assert names == ["heartbeat.ok", "heartbeat.alert"]
     assert json.loads(state_path(home, "beat").read_text())["healthy"] is False
+
+
+async def test_a_notify_conversation_id_written_as_a_number_is_forwarded_to(home: Home) -> None:
+    """`conversationId: -1001234567890` (a Telegram group as YAML reads it) is that chat's id."""
+    outbox, events = RecordingOutbox(), EventLog(home.events_file)
+    channel = _channel(home, outbox, events, conversation=-1001234567890)
+    await channel.send(_answer("disk almost full"))
+    events.close()
+    assert [forwarded.conversationId for forwarded in outbox.payloads] == ["-1001234567890"]
 
 
 async def test_a_forwarded_answer_shows_its_buttons_as_a_numbered_list(home: Home) -> None:

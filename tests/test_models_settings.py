@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,34 @@ def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
     assert "duplicate key 'runs_retention_days' on line 2 and line 4" in str(caught.value)
 
 
+@pytest.mark.parametrize(("marker", "edit", "expected"), [
+    pytest.param("  max_attempts: 5", lambda text: "  max_attempts 5\n",
+                 "invalid YAML at line {line}, column 3: could not find expected ':' at line {next}, column 3 (while "
+                 "scanning a simple key at line {line}, column 3): is the `:` after a key missing?",
+                 id="key-without-colon"),
+    pytest.param("  - {id: console, type: console}", lambda text: text.replace("}", "", 1),
+                 "invalid YAML at line {line}, column 5: did not find expected ',' or '}}' at line {key}, column 1 "
+                 "(while parsing a flow mapping at line {line}, column 5): is a `{{` left open?", id="unclosed-brace"),
+])
+def test_a_yaml_error_points_at_the_line_to_fix_and_keeps_both_marks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], marker: str, edit: Callable[[str], str],
+        expected: str) -> None:
+    """The example settings with one line broken as a user would (lines 12 and 86 when this was written): the
+    error leads with that line, and keeps the line where the parser gave up (before, only the latter was named:
+    the next line, and the next top-level key)."""
+    from gateway.cli import main
+
+    lines = EXAMPLE.read_text().splitlines(keepends=True)
+    index = next(i for i, text in enumerate(lines) if text.startswith(marker))
+    lines[index] = edit(lines[index])
+    path = tmp_path / "settings.yaml"
+    path.write_text("".join(lines))
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    key = next(i for i, text in enumerate(lines) if i > index and text[:1].isalpha())
+    wanted = expected.format(line=index + 1, next=index + 2, key=key + 1)
+    assert capsys.readouterr().out.splitlines() == [f"{path}: cannot read: {wanted}", "1 problem found"]
+
+
 def test_check_names_a_key_given_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from gateway.cli import main
 
@@ -175,3 +204,69 @@ def test_an_allow_from_left_empty_is_an_error_not_everyone(tmp_path: Path, capsy
 def test_an_empty_allow_from_list_admits_nobody(home: Home) -> None:
     profile = Settings.model_validate({"channels": [{"id": "desk", "type": "console", "allow_from": []}]}).channels[0]
     assert not AccessPolicy(home, profile).check("12345", "someone").allowed
+
+
+NUMERIC_IDS = """\
+channels:
+  - {id: tg, type: telegram, token_env: SY_TEST_NUMERIC_TOKEN, allow_from: [42, -1001234567890], approvers: [42]}
+  - {id: beat, type: heartbeat, notify: {profile: tg, conversationId: -1001234567890}}
+"""
+NUMERIC_SCHEDULE = """\
+schedules:
+  digest: {every_sec: 3600, prompt: hi, deliver: {profile: tg, conversationId: 42}}
+"""
+
+
+def test_ids_written_as_numbers_are_the_text_a_channel_reports(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`allow_from: [42]` (a Telegram id as YAML reads it) was refused: "Input should be a valid string"."""
+    from gateway.cli import main
+    from orchestrator.approvalchat import may_answer
+    from orchestrator.config import load_orchestrator_config
+
+    monkeypatch.setenv("SY_TEST_NUMERIC_TOKEN", "1:x")
+    (tmp_path / "settings.yaml").write_text(NUMERIC_IDS)
+    workspace = tmp_path / "orchestrators" / "main"
+    workspace.mkdir(parents=True)
+    (workspace / "orchestrator.yaml").write_text(NUMERIC_SCHEDULE)
+    assert main(["--home", str(tmp_path), "check"]) == 0, capsys.readouterr().out
+    tg = load_settings(tmp_path / "settings.yaml").channels[0]
+    assert tg.allow_from == ["42", "-1001234567890"]
+    assert AccessPolicy(Home(tmp_path), tg).check("42", "Ada").allowed
+    assert may_answer(tg, "42", None) and not may_answer(tg, "43", None)
+    assert load_orchestrator_config(workspace, {"rules", "echo"}).schedules["digest"].deliver.conversationId == "42"
+
+
+COMMAND_AS_STRING = """\
+providers:
+  mine: {command: "python3 x.py"}
+transcribe: "whisper-cli -f '{file}'"
+"""
+STEP_AS_STRING = """\
+workflows:
+  chat: {description: d, steps: [{id: Build, command: "make test"}]}
+functions:
+  disk: {command: "df -h"}
+"""
+
+
+def test_a_command_written_as_one_string_asks_for_a_list_of_arguments(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`command: "python3 x.py"` said "Input should be a valid list"; the string is never split for the user."""
+    from gateway.cli import main
+
+    path = tmp_path / "settings.yaml"
+    path.write_text(COMMAND_AS_STRING)
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    wanted = "must be a list of arguments, e.g. {}, not one string (no shell splits it)"
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        f"{path}: providers.mine.command: " + wanted.format('["python3", "x.py"]'),
+        f"{path}: transcribe.command: " + wanted.format('["whisper-cli", "-f", "{file}"]')]
+    path.write_text("channels: []\n")
+    config = tmp_path / "orchestrators" / "main" / "orchestrator.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(STEP_AS_STRING)
+    assert main(["--home", str(tmp_path), "check"]) == 2
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        f"{config}: workflows.chat.steps.0.command: " + wanted.format('["make", "test"]'),
+        f"{config}: functions.disk.command: " + wanted.format('["df", "-h"]')]

@@ -1,7 +1,9 @@
 """Validates a home without starting it: settings.yaml, its channel profiles, every plugin's own files.
 
 `switchyard run` calls `require_valid_home` before any channel starts; `switchyard check` prints the
-same problems, one `file: key: reason` line each.
+same problems, one `file: key: reason` line each, then what `run` would not refuse but answer by disabling
+a part (an unset variable, a channel library not installed, a plugin that does not import), then the
+warnings: what `run` goes on with that may not be what was meant (a default file it would write).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import pluggy
 
 from gateway.composition import open_backend
 from gateway.home import Home
-from gateway.plugin_manager import call_each, check_channel_options
-from gateway.settings import Settings, SettingsError, parse_yaml_file
+from gateway.plugin_manager import call_each, check_channel_options, import_plugin, listed_plugins
+from gateway.settings import ChannelOptions, Settings, SettingsError, parse_yaml_file
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gateway.cli import Invocation
 
 
@@ -34,10 +38,41 @@ def home_problems(home: Home, settings: Settings, pm: pluggy.PluginManager, *, s
         except SettingsError as exc:
             problems += exc.problems
     if plugins:
-        providers = sorted({name for declared in call_each(pm, "switchyard_providers") for name in declared})
-        for found in call_each(pm, "switchyard_check", home=home, settings=settings, providers=providers):
+        for found in call_each(pm, "switchyard_check", home=home, settings=settings, providers=_providers(pm)):
             problems += found
     return problems
+
+
+def _providers(pm: pluggy.PluginManager) -> list[str]:
+    """The in-process providers every plugin declares."""
+    return sorted({name for declared in call_each(pm, "switchyard_providers") for name in declared})
+
+
+def home_warnings(home: Home, settings: Settings, pm: pluggy.PluginManager) -> list[str]:
+    """What every plugin warns of (`switchyard_check_warnings`): `run` goes on with it, `check` still says ok."""
+    found = call_each(pm, "switchyard_check_warnings", home=home, settings=settings, providers=_providers(pm))
+    return [warning for warnings in found for warning in warnings]
+
+
+def disabled_parts(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:
+    """What `run` would start without: a plugin module that does not import, a channel profile whose variable
+    is unset or whose library is not installed, and the settings `run` would refuse for an unset variable."""
+    problems = [f"{source}: {key}: cannot import plugin {name!r} ({reason}); run would go on without it"
+                for key, name in listed_plugins(settings) if isinstance(reason := import_plugin(name), str)]
+    return problems + missing_libraries(settings, pm, source=source) + unset_variables(home, settings, pm,
+                                                                                        source=source)
+
+
+def missing_libraries(settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:
+    """A problem for each channel profile whose type's library is not installed (`ChannelOptions.unavailable`;
+    `run` would disable that profile)."""
+    models: dict[str, type[BaseModel]] = {}
+    for declared in call_each(pm, "switchyard_channel_options"):
+        models.update(declared)
+    unavailable = {kind: model.unavailable() for kind, model in models.items()
+                   if issubclass(model, ChannelOptions) and any(p.type == kind for p in settings.channels)}
+    return [f"{source}: channels.{index} ({profile.id}): type: {reason} (run would disable this profile)"
+            for index, profile in enumerate(settings.channels) if (reason := unavailable.get(profile.type))]
 
 
 def unset_variables(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:
@@ -93,34 +128,50 @@ def cmd_check(args: argparse.Namespace, run: Invocation) -> int:
     try:
         settings: Settings | None = run.settings
         problems = home_problems(run.home, run.settings, run.pm, source=str(source))
-        problems += unset_variables(run.home, run.settings, run.pm, source=str(source))
+        problems += disabled_parts(run.home, run.settings, run.pm, source=str(source))
+        warnings = home_warnings(run.home, run.settings, run.pm)
     except SettingsError as exc:
         settings, problems = None, exc.problems or [str(exc)]
-        problems += [problem for problem in _partly_valid_problems(run, source) if problem not in problems]
+        more, warnings = _partly_valid_findings(run, source)
+        problems += [problem for problem in more if problem not in problems]
     summary = _summary(run.home, settings, source) if settings is not None else {}
     if args.json:
-        print(json.dumps({"ok": not problems, "problems": problems, **summary}, indent=2))
-    elif problems:
-        for problem in problems:
-            print(problem)
-        print(f"{len(problems)} problem{'s' if len(problems) > 1 else ''} found")
+        print(json.dumps({"ok": not problems, "problems": problems, "warnings": warnings, **summary}, indent=2))
     else:
-        orchestrators = ", ".join(f"{name} ({path})" for name, path in summary["orchestrators"].items())
-        print(f"ok: {summary['settings']}: {len(summary['channels'])} channel profile(s), "
-              f"{len(summary['providers'])} provider(s); orchestrators: {orchestrators}")
+        _print_findings(problems, warnings, summary)
     return 2 if problems else 0
 
 
-def _partly_valid_problems(run: Invocation, source: Path) -> list[str]:
-    """The channel and orchestrator problems of settings with top-level problems, from the sections that
-    are valid (a check that depends on an invalid section is left out: it would only repeat it)."""
+def _print_findings(problems: list[str], warnings: list[str], summary: dict[str, Any]) -> None:
+    """One line per problem, then per warning, then the count, or the `ok: …` summary when no problem."""
+    for line in [*problems, *(f"warning: {warning}" for warning in warnings)]:
+        print(line)
+    counted = _count(len(warnings), "warning") if warnings else ""
+    if problems:
+        print(f"{_count(len(problems), 'problem')} found" + (f", {counted}" if counted else ""))
+        return
+    orchestrators = ", ".join(f"{name} ({path})" for name, path in summary["orchestrators"].items())
+    print(f"ok: {summary['settings']}: {len(summary['channels'])} channel profile(s), "
+          f"{len(summary['providers'])} provider(s); orchestrators: {orchestrators}"
+          + (f"; {counted}" if counted else ""))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' if number > 1 else ''}"
+
+
+def _partly_valid_findings(run: Invocation, source: Path) -> tuple[list[str], list[str]]:
+    """The channel and orchestrator problems, and the warnings, of settings with top-level problems, from the
+    sections that are valid (a check that depends on an invalid section is left out: it would only repeat it)."""
     found = salvage(source)
     if found is None:
-        return []
+        return [], []
     partial, invalid = found
+    plugins = not invalid & {"providers", "orchestrators", "default_orchestrator"}
     problems = home_problems(run.home, partial, run.pm, source=str(source), channels="channels" not in invalid,
-                             plugins=not invalid & {"providers", "orchestrators", "default_orchestrator"})
-    return problems + unset_variables(run.home, partial, run.pm, source=str(source))
+                             plugins=plugins)
+    warnings = home_warnings(run.home, partial, run.pm) if plugins else []
+    return problems + disabled_parts(run.home, partial, run.pm, source=str(source)), warnings
 
 
 def _summary(home: Home, settings: Settings, source: Path) -> dict[str, Any]:

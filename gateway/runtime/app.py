@@ -110,7 +110,9 @@ class Gateway:
         """Recovers the queue, starts the handler, then the backend's channels, processing and delivery."""
         self._loop = asyncio.get_running_loop()
         self.events.write_per_turn(self._loop)
-        call_each(self.pm, "switchyard_init", events=self.events, home=self.home, settings=self.settings)
+        for paths in call_each(self.pm, "switchyard_init", events=self.events, home=self.home, settings=self.settings):
+            for path in paths:  # e.g. the default orchestrator.yaml of a workspace that had none: say so
+                log.warning("wrote the default %s (there was none)", path)
         for action in self.queue.open():
             self.events.emit("queue.recovered", reason=action)
         self.backend.open()

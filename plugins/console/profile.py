@@ -3,6 +3,7 @@ building a plugin manager does not import pydantic)."""
 
 from __future__ import annotations
 
+from gateway.fields import IdText
 from gateway.settings import ChannelOptions
 
 
@@ -10,4 +11,4 @@ class ConsoleProfileOptions(ChannelOptions):
     """The keys of a console profile."""
 
     sender: str | None = None
-    conversation_id: str = "console"
+    conversation_id: IdText = "console"

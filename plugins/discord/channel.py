@@ -16,6 +16,7 @@ import yarl
 
 from gateway.api import ConfigurationError
 from gateway.backoff import delay as backoff_delay
+from plugins.discord.profile import LIBRARY_MISSING
 
 try:
     with warnings.catch_warnings():
@@ -24,8 +25,8 @@ try:
         import discord
         import discord.gateway
         import discord.http
-except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ConfigurationError("discord.py is not installed: pip install '.[discord]' in the Switchyard clone") from exc
+except ImportError as exc:  # the same imports as DiscordProfileOptions.unavailable, which `check` asks
+    raise ConfigurationError(LIBRARY_MISSING) from exc
 
 from gateway import (
     ChannelContext,

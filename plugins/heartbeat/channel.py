@@ -21,6 +21,7 @@ from gateway import (
     utc_now_iso,
 )
 from plugins.heartbeat import CHANNEL_TYPE, CHECK_FUNCTION, OK, notify_problem, state_path
+from plugins.heartbeat.profile import HeartbeatProfileOptions
 
 log = logging.getLogger("switchyard.heartbeat")
 
@@ -39,7 +40,7 @@ class HeartbeatChannel:
         self.context = context
         self.interval_s = float(profile.option("interval_sec", 60))
         self.text = str(profile.option("message", "heartbeat"))
-        self.notify: dict[str, Any] | None = profile.option("notify")
+        self.notify = HeartbeatProfileOptions.model_validate(profile.model_extra or {}).notify
         self._path = state_path(context.home, profile.id)
         self._state: dict[str, Any] = {"profile": profile.id, "interval_sec": self.interval_s,
                                        "started_at": utc_now_iso(), "started_ms": now_ms(), "beats": 0}
@@ -90,18 +91,18 @@ class HeartbeatChannel:
         return DeliveryRecord(platform_ids=[outgoing.messageId], detail={"rtt_ms": rtt_ms})
 
     def _forward(self, outgoing: OutgoingPayload, answer: str) -> None:
-        if not self.notify or not self.notify.get("profile"):
+        if self.notify is None or not self.notify.profile:
             return
-        target = self.context.settings.profile(str(self.notify["profile"]))
+        target = self.context.settings.profile(self.notify.profile)
         if target is None:
             log.warning("heartbeat %s: answer not forwarded, notify profile %r is not configured: %s",
-                        self.profile_id, self.notify["profile"], outgoing.message[:200])
+                        self.profile_id, self.notify.profile, outgoing.message[:200])
             return
         self.context.outbox.write(OutgoingPayload(
             channel=target.type, channelProfileId=target.id, sender="heartbeat",
             message=f"Heartbeat {self.profile_id} answered: {answer}", originalMessage=self.text,
             timestamp=now_ms(), messageId=f"{outgoing.messageId}-notify", agent=outgoing.agent,
-            conversationId=self.notify.get("conversationId"),
+            conversationId=self.notify.conversationId,
         ))
 
     def _save(self) -> None:

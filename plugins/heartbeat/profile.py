@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from gateway.fields import IdText
 from gateway.settings import ChannelOptions
 
 
@@ -12,7 +13,7 @@ class HeartbeatNotify(BaseModel):
     """Where a non-OK answer is forwarded."""
 
     profile: str
-    conversationId: str | None = None  # noqa: N815 - the payload's own field name
+    conversationId: IdText | None = None  # noqa: N815 - the payload's own field name
 
 
 class HeartbeatProfileOptions(ChannelOptions):

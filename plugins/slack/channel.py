@@ -42,6 +42,7 @@ from plugins.slack.inbound import (
     split_conversation,
     tap_of,
 )
+from plugins.slack.profile import SlackProfileOptions
 
 if TYPE_CHECKING:
     from plugins.slack.client import SlackApi
@@ -99,12 +100,11 @@ class SlackChannel:
         bot_token = self._secret("bot_token_env")
         socket_mode = self.config.mode == "socket"
         second = self._secret("app_token_env" if socket_mode else "signing_secret_env")
-        try:
-            from plugins.slack.client import SlackApi
-            from plugins.slack.transport import HttpTransport, SocketTransport, build_app
-        except ImportError as exc:
-            raise ConfigurationError("slack-bolt is not installed: pip install '.[slack]' in the "
-                                     "Switchyard clone") from exc
+        problem = SlackProfileOptions.unavailable()
+        if problem is not None:
+            raise ConfigurationError(problem)
+        from plugins.slack.client import SlackApi
+        from plugins.slack.transport import HttpTransport, SocketTransport, build_app
         self._api = SlackApi(bot_token, self.config.api_base_url, token_env=self.config.bot_token_env)
         self._bot = await self._api.login()
         app = build_app(self._api.web, self._receive, self._receive, None if socket_mode else second)

@@ -21,3 +21,13 @@ class SlackProfileOptions(ChannelOptions):
     http_port: int | None = None
     text_limit: int | None = None
     typing_reaction: str | None = None
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """slack-bolt (or what it needs) not installed: the `slack` extra."""
+        try:
+            import plugins.slack.client
+            import plugins.slack.transport  # noqa: F401
+        except ImportError:
+            return "slack-bolt is not installed: pip install '.[slack]' in the Switchyard clone"
+        return None

@@ -31,6 +31,7 @@ from gateway.backoff import delay as backoff_delay
 from plugins.telegram.inbound import InboundMessages
 from plugins.telegram.limits import TEXT_LIMIT, refused_for_good, retry_seconds, telegram_parts, utf16_len
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
+from plugins.telegram.profile import TelegramProfileOptions
 from plugins.telegram.redaction import TokenFilter
 from plugins.telegram.refs import Target, message_ref, replied_message
 
@@ -384,11 +385,9 @@ class TelegramChannel:
 
 def _import_library() -> None:
     """Imports python-telegram-bot (only when a telegram profile starts)."""
-    try:
-        import telegram.ext  # noqa: F401
-    except ImportError:
-        raise ConfigurationError("python-telegram-bot is not installed: pip install '.[telegram]' in the "
-                                 "Switchyard clone") from None
+    problem = TelegramProfileOptions.unavailable()
+    if problem is not None:
+        raise ConfigurationError(problem)
 
 
 def _build_application(options: TelegramOptions, token: str) -> TelegramApp:

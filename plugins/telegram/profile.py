@@ -23,3 +23,12 @@ class TelegramProfileOptions(ChannelOptions):
     webhook_secret_env: str | None = None
     reconnect_initial_sec: float | None = None
     reconnect_max_sec: float | None = None
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """python-telegram-bot not installed (it is the `telegram` extra)."""
+        try:
+            import telegram.ext  # noqa: F401
+        except ImportError:
+            return "python-telegram-bot is not installed: pip install '.[telegram]' in the Switchyard clone"
+        return None

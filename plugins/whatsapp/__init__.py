@@ -46,11 +46,11 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Wha
     if profile.type != CHANNEL_TYPE:
         return None
     from gateway.api import ConfigurationError
+    from plugins.whatsapp.profile import WhatsAppProfileOptions
 
-    try:
-        import aiohttp  # noqa: F401 - imported here so the gateway starts fast without WhatsApp
-    except ImportError as exc:
-        raise ConfigurationError("aiohttp is not installed: pip install '.[whatsapp]' in the Switchyard clone") from exc
+    problem = WhatsAppProfileOptions.unavailable()  # imports aiohttp here: the gateway starts fast without it
+    if problem is not None:
+        raise ConfigurationError(problem)
     from plugins.whatsapp.channel import WhatsAppChannel
 
     return WhatsAppChannel(profile, context)

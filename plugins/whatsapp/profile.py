@@ -17,3 +17,12 @@ class WhatsAppProfileOptions(ChannelOptions):
     webhook_listen: str | None = None
     webhook_port: int | None = None
     webhook_path: str | None = None
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """aiohttp not installed (the `whatsapp` extra)."""
+        try:
+            import aiohttp  # noqa: F401
+        except ImportError:
+            return "aiohttp is not installed: pip install '.[whatsapp]' in the Switchyard clone"
+        return None

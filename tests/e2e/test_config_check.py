@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gateway.testing import wait_until
+from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
 from tests.e2e.conftest import ORCHESTRATOR, Switchyard
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +27,7 @@ def _with(**changes: Any) -> dict[str, Any]:
 
 BROKEN = [
     pytest.param("agents: {writer: {provider: fake_agent}\nworkflows: {}\n",
-                 "cannot read: invalid YAML at line 2", id="bad-yaml"),
+                 "cannot read: invalid YAML at line 1, column 9", id="bad-yaml"),
     pytest.param(_with(agents={"writer": {"provider": "ghost"}}),
                  "agents.writer.provider: unknown provider 'ghost'", id="unknown-provider"),
     pytest.param(_with(reply_within_secs=5), "reply_within_secs: unknown key; did you mean `reply_within_sec`",
@@ -122,4 +123,19 @@ def test_a_broken_edit_keeps_the_last_valid_config_in_use_and_is_reported(switch
     assert _answer(switchyard, "three") == "Third, fixed: three"
     wait_until(lambda: switchyard.count("orchestrator.config_reloaded") == 1)
     assert "agents.echo.provider" not in switchyard.cli("status").stdout
+    assert switchyard.stop() == 0
+
+
+def test_run_says_which_default_orchestrator_yaml_it_wrote(switchyard: Switchyard) -> None:
+    """A workspace without orchestrator.yaml: `run` wrote the default one without a word."""
+    switchyard.configure()
+    path = _orchestrator_file(switchyard)
+    path.unlink()
+    checked = switchyard.cli("check")
+    assert checked.returncode == 0 and (f"warning: {path}: (file): not found; run would write the default one there"
+                                        in checked.stdout.splitlines()), checked.stdout
+    switchyard.start()
+    assert path.read_text() == DEFAULT_ORCHESTRATOR_YAML
+    [line] = [line for line in switchyard.output().splitlines() if "wrote the default" in line]
+    assert "WARNING" in line and line.endswith(f"wrote the default {path} (there was none)")
     assert switchyard.stop() == 0

@@ -151,7 +151,8 @@ def test_every_orchestrator_is_loaded_and_each_problem_named_on_its_own_line(hom
     path.write_text("selector: {provider: ghost}\nagents: {a: {provider: echo, promt: x}}\n")
     loaded, problems = load_every_config(home, settings, BUILTINS)
     assert [config.orchestrator_id for config in loaded] == ["main"]
-    assert problems == [f"{path}: agents.a.promt: unknown key; did you mean `prompt`?"]
+    assert problems == [f"{path}: agents.a.promt: unknown key; did you mean `prompt`?",
+                        f"{path}: selector.provider: unknown provider 'ghost'; known: echo, rules"]
     path.write_text("selector: {provider: ghost}\nrules: {default_workflow: nope}\n")
     assert load_every_config(home, settings, BUILTINS)[1] == [
         f"{path}: rules.default_workflow: unknown workflow 'nope'; workflows: (none)",

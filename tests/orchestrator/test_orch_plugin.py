@@ -133,3 +133,17 @@ def test_switchyard_check_names_a_channel_workflow_its_orchestrator_lacks(home: 
     [problems] = _manager().hook.switchyard_check(home=home, settings=settings, providers=[])
     assert problems == [f"{path}: workflows: no workflow 'review', which settings.yaml channels.1 (prompts).workflow "
                         "names; workflows: chat, demo"]
+
+
+def test_switchyard_check_warnings_names_a_file_run_would_write_and_a_placeholder_no_value_fills(home: Home) -> None:
+    settings = Settings.model_validate(TWO_ORCHESTRATORS)
+    path = _broken_ops(home, "workflows: {w: {steps: [{id: S, provider: plugged, prompt: '{{steps.T.output}}'}]}}\n")
+    [warnings] = _manager().hook.switchyard_check_warnings(home=home, settings=settings, providers=["plugged"])
+    assert warnings == [
+        f"{home.settings_file}: orchestrators.main.workspace: {home.root / 'orchestrators' / 'main'} does not exist; "
+        "run would create it and write the default orchestrator.yaml there",
+        f"{path}: workflows.w.steps.0.prompt: `{{{{steps.T.output}}}}` names no step of workflow w (steps: S); "
+        "it would stay as written"]
+    _manager().hook.switchyard_init(home=home, settings=settings)
+    path.write_text("workflows: {w: {steps: [{id: S, provider: plugged, prompt: '{{message}}'}]}}\n")
+    assert _manager().hook.switchyard_check_warnings(home=home, settings=settings, providers=["plugged"]) == [[]]
