@@ -17,6 +17,8 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
 
 if TYPE_CHECKING:
+    import asyncio
+
     from gateway.access import AccessPolicy
     from gateway.pairing import Pairing
 
@@ -136,6 +138,8 @@ class ChannelContext:
     """Set by the gateway: records this channel's own report (`note`, `ended`) for `switchyard status`."""
     pairing: Pairing | None = None
     """Set by the gateway: its backend's pairing store, opened once for every channel (`access` uses it)."""
+    tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+    """The tasks `supervise` started that are still running."""
 
     @cached_property
     def access(self) -> AccessPolicy:
@@ -156,6 +160,32 @@ class ChannelContext:
         Call it on the event loop's thread."""
         if self.on_state is not None:
             self.on_state("stopped", reason)
+
+    def supervise(self, work: Callable[[], Awaitable[None]], name: str, *,
+                  retry_s: tuple[float, float] | None = None) -> asyncio.Task[None]:
+        """Runs `work()` (an intake loop the plugin starts itself) in a task named `<profile>:<name>` that starts
+        it again after a pause, 1 s doubling to 5 min (or `retry_s`: first, cap), each time it raises, with one
+        log line and a `channel.task_failed` event a failure; the task ends when `work()` returns or `stop_tasks`
+        cancels it (the gateway does after the channel's `stop()`). Call it on the event loop's thread."""
+        import asyncio
+
+        from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, keep_running
+
+        pauses = retry_s or (RETRY_INITIAL_S, RETRY_MAX_S)
+        task = asyncio.create_task(keep_running(work, name, profile=self.profile, events=self.events,
+                                                retry_s=pauses), name=f"{self.profile.id}:{name}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def stop_tasks(self) -> None:
+        """Cancels the tasks `supervise` started and waits for them to end."""
+        import asyncio
+
+        running = list(self.tasks)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     @property
     def files_dir(self) -> Path:
