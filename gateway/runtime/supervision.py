@@ -11,44 +11,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import Channel, PermanentError
+from gateway.backoff import RETRY_INITIAL_S as RETRY_INITIAL_S
+from gateway.backoff import RETRY_MAX_S as RETRY_MAX_S
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.settings import ChannelProfile
 
 log = logging.getLogger("switchyard")
 
-RETRY_INITIAL_S = 1.0
-RETRY_MAX_S = 300.0
 DISABLING = (PermanentError, ValueError, TypeError, KeyError)  # a configuration problem: retrying cannot help
-
-
-async def keep_running(work: Callable[[], Awaitable[None]], name: str, *, profile: ChannelProfile, events: EventLog,
-                       retry_s: tuple[float, float] = (RETRY_INITIAL_S, RETRY_MAX_S)) -> None:
-    """Runs `work()` until it returns (or the task is cancelled), starting it again after a jittered backoff each
-    time it raises: one log line and a `channel.task_failed` event a failure (ChannelContext.supervise). A run
-    that lasted longer than the cap counts as recovered: the next failure waits the first pause again."""
-    initial_s, max_s = retry_s
-    failures = 0
-    while True:
-        started = time.monotonic()
-        try:
-            await work()
-            return
-        except Exception as exc:
-            failures = 1 if time.monotonic() - started > max_s else failures + 1
-            pause = backoff_delay(failures, initial_s, max_s, jitter=(0.5, 1.0))
-            reason = events.redact(f"{type(exc).__name__}: {exc}")
-            log.error("channel %s (%s): task %s failed (%s); started again in %.1fs", profile.id, profile.type,
-                      name, reason, pause)
-            events.emit("channel.task_failed", channel=profile.type, profile=profile.id, task=name, reason=reason,
-                        attempt=failures, delay_ms=int(pause * 1000))
-        await asyncio.sleep(pause)
 
 
 class ChannelSupervisor:
