@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
     from gateway.events import EventLog, now_ms, utc_now_iso
     from gateway.home import Home, atomic_write, safe_name
+    from gateway.logs import divert_log_lines
     from gateway.models import Button, IncomingPayload, Job, OutgoingPayload, split_send_file_tags
     from gateway.notes import NoteMessages, clip_note, deliver_note, replacing_preview
     from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
@@ -57,6 +58,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "gateway.delivery": ("DeliveryJournal", "Part", "RunThreads", "deliver_parts", "delivery_key", "reply_parts"),
     "gateway.events": ("EventLog", "now_ms", "utc_now_iso"),
     "gateway.home": ("Home", "atomic_write", "safe_name"),
+    "gateway.logs": ("divert_log_lines",),
     "gateway.models": ("Button", "IncomingPayload", "Job", "OutgoingPayload", "split_send_file_tags"),
     "gateway.notes": ("NoteMessages", "clip_note", "deliver_note", "replacing_preview"),
     "gateway.settings": ("ChannelOptions", "ChannelProfile", "ProviderSettings", "Settings", "SettingsError"),
@@ -72,7 +74,7 @@ __all__ = [  # the same names as _SOURCES, written out for type checkers and lin
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
     "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso", "ChannelOptions",
-    "audio_note", "is_audio", "with_audio",
+    "audio_note", "is_audio", "with_audio", "divert_log_lines",
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -17,8 +18,12 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
 
 if TYPE_CHECKING:
+    import asyncio
+
     from gateway.access import AccessPolicy
     from gateway.pairing import Pairing
+
+log = logging.getLogger("switchyard")
 
 Sink = Callable[[IncomingPayload], Awaitable[Path]]
 """Enqueues an incoming payload atomically (tmp + rename into `queue/incoming/`); returns its path."""
@@ -136,6 +141,8 @@ class ChannelContext:
     """Set by the gateway: records this channel's own report (`note`, `ended`) for `switchyard status`."""
     pairing: Pairing | None = None
     """Set by the gateway: its backend's pairing store, opened once for every channel (`access` uses it)."""
+    tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+    """The tasks `supervise` started that are still running."""
 
     @cached_property
     def access(self) -> AccessPolicy:
@@ -156,6 +163,32 @@ class ChannelContext:
         Call it on the event loop's thread."""
         if self.on_state is not None:
             self.on_state("stopped", reason)
+
+    def supervise(self, work: Callable[[], Awaitable[None]], name: str, *,
+                  retry_s: tuple[float, float] | None = None) -> asyncio.Task[None]:
+        """Runs `work()` (an intake loop the plugin starts itself) in a task named `<profile>:<name>` that starts
+        it again after a pause, 1 s doubling to 5 min (or `retry_s`: first, cap), each time it raises, with one
+        log line and a `channel.task_failed` event a failure; the task ends when `work()` returns or `stop_tasks`
+        cancels it (the gateway does after the channel's `stop()`). Call it on the event loop's thread."""
+        import asyncio
+
+        from gateway.backoff import RETRY_INITIAL_S, RETRY_MAX_S
+
+        pauses = retry_s or (RETRY_INITIAL_S, RETRY_MAX_S)
+        task = asyncio.create_task(_keep_running(work, name, self.profile, self.events, pauses),
+                                   name=f"{self.profile.id}:{name}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def stop_tasks(self) -> None:
+        """Cancels the tasks `supervise` started and waits for them to end."""
+        import asyncio
+
+        running = list(self.tasks)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     @property
     def files_dir(self) -> Path:
@@ -193,6 +226,33 @@ class ChannelContext:
             raise PermanentError(f"attachment refused: {exc}") from None
         except OSError as exc:
             raise DeliveryError(f"cannot read attachment {os.fspath(path)}: {exc.strerror}") from None
+
+
+async def _keep_running(work: Callable[[], Awaitable[None]], name: str, profile: ChannelProfile, events: EventLog,
+                        retry_s: tuple[float, float]) -> None:
+    """Runs `work()` until it returns (or the task is cancelled), starting it again after a jittered backoff each
+    time it raises: one log line and a `channel.task_failed` event a failure (ChannelContext.supervise). A run
+    that lasted longer than the cap counts as recovered: the next failure waits the first pause again."""
+    import asyncio
+
+    from gateway.backoff import delay
+
+    initial_s, max_s = retry_s
+    failures = 0
+    while True:
+        started = time.monotonic()
+        try:
+            await work()
+            return
+        except Exception as exc:
+            failures = 1 if time.monotonic() - started > max_s else failures + 1
+            pause = delay(failures, initial_s, max_s, jitter=(0.5, 1.0))
+            reason = events.redact(f"{type(exc).__name__}: {exc}")
+            log.error("channel %s (%s): task %s failed (%s); started again in %.1fs", profile.id, profile.type,
+                      name, reason, pause)
+            events.emit("channel.task_failed", channel=profile.type, profile=profile.id, task=name, reason=reason,
+                        attempt=failures, delay_ms=int(pause * 1000))
+        await asyncio.sleep(pause)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+RETRY_INITIAL_S = 1.0  # a channel's start, and a task a plugin runs through ChannelContext.supervise, are retried
+RETRY_MAX_S = 300.0  # 1 s doubling to 5 min, jittered (docs/channels.md)
 _MAX_EXPONENT = 64  # beyond this every usable cap is reached; keeps 2**n from overflowing a float
 
 

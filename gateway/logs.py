@@ -1,4 +1,5 @@
-"""Process logging: one line per record on stderr, as text or JSON, with configured secrets masked."""
+"""Process logging: one line per record on stderr, as text or JSON, with configured secrets masked; while a
+console owns the terminal, each line is handed to it to print above its prompt (`divert_log_lines`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,6 +39,18 @@ class OneLineFormatter(logging.Formatter):
         for secret in self.secrets:
             line = line.replace(secret, "***")
         return line
+
+    def summary(self, record: logging.LogRecord, *, traceback_in: str | None = None) -> str:
+        """The record as `format` writes it, with an exception's type and text instead of its traceback
+        (and where the traceback is, when `traceback_in` says)."""
+        brief = logging.makeLogRecord(record.__dict__)
+        brief.exc_info = brief.exc_text = brief.stack_info = None
+        error = _exception(record.exc_info)
+        if error is not None or record.exc_text:
+            told = f": {type(error).__name__}: {error}" if error is not None else ""
+            where = f" (traceback in {traceback_in})" if traceback_in else ""
+            brief.msg, brief.args = f"{record.getMessage()}{told}{where}", None
+        return self.format(brief)
 
     def _fields(self, record: logging.LogRecord) -> dict[str, Any]:
         when = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
@@ -87,6 +101,56 @@ class ThrottledLog(logging.LoggerAdapter):  # type: ignore[type-arg]  # generic 
                 return None
             self._last[key] = (now, 0)
             return held
+
+
+class ShownLines(logging.Handler):
+    """Hands each record, as one line without its traceback, to `show` (a console printing it above its prompt)."""
+
+    def __init__(self, show: Callable[[str], None], formatter: OneLineFormatter, traceback_in: str | None):
+        super().__init__()
+        self.show = show
+        self.summarizer = formatter
+        self.traceback_in = traceback_in
+        self.setFormatter(formatter)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.show(self.summarizer.summary(record, traceback_in=self.traceback_in))
+        except Exception:
+            self.handleError(record)
+
+
+def divert_log_lines(show: Callable[[str], None], full_log: Path | None = None) -> Callable[[], None]:
+    """Hands every record the handlers of `configure_logging` would write on stderr to `show` instead, one
+    line each (an exception as its type and text, not its traceback), and appends each record whole,
+    traceback included, to `full_log`; until the function returned is called. For a console that owns the
+    terminal: a line written on stderr would land in the middle of the line being typed."""
+    root = logging.getLogger()
+    ours = [handler for handler in root.handlers if isinstance(handler.formatter, OneLineFormatter)]
+    if not ours:  # logging is someone else's (a test's): nothing to divert
+        return lambda: None
+    formatter = ours[0].formatter
+    assert isinstance(formatter, OneLineFormatter)
+    added: list[logging.Handler] = []
+    if full_log is not None:
+        full_log.parent.mkdir(parents=True, exist_ok=True)
+        whole = logging.FileHandler(full_log, encoding="utf-8")
+        whole.setFormatter(formatter)
+        added.append(whole)
+    added.append(ShownLines(show, formatter, str(full_log) if full_log is not None else None))
+    for handler in ours:
+        root.removeHandler(handler)
+    for handler in added:
+        root.addHandler(handler)
+
+    def restore() -> None:
+        for handler in added:
+            root.removeHandler(handler)
+            handler.close()
+        for handler in ours:
+            root.addHandler(handler)
+
+    return restore
 
 
 def _exception(exc_info: Any) -> BaseException | None:

@@ -35,6 +35,7 @@ __all__ = [
     "BackendUnreachable",
     "DeadLetterStore",
     "DeliveryJournalStore",
+    "Duplicate",
     "EditFolding",
     "EventSink",
     "QueueStore",
@@ -233,6 +234,14 @@ class BackendUnreachable(Exception):
     """The backend's storage cannot be used (a database that is down); the message is one line, no secret."""
 
 
+class Duplicate:
+    """What `Backend.wait_for_reply` gives for a message the gateway skipped as a duplicate: its identity
+    (channel, profile, messageId) was answered before it was queued, within `queue.duplicate_window_sec`."""
+
+    def __repr__(self) -> str:
+        return "Duplicate()"
+
+
 class Backend(Protocol):
     """What one storage backend opens for the home and settings it was built with."""
 
@@ -269,8 +278,10 @@ class Backend(Protocol):
         """What `switchyard dead` lists, shows, retries and drops."""
         ...
 
-    def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """The reply to `message_id` once one is written, or None after `timeout_s` (`send --wait`)."""
+    def wait_for_reply(self, message: IncomingPayload, job: str,
+                       timeout_s: float) -> dict[str, Any] | Duplicate | None:
+        """The reply to `message`, queued as `job` (a reply stored before it was queued is another message's),
+        Duplicate once the gateway skipped it as one, or None after `timeout_s` (`send --wait`)."""
         ...
 
     def status(self, dead_shown: int) -> dict[str, Any]:

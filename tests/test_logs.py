@@ -7,10 +7,11 @@ import logging
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from gateway.logs import OneLineFormatter, ThrottledLog, apply_log_settings, configure_logging
+from gateway.logs import OneLineFormatter, ThrottledLog, apply_log_settings, configure_logging, divert_log_lines
 from gateway.settings import ChannelProfile, Settings
 from gateway.testing import wait_until
 
@@ -81,6 +82,34 @@ def test_values_of_env_variables_named_by_settings_are_masked(root_handlers: Non
                                                     None)
         line = _our_formatter().format(record)
         assert "s3cr3t-token-value" not in line and "***" in line
+
+
+def test_diverted_lines_reach_the_console_one_a_record_without_traceback_and_the_file_whole(
+        root_handlers: None, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHYARD_LOG_FORMAT", "text")
+    monkeypatch.setenv("LOGS_TEST_TOKEN", "s3cr3t-token-value")
+    configure_logging()
+    apply_log_settings(Settings(channels=[ChannelProfile(id="tg", type="telegram", token_env="LOGS_TEST_TOKEN")]))
+    shown: list[str] = []
+    full_log = tmp_path / "logs" / "console.log"
+    restore = divert_log_lines(shown.append, full_log)
+    logger = logging.getLogger("switchyard.test")
+    logger.warning("plain %s", "news")
+    try:
+        raise ConnectionError("refused by s3cr3t-token-value")
+    except ConnectionError:
+        logger.exception("poll failed")
+    restore()
+    logger.warning("after the console")
+    assert shown[0].endswith("WARNING switchyard.test: plain news")
+    assert shown[1].endswith(f"ERROR switchyard.test: poll failed: ConnectionError: refused by *** "
+                             f"(traceback in {full_log})")
+    assert len(shown) == 2 and "Traceback" not in "".join(shown)
+    whole = full_log.read_text()
+    assert "plain news" in whole and "Traceback (most recent call last)" in whole and "s3cr3t" not in whole
+    err = capsys.readouterr().err
+    assert "after the console" in err and "poll failed" not in err
 
 
 def test_an_uncaught_exception_is_one_record_too(root_handlers: None, capsys: pytest.CaptureFixture[str],

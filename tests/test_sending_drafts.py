@@ -152,7 +152,7 @@ def test_send_wait_shows_the_answer_not_a_draft(home: Home) -> None:
     outbox.write(draft("The quick"))
     outbox.write(final("The quick brown fox."))
     backend = FileStores(home, Settings(), stores=None)  # type: ignore[arg-type]
-    reply = backend.wait_for_reply("m1", 1.0)
+    reply = backend.wait_for_reply(make_incoming("asked", messageId="m1", timestamp=0), "gone.json", 1.0)
     assert reply is not None and reply["message"] == "The quick brown fox."
 
 

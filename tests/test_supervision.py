@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from gateway.api import PermanentError
+from gateway.api import ChannelContext, PermanentError
 from gateway.events import EventLog, read_events
 from gateway.home import Home
+from gateway.outbox import FileOutbox
 from gateway.runtime.supervision import RETRY_MAX_S, ChannelSupervisor
-from gateway.settings import ChannelProfile
+from gateway.settings import ChannelProfile, Settings
+from gateway.testing import async_wait_until
 
 
 def _supervisor(home: Home, written: list[dict[str, Any]]) -> ChannelSupervisor:
@@ -32,3 +35,27 @@ def test_a_configuration_problem_disables_the_profile_and_an_outage_is_retried_w
     assert supervisor.status["p"]["state"] == "retrying" and len(written) == 2  # written when it changed
     events = [(e["event"], e["attempt"]) for e in read_events(home.events_file)]
     assert events == [("channel.disabled", 1), ("channel.retrying", 1), ("channel.retrying", 30)]
+
+
+async def test_a_task_a_plugin_runs_through_its_context_is_started_again_after_each_failure(home: Home) -> None:
+    events = EventLog(home.events_file)
+    profile = ChannelProfile(id="coop", type="pigeon")
+    context = ChannelContext(home=home, settings=Settings(channels=[profile]), profile=profile, events=events,
+                             outbox=FileOutbox(home, events, fsync=False))
+    runs: list[int] = []
+
+    async def intake() -> None:
+        runs.append(len(runs))
+        if len(runs) < 3:
+            raise ConnectionError("the platform closed the stream")
+        await asyncio.Event().wait()  # the third run keeps receiving until it is cancelled
+
+    task = context.supervise(intake, "intake", retry_s=(0.05, 0.2))
+    assert task.get_name() == "coop:intake"
+    await async_wait_until(lambda: len(runs) == 3)
+    failed = [(e["profile"], e["task"], e["attempt"], e["reason"])
+              for e in read_events(home.events_file) if e["event"] == "channel.task_failed"]
+    assert failed == [("coop", "intake", n, "ConnectionError: the platform closed the stream") for n in (1, 2)]
+    assert not task.done()
+    await context.stop_tasks()
+    assert task.cancelled() and not context.tasks

@@ -18,11 +18,13 @@ from gateway.events import now_ms
 from gateway.files.queue import FileQueue
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import call_each
+from gateway.stores import Duplicate
 from gateway.tables import printable
 
 log = logging.getLogger("switchyard")
 
 EXIT_DATABASE = 2  # the database is unreachable (as `switchyard db` and `dead`)
+EXIT_DUPLICATE = 4  # `send --wait`: the message id was answered before, so the gateway skipped it (3 is status's)
 
 
 def cmd_init(args: argparse.Namespace, run: Invocation) -> int:
@@ -108,10 +110,15 @@ def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     print(f"waiting up to {args.wait:g}s for the reply… (Ctrl-C stops waiting; the message stays queued)",
           file=sys.stderr)
     try:
-        reply = backend.wait_for_reply(payload.messageId, args.wait)
+        reply = backend.wait_for_reply(payload, path.name, args.wait)
     except KeyboardInterrupt:
         print("stopped waiting; the message is still queued", file=sys.stderr)
         return 130
+    if isinstance(reply, Duplicate):
+        print(printable(f"duplicate: message id {payload.messageId} on {payload.profile} was already answered "
+                        "(within queue.duplicate_window_sec); it was not processed again. Send it with another "
+                        "--message-id to have it answered."), file=sys.stderr)
+        return EXIT_DUPLICATE
     if reply is None:
         print(f"no reply within {args.wait:g}s (is `switchyard run` running on {home.root}?)", file=sys.stderr)
         return 1

@@ -18,6 +18,26 @@ def message_identity(message: IncomingPayload) -> str:
     return f"{message.channel}\x1f{message.profile}\x1f{message.messageId}"
 
 
+def answered_before(path: Path, message: IncomingPayload, before_s: float) -> bool:
+    """Whether the file of answered identities says `message`'s was last answered before `before_s` (a time
+    as time.time()); read whole, without the index's lock: for `send --wait`, not for the worker."""
+    key = message_identity(message)
+    needle = json.dumps(key).encode()  # as AnsweredIndex writes it: lines without it are not parsed
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if needle in line]
+    except FileNotFoundError:
+        return False
+    stamp = None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("k") == key:
+            stamp = None if record.get("forget") else record.get("t")
+    return isinstance(stamp, int | float) and stamp < before_s
+
+
 class AnsweredIndex:
     """An append-only file of answered message identities, kept for `window_sec`.
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.composition import open_store
 from gateway.files import deadletters
 from gateway.hookspecs import hookimpl
-from gateway.stores import Stores
+from gateway.stores import Duplicate, Stores
 
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gateway.files.sharing import SharedHome
     from gateway.home import Home
     from gateway.locks import Locks
+    from gateway.models import IncomingPayload
     from gateway.pairing import Pairing
     from gateway.runtime import RuntimeParts
     from gateway.settings import Settings
@@ -86,23 +87,44 @@ class FileStores:
     def dead_letters(self) -> FileDeadLetters:
         return FileDeadLetters(self.home)
 
-    def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-        """Polls outgoing/ and sent/ until a reply to `message_id` appears, or the deadline passes (a progress
-        note or a streamed answer's draft is not the reply: skipped)."""
-        home = self.home
+    def wait_for_reply(self, message: IncomingPayload, job: str,
+                       timeout_s: float) -> dict[str, Any] | Duplicate | None:
+        """Polls outgoing/ and sent/ until a reply to `message` stamped after it was queued appears (a
+        progress note or a streamed answer's draft is not the reply: skipped), or its file `job` has left
+        the queue unanswered because its identity was answered before (a duplicate), or the deadline passes."""
+        from gateway.files.answered import answered_before
+
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for folder in (home.outgoing, home.sent):
-                with os.scandir(folder) as entries:  # closed when a reply returns from inside the loop
-                    for entry in entries:
-                        if entry.name.endswith(".json") and message_id in entry.name:
-                            try:
-                                reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
-                            except (OSError, ValueError):
-                                continue
-                            if reply.get("messageId") == message_id and "progressKey" not in reply:
-                                return reply
+            gone = not self._queued(job)  # looked at first: a message's replies are written before it leaves
+            reply = self._reply_since(message.messageId, message.timestamp)
+            if reply is not None:
+                return reply
+            if gone and answered_before(self.home.state / "answered.jsonl", message, message.timestamp / 1000):
+                return Duplicate()
             time.sleep(0.05)
+        return None
+
+    def _queued(self, job: str) -> bool:
+        """Whether the payload file `job` waits in incoming/ or is claimed in a processing/ folder."""
+        if (self.home.incoming / job).exists():
+            return True
+        with os.scandir(self.home.processing) as workers:
+            return any(entry.is_dir() and os.path.exists(os.path.join(entry.path, job)) for entry in workers)
+
+    def _reply_since(self, message_id: str, since_ms: int) -> dict[str, Any] | None:
+        """The reply to `message_id` in outgoing/ or sent/ stamped at `since_ms` or later."""
+        for folder in (self.home.outgoing, self.home.sent):
+            with os.scandir(folder) as entries:  # closed when a reply returns from inside the loop
+                for entry in entries:
+                    if entry.name.endswith(".json") and message_id in entry.name:
+                        try:
+                            reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
+                        except (OSError, ValueError):
+                            continue
+                        if (reply.get("messageId") == message_id and "progressKey" not in reply
+                                and isinstance(reply.get("timestamp"), int) and reply["timestamp"] >= since_ms):
+                            return reply
         return None
 
     def status(self, dead_shown: int) -> dict[str, Any]:

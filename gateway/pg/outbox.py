@@ -19,6 +19,7 @@ from gateway.outbox import BaseOutbox
 from gateway.pg.db import SharedPool
 from gateway.runtime.sending import conversation_of
 from gateway.storable import made_safe
+from gateway.stores import Duplicate
 
 INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
           "VALUES (%s, %s, %s, %s, %s::jsonb) ON CONFLICT (name) DO NOTHING RETURNING id")
@@ -106,11 +107,19 @@ class PgOutbox(BaseOutbox):
         """Nothing to release: the pool is its backend's, closed with it (gateway/pg/storage.py)."""
 
 
-def find_reply(dsn: str, message_id: str, timeout_s: float) -> dict[str, Any] | None:
-    """The first reply to `message_id` (not a progress note or draft) stored in switchyard_outbox (pending, sent or
-    dead), polled until
-    `timeout_s` passes: `switchyard send --wait` on the postgres backend, where replies never reach
-    outgoing/ or sent/."""
+# The message taken in as `job`: its state, its first reply stored after it was taken in (not a progress note or
+# draft), and whether its identity was answered before that (the worker then stored it done as a duplicate).
+_REPLY_OR_DUPLICATE = (
+    "SELECT m.state, (SELECT o.payload FROM switchyard_outbox o WHERE o.payload->>'messageId' = %(message_id)s "
+    "AND NOT o.payload ? 'progressKey' AND o.channel = m.channel AND o.created_at >= m.enqueued_at "
+    "ORDER BY o.id LIMIT 1), EXISTS (SELECT 1 FROM switchyard_answered a WHERE a.identity = m.identity "
+    "AND a.answered_at < m.enqueued_at) FROM switchyard_messages m WHERE m.name = %(job)s")
+
+
+def find_reply(dsn: str, message_id: str, job: str, timeout_s: float) -> dict[str, Any] | Duplicate | None:
+    """The first reply to the message taken in as `job` (pending, sent or dead), Duplicate once it was
+    stored done as a duplicate, or None after `timeout_s`: `switchyard send --wait` on the postgres backend,
+    where replies never reach outgoing/ or sent/."""
     import time
 
     import psycopg
@@ -118,11 +127,12 @@ def find_reply(dsn: str, message_id: str, timeout_s: float) -> dict[str, Any] | 
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         while True:
-            row = conn.execute("SELECT payload FROM switchyard_outbox WHERE payload->>'messageId' = %s "
-                               "AND NOT payload ? 'progressKey' ORDER BY id LIMIT 1", (message_id,)).fetchone()
-            if row is not None:
-                reply: dict[str, Any] = row[0]
+            row = conn.execute(_REPLY_OR_DUPLICATE, {"message_id": message_id, "job": job}).fetchone()
+            if row is not None and row[1] is not None:
+                reply: dict[str, Any] = row[1]
                 return reply
+            if row is not None and row[0] == "done" and row[2]:
+                return Duplicate()
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)

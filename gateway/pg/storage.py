@@ -13,10 +13,11 @@ from gateway.composition import open_store
 from gateway.locks import process_instance
 from gateway.pg.db import SharedPool, dsn_from_settings
 from gateway.redaction import database_error
-from gateway.stores import Stores
+from gateway.stores import Duplicate, Stores
 
 if TYPE_CHECKING:
     from gateway.home import Home
+    from gateway.models import IncomingPayload
     from gateway.pg.approvals import PgApprovals
     from gateway.pg.deadletters import DeadStore
     from gateway.pg.locks import PgLocks
@@ -80,11 +81,12 @@ class PgStorage:
 
         return DeadStore(self.dsn, self.home)
 
-    def wait_for_reply(self, message_id: str, timeout_s: float) -> dict[str, Any] | None:
+    def wait_for_reply(self, message: IncomingPayload, job: str,
+                       timeout_s: float) -> dict[str, Any] | Duplicate | None:
         """Replies stay in the database, never in outgoing/."""
         from gateway.pg.outbox import find_reply
 
-        return find_reply(self.dsn, message_id, timeout_s)
+        return find_reply(self.dsn, message.messageId, job, timeout_s)
 
     def status(self, dead_shown: int) -> dict[str, Any]:
         """The database, its queue and dead letters, and the processes attached on every host (the gateway

@@ -94,6 +94,7 @@ class Gateway:
         self.dispatcher: Delivery | None = None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._contexts: dict[str, ChannelContext] = {}  # the latest of each profile
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = self.supervisor.stopping  # set first thing in stop(); every retry loop checks it
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
@@ -178,6 +179,7 @@ class Gateway:
         context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
                                  outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile),
                                  pairing=self.pairing)
+        self._contexts[profile.id] = context  # its supervised tasks are stopped after the channel
         channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
         if channel is None:
             known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
@@ -316,6 +318,7 @@ class Gateway:
         for watch in other_watches:
             watch.stop()
         await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
+        await self._bounded({f"tasks:{p}": c.stop_tasks() for p, c in self._contexts.items() if c.tasks}, STOP_TAIL_S)
         await self._bounded({"leases": self.backend.release()}, STOP_TAIL_S)
         if self.dashboard is not None:
             await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)

@@ -16,14 +16,14 @@ from typing import Any
 
 from gateway.aio import wait_event
 from gateway.api import Channel, PermanentError
+from gateway.backoff import RETRY_INITIAL_S as RETRY_INITIAL_S
+from gateway.backoff import RETRY_MAX_S as RETRY_MAX_S
 from gateway.backoff import delay as backoff_delay
 from gateway.events import EventLog
 from gateway.settings import ChannelProfile
 
 log = logging.getLogger("switchyard")
 
-RETRY_INITIAL_S = 1.0
-RETRY_MAX_S = 300.0
 DISABLING = (PermanentError, ValueError, TypeError, KeyError)  # a configuration problem: retrying cannot help
 
 

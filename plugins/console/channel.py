@@ -11,7 +11,7 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -24,6 +24,7 @@ from gateway import (
     OutgoingPayload,
     PermanentError,
     Sink,
+    divert_log_lines,
     now_ms,
     numbered,
 )
@@ -57,6 +58,7 @@ class ConsoleChannel:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: set[asyncio.Future[Path]] = set()
         self._terminal: Terminal | None = None
+        self._restore_logs: Callable[[], None] | None = None
 
     async def start(self, sink: Sink) -> None:
         """Starts reading lines; raises PermanentError (the channel is disabled) without a terminal to own."""
@@ -66,10 +68,16 @@ class ConsoleChannel:
                 raise PermanentError(problem)
             if self._stdout.isatty():
                 self._terminal = Terminal(self._stdin, self._stdout)
+                if sys.stderr.isatty():  # log lines would land in the line being typed: printed above it
+                    self._restore_logs = divert_log_lines(self._terminal.show, self._full_log())
         self._sink = sink
         self._loop = asyncio.get_running_loop()
         print("Switchyard console: type a message and press Enter (Ctrl-D or Ctrl-C to quit).", file=sys.stderr)
         threading.Thread(target=self._read_lines, name=f"console:{self.profile_id}", daemon=True).start()
+
+    def _full_log(self) -> Path | None:
+        """Where every log line goes whole, tracebacks included, while this console owns the terminal."""
+        return self._context.home.logs / FULL_LOG if self._context is not None else None
 
     def _read_lines(self) -> None:
         assert self._loop is not None
@@ -129,11 +137,15 @@ class ConsoleChannel:
     async def stop(self) -> None:
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._restore_logs is not None:
+            self._restore_logs()
+            self._restore_logs = None
         if self._terminal is not None:
             self._terminal.restore()
 
 
 PROMPT = "> "
+FULL_LOG = "console.log"  # under the home's logs/: the log lines shown above the prompt, whole
 
 
 def why_not_interactive(stdin: TextIO) -> str | None:
@@ -152,8 +164,8 @@ def why_not_interactive(stdin: TextIO) -> str | None:
 
 
 class Terminal:
-    """The terminal a console reads with line editing: a prompt, and replies printed above the line
-    being typed (the line is cleared, the reply printed, the prompt and the typed text printed again)."""
+    """The terminal a console reads with line editing: a prompt, and replies and log lines printed above
+    the line being typed (the line is cleared, the text printed, the prompt and the typed text printed again)."""
 
     def __init__(self, stdin: TextIO, stdout: TextIO):
         import readline  # noqa: F401  (line editing and history for input(); imported only on a terminal)
@@ -162,20 +174,32 @@ class Terminal:
         self._stdout = stdout
         self._fd = stdin.fileno()
         self._saved = termios.tcgetattr(self._fd)
+        self._lock = threading.Lock()  # replies come from the loop's thread, log lines from any thread
+        self._prompting = False
 
     def lines(self) -> Iterator[str]:
         """The lines typed, until end of input (Ctrl-D)."""
         while True:
             try:
-                yield input(PROMPT)
+                self._prompting = True
+                text = input(PROMPT)
             except EOFError:
-                self._stdout.write("\n")
+                self._prompting = False
+                with self._lock:
+                    self._stdout.write("\n")
+                    self._stdout.flush()
                 return
+            self._prompting = False
+            yield text
 
     def show(self, text: str) -> None:
-        typed = self._readline.get_line_buffer()
-        self._stdout.write(f"\r\x1b[K{text}\n{PROMPT}{typed}")
-        self._stdout.flush()
+        """Prints `text` above the prompt and the line being typed (below the last line without a prompt)."""
+        with self._lock:
+            if self._prompting:
+                self._stdout.write(f"\r\x1b[K{text}\n{PROMPT}{self._readline.get_line_buffer()}")
+            else:
+                self._stdout.write(f"\r\x1b[K{text}\n")
+            self._stdout.flush()
 
     def restore(self) -> None:
         """Puts the terminal back as it was (a stop while input() is reading leaves it in readline's mode)."""

@@ -5,11 +5,15 @@ from __future__ import annotations
 import logging
 
 WATCHED_LOGGERS = ("httpx", "telegram")
+# python-telegram-bot's reports, with a traceback, of a failure the plugin reports itself in one line (a poll
+# that failed, a restart of polling that could not reach the Bot API): kept at DEBUG, shown with `-v`.
+ALSO_REPORTED = ("Network Retry Loop", "Error while calling `get_updates` one more time")
 
 
 class TokenFilter(logging.Filter):
-    """Masks the token in records of httpx and python-telegram-bot, and drops httpx's per-request
-    INFO lines for this bot (one every long poll, each carrying the token in its URL)."""
+    """Masks the token in records of httpx and python-telegram-bot, drops httpx's per-request INFO lines for
+    this bot (one every long poll, each carrying the token in its URL), and lowers to DEBUG the library's
+    tracebacks of failures the plugin reports itself (`ALSO_REPORTED`): one line per failure."""
 
     def __init__(self, token: str):
         super().__init__()
@@ -22,6 +26,10 @@ class TokenFilter(logging.Filter):
             if record.name.startswith("httpx") and record.levelno < logging.WARNING:
                 return False
             record.msg, record.args = message.replace(self.token, "***"), None
+        if record.name.startswith("telegram") and message.startswith(ALSO_REPORTED):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            if not logging.getLogger().isEnabledFor(logging.DEBUG):
+                return False
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text and self.token in record.exc_text:

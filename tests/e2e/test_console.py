@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import selectors
+import socket
 import subprocess
 import sys
 import termios
@@ -17,6 +19,8 @@ import pytest
 
 from gateway.testing import wait_until
 from tests.e2e.conftest import Switchyard
+from tests.e2e.fake_thread import FakeThread
+from tests.fakes.telegram_server import FakeTelegram
 from tests.process import SWITCHYARD, clean_environment, kill_session
 
 pytestmark = pytest.mark.e2e
@@ -169,3 +173,69 @@ def test_run_in_the_background_of_a_terminal_neither_reads_it_nor_is_stopped(
     assert status["gateway"]["channels"]["console"]["state"] == "disabled"
     os.kill(status["gateway"]["pid"], 15)
     assert session.process.wait(30) == 0
+
+
+# --- log lines while the console owns the terminal ------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port  # closed again: connecting to it is refused
+
+
+def _typing(session: TerminalSession, text: str) -> None:
+    session.read_until("> ")
+    session.type(text)
+    session.read_until(text)
+
+
+def _log_lines(output: str) -> list[str]:
+    """The log lines the console printed (each after the line it cleared), without the prompt drawn again."""
+    return [line.split("\r\n")[0] for line in output.split("\r\x1b[K")[1:] if re.match(r"\d{4}-\d\d-\d\d ", line)]
+
+
+def test_a_channel_that_cannot_reach_its_platform_logs_above_the_prompt(
+        switchyard: Switchyard, terminals: list[TerminalSession]) -> None:
+    """Each failed start of a channel is one line printed above the prompt, which is drawn again with what
+    was being typed (not a line written into the middle of it)."""
+    switchyard.env["SWITCHYARD_E2E_TG"] = "4242:never-used"
+    switchyard.configure({"channels": [
+        {"id": "console", "type": "console"},
+        {"id": "tg", "type": "telegram", "token_env": "SWITCHYARD_E2E_TG",
+         "base_url": f"http://127.0.0.1:{_closed_port()}/bot"}]})
+    session = _run_on_terminal(switchyard, terminals)
+    _typing(session, "half typ")
+    for _ in range(2):  # the retries come ~0.5-1 s, then ~1-2 s apart
+        shown = session.read_until("> half typ")
+        assert shown.startswith("\r\x1b[K") and shown.count("\n") == 1, repr(shown)
+        assert "channel tg (telegram) is retrying: " in shown and "cannot log in to the Bot API" in shown
+    assert "Traceback" not in session.output
+    session.type("ed\r")
+    assert "write about half typed" in session.read_until("write about half typed")
+
+
+def test_a_channel_that_loses_its_platform_says_so_once_a_failure_without_a_traceback(
+        switchyard: Switchyard, terminals: list[TerminalSession]) -> None:
+    """The Bot API goes away under a connected Telegram channel: each reconnect attempt is one line on the
+    console (python-telegram-bot's own tracebacks of the same failures are kept out of it)."""
+    telegram = FakeThread(FakeTelegram)
+    with telegram:
+        fake = telegram.server
+        switchyard.env["SWITCHYARD_E2E_TG"] = fake.token
+        switchyard.configure({"channels": [
+            {"id": "console", "type": "console"},
+            {"id": "tg", "type": "telegram", "token_env": "SWITCHYARD_E2E_TG", "base_url": f"{fake.url}/bot",
+             "poll_timeout_sec": 1, "reconnect_initial_sec": 0.2, "reconnect_max_sec": 0.5}]})
+        session = _run_on_terminal(switchyard, terminals)
+        session.read_until("connected as @")
+        _typing(session, "still here")
+    gone_at = len(session.output)
+    for _ in range(3):
+        session.read_until("> still here")
+    after = _log_lines(session.output[gone_at:])
+    assert len(after) >= 3 and all("telegram tg: receiving updates failed" in line for line in after), after
+    assert "Traceback" not in session.output
+    whole = (switchyard.home.logs / "console.log").read_text()  # every line shown, also kept whole
+    assert all(line in whole for line in after)

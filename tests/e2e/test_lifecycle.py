@@ -186,6 +186,21 @@ def test_a_repeated_message_id_is_answered_once(switchyard: Switchyard) -> None:
     assert len(switchyard.replies("dup")) == 1
 
 
+def test_send_wait_with_an_answered_id_says_duplicate_and_shows_no_earlier_answer(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    first = switchyard.cli("send", "tell me about apples", "--message-id", "again", "--wait", "20")
+    assert first.returncode == 0, first.stderr
+    assert "write about tell me about apples" in first.stdout
+    second = switchyard.cli("send", "tell me about pears", "--message-id", "again", "--wait", "20")
+    assert second.returncode == 4, (second.returncode, second.stdout, second.stderr)
+    assert second.stdout == ""  # the earlier answer is not passed off as the answer to "pears"
+    assert "apples" not in second.stderr
+    assert "duplicate" in second.stderr and "already answered" in second.stderr
+    assert "not processed again" in second.stderr
+    assert len(switchyard.replies("again")) == 1
+
+
 def test_a_message_answered_before_a_restart_is_not_answered_again(switchyard: Switchyard, fake_log) -> None:
     switchyard.configure()
     switchyard.start()

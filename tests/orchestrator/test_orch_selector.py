@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -117,6 +118,14 @@ async def test_request_and_result_files(
     assert result["raw"].startswith("Thinking...") and result["exitCode"] == 0 and result["error"] is None
     decided = [e for e in read_events(home.events_file) if e["event"] == "selector.decided"]
     assert decided[-1]["action"] == "command_invoke" and decided[-1]["request_id"] == request["requestId"]
+    assert set(request) == documented_request_keys(), "docs/orchestrator.md's table of the request's keys"
+
+
+def documented_request_keys() -> set[str]:
+    """The keys the table under "The selector request" in docs/orchestrator.md names."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "orchestrator.md").read_text()
+    table = text.split("### The selector request", 1)[1].split("\n\n", 2)[1]
+    return set(re.findall(r"^\| `(\w+)` \|", table, re.M))
 
 
 async def test_unparseable_answer_gets_a_clear_reply(
