@@ -88,7 +88,11 @@ class UsageMeter:
         self.records = records
         self.settings = settings
         self._events = events
-        self._clock = clock or (lambda: datetime.now(settings.zone()))
+        self._clock = clock or (lambda: datetime.now(self.settings.zone()))
+
+    def reconfigure(self, settings: UsageSettings) -> None:
+        """Checks the limits (and days in the time zone) of settings.yaml reloaded while running."""
+        self.settings = settings
 
     @property
     def limiting(self) -> bool:

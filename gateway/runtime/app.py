@@ -32,11 +32,12 @@ from gateway.events import EventLog, utc_now_iso
 from gateway.files.queue import FileQueue
 from gateway.files.receipts import takes_receipts
 from gateway.home import Home, atomic_write, queue_depths
-from gateway.logs import apply_log_settings
+from gateway.logs import apply_log_settings, hide_in_logs
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
 from gateway.redaction import dsn_passwords
 from gateway.runtime import Delivery, Runtime, RuntimeParts
+from gateway.runtime.reload import SettingsReload, run_checks
 from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
 from gateway.runtime.watch import FolderWatch
 from gateway.settings import ChannelProfile, Settings, secret_env_names
@@ -63,7 +64,9 @@ def configured_secrets(settings: Settings) -> list[str]:
 class Gateway:
     """One running Switchyard process on one home."""
 
-    def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager, *, role: str = "run"):
+    def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager, *, role: str = "run",
+                 settings_file: Path | None = None):
+        """`settings_file`: where `settings` were read, looked at for edits while running (None: never)."""
         self.home = home
         self.role = role  # "run"; "worker": processing only, no channels, no dispatcher (postgres backend)
         self.settings = settings
@@ -102,6 +105,9 @@ class Gateway:
             from gateway.dashboard.service import Dashboard
             self.dashboard = Dashboard(self, self.backend.queue_view())  # raises SettingsError when its token is unset
         self.request_stop: Callable[[], None] = lambda: None  # run_gateway makes it end the run
+        self.contexts: dict[str, ChannelContext] = {}  # each started channel's, by profile id
+        self.reload = None if settings_file is None else SettingsReload(
+            settings_file, settings, run_checks(home, pm, settings_file), self.events)
 
     # --- start ------------------------------------------------------------------------------
 
@@ -126,6 +132,10 @@ class Gateway:
             self.dispatcher.rescan()
         self._tasks.extend(self.backend.run())
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
+        if self.reload is not None:
+            self.reload.check(self._apply_settings, self._write_status)  # an edit made since `run` read it
+            self._tasks.append(asyncio.create_task(self.reload.watch(self._apply_settings, self._write_status),
+                                                   name="settings-watch"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
                          watch=self._watches[0].mode, home=self.backend.home_mode)
         if self.dashboard is not None and await self.dashboard.start():
@@ -175,6 +185,7 @@ class Gateway:
         context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
                                  outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile),
                                  pairing=self.pairing)
+        self.contexts[profile.id] = context
         channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
         if channel is None:
             known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
@@ -280,10 +291,25 @@ class Gateway:
             await self.backend.prune()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
+    def _apply_settings(self, settings: Settings) -> None:
+        """Hands settings reloaded while running to the handler and to each running channel's context."""
+        for secret in configured_secrets(settings):
+            self.events.add_secret(secret)
+        hide_in_logs(configured_secrets(settings))
+        self.settings = settings
+        reload_settings = getattr(self.handler, "reload_settings", None)
+        if reload_settings is not None:
+            reload_settings(settings)
+        for profile in settings.channels:
+            if (context := self.contexts.get(profile.id)) is not None:
+                context.reconfigure(profile, settings)
+
     def _write_status(self) -> None:
         status = {"pid": os.getpid(), "started_at": self.started_at, "updated_at": utc_now_iso(),
                   "watch": self._watches[0].mode if self._watches else "stopped",
                   "channels": self.channel_status}
+        if self.reload is not None:
+            status["settings"] = self.reload.status()
         if self.dashboard is not None and self.dashboard.url:
             status["dashboard"] = self.dashboard.url
         with suppress(OSError):
