@@ -123,6 +123,7 @@ class SettingsReload:
 
     def _accept(self, digest: str | None, new: Settings) -> None:
         merged = reloaded(self.running, new)
+        merged = self.running if merged == self.running else merged  # unchanged: nothing to hand on
         applied = changed_sections(self.running, merged)
         restart = restart_needed(merged, new)
         if self.problem is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,15 @@ from gateway.statuscache import file_digest
 from gateway.testing import wait_until
 from tests.e2e.conftest import PROVIDERS as SCRIPTS
 from tests.e2e.conftest import Switchyard, both_backends
+from tests.e2e.fake_thread import FakeThread
+from tests.e2e.test_channels import (
+    TELEGRAM_ENV,
+    answer,
+    telegram,  # noqa: F401  (a fixture)
+    telegram_profile,
+)
+from tests.fakes.audio import fake_transcriber, spoken_ogg
+from tests.fakes.telegram_server import FakeTelegram
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -178,3 +188,58 @@ def test_dead_retry_warns_when_the_running_gateway_has_older_settings(switchyard
     assert retried.returncode == 0, retried.stderr
     assert "switchyard: warning: settings: the running gateway keeps its last valid settings" in retried.stderr
     assert "fake_diagnostics" in retried.stderr
+
+
+def sent_with(telegram: FakeThread[FakeTelegram], text: str) -> list[Any]:  # noqa: F811
+    """The messages the bot sent on the fake Telegram that hold `text`."""
+    return [sent for sent in telegram.run(lambda: list(telegram.server.sent)) if text in (sent.text or "")]
+
+
+def test_allow_from_edited_while_running_admits_the_sender(telegram: FakeThread[FakeTelegram],  # noqa: F811
+                                                           switchyard: Switchyard) -> None:
+    fake = telegram.server
+    switchyard.env[TELEGRAM_ENV] = fake.token
+    switchyard.configure({"channels": [{**telegram_profile(fake), "allow_from": ["1001"]}]})
+    switchyard.start()
+    telegram.call(fake.deliver, telegram.run(fake.message, 1002, "let me in", user_id=1002, first_name="Bob"))
+    wait_until(lambda: switchyard.events("message.rejected"), 30)
+
+    edit_settings(switchyard, lambda data: data["channels"][0].update(allow_from=["1001", "1002"]))
+    seen = read_by_gateway(switchyard)
+    assert seen["restart_needed"] == []
+    telegram.call(fake.deliver, telegram.run(fake.message, 1002, "and now?", user_id=1002, first_name="Bob"))
+
+    sent = wait_until(lambda: sent_with(telegram, answer("and now?")), 30)
+    assert sent[0].chat == "1002"
+    assert not sent_with(telegram, answer("let me in"))
+    assert switchyard.events("settings.reloaded")[-1]["applied"] == ["channels.tg.allow_from"]
+
+
+def test_a_usage_limit_added_while_running_applies_to_the_next_message(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.start()
+    assert "agent Reply answered" in answer_text(switchyard, "one", "one")
+
+    edit_settings(switchyard, lambda data: data.update(usage={"limits": [{"per": "sender", "day": {"turns": 1}}]}))
+    read_by_gateway(switchyard)
+
+    assert answer_text(switchyard, "two", "two").startswith("You have reached the daily limit of 1 turn per sender")
+
+
+def test_transcribe_added_while_running_reads_the_next_voice_note(telegram: FakeThread[FakeTelegram],  # noqa: F811
+                                                                  switchyard: Switchyard, tmp_path: Path) -> None:
+    fake, note = telegram.server, spoken_ogg("ship it on friday", tmp_path)
+    switchyard.env[TELEGRAM_ENV] = fake.token
+    switchyard.configure({"channels": [telegram_profile(fake)]})
+    switchyard.start()
+
+    telegram.call(fake.deliver, telegram.run(fake.message, 1001, voice=(note, 7)))
+    wait_until(lambda: sent_with(telegram, "I cannot read voice notes yet"), 30)
+
+    command = fake_transcriber(tmp_path, {note: "ship it on friday"})
+    edit_settings(switchyard, lambda data: data.update(transcribe={"command": command, "timeout_sec": 30}))
+    read_by_gateway(switchyard)
+    telegram.call(fake.deliver, telegram.run(fake.message, 1001, voice=(note, 7)))
+
+    wait_until(lambda: sent_with(telegram, answer("[voice 0:07] ship it on friday")), 30)
+    assert switchyard.events("settings.reloaded")[-1]["applied"] == ["transcribe"]
