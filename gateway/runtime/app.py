@@ -181,7 +181,9 @@ class Gateway:
         return name
 
     async def _start_channel(self, profile: ChannelProfile) -> Channel:
-        """Builds and starts one profile's channel; raises why it cannot."""
+        """Builds and starts one profile's channel (as the settings are now: a restart after a reload keeps
+        its `allow_from`); raises why it cannot."""
+        profile = self.settings.profile(profile.id) or profile
         context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
                                  outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile),
                                  pairing=self.pairing)
