@@ -40,17 +40,14 @@ def older_settings(run: Invocation) -> list[str]:
     """What a retry is warned of: this host's running gateway runs older settings than the file (an edit it
     has not read, refused, or that needs a restart). It first waits up to RELOAD_WAIT_S for the gateway to
     read an edit (it looks every 2 s), so that a message retried after a fix meets the fixed settings."""
-    from gateway.cli.status import gateway_process, settings_notes
-    from gateway.statuscache import file_digest
+    from gateway.cli.status import gateway_process, read_as_it_is, settings_notes
 
-    digest = file_digest(run.settings_path)
     deadline = time.monotonic() + RELOAD_WAIT_S
     while True:
         gateway = gateway_process(run.home)
         seen = gateway.get("settings")
-        if not gateway["running"] or not isinstance(seen, dict) or seen.get("sha256") == digest \
-                or time.monotonic() > deadline:
-            return settings_notes(gateway, digest)
+        if not gateway["running"] or not isinstance(seen, dict) or read_as_it_is(seen) or time.monotonic() > deadline:
+            return settings_notes(gateway)
         time.sleep(0.1)
 
 

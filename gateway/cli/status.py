@@ -59,7 +59,7 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
         print(f"switchyard: {exc}", file=sys.stderr)
         return EXIT_DATABASE
     status["settings"] = {"file": str(run.settings_path), "problem": problem,
-                          "notes": settings_notes(status["gateway"], file_digest(run.settings_path))}
+                          "notes": settings_notes(status["gateway"])}
     cache.save()
     if args.json:
         print(json.dumps(status, indent=2, default=str))
@@ -103,14 +103,15 @@ def readable_settings(run: Invocation) -> Settings:
                             exc.problems) from exc
 
 
-def settings_notes(gateway: dict[str, Any], digest: str | None) -> list[str]:
-    """What `status` and `dead retry` say of the settings this host's running gateway uses, against the
-    file's version `digest`: an edit it has not read yet, one it refused, changes waiting for a restart."""
+def settings_notes(gateway: dict[str, Any]) -> list[str]:
+    """What `status` and `dead retry` say of the settings this host's running gateway uses (its status file
+    `gateway`), against its settings file as it is now: an edit it has not read yet, one it refused, changes
+    waiting for a restart."""
     seen = gateway.get("settings")
     if not gateway.get("local", gateway.get("running")) or not isinstance(seen, dict):
         return []
     notes = []
-    if seen.get("sha256") != digest:
+    if not read_as_it_is(seen):
         notes.append(f"settings: {seen.get('file')} changed since the running gateway read it "
                      "(it looks every 2 s)")
     elif seen.get("problem"):
@@ -118,6 +119,11 @@ def settings_notes(gateway: dict[str, Any], digest: str | None) -> list[str]:
     if seen.get("restart_needed"):
         notes.append("settings: restart the gateway to apply: " + "; ".join(seen["restart_needed"]))
     return notes
+
+
+def read_as_it_is(seen: dict[str, Any]) -> bool:
+    """Whether a gateway's record of its settings file (`settings` of its status file) is of the file as it is."""
+    return bool(seen.get("file")) and seen.get("sha256") == file_digest(str(seen["file"]))
 
 
 def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusCache,
