@@ -136,13 +136,17 @@ class AccessPolicy:
         profile with `pairing: true` needs it — never assumed to be the home's file, which on a shared
         database would admit no one another host approved."""
         self.profile_id = profile.id
-        self.allow_from = {str(s) for s in profile.allow_from} if profile.allow_from is not None else None
+        self.allow_from = _senders(profile)
         self.pairing = bool(profile.option("pairing", False))
         self.code_ttl_s = float(profile.option("pairing_code_ttl_sec", DEFAULT_PAIRING_CODE_TTL_S))
         if self.pairing and store is None:
             raise ValueError(f"channel profile {profile.id!r} has pairing: true but no pairing store was given: "
                              "use the channel's context.access (its backend's store)")
         self._store = store
+
+    def reconfigure(self, profile: ChannelProfile) -> None:
+        """Admits the `allow_from` of the profile as settings.yaml was reloaded while the channel runs."""
+        self.allow_from = _senders(profile)
 
     @property
     def store(self) -> Pairing:
@@ -162,3 +166,8 @@ class AccessPolicy:
             reply = PAIRING_REPLY.format(code=code, ttl=duration_text(self.code_ttl_s)) if created else None
             return AccessDecision(False, reply, "pairing required")
         return AccessDecision(False, None, "sender not in allow_from")
+
+
+def _senders(profile: ChannelProfile) -> set[str] | None:
+    """The sender ids `allow_from` admits (None: the key is absent, everyone)."""
+    return {str(sender) for sender in profile.allow_from} if profile.allow_from is not None else None

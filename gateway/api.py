@@ -152,6 +152,13 @@ class ChannelContext:
 
         return AccessPolicy(self.home, self.profile, self.settings, store=self.pairing)
 
+    def reconfigure(self, profile: ChannelProfile, settings: Settings) -> None:
+        """Takes this profile as settings.yaml was reloaded while the channel runs: `access` admits its new
+        `allow_from` (the only key of a running profile applied without a restart)."""
+        self.profile, self.settings = profile, settings
+        if "access" in self.__dict__:  # built already: the channel holds it
+            self.access.reconfigure(profile)
+
     def note(self, text: str | None) -> None:
         """Shows `text` beside this running channel's state in `switchyard status` (None clears it)."""
         if self.on_state is not None:
@@ -266,7 +273,11 @@ class FunctionSpec:
 
 
 class Handler(Protocol):
-    """What the worker calls for each claimed message (the orchestrator implements it)."""
+    """What the worker calls for each claimed message (the orchestrator implements it).
+
+    A handler may also have `reload_settings(settings: Settings) -> None`, which the gateway calls with
+    the settings.yaml sections reloaded while it runs (gateway/runtime/reload.py); it is looked up with
+    getattr, as a handler may predate it."""
 
     async def start(self) -> None:
         """Starts background work (e.g. the run executor)."""

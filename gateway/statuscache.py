@@ -60,6 +60,18 @@ def identity(path: str | os.PathLike[str]) -> list[int] | None:
     return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
 
 
+def file_digest(path: str | os.PathLike[str]) -> str | None:
+    """The sha256 of a file's bytes: the version a running gateway read of settings.yaml, told by its content
+    (None when the file is absent or unreadable)."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def _identities(paths: Iterable[str | os.PathLike[str]]) -> dict[str, list[int] | None]:
     return {os.fspath(path): identity(path) for path in paths}
 

@@ -62,6 +62,10 @@ class ChatAnswers:
         self._settings = settings
         self._pairing = pairing
 
+    def reconfigure(self, settings: Settings) -> None:
+        """Reads who may answer from settings.yaml reloaded while running (each profile's `allow_from`)."""
+        self._settings = settings
+
     async def handle(self, message: IncomingPayload) -> OutgoingPayload | None:
         """The reply when `message` answers an approval (now or too late); None when it is no answer."""
         target = await self._target(message)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.edits import EDITED_PREFIX
 from gateway.keys import CONTROL_COMMANDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.settings import SettingsError, secret_env_names
+from gateway.settings import Settings, SettingsError, secret_env_names
 from orchestrator.acp.orphans import reap_orphans
 from orchestrator.actions import Actions, reply
 from orchestrator.approvalchat import ChatAnswers
@@ -72,7 +73,8 @@ class Orchestrator:
                                       sessions=open_sessions(backend))
         self.meter = self._runner.meter = UsageMeter(open_usage(backend), context.settings.usage, context.events)
         self._transcriber = Transcriber(context.home, context.settings, self._runner, context.events)
-        self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events)
+        self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events,
+                                    on_reload=self._config_reloaded)
         self._store = open_run_store(backend)
         self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals)
@@ -118,6 +120,21 @@ class Orchestrator:
         self._sweep = asyncio.create_task(self.approvals.keep_sweeping(), name="orchestrator-approvals-sweep")
         if self.scheduler is not None:
             self._scheduling = asyncio.create_task(self.scheduler.run(), name="orchestrator-schedules")
+
+    def reload_settings(self, settings: Settings) -> None:
+        """Takes the settings.yaml sections reloaded while running (gateway/runtime/reload.py): the providers,
+        the usage limits, `transcribe` and each profile's `allow_from` (who may answer approvals)."""
+        self._context = replace(self._context, settings=settings)
+        self._runner.reconfigure(settings.providers, secret_env_names(settings))
+        self.meter.reconfigure(settings.usage)
+        self._transcriber.reconfigure(settings)
+        self._answers.reconfigure(settings)
+        self._configs.reconfigure(self._runner.known())
+
+    def _config_reloaded(self) -> None:
+        """An orchestrator.yaml was reloaded: its schedules may have changed."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
 
     def _schedules(self) -> dict[str, ScheduleConfig]:
         """Every orchestrator's schedules, keyed `<orchestrator>/<schedule>` (an orchestrator.yaml that does

@@ -101,8 +101,12 @@ class UsageMeter:
         self.records = records
         self.settings = settings
         self._events = events
-        self._clock = clock or (lambda: datetime.now(settings.zone()))
+        self._clock = clock or (lambda: datetime.now(self.settings.zone()))
         self._ttl = ttl_sec
+
+    def reconfigure(self, settings: UsageSettings) -> None:
+        """Checks the limits (and days in the time zone) of settings.yaml reloaded while running."""
+        self.settings = settings
 
     @property
     def limiting(self) -> bool:

@@ -55,6 +55,12 @@ class ProviderRunner:
         self.acp = AcpRoute(sessions, events, self.turns)  # live sessions of `transport: acp` presets
         self._cli = AgentCliRunner(sessions, events, self.acp)
 
+    def reconfigure(self, providers: Mapping[str, ProviderSettings], hidden_env: frozenset[str]) -> None:
+        """Runs the providers of settings.yaml reloaded while running; `hidden_env` joins the variables
+        already hidden (a running channel still holds the token a removed `*_env` named)."""
+        self._providers = dict(providers)
+        self._hidden_env = self._hidden_env | hidden_env
+
     async def close(self) -> None:
         """Stops every live agent session's process (the handler's stop)."""
         await self.acp.close()

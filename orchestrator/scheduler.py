@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from gateway.aio import wait_event
 from gateway.events import EventLog
 from gateway.home import safe_name
 from gateway.locks import holder_process, pid_alive, process_name
@@ -32,7 +33,8 @@ CLAIM_LEASE_S = 60.0
 """A claim still unfinished this long after it was made is taken over by another host (one on the claimer's own
 host takes it over at once when the claimer's process is gone)."""
 POLL_S = 30.0
-"""The longest wait between two passes (a changed orchestrator.yaml or another host's leftovers are seen)."""
+"""The longest wait between two passes (another host's leftovers are seen); a reloaded orchestrator.yaml
+ends the wait at once (`wake`)."""
 SENDER = "schedule"
 
 T = TypeVar("T")
@@ -82,16 +84,26 @@ class Scheduler:
         self.holder = holder or process_name()
         self.clock = clock
         self.alive = alive
+        self._woken = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def run(self) -> None:
-        """Passes until cancelled: one now, then at each next occurrence (at most POLL_S apart)."""
+        """Passes until cancelled: one now, then at each next occurrence (at most POLL_S apart), and one
+        whenever `wake` is called (a schedule added meanwhile is due from then, not from the next poll)."""
+        self._loop = asyncio.get_running_loop()
         while True:
+            self._woken.clear()  # before the pass: a reload during it ends the next wait
             try:
                 await self.tick()
             except Exception as exc:  # the database away, a full disk: the next pass tries again
                 log.warning("schedules: a pass failed: %s", exc)
                 self.events.emit("schedule.error", reason=str(exc)[:300])
-            await asyncio.sleep(self.wait_s())
+            await wait_event(self._woken, self.wait_s())
+
+    def wake(self) -> None:
+        """Makes the next pass now: the schedules changed (callable from any thread)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._woken.set)
 
     def wait_s(self) -> float:
         """How long until the next occurrence of any schedule (at most POLL_S)."""

@@ -60,6 +60,10 @@ class Transcriber:
         self._runner = runner
         self._events = events
 
+    def reconfigure(self, settings: Settings) -> None:
+        """Runs the `transcribe:` command of settings.yaml reloaded while running."""
+        self._settings = settings.transcribe
+
     async def transcribed(self, message: IncomingPayload, *, turn: str | None = None) -> IncomingPayload:
         """The message with each voice note's text in it (the message itself when it has none); raises
         PermanentError (no transcriber, the file gone, the command missing) or TranscriptionFailed.

@@ -55,7 +55,7 @@ def cmd_run(args: argparse.Namespace, run: Invocation, *, role: str = "run") -> 
 
     home, settings = run.home, run.settings
     require_valid_home(home, settings, run.pm, source=str(run.settings_path))
-    gateway = Gateway(home, settings, run.pm, role=role)
+    gateway = Gateway(home, settings, run.pm, role=role, settings_file=run.settings_path)
 
     def on_signal(stop: asyncio.Event, signum: int) -> None:
         if not stop.is_set():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli import EXIT_NO_HOME, not_a_home
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from gateway.cli import Invocation
 
 EXIT_DATABASE = 2  # the database is unreachable (as `switchyard db`)
+RELOAD_WAIT_S = 5.0  # how long `retry` waits for the running gateway to read an edited settings.yaml
 
 
 def cmd_dead(args: argparse.Namespace, run: Invocation) -> int:
@@ -24,11 +26,29 @@ def cmd_dead(args: argparse.Namespace, run: Invocation) -> int:
     backend = open_backend(run.home, run.settings)
     if backend.in_home and not_a_home(run.home):  # else a mistyped --home would answer "no dead letters"
         return EXIT_NO_HOME
+    if args.dead_command == "retry":
+        for note in older_settings(run):
+            print(f"switchyard: warning: {note}", file=sys.stderr)
     try:
         return _run(args, backend.dead_letters())
     except backend.failures as exc:
         print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
         return EXIT_DATABASE
+
+
+def older_settings(run: Invocation) -> list[str]:
+    """What a retry is warned of: this host's running gateway runs older settings than the file (an edit it
+    has not read, refused, or that needs a restart). It first waits up to RELOAD_WAIT_S for the gateway to
+    read an edit (it looks every 2 s), so that a message retried after a fix meets the fixed settings."""
+    from gateway.cli.status import gateway_process, read_as_it_is, settings_notes
+
+    deadline = time.monotonic() + RELOAD_WAIT_S
+    while True:
+        gateway = gateway_process(run.home)
+        seen = gateway.get("settings")
+        if not gateway["running"] or not isinstance(seen, dict) or read_as_it_is(seen) or time.monotonic() > deadline:
+            return settings_notes(gateway)
+        time.sleep(0.1)
 
 
 def _run(args: argparse.Namespace, store: Any) -> int:

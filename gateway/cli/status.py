@@ -15,11 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from gateway.cli import EXIT_NO_HOME, not_a_home
+from gateway.cli import EXIT_NO_HOME, EXIT_USAGE, not_a_home
 from gateway.composition import backend_name, open_backend
 from gateway.home import Home
 from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
-from gateway.statuscache import LazySettings, StatusCache
+from gateway.statuscache import LazySettings, StatusCache, file_digest
 from gateway.stores import BackendUnreachable
 from gateway.tables import print_table, printable
 
@@ -39,12 +39,14 @@ PID_START_SLACK_S = 5.0  # the gateway writes started_at just after its process 
 def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     """Prints the status; the exit code says whether the gateway is running (0) or not (3). What it derives
     from the configuration comes from the status cache while the files are unchanged: the settings are then
-    neither loaded nor validated (invalid ones exit 2 through SettingsError, as every command does). A
-    backend whose storage is unreachable (the postgres database) is one line on stderr and exit 2."""
+    neither loaded nor validated. Invalid settings exit 2, as for every command, after the status of what
+    their valid sections name (a running gateway keeps its last valid settings). A backend whose storage is
+    unreachable (the postgres database) is one line on stderr and exit 2."""
     cache = StatusCache.load(run.home, run.settings_path)
-    plugins = cache.remember("plugins", lambda: list(run.settings.plugins))
-    name = cache.remember("backend", lambda: backend_name(run.settings))
-    settings = cast("Settings", LazySettings(lambda: run.settings))
+    problem = cache.remember("settings_problem", lambda: _settings_problem(run))
+    plugins = cache.remember("plugins", lambda: list(readable_settings(run).plugins))
+    name = cache.remember("backend", lambda: backend_name(readable_settings(run)))
+    settings = cast("Settings", LazySettings(lambda: readable_settings(run)))
     pm = plugin_manager_for([*DEFAULT_PLUGINS, *plugins])
     backend = open_backend(run.home, settings, pm, name=name)
     if backend.in_home and not_a_home(run.home):  # else a mistyped --home would show an empty queue
@@ -56,12 +58,72 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
             print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": str(exc)}}))
         print(f"switchyard: {exc}", file=sys.stderr)
         return EXIT_DATABASE
+    status["settings"] = {"file": str(run.settings_path), "problem": problem,
+                          "notes": settings_notes(status["gateway"])}
     cache.save()
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
         print_status(status, backend)
+    if problem is not None:  # shown in full above; the exit code is every command's for invalid settings
+        print(f"switchyard: invalid settings: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     return 0 if status["gateway"]["running"] else EXIT_NOT_RUNNING
+
+
+def _settings_problem(run: Invocation) -> str | None:
+    """Why the settings file does not validate (None when it does)."""
+    from gateway.settings import SettingsError
+
+    try:
+        run.settings  # noqa: B018 - loading is the check
+    except SettingsError as exc:
+        return str(exc)
+    return None
+
+
+def readable_settings(run: Invocation) -> Settings:
+    """The settings; when they do not validate, the sections that do (the others at their defaults), so
+    `status` still shows the running gateway, which keeps its last valid settings. Raises SettingsError
+    when the file cannot be read, or its `queue` or `plugins` (which say where the state is) are invalid."""
+    from gateway.settings import SettingsError
+
+    try:
+        return run.settings
+    except SettingsError as exc:
+        from gateway.cli.check import salvage
+
+        found = salvage(run.settings_path)
+        if found is not None and not found[1] & {"queue", "plugins"}:
+            return found[0]
+        gateway = gateway_process(run.home)
+        if not gateway["running"]:
+            raise
+        raise SettingsError(f"{exc}\n(the running gateway, pid {gateway['pid']}, keeps its last valid settings)",
+                            exc.problems) from exc
+
+
+def settings_notes(gateway: dict[str, Any]) -> list[str]:
+    """What `status` and `dead retry` say of the settings this host's running gateway uses (its status file
+    `gateway`), against its settings file as it is now: an edit it has not read yet, one it refused, changes
+    waiting for a restart."""
+    seen = gateway.get("settings")
+    if not gateway.get("local", gateway.get("running")) or not isinstance(seen, dict):
+        return []
+    notes = []
+    if not read_as_it_is(seen):
+        notes.append(f"settings: {seen.get('file')} changed since the running gateway read it "
+                     "(it looks every 2 s)")
+    elif seen.get("problem"):
+        notes.append(f"settings: the running gateway keeps its last valid settings: {seen['problem']}")
+    if seen.get("restart_needed"):
+        notes.append("settings: restart the gateway to apply: " + "; ".join(seen["restart_needed"]))
+    return notes
+
+
+def read_as_it_is(seen: dict[str, Any]) -> bool:
+    """Whether a gateway's record of its settings file (`settings` of its status file) is of the file as it is."""
+    return bool(seen.get("file")) and seen.get("sha256") == file_digest(str(seen["file"]))
 
 
 def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusCache,
@@ -129,7 +191,7 @@ def print_status(status: dict[str, Any], backend: Backend) -> None:
     _section(["dead letter", "attempts", "failed at", "reason"],
              [[str(d["file"]), str(d["attempts"]), str(d["failed_at"]), str(d["reason"])]
               for d in status["dead_letters"]])
-    for problem in [*status.get("providers", []), *status.get("config", [])]:
+    for problem in [*_settings_lines(status), *status.get("providers", []), *status.get("config", [])]:
         print(printable(problem))
     if status.get("retention"):
         print("retention: " + ", ".join(f"{name} {'forever' if days is None else f'{days:g} d'}"
@@ -147,6 +209,16 @@ def print_status(status: dict[str, Any], backend: Backend) -> None:
     for beat in beats:
         if beat.get("problem"):
             print(printable(f"heartbeat {beat.get('profile')}: {beat['problem']}"))
+
+
+def _settings_lines(status: dict[str, Any]) -> list[str]:
+    """The settings file's own problem (unless the running gateway's note says it), then the notes."""
+    settings = status.get("settings") or {}
+    notes = list(settings.get("notes") or [])
+    if settings.get("problem") and not any("keeps its last valid" in note for note in notes):
+        running = " (the running gateway keeps its last valid settings)" if status["gateway"].get("running") else ""
+        notes.insert(0, f"settings: {settings['problem']}{running}")
+    return notes
 
 
 def _section(headers: list[str], rows: list[list[str]], *, title: str | None = None) -> None:

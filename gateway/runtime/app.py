@@ -33,11 +33,12 @@ from gateway.events import EventLog, utc_now_iso
 from gateway.files.queue import FileQueue
 from gateway.files.receipts import takes_receipts
 from gateway.home import Home, atomic_write, queue_depths
-from gateway.logs import apply_log_settings
+from gateway.logs import apply_log_settings, hide_in_logs
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
 from gateway.redaction import dsn_passwords
 from gateway.runtime import Delivery, Runtime, RuntimeParts
+from gateway.runtime.reload import SettingsReload, run_checks
 from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
 from gateway.runtime.watch import FolderWatch
 from gateway.settings import ChannelProfile, Settings, secret_env_names
@@ -64,7 +65,9 @@ def configured_secrets(settings: Settings) -> list[str]:
 class Gateway:
     """One running Switchyard process on one home."""
 
-    def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager, *, role: str = "run"):
+    def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager, *, role: str = "run",
+                 settings_file: Path | None = None):
+        """`settings_file`: where `settings` were read, looked at for edits while running (None: never)."""
         self.home = home
         self.role = role  # "run"; "worker": processing only, no channels, no dispatcher (postgres backend)
         self.settings = settings
@@ -94,7 +97,6 @@ class Gateway:
         self.dispatcher: Delivery | None = None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._contexts: dict[str, ChannelContext] = {}  # the latest of each profile
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = self.supervisor.stopping  # set first thing in stop(); every retry loop checks it
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
@@ -104,6 +106,9 @@ class Gateway:
             from gateway.dashboard.service import Dashboard
             self.dashboard = Dashboard(self, self.backend.queue_view())  # raises SettingsError when its token is unset
         self.request_stop: Callable[[], None] = lambda: None  # run_gateway makes it end the run
+        self.contexts: dict[str, ChannelContext] = {}  # each started channel's, by profile id
+        self.reload = None if settings_file is None else SettingsReload(
+            settings_file, settings, run_checks(home, pm, settings_file), self.events)
 
     # --- start ------------------------------------------------------------------------------
 
@@ -130,6 +135,10 @@ class Gateway:
             self.dispatcher.rescan()
         self._tasks.extend(self.backend.run())
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
+        if self.reload is not None:
+            self.reload.check(self._apply_settings, self._write_status)  # an edit made since `run` read it
+            self._tasks.append(asyncio.create_task(self.reload.watch(self._apply_settings, self._write_status),
+                                                   name="settings-watch"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
                          watch=self._watches[0].mode, home=self.backend.home_mode)
         if self.dashboard is not None and await self.dashboard.start():
@@ -175,11 +184,13 @@ class Gateway:
         return name
 
     async def _start_channel(self, profile: ChannelProfile) -> Channel:
-        """Builds and starts one profile's channel; raises why it cannot."""
+        """Builds and starts one profile's channel (as the settings are now: a restart after a reload keeps
+        its `allow_from`); raises why it cannot."""
+        profile = self.settings.profile(profile.id) or profile
         context = ChannelContext(home=self.home, settings=self.settings, profile=profile, events=self.events,
                                  outbox=self.outbox, on_state=functools.partial(self._channel_reported, profile),
                                  pairing=self.pairing)
-        self._contexts[profile.id] = context  # its supervised tasks are stopped after the channel
+        self.contexts[profile.id] = context  # reconfigured on a reload; its supervised tasks stopped after the channel
         channel = self.pm.hook.switchyard_channels(profile=profile, context=context)
         if channel is None:
             known = sorted({t for types in call_each(self.pm, "switchyard_channel_types") for t in types})
@@ -286,10 +297,25 @@ class Gateway:
             await self.backend.prune()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
+    def _apply_settings(self, settings: Settings) -> None:
+        """Hands settings reloaded while running to the handler and to each running channel's context."""
+        for secret in configured_secrets(settings):
+            self.events.add_secret(secret)
+        hide_in_logs(configured_secrets(settings))
+        self.settings = settings
+        reload_settings = getattr(self.handler, "reload_settings", None)
+        if reload_settings is not None:
+            reload_settings(settings)
+        for profile in settings.channels:
+            if (context := self.contexts.get(profile.id)) is not None:
+                context.reconfigure(profile, settings)
+
     def _write_status(self) -> None:
         status = {"pid": os.getpid(), "started_at": self.started_at, "updated_at": utc_now_iso(),
                   "watch": self._watches[0].mode if self._watches else "stopped",
                   "channels": self.channel_status}
+        if self.reload is not None:
+            status["settings"] = self.reload.status()
         if self.dashboard is not None and self.dashboard.url:
             status["dashboard"] = self.dashboard.url
         with suppress(OSError):
@@ -318,7 +344,7 @@ class Gateway:
         for watch in other_watches:
             watch.stop()
         await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
-        await self._bounded({f"tasks:{p}": c.stop_tasks() for p, c in self._contexts.items() if c.tasks}, STOP_TAIL_S)
+        await self._bounded({f"tasks:{p}": c.stop_tasks() for p, c in self.contexts.items() if c.tasks}, STOP_TAIL_S)
         await self._bounded({"leases": self.backend.release()}, STOP_TAIL_S)
         if self.dashboard is not None:
             await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)

@@ -333,6 +333,19 @@ class AcpPool:
                         and not any(live.agent is agent for live in self._live.values()):
                     await self._drop_agent(agent)
 
+    async def retire(self, name: str) -> bool:
+        """Closes a provider's sessions and its process, whose settings changed (settings.yaml reloaded): its
+        next turn starts them anew and loads the stored session. False while a turn of it runs."""
+        if self._active.get(name):
+            return False
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            for live in [live for live in self._live.values() if live.name == name]:
+                await self._evict(live)
+            shared = self._shared.pop(name, None)
+            if shared is not None:
+                await shared.stop()
+        return True
+
     async def close(self) -> None:
         """Stops every agent process and the idle reaper; nothing of the pool is left running."""
         self._closed = True

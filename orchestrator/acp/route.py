@@ -32,6 +32,7 @@ class AcpRoute:
         self.pool: AcpPool | None = None
         self.fallen_back: dict[str, str] = {}  # provider name -> why it runs one-shot
         self._checked: set[str] = set()  # providers whose environment was looked at
+        self._settings_of: dict[str, ProviderSettings] = {}  # what each provider's sessions were started with
 
     async def run(
         self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
@@ -40,6 +41,7 @@ class AcpRoute:
     ) -> ProviderResult | None:
         """The turn's result from a live session (a one-off one for a stateless call); None: run the one-shot
         preset instead (claude's stateless calls, or an adapter that is missing or cannot start)."""
+        await self._follow(name, provider)
         if (scope is None and not spec_of(provider).shared) or name in self.fallen_back:
             return None  # claude's stateless calls: a process per call would cost more than one-shot
         if adapter_path(provider, env) is None:
@@ -69,6 +71,17 @@ class AcpRoute:
         except Exception as exc:  # a session the adapter would not create or load: retried later
             raise ProviderFailed(name, ProviderResult("", f"{type(exc).__name__}: {exc}", None, 0, False,
                                                       False)) from exc
+
+    async def _follow(self, name: str, provider: ProviderSettings) -> None:
+        """Forgets what was found of a provider whose settings changed since its sessions started (settings.yaml
+        reloaded): its fallback to one-shot, and its live sessions once no turn of it runs."""
+        before = self._settings_of.setdefault(name, provider)
+        if before == provider:
+            return
+        self.fallen_back.pop(name, None)
+        self._checked.discard(name)
+        if self.pool is None or await self.pool.retire(name):
+            self._settings_of[name] = provider
 
     def _fall_back(self, name: str, reason: str) -> None:
         self.fallen_back[name] = reason

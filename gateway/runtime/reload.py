@@ -1,0 +1,193 @@
+"""settings.yaml read again while the gateway runs.
+
+What can change safely without a restart is applied: `providers`, `usage`, `transcribe` and each channel
+profile's `allow_from`. Everything else (channels added, removed or otherwise changed, `queue`, `plugins`,
+`dashboard`, ...) is read only at start: it is named in the log and in `switchyard status` until a restart.
+An edit that does not pass the checks `switchyard run` makes before it starts is not used: the last valid
+settings stay, and the log and `status` say why. The gateway records what it read (the file's sha256) in
+its status file, so `status` and `dead retry` can tell that it runs older settings than the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from gateway.events import EventLog, utc_now_iso
+from gateway.home import Home
+from gateway.settings import ChannelProfile, Settings, SettingsError, load_settings
+from gateway.statuscache import file_digest
+
+if TYPE_CHECKING:
+    import pluggy
+
+log = logging.getLogger("switchyard")
+
+SETTINGS_CHECK_S = 2.0  # how often settings.yaml is looked at for an edit
+RELOADED = ("providers", "usage", "transcribe")  # the top-level sections applied while running
+NOT_READ = ""  # the digest of no version: the first look always reads the file
+
+Validate = Callable[[Settings, Settings], list[str]]
+"""The problems of new settings (the first) that the running ones (the second) do not have."""
+
+
+def run_checks(home: Home, pm: pluggy.PluginManager, source: Path) -> Validate:
+    """The checks `switchyard run` makes before it starts (gateway/cli/check.py) as a Validate: only what the
+    new settings bring counts (an orchestrator.yaml broken already does not hold up a fixed provider).
+    New `plugins:` are loaded to check the channel types they declare."""
+
+    def validate(new: Settings, running: Settings) -> list[str]:
+        from gateway.cli.check import home_problems
+        from gateway.plugin_manager import build_plugin_manager
+
+        checking = pm if new.plugins == running.plugins else build_plugin_manager(new)
+        found = home_problems(home, new, checking, source=str(source))
+        if not found:
+            return []
+        known = set(home_problems(home, running, pm, source=str(source)))
+        return [problem for problem in found if problem not in known]
+
+    return validate
+
+
+class SettingsReload:
+    """Looks at settings.yaml for edits; keeps the settings the gateway runs and what `status` says of them."""
+
+    def __init__(self, path: Path, running: Settings, validate: Validate, events: EventLog | None = None):
+        self.path = path
+        self.running = running
+        self._validate = validate
+        self._events = events
+        self.digest: str | None = NOT_READ  # of the version read last (valid or not)
+        self.problem: str | None = None  # why that version is not used
+        self.restart_needed: list[str] = []  # what of that version waits for a restart
+        self.read_at: str | None = None
+
+    async def watch(self, apply: Callable[[Settings], None], report: Callable[[], None]) -> None:
+        """Looks at the file every SETTINGS_CHECK_S until cancelled (as `check`)."""
+        while True:
+            await asyncio.sleep(SETTINGS_CHECK_S)
+            self.check(apply, report)
+
+    def check(self, apply: Callable[[Settings], None], report: Callable[[], None]) -> None:
+        """Reads the file when it changed: `apply` gets the new running settings when some part of them
+        changed; `report` is called when what `status` says of them did."""
+        before = self.running
+        if self.poll():
+            if self.running is not before:
+                apply(self.running)
+            report()
+
+    def poll(self) -> bool:
+        """Reads the file when it changed; True when it did (`running` may then be new settings)."""
+        digest = file_digest(self.path)
+        if digest == self.digest:
+            return False
+        try:
+            new = self._load(digest)
+        except SettingsError as exc:
+            if file_digest(self.path) != digest:
+                return False  # written again while it was read: the next look reads it whole
+            self._reject(digest, exc)
+            return True
+        if file_digest(self.path) != digest:
+            return False
+        self._accept(digest, new)
+        return True
+
+    def status(self) -> dict[str, Any]:
+        """What the gateway's status file says of its settings."""
+        return {"file": str(self.path), "sha256": self.digest, "read_at": self.read_at, "problem": self.problem,
+                "restart_needed": self.restart_needed}
+
+    def _load(self, digest: str | None) -> Settings:
+        """The file's settings when they are valid and bring no problem the running ones do not have."""
+        if digest is None and self.digest not in (NOT_READ, None):
+            raise SettingsError(f"{self.path}: file not found")
+        new = load_settings(self.path)
+        problems = self._validate(new, self.running)
+        if problems:
+            raise SettingsError.listing(problems)
+        return new
+
+    def _reject(self, digest: str | None, exc: SettingsError) -> None:
+        self.digest, self.problem, self.read_at = digest, str(exc), utc_now_iso()
+        log.warning("%s: the edit is not used, the gateway keeps its last valid settings: %s", self.path, exc)
+        if self._events is not None:
+            self._events.emit("settings.rejected", file=str(self.path), reason=str(exc))
+
+    def _accept(self, digest: str | None, new: Settings) -> None:
+        merged = reloaded(self.running, new)
+        merged = self.running if merged == self.running else merged  # unchanged: nothing to hand on
+        applied = changed_sections(self.running, merged)
+        restart = restart_needed(merged, new)
+        if self.problem is not None:
+            log.info("%s is valid again", self.path)
+        if applied:
+            log.info("%s reloaded: %s applied", self.path, ", ".join(applied))
+        if restart and restart != self.restart_needed:
+            log.warning("%s: these changes need a restart of the gateway to apply: %s", self.path, "; ".join(restart))
+        if self._events is not None and (applied or restart != self.restart_needed):
+            self._events.emit("settings.reloaded", file=str(self.path), applied=applied, restart_needed=restart)
+        self.digest, self.problem, self.read_at = digest, None, utc_now_iso()
+        self.running, self.restart_needed = merged, restart
+
+
+def reloaded(running: Settings, new: Settings) -> Settings:
+    """The running settings with what is applied while running taken from `new`: RELOADED, and the
+    `allow_from` of each profile whose id and type stay."""
+    fresh = {profile.id: profile for profile in new.channels}
+    channels = [_with_allow_from(profile, fresh.get(profile.id)) for profile in running.channels]
+    return running.model_copy(update={**{key: getattr(new, key) for key in RELOADED}, "channels": channels})
+
+
+def _with_allow_from(profile: ChannelProfile, fresh: ChannelProfile | None) -> ChannelProfile:
+    if fresh is None or fresh.type != profile.type or fresh.allow_from == profile.allow_from:
+        return profile
+    return profile.model_copy(update={"allow_from": fresh.allow_from})
+
+
+def changed_sections(before: Settings, after: Settings) -> list[str]:
+    """The reloaded parts that differ: `providers`, `usage`, `transcribe`, `channels.<id>.allow_from`."""
+    found = [key for key in RELOADED if getattr(before, key) != getattr(after, key)]
+    old = {profile.id: profile.allow_from for profile in before.channels}
+    return found + [f"channels.{profile.id}.allow_from" for profile in after.channels
+                    if old.get(profile.id) != profile.allow_from]
+
+
+def restart_needed(running: Settings, new: Settings) -> list[str]:
+    """What the file changes that is read only at start, one entry each (`queue.poll_ms`, `channel tg added`)."""
+    found: list[str] = []
+    for key in Settings.model_fields:
+        if key == "channels":
+            found += _channel_changes(running.channels, new.channels)
+        elif getattr(running, key) != getattr(new, key):
+            found += _changed_keys(key, getattr(running, key), getattr(new, key))
+    return found
+
+
+def _changed_keys(key: str, before: Any, after: Any) -> list[str]:
+    """`queue.poll_ms` for each field of a section that differs; the section's name for any other value."""
+    if isinstance(before, BaseModel) and isinstance(after, BaseModel):
+        old, new = before.model_dump(), after.model_dump()
+        return [f"{key}.{name}" for name in {**old, **new} if old.get(name) != new.get(name)]
+    return [key]
+
+
+def _channel_changes(running: list[ChannelProfile], new: list[ChannelProfile]) -> list[str]:
+    """A channel profile added, removed, or changed in another key than `allow_from`."""
+    old = {profile.id: profile for profile in running}
+    fresh = {profile.id: profile for profile in new}
+    found = [f"channel {name} added" for name in fresh if name not in old]
+    found += [f"channel {name} removed" for name in old if name not in fresh]
+    for name in [name for name in old if name in fresh]:
+        before, after = old[name].model_dump(exclude={"allow_from"}), fresh[name].model_dump(exclude={"allow_from"})
+        keys = [key for key in {**before, **after} if before.get(key) != after.get(key)]
+        if keys:
+            found.append(f"channel {name}: {', '.join(keys)}")
+    return found
