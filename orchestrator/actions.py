@@ -11,6 +11,7 @@ from jsonschema.exceptions import best_match
 from gateway.api import FunctionSpec, PermanentError
 from gateway.events import now_ms
 from gateway.home import safe_name
+from gateway.keys import STATUS_WORDS
 from gateway.models import IncomingPayload, Job, OutgoingPayload
 from orchestrator.config import LoadedConfig, WorkflowConfig
 from orchestrator.diagnostics import Diagnostics
@@ -26,7 +27,6 @@ from orchestrator.functions import (
 from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT, prompt_reply, result_reply, result_text
-from orchestrator.rules import STATUS_WORDS
 from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import Conversation, RunState, StepState, conversation_key, run_id_for
 from orchestrator.selector import Decision

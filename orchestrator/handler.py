@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.edits import EDITED_PREFIX
-from gateway.keys import CONTROL_COMMANDS, command_word
+from gateway.keys import CONTROL_COMMANDS, STATUS_WORDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import SettingsError, secret_env_names
 from orchestrator.acp.orphans import reap_orphans
@@ -25,7 +25,7 @@ from orchestrator.live import PermissionAsker, TurnStopped
 from orchestrator.meter import LimitReached, UsageMeter
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
-from orchestrator.rules import STATUS_WORDS, builtin_providers
+from orchestrator.rules import builtin_providers
 from orchestrator.runstate import RunState, conversation_key
 from orchestrator.schedconfig import ScheduleConfig
 from orchestrator.scheduler import Scheduler, scheduled_workflow
