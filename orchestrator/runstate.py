@@ -114,6 +114,13 @@ def conversation_key(message: IncomingPayload) -> str:
     return f"{message.channel}/{message.profile}/{message.conversation}"
 
 
+def stored_conversation_key(message: dict[str, Any]) -> str:
+    """`conversation_key` of a run's stored message, without validating it."""
+    channel = str(message.get("channel") or "")
+    conversation = message.get("conversationId") or message.get("senderId") or message.get("sender") or ""
+    return f"{channel}/{message.get('channelProfileId') or channel}/{conversation}"
+
+
 def belongs_to(run: RunState, message: IncomingPayload) -> bool:
     """True when `run` was started in the conversation `message` comes from (same key); False for a run
     whose message cannot be read (an unreadable run's stand-in): it belongs to no conversation."""
