@@ -58,7 +58,7 @@ class RunExecutor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._claims = Claims(store=store, locks=self._locks, coordination=self.coordination, life=self.life,
                               tasks=self._tasks, start=self._start, max_parallel=max_parallel)
-        self._cancelled: set[str] = set()
+        self._cancelled: dict[str, bool] = {}  # runs being cancelled here: whether the canceller tells the user
         self._stopping = False  # no run is claimed once `stop` began
         self._wake = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
@@ -143,15 +143,15 @@ class RunExecutor:
         settled = False  # ended or paused: nothing of it waits for a claim pass
         try:
             settled = await self._run_steps(live)
-        except TurnStopped:  # `/stop` stopped its step: cancelled, as `/cancel` would
+        except TurnStopped:  # its conversation's `/stop` stopped its step (and says so): cancelled, as `/cancel` would
             run = self._current(live)
             if run is not None and not run.finished:
-                self._end_cancelled(run)
+                self._end_cancelled(run, told=True)
         except asyncio.CancelledError:
             run = self._current(live)
             if run_id in self._cancelled:
                 if run is not None and not run.finished:
-                    self._end_cancelled(run)
+                    self._end_cancelled(run, told=self._cancelled[run_id])
             else:
                 if run is not None and run.state == "running":
                     self.life.interrupted(run, "interrupted: the gateway is stopping")
@@ -162,7 +162,7 @@ class RunExecutor:
             if run is not None and run.state == "running":
                 self.life.failed(run, f"internal error: {type(exc).__name__}: {exc}", "transient")
         finally:
-            self._cancelled.discard(run_id)
+            self._cancelled.pop(run_id, None)
             self._locks.release(job_lock(run_id))
             self._tasks.pop(run_id, None)
             if not settled or not self._freed():
@@ -286,7 +286,7 @@ class RunExecutor:
         for run_id in self._store.cancel_requests(asked):
             task = self._tasks.get(run_id)
             if task is not None:
-                self._cancelled.add(run_id)
+                self._cancelled[run_id] = False  # asked from another process: the result tells the user
                 task.cancel()
             else:
                 self._claims.cancel_in_hand(run_id)
@@ -304,27 +304,30 @@ class RunExecutor:
 
     # --- control ------------------------------------------------------------------------------
 
-    def _end_cancelled(self, run: RunState) -> None:
-        self.life.cancelled(run)
+    def _end_cancelled(self, run: RunState, *, told: bool = False) -> None:
+        self.life.cancelled(run, told=told)
         self._store.clear_cancel(run.runId)
 
-    async def cancel(self, run_id: str) -> RunState | None:
-        """Stops a run (killing its processes, in this or another process) and marks it cancelled."""
+    async def cancel(self, run_id: str, *, told: bool = False) -> tuple[RunState | None, bool]:
+        """Stops a run (killing its processes, in this or another process) and marks it cancelled. `told`:
+        the caller's reply tells the run's conversation, so the run's own result is not sent, when the
+        cancel is carried out here. Returns the run as it is now and whether it was carried out by the
+        process executing it elsewhere (which then sends the result, as for any cancel it is asked for)."""
         run = self._store.load(run_id)
         if run is None or run.finished:
-            return run
+            return run, False
         task = self._tasks.get(run_id)
         if task is not None:
-            self._cancelled.add(run_id)
+            self._cancelled[run_id] = told
             task.cancel()
             await asyncio.wait([task])
-            return self._store.load(run_id)
+            return self._store.load(run_id), False
         with self._claims.locked(run_id) as held:
             current = self._store.load(run_id) if held else None
             if current is not None and not current.finished and current.state != "running":
-                self._end_cancelled(current)
-                return self._store.load(run_id)
-        return await self._cancel_elsewhere(run_id)
+                self._end_cancelled(current, told=told)
+                return self._store.load(run_id), False
+        return await self._cancel_elsewhere(run_id), True
 
     async def _cancel_elsewhere(self, run_id: str) -> RunState | None:
         """Asks the process executing the run to cancel it (through the store) and waits a little."""

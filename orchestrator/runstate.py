@@ -64,7 +64,9 @@ class RunState(BaseModel):
     conversation: Conversation
     steps: dict[str, StepState]
     error: str | None = None
-    delivery: Literal["reply", "push"] | None = None
+    delivery: Literal["reply", "push", "told"] | None = None
+    """How a finished run's result reached its conversation: as its waiting message's reply, pushed, or
+    `told` by the reply to the `/stop` (or cancel) of that conversation that cancelled it: nothing else sent."""
     job: JobInfo = Field(default_factory=JobInfo)
 
     @property
