@@ -51,10 +51,9 @@ def is_read_only(message: IncomingPayload) -> bool:
     `/progress`, `/help`, `/usage`; `status` or `progress` naming a run), recognised as it recognises them."""
     if message.job is not None:
         return False
-    text = message.message.strip().lower()
-    if message.workflowRunId and text in STATUS_WORDS:
+    if command_word(message.message) in READ_ONLY_COMMANDS:
         return True
-    return command_word(text) in READ_ONLY_COMMANDS
+    return bool(message.workflowRunId) and message.message.strip().lower() in STATUS_WORDS
 
 
 def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
