@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
+from gateway.keys import ordering_keys
+from gateway.models import IncomingPayload
+
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from gateway.models import IncomingPayload
 
 EDITED_PREFIX = "(edited) "
 """What the agent sees before the text of an edit of a message already taken (orchestrator/handler.py)."""
@@ -24,8 +27,10 @@ class ForeignEdit(Exception):
 
 def edited_bytes(original: bytes, edit: IncomingPayload) -> bytes | None:
     """The original payload with the edit's text (its attachments stay the original's), or None when `original`
-    is not the message `edit` edits (another channel, profile, conversation or messageId; not a payload).
-    Raises ForeignEdit when it is, but its sender is not the edit's (the platform reports an edit's author)."""
+    is not the message `edit` edits (another channel, profile, conversation or messageId; not a payload) or the
+    edit changes its ordering keys (a command that runs beside its conversation's running message edited
+    into a message that waits behind it, or back): the edit is then a message of its own. Raises ForeignEdit
+    when it is the message, but its sender is not the edit's (the platform reports an edit's author)."""
     try:
         body = json.loads(original)
     except ValueError:
@@ -38,6 +43,8 @@ def edited_bytes(original: bytes, edit: IncomingPayload) -> bytes | None:
         return None
     if (body.get("senderId") or body.get("sender") or "") != (edit.senderId or edit.sender):
         raise ForeignEdit(f"{edit.messageId} edits {edit.editOf}, which another sender wrote")
+    if _keys_of(body) != _keys_of({**body, "message": edit.message}):
+        return None  # e.g. a text edited into `/status`: it would wait under the keys it no longer has
     body["message"] = edit.message
     return json.dumps(body).encode()
 
@@ -52,3 +59,11 @@ def to_queue(fold_edit: Callable[[IncomingPayload], bool], payload: IncomingPayl
     except ForeignEdit:
         return payload.model_copy(update={"editOf": None})
     return payload
+
+
+def _keys_of(body: dict[str, object]) -> tuple[str, ...] | None:
+    """The ordering keys of a payload's fields (gateway.keys), None when they are no payload."""
+    try:
+        return ordering_keys(IncomingPayload.model_validate(body))
+    except ValidationError:
+        return None

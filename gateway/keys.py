@@ -22,6 +22,14 @@ Order = tuple[int, str]
 CONTROL_COMMANDS = frozenset({"/stop", "/cancel"})
 """The commands that act on what runs now, so they must not wait behind it."""
 
+READ_ONLY_COMMANDS = frozenset({"/status", "/progress", "/help", "/usage"})
+"""The commands answered at once by built-in rules, reading only: they ask about what runs now, so they
+must not wait behind it either."""
+
+STATUS_WORDS = frozenset({"status", "progress", "/status", "/progress"})
+"""A whole message asking a run's progress; the bare words are a status command only with a
+`workflowRunId` (DESIGN.md: without one, `status` goes to the selector, and may answer a question)."""
+
 
 def command_word(text: str) -> str:
     """A message's slash command, lower-cased and without the `@botname` Telegram adds in groups
@@ -34,20 +42,32 @@ def command_word(text: str) -> str:
 
 def is_control(message: IncomingPayload) -> bool:
     """A message that controls its conversation's running turn (`/stop`, `/cancel`, a tapped button)."""
-    return message.button is not None or command_word(message.message) in CONTROL_COMMANDS
+    return message.job is None and (message.button is not None
+                                    or command_word(message.message) in CONTROL_COMMANDS)
+
+
+def is_read_only(message: IncomingPayload) -> bool:
+    """A command the orchestrator answers at once without a provider, changing nothing (`/status`,
+    `/progress`, `/help`, `/usage`; `status` or `progress` naming a run), recognised as it recognises them."""
+    if message.job is not None:
+        return False
+    if command_word(message.message) in READ_ONLY_COMMANDS:
+        return True
+    return bool(message.workflowRunId) and message.message.strip().lower() in STATUS_WORDS
 
 
 def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
     """The keys a message holds while it is processed: its run (if any) and its conversation.
 
     A control message (`is_control`) holds its conversation's control key instead, so it runs beside
-    the conversation's running message (that is what it stops or answers) rather than after it; control
-    messages of one conversation still run one at a time, in order.
+    the conversation's running message (that is what it stops or answers) rather than after it; a
+    read-only command (`is_read_only`) holds the control key in place of the conversation key too, and
+    keeps the key of a run it names. Control messages of one conversation still run one at a time, in order.
     """
     where = f"{message.channel}/{message.profile}/{message.conversation}"
     if is_control(message):
         return (f"ctl:{where}",)
-    conversation = f"conv:{where}"
+    conversation = f"ctl:{where}" if is_read_only(message) else f"conv:{where}"
     if message.workflowRunId:
         return (f"run:{message.workflowRunId}", conversation)
     return (conversation,)

@@ -11,6 +11,7 @@ from jsonschema.exceptions import best_match
 from gateway.api import FunctionSpec, PermanentError
 from gateway.events import now_ms
 from gateway.home import safe_name
+from gateway.keys import STATUS_WORDS
 from gateway.models import IncomingPayload, Job, OutgoingPayload
 from orchestrator.config import LoadedConfig, WorkflowConfig
 from orchestrator.diagnostics import Diagnostics
@@ -26,11 +27,10 @@ from orchestrator.functions import (
 from orchestrator.jobs import JobInfo
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT, prompt_reply, result_reply, result_text
-from orchestrator.rules import STATUS_WORDS
 from orchestrator.runbase import RunStoreBase
 from orchestrator.runstate import Conversation, RunState, StepState, conversation_key, run_id_for
 from orchestrator.selector import Decision
-from orchestrator.status import snapshot
+from orchestrator.status import last_run_text, snapshot
 
 SELECTOR_AGENT = "selector"
 DIAGNOSTICS_AGENT = "diagnostics"
@@ -176,6 +176,10 @@ class Actions:
             self._executor.life.emit("message.already_answered", ended, messageId=message.messageId,
                                      reason="the run's result was pushed to the conversation")
             return None
+        if ended.delivery == "told":
+            self._executor.life.emit("message.already_answered", ended, messageId=message.messageId,
+                                     reason="the /stop that cancelled the run told the conversation")
+            return None
         if ended.refused:  # as a refused selector: the sender is told, the message is dead-lettered
             raise PermanentError(f"run {ended.runId}: {ended.error}", reply=result_text(ended))
         return result_reply(ended, to=message)
@@ -239,12 +243,29 @@ class Actions:
             return self._store.load(message.workflowRunId)
         return self._store.active_for(conversation_key(message))
 
-    def workflow_status(self, message: IncomingPayload, *, agent: str) -> OutgoingPayload:
-        """The progress snapshot of the resolved run, or the fixed no-active-run text; advances nothing."""
+    def current_run(self, message: IncomingPayload) -> RunState | None:
+        """The run a command about what runs now (`/status`, `/stop`) is about: `current_and_last`'s first."""
+        return self.current_and_last(message)[0]
+
+    def current_and_last(self, message: IncomingPayload) -> tuple[RunState | None, RunState | None]:
+        """(the run a command about what runs now is about, the conversation's last run): the run named,
+        else the conversation's active run, else its newest run while unfinished — a run its starting
+        message still waits for is not the active run yet (RunExecutor.begin), and a command runs beside
+        that message (gateway.keys). The last run is looked up only when there is no current one."""
         run = self.resolve_run(message)
-        if run is None:
-            return reply(message, NO_ACTIVE_RUN, agent=agent)
-        return reply(message, self.snapshot_text(run), agent=agent, run=run)
+        if run is not None or message.workflowRunId:
+            return run, None
+        last = self._store.last_for(conversation_key(message))
+        return (last, None) if last is not None and not last.finished else (None, last)
+
+    def workflow_status(self, message: IncomingPayload, *, agent: str) -> OutgoingPayload:
+        """The progress snapshot of the current run, or the fixed no-active-run text with, on a line of its
+        own, how the conversation's last run ended; advances nothing."""
+        run, last = self.current_and_last(message)
+        if run is not None:
+            return reply(message, self.snapshot_text(run), agent=agent, run=run)
+        return reply(message, NO_ACTIVE_RUN if last is None else f"{NO_ACTIVE_RUN}\n{last_run_text(last)}",
+                     agent=agent)
 
     def snapshot_text(self, run: RunState) -> str:
         """The run's progress snapshot with its last event."""

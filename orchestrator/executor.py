@@ -68,7 +68,7 @@ class RunExecutor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._claims = Claims(store=store, locks=self._locks, coordination=self.coordination, life=self.life,
                               tasks=self._tasks, start=self._start, max_parallel=max_parallel)
-        self._cancelled: set[str] = set()
+        self._cancelled: dict[str, bool] = {}  # runs being cancelled here: whether the canceller tells the user
         self._stopping = False  # no run is claimed once `stop` began
         self._wake = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
@@ -102,7 +102,9 @@ class RunExecutor:
         (and is retried after a crash, finding or re-creating the same run) until the run ends, with an
         fsynced write before the result is the reply, or `outlived` makes it durable and active before
         an ack. The conversation's next message comes only after that reply, so it never needs the
-        active run of a run that ended meanwhile. Other runs are durable and active at once."""
+        active run of a run that ended meanwhile; the commands that run beside it (`/status`, `/stop`:
+        gateway.keys) find the run as the conversation's newest unfinished one (Actions.current_and_last).
+        Other runs are durable and active at once."""
         reserved = waits and self._store.shared and self._claims.reserve(run.runId)
         run = self._store.create(run, None if waits else key, durable=not waits)
         self.life.created(run, announced=announced)
@@ -159,15 +161,15 @@ class RunExecutor:
             log.warning("run %s was taken over by another process while its lock could not be renewed; "
                         "this execution of it ends without writing", run_id)
             settled = True
-        except TurnStopped:  # `/stop` stopped its step: cancelled, as `/cancel` would
+        except TurnStopped:  # its conversation's `/stop` stopped its step (and says so): cancelled, as `/cancel` would
             run = self._current(live)
             if run is not None and not run.finished:
-                self._end_cancelled(run)
+                self._end_cancelled(run, told=True)
         except asyncio.CancelledError:
             run = self._current(live)
             if run_id in self._cancelled:
                 if run is not None and not run.finished:
-                    self._end_cancelled(run)
+                    self._end_cancelled(run, told=self._cancelled[run_id])
             else:
                 if run is not None and run.state == "running":
                     self.life.interrupted(run, "interrupted: the gateway is stopping")
@@ -181,7 +183,7 @@ class RunExecutor:
             except Exception:  # the store is away: the run, left running, is reclaimed as an orphan
                 log.exception("cannot record that run %s failed; it is requeued once its lock lapses", run_id)
         finally:
-            self._cancelled.discard(run_id)
+            self._cancelled.pop(run_id, None)
             self._lapsed.discard(run_id)
             self._tasks.pop(run_id, None)  # first: a run no task executes is an orphan the watchdog reclaims
             self._release(run_id)
@@ -366,7 +368,7 @@ class RunExecutor:
         for run_id in self._store.cancel_requests(asked):
             task = self._tasks.get(run_id)
             if task is not None:
-                self._cancelled.add(run_id)
+                self._cancelled[run_id] = False  # asked from another process: the result tells the user
                 task.cancel()
             else:
                 self._claims.cancel_in_hand(run_id)
@@ -384,27 +386,30 @@ class RunExecutor:
 
     # --- control ------------------------------------------------------------------------------
 
-    def _end_cancelled(self, run: RunState) -> None:
-        self.life.cancelled(run)
+    def _end_cancelled(self, run: RunState, *, told: bool = False) -> None:
+        self.life.cancelled(run, told=told)
         self._store.clear_cancel(run.runId)
 
-    async def cancel(self, run_id: str) -> RunState | None:
-        """Stops a run (killing its processes, in this or another process) and marks it cancelled."""
+    async def cancel(self, run_id: str, *, told: bool = False) -> tuple[RunState | None, bool]:
+        """Stops a run (killing its processes, in this or another process) and marks it cancelled. `told`:
+        the caller's reply tells the run's conversation, so the run's own result is not sent, when the
+        cancel is carried out here. Returns the run as it is now and whether it was carried out by the
+        process executing it elsewhere (which then sends the result, as for any cancel it is asked for)."""
         run = self._store.load(run_id)
         if run is None or run.finished:
-            return run
+            return run, False
         task = self._tasks.get(run_id)
         if task is not None:
-            self._cancelled.add(run_id)
+            self._cancelled[run_id] = told
             task.cancel()
             await asyncio.wait([task])
-            return self._store.load(run_id)
+            return self._store.load(run_id), False
         with self._claims.locked(run_id) as held:
             current = self._store.load(run_id) if held else None
             if current is not None and not current.finished and current.state != "running":
-                self._end_cancelled(current)
-                return self._store.load(run_id)
-        return await self._cancel_elsewhere(run_id)
+                self._end_cancelled(current, told=told)
+                return self._store.load(run_id), False
+        return await self._cancel_elsewhere(run_id), True
 
     async def _cancel_elsewhere(self, run_id: str) -> RunState | None:
         """Asks the process executing the run to cancel it (through the store) and waits a little."""

@@ -129,7 +129,8 @@ def builtin_functions(
         run = store.load(run_id)
         if run is None or message is None or not belongs_to(run, message):
             return unknown_run(run_id)
-        return await cancel_text(store, executor, run_id)
+        text = await cancel_text(store, executor, run_id, told=True)  # this reply says it, not the run's result
+        return text or f"Cancelled run {run_id} (workflow {run.workflowId})."  # (another host's result says so too)
 
     def stats(arguments: dict[str, Any]) -> str:
         figures = queue_stats()
@@ -153,17 +154,21 @@ def unknown_run(run_id: str) -> str:
 
 
 async def cancel_text(
-    store: RunStoreBase, executor: RunExecutor, run_id: str, *, before: RunState | None = None
-) -> str:
+    store: RunStoreBase, executor: RunExecutor, run_id: str, *, before: RunState | None = None, told: bool = False
+) -> str | None:
     """Cancels a run and says what happened (`before`: the run as it was read before a `/stop`, which may
-    have ended it cancelled already)."""
+    have ended it cancelled already). `told`: the text goes to the run's own conversation, so the run's
+    result is not sent as well; None then when the process executing the run elsewhere cancelled it and
+    sends that result itself, which is the one answer."""
     before = before or store.load(run_id)
     if before is None:
         return unknown_run(run_id)
     if before.finished:
         return f"Run {run_id} (workflow {before.workflowId}) is already {before.state}; nothing to cancel."
-    after = await executor.cancel(run_id)
+    after, elsewhere = await executor.cancel(run_id, told=told)
     state = after.state if after else "unknown"
+    if state == "cancelled" and told and elsewhere:
+        return None
     return f"Cancelled run {run_id} (workflow {before.workflowId})." if state == "cancelled" else (
         f"Run {run_id} (workflow {before.workflowId}) ended as {state} before it could be cancelled.")
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.edits import EDITED_PREFIX
-from gateway.keys import CONTROL_COMMANDS, command_word
+from gateway.keys import CONTROL_COMMANDS, STATUS_WORDS, command_word
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import Settings, SettingsError, secret_env_names
 from orchestrator.acp.orphans import reap_orphans
@@ -26,8 +26,8 @@ from orchestrator.live import PermissionAsker, TurnStopped
 from orchestrator.meter import LimitReached, UsageMeter
 from orchestrator.providers import ProviderRunner
 from orchestrator.results import SYSTEM_AGENT
-from orchestrator.rules import STATUS_WORDS, builtin_providers
-from orchestrator.runstate import RunState, conversation_key
+from orchestrator.rules import builtin_providers
+from orchestrator.runstate import RunState, belongs_to, conversation_key
 from orchestrator.schedconfig import ScheduleConfig
 from orchestrator.scheduler import Scheduler, scheduled_workflow
 from orchestrator.selector import Decision, Selector, SelectorError
@@ -192,7 +192,7 @@ class Orchestrator:
         if command in ("/status", "/progress"):
             return [self._actions.workflow_status(message, agent=SYSTEM_AGENT)]
         if command in CONTROL_COMMANDS:
-            return [await self._stop(message)]
+            return _replies(await self._stop(message))
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
         if command == "/usage":
@@ -228,18 +228,22 @@ class Orchestrator:
             self._context.events.emit("orchestrator.invalid", orchestrator=orchestrator_id, reason=str(exc))
             raise PermanentError(f"orchestrator {orchestrator_id!r} is misconfigured: {exc}") from exc
 
-    async def _stop(self, message: IncomingPayload) -> OutgoingPayload:
+    async def _stop(self, message: IncomingPayload) -> OutgoingPayload | None:
         """`/stop` and `/cancel` (which arrive beside the conversation's running message: gateway.keys):
-        stops the conversation's running turns, then cancels its run, and says what was stopped."""
+        stops the conversation's running turns, then cancels its run, and says what was stopped — the one
+        answer about it: a run cancelled here for its own conversation sends no result of its own (`told`).
+        None when the host executing the run cancelled it, whose result is then that answer."""
         scope = f"conv:{conversation_key(message)}"
-        run = self._actions.resolve_run(message)  # read before the stop, which may end it
+        run = self._actions.current_run(message)  # read before the stop, which may end it
         stopped = await self._runner.turns.stop(scope)
         if stopped:
             self._context.events.emit("turn.stopped", channel=message.channel, conversation=message.conversation,
                                       turns=stopped, job_id=run.runId if run is not None else None)
         if run is None:
             return reply(message, STOPPED_TURN if stopped else NOTHING_RUNNING, agent=SYSTEM_AGENT)
-        text = await cancel_text(self._store, self._executor, run.runId, before=run)
+        text = await cancel_text(self._store, self._executor, run.runId, before=run, told=belongs_to(run, message))
+        if text is None:
+            return reply(message, STOPPED_TURN, agent=SYSTEM_AGENT) if stopped else None
         after = self._store.load(run.runId)
         if stopped or (after is not None and after.state == "cancelled"):
             text = f"Stopped. {text}"

@@ -229,14 +229,15 @@ class Lifecycle:
         self.requeued(run, f"input received for step {step_id}")
         return run
 
-    def cancelled(self, run: RunState) -> None:
-        """Any unfinished state → cancelled; a running or waiting step is marked failed: cancelled."""
+    def cancelled(self, run: RunState, *, told: bool = False) -> None:
+        """Any unfinished state → cancelled; a running or waiting step is marked failed: cancelled. `told`:
+        the message that cancelled it tells its conversation (Delivery.record): its result is not sent."""
         for step_id, step in run.steps.items():
             if step.status in ("running", "waiting"):
                 run = self.store.update_step(run, step_id, status="failed", finishedAt=utc_now_iso(),
                                              error="cancelled")
         run = self.store.transition(run, "cancelled", save=False, error="cancelled", job=_ended(run))
-        self._finish(run, "job.cancelled", reason="cancelled")
+        self._finish(run, "job.cancelled", told=told, reason="cancelled")
 
     def recover(self, run: RunState) -> None:
         """Settles a run a process left at start-up (its lock taken): re-sends an undelivered result,
@@ -258,13 +259,13 @@ class Lifecycle:
             if step is not None and not (step.model_extra or {}).get("promptDelivery"):
                 self.delivery.asked(run, run.currentStep or "", str((step.model_extra or {}).get("prompt", "")))
 
-    def _finish(self, run: RunState, event: str, **fields: Any) -> None:
+    def _finish(self, run: RunState, event: str, *, told: bool = False, **fields: Any) -> None:
         """Writes a run that reached a final state (one fsynced write, with the delivery decided: a
         waiting message's reply, else a push after it), announces `event`, writes its coordination
         records, then delivers."""
         common = _event_fields(run)
         self.store.append_event(run.runId, event, **{**common, **fields})  # written with the final state
-        run, waiting, written = self.delivery.record(run)
+        run, waiting, written = self.delivery.record(run, told=told)
         self.events.emit(event, job_id=run.runId, **common, **fields)  # announced once that is written
         finished = run.job.finished_at or utc_now_iso()
         self.coordination.deactivate(run.runId)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from gateway.events import utc_now_iso
 from gateway.storable import made_safe
-from orchestrator.runstate import RunState, conversation_key, finished_at
+from orchestrator.runstate import RunState, conversation_key, finished_at, stored_conversation_key
 from orchestrator.sessions import Change, Record
 
 
@@ -129,6 +129,13 @@ class MemoryRunStore:
 
     def recent(self, limit: int) -> list[RunState]:
         return self._sorted(newest_first=True)[:limit]
+
+    def last_for(self, key: str) -> RunState | None:
+        """The conversation's newest run, finished or not (every run in memory looked at)."""
+        with self.state.lock:
+            runs = [run for _, run in self.state.runs.values() if stored_conversation_key(run.message) == key]
+        newest = max(runs, key=lambda run: (run.createdAt, run.runId), default=None)
+        return newest.model_copy(deep=True) if newest is not None else None
 
     def unfinished(self) -> list[RunState]:
         return [run for run in self.all_runs() if not run.finished]

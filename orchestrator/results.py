@@ -153,29 +153,39 @@ class Delivery:
         return run.state == "waiting_input" and step is not None and bool((step.model_extra or {}).get(
             "promptDelivery"))
 
-    def record(self, run: RunState) -> tuple[RunState, _Waiting | None, bool]:
-        """Decides a finished run's delivery — `reply` when messages wait for it (they are then handed the
-        result by `hand_over`), else none yet (`hand_over` pushes it) — and writes the run (fsynced), except
-        a run waited for that the store keeps whole when it settles (the file store's archive line): then
-        that line is its final write (Lifecycle._finish). The flag says whether it was written here."""
+    def record(self, run: RunState, *, told: bool = False) -> tuple[RunState, _Waiting | None, bool]:
+        """Decides a finished run's delivery — `told` for a run cancelled by a message whose reply says so
+        (`told`: its conversation's `/stop`), else `reply` when messages wait for it (they are then handed
+        the result by `hand_over`), else none yet (`hand_over` pushes it) — and writes the run (fsynced),
+        except a run whose delivery is decided that the store keeps whole when it settles (the file
+        store's archive line): then that line is its final write (Lifecycle._finish). The flag says
+        whether it was written here. Messages waiting for a told run are handed it too (and answer nothing).
+        The waiters are let go of only once the run is written: a write the store refused is tried again
+        (RunExecutor._stored) with them."""
         waiting = self._waiting.get(run.runId)
-        if waiting is not None and waiting.count > 0:
-            run = run.model_copy(update={"delivery": "reply", "updatedAt": utc_now_iso()})
+        if waiting is not None and waiting.count == 0:
+            waiting = None
+        decided = "told" if told and run.state == "cancelled" else "reply" if waiting is not None else None
+        written = True
+        if decided is None:
+            run = self._store.save(run)
+        else:
+            run = run.model_copy(update={"delivery": decided, "updatedAt": utc_now_iso()})
             written = not self._store.settles_whole(run.runId)
             if written:
                 run = self._store.save(run)
-        else:
-            run, waiting, written = self._store.save(run), None, True
-        # only once written: a write the store refused is tried again (RunExecutor._stored) with the waiters
         self._waiting.pop(run.runId, None)
         self._asking.discard(run.runId)
         return run, waiting, written
 
     def hand_over(self, run: RunState, waiting: _Waiting | None) -> RunState:
-        """Delivers a finished run's result once, as `record` decided: to the waiting messages, else pushed."""
+        """Delivers a finished run's result once, as `record` decided: to the waiting messages, else pushed
+        (nothing for a told run)."""
         if waiting is not None:
             waiting.run = run
             waiting.event.set()
+            return run
+        if run.delivery == "told":
             return run
         return self.push(run)
 

@@ -7,8 +7,8 @@ import re
 from typing import Any
 
 from gateway.api import BuiltinProvider
+from gateway.keys import STATUS_WORDS
 
-STATUS_WORDS = frozenset({"status", "progress", "/status", "/progress"})
 HELP_WORDS = frozenset({"help", "/help"})
 DIAGNOSE_WORDS = frozenset({"diagnose", "/diagnose"})
 

@@ -18,13 +18,14 @@ from gateway.home import Home, safe_name
 from gateway.locks import pid_alive
 from orchestrator.jobs import JobState, check_transition
 from orchestrator.listing import select_runs
-from orchestrator.runstate import RunState
+from orchestrator.runstate import RunState, stored_conversation_key
 
 JOB_LOCK_PREFIX = "job:"  # the coordination lock of a run being executed (or reserved): `job:<run id>`
 MADE_FOLDERS = 4096  # folders remembered as existing
 REMOVING_PREFIX = ".removing-"  # a run folder being deleted (hidden: not a valid run id)
 SPARE_DIR = ".spare"  # under runs/: emptied run folders a process keeps for its next runs (`<pid>-<n>`)
 SPARE_FOLDERS = 8  # kept per process at most
+LAST_RUN_LOOKBACK = 500  # `last_for` looks for a conversation's newest run among this many runs changed last
 
 
 class RunStoreBase(ABC):
@@ -160,6 +161,13 @@ class RunStoreBase(ABC):
         """The runs `switchyard runs` lists: newest first, cut to `limit` (0: all), and how many matched."""
         return select_runs(self.unfinished() if active else self.all_runs(), since=since, states=states,
                            limit=limit)
+
+    def last_for(self, key: str) -> RunState | None:
+        """The conversation's newest run, finished or not (its `/status` after the run ended); None when
+        none is among the LAST_RUN_LOOKBACK runs changed last (a store that indexes its runs by conversation
+        looks at them all)."""
+        runs = [run for run in self.recent(LAST_RUN_LOOKBACK) if stored_conversation_key(run.message) == key]
+        return max(runs, key=lambda run: (run.createdAt, run.runId), default=None)
 
     def stored_at(self, run_id: str) -> str:
         """Where `runs show` says the run's state is."""

@@ -64,7 +64,9 @@ class RunState(BaseModel):
     conversation: Conversation
     steps: dict[str, StepState]
     error: str | None = None
-    delivery: Literal["reply", "push"] | None = None
+    delivery: Literal["reply", "push", "told"] | None = None
+    """How a finished run's result reached its conversation: as its waiting message's reply, pushed, or
+    `told` by the reply to the `/stop` (or cancel) of that conversation that cancelled it: nothing else sent."""
     job: JobInfo = Field(default_factory=JobInfo)
 
     @property
@@ -112,6 +114,13 @@ def run_id_for(message: IncomingPayload) -> str:
 def conversation_key(message: IncomingPayload) -> str:
     """The key of a conversation in the active-run association."""
     return f"{message.channel}/{message.profile}/{message.conversation}"
+
+
+def stored_conversation_key(message: dict[str, Any]) -> str:
+    """`conversation_key` of a run's stored message, without validating it."""
+    channel = str(message.get("channel") or "")
+    conversation = message.get("conversationId") or message.get("senderId") or message.get("sender") or ""
+    return f"{channel}/{message.get('channelProfileId') or channel}/{conversation}"
 
 
 def belongs_to(run: RunState, message: IncomingPayload) -> bool:

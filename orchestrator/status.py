@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.jobs import parse_iso
-from orchestrator.runstate import RunState, StepState
+from orchestrator.runstate import RunState, StepState, finished_at
 
 MARKS = {"completed": "✓", "running": "▶", "waiting": "?", "pending": "·", "failed": "✗"}
 
@@ -24,6 +24,29 @@ def elapsed_text(run: RunState) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m"
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def ago_text(moment: datetime, now: datetime | None = None) -> str:
+    """How long ago `moment` was, roughly: `just now`, `40 s ago`, `2 min ago`, `3 h ago`, `5 days ago`."""
+    seconds = max(0, int(((now or datetime.now(UTC)) - moment).total_seconds()))
+    if seconds < 1:
+        return "just now"
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            count = seconds // size
+            return f"{count} {unit}{'s' if unit == 'day' and count != 1 else ''} ago"
+    return f"{seconds} s ago"
+
+
+def last_run_text(run: RunState) -> str:
+    """The line `/status` adds about the conversation's last run once it ended, e.g.
+    `Last run: r-… (workflow chat) done 2 min ago.`"""
+    how: str = "failed" if run.state in ("failed", "failed_final") else run.state
+    failed = [name for name, step in run.steps.items() if step.status == "failed"]
+    if how == "failed" and failed:
+        how += f" at step {failed[-1]}"
+    ended = finished_at(run)
+    return f"Last run: {run.runId} (workflow {run.workflowId}) {how}{' ' + ago_text(ended) if ended else ''}."
 
 
 def _step_detail(step: StepState) -> str:

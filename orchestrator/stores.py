@@ -88,6 +88,9 @@ class RunRecords(Protocol):
     def active_for(self, key: str) -> RunState | None:
         """The unfinished run associated with a conversation, if any."""
 
+    def last_for(self, key: str) -> RunState | None:
+        """The conversation's newest run, finished or not."""
+
     def all_runs(self) -> list[RunState]:
         """Every readable run, oldest first."""
 

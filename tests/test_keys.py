@@ -28,9 +28,27 @@ def test_a_control_command_takes_its_conversations_control_key_alone(text: str) 
     assert ordering_keys(message) == ("ctl:console/console/c1",)
 
 
-@pytest.mark.parametrize("text", ["stop", "please /stop", "/stopper", "/status", "/help", "/cancelled"])
+@pytest.mark.parametrize("text", ["stop", "please /stop", "/stopper", "/cancelled", "status", "progress", "help",
+                                  "what is the /status", "/statuses", "/usage_report", "/diagnose"])
 def test_other_messages_keep_their_conversation_key(text: str) -> None:
     assert ordering_keys(make_incoming(text)) == ("conv:console/console/c1",)
+
+
+@pytest.mark.parametrize("text", ["/status", "/STATUS", " /status please", "/status@switchyard_bot", "/Progress@bot",
+                                  "/help", "/help@bot", "/usage", "/USAGE@My_Bot"])
+def test_a_read_only_command_takes_its_conversations_control_key(text: str) -> None:
+    assert ordering_keys(make_incoming(text)) == ("ctl:console/console/c1",)
+
+
+@pytest.mark.parametrize("text", ["/status", "status", "Progress ", "/help"])
+def test_a_read_only_command_naming_a_run_keeps_the_run_key_beside_the_control_key(text: str) -> None:
+    assert ordering_keys(make_incoming(text, workflowRunId="r1")) == ("run:r1", "ctl:console/console/c1")
+
+
+def test_a_channel_job_is_never_a_command() -> None:
+    job = {"job_id": "j1"}
+    for text in ("/status", "/stop"):
+        assert ordering_keys(make_incoming(text, job=job)) == ("conv:console/console/c1",)
 
 
 def test_a_tapped_button_is_a_control_message() -> None:

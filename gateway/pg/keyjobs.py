@@ -2,10 +2,11 @@
 
 Procrastinate starts a job only when no job with the same lock is running or queued before it (a
 retry scheduled later keeps its place), which is exactly "one message at a time per key, in order".
-A job has one lock; a message naming a run holds two keys (`run:…` and `conv:…`), so it becomes two
-jobs deferred together, in one transaction, in key order:
+A job has one lock; a message naming a run holds two keys (`run:…` and its conversation's `conv:…`, or
+`ctl:…` for a read-only command: gateway.keys), so it becomes two jobs deferred together, in one
+transaction, in key order:
 
-- a **gate** job (`role: gate`) on the conversation key, which, once it starts, marks the message's
+- a **gate** job (`role: gate`) on the conversation (or control) key, which, once it starts, marks the message's
   conversation as held (`switchyard_messages.state` stays as is; the worker records the gate) and
   then parks (is retried shortly, never counted), keeping the conversation's place until the
   message is done;
@@ -23,14 +24,15 @@ from typing import Any
 
 QUEUE = "switchyard"
 TASK = "switchyard.message"
+CONVERSATION_PREFIXES = ("conv:", "ctl:")  # the key a gate job holds when a message has a run key too
 
 
 def job_locks(keys: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
     """(role, lock) of each job a message with `keys` becomes; no keys (an invalid payload): one unlocked job."""
     if not keys:
         return [("process", "")]
-    conversation = [key for key in keys if key.startswith("conv:")]
-    others = [key for key in keys if not key.startswith("conv:")]
+    conversation = [key for key in keys if key.startswith(CONVERSATION_PREFIXES)]
+    others = [key for key in keys if not key.startswith(CONVERSATION_PREFIXES)]
     if conversation and others:
         return [("gate", conversation[0]), ("process", others[0])]
     return [("process", keys[0])]

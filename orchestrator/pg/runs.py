@@ -30,7 +30,7 @@ from gateway.pg.errors import database_away
 from gateway.storable import safe_json, storable
 from orchestrator.jobs import iso
 from orchestrator.runbase import JOB_LOCK_PREFIX, RunStoreBase
-from orchestrator.runstate import RunState, finished_at
+from orchestrator.runstate import RunState, finished_at, stored_conversation_key
 
 log = logging.getLogger("switchyard.orchestrator.runs")
 
@@ -118,7 +118,7 @@ class PgRunStore(RunStoreBase):
         return [(EVENTS, (run_id, _storable_json(json.dumps(pending, ensure_ascii=False, default=str))))]
 
     def _save_statements(self, run: RunState) -> list[tuple[str, Any]]:
-        row = (run.runId, _conversation_key(run.message), run.state, run.createdAt, run.updatedAt,
+        row = (run.runId, stored_conversation_key(run.message), run.state, run.createdAt, run.updatedAt,
                run.job.next_retry_at, run.delivery is not None, _data(run))
         statements: list[tuple[str, Any]] = [(SAVE, row), *self._events_of(run.runId)]
         if run.finished:
@@ -175,7 +175,7 @@ class PgRunStore(RunStoreBase):
         run at its newest unfinished run."""
         newest: dict[str, str] = {}
         for run in unfinished:  # oldest first: the newest wins
-            newest[_conversation_key(run.message)] = run.runId
+            newest[stored_conversation_key(run.message)] = run.runId
         statements: list[tuple[str, Any]] = [(DROP_ENDED, ())]
         statements += [(ADD_ACTIVE, item) for item in newest.items()]
         self._in_order(statements)
@@ -278,6 +278,11 @@ class PgRunStore(RunStoreBase):
     def recent(self, limit: int) -> list[RunState]:
         return self._runs("", order=f"updated_at DESC, run_id DESC LIMIT {int(limit)}")
 
+    def last_for(self, key: str) -> RunState | None:
+        """The conversation's newest run, finished or not (one query by its conversation key)."""
+        runs = self._runs("WHERE conv_key = %s", (key,), order="created_at DESC, run_id DESC LIMIT 1")
+        return runs[0] if runs else None
+
     def unfinished(self) -> list[RunState]:
         return self._runs(f"WHERE state NOT IN {FINISHED_SQL}")
 
@@ -313,10 +318,3 @@ def _data(run: RunState) -> str:
 
 def _storable_json(text: str) -> str:
     return text if storable(text) else safe_json(json.loads(text)).decode()
-
-
-def _conversation_key(message: dict[str, Any]) -> str:
-    """orchestrator.runs.conversation_key of a stored message, without validating it."""
-    channel = str(message.get("channel") or "")
-    conversation = message.get("conversationId") or message.get("senderId") or message.get("sender") or ""
-    return f"{channel}/{message.get('channelProfileId') or channel}/{conversation}"

@@ -78,3 +78,20 @@ async def test_another_senders_edit_of_a_waiting_message_is_answered_as_its_own_
     [staging], [own] = script.of("staging"), script.of("staging:e1")
     assert staging.sender == "u1", "u1's message ran as someone else's"
     assert (own.sender, own.edit_of) == ("1002", None), "not a message of its own from its real sender"
+
+
+async def test_a_waiting_message_edited_into_a_command_is_not_folded_and_the_command_runs_beside(flow: Flow) -> None:
+    """A read-only command holds the control key (gateway.keys): folded into a message that waits under its
+    conversation's key it would wait behind the running message, and a command edited into a message would run
+    beside it. Such an edit is a message of its own; the original keeps its place and its text."""
+    host = await flow.host()
+    assert host is not None
+    script = flow.script
+    script.gate["k1"] = lambda: script.answered("k2:e1")  # k1 ends only once the edit was answered beside it
+    await host.send("k1", "room-k")
+    await host.send("k2", "room-k")
+    await async_wait_until(lambda: script.of("k1"))
+    await edit(host, "k2", "/status", "room-k")
+    await async_wait_until(lambda: len(flow.sent("room-k")) == 3)
+    assert flow.texts("room-k") == ["/status part 1/1", "k1 part 1/1", "k2 part 1/1"]
+    assert [c.ok for c in script.of("k1")] == [True], "the edit waited behind the running k1"

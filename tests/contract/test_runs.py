@@ -114,3 +114,25 @@ def test_a_shared_store_lists_queued_runs_due_first_and_the_running_ones(backend
     assert [run_id for run_id, _ in store.queued(10)] == ["r-due", "r-later"]
     assert store.queued(1) == [("r-due", None)]
     assert store.running_ids() == ["r-running"]
+
+
+def test_a_conversations_last_run_is_its_newest_finished_or_not_and_never_another_conversations(
+        backend: Backend) -> None:
+    store = backend.runs()
+    assert store.last_for("console/console/c1") is None
+    store.create(run("r-1", "c1"), "console/console/c1")
+    next_tick()
+    store.create(run("r-2", "c1"), None)  # a run its message waits for: no conversation's active run yet
+    next_tick()
+    store.create(run("r-3", "c2"), "console/console/c2")
+    next_tick()
+    store.save(store.load("r-1").model_copy(update={"state": "running"}))  # type: ignore[union-attr]
+    other = backend.runs()
+    assert other.last_for("console/console/c1").runId == "r-2"  # type: ignore[union-attr]
+    ended = store.save(store.load("r-2").model_copy(update={"state": "done", "delivery": "reply"}))  # type: ignore[union-attr]
+    if hasattr(store, "settle"):  # the file store keeps a settled run as a line of its archive
+        store.settle(ended)
+    found = backend.runs().last_for("console/console/c1")
+    assert found is not None and (found.runId, found.state) == ("r-2", "done")
+    assert other.last_for("console/console/c2").runId == "r-3"  # type: ignore[union-attr]
+    assert other.last_for("console/console/c9") is None

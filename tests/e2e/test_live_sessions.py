@@ -240,11 +240,12 @@ def test_stop_ends_a_streaming_turn_at_once_and_the_next_message_is_answered(
     chat.say("/stop")
     chat.wait_for("Stopped.", STOP_WITHIN_S)  # sent once the turn has ended
     assert time.monotonic() - sent_at < STOP_WITHIN_S
-    assert any(text.endswith("(workflow chat) was cancelled.") for text in chat.shown())
+    assert any(text.startswith("Stopped. Cancelled run ") for text in chat.shown())
     assert not any("long story (1 earlier)" in text for text in chat.shown()), "the whole answer came"
 
     chat.say("and then? [recall=heron]")
     chat.wait_for("recall heron: yes")  # answered, and the session still remembers
+    assert not any(text.endswith("was cancelled.") for text in chat.shown()), "/stop was answered twice"
     _settled(switchyard)
     _stop_leaves_no_agent(switchyard, agents)
 

@@ -276,9 +276,11 @@ async def test_failed_step_fails_the_run_with_a_clear_reply(
     assert final[-1]["job_id"] == run_id and "exited with code 2" in final[-1]["reason"]
 
 
-async def test_cancel_stops_the_process_and_pushes_once(
+async def test_cancel_stops_the_process_and_its_reply_is_the_one_answer(
     rig: Rig, write_config: Callable[[str], Path], start: Callable[..., Any]
 ) -> None:
+    """The `/cancel` reply says the run was cancelled; the run's own "was cancelled" result is not pushed
+    after it (issue 32 §16), and the run's state says so for good (`delivery: told`)."""
     write_config(config(within=0))
     orchestrator = await start(rig.context)
     message = make_message("build it")
@@ -293,8 +295,8 @@ async def test_cancel_stops_the_process_and_pushes_once(
     run = rig.state(run_id)
     assert run.state == "cancelled" and run.steps["Plan"].status == "failed" and run.steps["Plan"].error == "cancelled"
     await async_wait_until(lambda: not pid_alive(pid), timeout_s=5)
-    [pushed] = rig.outbox.payloads
-    assert pushed.message == f"Run {run_id} (workflow build) was cancelled."
+    assert run.delivery == "told"
+    assert rig.outbox.payloads == [], "the run's result was pushed after the /cancel reply had said it"
     [again] = await orchestrator.handle(make_message("/cancel"))
     assert again.message == "Nothing is running."
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from gateway.home import Home
 from gateway.settings import ChannelProfile, OrchestratorRef, QueueSettings, Settings
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
+from orchestrator.jobs import iso
 from orchestrator.runs import RunStore
 from orchestrator.runstate import Conversation, RunState, StepState, conversation_key
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
@@ -27,13 +29,13 @@ CONFIG = """
 """
 
 
-def _store_run(home: Home, run_id: str, conversation_id: str) -> RunState:
+def _store_run(home: Home, run_id: str, conversation_id: str, *, active: bool = True) -> RunState:
     message = make_message("build", conversationId=conversation_id)
     run = RunState(runId=run_id, workflowId="build", orchestratorId="main", state="running", currentStep="Test",
                    message=message.model_dump(mode="json"),
                    conversation=Conversation(channel="console", conversationId=conversation_id),
                    steps={"Plan": StepState(status="completed"), "Test": StepState(status="running")})
-    return RunStore(home, fsync=False).create(run, conversation_key(message))
+    return RunStore(home, fsync=False).create(run, conversation_key(message) if active else None)
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -93,6 +95,44 @@ async def test_status_precedence(home: Home, selector: ScriptedSelector, orchest
     assert (selected.message, selected.agent) == (NO_RUN, "selector")
     [selected_active] = await orchestrator.handle(make_message("how is it going?", conversationId="c2"))
     assert selected_active.message.startswith("Run r-b ")
+
+
+def _ended(home: Home, run_id: str, conversation_id: str, state: str, seconds_ago: int, **steps: str) -> None:
+    """A run of `conversation_id` that ended in `state` `seconds_ago`, its steps' statuses as given."""
+    run = _store_run(home, run_id, conversation_id)
+    finished = iso(datetime.now(UTC) - timedelta(seconds=seconds_ago))
+    states = {name: StepState(status=status) for name, status in steps.items()}  # type: ignore[arg-type]
+    RunStore(home, fsync=False).save(run.model_copy(update={
+        "state": state, "currentStep": None, "delivery": "reply", "steps": {**run.steps, **states},
+        "job": run.job.model_copy(update={"finished_at": finished})}))
+
+
+async def test_status_after_the_run_ended_keeps_its_sentence_and_says_how_the_conversations_last_run_ended(
+    home: Home, selector: ScriptedSelector, orchestrator: Orchestrator
+) -> None:
+    _ended(home, "r-a", "c1", "done", 125, Test="completed")
+    _ended(home, "r-b", "c2", "failed_final", 3 * 3600 + 5, Test="failed")
+    _ended(home, "r-c", "c4", "cancelled", 2 * 86400, Test="failed")
+    answers = {}
+    for conversation in ("c1", "c2", "c3", "c4"):
+        [answers[conversation]] = await orchestrator.handle(make_message("/status", conversationId=conversation))
+    assert answers["c1"].message.splitlines() == [NO_RUN, "Last run: r-a (workflow build) done 2 min ago."]
+    assert answers["c2"].message.splitlines() == [NO_RUN, "Last run: r-b (workflow build) failed at step Test 3 h ago."]
+    assert answers["c4"].message.splitlines() == [NO_RUN, "Last run: r-c (workflow build) cancelled 2 days ago."]
+    assert answers["c3"].message == NO_RUN, "another conversation's last run was shown"
+    assert all(answer.workflowRunId is None for answer in answers.values()) and selector.calls == 0
+
+
+async def test_status_shows_the_run_its_conversations_waiting_message_started(
+    home: Home, orchestrator: Orchestrator
+) -> None:
+    """A run whose starting message still waits for it is not the conversation's active run yet
+    (RunExecutor.begin); `/status`, which runs beside that message (gateway.keys), shows it all the same."""
+    run = _store_run(home, "r-a", "c1", active=False)  # as RunExecutor.begin(waits=True) stores it
+    assert RunStore(home).active_for("console/console/c1") is None and run.state == "running"
+    [answer] = await orchestrator.handle(make_message("/status", conversationId="c1"))
+    assert answer.message.startswith("Run r-a (workflow build): running, step 2/2 Test")
+    assert answer.workflowRunId == "r-a"
 
 
 async def test_an_unknown_named_run_is_reported_not_replaced(home: Home, orchestrator: Orchestrator) -> None:

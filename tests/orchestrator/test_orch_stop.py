@@ -58,12 +58,13 @@ async def test_stop_cancels_a_waiting_messages_run_whose_builtin_step_runs_and_s
     await async_wait_until(lambda: sorted(slow.calls) == ["c1", "c2"])
 
     [answer] = await orchestrator.handle(make_message("/stop", conversationId="c1"))
-    assert answer.message == STOPPED_TURN
-    [cancelled] = await asyncio.wait_for(first, 5)
     run_id = run_id_for(go)
-    assert cancelled.message == f"Run {run_id} (workflow w) was cancelled."
+    assert answer.message == f"Stopped. Cancelled run {run_id} (workflow w)."
+    assert answer.workflowRunId == run_id
+    assert await asyncio.wait_for(first, 5) == [], "the waiting message was answered too: a second reply"
     run = RunStore(home, fsync=False).load(run_id)
     assert run is not None and run.state == "cancelled" and run.steps["Think"].error == "cancelled"
+    assert run.delivery == "told"
     assert not other.done(), "the other conversation's turn was stopped too"
     slow.release.set()
     [done] = await asyncio.wait_for(other, 5)

@@ -180,6 +180,28 @@ TWO_WORKFLOWS = {"selector": {"provider": "rules"}, "diagnostics": {"provider": 
                                "quick": {"description": "Echoes", "steps": [{"id": "Echo", "agent": "fast"}]}}}
 
 
+def test_a_stop_the_other_host_takes_for_the_runs_own_conversation_is_answered_once(tmp_path: Path, db: str) -> None:
+    """/stop in the run's own conversation, taken by the host that does not execute the run (issue 32 §16): the
+    run is cancelled through the database, the executing host's `Run … was cancelled.` (the reply of the message
+    still waiting for the run) is the conversation's one answer, and the /stop adds none."""
+    a, b = hosts(tmp_path, db, max_concurrency=1)  # the executing host's one slot waits for the run's result
+    start = message(1, "c1", "go")
+    a.drop(start)
+    wait_until(lambda: [s for s, _ in steps_run(a.steps)] == ["First", "Second"], 60)
+    run_id = rows(db, "SELECT run_id FROM switchyard_runs")[0][0]
+    a, b = executing(a, b)
+    stop = message(2, "c1", "/stop")
+    b.drop(stop)
+    wait_until(lambda: run_state(db, run_id) == "cancelled", 60)
+    wait_until(lambda: [r[0] for r in rows(db, "SELECT state FROM switchyard_messages WHERE conversation = 'c1'")]
+               == ["done", "done"], 60)
+    [result] = results_of(db, run_id)
+    assert result["messageId"] == start.messageId and result["message"] == f"Run {run_id} (workflow two) was cancelled."
+    assert replies_to(db, stop.messageId) == [], "the /stop answered beside the run's result"
+    assert b.process is not None and claimed_by(db, "c1")[-1] == str(b.process.pid), "the other host took /stop"
+    assert a.stop() == 0 and b.stop() == 0
+
+
 async def test_a_run_whose_message_waits_is_left_to_its_host_while_it_lives(
     tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

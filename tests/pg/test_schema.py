@@ -64,6 +64,8 @@ def test_a_message_of_two_keys_is_two_jobs_deferred_with_it(pg_dsn: str) -> None
 
     assert job_locks(("conv:a/b/c",)) == [("process", "conv:a/b/c")]
     assert job_locks(("run:r-1", "conv:a/b/c")) == [("gate", "conv:a/b/c"), ("process", "run:r-1")]
+    # a read-only command naming a run (gateway.keys): its control key gates as a conversation key does
+    assert job_locks(("run:r-1", "ctl:a/b/c")) == [("gate", "ctl:a/b/c"), ("process", "run:r-1")]
     schema.migrate(pg_dsn)
     with psycopg.connect(pg_dsn) as conn:
         conn.execute(*defer_query(7, ("run:r-1", "conv:a/b/c")))
