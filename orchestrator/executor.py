@@ -226,12 +226,12 @@ class RunExecutor:
         for step_id in list(run.steps):
             if run.steps[step_id].status == "completed":
                 continue
-            if self._steps.kind_of(run, step_id) == "input":
-                await self._stored(live, partial(self.life.paused, run, step_id))
-                return True
-            live[0] = await self._stored(live, partial(self.life.step_started, run, step_id,
-                                                            after_step=after_step))
-            try:
+            try:  # a step no longer in its workflow fails here too (StepFailed, fatal)
+                if self._steps.kind_of(run, step_id) == "input":
+                    await self._stored(live, partial(self.life.paused, run, step_id))
+                    return True
+                live[0] = await self._stored(live, partial(self.life.step_started, run, step_id,
+                                                                after_step=after_step))
                 outcome: StepOutcome = await self._steps.run(live[0], step_id, self._progress(live, step_id),
                                                              handoff_env(live[0], step_id))
             except StepFailed as exc:
