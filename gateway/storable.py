@@ -24,7 +24,9 @@ def unstorable(value: Any, where: str = "") -> str | None:
         return _problem(value, where or "the payload")
     if isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and (problem := _problem(key, f"a key ({json.dumps(key)})")):
+            # named made safe: a NUL written `\u0000` would make the apology that quotes it unstorable
+            named = json.dumps(made_safe(key), ensure_ascii=False)
+            if isinstance(key, str) and (problem := _problem(key, f"a key ({named})")):
                 return problem + (f" in {where}" if where else "")
             if problem := unstorable(item, f"{where}.{key}" if where else str(key)):
                 return problem

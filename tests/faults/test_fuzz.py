@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.events import EventLog
@@ -56,6 +56,7 @@ raw_bytes = st.one_of(st.binary(max_size=200), fields.map(lambda d: json.dumps(d
 
 @settings(max_examples=4000 // SCALE, deadline=None)
 @given(raw_bytes)
+@example(b'{"channel":" ","message":"","messageId":" ","":{"\\u0000":null},"timestamp":0}')  # CI found it: a NUL key
 def test_parse_payload_accepts_or_gives_a_reason_never_crashes(data: bytes) -> None:
     try:
         message = parse_payload(data, MAX_BYTES)
