@@ -90,8 +90,10 @@ class AgentProcess:
             reply = await self._answer(self.conn.initialize(
                 protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(terminal=False),
                 client_info=Implementation(name="switchyard", version="1")), START_TIMEOUT_SEC)
-        except Exception as exc:
+        except BaseException as exc:  # cancelled too: the process is not left running
             await self.stop()
+            if not isinstance(exc, Exception):
+                raise
             raise AdapterUnavailable(f"`{self.argv[0]}` did not initialize ({_said(exc)})",
                                      self.stderr_tail()) from exc
         capabilities = reply.agent_capabilities

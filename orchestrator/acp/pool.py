@@ -204,8 +204,10 @@ class AcpPool:
 
     async def _acquire(self, request: TurnRequest, spec: AdapterSpec, stored: bool) -> tuple[Live, str]:
         """The scope's live session, else one loaded or seeded (from the session store, when `stored`);
-        returns it (busy) and the seed to prepend."""
+        returns it (busy) and the seed to prepend. A closed pool starts nothing (a turn it cut short ends)."""
         assert request.scope is not None
+        if self._closed:
+            raise RuntimeError("the ACP pool is closed")
         key = (request.name, request.scope)
         live = self._live.get(key)
         if live is not None and live.agent.alive and not live.reload:

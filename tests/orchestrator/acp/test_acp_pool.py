@@ -278,3 +278,13 @@ async def test_a_session_the_adapter_will_not_create_fails_the_turn_and_leaves_n
         assert h.runner.acp.fallen_back == {}  # it started: retried later, not one-shot
     finally:
         await h.close()
+
+
+async def test_a_turn_cut_short_by_close_starts_no_process_afterwards(make) -> None:
+    h = make(providers={"agent": fake_provider("gemini")})
+    running = asyncio.create_task(h.turn("agent", "a slow start [delay=30]"))
+    await async_wait_until(lambda: list(h.state.glob("*.json")), timeout_s=30)  # its session exists
+    await h.close()
+    with pytest.raises(ProviderFailed):
+        await asyncio.wait_for(running, 20)
+    assert any_alive(h.agent_pids()) == []
