@@ -236,13 +236,15 @@ class AcpPool:
             loaded = await self._load(request, agent, record.id, spec)
             if loaded is not None:
                 return loaded, ""
-        return await agent.new_session(request.cwd), transcript(record.turns) if record is not None else ""
+        seed = transcript(record.turns) if record is not None else ""
+        return await agent.new_session(request.cwd, request.provider.model), seed
 
     async def _load(self, request: TurnRequest, agent: AgentProcess, session_id: str,
                     spec: AdapterSpec) -> str | None:
         """Loads a stored session; None (and an event) when the adapter cannot."""
         try:
-            await agent.load_session(session_id, request.cwd, replay_after=spec.replay_after_load)
+            await agent.load_session(session_id, request.cwd, replay_after=spec.replay_after_load,
+                                     model=request.provider.model)
         except AdapterError:
             raise
         except Exception as exc:
