@@ -5,7 +5,8 @@ Session updates are read from the wire in order (an observer of the connection) 
 running in that session; updates outside a turn (a `session/load` replay) are ignored.
 
 Every new and loaded session is put on the provider's model where the adapter would start it on another one
-(claude-agent-acp starts each on its `default`: tests/fakes/acp/FINDINGS.md).
+(claude-agent-acp starts each on its `default`), and a session the pool lets go is closed where the adapter
+has `session/close` (codex, claude): tests/fakes/acp/FINDINGS.md.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 8192
 START_TIMEOUT_SEC = 60.0  # initialize: gemini takes 4-5 s on a loaded machine
+CLOSE_TIMEOUT_SEC = 10.0
 TERM_GRACE_SEC = 2.0
 STDIO_LIMIT = 16 * 1024 * 1024
 
@@ -61,6 +63,9 @@ class AgentProcess:
         self.turns: dict[str, Turn] = {}
         self._costs: dict[str, float] = {}  # each session's cost so far, as its last `usage_update` said
         self.can_load = False
+        self.can_close = False  # `sessionCapabilities.close` advertised
+        self.opened: set[str] = set()  # sessions created or loaded in this process (closed ones too: codex-acp
+        # keeps much of a closed session's memory)
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._drain: asyncio.Task[None] | None = None
@@ -102,6 +107,8 @@ class AgentProcess:
                                      self.stderr_tail()) from exc
         capabilities = reply.agent_capabilities
         self.can_load = bool(capabilities is not None and capabilities.load_session)
+        sessions = capabilities.session_capabilities if capabilities is not None else None
+        self.can_close = sessions is not None and sessions.close is not None
 
     async def new_session(self, cwd: Path, model: str | None = None) -> str:
         """A new session working in `cwd`, on `model` when one is configured; returns its id."""
@@ -109,6 +116,7 @@ class AgentProcess:
         if not isinstance(reply.get("sessionId"), str):
             raise AdapterError(f"`{self.argv[0]}` answered session/new without a sessionId", self.stderr_tail())
         session_id = str(reply["sessionId"])
+        self.opened.add(session_id)
         await self._use_model(session_id, reply, model)
         return session_id
 
@@ -120,12 +128,23 @@ class AgentProcess:
         try:
             reply = await self._raw("session/load", {"sessionId": session_id, "cwd": str(cwd), "mcpServers": []},
                                     START_TIMEOUT_SEC)
+            self.opened.add(session_id)
             if replay_after:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replayed.wait(), 5.0)
         finally:
             self._loaded.pop(session_id, None)
         await self._use_model(session_id, reply, model)
+
+    async def close_session(self, session_id: str) -> None:
+        """Lets the adapter free a session the pool no longer keeps (`session/close`, where it has it)."""
+        self._costs.pop(session_id, None)
+        if not (self.can_close and self.alive):
+            return
+        try:
+            await self._raw("session/close", {"sessionId": session_id}, CLOSE_TIMEOUT_SEC)
+        except Exception as exc:
+            log.info("`%s` did not close session %s: %s", self.argv[0], session_id, _said(exc))
 
     async def _use_model(self, session_id: str, offer: dict[str, Any], model: str | None) -> None:
         """Puts the session on `model` when the adapter's session/new or session/load answer shows another one
