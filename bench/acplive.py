@@ -2,6 +2,9 @@
 acp`) and one-shot (the preset's CLI per message) side by side in one run, per adapter — and what a warm
 adapter holds in memory with 1, 3 and 50 conversations (at the default `max_live: 8`).
 
+`python -m bench.acplive [--only claude,codex,gemini] [--conversations 50] [--max-live 8]` measures the memory
+part alone: RSS after 1, 8, 16, 30 and 50 conversations, and the sessions the adapter still holds open.
+
 The real adapters and CLIs (claude-agent-acp, codex-acp, `gemini --acp`; claude, codex, gemini) run through
 ProviderRunner, the path a workflow step takes, against the scripted model on 127.0.0.1
 (tests/fakes/acp/scripted_model.py), which answers at once: "added" is a turn's wall time minus the time the
@@ -10,9 +13,13 @@ model spent answering its calls. An adapter or CLI that is not installed is repo
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import os
 import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +28,7 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.agent_cli import AgentCall
 from orchestrator.providers import ProviderRunner
+from orchestrator.sessions import SessionStore
 
 ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
 CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"
@@ -29,6 +37,8 @@ PREFIX = {"claude": "/anthropic", "codex": "/openai/v1", "gemini": "/google"}
 MODEL = {"codex": "gpt-5.4", "gemini": "gemini-fake"}
 CONVERSATION = "conv:bench/p8/{n}"
 IDLE_CONVERSATIONS = 50  # the issue's "50 idle conversations", at the default max_live (8)
+MEMORY_AT = (1, 8, 16, 30, 50)
+MODE = {"claude": "default", "codex": "read-only", "gemini": "default"}  # each adapter's mode of a new session
 
 
 def _missing(like: str) -> str | None:
@@ -41,8 +51,8 @@ def _missing(like: str) -> str | None:
     return f"not installed: {', '.join(absent)}" if absent else None
 
 
-def _provider(like: str, transport: str, url: str) -> ProviderSettings:
-    settings: dict[str, Any] = {"binary": str(CLIS_BIN / like), "model": MODEL.get(like)}
+def _provider(like: str, transport: str, url: str, **extra: Any) -> ProviderSettings:
+    settings: dict[str, Any] = {"binary": str(CLIS_BIN / like), "model": MODEL.get(like), **extra}
     if transport == "acp" and like != "gemini":
         settings["acp_command"] = [str(ACP_BIN / ("claude-agent-acp" if like == "claude" else "codex-acp"))]
     return ProviderSettings(type=like, transport=transport, base_url=url + PREFIX[like],  # type: ignore[arg-type]
@@ -137,3 +147,76 @@ async def p8(scratch: Path, *, turns: int) -> dict[str, Any]:
             os.environ.pop(KEY_VARIABLE, None)
         else:
             os.environ[KEY_VARIABLE] = saved
+
+
+async def _held_open(runner: ProviderRunner, home: Home, conversations: list[str]) -> int:
+    """How many of the conversations' sessions the adapter processes still hold open: each answers
+    `session/set_mode` (to the mode a session is in already) only for a session it holds."""
+    stored = SessionStore.in_home(home)
+    ids = [stored.session("agent@acp", c, assigns_ids=False).id for c in conversations]
+    held = 0
+    for agent in runner.acp.pool.agents() if runner.acp.pool is not None else []:
+        mode = next(m for like, m in MODE.items() if like in " ".join(agent.argv))
+        assert agent.conn is not None
+        for session_id in filter(None, ids):
+            try:
+                await agent.conn.set_session_mode(session_id=session_id, mode_id=mode)
+            except Exception:
+                continue
+            held += 1
+    return held
+
+
+async def _memory_of(like: str, scratch: Path, conversations: int, max_live: int) -> dict[str, Any]:
+    from tests.fakes.acp.scripted_model import ScriptedModel
+
+    result: dict[str, Any] = {"max_live": max_live}
+    async with ScriptedModel() as model:
+        home = Home(scratch / f"mem-{like}")
+        home.create()
+        cwd = scratch / f"mem-{like}-work"
+        cwd.mkdir(parents=True, exist_ok=True)
+        runner = ProviderRunner(home, {"agent": _provider(like, "acp", model.url, max_live=max_live)}, {},
+                                hidden_env=frozenset({KEY_VARIABLE}))
+        names = [CONVERSATION.format(n=n) for n in range(1, conversations + 1)]
+        try:
+            for index, name in enumerate(names, start=1):
+                await _turns(runner, model, cwd, 1, name)
+                if index in MEMORY_AT or index == conversations:
+                    result[f"{index}"] = {"rss_mb": _descendants_rss_mb(),
+                                          "sessions_open": await _held_open(runner, home, names[:index]),
+                                          "processes": len(runner.acp.pool.agents()) if runner.acp.pool else 0}
+        finally:
+            await runner.close()
+            shutil.rmtree(home.root, ignore_errors=True)
+    return result
+
+
+async def memory(scratch: Path, *, likes: list[str], conversations: int, max_live: int) -> dict[str, Any]:
+    """Each adapter's RSS, open sessions and processes after 1, 8, 16, 30 and 50 conversations of one turn each."""
+    saved = os.environ.get(KEY_VARIABLE)
+    os.environ[KEY_VARIABLE] = "sk-bench-p8"
+    try:
+        return {like: ({"skipped": reason} if (reason := _missing(like))
+                       else await _memory_of(like, scratch, conversations, max_live)) for like in likes}
+    finally:
+        if saved is None:
+            os.environ.pop(KEY_VARIABLE, None)
+        else:
+            os.environ[KEY_VARIABLE] = saved
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.acplive", description="live adapters' memory")
+    parser.add_argument("--only", default="claude,codex,gemini")
+    parser.add_argument("--conversations", type=int, default=IDLE_CONVERSATIONS)
+    parser.add_argument("--max-live", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-acp-", dir="/var/tmp") as scratch:
+        found = asyncio.run(memory(Path(scratch), likes=args.only.split(","), conversations=args.conversations,
+                                   max_live=args.max_live))
+    print(json.dumps(found, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,10 @@ spoken to through the `acp` SDK's client side, stopped with its whole group.
 
 Session updates are read from the wire in order (an observer of the connection) and handed to the turn
 running in that session; updates outside a turn (a `session/load` replay) are ignored.
+
+Every new and loaded session is put on the provider's model where the adapter would start it on another one
+(claude-agent-acp starts each on its `default`), and a session the pool lets go is closed where the adapter
+has `session/close` (codex, claude): tests/fakes/acp/FINDINGS.md.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 8192
 START_TIMEOUT_SEC = 60.0  # initialize: gemini takes 4-5 s on a loaded machine
+CLOSE_TIMEOUT_SEC = 10.0
 TERM_GRACE_SEC = 2.0
 STDIO_LIMIT = 16 * 1024 * 1024
 
@@ -42,7 +47,8 @@ class AdapterError(Exception):
 
 
 class AdapterUnavailable(AdapterError):
-    """The adapter did not start or initialize: the provider falls back to its one-shot preset."""
+    """The adapter did not start or initialize, or refused the configured model: the provider falls back to its
+    one-shot preset."""
 
 
 class AgentProcess:
@@ -57,6 +63,9 @@ class AgentProcess:
         self.turns: dict[str, Turn] = {}
         self._costs: dict[str, float] = {}  # each session's cost so far, as its last `usage_update` said
         self.can_load = False
+        self.can_close = False  # `sessionCapabilities.close` advertised
+        self.opened: set[str] = set()  # sessions created or loaded in this process (closed ones too: codex-acp
+        # keeps much of a closed session's memory)
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._drain: asyncio.Task[None] | None = None
@@ -90,32 +99,73 @@ class AgentProcess:
             reply = await self._answer(self.conn.initialize(
                 protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(terminal=False),
                 client_info=Implementation(name="switchyard", version="1")), START_TIMEOUT_SEC)
-        except Exception as exc:
+        except BaseException as exc:  # cancelled too: the process is not left running
             await self.stop()
+            if not isinstance(exc, Exception):
+                raise
             raise AdapterUnavailable(f"`{self.argv[0]}` did not initialize ({_said(exc)})",
                                      self.stderr_tail()) from exc
         capabilities = reply.agent_capabilities
         self.can_load = bool(capabilities is not None and capabilities.load_session)
+        sessions = capabilities.session_capabilities if capabilities is not None else None
+        self.can_close = sessions is not None and sessions.close is not None
 
-    async def new_session(self, cwd: Path) -> str:
-        """A new session working in `cwd`; returns its id."""
-        assert self.conn is not None
-        reply = await self._answer(self.conn.new_session(cwd=str(cwd), mcp_servers=[]), START_TIMEOUT_SEC)
-        return str(reply.session_id)
+    async def new_session(self, cwd: Path, model: str | None = None) -> str:
+        """A new session working in `cwd`, on `model` when one is configured; returns its id."""
+        reply = await self._raw("session/new", {"cwd": str(cwd), "mcpServers": []}, START_TIMEOUT_SEC)
+        if not isinstance(reply.get("sessionId"), str):
+            raise AdapterError(f"`{self.argv[0]}` answered session/new without a sessionId", self.stderr_tail())
+        session_id = str(reply["sessionId"])
+        self.opened.add(session_id)
+        await self._use_model(session_id, reply, model)
+        return session_id
 
-    async def load_session(self, session_id: str, cwd: Path, *, replay_after: bool) -> None:
-        """Loads a session this adapter (or an earlier process) created; raises on failure. With
-        `replay_after` (gemini) it waits for the history replay that follows the response."""
-        assert self.conn is not None
+    async def load_session(self, session_id: str, cwd: Path, *, replay_after: bool, model: str | None = None) -> None:
+        """Loads a session this adapter (or an earlier process) created, on `model` when one is configured;
+        raises on failure. With `replay_after` (gemini) it waits for the history replay that follows the
+        response."""
         replayed = self._loaded[session_id] = asyncio.Event()
         try:
-            await self._answer(self.conn.load_session(session_id=session_id, cwd=str(cwd), mcp_servers=[]),
-                               START_TIMEOUT_SEC)
+            reply = await self._raw("session/load", {"sessionId": session_id, "cwd": str(cwd), "mcpServers": []},
+                                    START_TIMEOUT_SEC)
+            self.opened.add(session_id)
             if replay_after:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replayed.wait(), 5.0)
         finally:
             self._loaded.pop(session_id, None)
+        await self._use_model(session_id, reply, model)
+
+    async def close_session(self, session_id: str) -> None:
+        """Lets the adapter free a session the pool no longer keeps (`session/close`, where it has it)."""
+        self._costs.pop(session_id, None)
+        if not (self.can_close and self.alive):
+            return
+        try:
+            await self._raw("session/close", {"sessionId": session_id}, CLOSE_TIMEOUT_SEC)
+        except Exception as exc:
+            log.info("`%s` did not close session %s: %s", self.argv[0], session_id, _said(exc))
+
+    async def _use_model(self, session_id: str, offer: dict[str, Any], model: str | None) -> None:
+        """Puts the session on `model` when the adapter's session/new or session/load answer shows another one
+        (raises AdapterUnavailable when the adapter refuses it: the one-shot preset sends the model itself)."""
+        change = model_change(offer, session_id, model)
+        if change is None:
+            return
+        try:
+            await self._raw(*change, START_TIMEOUT_SEC)
+        except AdapterError:
+            raise
+        except Exception as exc:
+            raise AdapterUnavailable(f"`{self.argv[0]}` would not use the model `{model}` ({_said(exc)})",
+                                     self.stderr_tail()) from exc
+
+    async def _raw(self, method: str, params: dict[str, Any], limit_sec: float | None = None) -> dict[str, Any]:
+        """A request answered as the adapter sent it: the SDK's 0.12 schema drops `models` and has no
+        `session/set_model`, so it goes through the SDK's JSON-RPC connection under its client side."""
+        assert self.conn is not None
+        reply = await self._answer(self.conn._conn.send_request(method, params), limit_sec)
+        return reply if isinstance(reply, dict) else {}
 
     async def prompt(self, session_id: str, text: str, turn: Turn) -> str:
         """Runs one prompt; returns its stop reason. Raises AdapterError when the process dies first."""
@@ -212,6 +262,27 @@ class AgentProcess:
             self._stderr_size += len(chunk)
             while self._stderr_size > STDERR_TAIL_BYTES and len(self._stderr) > 1:
                 self._stderr_size -= len(self._stderr.popleft())
+
+
+def model_change(offer: Mapping[str, Any], session_id: str, model: str | None) -> tuple[str, dict[str, Any]] | None:
+    """The request that puts a session on `model`, from what the adapter's session/new or session/load answer
+    offers: its `models` (claude-agent-acp, gemini: `session/set_model`, which takes any id), else a `model`
+    config option (codex: `session/set_config_option`); None when it is on it already or offers neither."""
+    if not model:
+        return None
+    models = offer.get("models")
+    if isinstance(models, dict):
+        if models.get("currentModelId") == model:
+            return None
+        return "session/set_model", {"sessionId": session_id, "modelId": model}
+    options = offer.get("configOptions")
+    for option in options if isinstance(options, list) else []:
+        if isinstance(option, dict) and (option.get("category") == "model" or option.get("id") == "model"):
+            if option.get("currentValue") == model:
+                return None
+            return "session/set_config_option", {"sessionId": session_id, "configId": option.get("id"),
+                                                 "value": model}
+    return None
 
 
 class _Client:

@@ -2,6 +2,11 @@
 provider, closed after `idle_sec` unused and least-recently-used first when a new one needs room.
 
 codex and gemini host every session of a provider in one process; claude gets one process per session.
+A session the pool lets go is closed in a shared process where the adapter can (codex; gemini cannot),
+and the process is retired once it has hosted `max_live` such sessions (more than its live ones, as a new
+session needs room; codex-acp keeps much of a closed session's memory): new sessions go to a fresh
+process, and the old one is stopped as soon as no turn runs in it (its idle sessions load again when
+next used). So an adapter's memory follows `max_live`, not the number of conversations.
 Session ids are kept in the SessionStore (under `<provider>@acp`), with a bounded transcript of the turns:
 a session that was evicted, crashed or outlived a restart comes back by `session/load`, and where that
 fails (gemini in its creation minute, claude killed right after a turn) as a new session whose first
@@ -72,6 +77,7 @@ class AcpPool:
         self._live: dict[tuple[str, str], Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self._shared: dict[str, AgentProcess] = {}  # provider name -> its one process (codex, gemini)
+        self._retired: set[AgentProcess] = set()  # shared processes stopped once no turn runs in them
         self._locks: dict[str, asyncio.Lock] = {}
         self._freed = asyncio.Condition()
         self._reaper: asyncio.Task[None] | None = None
@@ -86,7 +92,7 @@ class AcpPool:
     def agents(self) -> list[AgentProcess]:
         """Every adapter process running now (each shared one once)."""
         found = {id(live.agent): live.agent for live in self._live.values()}
-        found |= {id(agent): agent for agent in self._shared.values()}
+        found |= {id(agent): agent for agent in [*self._shared.values(), *self._retired]}
         return list(found.values())
 
     async def run(self, request: TurnRequest, prompt: str) -> ProviderResult:
@@ -199,13 +205,15 @@ class AcpPool:
         """A turn over `timeout_sec`: cancelled; a process of its own is stopped (a shared one keeps its
         other sessions, and this one answers `cancelled` to the agent)."""
         await live.agent.cancel(live.session_id)
-        if live.agent not in self._shared.values():
+        if not self._is_shared(live.agent):
             await self._discard(live)
 
     async def _acquire(self, request: TurnRequest, spec: AdapterSpec, stored: bool) -> tuple[Live, str]:
         """The scope's live session, else one loaded or seeded (from the session store, when `stored`);
-        returns it (busy) and the seed to prepend."""
+        returns it (busy) and the seed to prepend. A closed pool starts nothing (a turn it cut short ends)."""
         assert request.scope is not None
+        if self._closed:
+            raise RuntimeError("the ACP pool is closed")
         key = (request.name, request.scope)
         live = self._live.get(key)
         if live is not None and live.agent.alive and not live.reload:
@@ -234,13 +242,15 @@ class AcpPool:
             loaded = await self._load(request, agent, record.id, spec)
             if loaded is not None:
                 return loaded, ""
-        return await agent.new_session(request.cwd), transcript(record.turns) if record is not None else ""
+        seed = transcript(record.turns) if record is not None else ""
+        return await agent.new_session(request.cwd, request.provider.model), seed
 
     async def _load(self, request: TurnRequest, agent: AgentProcess, session_id: str,
                     spec: AdapterSpec) -> str | None:
         """Loads a stored session; None (and an event) when the adapter cannot."""
         try:
-            await agent.load_session(session_id, request.cwd, replay_after=spec.replay_after_load)
+            await agent.load_session(session_id, request.cwd, replay_after=spec.replay_after_load,
+                                     model=request.provider.model)
         except AdapterError:
             raise
         except Exception as exc:
@@ -251,13 +261,14 @@ class AcpPool:
         return session_id
 
     async def _agent_for(self, request: TurnRequest, spec: AdapterSpec) -> AgentProcess:
-        """The provider's shared process (started when there is none alive), or a new one for claude."""
+        """The provider's shared process (a fresh one when there is none alive, or it is crowded with sessions
+        the pool let go), or a new one for claude."""
         if spec.shared:
             agent = self._shared.get(request.name)
-            if agent is not None and agent.alive:
+            if agent is not None and agent.alive and not self._crowded(agent, request.provider.max_live):
                 return agent
             if agent is not None:
-                await self._drop_agent(agent)
+                await self._retire(agent)
         agent = AgentProcess(adapter_argv(request.provider), adapter_env(request.provider, request.env),
                              request.cwd, settle_sec=spec.settle_sec)
         await agent.start()
@@ -272,38 +283,69 @@ class AcpPool:
             while self.live_count(name) >= max_live:
                 idle = sorted((live for live in self._live.values() if live.name == name and not live.busy),
                               key=lambda live: live.last_used)
-                if idle:
-                    await self._evict(idle[0])
+                if idle:  # a shared process is kept: the new session opens in it
+                    await self._evict(idle[0], keep_agent=True)
                 else:
                     await self._freed.wait()
 
     async def _release(self, live: Live) -> None:
         live.busy, live.last_used = False, time.monotonic()
         self._used[live.name] = live.last_used
+        if live.agent in self._retired and not self._busy(live.agent):
+            await self._drop_sessions_of(live.agent)
         async with self._freed:
             self._freed.notify_all()
 
     async def _evict(self, live: Live, keep_agent: bool = False) -> None:
-        """Closes one session (its process too, when no other session uses it, unless `keep_agent`: a
-        shared process then stays warm until idle); it reloads when needed."""
+        """Closes one session: in the adapter, or with its process when no other session uses it (unless
+        `keep_agent`: the provider's shared process then stays warm until idle); it reloads when needed."""
         if self._live.get((live.name, live.scope)) is live:
             del self._live[(live.name, live.scope)]
-        if not keep_agent and not any(other.agent is live.agent for other in self._live.values()):
+        if any(other.agent is live.agent for other in self._live.values()) or (
+                keep_agent and live.agent in self._shared.values()):
+            await live.agent.close_session(live.session_id)
+        else:
             await self._drop_agent(live.agent)
+
+    def _crowded(self, agent: AgentProcess, max_live: int) -> bool:
+        """Whether a shared process has hosted `max_live` sessions the pool let go: more than the live ones it
+        holds before a new session (at most max_live - 1), however few they are."""
+        live = {other.session_id for other in self._live.values() if other.agent is agent}
+        return len(agent.opened - live) >= max_live
+
+    def _busy(self, agent: AgentProcess) -> bool:
+        return any(live.busy for live in self._live.values() if live.agent is agent)
+
+    def _is_shared(self, agent: AgentProcess) -> bool:
+        return agent in self._shared.values() or agent in self._retired
+
+    async def _retire(self, agent: AgentProcess) -> None:
+        """Takes a shared process out of use: stopped now when no turn runs in it, else after its last one."""
+        self._unshare(agent)
+        if agent.alive and self._busy(agent):
+            self._retired.add(agent)
+        else:
+            await self._drop_sessions_of(agent)
+
+    async def _drop_sessions_of(self, agent: AgentProcess) -> None:
+        """Stops a process and forgets its sessions (idle ones: they load again when next used)."""
+        for other in [other for other in self._live.values() if other.agent is agent]:
+            self._live.pop((other.name, other.scope), None)
+        await self._drop_agent(agent)
 
     async def _discard(self, live: Live) -> None:
         """A session whose agent died or must be reloaded: every session of that agent goes with it."""
-        for other in [other for other in self._live.values() if other.agent is live.agent]:
-            self._live.pop((other.name, other.scope), None)
-        if self._live.get((live.name, live.scope)) is live:
-            del self._live[(live.name, live.scope)]
-        await self._drop_agent(live.agent)
+        await self._drop_sessions_of(live.agent)
 
     async def _drop_agent(self, agent: AgentProcess) -> None:
+        self._unshare(agent)
+        self._retired.discard(agent)
+        await agent.stop()
+
+    def _unshare(self, agent: AgentProcess) -> None:
         for name, shared in list(self._shared.items()):
             if shared is agent:
                 del self._shared[name]
-        await agent.stop()
 
     def _save(self, request: TurnRequest, session_id: str, prompt: str, answer: str) -> None:
         assert request.scope is not None
@@ -325,8 +367,8 @@ class AcpPool:
             now = time.monotonic()
             for live in list(self._live.values()):
                 if not live.busy and now - live.last_used > self._idle_of.get(live.name, 0):
-                    async with self._freed:
-                        if not live.busy:
+                    async with self._locks.setdefault(live.name, asyncio.Lock()), self._freed:  # no open under way
+                        if not live.busy and self._live.get((live.name, live.scope)) is live:
                             await self._evict(live)
             for name, agent in list(self._shared.items()):  # a shared process left with no session
                 if now - self._used.get(name, now) > self._idle_of.get(name, 0) and not self._active.get(name) \
@@ -355,6 +397,7 @@ class AcpPool:
         agents = self.agents()
         self._live.clear()
         self._shared.clear()
+        self._retired.clear()
         await asyncio.gather(*(agent.stop() for agent in agents), return_exceptions=True)
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gateway.events import EventLog
 from gateway.home import Home
@@ -16,16 +19,39 @@ from orchestrator.agent_cli import AgentCall
 from orchestrator.live import PermissionAsker, TextSink
 from orchestrator.providers import ProviderRunner
 from tests.fakes.acp.procs import group_members
+from tests.orchestrator.orch_helpers import API_PREFIX
 from tests.process import pid_alive
 
 FAKE_AGENT = Path(__file__).resolve().parents[2] / "fakes" / "acp" / "fake_agent.py"
 CONV = "conv:console/main/c1"
+ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
+CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"
+ADAPTER = {"claude": ACP_BIN / "claude-agent-acp", "codex": ACP_BIN / "codex-acp", "gemini": CLIS_BIN / "gemini"}
 
 
 def fake_provider(like: str, **settings: Any) -> ProviderSettings:
     """A preset of `like`'s type running the fake adapter that behaves like it."""
     return ProviderSettings(type=like, transport="acp",  # type: ignore[arg-type]
                             acp_command=[sys.executable, str(FAKE_AGENT), "--like", like], **settings)
+
+
+def real_provider(like: str, url: str, key_variable: str, **settings: Any) -> ProviderSettings:
+    """A preset of `like` running its REAL adapter against a fake model at `url` (skips when it is not installed):
+    claude and codex through `acp_command`, gemini through `binary` (its `--acp --model` argv)."""
+    adapter = ADAPTER[like]
+    if not (adapter.exists() and os.access(adapter, os.X_OK)):
+        pytest.skip(f"the real {like} ACP adapter is not installed ({adapter})")
+    if shutil.which("node") is None:
+        pytest.skip("the real ACP adapters need node, which is not on PATH")
+    chosen: dict[str, Any] = {"model": {"codex": "gpt-5.4", "gemini": "gemini-fake"}.get(like)}
+    if like == "claude":  # the Claude Code the one-shot preset runs, not the adapter's bundled one
+        chosen["binary"] = str(CLIS_BIN / "claude") if (CLIS_BIN / "claude").exists() else None
+    if like == "gemini":
+        chosen["binary"] = str(adapter)
+    chosen |= settings
+    command = None if like == "gemini" else [str(adapter)]
+    return ProviderSettings(type=like, transport="acp", acp_command=chosen.pop("acp_command", command),  # type: ignore[arg-type]
+                            base_url=url + API_PREFIX[like], api_key_env=key_variable, timeout_sec=120, **chosen)
 
 
 class Harness:
@@ -70,7 +96,6 @@ def kill9(pid: int) -> None:
 
 def any_alive(pids: list[int]) -> list[int]:
     return [pid for pid in pids if pid_alive(pid) or group_alive(pid)]
-
 
 
 def kill_left(pids: list[int]) -> None:

@@ -278,3 +278,47 @@ async def test_a_session_the_adapter_will_not_create_fails_the_turn_and_leaves_n
         assert h.runner.acp.fallen_back == {}  # it started: retried later, not one-shot
     finally:
         await h.close()
+
+
+async def test_a_turn_cut_short_by_close_starts_no_process_afterwards(make) -> None:
+    h = make(providers={"agent": fake_provider("gemini")})
+    running = asyncio.create_task(h.turn("agent", "a slow start [delay=30]"))
+    await async_wait_until(lambda: list(h.state.glob("*.json")), timeout_s=30)  # its session exists
+    await h.close()
+    with pytest.raises(ProviderFailed):
+        await asyncio.wait_for(running, 20)
+    assert any_alive(h.agent_pids()) == []
+
+
+@pytest.mark.parametrize("like", ["codex", "gemini"])
+async def test_a_process_crowded_with_sessions_it_cannot_close_is_replaced_after_its_running_turn(
+    make, like: str,
+) -> None:
+    h = make(providers={"agent": fake_provider(like, max_live=2)})  # the fakes do not offer session/close
+    asked, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(approval: ToolApproval) -> str | None:
+        asked.set()
+        await release.wait()
+        return next(o.id for o in approval.options if o.kind == "allow_once")
+
+    try:
+        await h.turn("agent", "remember the word zebra")
+        running = asyncio.create_task(h.turn("agent", "[run=touch kept]", ask=hold))
+        await asked.wait()
+        [first] = h.live_pids()
+        for n in range(6):  # each evicts the one before: the first process holds 2 it let go, a 2nd takes over
+            await h.turn("agent", "hello", conversation=f"conv:console/main/n{n}")
+        while_running = sorted(h.live_pids())
+        release.set()
+        answer = await running
+        after = h.live_pids()
+        recalled = await h.turn("agent", "[recall=zebra]")
+    finally:
+        release.set()
+        await h.close()
+    assert first in while_running and len(while_running) == 2
+    assert answer == "ran touch kept"
+    assert first not in after and not any_alive([first])  # stopped when its last turn ended
+    assert len(h.agent_pids()) == 3  # the first, then one per 2 conversations it could not close
+    assert recalled == "recall zebra: yes"  # loaded again in the newest process

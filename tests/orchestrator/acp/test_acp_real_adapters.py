@@ -7,44 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from gateway.events import EventLog
 from gateway.home import Home
-from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
 from orchestrator.agent_cli import AgentCall
 from orchestrator.live import ToolApproval, TurnStopped
 from orchestrator.providers import ProviderRunner
 from tests.fakes.acp.scripted_model import ScriptedModel
-from tests.orchestrator.acp.acp_helpers import CONV, any_alive
-from tests.orchestrator.orch_helpers import API_PREFIX, isolate_real_cli
+from tests.orchestrator.acp.acp_helpers import CONV, any_alive, real_provider
+from tests.orchestrator.orch_helpers import API_PREFIX as PREFIX
+from tests.orchestrator.orch_helpers import isolate_real_cli
 
-ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
-CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"
 KEY_VARIABLE = "SWITCHYARD_REAL_ACP_TEST_KEY"
-PREFIX = API_PREFIX
-ADAPTER = {"claude": ACP_BIN / "claude-agent-acp", "codex": ACP_BIN / "codex-acp", "gemini": CLIS_BIN / "gemini"}
-
-
-def _provider(like: str, url: str) -> ProviderSettings:
-    adapter = ADAPTER[like]
-    if not (adapter.exists() and os.access(adapter, os.X_OK)):
-        pytest.skip(f"the real {like} ACP adapter is not installed ({adapter})")
-    if shutil.which("node") is None:
-        pytest.skip("the real ACP adapters need node, which is not on PATH")
-    settings: dict[str, object] = {"model": {"codex": "gpt-5.4", "gemini": "gemini-fake"}.get(like)}
-    if like == "claude":  # the Claude Code the one-shot preset runs, not the adapter's bundled one
-        settings["binary"] = str(CLIS_BIN / "claude") if (CLIS_BIN / "claude").exists() else None
-    command = None if like == "gemini" else [str(adapter)]
-    if like == "gemini":
-        settings["binary"] = str(adapter)
-    return ProviderSettings(type=like, transport="acp", acp_command=command, base_url=url + PREFIX[like],  # type: ignore[arg-type]
-                            api_key_env=KEY_VARIABLE, timeout_sec=120, **settings)
 
 
 @pytest.mark.parametrize("like", sorted(PREFIX))
@@ -52,7 +30,7 @@ async def test_a_real_adapter_remembers_streams_and_asks(home: Home, tmp_path: P
                                                          monkeypatch: pytest.MonkeyPatch, like: str) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
-        provider = _provider(like, model.url)
+        provider = real_provider(like, model.url, KEY_VARIABLE)
         runner = ProviderRunner(home, {"agent": provider}, {})
         seen: list[str] = []
         asked: list[ToolApproval] = []
@@ -89,7 +67,7 @@ async def test_a_real_adapters_evicted_session_comes_back_with_its_memory(
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
-        provider = _provider(like, model.url).model_copy(update={"max_live": 1})
+        provider = real_provider(like, model.url, KEY_VARIABLE).model_copy(update={"max_live": 1})
         runner = ProviderRunner(home, {"agent": provider}, {}, events=events)
 
         async def turn(prompt: str, conversation: str) -> str:
@@ -116,7 +94,7 @@ async def test_a_real_adapters_turn_stops_and_the_next_one_answers(
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
-        runner = ProviderRunner(home, {"agent": _provider(like, model.url)}, {})
+        runner = ProviderRunner(home, {"agent": real_provider(like, model.url, KEY_VARIABLE)}, {})
         seen: list[str] = []
 
         async def turn(prompt: str, **call: object) -> str:
@@ -145,7 +123,7 @@ async def test_a_real_adapters_denied_tool_call_does_not_run_and_the_answer_says
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
-        runner = ProviderRunner(home, {"agent": _provider(like, model.url)}, {})
+        runner = ProviderRunner(home, {"agent": real_provider(like, model.url, KEY_VARIABLE)}, {})
 
         async def deny(approval: ToolApproval) -> str | None:
             return None  # nobody answered: the pool picks the adapter's reject option
