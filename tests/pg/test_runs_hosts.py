@@ -184,7 +184,9 @@ def test_a_stop_the_other_host_takes_for_the_runs_own_conversation_is_answered_o
     """/stop in the run's own conversation, taken by the host that does not execute the run (issue 32 §16): the
     run is cancelled through the database, the executing host's `Run … was cancelled.` (the reply of the message
     still waiting for the run) is the conversation's one answer, and the /stop adds none."""
-    a, b = hosts(tmp_path, db, max_concurrency=1)  # the executing host's one slot waits for the run's result
+    # the executing host's one slot waits for the run's result; a lock TTL a busy machine cannot outlast, so the
+    # run stays reserved to the host its message waits on (taken over, it would execute beside a free slot)
+    a, b = hosts(tmp_path, db, max_concurrency=1, lock_ttl_sec=30)
     start = message(1, "c1", "go")
     a.drop(start)
     wait_until(lambda: [s for s, _ in steps_run(a.steps)] == ["First", "Second"], 60)
