@@ -26,9 +26,9 @@ from typing import Any
 
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.agent_cli import AgentCall
-from orchestrator.providers import ProviderRunner
-from orchestrator.sessions import SessionStore
+from orchestrator.agents.clis.runner import AgentCall
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.sessions import SessionStore
 
 ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
 CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"

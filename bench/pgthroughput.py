@@ -32,7 +32,7 @@ def fresh_schema(base: str) -> Iterator[str]:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from gateway.pg import schema
+    from gateway.backends.postgres import schema
 
     name = f"sy_bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as conn:

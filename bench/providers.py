@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.providers import ProviderRunner
+from orchestrator.agents.providers import ProviderRunner
 
 
 async def _bare(argv: list[str]) -> float:

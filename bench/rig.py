@@ -10,11 +10,11 @@ from types import TracebackType
 from typing import Any
 
 from bench.plugin import BenchChannel, BenchPlugin
-from gateway.containment import supervise_children
+from gateway.app import Gateway
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
+from gateway.runtime.containment import supervise_children
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 
 # No workflows: the built-in `rules` selector answers every message with command_invoke list_workflows,
@@ -82,7 +82,7 @@ class Rig:
 
     async def __aenter__(self) -> Rig:
         logging.getLogger("switchyard").setLevel(logging.ERROR)
-        supervise_children()  # as `switchyard run` does (gateway.runtime.app.run_gateway)
+        supervise_children()  # as `switchyard run` does (gateway.app.run_gateway)
         await self.gateway.start()
         return self
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.home import Home
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState
+from orchestrator.runs.state import Conversation, RunState, StepState
+from orchestrator.storage.files.runs import RunStore
 
 SWITCHYARD = Path(sys.executable).with_name("switchyard")
 REPEATS = 5

@@ -83,7 +83,7 @@ class Cluster:
         # the workers' connections carry the schema's name, so their server processes can be found (CPU)
         self.dsn = make_conninfo(base_dsn, options=f"-c search_path={self.schema}", application_name=self.schema)
         self._monitor: Any = None
-        from gateway.pg import schema
+        from gateway.backends.postgres import schema
 
         schema.migrate(self.dsn)
         self.homes = [root / f"{self.schema}-{i}" for i in range(workers)]

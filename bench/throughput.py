@@ -14,11 +14,11 @@ from bench.fileops import count_file_calls
 from bench.floor import floor_rate
 from bench.plugin import REPLY_TEXT, NullHandlerPlugin
 from bench.rig import LIGHT_ORCHESTRATOR, Rig, bench_settings, order_problems, payload
-from gateway.files.queue import FileQueue
 from gateway.home import Home
-from gateway.locks import LockDirectory
 from gateway.models import OutgoingPayload
+from gateway.runtime.locks import LockDirectory
 from gateway.settings import Settings
+from gateway.spool.queue import FileQueue
 
 DRAIN_TIMEOUT_S = 600.0
 

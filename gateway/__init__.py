@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from gateway.access import AccessDecision, AccessPolicy
     from gateway.api import (
         INTAKE_FAILED_REPLY,
         Channel,
@@ -27,40 +26,42 @@ if TYPE_CHECKING:
         PermanentError,
         Sink,
     )
-    from gateway.attachments import (
+    from gateway.channelkit.access import AccessDecision, AccessPolicy
+    from gateway.channelkit.attachments import (
         AttachmentPolicy,
         AttachmentRefused,
         attachment_folder,
         open_attachment,
         read_attachment,
     )
-    from gateway.audio import audio_note, is_audio, with_audio
-    from gateway.buttons import numbered
-    from gateway.chunking import split_message
-    from gateway.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
-    from gateway.events import EventLog, now_ms, utc_now_iso
+    from gateway.channelkit.audio import audio_note, is_audio, with_audio
+    from gateway.channelkit.buttons import numbered
+    from gateway.channelkit.chunking import split_message
+    from gateway.channelkit.delivery import DeliveryJournal, Part, RunThreads, deliver_parts, delivery_key, reply_parts
+    from gateway.channelkit.notes import NoteMessages, clip_note, deliver_note, replacing_preview
     from gateway.home import Home, atomic_write, safe_name
-    from gateway.logs import divert_log_lines
     from gateway.models import Button, IncomingPayload, Job, OutgoingPayload, split_send_file_tags
-    from gateway.notes import NoteMessages, clip_note, deliver_note, replacing_preview
     from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
+    from gateway.telemetry.events import EventLog, now_ms, utc_now_iso
+    from gateway.telemetry.logs import divert_log_lines
 
 _SOURCES: dict[str, tuple[str, ...]] = {
-    "gateway.access": ("AccessDecision", "AccessPolicy"),
+    "gateway.channelkit.access": ("AccessDecision", "AccessPolicy"),
     "gateway.api": ("INTAKE_FAILED_REPLY", "Channel", "ChannelContext", "ConfigurationError", "DeliveryError",
                     "DeliveryRecord", "FunctionSpec", "Handler", "HandlerContext", "Outbox", "PermanentError",
                     "Sink"),
-    "gateway.attachments": ("AttachmentPolicy", "AttachmentRefused", "attachment_folder", "open_attachment",
+    "gateway.channelkit.attachments": ("AttachmentPolicy", "AttachmentRefused", "attachment_folder", "open_attachment",
                             "read_attachment"),
-    "gateway.audio": ("audio_note", "is_audio", "with_audio"),
-    "gateway.buttons": ("numbered",),
-    "gateway.chunking": ("split_message",),
-    "gateway.delivery": ("DeliveryJournal", "Part", "RunThreads", "deliver_parts", "delivery_key", "reply_parts"),
-    "gateway.events": ("EventLog", "now_ms", "utc_now_iso"),
+    "gateway.channelkit.audio": ("audio_note", "is_audio", "with_audio"),
+    "gateway.channelkit.buttons": ("numbered",),
+    "gateway.channelkit.chunking": ("split_message",),
+    "gateway.channelkit.delivery": ("DeliveryJournal", "Part", "RunThreads", "deliver_parts", "delivery_key",
+                                    "reply_parts"),
+    "gateway.telemetry.events": ("EventLog", "now_ms", "utc_now_iso"),
     "gateway.home": ("Home", "atomic_write", "safe_name"),
-    "gateway.logs": ("divert_log_lines",),
+    "gateway.telemetry.logs": ("divert_log_lines",),
     "gateway.models": ("Button", "IncomingPayload", "Job", "OutgoingPayload", "split_send_file_tags"),
-    "gateway.notes": ("NoteMessages", "clip_note", "deliver_note", "replacing_preview"),
+    "gateway.channelkit.notes": ("NoteMessages", "clip_note", "deliver_note", "replacing_preview"),
     "gateway.settings": ("ChannelOptions", "ChannelProfile", "ProviderSettings", "Settings", "SettingsError"),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}

@@ -11,17 +11,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gateway.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
-from gateway.events import EventLog
+from gateway.channelkit.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
+from gateway.telemetry.events import EventLog
 
 if TYPE_CHECKING:
     import asyncio
 
-    from gateway.access import AccessPolicy
-    from gateway.pairing import Pairing
+    from gateway.channelkit.access import AccessPolicy
+    from gateway.channelkit.pairing import Pairing
 
 log = logging.getLogger("switchyard")
 
@@ -96,7 +96,7 @@ class Channel(Protocol):
     as one message edited in place; False: each note is posted as an ordinary message. Core code
     reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it. Such a channel
     also gets the drafts of a streamed answer (notes with `draft: true`) and edits the preview into the
-    answer naming it (`streamKey`, see gateway.notes.replacing_preview); a channel without it gets the answer
+    answer naming it (`streamKey`, see gateway.channelkit.notes.replacing_preview); a channel without it gets the answer
     only. Its optional class attribute `edit_interval_sec` (default 0) is the least time between two edits
     of one stream, the platform's limit (read with `getattr` too); a method `edit_interval_for(conversation)`,
     where present, gives it per chat instead."""
@@ -148,7 +148,7 @@ class ChannelContext:
     def access(self) -> AccessPolicy:
         """Who may talk to this profile: `allow_from`, and pairing with the backend's store (`pairing`: a
         profile with `pairing: true` in a context built without one raises ValueError)."""
-        from gateway.access import AccessPolicy
+        from gateway.channelkit.access import AccessPolicy
 
         return AccessPolicy(self.home, self.profile, self.settings, store=self.pairing)
 
@@ -179,7 +179,7 @@ class ChannelContext:
         cancels it (the gateway does after the channel's `stop()`). Call it on the event loop's thread."""
         import asyncio
 
-        from gateway.backoff import RETRY_INITIAL_S, RETRY_MAX_S
+        from gateway.channelkit.backoff import RETRY_INITIAL_S, RETRY_MAX_S
 
         pauses = retry_s or (RETRY_INITIAL_S, RETRY_MAX_S)
         task = asyncio.create_task(_keep_running(work, name, self.profile, self.events, pauses),
@@ -242,7 +242,7 @@ async def _keep_running(work: Callable[[], Awaitable[None]], name: str, profile:
     that lasted longer than the cap counts as recovered: the next failure waits the first pause again."""
     import asyncio
 
-    from gateway.backoff import delay
+    from gateway.channelkit.backoff import delay
 
     initial_s, max_s = retry_s
     failures = 0

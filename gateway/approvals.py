@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.home import atomic_write
-from gateway.locks import holder_process, pid_alive
+from gateway.runtime.locks import holder_process, pid_alive
 
 if TYPE_CHECKING:
     from gateway.home import Home

@@ -2,8 +2,9 @@
 (`switchyard_backends`); the Backend it builds opens every store and the runtime of that backend.
 
 Nothing else reads `queue.backend` or imports a backend's code: the file backend registers from
-gateway/files/backend.py, PostgreSQL from gateway/pgplugin.py, and a third backend is one more plugin (the
-in-memory one, for tests only, is registered by a test: gateway/memory/backend.py).
+gateway/backends/files/backend.py, PostgreSQL from gateway/backends/postgres/plugin.py, and a third backend is one
+more plugin (the
+in-memory one, for tests only, is registered by a test: gateway/backends/memory/backend.py).
 A plugin's own stores (the orchestrator's runs, sessions, history) are declared per backend name with
 `switchyard_stores` and opened through `Backend.store`.
 """
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
     from gateway.stores import Backend, BackendFactory, Stores
 
-BACKEND_PLUGINS: tuple[str, ...] = ("gateway.files.backend", "gateway.pgplugin", "orchestrator.plugin",
-                                    "orchestrator.pgplugin")
+BACKEND_PLUGINS: tuple[str, ...] = ("gateway.backends.files.backend", "gateway.backends.postgres.plugin",
+                                    "orchestrator.plugin",
+                                    "orchestrator.storage.postgres.plugin")
 """The built-in modules that declare backends and stores (a command opens its backend from these, the
 settings' plugins and the entry points, without loading the channel plugins)."""
 

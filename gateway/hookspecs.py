@@ -19,9 +19,9 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
     from pydantic import BaseModel
 
     from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+    from gateway.cli.statuscache import StatusCache
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
-    from gateway.statuscache import StatusCache
     from gateway.stores import Backend, BackendFactory, StoreFactory
 
 hookspec = pluggy.HookspecMarker("switchyard")

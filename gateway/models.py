@@ -11,8 +11,8 @@ from typing import Any, BinaryIO
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_core import PydanticSerializationError
 
-from gateway.events import now_ms
 from gateway.storable import made_safe, safe_json, unstorable
+from gateway.telemetry.events import now_ms
 
 INVALID_APOLOGY = "Sorry, I could not take in your message: {reason}"
 _FILE_TAG = re.compile(r"\[file:\s*([^\]]+)\]")
@@ -78,7 +78,8 @@ class IncomingPayload(_Payload):
     editOf: str | None = Field(default=None, max_length=256)
     """Set by a channel when the message is an edit: the messageId of the message edited (`senderId` is who made
     the edit, as the platform reports it). Folded into that message while it waits, when it is its sender's
-    (gateway.edits, gateway.stores.EditFolding); another sender's is queued without editOf, as a message of its
+    (gateway.channelkit.edits, gateway.stores.EditFolding); another sender's is queued without editOf, as a message
+    of its
     own; an edit of a message already taken is queued as its own message, shown "(edited) …"."""
     invokeFunction: str | None = Field(default=None, max_length=128)
     """Set by a channel whose messages are requests for one function (e.g. a probe): the built-in

@@ -5,11 +5,13 @@ is dead-lettered."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 
 from pydantic import ValidationError
 
-from gateway.backoff import delay as backoff_delay
+from gateway.channelkit.backoff import delay as backoff_delay
+from gateway.home import safe_name
 from gateway.models import IncomingPayload, UnstorableText
 from gateway.settings import QueueSettings
 from gateway.storable import unstorable
@@ -62,3 +64,15 @@ def parse_payload(data: bytes, max_bytes: int) -> IncomingPayload:
         raise ValueError(f"wrong schema: {problems}") from exc
     except Exception as exc:
         raise ValueError(f"cannot validate: {type(exc).__name__}: {exc}") from exc
+
+
+def message_identity(message: IncomingPayload) -> str:
+    """(channel, channelProfileId, messageId) as one string."""
+    return f"{message.channel}\x1f{message.profile}\x1f{message.messageId}"
+
+
+def letter_name(message: IncomingPayload) -> str:
+    """The dead letter's file name in failed/ (one per message identity): safe_name shortens and replaces
+    characters, so ids such as `chat:1` and `chat/1` would share a name; a digest of the identity tells them apart."""
+    digest = hashlib.sha256(message_identity(message).encode()).hexdigest()[:12]
+    return f"answered-{safe_name(message.profile)}-{safe_name(message.messageId)}-{digest}.json"

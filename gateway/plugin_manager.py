@@ -19,15 +19,15 @@ from gateway import hookspecs
 if TYPE_CHECKING:  # imported on use: the CLI builds a plugin manager before it needs pydantic
     from pydantic import BaseModel
 
-    from gateway.events import EventLog
     from gateway.settings import Settings
+    from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.plugins")
 
 ENTRY_POINT_GROUP = "switchyard.plugins"
 DEFAULT_PLUGINS: tuple[str, ...] = (
-    "gateway.files.backend",
-    "gateway.pgplugin",
+    "gateway.backends.files.backend",
+    "gateway.backends.postgres.plugin",
     "plugins.console",
     "plugins.heartbeat",
     "plugins.telegram",
@@ -35,9 +35,9 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.slack",
     "plugins.whatsapp",
     "plugins.inbox",
-    "orchestrator.commands",
+    "orchestrator.cli",
     "orchestrator.plugin",
-    "orchestrator.pgplugin",
+    "orchestrator.storage.postgres.plugin",
 )
 
 

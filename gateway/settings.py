@@ -11,10 +11,10 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.fields import Argv, IdText
-from gateway.usagesettings import UsageSettings
-from gateway.yamlfile import error_text as yaml_error_text
-from gateway.yamlfile import load_yaml
+from gateway.config.fields import Argv, IdText
+from gateway.config.usage import UsageSettings
+from gateway.config.yamlfile import error_text as yaml_error_text
+from gateway.config.yamlfile import load_yaml
 
 
 class SettingsError(Exception):
@@ -329,7 +329,7 @@ def validation_problems(error: ValidationError, model: type[BaseModel] | None = 
                         also: Collection[str] = ()) -> list[str]:
     """A pydantic error as one line per failing key, e.g. `queue.max_attempts: …`; an unknown key of
     `model` is named with the closest key declared there (`also`: more keys allowed at the top)."""
-    from gateway.keyhints import home_of, keys_at, unknown_key
+    from gateway.config.keyhints import home_of, keys_at, unknown_key
 
     lines = []
     for item in error.errors():

@@ -1,12 +1,12 @@
 """The gateway's stores as protocols: what every backend (files, PostgreSQL, memory) keeps, and how callers
 use it. Each protocol is the set of methods the file and PostgreSQL implementations share and callers call;
-tests/contract/ checks the rules written here once against every backend; gateway/memory/ is the
+tests/contract/ checks the rules written here once against every backend; gateway/backends/memory/ is the
 in-memory backend (every store on a shared state: two handles are two hosts).
 
-Pairing and Locks are defined beside their file stores (gateway/pairing.py, gateway/locks.py). Only
+Pairing and Locks are defined beside their file stores (gateway/channelkit/pairing.py, gateway/runtime/locks.py). Only
 annotations name other modules' types, so importing this one stays light (`switchyard status` imports it
 and must not load pydantic or the queue). The
-orchestrator's stores (runs, sessions and conversation history) are in orchestrator/stores.py, so the
+orchestrator's stores (runs, sessions and conversation history) are in orchestrator/storage/stores.py, so the
 gateway never names orchestrator types.
 The Backend that opens them is at the end: gateway/composition.py chooses it, plugins declare it.
 """
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from gateway.approvals import Approval
-    from gateway.files.deadletters import DeadLetter, Kind
-    from gateway.files.queue import Claimed
+    from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
-    from gateway.locks import Locks
     from gateway.models import IncomingPayload
-    from gateway.pairing import Pairing
+    from gateway.runtime.locks import Locks
     from gateway.settings import Settings
+    from gateway.spool.deadletters import DeadLetter, Kind
+    from gateway.spool.queue import Claimed
 
 __all__ = [
     "AnsweredStore",
@@ -46,10 +46,10 @@ __all__ = [
 
 @runtime_checkable
 class AnsweredStore(Protocol):
-    """Which messages were answered within the duplicate window (gateway/files/answered.py AnsweredIndex): a
+    """Which messages were answered within the duplicate window (gateway/backends/files/answered.py AnsweredIndex): a
     message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
     every handle on the store. PostgreSQL has no such object today: `switchyard_answered` is read and
-    written by statements inside gateway/pg/processing.py, outbox.py and latedead.py."""
+    written by statements inside gateway/backends/postgres/processing.py, outbox.py and latedead.py."""
 
     def contains(self, message: IncomingPayload) -> bool:
         """True when `message` (by channel, profile and messageId) was answered within the window."""
@@ -66,9 +66,9 @@ class AnsweredStore(Protocol):
 
 @runtime_checkable
 class DeliveryJournalStore(Protocol):
-    """The parts of a multi-part reply already sent, by delivery key (gateway/delivery.py DeliveryJournal),
+    """The parts of a multi-part reply already sent, by delivery key (gateway/channelkit/delivery.py DeliveryJournal),
     so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the same record on the
-    outbox row (gateway/pg/dispatcher.py RowJournal, bound to a leased row: not this protocol)."""
+    outbox row (gateway/backends/postgres/dispatcher.py RowJournal, bound to a leased row: not this protocol)."""
 
     def sent_parts(self, key: str) -> dict[int, str]:
         """Part index → platform message id, for the parts already sent."""
@@ -107,7 +107,8 @@ class DeadLetterStore(Protocol):
 
 @runtime_checkable
 class EventSink(Protocol):
-    """Somewhere events are copied to besides the event log (gateway/pg/events.py EventSink: the database);
+    """Somewhere events are copied to besides the event log (gateway/backends/postgres/events.py EventSink: the
+    database);
     attached to an EventLog as an observer. `observe` never blocks on or fails for its storage."""
 
     def observe(self, record: dict[str, Any]) -> None:
@@ -119,13 +120,14 @@ class EventSink(Protocol):
 
 @runtime_checkable
 class QueueStore(Protocol):
-    """The inbound queue (gateway/files/queue.py FileQueue): takes payloads in, gives them out oldest first
+    """The inbound queue (gateway/spool/queue.py FileQueue): takes payloads in, gives them out oldest first
     (skipping, in place, those whose ordering keys the caller does not admit), returns a failed one to its
     place in line, completes it, or dead-letters it with its bytes intact. Several handles may share one
     queue (processes on one home); what a handle that stopped had claimed is given back by
     `recover_dead_workers` on another, in its place.
 
-    The PostgreSQL queue (gateway/pg/intake.py, keyjobs.py, processing.py) does not satisfy this protocol:
+    The PostgreSQL queue (gateway/backends/postgres/intake.py, keyjobs.py, processing.py) does not satisfy this
+    protocol:
     a message is stored on intake and run by Procrastinate jobs locked per key, so claiming, retrying and
     dead-lettering are SQL inside its processing, not operations of a queue object.
     """
@@ -182,28 +184,30 @@ class QueueStore(Protocol):
 
 @runtime_checkable
 class EditFolding(Protocol):
-    """Edits of waiting messages (FileQueue, gateway/memory/queue.py MemoryQueue, gateway/pg/edits.py
+    """Edits of waiting messages (FileQueue, gateway/backends/memory/queue.py MemoryQueue,
+    gateway/backends/postgres/edits.py
     PgEdits). An edit is an ordinary payload with `editOf` (the original's messageId) and a messageId of its
     own. While the original waits (not yet claimed, back in line for a retry, or claimed by this process's worker
-    but not started: the queue's `pending_edits`, set by gateway/files/worker.py) the edit replaces its text in
+    but not started: the queue's `pending_edits`, set by gateway/runtime/worker.py) the edit replaces its text in
     place: same place in line, same name, same ordering keys, the original's messageId. Once it was taken the
     edit is not folded: the caller queues it as a new message of the conversation (the agent sees
     "(edited) …"). The decision is made by the same atomic step that claiming uses (a rename out of
     incoming/, the queue's lock, an UPDATE ... WHERE state = 'queued'), so an edit racing a claim is either
     folded before the claim or queued after it: never both, never neither. Whether an edit may be folded is
-    gateway.edits.edited_bytes's rule, written once (only the original's sender edits it); a caller takes a
-    payload in through gateway.edits.to_queue."""
+    gateway.channelkit.edits.edited_bytes's rule, written once (only the original's sender edits it); a caller takes a
+    payload in through gateway.channelkit.edits.to_queue."""
 
     def fold_edit(self, edit: IncomingPayload) -> bool:
         """True when the original of `edit` (same channel, profile and conversation, messageId `editOf`) was
         waiting and now holds the edit's text; False when it is not waiting (taken, answered, unknown).
-        Raises gateway.edits.ForeignEdit, leaving it as it was, when it waits but another sender wrote it."""
+        Raises gateway.channelkit.edits.ForeignEdit, leaving it as it was, when it waits but another sender wrote it."""
 
 
 @runtime_checkable
 class Approvals(Protocol):
     """Tool approvals asked in chat (gateway/approvals.py: the record and its rules; FileApprovals,
-    gateway/pg/approvals.py PgApprovals, gateway/memory/approvals.py MemoryApprovals): durable, shared by
+    gateway/backends/postgres/approvals.py PgApprovals, gateway/backends/memory/approvals.py MemoryApprovals):
+    durable, shared by
     every process and host of the backend, each settled once, first come."""
 
     def request(self, approval: Approval) -> None:
@@ -294,7 +298,7 @@ class Backend(Protocol):
         ...
 
     def runtime(self, parts: Any) -> Any:
-        """The processing and delivery half of a gateway (gateway/runtime/__init__.py's Runtime) built from `parts`
+        """The processing and delivery half of a gateway (gateway/runtime/protocol.py's Runtime) built from `parts`
         (gateway.runtime.RuntimeParts)."""
         ...
 

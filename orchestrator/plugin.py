@@ -1,7 +1,7 @@
 """The orchestrator as a built-in plugin: the handler, the built-in providers, init files, checks, status.
 
 Its modules are imported inside the hooks, so building a plugin manager (as `switchyard status` does)
-does not import the whole orchestrator. Its subcommands are declared in orchestrator/commands.py.
+does not import the whole orchestrator. Its subcommands are declared in orchestrator/cli.py.
 """
 
 from __future__ import annotations
@@ -16,25 +16,25 @@ from gateway import hookimpl
 
 if TYPE_CHECKING:
     from gateway.api import BuiltinProvider, HandlerContext
+    from gateway.cli.statuscache import StatusCache
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.statuscache import StatusCache
     from gateway.stores import Backend, StoreFactory
-    from orchestrator.handler import Orchestrator
+    from orchestrator.chat.handler import Orchestrator
 
 
 @hookimpl
 def switchyard_handler(context: HandlerContext) -> Orchestrator:
     """Builds the Orchestrator for the gateway's worker."""
-    from orchestrator.handler import Orchestrator
+    from orchestrator.chat.handler import Orchestrator
 
     return Orchestrator(context)
 
 
 @hookimpl
 def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
-    """Declares the orchestrator's runs, sessions and history on the file backend (orchestrator/stores.py)."""
-    from orchestrator.stores import file_stores
+    """Declares the orchestrator's runs, sessions and history on the file backend (orchestrator/storage/stores.py)."""
+    from orchestrator.storage.stores import file_stores
 
     return file_stores()
 
@@ -42,7 +42,7 @@ def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
 @hookimpl
 def switchyard_providers() -> dict[str, BuiltinProvider]:
     """Declares `echo` and `rules`, which run without any CLI installed."""
-    from orchestrator.rules import builtin_providers
+    from orchestrator.agents.builtin import builtin_providers
 
     return builtin_providers()
 
@@ -50,7 +50,7 @@ def switchyard_providers() -> dict[str, BuiltinProvider]:
 @hookimpl
 def switchyard_init(home: Home, settings: Settings) -> list[str]:
     """Writes the default orchestrator.yaml into each orchestrator workspace that has none."""
-    from orchestrator.config import CONFIG_FILE, write_default_orchestrator
+    from orchestrator.config.models import CONFIG_FILE, write_default_orchestrator
 
     written = []
     for ref in settings.orchestrators.values():
@@ -65,10 +65,10 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
     """Validates every orchestrator's orchestrator.yaml (keys, agents, workflows, the providers it names) and
     that the key variable of each provider with `api_key_env` is set, and that the `transcribe:` command's
     program is on PATH."""
-    from orchestrator.config import load_every_config
-    from orchestrator.doctor import unset_keys
-    from orchestrator.rules import builtin_providers
-    from orchestrator.transcribe import transcribe_problems
+    from orchestrator.agents.builtin import builtin_providers
+    from orchestrator.agents.doctor import unset_keys
+    from orchestrator.agents.transcribe import transcribe_problems
+    from orchestrator.config.models import load_every_config
 
     known = set(settings.providers) | set(builtin_providers()) | set(providers)
     source = str(home.settings_file)
@@ -80,9 +80,9 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
 def switchyard_check_warnings(home: Home, settings: Settings, providers: list[str]) -> list[str]:
     """A workspace or orchestrator.yaml `run` would create (with the default answering), and each template
     placeholder no value fills (it reaches the agent or command as written)."""
-    from orchestrator.config import CONFIG_FILE, load_every_config
-    from orchestrator.configcheck import file_warnings, template_warnings
-    from orchestrator.rules import builtin_providers
+    from orchestrator.agents.builtin import builtin_providers
+    from orchestrator.config.check import file_warnings, template_warnings
+    from orchestrator.config.models import CONFIG_FILE, load_every_config
 
     loaded, _ = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()) | set(providers))
     return list(file_warnings(home, settings)) + [
@@ -96,7 +96,7 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
     files that do not validate (a running gateway keeps their last valid version), and the retention of
     every kind of kept file. What comes from the configuration is validated once per version of the files
     (the status cache); PATH is searched and the runs read every time."""
-    from orchestrator.pathcheck import not_found, provider_line
+    from orchestrator.agents.pathcheck import not_found, provider_line
 
     config = cache.remember("orchestrator", lambda: _config_status(home, settings),
                             lambda: _config_files(home, settings))
@@ -113,9 +113,9 @@ def switchyard_status(home: Home, settings: Settings, cache: StatusCache) -> dic
 def _config_status(home: Home, settings: Settings) -> dict[str, Any]:
     """What status shows of the configuration: the problems of the orchestrator files, the program each used
     provider runs (name, binary, users) and the retention settings."""
-    from orchestrator.acp.specs import adapter_argv
-    from orchestrator.doctor import check_providers, provider_uses
-    from orchestrator.retention import retention_settings
+    from orchestrator.agents.acp.specs import adapter_argv
+    from orchestrator.agents.doctor import check_providers, provider_uses
+    from orchestrator.runs.retention import retention_settings
 
     uses, problems = provider_uses(home, settings)
     checks = check_providers(home, settings, all_providers=False, uses=uses)
@@ -128,7 +128,7 @@ def _config_status(home: Home, settings: Settings) -> dict[str, Any]:
 
 def _config_files(home: Home, settings: Settings) -> list[Path]:
     """Every orchestrator.yaml (present or not) whose validation status reports."""
-    from orchestrator.config import CONFIG_FILE
+    from orchestrator.config.models import CONFIG_FILE
 
     return [home.resolve(ref.workspace) / CONFIG_FILE for ref in settings.orchestrators.values()]
 
@@ -143,14 +143,14 @@ def _unfinished_runs(home: Home, settings: Settings, cache: StatusCache) -> list
                            plugins=cache.remember("plugins", lambda: list(settings.plugins)))
     if backend.in_home and not _may_have_unfinished_runs(home.runs):
         return []
-    from orchestrator.stores import open_run_store  # not before: a home whose runs all ended needs no models
+    from orchestrator.storage.stores import open_run_store  # not before: a home whose runs all ended needs no models
 
     return [run.summary() for run in open_run_store(backend, fsync=False).unfinished()]
 
 
 def _may_have_unfinished_runs(root: Path) -> bool:
     """False when every run folder's state.json is in a final state (or there is none)."""
-    from orchestrator.jobstates import FINISHED
+    from orchestrator.runs.jobstates import FINISHED
 
     try:
         folders = list(os.scandir(root))
@@ -174,14 +174,14 @@ def switchyard_recent_runs(limit: int, backend: Backend) -> list[dict[str, Any]]
     the gateway's backend (its pool, not a new backend's per read).
 
     `backend` has no default: pluggy passes only the arguments an implementation names without one."""
-    from orchestrator.stores import open_run_store
+    from orchestrator.storage.stores import open_run_store
 
     return [run.overview() for run in open_run_store(backend, fsync=False).recent(limit)]
 
 
 @hookimpl
 def switchyard_schedules(home: Home, settings: Settings, backend: Backend) -> list[dict[str, Any]]:
-    """Every orchestrator's schedules with their next and last occurrence (orchestrator/schedlisting.py)."""
-    from orchestrator.schedlisting import rows_for
+    """Every orchestrator's schedules with their next and last occurrence (orchestrator/schedules/listing.py)."""
+    from orchestrator.schedules.listing import rows_for
 
     return rows_for(home, settings, backend)

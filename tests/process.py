@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gateway.events import read_events
 from gateway.home import Home
+from gateway.telemetry.events import read_events
 from gateway.testing import wait_until
 
 SWITCHYARD = str(Path(sys.executable).parent / "switchyard")

@@ -7,9 +7,16 @@ import time
 
 import pytest
 
-from gateway.access import AccessPolicy, PairingStore
+from gateway.channelkit.access import AccessPolicy, PairingStore
+from gateway.channelkit.delivery import (
+    JOURNAL_RETENTION_DAYS,
+    DeliveryJournal,
+    Part,
+    RunThreads,
+    deliver_parts,
+    reply_parts,
+)
 from gateway.cli import main
-from gateway.delivery import JOURNAL_RETENTION_DAYS, DeliveryJournal, Part, RunThreads, deliver_parts, reply_parts
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile

@@ -8,15 +8,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from gateway.files import answered as answered_module
-from gateway.files.answered import AnsweredIndex
+from gateway.backends.files import answered as answered_module
+from gateway.backends.files.answered import AnsweredIndex
+from gateway.payloads import message_identity
 from gateway.testing import make_incoming
 
 WINDOW = 60.0
 
 
 class Clock:
-    """A settable stand-in for time.time in gateway.files.answered."""
+    """A settable stand-in for time.time in gateway.backends.files.answered."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -82,7 +83,7 @@ def test_a_restart_after_the_window_forgets_and_compacts(tmp_path: Path, clock: 
     assert not after.contains(make_incoming("old", messageId="old"))
     assert after.contains(make_incoming("new", messageId="new"))
     kept = [json.loads(line)["k"] for line in path.read_text().splitlines()]
-    assert kept == [answered_module.message_identity(make_incoming("new", messageId="new"))]
+    assert kept == [message_identity(make_incoming("new", messageId="new"))]
     after.close()
 
 

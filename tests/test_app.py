@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from gateway import ConfigurationError, hookimpl
-from gateway.events import read_events
+from gateway.app import Gateway, run_gateway
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway, run_gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.telemetry.events import read_events
 from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
 
 
@@ -140,7 +140,7 @@ class GatedHandler:
 
 
 async def test_typing_is_repeated_while_processing_and_stops_after(home: Home, monkeypatch) -> None:
-    monkeypatch.setattr("gateway.runtime.app.TYPING_REFRESH_S", 0.01)
+    monkeypatch.setattr("gateway.app.TYPING_REFRESH_S", 0.01)
     channels, handler = FakeChannelPlugin(), GatedHandler()
     settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="f1", type="fake")])
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[channels, handler]))
@@ -177,7 +177,7 @@ async def test_a_refusing_disk_is_retried_before_a_channel_message_is_given_up(r
 async def test_a_channel_whose_platform_is_down_at_start_is_retried_and_gets_its_replies(
     home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.runtime.app.CHANNEL_RETRY_INITIAL_S", 0.01)
+    monkeypatch.setattr("gateway.app.CHANNEL_RETRY_INITIAL_S", 0.01)
     plugin = FakeChannelPlugin()
     plugin.outages["late"] = 2
     settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="late", type="fake")])

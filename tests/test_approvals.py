@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gateway.approvals import Approval, button_id, conversation_scope, owner_gone, parse_button
-from gateway.locks import process_instance
+from gateway.runtime.locks import process_instance
 
 
 def test_button_ids_round_trip_and_fit_the_platforms_limit() -> None:

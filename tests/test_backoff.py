@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.backoff import delay
+from gateway.channelkit.backoff import delay
 
 
 def test_the_schedule_doubles_from_attempt_one_up_to_the_cap_and_jitter_stays_in_its_bounds() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.buttons import how_to_answer, numbered
-from gateway.delivery import reply_parts
+from gateway.channelkit.buttons import how_to_answer, numbered
+from gateway.channelkit.delivery import reply_parts
 from gateway.models import Button, OutgoingPayload
 
 ALLOW, DENY, ALWAYS = Button("ap:k3j9x2:0", "Allow"), Button("ap:k3j9x2:1", "Deny"), Button("ap:k3j9x2:2", "Always")

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from gateway import hookimpl
+from gateway.app import Gateway
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANNEL_WORDS = {"inbox", "heartbeat"}
-NOT_A_CHANNEL = {("orchestrator/workflows.py", "inbox")}  # spec 000's agent task-queue folder, `inbox/<agent>/`
+NOT_A_CHANNEL = {("orchestrator/config/workflows.py", "inbox")}  # spec 000's agent task-queue folder, `inbox/<agent>/`
 
 
 class ProbeChannel(FakeChannel):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.chunking import split_message
+from gateway.channelkit.chunking import split_message
 
 
 def _visible(text: str) -> str:

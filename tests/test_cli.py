@@ -15,7 +15,7 @@ import pytest
 import gateway
 from gateway.cli import build_parser
 from gateway.plugin_manager import build_plugin_manager
-from orchestrator.listing import parse_since, parse_states
+from orchestrator.runs.listing import parse_since, parse_states
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
@@ -49,7 +49,7 @@ def test_help_does_not_import_pydantic_or_the_runtime() -> None:
     """`switchyard --help` must stay quick: pydantic, asyncio and the orchestrator load only when a
     command needs them (bench/ measures the time; this keeps the imports from creeping back)."""
     code = ("import sys\nfrom gateway.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('pydantic', 'asyncio', 'orchestrator.handler', 'gateway.runtime.app', 'rich')"
+            "print(sorted(m for m in ('pydantic', 'asyncio', 'orchestrator.chat.handler', 'gateway.app', 'rich')"
             " if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -76,8 +76,8 @@ def test_status_does_not_import_asyncio_the_queue_or_any_channel(tmp_path: Path)
     home = tmp_path / "home"
     assert main(["--home", str(home), "init"]) == 0
     (home / "settings.yaml").write_text(STATUS_SETTINGS)
-    heavy = ("asyncio", "aiofiles", "gateway.files.queue", "gateway.runtime.app", "orchestrator.selector",
-             "orchestrator.handler",
+    heavy = ("asyncio", "aiofiles", "gateway.spool.queue", "gateway.app", "orchestrator.chat.selector",
+             "orchestrator.chat.handler",
              "plugins.console.channel", "plugins.heartbeat.channel", "plugins.inbox.channel",
              "plugins.telegram.channel", "plugins.slack.channel", "telegram", "slack_bolt")
     code = ("import sys\nfrom gateway.cli import main\n"
@@ -98,7 +98,8 @@ def test_status_on_an_unchanged_home_does_not_import_pydantic(tmp_path: Path) ->
     home = tmp_path / "home"
     assert main(["--home", str(home), "init"]) == 0
     (home / "settings.yaml").write_text(STATUS_SETTINGS)
-    heavy = ("pydantic", "gateway.settings", "gateway.api", "orchestrator.config", "orchestrator.runs")
+    heavy = ("pydantic", "gateway.settings", "gateway.api", "orchestrator.config.models",
+             "orchestrator.storage.files.runs")
     code = ("import sys\nfrom gateway.cli import main\n"
             f"code = main(['--home', {str(home)!r}, 'status'])\n"
             f"print('status exit', code, sorted(m for m in {heavy!r} if m in sys.modules))")

@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from gateway import hookimpl
-from gateway.access import AccessPolicy, PairingStore
+from gateway.backends.files.backend import FileStores
+from gateway.channelkit.access import AccessPolicy, PairingStore
 from gateway.composition import open_backend, open_store
-from gateway.files.backend import FileStores
 from gateway.home import Home
-from gateway.locks import LockDirectory
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.locks import LockDirectory
 from gateway.settings import ChannelProfile, QueueSettings, Settings, SettingsError, UnknownBackend
 from gateway.stores import Stores
-from orchestrator.runs import RunStore
-from orchestrator.stores import open_history, open_run_store, open_sessions
+from orchestrator.storage.files.runs import RunStore
+from orchestrator.storage.stores import open_history, open_run_store, open_sessions
 
 
 class ThirdBackend(FileStores):

@@ -13,9 +13,9 @@ from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.page import sections
 from gateway.dashboard.state import Activity, FolderView
-from gateway.files.deadletters import list_dead, move_to_failed
 from gateway.home import Home
 from gateway.settings import DashboardSettings, SettingsError, load_settings
+from gateway.spool.deadletters import list_dead, move_to_failed
 
 HOSTILE = '<img src=x onerror=alert(1)>"\'&'
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from gateway.files import deadletters
-from gateway.files.deadletters import move_to_failed
-from gateway.files.queue import FileQueue
 from gateway.home import Home
+from gateway.spool import deadletters
+from gateway.spool.deadletters import move_to_failed
+from gateway.spool.queue import FileQueue
 from gateway.testing import drop_incoming
 
 ORIGINAL = b'{"channel": "console", "message": "x", "timestamp": 1, "messageId": "m", "conversationId": "c1"}'

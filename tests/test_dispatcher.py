@@ -8,13 +8,13 @@ import os
 import time
 
 from gateway.api import DeliveryError, PermanentError
-from gateway.attachments import AttachmentPolicy, attachment_folder, read_attachment
-from gateway.events import EventLog, read_events
-from gateway.files.dispatcher import Dispatcher
+from gateway.backends.files.dispatcher import Dispatcher
+from gateway.channelkit.attachments import AttachmentPolicy, attachment_folder, read_attachment
 from gateway.home import Home
 from gateway.models import OutgoingPayload
-from gateway.outbox import FileOutbox
+from gateway.runtime.outbox import FileOutbox
 from gateway.settings import QueueSettings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 
 SETTINGS = QueueSettings(backoff_initial_ms=5, backoff_max_ms=20, max_attempts=3, fsync=False)

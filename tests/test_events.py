@@ -1,4 +1,4 @@
-"""gateway/events.py: the event log written once per loop turn, with nothing left behind."""
+"""gateway/telemetry/events.py: the event log written once per loop turn, with nothing left behind."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.events import EventLog, read_events
+from gateway.telemetry.events import EventLog, read_events
 
 
 async def test_events_of_a_loop_turn_reach_the_file_in_order_when_the_turn_ends(tmp_path: Path) -> None:

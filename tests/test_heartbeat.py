@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from gateway.api import ChannelContext
-from gateway.events import EventLog, now_ms, read_events
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile, Settings
+from gateway.telemetry.events import EventLog, now_ms, read_events
 from plugins.heartbeat import MISS_GRACE_S, read_heartbeat, state_path
 from plugins.heartbeat.channel import HeartbeatChannel
 

@@ -13,10 +13,10 @@ import pytest
 
 from gateway import hookimpl, hookspecs
 from gateway.api import FunctionSpec, HandlerContext
+from gateway.app import Gateway
 from gateway.cli import build_parser
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
 from gateway.settings import QueueSettings, Settings
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,8 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway", "orchestrator", "plugins")
 BACKEND_CHOICE = "gateway/composition.py"  # the one module that reads queue.backend
-PG_PACKAGES = ("gateway/pg/", "orchestrator/pg/")
-PG_REGISTRATIONS = ("gateway/pgplugin.py", "orchestrator/pgplugin.py")  # they import pg code inside factories
+PG_PACKAGES = ("gateway/backends/postgres/", "orchestrator/storage/postgres/")
+PG_REGISTRATIONS = ("gateway/backends/postgres/plugin.py", "orchestrator/storage/postgres/plugin.py")
+# (they import pg code inside factories)
 
 
 def _modules() -> dict[str, Path]:
@@ -140,10 +141,12 @@ def test_the_reader_check_sees_a_read() -> None:
 
 
 def test_pg_code_is_imported_only_from_pg_and_its_registration() -> None:
-    """`gateway.pg` / `orchestrator.pg` are imported only by the pg packages and the backend's registration."""
+    """`gateway.backends.postgres` / `orchestrator.storage.postgres` are imported only by the pg packages and the
+    backend's registration."""
     importers = sorted(path for path, text in _source_files()
                        if not path.startswith(PG_PACKAGES) and path not in PG_REGISTRATIONS
-                       and re.search(r"^\s*(from|import)\s+(gateway|orchestrator)\.pg\b", text, re.M))
+                       and re.search(r"^\s*(from|import)\s+(gateway\.backends|orchestrator\.storage)\.postgres\b",
+                                     text, re.M))
     assert importers == []
 
 
@@ -151,6 +154,6 @@ def test_only_the_entry_points_know_the_gateway() -> None:
     """Nothing the Gateway builds refers back to it (not even in an annotation): the backends, the channel
     supervision and the dashboard get what they need passed in."""
     names_the_gateway = re.compile(
-        r"^\s*from\s+gateway\.runtime\.app\s+import|^\s*import\s+gateway\.runtime\.app\b", re.M)
+        r"^\s*from\s+gateway\.app\s+import|^\s*import\s+gateway\.app\b", re.M)
     importers = sorted(path for path, text in _source_files() if names_the_gateway.search(text))
     assert importers == ["gateway/cli/commands.py"]

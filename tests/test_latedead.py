@@ -1,15 +1,16 @@
 """A message answered with an ack whose run then failed permanently goes to failed/ all the same
-(gateway.files.latedead): the run's copy with `source: run`, its answer forgotten, once, never while queued."""
+(gateway.backends.files.latedead): the run's copy with `source: run`, its answer forgotten, once, never while queued."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from gateway.files import deadletters
-from gateway.files.answered import AnsweredIndex
-from gateway.files.latedead import FileLateDeadLetters, letter_name
+from gateway.backends.files.answered import AnsweredIndex
+from gateway.backends.files.latedead import FileLateDeadLetters
 from gateway.home import Home
+from gateway.payloads import letter_name
+from gateway.spool import deadletters
 from gateway.testing import make_incoming
 
 REASON = "run r-1: step Finish: mine: `late-agent` was not found"

@@ -1,4 +1,4 @@
-"""gateway/logs.py: one line per record on stderr, text or JSON, secrets masked."""
+"""gateway/telemetry/logs.py: one line per record on stderr, text or JSON, secrets masked."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.logs import OneLineFormatter, ThrottledLog, apply_log_settings, configure_logging, divert_log_lines
 from gateway.settings import ChannelProfile, Settings
+from gateway.telemetry.logs import (
+    OneLineFormatter,
+    ThrottledLog,
+    apply_log_settings,
+    configure_logging,
+    divert_log_lines,
+)
 from gateway.testing import wait_until
 
 

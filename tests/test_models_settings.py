@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.access import AccessPolicy
+from gateway.channelkit.access import AccessPolicy
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager, check_channel_options
@@ -221,8 +221,8 @@ def test_ids_written_as_numbers_are_the_text_a_channel_reports(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """`allow_from: [42]` (a Telegram id as YAML reads it) was refused: "Input should be a valid string"."""
     from gateway.cli import main
-    from orchestrator.approvalchat import may_answer
-    from orchestrator.config import load_orchestrator_config
+    from orchestrator.chat.answers import may_answer
+    from orchestrator.config.models import load_orchestrator_config
 
     monkeypatch.setenv("SY_TEST_NUMERIC_TOKEN", "1:x")
     (tmp_path / "settings.yaml").write_text(NUMERIC_IDS)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway import DeliveryRecord, NoteMessages, OutgoingPayload, clip_note, deliver_note
-from gateway.conformance import reply
+from gateway.testing.conformance import reply
 
 
 def test_the_memory_is_bounded_and_forgets_the_least_recently_used() -> None:

@@ -9,15 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from gateway.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, open_attachment, read_all
-from gateway.events import EventLog
+from gateway.channelkit.attachments import (
+    AttachmentPolicy,
+    AttachmentRefused,
+    attachment_folder,
+    open_attachment,
+    read_all,
+)
 from gateway.home import Home
 from gateway.models import OutgoingPayload
-from gateway.outbox import FileOutbox, outgoing_name
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.outbox import FileOutbox, outgoing_name
+from gateway.telemetry.events import EventLog
 from gateway.testing import make_incoming
-from orchestrator.results import result_reply
-from orchestrator.runstate import Conversation, RunState, StepState
+from orchestrator.execution.results import result_reply
+from orchestrator.runs.state import Conversation, RunState, StepState
 from plugins.heartbeat.channel import HeartbeatChannel
 
 

@@ -12,13 +12,13 @@ import pytest
 
 from gateway import hookimpl, hookspecs
 from gateway.api import ChannelContext, FunctionSpec, Handler, HandlerContext
+from gateway.app import Gateway
 from gateway.cli import main
-from gateway.events import EventLog, read_events
 from gateway.home import Home
-from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager, call_each
-from gateway.runtime.app import Gateway
+from gateway.runtime.outbox import FileOutbox
 from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until
 
 PIGEON = '''

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from gateway.files.queue import FileQueue
 from gateway.home import Home, queue_depths
+from gateway.spool.queue import FileQueue
 from gateway.testing import drop_incoming, make_incoming
 
 
@@ -99,7 +99,7 @@ def test_recovery_returns_files_of_a_dead_worker(home: Home) -> None:
 def test_recovery_leaves_a_live_workers_files_alone(home: Home, tmp_path) -> None:
     script = (
         "import sys, time; sys.path.insert(0, '.');"
-        "from gateway.home import Home; from gateway.files.queue import FileQueue;"
+        "from gateway.home import Home; from gateway.spool.queue import FileQueue;"
         f"q = FileQueue(Home(__import__('pathlib').Path({str(home.root)!r})), fsync=False); q.open();"
         "(q.worker_dir / 'busy.json').write_text('{}'); print('ready', flush=True); time.sleep(30)"
     )

@@ -1,4 +1,4 @@
-"""gateway/redaction.py: a database password never reaches the operator's screen, a log or an event, even
+"""gateway/telemetry/redaction.py: a database password never reaches the operator's screen, a log or an event, even
 when libpq cannot parse the DSN and quotes the password in its error."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.redaction import database_error, dsn_passwords, redact, redacted_dsn
+from gateway.telemetry.redaction import database_error, dsn_passwords, redact, redacted_dsn
 from tests.process import SWITCHYARD, clean_environment
 
 PASSWORD = "p%ss"  # an unencoded %: libpq answers `invalid percent-encoded token: "p%ss"`

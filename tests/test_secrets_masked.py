@@ -1,4 +1,4 @@
-"""gateway/runtime/app.py configured_secrets: every value a `*_env` key names is masked in the event log, also as a
+"""gateway/app.py configured_secrets: every value a `*_env` key names is masked in the event log, also as a
 provider receives it (an `api_key_env` value is passed on stripped of surrounding whitespace)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.events import EventLog, read_events
-from gateway.runtime.app import configured_secrets
+from gateway.app import configured_secrets
 from gateway.settings import Settings
+from gateway.telemetry.events import EventLog, read_events
 
 
 def test_a_key_with_surrounding_whitespace_is_masked_as_the_provider_gets_it(

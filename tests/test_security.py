@@ -22,22 +22,22 @@ from hypothesis import strategies as st
 
 from gateway import hookimpl
 from gateway.api import ChannelContext, FunctionSpec, HandlerContext
-from gateway.attachments import attachment_folder
-from gateway.delivery import DeliveryJournal, delivery_key
-from gateway.events import EventLog
+from gateway.app import Gateway
+from gateway.channelkit.attachments import attachment_folder
+from gateway.channelkit.delivery import DeliveryJournal, delivery_key
 from gateway.home import Home, safe_name
-from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.outbox import FileOutbox, outgoing_name
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
+from gateway.runtime.locks import LockDirectory
+from gateway.runtime.outbox import FileOutbox, outgoing_name
 from gateway.settings import ChannelProfile, FileSettings, ProviderSettings, QueueSettings, Settings
+from gateway.telemetry.events import EventLog
 from gateway.testing import FakeChannel, async_wait_until, make_incoming, wait_until
-from orchestrator.agent_cli import ProviderRefused
-from orchestrator.functions import FunctionRefused, FunctionRegistry
-from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, run_id_for
+from orchestrator.agents.clis.runner import ProviderRefused
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.chat.functions import FunctionRefused, FunctionRegistry
+from orchestrator.runs.state import Conversation, RunState, run_id_for
+from orchestrator.storage.files.runs import RunStore
 from plugins.heartbeat import state_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -506,7 +506,7 @@ def test_no_channel_token_reaches_a_provider_or_anything_under_the_home(tmp_path
     home.settings_file.write_text(yaml.safe_dump(settings))
     workspace = home.orchestrators / "main"
     workspace.mkdir(parents=True)
-    from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
+    from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
     (workspace / "orchestrator.yaml").write_text(DEFAULT_ORCHESTRATOR_YAML.replace("provider: echo", "provider: dump"))
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env.update(SEC_TG=TOKENS["SEC_TG"], SWITCHYARD_INTERNAL_PROBE="internal", PYTHONPATH=str(REPO))

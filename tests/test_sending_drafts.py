@@ -8,13 +8,13 @@ import io
 import time
 from typing import Any
 
-from gateway.events import EventLog, read_events
-from gateway.files.backend import FileStores
-from gateway.files.dispatcher import Dispatcher
+from gateway.backends.files.backend import FileStores
+from gateway.backends.files.dispatcher import Dispatcher
 from gateway.home import Home
 from gateway.models import OutgoingPayload
-from gateway.outbox import FileOutbox
+from gateway.runtime.outbox import FileOutbox
 from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from plugins.console.channel import ConsoleChannel
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from gateway import hookimpl
+from gateway.app import Gateway
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
 from gateway.runtime.reload import reloaded, restart_needed
 from gateway.settings import ChannelProfile, Settings, load_settings
 from gateway.testing import FakeChannel, async_wait_until
@@ -42,8 +42,8 @@ def _write(path: Path, allow_from: list[str]) -> None:
 
 async def test_a_channel_started_after_a_reload_admits_the_reloaded_allow_from(
         home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gateway.runtime.app.CHANNEL_RETRY_INITIAL_S", 0.01)
-    monkeypatch.setattr("gateway.runtime.app.CHANNEL_RETRY_MAX_S", 0.05)
+    monkeypatch.setattr("gateway.app.CHANNEL_RETRY_INITIAL_S", 0.01)
+    monkeypatch.setattr("gateway.app.CHANNEL_RETRY_MAX_S", 0.05)
     monkeypatch.setattr("gateway.runtime.reload.SETTINGS_CHECK_S", 0.05)
     home.create()
     _write(home.settings_file, ["1001"])

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gateway.home import Home
-from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload
+from gateway.runtime.locks import LockDirectory
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until, drop_incoming, make_incoming
 from tests.test_worker import Harness, ScriptedHandler

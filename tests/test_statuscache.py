@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.statuscache import CACHE_NAME, UNTRUSTED, StatusCache, identity
+from gateway.cli.statuscache import CACHE_NAME, UNTRUSTED, StatusCache, identity
 
 BROKEN = "agents: {a: {provider: ghost}}\n"  # the default file is longer: padded to its size below
 
@@ -18,8 +18,8 @@ BROKEN = "agents: {a: {provider: ghost}}\n"  # the default file is longer: padde
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An initialised home; files written just now are trusted (see test_a_file_changed_just_now_…)."""
-    monkeypatch.setattr("gateway.statuscache.RACY_NS", 0)
-    monkeypatch.setattr("gateway.statuscache.RACY_COARSE_NS", 0)
+    monkeypatch.setattr("gateway.cli.statuscache.RACY_NS", 0)
+    monkeypatch.setattr("gateway.cli.statuscache.RACY_COARSE_NS", 0)
     root = tmp_path / "home"
     assert main(["--home", str(root), "init"]) == 0
     return root
@@ -116,10 +116,10 @@ def test_a_file_changed_just_now_is_not_trusted(tmp_path: Path, monkeypatch: pyt
     within the timestamp granularity is recorded as untrusted and validated again next time."""
     path = tmp_path / "orchestrator.yaml"
     path.write_text("x: 1\n")
-    monkeypatch.setattr("gateway.statuscache.RACY_NS", 10**18)  # every file counts as just changed
+    monkeypatch.setattr("gateway.cli.statuscache.RACY_NS", 10**18)  # every file counts as just changed
     assert identity(path) == UNTRUSTED
-    monkeypatch.setattr("gateway.statuscache.RACY_NS", 0)
-    monkeypatch.setattr("gateway.statuscache.RACY_COARSE_NS", 0)
+    monkeypatch.setattr("gateway.cli.statuscache.RACY_NS", 0)
+    monkeypatch.setattr("gateway.cli.statuscache.RACY_COARSE_NS", 0)
     assert identity(path) not in (UNTRUSTED, None)
     assert identity(tmp_path / "absent.yaml") is None
 
@@ -147,7 +147,7 @@ def test_a_changed_validating_module_invalidates_the_cache(
         home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     module = tmp_path / "settings.py"
     module.write_text("RULES = 1\n")
-    monkeypatch.setattr("gateway.statuscache.code_files", lambda: [str(module)])
+    monkeypatch.setattr("gateway.cli.statuscache.code_files", lambda: [str(module)])
     _status(home, capsys)
     computed = _computed(monkeypatch)
     _status(home, capsys)

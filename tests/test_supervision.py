@@ -6,11 +6,11 @@ import asyncio
 from typing import Any
 
 from gateway.api import ChannelContext, PermanentError
-from gateway.events import EventLog, read_events
 from gateway.home import Home
-from gateway.outbox import FileOutbox
+from gateway.runtime.outbox import FileOutbox
 from gateway.runtime.supervision import RETRY_MAX_S, ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until
 
 

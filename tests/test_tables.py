@@ -1,4 +1,4 @@
-"""gateway/tables.py: what the operator's tables print of untrusted text (a sender's words in a dead
+"""gateway/cli/tables.py: what the operator's tables print of untrusted text (a sender's words in a dead
 letter's reason, a display name, a conversation id), on a terminal (rich) and in a pipe."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 import pytest
 
 from gateway.home import Home
-from orchestrator.runs import RunStore
-from orchestrator.runstate import RunState
+from orchestrator.runs.state import RunState
+from orchestrator.storage.files.runs import RunStore
 from tests.process import SWITCHYARD, clean_environment
 
 HOSTILE = "[/x]\x1b[2J\rapproved on tg: 1001"

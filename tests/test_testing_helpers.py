@@ -1,4 +1,4 @@
-"""gateway/testing.py: the two public polling helpers take the same parameters and fail the same way."""
+"""gateway/testing/__init__.py: the two public polling helpers take the same parameters and fail the same way."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wake-ups for files arriving in a folder (gateway/runtime/watch.py): the polling fallback reports each new file once,
+"""Wake-ups for files arriving in a folder (gateway/spool/watch.py): the polling fallback reports each new file once,
 oldest mtime first within one listing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from gateway.runtime.watch import FolderWatch
+from gateway.spool.watch import FolderWatch
 from gateway.testing import async_wait_until
 
 

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from gateway.api import PermanentError
-from gateway.events import EventLog, read_events
-from gateway.files import queue as queue_module
-from gateway.files.answered import AnsweredIndex
-from gateway.files.queue import FileQueue
-from gateway.files.worker import Worker
+from gateway.backends.files.answered import AnsweredIndex
 from gateway.home import Home
-from gateway.locks import LockDirectory
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.outbox import FileOutbox
 from gateway.payloads import backoff_seconds
+from gateway.runtime.locks import LockDirectory
+from gateway.runtime.outbox import FileOutbox
+from gateway.runtime.worker import Worker
 from gateway.settings import QueueSettings
+from gateway.spool import queue as queue_module
+from gateway.spool.queue import FileQueue
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until, drop_incoming, make_incoming, read_json_files
 
 Behaviour = Callable[[IncomingPayload], Awaitable[str]]
@@ -449,7 +449,7 @@ async def test_a_clock_step_backwards_keeps_a_conversations_intake_order(
 async def test_a_message_waiting_behind_its_conversation_gets_one_receipt_and_a_quick_one_none(
     make_harness, home: Home
 ) -> None:
-    from gateway.files.receipts import Receipts
+    from gateway.runtime.receipts import Receipts
 
     gate = asyncio.Event()
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
 
 PROG = "switchyard"
-CLI_PLUGINS: tuple[str, ...] = ("orchestrator.commands",)  # built-in modules that only add subcommands
+CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli",)  # built-in modules that only add subcommands
 EXIT_USAGE = 2  # argparse's code for a bad command line; also invalid settings
 EXIT_BROKEN_PIPE = 1  # what Python's docs recommend after EPIPE (signal module, "Note on SIGPIPE")
 EXIT_NO_HOME = 2  # the home named is not one (a wrong --home or $SWITCHYARD_HOME, as a bad command line)
@@ -181,10 +181,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("dead", "dead letters: messages and replies that failed for good (list, show, retry, drop)",
             "gateway.cli.dead:cmd_dead", _dead_arguments),
     Command("db", "the PostgreSQL backend's schema (queue.backend: postgres): migrate, check",
-            "gateway.pg.dbcommand:cmd_db", _db_arguments),
+            "gateway.backends.postgres.dbcommand:cmd_db", _db_arguments),
     Command("worker", "process messages from the PostgreSQL queue only: no channels, no delivery "
                       "(queue.backend: postgres; run any number, on any hosts)",
-            "gateway.pg.worker_command:cmd_worker"),
+            "gateway.backends.postgres.worker_command:cmd_worker"),
 )
 
 
@@ -265,7 +265,7 @@ def _listed_plugins(path: Path) -> list[str]:
         return []
     import yaml
 
-    from gateway.yamlfile import load_yaml
+    from gateway.config.yamlfile import load_yaml
 
     try:
         data = load_yaml(path.read_text(encoding="utf-8"))
@@ -300,7 +300,7 @@ def _main(argv: list[str]) -> int:
     early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     _global_options(early, None)
     known, _ = early.parse_known_args(argv)
-    from gateway.logs import configure_logging
+    from gateway.telemetry.logs import configure_logging
 
     configure_logging(verbose=known.verbose)
     run = Invocation(known)

@@ -1,5 +1,5 @@
 """The `switchyard approvals` subcommand: the tool approvals waiting for an answer (list), and an operator's
-answer to one (allow, deny), on the backend's store (gateway/approvals.py; gateway/pg/approvals.py)."""
+answer to one (allow, deny), on the backend's store (gateway/approvals.py; gateway/backends/postgres/approvals.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gateway.access import duration_text
 from gateway.approvals import describe, operator_answer
+from gateway.channelkit.access import duration_text
 from gateway.cli import EXIT_NO_HOME, not_a_home
+from gateway.cli.tables import print_table, printable
 from gateway.composition import open_backend
-from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
     from gateway.cli import Invocation

@@ -10,16 +10,16 @@ import signal
 import sys
 import time
 
-from gateway.access import Pairing, PairingCodeExpired, duration_text
+from gateway.channelkit.access import Pairing, PairingCodeExpired, duration_text
 from gateway.cli import EXIT_NO_HOME, Invocation, example_settings_text, next_step, not_a_home
 from gateway.cli.check import require_valid_home
+from gateway.cli.tables import printable
 from gateway.composition import open_backend
-from gateway.events import now_ms
-from gateway.files.queue import FileQueue
 from gateway.models import IncomingPayload
 from gateway.plugin_manager import call_each
+from gateway.spool.queue import FileQueue
 from gateway.stores import Duplicate
-from gateway.tables import printable
+from gateway.telemetry.events import now_ms
 
 log = logging.getLogger("switchyard")
 
@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace, run: Invocation, *, role: str = "run") -> 
     A second SIGINT/SIGTERM during the stop exits at once: messages in flight stay claimed and are
     recovered by the next start, as after a kill.
     """
-    from gateway.runtime.app import Gateway, run_gateway
+    from gateway.app import Gateway, run_gateway
 
     home, settings = run.home, run.settings
     require_valid_home(home, settings, run.pm, source=str(run.settings_path))

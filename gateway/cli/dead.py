@@ -1,5 +1,5 @@
 """The `switchyard dead` subcommand: list, show, retry and drop the backend's dead letters (the file
-backend's queue/failed/, gateway/files/deadletters.py; on PostgreSQL gateway/pg/deadletters.py)."""
+backend's queue/failed/, gateway/spool/deadletters.py; on PostgreSQL gateway/backends/postgres/deadletters.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli import EXIT_NO_HOME, not_a_home
+from gateway.cli.tables import print_table, printable
 from gateway.composition import open_backend
-from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
     from gateway.cli import Invocation

@@ -2,7 +2,7 @@
 and how it shows it (tables for a person, JSON for a script). Exits 3 when the gateway is down.
 
 The backend (gateway/composition.py) gathers the queue, the dead letters and the gateway processes: on
-PostgreSQL from the database (gateway/pg/status.py: the processes attached on every host and the channel
+PostgreSQL from the database (gateway/backends/postgres/status.py: the processes attached on every host and the channel
 owners too; the gateway counts as running when any is live; an unreachable database is one line and exit 2)."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.cli import EXIT_NO_HOME, EXIT_USAGE, not_a_home
+from gateway.cli.statuscache import LazySettings, StatusCache, file_digest
+from gateway.cli.tables import print_table, printable
 from gateway.composition import backend_name, open_backend
 from gateway.home import Home
 from gateway.plugin_manager import DEFAULT_PLUGINS, call_each, plugin_manager_for
-from gateway.statuscache import LazySettings, StatusCache, file_digest
 from gateway.stores import BackendUnreachable
-from gateway.tables import print_table, printable
 
 if TYPE_CHECKING:
     import pluggy

@@ -15,8 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.dashboard import page
 from gateway.dashboard.connections import Admission, Handler
-from gateway.logs import ThrottledLog
 from gateway.settings import DashboardSettings, is_loopback
+from gateway.telemetry.logs import ThrottledLog
 
 log = logging.getLogger("switchyard.dashboard")
 

@@ -12,17 +12,17 @@ from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.server import Server, build_app
 from gateway.dashboard.state import Activity
-from gateway.events import read_events
 from gateway.plugin_manager import call_each
+from gateway.telemetry.events import read_events
 
 if TYPE_CHECKING:
     import pluggy
 
     from gateway.dashboard.state import QueueView
-    from gateway.events import EventLog
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.stores import Backend
+    from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.dashboard")
 
@@ -33,7 +33,7 @@ EVENTS_SHOWN = 30
 
 
 class Served(Protocol):
-    """What the dashboard reads of the gateway it serves (gateway/runtime/app.py's Gateway)."""
+    """What the dashboard reads of the gateway it serves (gateway/app.py's Gateway)."""
 
     home: Home
     settings: Settings

@@ -1,5 +1,5 @@
 """What the dashboard shows: recent activity kept from the event stream, and the queue as its backend
-keeps it (FolderView reads the home's folders; gateway/pg/dashboard.py the database)."""
+keeps it (FolderView reads the home's folders; gateway/backends/postgres/dashboard.py the database)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from gateway.files import deadletters
 from gateway.home import Home
+from gateway.spool import deadletters
 
 EVENT_HISTORY = 200
 HEARTBEAT_HISTORY = 120

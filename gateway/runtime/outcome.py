@@ -1,7 +1,8 @@
 """What became of a handled message: done, retried after a backoff, or dead with an apology.
 
 The rule is written once here and every backend only stores what it decides: the worker of the file
-queue (gateway/files/worker.py) and the postgres task (gateway/pg/processing.py) call `handled` (or `failed`,
+queue (gateway/runtime/worker.py) and the postgres task (gateway/backends/postgres/processing.py) call `handled` (or
+`failed`,
 `dead`) and then write the outcome to their own storage, announcing it with the outcome's events when
 their storage allows (before a retry is stored, and after it; once a dead letter is stored).
 """
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.api import Handler, PermanentError
-from gateway.events import EventLog, now_ms
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.payloads import APOLOGY, backoff_seconds
 from gateway.settings import QueueSettings
+from gateway.telemetry.events import EventLog, now_ms
 
 log = logging.getLogger("switchyard.worker")
 

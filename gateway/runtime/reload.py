@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from gateway.events import EventLog, utc_now_iso
+from gateway.cli.statuscache import file_digest
 from gateway.home import Home
 from gateway.settings import ChannelProfile, Settings, SettingsError, load_settings
-from gateway.statuscache import file_digest
+from gateway.telemetry.events import EventLog, utc_now_iso
 
 if TYPE_CHECKING:
     import pluggy

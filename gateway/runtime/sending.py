@@ -7,7 +7,7 @@ after the platform's retry-after or a jittered backoff; after `queue.max_attempt
 the platform refuses it for good (PermanentError), the reply is dead with its reason. Each outcome is
 an event: `outgoing.sent`, `outgoing.retry`, `outgoing.failed` (and `outgoing.skipped`, below).
 
-Drafts of a streamed answer (`draft: true`, see orchestrator/streaming.py) are previews, not answers: one
+Drafts of a streamed answer (`draft: true`, see orchestrator/agents/streaming.py) are previews, not answers: one
 for a channel that cannot edit messages (no `edits_progress`) is not sent, nor one that a later reply of its
 conversation supersedes (a newer draft of its key, or the final answer naming it as `streamKey`); both are
 recorded as delivered with the reason (event `outgoing.skipped`). A channel's edits of one stream are
@@ -15,7 +15,7 @@ spaced by its `edit_interval_sec`, the final answer's included.
 
 A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
 `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
-(gateway/files/dispatcher.py), rows of `switchyard_outbox` (gateway/pg/dispatcher.py).
+(gateway/backends/files/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gateway.api import Channel, DeliveryError, PermanentError
-from gateway.attachments import AttachmentPolicy
-from gateway.backoff import delay as backoff_delay
-from gateway.delivery import SHARED_JOURNAL, SharedJournal
-from gateway.events import EventLog
+from gateway.channelkit.attachments import AttachmentPolicy
+from gateway.channelkit.backoff import delay as backoff_delay
+from gateway.channelkit.delivery import SHARED_JOURNAL, SharedJournal
 from gateway.models import OutgoingPayload
 from gateway.runtime.uploads import send_with_files
 from gateway.settings import QueueSettings
+from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.sending")
 

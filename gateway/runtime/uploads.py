@@ -4,9 +4,9 @@ calls it for both backends): apart from attachments.py, which knows no Channel."
 from __future__ import annotations
 
 from gateway.api import Channel, DeliveryRecord
-from gateway.attachments import AttachmentPolicy, close_files, note_refusals, open_files
-from gateway.events import EventLog
+from gateway.channelkit.attachments import AttachmentPolicy, close_files, note_refusals, open_files
 from gateway.models import OutgoingPayload
+from gateway.telemetry.events import EventLog
 
 
 async def send_with_files(channel: Channel, payload: OutgoingPayload, policy: AttachmentPolicy,

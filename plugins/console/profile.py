@@ -3,7 +3,7 @@ building a plugin manager does not import pydantic)."""
 
 from __future__ import annotations
 
-from gateway.fields import IdText
+from gateway.config.fields import IdText
 from gateway.settings import ChannelOptions
 
 

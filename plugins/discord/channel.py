@@ -15,7 +15,7 @@ import aiohttp
 import yarl
 
 from gateway.api import ConfigurationError
-from gateway.backoff import delay as backoff_delay
+from gateway.channelkit.backoff import delay as backoff_delay
 from plugins.discord.profile import LIBRARY_MISSING
 
 try:

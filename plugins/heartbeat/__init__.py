@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import hookimpl
-from gateway.events import now_ms
 from gateway.home import safe_name
+from gateway.telemetry.events import now_ms
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from gateway import ChannelContext, ChannelProfile, FunctionSpec, Home, Settings
-    from gateway.statuscache import StatusCache
+    from gateway.cli.statuscache import StatusCache
     from plugins.heartbeat.channel import HeartbeatChannel
 
 CHANNEL_TYPE = "heartbeat"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from gateway.fields import IdText
+from gateway.config.fields import IdText
 from gateway.settings import ChannelOptions
 
 

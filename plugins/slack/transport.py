@@ -16,7 +16,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway.backoff import delay as backoff_delay
+from gateway.channelkit.backoff import delay as backoff_delay
 from plugins.slack.client import NETWORK_ERRORS, sdk_logger
 
 log = logging.getLogger("switchyard.slack")

@@ -27,7 +27,7 @@ from gateway import (
     replacing_preview,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
-from gateway.backoff import delay as backoff_delay
+from gateway.channelkit.backoff import delay as backoff_delay
 from plugins.telegram.inbound import InboundMessages
 from plugins.telegram.limits import TEXT_LIMIT, refused_for_good, retry_seconds, telegram_parts, utf16_len
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions

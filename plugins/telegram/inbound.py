@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard.telegram")
 
 MEDIA_KINDS = ("document", "audio", "video", "voice", "video_note", "animation")
-AUDIO_KINDS = ("voice", "audio")  # transcribed by the orchestrator (gateway/audio.py)
+AUDIO_KINDS = ("voice", "audio")  # transcribed by the orchestrator (gateway/channelkit/audio.py)
 ANSWERED = "answered: {label}"  # said under the tapped message (its keyboard removed) and on the tapper's screen
 NOT_YOURS = "You may not answer here."
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from gateway import Button, DeliveryError, PermanentError
-from gateway.backoff import delay as backoff_delay
+from gateway.channelkit.backoff import delay as backoff_delay
 
 log = logging.getLogger("switchyard.whatsapp")
 

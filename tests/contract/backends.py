@@ -1,5 +1,5 @@
 """One harness per backend for the contract tests: each makes the stores of gateway/stores.py and
-orchestrator/stores.py, several handles on one shared state (two "hosts", or a process and the one that
+orchestrator/storage/stores.py, several handles on one shared state (two "hosts", or a process and the one that
 starts after it), and says where a backend has no such store (the test then skips with that reason)."""
 
 from __future__ import annotations
@@ -12,17 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.access import Pairing, PairingStore
 from gateway.approvals import FileApprovals
-from gateway.delivery import DeliveryJournal
-from gateway.events import EventLog, read_events
-from gateway.files.answered import AnsweredIndex
-from gateway.files.backend import FileDeadLetters
-from gateway.files.deadletters import move_to_failed
-from gateway.files.queue import FileQueue
-from gateway.home import Home
-from gateway.locks import LockDirectory, Locks
-from gateway.memory import (
+from gateway.backends.files.answered import AnsweredIndex
+from gateway.backends.files.backend import FileDeadLetters
+from gateway.backends.memory import (
     AnsweredState,
     LocksState,
     MemoryAnswered,
@@ -35,26 +28,35 @@ from gateway.memory import (
     MemoryQueue,
     QueueState,
 )
+from gateway.channelkit.access import Pairing, PairingStore
+from gateway.channelkit.delivery import DeliveryJournal
+from gateway.home import Home
+from gateway.runtime.locks import LockDirectory, Locks
+from gateway.spool.deadletters import move_to_failed
+from gateway.spool.queue import FileQueue
 from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, QueueStore
-from orchestrator.memory import MemoryRecords, MemoryRunStore, RunsState
-from orchestrator.runs import RunStore
-from orchestrator.schedfiles import FileScheduleRecords
-from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
-from orchestrator.sessions import FileRecords, Records
-from orchestrator.stores import RunRecords
-from orchestrator.usage import MemoryUsageRecords, Spent, UsageRecords
-from orchestrator.usagefiles import FileUsageRecords
+from gateway.telemetry.events import EventLog, read_events
+from orchestrator.agents.sessions import FileRecords, Records
+from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords
+from orchestrator.storage.files.runs import RunStore
+from orchestrator.storage.files.schedules import FileScheduleRecords
+from orchestrator.storage.files.usage import FileUsageRecords
+from orchestrator.storage.memory import MemoryRecords, MemoryRunStore, RunsState
+from orchestrator.storage.stores import RunRecords
+from orchestrator.usage.records import MemoryUsageRecords, Spent, UsageRecords
 
 REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
                   b'"conversationId": "c1"}')
 
 NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by Procrastinate jobs locked per "
-               "key (gateway/pg/intake.py, keyjobs.py, processing.py); claim, retry and dead letter are SQL inside "
+               "key (gateway/backends/postgres/intake.py, keyjobs.py, processing.py); claim, retry and dead letter are "
+               "SQL inside "
                "its processing, with no queue object to hand a test; its guarantees at the behaviour level "
                "(FIFO through retries, dedupe, dead letters, two hosts) run on postgres in test_flow.py")
 NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyard_answered` is read and written "
-                  "by statements inside gateway/pg/processing.py and outbox.py")
-NO_PG_JOURNAL = ("the postgres journal is gateway/pg/dispatcher.py RowJournal, bound to one leased outbox row of a "
+                  "by statements inside gateway/backends/postgres/processing.py and outbox.py")
+NO_PG_JOURNAL = ("the postgres journal is gateway/backends/postgres/dispatcher.py RowJournal, bound to one leased "
+                 "outbox row of a "
                  "running PgDelivery, not addressed by delivery key")
 
 NO_MEMORY_OUTBOX = "the in-memory backend has no outbox: its dead letters are messages only"
@@ -291,12 +293,13 @@ class PostgresBackend(Backend):
         pytest.skip(NO_PG_QUEUE)
 
     def dead_letters(self) -> DeadLetterStore:
-        from gateway.pg.deadletters import DeadStore
+        from gateway.backends.postgres.deadletters import DeadStore
 
         return DeadStore(self.dsn)
 
     def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
-        """A dead row as gateway/pg/processing.py leaves it: the original bytes in `payload`, state dead."""
+        """A dead row as gateway/backends/postgres/processing.py leaves it: the original bytes in `payload`,
+        state dead."""
         from tests.pg.helpers import insert_message
 
         with psycopg.connect(self.dsn) as conn:
@@ -306,7 +309,7 @@ class PostgresBackend(Backend):
         return f"m-{hint}.json"
 
     def make_dead_reply(self, text: str, reason: str) -> str:
-        """As gateway/pg/dispatcher.py leaves it: the outbox row in state dead with its reason."""
+        """As gateway/backends/postgres/dispatcher.py leaves it: the outbox row in state dead with its reason."""
         with psycopg.connect(self.dsn) as conn:
             conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload, state, "
                          "attempts, reason) VALUES ('console_m1_1.json', 'console', 'console', 'c1', %s, 'dead', 5, "
@@ -327,17 +330,17 @@ class PostgresBackend(Backend):
         pytest.skip(NO_PG_ANSWERED)
 
     def pairing(self) -> Pairing:
-        from gateway.pg.pairing import PgPairingStore
+        from gateway.backends.postgres.pairing import PgPairingStore
 
         return PgPairingStore.pooled(self.dsn)
 
     def approvals(self) -> Approvals:
-        from gateway.pg.approvals import PgApprovals
+        from gateway.backends.postgres.approvals import PgApprovals
 
         return PgApprovals.pooled(self.dsn)
 
     def locks(self, holder: str, ttl_s: float) -> Locks:
-        from gateway.pg.locks import PgLocks
+        from gateway.backends.postgres.locks import PgLocks
 
         return PgLocks(self.dsn, holder=holder, ttl_s=ttl_s)
 
@@ -345,22 +348,22 @@ class PostgresBackend(Backend):
         pytest.skip(NO_PG_JOURNAL)
 
     def runs(self) -> RunRecords:
-        from orchestrator.pg.runs import PgRunStore
+        from orchestrator.storage.postgres.runs import PgRunStore
 
         return PgRunStore(self.home, self.dsn, fsync=False)
 
     def records(self, kind: str) -> Records:
-        from orchestrator.pg.sessions import PgRecords
+        from orchestrator.storage.postgres.sessions import PgRecords
 
         return PgRecords(self.dsn, kind)
 
     def schedules(self) -> ScheduleRecords:
-        from orchestrator.pg.schedules import PgScheduleRecords
+        from orchestrator.storage.postgres.schedules import PgScheduleRecords
 
         return PgScheduleRecords(self.dsn)
 
     def usage(self, holder: str | None = None) -> UsageRecords:
-        from orchestrator.pg.usage import PgUsageRecords
+        from orchestrator.storage.postgres.usage import PgUsageRecords
 
         return PgUsageRecords(self.dsn, holder=holder)
 
@@ -370,7 +373,7 @@ class PostgresBackend(Backend):
                          "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", (day, kind, key, *figures))
 
     def events(self) -> tuple[EventLog, Any]:
-        from gateway.pg.events import attach_event_sink
+        from gateway.backends.postgres.events import attach_event_sink
 
         log = EventLog(self.home.events_file)
         close = attach_event_sink(log, self.dsn)

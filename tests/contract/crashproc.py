@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gateway.files.answered import AnsweredIndex
-from gateway.files.queue import FileQueue
-from gateway.outbox import FileOutbox
+from gateway.backends.files.answered import AnsweredIndex
+from gateway.runtime.outbox import FileOutbox
+from gateway.spool.queue import FileQueue
 from tests.contract.crashhost import CrashHost, Stop, stop_after
 
 _halt = Stop(os.environ.get("CRASH_AT") or None, Path(os.environ["CRASH_MARK"]))

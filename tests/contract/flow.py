@@ -14,11 +14,11 @@ from typing import Any
 import yaml
 
 from gateway import hookimpl
+from gateway.app import Gateway
+from gateway.backends.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.home import Home
-from gateway.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from tests.process import SwitchyardProcess, clean_environment
@@ -171,7 +171,7 @@ class Flow:
 
     async def host(self, **queue: Any) -> Host | None:
         """A started Gateway on this backend's state. A second one on postgres is a `worker` (processing only,
-        as `switchyard worker` scales out): hosts in one process share a lease holder (gateway.locks
+        as `switchyard worker` scales out): hosts in one process share a lease holder (gateway.runtime.locks
         process_instance), so two `run`s here would both own the channel and both deliver each reply."""
         name = f"host{len(self.hosts) + 1}"
         role = "worker" if self.kind == "postgres" and self.hosts else "run"

@@ -14,11 +14,11 @@ from typing import Any
 
 from gateway import hookimpl
 from gateway.api import DeliveryRecord
-from gateway.files.queue import FileQueue
 from gateway.home import atomic_write, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
-from orchestrator.handler import Orchestrator
-from orchestrator.schedfiles import FileScheduleRecords
+from gateway.spool.queue import FileQueue
+from orchestrator.chat.handler import Orchestrator
+from orchestrator.storage.files.schedules import FileScheduleRecords
 from tests.contract.crashhost import append
 
 LOG = Path(os.environ["SCHED_LOG"])
@@ -62,7 +62,7 @@ def _logging_handle(original: Any) -> Any:
 
 
 if AT == "claimed":
-    from orchestrator.pg.schedules import PgScheduleRecords
+    from orchestrator.storage.postgres.schedules import PgScheduleRecords
 
     for records in (FileScheduleRecords, PgScheduleRecords):
         records.claim = _stopping_claim(records.claim)  # type: ignore[method-assign]

@@ -6,7 +6,7 @@ with the file backend's stores on its home (OrchestratorOnMemory).
 
 
 - `/status`, `/help` and `/usage` are answered before that message ends (they hold the conversation's
-  control key, gateway.keys), `/status` showing the running run; a plain message still waits behind it,
+  control key, gateway.runtime.keys), `/status` showing the running run; a plain message still waits behind it,
   with its "queued behind" receipt;
 - `/stop` answers once: its reply, and no "was cancelled" result after it; `/status` later keeps its
   fixed sentence and names the conversation's last run on a line of its own."""
@@ -23,16 +23,16 @@ import pytest
 import yaml
 
 from gateway import hookimpl
-from gateway.files.receipts import receipt_text
+from gateway.app import Gateway
+from gateway.backends.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.home import Home
-from gateway.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
+from gateway.runtime.receipts import receipt_text
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
-from orchestrator.runstate import run_id_for
-from orchestrator.stores import file_stores, open_run_store
+from orchestrator.runs.state import run_id_for
+from orchestrator.storage.stores import file_stores, open_run_store
 from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 
 pytestmark = pytest.mark.timeout(90)

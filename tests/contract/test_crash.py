@@ -12,10 +12,12 @@ leaves the queue (step 6), and a restart puts a claimed message back (error and 
 the reply was stored and before the answer was recorded (DESIGN: duplicates are known by the answered index,
 which records answers) answers the message again: two replies, both delivered. A crash after the handler
 answered and before its reply was stored runs the handler again: one reply. On postgres the reply, the answer
-and the message's completion are one transaction (gateway/pg/processing.py), so there is no such window: a
+and the message's completion are one transaction (gateway/backends/postgres/processing.py), so there is no such
+window: a
 crash after the transaction (or before it) gives one reply. A crash after a message was moved from the host's
 spool into the shared store and before the spool's file was removed (memory, postgres) takes it in again at the
-next start: postgres knows the name and bytes (gateway/pg/intake.py), memory lines it up twice and the answered
+next start: postgres knows the name and bytes (gateway/backends/postgres/intake.py), memory lines it up twice and
+the answered
 index skips the second copy; either way one call and one reply.
 """
 
@@ -32,10 +34,10 @@ import psycopg
 import pytest
 import yaml
 
+from gateway.app import Gateway
+from gateway.backends.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.home import Home
-from gateway.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import wait_until
 from tests.contract.crashhost import PROFILE, STEPS, CrashHost, HostKilled, Stop, read_log, stop_after

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.edits import to_queue
+from gateway.channelkit.edits import to_queue
 from gateway.models import IncomingPayload
 from gateway.stores import EditFolding, QueueStore
 from tests.contract.backends import Backend
@@ -41,7 +41,7 @@ class Line:
         if backend.name == "postgres":
             from psycopg_pool import ConnectionPool
 
-            from gateway.pg.edits import PgEdits
+            from gateway.backends.postgres.edits import PgEdits
 
             self.pool = ConnectionPool(backend.dsn, min_size=2, max_size=4, open=True)  # type: ignore[attr-defined]
             self.folding: EditFolding = PgEdits(self.pool)
@@ -70,8 +70,8 @@ class Line:
 
     def claim_payload(self) -> dict[str, Any] | None:
         """The oldest waiting message, now taken; None when none could be taken."""
-        if self.pool is not None:  # the worker's own start statement (gateway/pg/processing.py)
-            from gateway.pg.processing import ANSWERED_OR_START
+        if self.pool is not None:  # the worker's own start statement (gateway/backends/postgres/processing.py)
+            from gateway.backends.postgres.processing import ANSWERED_OR_START
 
             with self.pool.connection() as conn:
                 row = conn.execute("SELECT id FROM switchyard_messages WHERE state = 'queued' ORDER BY id LIMIT 1"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.delivery import Part, deliver_parts, delivery_key
+from gateway.channelkit.delivery import Part, deliver_parts, delivery_key
 from gateway.models import OutgoingPayload
 from tests.contract.backends import Backend
 

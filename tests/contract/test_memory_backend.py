@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.backends.memory import MemoryDeadLetters
+from gateway.backends.memory.backend import MemoryBackendPlugin, memory_settings
+from gateway.backends.memory.queue import MemoryQueue, QueueState
 from gateway.composition import open_backend
 from gateway.home import Home
-from gateway.memory import MemoryDeadLetters
-from gateway.memory.backend import MemoryBackendPlugin, memory_settings
-from gateway.memory.queue import MemoryQueue, QueueState
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import Settings, UnknownBackend
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gateway.access import PairingCodeExpired
+from gateway.channelkit.access import PairingCodeExpired
 from gateway.testing import wait_until
 from tests.contract.backends import Backend
 

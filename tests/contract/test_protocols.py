@@ -1,6 +1,6 @@
 """Every store of every backend has its protocol's methods with the protocol's parameters (names, kinds,
-defaults), so a caller written against gateway/stores.py or orchestrator/stores.py works on any of them.
-(mypy checks the memory stores statically: gateway/memory/__init__.py, orchestrator/memory.py.)"""
+defaults), so a caller written against gateway/stores.py or orchestrator/storage/stores.py works on any of them.
+(mypy checks the memory stores statically: gateway/backends/memory/__init__.py, orchestrator/storage/memory.py.)"""
 
 from __future__ import annotations
 
@@ -8,14 +8,10 @@ import inspect
 
 import pytest
 
-from gateway.access import PairingStore
 from gateway.approvals import FileApprovals
-from gateway.delivery import DeliveryJournal
-from gateway.files.answered import AnsweredIndex
-from gateway.files.backend import FileDeadLetters
-from gateway.files.queue import FileQueue
-from gateway.locks import LockDirectory, Locks
-from gateway.memory import (
+from gateway.backends.files.answered import AnsweredIndex
+from gateway.backends.files.backend import FileDeadLetters
+from gateway.backends.memory import (
     MemoryAnswered,
     MemoryApprovals,
     MemoryDeadLetters,
@@ -25,25 +21,29 @@ from gateway.memory import (
     MemoryPairing,
     MemoryQueue,
 )
-from gateway.pairing import Pairing
-from gateway.pg.approvals import PgApprovals
-from gateway.pg.deadletters import DeadStore
-from gateway.pg.events import EventSink as PgEventSink
-from gateway.pg.locks import PgLocks
-from gateway.pg.pairing import PgPairingStore
+from gateway.backends.postgres.approvals import PgApprovals
+from gateway.backends.postgres.deadletters import DeadStore
+from gateway.backends.postgres.events import EventSink as PgEventSink
+from gateway.backends.postgres.locks import PgLocks
+from gateway.backends.postgres.pairing import PgPairingStore
+from gateway.channelkit.access import PairingStore
+from gateway.channelkit.delivery import DeliveryJournal
+from gateway.channelkit.pairing import Pairing
+from gateway.runtime.locks import LockDirectory, Locks
+from gateway.spool.queue import FileQueue
 from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, EventSink, QueueStore
-from orchestrator.memory import MemoryRecords, MemoryRunStore
-from orchestrator.pg.runs import PgRunStore
-from orchestrator.pg.schedules import PgScheduleRecords
-from orchestrator.pg.sessions import PgRecords
-from orchestrator.pg.usage import PgUsageRecords
-from orchestrator.runs import RunStore
-from orchestrator.schedfiles import FileScheduleRecords
-from orchestrator.schedstore import MemoryScheduleRecords, ScheduleRecords
-from orchestrator.sessions import FileRecords, Records
-from orchestrator.stores import RunRecords
-from orchestrator.usage import MemoryUsageRecords, UsageRecords
-from orchestrator.usagefiles import FileUsageRecords
+from orchestrator.agents.sessions import FileRecords, Records
+from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords
+from orchestrator.storage.files.runs import RunStore
+from orchestrator.storage.files.schedules import FileScheduleRecords
+from orchestrator.storage.files.usage import FileUsageRecords
+from orchestrator.storage.memory import MemoryRecords, MemoryRunStore
+from orchestrator.storage.postgres.runs import PgRunStore
+from orchestrator.storage.postgres.schedules import PgScheduleRecords
+from orchestrator.storage.postgres.sessions import PgRecords
+from orchestrator.storage.postgres.usage import PgUsageRecords
+from orchestrator.storage.stores import RunRecords
+from orchestrator.usage.records import MemoryUsageRecords, UsageRecords
 
 IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (QueueStore, [MemoryQueue, FileQueue]),

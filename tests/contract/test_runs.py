@@ -1,4 +1,4 @@
-"""The run store (orchestrator.stores.RunRecords) on every backend: a run saved on one handle loads back
+"""The run store (orchestrator.storage.stores.RunRecords) on every backend: a run saved on one handle loads back
 equal on another, listed newest first (`runs`, `status`, the dashboard), each conversation with its own
 active run, events kept in order, a removed run gone from everything."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from gateway.events import utc_now_iso
+from gateway.telemetry.events import utc_now_iso
 from gateway.testing import wait_until
-from orchestrator.jobs import JobInfo
-from orchestrator.runstate import Conversation, RunState, StepState
+from orchestrator.runs.jobs import JobInfo
+from orchestrator.runs.state import Conversation, RunState, StepState
 from tests.contract.backends import Backend
 
 TICK_S = 0.02  # a file's mtime and a run's updatedAt (milliseconds) tell apart writes this far apart

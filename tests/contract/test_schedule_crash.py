@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gateway.config.yamlfile import load_yaml
 from gateway.home import Home
 from gateway.testing import wait_until
-from gateway.yamlfile import load_yaml
-from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
 from tests.contract.crashhost import read_log
 from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 from tests.process import SwitchyardProcess, clean_environment

@@ -1,4 +1,4 @@
-"""Schedule records on every backend (orchestrator/schedstore.py): of all the handles racing to claim one
+"""Schedule records on every backend (orchestrator/schedules/records.py): of all the handles racing to claim one
 occurrence (processes on one home, hosts on one database) exactly one wins; an unfinished claim moves to one new
 holder only; and what a schedule last did is read back on any handle. Then two Schedulers on two handles, ticked
 at the same moments from two threads, fire each occurrence once between them."""
@@ -10,11 +10,11 @@ import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gateway.events import EventLog
 from gateway.models import IncomingPayload
 from gateway.settings import ChannelProfile, Settings
-from orchestrator.schedconfig import ScheduleConfig
-from orchestrator.scheduler import Scheduler
+from gateway.telemetry.events import EventLog
+from orchestrator.schedules.config import ScheduleConfig
+from orchestrator.schedules.scheduler import Scheduler
 from tests.contract.backends import Backend
 
 T0 = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)

@@ -4,7 +4,7 @@ restart) continues where the first left off."""
 
 from __future__ import annotations
 
-from orchestrator.sessions import HISTORY_EXCHANGES, ConversationHistory, SessionStore
+from orchestrator.agents.sessions import HISTORY_EXCHANGES, ConversationHistory, SessionStore
 from tests.contract.backends import Backend
 
 ALICE, BOB = "conv:console/console/alice", "conv:console/console/bob"

@@ -1,4 +1,4 @@
-"""Per-day usage totals on every backend (orchestrator/usage.py UsageRecords): adds summed over a range of days,
+"""Per-day usage totals on every backend (orchestrator/usage/records.py UsageRecords): adds summed over a range of days,
 both ends included; kinds kept apart; the table's order; a reset of one key or of every key of a kind, only within
 its dates; and adds racing from 8 handles (processes on one home, hosts on one database) each counted once. On
 files a second process adds at the same time as this one's threads, and every turn of both is counted. A figure
@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config.usage import UsageSettings
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from gateway.usagesettings import UsageSettings
-from orchestrator.agent_cli import AgentCall, ProviderRefused
-from orchestrator.meter import LimitReached, UsageMeter
-from orchestrator.providers import ProviderRunner
-from orchestrator.usage import Ledger, Payer, Spent, UsageRecords
+from orchestrator.agents.clis.runner import AgentCall, ProviderRefused
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.usage.meter import LimitReached, UsageMeter
+from orchestrator.usage.records import Ledger, Payer, Spent, UsageRecords
 from tests.contract.backends import Backend
 
 DAY = date(2026, 11, 27)

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from gateway.home import Home
-from orchestrator.usage import Ledger, UsageRecords
-from orchestrator.usagefiles import FileUsageRecords
+from orchestrator.storage.files.usage import FileUsageRecords
+from orchestrator.usage.records import Ledger, UsageRecords
 from tests.contract.test_usage import DAY, KEYS, TURN
 
 
@@ -35,7 +35,7 @@ def reserve(backend: str, where: str) -> None:
     if backend == "files":
         records = FileUsageRecords(Home(Path(where)))
     else:
-        from orchestrator.pg.usage import PgUsageRecords
+        from orchestrator.storage.postgres.usage import PgUsageRecords
 
         records = PgUsageRecords(where)
 

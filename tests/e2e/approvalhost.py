@@ -8,8 +8,8 @@ from typing import Any
 
 from gateway import hookimpl
 from gateway.models import IncomingPayload, OutgoingPayload
-from orchestrator.handler import Orchestrator
-from orchestrator.live import ApprovalOption, ToolApproval
+from orchestrator.agents.live import ApprovalOption, ToolApproval
+from orchestrator.chat.handler import Orchestrator
 
 TOOL = ToolApproval(title="Run: make deploy", options=(ApprovalOption("allow-1", "Allow once", "allow_once"),
                                                        ApprovalOption("reject-1", "Reject", "reject_once")))

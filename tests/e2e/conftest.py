@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from gateway.testing import drop_incoming, make_incoming, wait_until
-from orchestrator.runs import RunStore
+from orchestrator.storage.files.runs import RunStore
 from tests.process import SWITCHYARD, SwitchyardProcess, clean_environment
 
 PROVIDERS = Path(__file__).parent / "providers"
@@ -220,8 +220,8 @@ class PgSwitchyard(Switchyard):
 
     def plant_dead_letter(self, name: str, data: bytes) -> None:
         """A dead `switchyard_messages` row with these bytes (its ordering keys as the intake computes them)."""
-        from gateway.keys import ordering_keys
         from gateway.payloads import parse_payload
+        from gateway.runtime.keys import ordering_keys
 
         try:
             message = parse_payload(data, 1 << 20)
@@ -252,7 +252,7 @@ def switchyard(tmp_path: Path, fake_log: Path, backend: str, request: pytest.Fix
     env = clean_environment({"FAKE_LOG": str(fake_log), "FAKE_STATE": str(state)})
     instance: Switchyard
     if backend == "postgres":
-        from gateway.pg import schema
+        from gateway.backends.postgres import schema
 
         dsn = request.getfixturevalue("pg_dsn")  # skips without SWITCHYARD_TEST_DSN
         schema.migrate(dsn)

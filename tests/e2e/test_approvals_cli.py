@@ -17,7 +17,7 @@ OPTIONS = [{"id": "allow-1", "name": "Allow once", "kind": "allow_once"},
 
 def _store(switchyard: Switchyard) -> object:
     if isinstance(switchyard, PgSwitchyard):
-        from gateway.pg.approvals import PgApprovals
+        from gateway.backends.postgres.approvals import PgApprovals
 
         return PgApprovals.direct(switchyard.dsn)
     from gateway.approvals import FileApprovals

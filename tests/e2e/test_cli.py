@@ -16,9 +16,9 @@ import pytest
 
 from gateway.home import Home
 from gateway.testing import make_incoming, wait_until
-from orchestrator.listing import HEADERS
-from orchestrator.runs import RunStore
-from orchestrator.runstate import RunState
+from orchestrator.runs.listing import HEADERS
+from orchestrator.runs.state import RunState
+from orchestrator.storage.files.runs import RunStore
 from tests.e2e.conftest import SWITCHYARD, Switchyard
 from tests.process import clean_environment
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 def table(text: str, first_header: str) -> list[dict[str, str]]:
     """The rows of the plain-text table whose header line starts with `first_header`, as dicts: the
-    columns are cut where the header words start (how gateway/tables.py aligns them)."""
+    columns are cut where the header words start (how gateway/cli/tables.py aligns them)."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:1] == [first_header])
     header = lines[start]

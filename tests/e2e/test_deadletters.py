@@ -1,6 +1,6 @@
 """`switchyard dead`: a dead letter listed with its reason, retried into an answer, dropped; `status` agrees.
 
-On both queue backends: on postgres `dead` reads and changes the database (gateway/pg/deadletters.py).
+On both queue backends: on postgres `dead` reads and changes the database (gateway/backends/postgres/deadletters.py).
 """
 
 from __future__ import annotations

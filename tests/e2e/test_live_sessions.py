@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from gateway.testing import wait_until
-from orchestrator.approvals import EXPIRED_TEXT, RESTARTED_TEXT
+from orchestrator.chat.approvals import EXPIRED_TEXT, RESTARTED_TEXT
 from tests.e2e.conftest import Switchyard, agent_pids, both_backends
 from tests.e2e.fake_thread import FakeThread
 from tests.e2e.test_channels import TELEGRAM_ENV, telegram_profile

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.statuscache import file_digest
+from gateway.cli.statuscache import file_digest
 from gateway.testing import wait_until
 from tests.e2e.conftest import PROVIDERS as SCRIPTS
 from tests.e2e.conftest import Switchyard, both_backends

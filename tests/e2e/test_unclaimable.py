@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gateway.testing import make_incoming
-from orchestrator.runs import RunStore
-from orchestrator.runstate import RunState
+from orchestrator.runs.state import RunState
+from orchestrator.storage.files.runs import RunStore
 from tests.e2e.conftest import Switchyard
 
 pytestmark = pytest.mark.e2e

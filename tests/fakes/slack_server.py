@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway.conformance import SentItem
+from gateway.testing.conformance import SentItem
 from tests.fakes.base import FakeServer
 
 SEND_METHODS = {"chat.postMessage", "chat.postEphemeral", "chat.update", "files.getUploadURLExternal"}

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway.conformance import SentItem
+from gateway.testing.conformance import SentItem
 from plugins.whatsapp.webhook import SIGNATURE_HEADER, signature
 from tests.fakes.base import FakeServer
 

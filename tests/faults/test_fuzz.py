@@ -15,17 +15,17 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.events import EventLog
-from gateway.files.answered import AnsweredIndex
-from gateway.files.queue import FileQueue
-from gateway.files.worker import Worker
+from gateway.backends.files.answered import AnsweredIndex
 from gateway.home import Home
-from gateway.keys import KeyScheduler, ordering_keys
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.outbox import FileOutbox, outgoing_name
 from gateway.payloads import parse_payload
+from gateway.runtime.keys import KeyScheduler, ordering_keys
+from gateway.runtime.outbox import FileOutbox, outgoing_name
+from gateway.runtime.worker import Worker
 from gateway.settings import QueueSettings
+from gateway.spool.queue import FileQueue
 from gateway.storable import storable
+from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
 
 # Under `coverage run` (which sets COVERAGE_RUN) every line is traced several times slower: the

@@ -16,7 +16,7 @@ from gateway.testing import wait_until
 from tests.faults.harness import FAST_ORCHESTRATOR, GatewayRun, message
 
 SCRIPT = str(Path(__file__).with_name("misbehaving_provider.py"))
-STOP_BOUND_S = 30.0  # well past the worst case of Gateway.stop's bounded steps (gateway/runtime/app.py)
+STOP_BOUND_S = 30.0  # well past the worst case of Gateway.stop's bounded steps (gateway/app.py)
 
 
 def _stuck_run(tmp_path: Path, swallow: str) -> GatewayRun:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway import DeliveryError, OutgoingPayload
-from gateway.conformance import ChannelDriver, ChannelRig, reply
+from gateway.testing.conformance import ChannelDriver, ChannelRig, reply
 
 KEY = "run-1/build"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway import DeliveryError, OutgoingPayload
-from gateway.conformance import ChannelRig, reply
+from gateway.testing.conformance import ChannelRig, reply
 from tests.integration.progress_notes import NoteDriver
 
 KEY = "answer:1001:7"
@@ -21,13 +21,13 @@ ANSWER = "The quick brown fox jumps over the lazy dog."
 
 
 def draft(driver: NoteDriver, text: str, key: str = KEY) -> OutgoingPayload:
-    """A draft of a streamed answer as orchestrator/streaming.py writes it."""
+    """A draft of a streamed answer as orchestrator/agents/streaming.py writes it."""
     return reply(text, driver.conversation, channel=driver.type, progressKey=key, draft=True,
                  workflowRunId="run-1", workflowStepId="Reply")
 
 
 def final(driver: NoteDriver, text: str, key: str = KEY) -> OutgoingPayload:
-    """The run's result reply, naming the stream (orchestrator/results.py)."""
+    """The run's result reply, naming the stream (orchestrator/execution/results.py)."""
     return reply(text, driver.conversation, channel=driver.type, streamKey=key, runState="done",
                  workflowRunId="run-1", workflowStepId="Reply")
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway import ChannelContext, ChannelProfile, OutgoingPayload
-from gateway.conformance import ChannelConformance, ChannelDriver, SentItem
+from gateway.testing.conformance import ChannelConformance, ChannelDriver, SentItem
 from plugins.console.channel import ConsoleChannel
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from gateway import DeliveryError, OutgoingPayload, PermanentError
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
-from gateway.conformance_edits import EditConformance
-from gateway.events import read_events
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.testing.conformance_edits import EditConformance
 from plugins.discord.channel import DiscordChannel
 from tests.fakes.discord_server import MESSAGE_CONTENT_INTENT, DiscordFakeServer
 from tests.integration.progress_notes import NoteDriver, ProgressNoteChecks, note

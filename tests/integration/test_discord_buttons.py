@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.conformance import BUTTONS, ChannelRig, reply, send_like_the_dispatcher
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import BUTTONS, ChannelRig, reply, send_like_the_dispatcher
 from plugins.discord.channel import DiscordChannel  # first: it imports discord.py without its audioop warning
 from plugins.discord.inbound import NOT_YOURS
 from tests.fakes.discord_server import DiscordFakeServer

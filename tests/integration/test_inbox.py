@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gateway import ChannelContext, ChannelProfile, IncomingPayload, OutgoingPayload
-from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.settings import Settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until
 from plugins.inbox.channel import InboxChannel, parse_prompt
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway import ChannelProfile
-from gateway.conformance import ChannelRig, reply
+from gateway.testing.conformance import ChannelRig, reply
 from plugins.console.channel import ConsoleChannel
 from tests.fakes.whatsapp_server import FakeWhatsApp
 from tests.integration.progress_notes import KEY, note

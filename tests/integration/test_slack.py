@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from gateway import Channel, ChannelContext, ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
-from gateway.conformance_edits import EditConformance
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.testing.conformance_edits import EditConformance
 from plugins.slack.channel import SlackChannel
 from plugins.slack.transport import SocketTransport
 from tests.fakes.slack_server import FakeSlack

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gateway import OutgoingPayload
-from gateway.conformance import BUTTONS, ChannelRig, reply
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import BUTTONS, ChannelRig, reply
 from plugins.slack.channel import NOT_YOURS, SlackChannel
 from tests.fakes.slack_server import FakeSlack
 from tests.integration.test_slack import APP_ENV, BOT_ENV, CHANNEL, SECRET_ENV, SlackDriver

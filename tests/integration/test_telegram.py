@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from gateway import ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
-from gateway.access import PairingStore
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
-from gateway.conformance_edits import EditConformance
-from gateway.files.dispatcher import Dispatcher
+from gateway.backends.files.dispatcher import Dispatcher
+from gateway.channelkit.access import PairingStore
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.testing.conformance_edits import EditConformance
 from plugins.telegram import TelegramOptions
 from plugins.telegram.channel import TelegramChannel
 from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram

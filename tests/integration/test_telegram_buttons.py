@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.conformance import BUTTONS, ChannelRig, reply, send_like_the_dispatcher
-from gateway.events import read_events
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import BUTTONS, ChannelRig, reply, send_like_the_dispatcher
 from plugins.telegram.inbound import NOT_YOURS
 from tests.fakes.telegram_server import TOKEN, Edit, FakeTelegram
 from tests.integration.test_telegram import TOKEN_ENV, TelegramDriver

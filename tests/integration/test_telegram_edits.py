@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.conformance import ChannelRig
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import ChannelRig
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.integration.test_telegram import TOKEN_ENV, TelegramDriver
 

@@ -21,12 +21,12 @@ from gateway import (
     PermanentError,
     Settings,
 )
-from gateway.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
-from gateway.conformance_edits import EditConformance
-from gateway.events import read_events
-from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.outbox import FileOutbox
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply
+from gateway.testing.conformance_edits import EditConformance
 from plugins.whatsapp.channel import WhatsAppChannel
 from tests.fakes.audio import seconds_of
 from tests.fakes.whatsapp_server import FakeWhatsApp

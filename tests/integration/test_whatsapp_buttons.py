@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.conformance import reply, send_like_the_dispatcher
 from gateway.testing import async_wait_until
+from gateway.testing.conformance import reply, send_like_the_dispatcher
 from tests.fakes.whatsapp_server import FakeWhatsApp
 from tests.integration.test_whatsapp import APP_SECRET_ENV, TOKEN_ENV, VERIFY_TOKEN_ENV, WhatsAppDriver, running
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gateway.conformance import ChannelRig
 from gateway.models import IncomingPayload
 from gateway.settings import Settings, TranscribeSettings
 from gateway.testing import async_wait_until
-from orchestrator.providers import ProviderRunner
-from orchestrator.transcribe import Transcriber
+from gateway.testing.conformance import ChannelRig
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.transcribe import Transcriber
 from tests.fakes.audio import fake_transcriber, spoken_ogg
 
 SPOKEN = "please summarise the last build"

@@ -11,9 +11,9 @@ from typing import Any
 import pytest  # noqa: E402
 
 from gateway.api import HandlerContext  # noqa: E402
-from gateway.events import EventLog  # noqa: E402
 from gateway.home import Home  # noqa: E402
 from gateway.settings import ProviderSettings, QueueSettings, Settings  # noqa: E402
+from gateway.telemetry.events import EventLog  # noqa: E402
 from orchestrator import Orchestrator  # noqa: E402
 from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector  # noqa: E402
 

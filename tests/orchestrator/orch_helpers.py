@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gateway.events import read_events
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
-from orchestrator.runs import RunStore
-from orchestrator.runstate import RunState
+from orchestrator.runs.state import RunState
+from orchestrator.storage.files.runs import RunStore
 
 REMOTE_AGENT_CONFIG = """
 selector: {provider: rules}

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from gateway.events import EventLog, read_events
+from gateway.config.usage import UsageSettings
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from gateway.usagesettings import UsageSettings
-from orchestrator.agent_cli import AgentCall, AgentCliRunner, ProviderExhausted, ProviderRefused
-from orchestrator.clis import PRESETS
-from orchestrator.meter import LimitReached, UsageMeter
-from orchestrator.providers import ProviderRunner
-from orchestrator.sessions import SessionStore
-from orchestrator.spawn import ProviderFailed, ProviderResult
-from orchestrator.usage import MemoryUsageRecords, Payer, Spent, TokenUsage
+from gateway.telemetry.events import EventLog, read_events
+from orchestrator.agents.clis import PRESETS
+from orchestrator.agents.clis.runner import AgentCall, AgentCliRunner, ProviderExhausted, ProviderRefused
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.sessions import SessionStore
+from orchestrator.agents.spawn import ProviderFailed, ProviderResult
+from orchestrator.usage.meter import LimitReached, UsageMeter
+from orchestrator.usage.records import MemoryUsageRecords, Payer, Spent, TokenUsage
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer, Usage
 from tests.orchestrator.orch_helpers import isolate_real_cli

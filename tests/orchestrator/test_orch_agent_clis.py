@@ -16,7 +16,7 @@ from gateway.api import HandlerContext, PermanentError
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
-from orchestrator.spawn import ProviderFailed
+from orchestrator.agents.spawn import ProviderFailed
 from tests.fakes.clis import FakeClis
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message
 from tests.process import pid_alive

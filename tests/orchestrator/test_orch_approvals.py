@@ -1,6 +1,6 @@
 """Tool approvals end to end in a real Gateway (files backend, a fake channel through the gateway's sink):
-an agent turn's PermissionAsker (orchestrator/approvals.py) puts the question in the conversation with
-buttons and a numbered list; a numbered reply or a button tap answers it (orchestrator/approvalchat.py);
+an agent turn's PermissionAsker (orchestrator/chat/approvals.py) puts the question in the conversation with
+buttons and a numbered list; a numbered reply or a button tap answers it (orchestrator/chat/answers.py);
 expiry denies and tells the user; an unauthorised sender is refused; a second tap is told it was answered;
 an answer from another process (the CLI, the dashboard) reaches the turn; a restart closes what a gone
 process left pending."""
@@ -16,17 +16,17 @@ from typing import Any
 
 import pytest
 
+from gateway.app import Gateway
 from gateway.approvals import ABANDONED, PENDING, Approval, FileApprovals, conversation_scope, operator_answer
-from gateway.buttons import numbered
+from gateway.channelkit.buttons import numbered
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
-from orchestrator.config import write_default_orchestrator
-from orchestrator.handler import Orchestrator
-from orchestrator.live import ApprovalOption, ToolApproval
+from orchestrator.agents.live import ApprovalOption, ToolApproval
+from orchestrator.chat.handler import Orchestrator
+from orchestrator.config.models import write_default_orchestrator
 from tests.test_app import FakeChannelPlugin
 
 TOOL = ToolApproval(title="Run: make deploy", detail="deploys the site to production",
@@ -195,8 +195,8 @@ async def test_a_stopped_turn_closes_its_approval(running: Running) -> None:
 
 
 def test_without_approvers_every_admitted_sender_may_answer_and_pairing_counts() -> None:
-    from gateway.memory import MemoryPairing
-    from orchestrator.approvalchat import may_answer
+    from gateway.backends.memory import MemoryPairing
+    from orchestrator.chat.answers import may_answer
 
     listed = ChannelProfile(id="p", type="fake", allow_from=["ada"])
     assert may_answer(listed, "ada", None) and not may_answer(listed, "eve", None)
@@ -213,8 +213,8 @@ def test_without_approvers_every_admitted_sender_may_answer_and_pairing_counts()
 
 async def test_a_running_gateway_closes_what_another_hosts_dead_process_left_once_past_its_expiry(
         home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("orchestrator.approvals.SWEEP_S", 0.05)
-    monkeypatch.setattr("orchestrator.approvals.LATE_GRACE_S", 0.2)
+    monkeypatch.setattr("orchestrator.chat.approvals.SWEEP_S", 0.05)
+    monkeypatch.setattr("orchestrator.chat.approvals.LATE_GRACE_S", 0.2)
     running = Running(home)
     await running.gateway.start()
     try:

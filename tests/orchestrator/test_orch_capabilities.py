@@ -13,12 +13,12 @@ import pytest
 
 from gateway import ChannelContext, FunctionSpec, IncomingPayload, Job
 from gateway.api import HandlerContext
-from gateway.events import EventLog
 from gateway.home import Home
 from gateway.payloads import parse_payload
 from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
-from orchestrator.rules import select_by_rules
+from orchestrator.agents.builtin import select_by_rules
 from plugins import heartbeat
 from plugins.heartbeat.channel import HeartbeatChannel
 from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector

@@ -1,4 +1,4 @@
-"""orchestrator/clis: each preset's argv, how it reads its CLI's envelope, and its failure classes."""
+"""orchestrator/agents/clis: each preset's argv, how it reads its CLI's envelope, and its failure classes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from gateway.settings import ProviderSettings
-from orchestrator.clis import PRESETS, Preset, Session, short_tail, unwrap_answer
-from orchestrator.selector import parse_decision
+from orchestrator.agents.clis import PRESETS, Preset, Session, short_tail, unwrap_answer
+from orchestrator.chat.selector import parse_decision
 
 DECISION = {"action": "workflow_start", "workflowId": "chat", "input": {}}
 

@@ -1,4 +1,4 @@
-"""orchestrator/config.py: loading orchestrator.yaml with errors that name the key."""
+"""orchestrator/config/models.py: loading orchestrator.yaml with errors that name the key."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError
-from orchestrator.config import (
+from gateway.telemetry.events import EventLog, read_events
+from orchestrator.config.cache import ConfigCache
+from orchestrator.config.models import (
     DEFAULT_ORCHESTRATOR_YAML,
     load_every_config,
     load_orchestrator_config,
     write_default_orchestrator,
 )
-from orchestrator.configcache import ConfigCache
 
 BUILTINS = {"echo", "rules"}
 

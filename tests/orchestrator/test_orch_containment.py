@@ -1,4 +1,4 @@
-"""gateway/containment.py through run_process: what a run started does not outlive the run."""
+"""gateway/runtime/containment.py through run_process: what a run started does not outlive the run."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.containment import TOKEN_VAR
+from gateway.runtime.containment import TOKEN_VAR
 from gateway.testing import async_wait_until
-from orchestrator.providers import run_process
+from orchestrator.agents.providers import run_process
 
 CHILD = "import subprocess, sys; print(subprocess.Popen(['sleep', '1000'], stdout=subprocess.DEVNULL, " \
         "stderr=subprocess.DEVNULL).pid)"
@@ -42,7 +42,7 @@ async def test_each_run_gets_its_own_token(tmp_path: Path) -> None:
 
 WATCHED = """
 import asyncio, os
-from gateway.containment import supervise_children
+from gateway.runtime.containment import supervise_children
 
 async def main() -> None:
     codes = [await (await asyncio.create_subprocess_exec("/bin/sh", "-c", f"exit {n}")).wait() for n in (3, 4)]

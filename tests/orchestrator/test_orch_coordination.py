@@ -1,4 +1,4 @@
-"""orchestrator/coordination.py: the spec-001 files, run locks, orphan recovery and retention."""
+"""orchestrator/execution/coordination.py: the spec-001 files, run locks, orphan recovery and retention."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-import orchestrator.coordination
-import orchestrator.executor
+import orchestrator.execution.coordination
+import orchestrator.execution.executor
 from gateway.home import Home
-from gateway.locks import LockDirectory
+from gateway.runtime.locks import LockDirectory
 from gateway.testing import async_wait_until
-from orchestrator.claims import job_lock
-from orchestrator.coordination import Coordination
-from orchestrator.runstate import run_id_for
+from orchestrator.execution.claims import job_lock
+from orchestrator.execution.coordination import Coordination
+from orchestrator.runs.state import run_id_for
 from tests.orchestrator.orch_helpers import make_message
 
 GATED = "import os, time\nwhile not os.path.exists({gate!r}):\n    time.sleep(0.01)\nprint('built')"
@@ -64,13 +64,13 @@ def _maybe(path: Path) -> Any:
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the files the coordination directory writes (atomically), in order."""
     written: list[str] = []
-    real = orchestrator.coordination.atomic_write
+    real = orchestrator.execution.coordination.atomic_write
 
     def counted(path: Path, *args: Any, **kwargs: Any) -> None:
         written.append(path.name)
         real(path, *args, **kwargs)
 
-    monkeypatch.setattr(orchestrator.coordination, "atomic_write", counted)
+    monkeypatch.setattr(orchestrator.execution.coordination, "atomic_write", counted)
     return written
 
 
@@ -205,7 +205,7 @@ async def test_an_expired_run_lock_is_reclaimed_and_the_run_resumes(
 async def test_a_live_lock_is_respected_until_it_expires(
     home: Home, write_config: Callable[[str], Path], flow: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(orchestrator.executor, "RECLAIM_SEC", 0.1)
+    monkeypatch.setattr(orchestrator.execution.executor, "RECLAIM_SEC", 0.1)
     run_id = _orphan(home, ORPHAN_CONFIG, write_config, expires=datetime.now(UTC) + timedelta(seconds=60),
                      pid=os.getpid())
     f = await flow(ORPHAN_CONFIG)

@@ -1,4 +1,4 @@
-"""orchestrator/diagnostics.py: bounded context to the diagnostics agent, findings back, nothing advanced."""
+"""orchestrator/chat/diagnostics.py: bounded context to the diagnostics agent, findings back, nothing advanced."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from gateway.api import HandlerContext
-from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.diagnostics import CONTEXT_CAP, gather_context
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState, conversation_key
+from gateway.telemetry.events import EventLog
+from orchestrator.chat.diagnostics import CONTEXT_CAP, gather_context
+from orchestrator.runs.state import Conversation, RunState, StepState, conversation_key
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import ScriptedSelector, make_message
 
 DIAG = """

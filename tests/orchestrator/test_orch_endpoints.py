@@ -134,7 +134,7 @@ def test_endpoint_settings_are_validated(settings: dict[str, Any], words: str) -
 def test_gemini_runs_unattended_without_updating_itself_or_reporting(tmp_path: Path) -> None:
     """The private settings.json that selects gemini's API-key auth also turns off its auto-update, its update
     notice, usage statistics and telemetry (one-shot and `gemini --acp` alike read it)."""
-    from orchestrator.clis import PRESETS
+    from orchestrator.agents.clis import PRESETS
 
     env = PRESETS["gemini"].endpoint_env(ProviderSettings(type="gemini", base_url="http://127.0.0.1:9/google"),
                                          "key", tmp_path)

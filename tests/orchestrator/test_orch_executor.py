@@ -1,4 +1,5 @@
-"""orchestrator/executor.py: runs in the background, result as reply or push (exactly once), resume, cancel."""
+"""orchestrator/execution/executor.py: runs in the background, result as reply or push (exactly once), resume,
+cancel."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from typing import Any
 import pytest
 
 from gateway.api import HandlerContext
-from gateway.events import read_events
 from gateway.home import Home
-from gateway.outbox import outgoing_name
+from gateway.runtime.outbox import outgoing_name
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
-from orchestrator.runs import RunStore
-from orchestrator.runstate import RunState, run_id_for
+from orchestrator.runs.state import RunState, run_id_for
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 from tests.process import pid_alive
 

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gateway.app import Gateway
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.app import Gateway
 from gateway.settings import ChannelProfile, ProviderSettings, Settings
 from gateway.testing import async_wait_until
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState, run_id_for
+from orchestrator.runs.state import Conversation, RunState, StepState, run_id_for
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import Flow, make_message
 from tests.test_app import FakeChannelPlugin
 

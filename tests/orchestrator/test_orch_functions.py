@@ -1,4 +1,4 @@
-"""orchestrator/functions.py: command_invoke with validated arguments, built-ins, yaml and plugin functions."""
+"""orchestrator/chat/functions.py: command_invoke with validated arguments, built-ins, yaml and plugin functions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.api import FunctionSpec, HandlerContext
-from orchestrator.functions import FunctionRefused, FunctionRegistry
+from orchestrator.chat.functions import FunctionRefused, FunctionRegistry
 from tests.orchestrator.orch_helpers import ScriptedSelector, make_message
 
 SHOUT = "import json, sys; print(json.load(sys.stdin)['text'].upper())"

@@ -1,4 +1,4 @@
-"""orchestrator/handler.py: the status fast path, slash commands, status precedence, orchestrator choice."""
+"""orchestrator/chat/handler.py: the status fast path, slash commands, status precedence, orchestrator choice."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from gateway.api import HandlerContext, PermanentError
-from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.settings import ChannelProfile, OrchestratorRef, QueueSettings, Settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
-from orchestrator.jobs import iso
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState, conversation_key
+from orchestrator.runs.jobs import iso
+from orchestrator.runs.state import Conversation, RunState, StepState, conversation_key
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 
 NO_RUN = "no active workflow run found for this conversation"
@@ -127,7 +127,7 @@ async def test_status_shows_the_run_its_conversations_waiting_message_started(
     home: Home, orchestrator: Orchestrator
 ) -> None:
     """A run whose starting message still waits for it is not the conversation's active run yet
-    (RunExecutor.begin); `/status`, which runs beside that message (gateway.keys), shows it all the same."""
+    (RunExecutor.begin); `/status`, which runs beside that message (gateway.runtime.keys), shows it all the same."""
     run = _store_run(home, "r-a", "c1", active=False)  # as RunExecutor.begin(waits=True) stores it
     assert RunStore(home).active_for("console/console/c1") is None and run.state == "running"
     [answer] = await orchestrator.handle(make_message("/status", conversationId="c1"))

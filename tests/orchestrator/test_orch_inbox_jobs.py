@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from gateway.api import HandlerContext
-from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ChannelProfile, QueueSettings, Settings
-from orchestrator.runs import RunStore
+from gateway.telemetry.events import EventLog
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector
 
 CONFIG = """

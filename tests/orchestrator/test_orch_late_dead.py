@@ -13,8 +13,8 @@ from gateway.api import HandlerContext
 from gateway.models import IncomingPayload
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
-from orchestrator.runs import RunStore
-from orchestrator.runstate import run_id_for
+from orchestrator.runs.state import run_id_for
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 
 WAIT_FOR_GATE = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.01)\nprint('ok')"

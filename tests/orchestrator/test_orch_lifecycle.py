@@ -1,4 +1,4 @@
-"""orchestrator/jobs.py and lifecycle.py: the transition table, retries, failure categories, cancel."""
+"""orchestrator/runs/jobs.py and lifecycle.py: the transition table, retries, failure categories, cancel."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from gateway.events import read_events
 from gateway.home import Home
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
-from orchestrator.jobs import TRANSITIONS, IllegalTransition, RetryPolicy, check_transition, parse_iso
-from orchestrator.runs import RunStore
-from orchestrator.runstate import run_id_for
+from orchestrator.runs.jobs import TRANSITIONS, IllegalTransition, RetryPolicy, check_transition, parse_iso
+from orchestrator.runs.state import run_id_for
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import PY
 from tests.process import pid_alive
 

@@ -1,4 +1,4 @@
-"""orchestrator/meter.py: spending limits checked before a turn starts, counting the turns running now (each one
+"""orchestrator/usage/meter.py: spending limits checked before a turn starts, counting the turns running now (each one
 turn; of the other units the window's average per ended turn), each turn counted for its payer, a figure that is
 no amount not counted, and what `/usage` tells a sender (their own spending; of a shared limit only whether it is
 reached)."""
@@ -17,17 +17,17 @@ import pytest
 import yaml
 
 from gateway.api import HandlerContext
-from gateway.events import EventLog, read_events
+from gateway.config.usage import UsageSettings
 from gateway.home import Home
 from gateway.settings import ProviderSettings, QueueSettings, Settings, SettingsError, load_settings
-from gateway.usagesettings import UsageSettings
+from gateway.telemetry.events import EventLog, read_events
 from orchestrator import Orchestrator
-from orchestrator.agent_cli import AgentCall
-from orchestrator.meter import LimitReached, UsageMeter, window_of
-from orchestrator.providers import ProviderRunner
-from orchestrator.runs import RunStore
-from orchestrator.usage import MemoryUsageRecords, Payer, Spent, raw_text
-from orchestrator.usagefiles import FileUsageRecords
+from orchestrator.agents.clis.runner import AgentCall
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.storage.files.runs import RunStore
+from orchestrator.storage.files.usage import FileUsageRecords
+from orchestrator.usage.meter import LimitReached, UsageMeter, window_of
+from orchestrator.usage.records import MemoryUsageRecords, Payer, Spent, raw_text
 from tests.fakes.clis import FakeClis
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message
 

@@ -12,14 +12,14 @@ import pluggy
 import orchestrator.plugin
 from gateway import hookspecs
 from gateway.api import HandlerContext
+from gateway.cli.statuscache import StatusCache
 from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.settings import Settings
-from gateway.statuscache import StatusCache
 from orchestrator import Orchestrator
-from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState
+from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.runs.state import Conversation, RunState, StepState
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import make_message
 
 

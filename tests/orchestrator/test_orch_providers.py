@@ -1,4 +1,4 @@
-"""orchestrator/providers.py: argv runs with stdin or arg, env, timeouts that kill the group, output caps."""
+"""orchestrator/agents/providers.py: argv runs with stdin or arg, env, timeouts that kill the group, output caps."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from gateway.api import PermanentError
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
-from orchestrator.providers import ProviderRunner
-from orchestrator.rules import builtin_providers
-from orchestrator.spawn import ProviderFailed, run_process
+from orchestrator.agents.builtin import builtin_providers
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.spawn import ProviderFailed, run_process
 from tests.process import pid_alive
 
 Script = Callable[[str, str], list[str]]

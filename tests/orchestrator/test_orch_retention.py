@@ -1,4 +1,4 @@
-"""orchestrator/retention.py: finished runs past runs_retention_days go with their coordination records."""
+"""orchestrator/runs/retention.py: finished runs past runs_retention_days go with their coordination records."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gateway.home import Home
-from orchestrator.coordination import Coordination
-from orchestrator.jobs import JobState
-from orchestrator.retention import REMOVING_PREFIX, prune_runs
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState
+from orchestrator.execution.coordination import Coordination
+from orchestrator.runs.jobs import JobState
+from orchestrator.runs.retention import REMOVING_PREFIX, prune_runs
+from orchestrator.runs.state import Conversation, RunState, StepState
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import make_message
 
 LATER = datetime.now(UTC) + timedelta(days=31)  # "now" a month on: runs ended today are 31 days old

@@ -1,4 +1,4 @@
-"""orchestrator/runarchive.py, through the file run store: settled runs kept as lines of a per-day log and
+"""orchestrator/storage/files/runarchive.py, through the file run store: settled runs kept as lines of a per-day log and
 listed from the end of its index, across crashes, a lost or corrupt index and retention."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gateway.home import Home
-from orchestrator.coordination import Coordination
-from orchestrator.jobs import parse_iso
-from orchestrator.retention import prune_runs
-from orchestrator.runarchive import RECORD
-from orchestrator.runbase import SPARE_DIR, SPARE_FOLDERS
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState
+from orchestrator.execution.coordination import Coordination
+from orchestrator.runs.base import SPARE_DIR, SPARE_FOLDERS
+from orchestrator.runs.jobs import parse_iso
+from orchestrator.runs.retention import prune_runs
+from orchestrator.runs.state import Conversation, RunState, StepState
+from orchestrator.storage.files.runarchive import RECORD
+from orchestrator.storage.files.runs import RunStore
 
 
 def _chat_run(index: int, day: str = "20231114") -> RunState:

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from gateway.api import BuiltinProvider, HandlerContext
-from gateway.events import EventLog
+from gateway.config.usage import UsageSettings
 from gateway.home import Home
 from gateway.settings import ProviderSettings, QueueSettings, Settings
-from gateway.usagesettings import UsageSettings
+from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
 from tests.orchestrator.orch_helpers import FakeOutbox, ScriptedSelector, make_message
 

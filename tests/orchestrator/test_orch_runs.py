@@ -1,4 +1,4 @@
-"""orchestrator/runs.py: state.json, the transition table, run ids, snapshots, active runs."""
+"""orchestrator/storage/files/runs.py: state.json, the transition table, run ids, snapshots, active runs."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import pytest
 
 from gateway.home import Home
-from orchestrator.jobs import TRANSITIONS, IllegalTransition
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState, conversation_key, run_id_for
-from orchestrator.status import snapshot
+from orchestrator.runs.jobs import TRANSITIONS, IllegalTransition
+from orchestrator.runs.state import Conversation, RunState, StepState, conversation_key, run_id_for
+from orchestrator.runs.status import snapshot
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import make_message
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.events import EventLog
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
 from tests.orchestrator.orch_helpers import Flow, ScriptedSelector, make_message
 
@@ -116,9 +116,9 @@ async def test_cancel_run_reaches_only_the_asking_conversations_runs(
 
 def test_lifecycle_events_carry_the_profile(tmp_path: Path) -> None:
     """The profile lets diagnostics tell apart two bots of one channel that share a conversation id."""
-    from gateway.events import read_events
     from gateway.home import Home
-    from orchestrator.diagnostics import gather_context
+    from gateway.telemetry.events import read_events
+    from orchestrator.chat.diagnostics import gather_context
 
     home = Home(tmp_path / "h")
     home.create()
@@ -140,9 +140,9 @@ async def test_cancel_run_of_an_unreadable_run_is_an_unknown_id(tmp_path: Path) 
     """A run whose state.json is not a run stands in with no message: cancel_run answers it as unknown
     instead of failing the asking message (which the queue would retry in vain)."""
     from gateway.home import Home
-    from orchestrator.config import LoadedConfig, default_orchestrator_config
-    from orchestrator.functions import FunctionRegistry, builtin_functions
-    from orchestrator.runs import RunStore
+    from orchestrator.chat.functions import FunctionRegistry, builtin_functions
+    from orchestrator.config.models import LoadedConfig, default_orchestrator_config
+    from orchestrator.storage.files.runs import RunStore
 
     home = Home(tmp_path / "h")
     home.create()

@@ -1,4 +1,4 @@
-"""orchestrator/selector.py and rules.py: decisions parsed from any answer, request and result files."""
+"""orchestrator/chat/selector.py and rules.py: decisions parsed from any answer, request and result files."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from gateway.api import HandlerContext
-from gateway.events import read_events
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
-from orchestrator.retention import prune_selector_files
-from orchestrator.rules import select_by_rules
-from orchestrator.selector import SelectorError, parse_decision
+from orchestrator.agents.builtin import select_by_rules
+from orchestrator.chat.selector import SelectorError, parse_decision
+from orchestrator.runs.retention import prune_selector_files
 from tests.orchestrator.orch_helpers import make_message
 
 Script = Callable[[str, str], list[str]]

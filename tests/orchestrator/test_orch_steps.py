@@ -1,4 +1,4 @@
-"""orchestrator/steps: agent, command, wait_for, for_each and input steps, run through the orchestrator."""
+"""orchestrator/execution/steps: agent, command, wait_for, for_each and input steps, run through the orchestrator."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
-from orchestrator.runstate import run_id_for
-from orchestrator.steps import wait as wait_module
-from orchestrator.steps.wait import matching_files
+from orchestrator.execution.steps import wait as wait_module
+from orchestrator.execution.steps.wait import matching_files
+from orchestrator.runs.state import run_id_for
 from tests.orchestrator.orch_helpers import PY, ScriptedSelector
 
 ITEM_CMD = "import sys; print('did', sys.argv[1]); sys.exit(3 if 'bad' in sys.argv[1] else 0)"

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from gateway.api import HandlerContext
-from gateway.events import read_events
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
-from orchestrator.runs import RunStore
-from orchestrator.runstate import run_id_for
+from orchestrator.runs.state import run_id_for
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import ScriptedSelector, make_message
 
 STOPPED_TURN = "Stopped. The agent that was working on your message is stopped."

@@ -1,4 +1,4 @@
-"""Streamed answers (orchestrator/streaming.py): the throttle, and the fake claude's partial messages becoming
+"""Streamed answers (orchestrator/agents/streaming.py): the throttle, and the fake claude's partial messages becoming
 drafts of the run's stream whose key the result reply names."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from gateway.api import HandlerContext
 from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
-from orchestrator.results import result_reply
-from orchestrator.runstate import Conversation, RunState
-from orchestrator.streaming import Throttle
+from orchestrator.agents.streaming import Throttle
+from orchestrator.execution.results import result_reply
+from orchestrator.runs.state import Conversation, RunState
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message

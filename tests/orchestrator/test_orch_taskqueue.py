@@ -1,4 +1,4 @@
-"""orchestrator/taskqueue.py and cli.py: task files, processed partitions, and the CLI subcommands."""
+"""orchestrator/execution/taskqueue.py and cli.py: task files, processed partitions, and the CLI subcommands."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 from gateway.cli import main
 from gateway.home import Home
-from orchestrator.config import LoadedConfig, default_orchestrator_config
-from orchestrator.runstate import run_id_for
-from orchestrator.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
+from orchestrator.config.models import LoadedConfig, default_orchestrator_config
+from orchestrator.execution.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
+from orchestrator.runs.state import run_id_for
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""orchestrator/transcribe.py: voice notes reach the agent as text, or their sender is told why not."""
+"""orchestrator/agents/transcribe.py: voice notes reach the agent as text, or their sender is told why not."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 
 from gateway.api import HandlerContext, PermanentError
-from gateway.attachments import attachment_folder
-from gateway.audio import audio_note
-from gateway.events import EventLog, read_events
+from gateway.channelkit.attachments import attachment_folder
+from gateway.channelkit.audio import audio_note
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.runtime.outcome import Dead, Retry, failed
 from gateway.settings import ChannelProfile, QueueSettings, Settings, SettingsError, TranscribeSettings, load_settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until
 from orchestrator import Orchestrator
-from orchestrator.handler import STOPPED_TURN
-from orchestrator.transcribe import NO_TRANSCRIBER, TranscriptionFailed, transcribe_problems, with_line
+from orchestrator.agents.transcribe import NO_TRANSCRIBER, TranscriptionFailed, transcribe_problems, with_line
+from orchestrator.chat.handler import STOPPED_TURN
 from tests.fakes.audio import fake_transcriber, seconds_of, spoken_ogg
 from tests.orchestrator.orch_helpers import FakeOutbox, make_message
 

@@ -1,4 +1,4 @@
-"""orchestrator/workflows.py: step kinds, their exclusivity and the version gate, checked at load time."""
+"""orchestrator/config/workflows.py: step kinds, their exclusivity and the version gate, checked at load time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gateway.settings import SettingsError
-from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML, load_orchestrator_config, parse_orchestrator_config
+from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML, load_orchestrator_config, parse_orchestrator_config
 
 BUILTINS = {"echo", "rules"}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -1,5 +1,5 @@
 """Scheduled prompts on a fake clock: which occurrences fire, catch_up after downtime, overlap with a run still
-going, a restart between claim and enqueue, and two hosts racing on one store (orchestrator/scheduler.py)."""
+going, a restart between claim and enqueue, and two hosts racing on one store (orchestrator/schedules/scheduler.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.events import EventLog, read_events
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.settings import ChannelProfile, Settings
-from orchestrator.runstate import RunState
-from orchestrator.schedconfig import ScheduleConfig
-from orchestrator.schedstore import MemoryScheduleRecords
-from orchestrator.schedtimes import next_after
-from orchestrator.scheduler import CLAIM_LEASE_S, Scheduler, schedule_message, scheduled_workflow
+from gateway.telemetry.events import EventLog, read_events
+from orchestrator.runs.state import RunState
+from orchestrator.schedules.config import ScheduleConfig
+from orchestrator.schedules.records import MemoryScheduleRecords
+from orchestrator.schedules.scheduler import CLAIM_LEASE_S, Scheduler, schedule_message, scheduled_workflow
+from orchestrator.schedules.times import next_after
 
 T0 = datetime(2026, 11, 27, 8, 0, 0, tzinfo=UTC)
 SETTINGS = Settings(channels=[ChannelProfile(id="ops", type="console")])
@@ -182,9 +182,9 @@ def _home_with_schedules(home: Home) -> Settings:
     """A home whose orchestrator `main` has two schedules, one of which fired once (in its file records)."""
     import yaml
 
-    from gateway.yamlfile import load_yaml
-    from orchestrator.config import DEFAULT_ORCHESTRATOR_YAML
-    from orchestrator.schedfiles import FileScheduleRecords
+    from gateway.config.yamlfile import load_yaml
+    from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
+    from orchestrator.storage.files.schedules import FileScheduleRecords
 
     home.settings_file.write_text(yaml.safe_dump({"channels": [{"id": "ops", "type": "console"}]}))
     workspace = home.root / "orchestrators" / "main"
@@ -202,7 +202,7 @@ def _home_with_schedules(home: Home) -> Settings:
 
 def test_switchyard_schedules_lists_each_schedule_with_its_next_and_last_occurrence(home: Home) -> None:
     from gateway.plugin_manager import build_plugin_manager
-    from orchestrator.stores import backend_for
+    from orchestrator.storage.stores import backend_for
 
     settings = _home_with_schedules(home)
     backend = backend_for(home, settings)

@@ -13,9 +13,9 @@ import pytest
 
 from gateway.cli import main
 from gateway.home import Home
-from orchestrator.usage import Spent
-from orchestrator.usagecli import agent_time, first_day
-from orchestrator.usagefiles import FileUsageRecords
+from orchestrator.storage.files.usage import FileUsageRecords
+from orchestrator.usage.cli import agent_time, first_day
+from orchestrator.usage.records import Spent
 from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 from tests.pg.helpers import pg_home, switchyard
 
@@ -108,7 +108,7 @@ def test_not_a_home_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_on_postgres_the_table_and_reset_read_the_database(tmp_path: Path, db: str) -> None:  # noqa: F811
-    from orchestrator.pg.usage import PgUsageRecords
+    from orchestrator.storage.postgres.usage import PgUsageRecords
 
     PgUsageRecords(db).add(TODAY, ALICE, Spent(usd=0.5, tokens_in=10, tokens_out=5, turns=1, seconds=2))
     home = pg_home(tmp_path)

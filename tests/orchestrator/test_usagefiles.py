@@ -1,4 +1,5 @@
-"""The file backend's usage totals (orchestrator/usagefiles.py) beyond the contract: a turn is one line appended to
+"""The file backend's usage totals (orchestrator/storage/files/usage.py) beyond the contract: a turn is one line
+appended to
 its day's log, a line torn by a crash spoils nothing else, reads go on from where they stopped, no log for a day
 with nothing, and retention."""
 
@@ -11,9 +12,9 @@ from datetime import date, timedelta
 import pytest
 
 from gateway.home import Home
-from orchestrator import usagefiles
-from orchestrator.usage import Spent
-from orchestrator.usagefiles import RETENTION_DAYS, FileUsageRecords
+from orchestrator.storage.files import usage as usagefiles
+from orchestrator.storage.files.usage import RETENTION_DAYS, FileUsageRecords
+from orchestrator.usage.records import Spent
 
 DAY = date(2026, 11, 27)
 TURN = Spent(usd=0.5, tokens_in=10, tokens_out=2, turns=1, seconds=3.0)

@@ -15,7 +15,7 @@ from tests.process import SwitchyardProcess
 def db(pg_dsn: str) -> Iterator[str]:
     """`pg_dsn` with Switchyard's schema migrated; after the test, the processes it started are killed (before
     the schema is dropped). A store's pool closes with its backend, or when the store is let go."""
-    from gateway.pg import schema
+    from gateway.backends.postgres import schema
 
     schema.migrate(pg_dsn)
     yield pg_dsn
@@ -26,7 +26,7 @@ def db(pg_dsn: str) -> Iterator[str]:
 def throwaway_pg() -> Iterator[ThrowawayServer]:
     """A PostgreSQL server of this test's own, with Switchyard's schema migrated into its `postgres`
     database (`.dsn`); `.stop(mode)`, `.start()`, `.restart(mode)`; removed after the test."""
-    from gateway.pg import schema
+    from gateway.backends.postgres import schema
 
     with throwaway_server() as server:
         schema.migrate(server.dsn)

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from gateway.pg.keyjobs import defer_query
+from gateway.backends.postgres.keyjobs import defer_query
 
 
 def pg_home(root: Path, extra: str = "") -> Path:

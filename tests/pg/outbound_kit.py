@@ -13,12 +13,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from gateway.api import DeliveryError, DeliveryRecord, PermanentError
-from gateway.delivery import DeliveryJournal, Part, deliver_parts
-from gateway.events import EventLog
+from gateway.channelkit.delivery import DeliveryJournal, Part, deliver_parts
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.runtime.supervision import ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
+from gateway.telemetry.events import EventLog
 
 CHANNEL = "fake"
 
@@ -120,7 +120,7 @@ class StubGateway:
         self.status_history.append({k: dict(v) for k, v in self.channel_status.items()})
 
     def event_names(self) -> list[str]:
-        from gateway.events import read_events
+        from gateway.telemetry.events import read_events
 
         return [str(e.get("event")) for e in read_events(self.home.events_file)]
 

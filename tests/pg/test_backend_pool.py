@@ -1,4 +1,5 @@
-"""The postgres backend owns the pool its stores share (gateway/pg/storage.py, gateway/pg/db.py SharedPool):
+"""The postgres backend owns the pool its stores share (gateway/backends/postgres/storage.py,
+gateway/backends/postgres/db.py SharedPool):
 every store one backend opens, opened once or twice, takes its connections from that one pool, which
 closes with the backend; a store built alone (as tests build them) has a pool of its own, kept by no one
 else (no process-wide pool): its connections close when the store is let go. Connections are counted as
@@ -16,7 +17,7 @@ from psycopg.conninfo import make_conninfo
 from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.settings import QueueSettings, Settings
-from orchestrator.stores import open_history, open_run_store, open_sessions
+from orchestrator.storage.stores import open_history, open_run_store, open_sessions
 
 
 def _named(dsn: str) -> tuple[str, str]:
@@ -61,7 +62,7 @@ def test_every_store_one_backend_opens_shares_its_pool_which_closes_with_it(
 
 
 def test_a_store_built_without_a_backend_has_a_pool_no_one_else_keeps(db: str) -> None:
-    from gateway.pg.locks import PgLocks
+    from gateway.backends.postgres.locks import PgLocks
 
     dsn, name = _named(db)
     store = PgLocks(dsn, holder="a")
@@ -74,7 +75,7 @@ def test_a_store_built_without_a_backend_has_a_pool_no_one_else_keeps(db: str) -
 async def test_a_handler_given_no_backend_closes_the_one_it_opened_when_it_stops(
         db: str, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.api import HandlerContext
-    from gateway.events import EventLog
+    from gateway.telemetry.events import EventLog
     from orchestrator import Orchestrator
     from tests.orchestrator.orch_helpers import FakeOutbox
 
@@ -95,8 +96,8 @@ async def test_a_handler_given_no_backend_closes_the_one_it_opened_when_it_stops
 
 async def test_a_stopped_gateway_leaves_no_connection_of_its_backend_open(
         db: str, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.app import Gateway
     from gateway.plugin_manager import build_plugin_manager
-    from gateway.runtime.app import Gateway
 
     dsn, name = _named(db)
     monkeypatch.setenv("SWITCHYARD_DSN", dsn)

@@ -1,4 +1,4 @@
-"""Runs reserved here and held in hand (orchestrator/claims.py) on a database shared by hosts: claimed when a
+"""Runs reserved here and held in hand (orchestrator/execution/claims.py) on a database shared by hosts: claimed when a
 slot frees, oldest first, without reading the queue again; a cancel another process asks for one still
 waiting for a slot ends it cancelled before it runs, and its waiting message is told."""
 
@@ -73,7 +73,7 @@ async def test_runs_waiting_for_a_slot_run_oldest_first_and_each_message_gets_it
 
 async def test_a_cancel_asked_elsewhere_for_a_run_waiting_for_a_slot_ends_it_before_it_runs(
         tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.pg.runs import PgRunStore
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     agent = Gated()
     orchestrator = _orchestrator(tmp_path, db, monkeypatch, agent)
@@ -98,9 +98,9 @@ async def test_a_message_whose_reserved_run_another_host_took_over_learns_it_end
     """A run held in hand whose lock this process lost (the database away longer than the lock's TTL) and
     another host took: the claim fails, the reservation is dropped, and the waiting message goes back to
     reading the store, where it finds the run that host ended and pushed (nothing more to reply)."""
-    from gateway.pg.locks import PgLocks
-    from orchestrator.claims import job_lock
-    from orchestrator.pg.runs import PgRunStore
+    from gateway.backends.postgres.locks import PgLocks
+    from orchestrator.execution.claims import job_lock
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     agent = Gated()
     orchestrator = _orchestrator(tmp_path, db, monkeypatch, agent)

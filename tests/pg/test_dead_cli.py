@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.pg import schema
+from gateway.backends.postgres import schema
 from tests.pg.helpers import insert_message, insert_reply, jobs_of, payload, pg_home, switchyard
 
 

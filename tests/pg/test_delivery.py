@@ -13,13 +13,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.events import EventLog, read_events
+from gateway.backends.postgres import schema
+from gateway.backends.postgres.dispatcher import PgDelivery
+from gateway.backends.postgres.leases import Leases, channel_lease
+from gateway.backends.postgres.maintenance import prune
 from gateway.home import Home
-from gateway.pg import schema
-from gateway.pg.dispatcher import PgDelivery
-from gateway.pg.leases import Leases, channel_lease
-from gateway.pg.maintenance import prune
 from gateway.settings import Settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until
 from tests.pg.outbound_kit import CHANNEL, CuttableProxy, RecordingChannel, insert_reply, new_home, rows, settings_for
 from tests.pg.throwaway import ThrowawayServer

@@ -60,10 +60,10 @@ async def test_an_edit_folded_between_the_workers_read_and_its_start_is_what_run
     """A row stored without its identity (before migration 0080) is read, then started with `UPDATE … WHERE
     state = 'queued'`: an edit folded in between is what the worker runs (the start statement returns the
     payload it started), never the text read before."""
-    from gateway.pg.edits import PgEdits
-    from gateway.pg.processing import MessageProcessor
+    from gateway.backends.postgres.edits import PgEdits
+    from gateway.backends.postgres.processing import MessageProcessor
 
-    monkeypatch.setattr("gateway.pg.intake.message_identity", lambda message: None)  # as stored before 0080
+    monkeypatch.setattr("gateway.backends.postgres.intake.message_identity", lambda message: None)  # as before 0080
     original = message(1, "c", text="helo")
     start = MessageProcessor._answered_or_start
     folded: list[bool] = []
@@ -101,8 +101,8 @@ async def test_an_edit_committed_while_the_worker_starts_its_row_is_what_runs(
     """A row stored with its identity is read, checked and started in one statement; an edit whose fold holds
     the row until that statement waits on it is committed first, and the worker runs the edited text (the
     start returns the payload it started), never the text the statement read."""
-    from gateway.pg.edits import PgEdits
-    from gateway.pg.processing import READ_AND_START, MessageProcessor
+    from gateway.backends.postgres.edits import PgEdits
+    from gateway.backends.postgres.processing import READ_AND_START, MessageProcessor
 
     original = message(1, "c", text="helo")
     process = MessageProcessor._process

@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.events import EventLog
-from gateway.locks import process_instance
-from gateway.pg import schema
-from gateway.pg.events import EventSink, attach_event_sink
+from gateway.backends.postgres import schema
+from gateway.backends.postgres.events import EventSink, attach_event_sink
+from gateway.runtime.locks import process_instance
+from gateway.telemetry.events import EventLog
 
 
 def _until(check: Callable[[], bool], deadline_s: float = 10.0) -> None:
@@ -97,9 +97,9 @@ def test_a_database_outage_never_fails_the_caller_and_the_drop_is_counted(
 
 def test_a_gateway_on_the_postgres_backend_sends_its_events_to_the_database(
         tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.app import Gateway
     from gateway.home import Home
     from gateway.plugin_manager import build_plugin_manager
-    from gateway.runtime.app import Gateway
     from gateway.settings import Settings
 
     schema.migrate(pg_dsn)

@@ -11,13 +11,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.attachments import attachment_folder
-from gateway.events import EventLog
+from gateway.backends.postgres import files, maintenance, schema
+from gateway.backends.postgres.maintenance import prune
+from gateway.channelkit.attachments import attachment_folder
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.pg import files, maintenance, schema
-from gateway.pg.maintenance import prune
 from gateway.settings import Settings
+from gateway.telemetry.events import EventLog
 from tests.pg.helpers import insert_message, insert_reply, payload
 
 
@@ -189,7 +189,7 @@ def test_prune_removes_the_shared_copies_of_finished_messages_only(
 
 
 def _backend(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, EventLog]:
-    from gateway.pg.backend import PgBackend
+    from gateway.backends.postgres.backend import PgBackend
 
     schema.migrate(pg_dsn)
     monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)

@@ -1,5 +1,5 @@
 """A message answered with an ack whose run then failed permanently becomes a dead message all the same
-(gateway.pg.latedead): its own row with its original bytes, its answer forgotten, never waited for."""
+(gateway.backends.postgres.latedead): its own row with its original bytes, its answer forgotten, never waited for."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.files.answered import message_identity
-from gateway.files.latedead import letter_name
+from gateway.backends.postgres.latedead import PgLateDeadLetters
 from gateway.models import IncomingPayload
-from gateway.pg.latedead import PgLateDeadLetters
+from gateway.payloads import letter_name, message_identity
 from tests.pg.helpers import insert_message, payload
 
 REASON = "run r-1: step Finish: mine: `late-agent` was not found"

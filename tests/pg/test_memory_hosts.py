@@ -1,4 +1,4 @@
-"""Conversation memory on the postgres backend (orchestrator/pg/sessions.py): the session map and the
+"""Conversation memory on the postgres backend (orchestrator/storage/postgres/sessions.py): the session map and the
 recent exchanges are the file store's contract on a table, so a conversation whose first message was
 answered on host A continues on host B (B resumes A's CLI session, B's selector sees A's exchange), and
 `hold` keeps one session's calls one at a time across processes, also when a holder is killed."""
@@ -20,22 +20,22 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until, wait_until
-from orchestrator.agent_cli import AgentCliRunner
-from orchestrator.config import LoadedConfig, OrchestratorConfig
-from orchestrator.pg.sessions import PgRecords, PgSessionStore
-from orchestrator.providers import ProviderRunner
-from orchestrator.selector import Selector
-from orchestrator.sessions import (
+from orchestrator.agents.clis.runner import AgentCliRunner
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.sessions import (
     HISTORY_EXCHANGES,
     HISTORY_TEXT_CHARS,
     MAX_TURNS,
     ConversationHistory,
     SessionStore,
 )
+from orchestrator.chat.selector import Selector
+from orchestrator.config.models import LoadedConfig, OrchestratorConfig
+from orchestrator.storage.postgres.sessions import PgRecords, PgSessionStore
 from tests.fakes.clis import FakeClis
 from tests.faults.harness import message
 from tests.pg.test_workers import PgProcess
@@ -162,7 +162,7 @@ def test_memory_that_cannot_be_stored_does_not_fail_a_message_whose_action_alrea
 
 HOLDER = textwrap.dedent("""
     import asyncio, sys
-    from orchestrator.pg.sessions import PgSessionStore
+    from orchestrator.storage.postgres.sessions import PgSessionStore
 
     async def main():
         async with PgSessionStore(sys.argv[1]).hold("claude", sys.argv[2]):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.pg import schema
-from gateway.pg.outbound import PgOutbound
+from gateway.backends.postgres import schema
+from gateway.backends.postgres.outbound import PgOutbound
 from gateway.testing import async_wait_until
 from tests.pg.outbound_kit import CuttableProxy, StubGateway, new_home, settings_for
 

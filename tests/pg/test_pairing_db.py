@@ -1,4 +1,4 @@
-"""Pairing on the postgres backend (gateway/pg/pairing.py): the same contract as the home's file, plus
+"""Pairing on the postgres backend (gateway/backends/postgres/pairing.py): the same contract as the home's file, plus
 what only a shared database gives: a code issued on one host is approved with `switchyard pair approve`
 run with another host's settings, and the sender is admitted by the host that owns the channel."""
 
@@ -15,10 +15,17 @@ import psycopg
 import pytest
 import yaml
 
-from gateway.access import CODE_ALPHABET, EXPIRED_KEPT_S, AccessPolicy, Pairing, PairingCodeExpired, PairingStore
+from gateway.backends.postgres.pairing import PgPairingStore
+from gateway.channelkit.access import (
+    CODE_ALPHABET,
+    EXPIRED_KEPT_S,
+    AccessPolicy,
+    Pairing,
+    PairingCodeExpired,
+    PairingStore,
+)
 from gateway.composition import open_backend
 from gateway.home import Home
-from gateway.pg.pairing import PgPairingStore
 from gateway.settings import ChannelProfile, Settings
 from gateway.testing import wait_until
 from tests.e2e.fake_thread import FakeThread

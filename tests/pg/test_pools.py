@@ -1,4 +1,4 @@
-"""The pools on a message's path (gateway.pg.pools): autocommit, and a connection the server dropped
+"""The pools on a message's path (gateway.backends.postgres.pools): autocommit, and a connection the server dropped
 is replaced before it is used, without a round trip for a healthy one."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import psycopg
 
-from gateway.pg.pools import message_pool
+from gateway.backends.postgres.pools import message_pool
 
 
 def _end_server_process(dsn: str, pid: int) -> None:
@@ -35,7 +35,7 @@ async def test_a_connection_the_server_ended_is_replaced_before_use(pg_dsn: str)
 
 
 def test_the_shared_pool_replaces_a_connection_the_server_ended_before_use(pg_dsn: str) -> None:
-    from gateway.pg.db import SharedPool
+    from gateway.backends.postgres.db import SharedPool
 
     shared = SharedPool(pg_dsn)
     try:
@@ -55,7 +55,7 @@ def test_the_main_threads_lone_statements_keep_one_connection_and_replace_it_onc
     and one the server ended (a restart, a failover) is replaced before the next statement, not an error."""
     import threading
 
-    from gateway.pg.db import SharedPool
+    from gateway.backends.postgres.db import SharedPool
 
     shared = SharedPool(pg_dsn)
     try:

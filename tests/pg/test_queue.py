@@ -17,11 +17,11 @@ import psycopg
 import pytest
 
 from gateway.api import PermanentError
-from gateway.events import EventLog, read_events
-from gateway.files.queue import FileQueue
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import Settings
+from gateway.spool.queue import FileQueue
+from gateway.telemetry.events import EventLog, read_events
 from tests.test_worker import UNSTORABLE, UNSTORABLE_IDS, unstorable_payload
 
 pytestmark = pytest.mark.timeout(60)
@@ -90,7 +90,7 @@ class Rig:
         self.dropped = 0
 
     async def start(self) -> None:
-        from gateway.pg.backend import PgBackend
+        from gateway.backends.postgres.backend import PgBackend
 
         self.queue.open()
         self.backend = PgBackend(self.home, self.settings, self.events, role="worker", extra_roots=[])
@@ -131,7 +131,7 @@ class Rig:
 
 @pytest.fixture
 async def rig_factory(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
-    from gateway.pg import schema
+    from gateway.backends.postgres import schema
 
     monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
     schema.migrate(pg_dsn)
@@ -231,7 +231,7 @@ async def test_a_message_is_read_checked_and_started_in_one_statement(
     rig_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before its handler runs, a worker sends one statement about the message's row: it reads the row,
-    checks the answered index and marks it running (gateway/pg/processing.py READ_AND_START)."""
+    checks the answered index and marks it running (gateway/backends/postgres/processing.py READ_AND_START)."""
     texts: list[str] = []
     execute = psycopg.AsyncConnection.execute
 
@@ -267,7 +267,7 @@ async def test_a_duplicate_within_the_window_is_skipped(rig_factory: Any) -> Non
 
 async def test_taking_in_twice_stores_once_and_another_file_under_a_taken_name_is_kept(
         rig_factory: Any) -> None:
-    from gateway.pg.intake import _insert
+    from gateway.backends.postgres.intake import _insert
 
     rig = await rig_factory(ScriptedHandler())
     with psycopg.connect(rig.dsn, autocommit=True) as conn, conn.cursor() as cursor:
@@ -465,7 +465,7 @@ async def test_a_stop_while_the_worker_connects_ends_it_at_once(tmp_path: Path, 
     worker yet to stop) must not be lost, else the worker runs until the stop gives up on it."""
     import procrastinate
 
-    from gateway.pg import schema
+    from gateway.backends.postgres import schema
 
     schema.migrate(pg_dsn)
     monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
@@ -530,8 +530,8 @@ async def test_a_job_left_running_on_this_live_worker_is_retried_and_its_convers
     its bookkeeping, or the fetch's reply was lost) stays 'doing' on a worker that still heartbeats: no
     sweep for dead workers takes it, and its lock would hold its conversation for good. Its worker,
     which is not running it, retries it; the conversation goes on, in order."""
-    from gateway.keys import ordering_keys
-    from gateway.pg.keyjobs import defer_query
+    from gateway.backends.postgres.keyjobs import defer_query
+    from gateway.runtime.keys import ordering_keys
     from tests.pg.helpers import insert_message
 
     rig = await rig_factory(ScriptedHandler(), max_concurrency=2)
@@ -623,7 +623,7 @@ async def test_a_job_that_ended_between_the_sweeps_listing_and_its_retry_is_left
     `queue.error` and an error log each time it happened); a job still running is retried."""
     import procrastinate
 
-    from gateway.pg.keyjobs import defer_query, retry_running
+    from gateway.backends.postgres.keyjobs import defer_query, retry_running
     from tests.pg.helpers import insert_message, rows
 
     with psycopg.connect(db) as conn:

@@ -1,4 +1,5 @@
-""""Queued" receipts on the postgres backend (gateway/pg/receipts.py): sent by the owner of a chat profile
+""""Queued" receipts on the postgres backend (gateway/backends/postgres/receipts.py): sent by the owner of a chat
+profile
 for a message waiting behind its conversation, once, never for one already started, never twice
 across processes.
 
@@ -15,11 +16,11 @@ import psycopg
 import pytest
 import yaml
 
-from gateway.events import EventLog
+from gateway.backends.postgres.outbox import PgOutbox
+from gateway.backends.postgres.receipts import PgReceipts
 from gateway.home import Home
-from gateway.pg.outbox import PgOutbox
-from gateway.pg.receipts import PgReceipts
 from gateway.settings import QueueSettings
+from gateway.telemetry.events import EventLog
 from gateway.testing import wait_until
 from tests.faults.harness import message
 from tests.pg.helpers import insert_message, payload, rows

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import psycopg
 
-from gateway.events import EventLog
+from gateway.backends.postgres.outbox import PgOutbox
 from gateway.home import Home
-from gateway.pg.outbox import PgOutbox
-from orchestrator.results import Delivery, result_reply
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState
+from gateway.telemetry.events import EventLog
+from orchestrator.execution.results import Delivery, result_reply
+from orchestrator.runs.state import Conversation, RunState, StepState
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import make_message
 
 

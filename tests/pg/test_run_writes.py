@@ -1,6 +1,6 @@
-"""How the run store talks to the database (orchestrator/pg/runs.py): each write one statement, atomic, in
+"""How the run store talks to the database (orchestrator/storage/postgres/runs.py): each write one statement, atomic, in
 autocommit, committed without waiting for the WAL only when the caller allows it, and the shared pool's
-connections given back as they were taken (gateway.pg.pools.lone_statement)."""
+connections given back as they were taken (gateway.backends.postgres.pools.lone_statement)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from gateway.backends.postgres.db import SharedPool
+from gateway.backends.postgres.pools import lone_statement
 from gateway.home import Home
-from gateway.pg.db import SharedPool
-from gateway.pg.pools import lone_statement
-from orchestrator.runstate import Conversation, RunState, StepState
+from orchestrator.runs.state import Conversation, RunState, StepState
 from tests.orchestrator.orch_helpers import make_message
 
 
@@ -33,7 +33,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 def _store(db: str, tmp_path: Path) -> Any:
-    from orchestrator.pg.runs import PgRunStore
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     home = Home(tmp_path / "a")
     home.create()
@@ -64,7 +64,7 @@ def test_each_write_is_one_statement_and_only_a_durable_one_waits_for_the_wal(
 
 def test_a_write_whose_part_fails_stores_none_of_it(
         db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.pg import runs
+    from orchestrator.storage.postgres import runs
 
     store = _store(db, tmp_path)
     monkeypatch.setattr(runs, "EVENTS", "INSERT INTO switchyard_run_events (run_id, record) SELECT %s, %s::json "
@@ -101,8 +101,8 @@ def pg_orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, co
     import yaml
 
     from gateway.api import HandlerContext
-    from gateway.events import EventLog
     from gateway.settings import QueueSettings, Settings
+    from gateway.telemetry.events import EventLog
     from orchestrator import Orchestrator
     from tests.orchestrator.orch_helpers import FakeOutbox
 
@@ -123,7 +123,7 @@ async def test_a_chat_message_reads_its_run_once_claims_it_at_once_and_its_reply
     once, before it is created (a retried message's run), and claimed as it is created, its lock taken once
     (no claim pass reading the queue, no second take, no read back); the result handed to that message is
     the run as stored, delivery included."""
-    from orchestrator import claims
+    from orchestrator.execution import claims
 
     monkeypatch.setattr(claims, "IDLE_SEC", 3600.0)  # no idle pass meanwhile: only the message's statements
     orchestrator = pg_orchestrator(tmp_path, db, monkeypatch)
@@ -151,7 +151,7 @@ async def test_a_chat_message_reads_its_run_once_claims_it_at_once_and_its_reply
 def test_a_lock_another_live_process_holds_is_refused_in_one_statement(db: str, sent: list[str]) -> None:
     """Every host's claim pass tries the queued runs other hosts reserved: each refusal is one round trip
     (who holds it comes back with it), and the holder keeps its lock."""
-    from gateway.pg.locks import PgLocks
+    from gateway.backends.postgres.locks import PgLocks
 
     holder = PgLocks(db, holder=f"elsewhere:{1}:1", ttl_s=600)
     assert holder.acquire("job:r-1")
@@ -167,10 +167,10 @@ async def test_a_run_another_process_holds_is_tried_once_a_second_and_taken_once
     starts or ends wakes one) does not try its lock again, only once IDLE_SEC has passed; freed, it runs here."""
     import asyncio
 
-    from gateway.pg.locks import PgLocks
+    from gateway.backends.postgres.locks import PgLocks
     from gateway.testing import async_wait_until
-    from orchestrator.actions import new_run
-    from orchestrator.claims import job_lock
+    from orchestrator.chat.actions import new_run
+    from orchestrator.execution.claims import job_lock
 
     orchestrator = pg_orchestrator(tmp_path, db, monkeypatch)
     await orchestrator.start()

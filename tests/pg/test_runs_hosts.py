@@ -214,9 +214,9 @@ async def test_a_run_whose_message_waits_is_left_to_its_host_while_it_lives(
     import yaml
 
     from gateway.api import HandlerContext
-    from gateway.events import EventLog
     from gateway.home import Home
     from gateway.settings import ProviderSettings, QueueSettings, Settings
+    from gateway.telemetry.events import EventLog
     from orchestrator import Orchestrator
     from tests.orchestrator.orch_helpers import FakeOutbox, make_message
 
@@ -284,9 +284,9 @@ async def test_round_trips_of_one_chat_message_that_runs_a_workflow(
 
     from gateway.api import HandlerContext
     from gateway.composition import open_backend
-    from gateway.events import EventLog
     from gateway.home import Home
     from gateway.settings import ProviderSettings, QueueSettings, Settings
+    from gateway.telemetry.events import EventLog
     from orchestrator import Orchestrator
     from tests.orchestrator.orch_helpers import FakeOutbox, make_message
 

@@ -1,5 +1,6 @@
-"""The run store contract on both backends (orchestrator/runs.py RunStore, orchestrator/pg/runs.py PgRunStore),
-and the coordination locks in the database (gateway/pg/locks.py PgLocks), on the real PostgreSQL."""
+"""The run store contract on both backends (orchestrator/storage/files/runs.py RunStore,
+orchestrator/storage/postgres/runs.py PgRunStore),
+and the coordination locks in the database (gateway/backends/postgres/locks.py PgLocks), on the real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.events import utc_now_iso
+from gateway.backends.postgres.locks import PgLocks
 from gateway.home import Home
-from gateway.pg.locks import PgLocks
-from orchestrator.jobs import IllegalTransition
-from orchestrator.runs import RunStore
-from orchestrator.runstate import Conversation, RunState, StepState, conversation_key
+from gateway.telemetry.events import utc_now_iso
+from orchestrator.runs.jobs import IllegalTransition
+from orchestrator.runs.state import Conversation, RunState, StepState, conversation_key
+from orchestrator.storage.files.runs import RunStore
 from tests.orchestrator.orch_helpers import make_message
 
 KEY = conversation_key(make_message("x"))
@@ -30,7 +31,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> MakeStore:
         home.create()
         if request.param == "files":
             return RunStore(Home(tmp_path / "a"), fsync=False)  # the processes of one home
-        from orchestrator.pg.runs import PgRunStore
+        from orchestrator.storage.postgres.runs import PgRunStore
 
         return PgRunStore(home, request.getfixturevalue("db"), fsync=True)
     return make
@@ -150,7 +151,7 @@ def test_a_cancel_request_reaches_another_host(make_store: MakeStore) -> None:
 
 
 def test_the_database_store_claims_due_runs_first_and_lists_running_ones(db: str, tmp_path: Path) -> None:
-    from orchestrator.pg.runs import PgRunStore
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     store = PgRunStore(Home(tmp_path / "a"), db, fsync=False)
     later = store.create(_run("r-later", createdAt="2030-01-01T00:00:01.000Z"), None)
@@ -166,10 +167,10 @@ def test_the_claims_leave_out_runs_another_live_process_holds(db: str, tmp_path:
     """A queued run reserved by another process that heartbeats (switchyard_processes) is not offered to the
     claims (its lock would only be refused); it is again once that process goes quiet, and a run this
     process holds, or one held by a holder the table does not list, is offered as before."""
-    from gateway.locks import process_instance
-    from gateway.pg.locks import PgLocks
-    from orchestrator.claims import job_lock
-    from orchestrator.pg.runs import PgRunStore
+    from gateway.backends.postgres.locks import PgLocks
+    from gateway.runtime.locks import process_instance
+    from orchestrator.execution.claims import job_lock
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     store = PgRunStore(Home(tmp_path / "a"), db, fsync=False, live_sec=15)
     for n in range(4):
@@ -188,7 +189,7 @@ def test_the_claims_leave_out_runs_another_live_process_holds(db: str, tmp_path:
 def test_text_the_database_cannot_read_back_never_stops_the_claims(db: str, tmp_path: Path) -> None:
     """A NUL in a run's stored JSON failed every query reading into it: the claims of every run on every
     host. A run saved now holds U+FFFD instead; one stored so before no longer stops the others."""
-    from orchestrator.pg.runs import PgRunStore
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     store = PgRunStore(Home(tmp_path / "a"), db, fsync=False)
     store.create(_run("r-old", createdAt="2030-01-01T00:00:01.000Z"), None)
@@ -203,7 +204,7 @@ def test_text_the_database_cannot_read_back_never_stops_the_claims(db: str, tmp_
 def test_a_stored_run_that_is_not_a_run_is_failed_and_the_others_go_on(db: str, tmp_path: Path) -> None:
     """As the file store answers for a state.json it cannot read: none, logged; and it is marked
     failed_final, so the oldest queued run no longer stops every claim (before: each claim pass raised)."""
-    from orchestrator.pg.runs import PgRunStore
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     store = PgRunStore(Home(tmp_path / "a"), db, fsync=False)
     store.create(_run("r-bad", createdAt="2030-01-01T00:00:01.000Z"), KEY)
@@ -220,7 +221,7 @@ def test_a_stored_run_that_is_not_a_run_is_failed_and_the_others_go_on(db: str, 
 
 
 def test_an_undurable_save_is_made_durable_by_sync(db: str, tmp_path: Path) -> None:
-    from orchestrator.pg.runs import PgRunStore
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     store = PgRunStore(Home(tmp_path / "a"), db, fsync=True)
     store.create(_run(), None, durable=False)
@@ -295,9 +296,9 @@ def test_retention_lists_an_old_run_whose_json_holds_a_nul(db: str, tmp_path: Pa
     """The retention listing read the runs' JSON in the database (their job's finished_at): one old row
     holding a NUL (`\\u0000`, stored so by an earlier version) failed it for every run, so no finished
     run was ever removed again. It reads columns only now; both old runs go, the new one stays."""
-    from orchestrator.coordination import Coordination
-    from orchestrator.pg.runs import PgRunStore
-    from orchestrator.retention import prune_runs
+    from orchestrator.execution.coordination import Coordination
+    from orchestrator.runs.retention import prune_runs
+    from orchestrator.storage.postgres.runs import PgRunStore
 
     home = Home(tmp_path / "a")
     store = PgRunStore(home, db, fsync=False)

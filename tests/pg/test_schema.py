@@ -7,7 +7,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.pg import schema
+from gateway.backends.postgres import schema
 from tests.pg import helpers
 from tests.pg.helpers import switchyard
 
@@ -60,11 +60,11 @@ def test_an_unreachable_database_is_one_line_without_the_password(pg_home: Path)
 
 
 def test_a_message_of_two_keys_is_two_jobs_deferred_with_it(pg_dsn: str) -> None:
-    from gateway.pg.keyjobs import defer_query, job_locks
+    from gateway.backends.postgres.keyjobs import defer_query, job_locks
 
     assert job_locks(("conv:a/b/c",)) == [("process", "conv:a/b/c")]
     assert job_locks(("run:r-1", "conv:a/b/c")) == [("gate", "conv:a/b/c"), ("process", "run:r-1")]
-    # a read-only command naming a run (gateway.keys): its control key gates as a conversation key does
+    # a read-only command naming a run (gateway.runtime.keys): its control key gates as a conversation key does
     assert job_locks(("run:r-1", "ctl:a/b/c")) == [("gate", "ctl:a/b/c"), ("process", "run:r-1")]
     schema.migrate(pg_dsn)
     with psycopg.connect(pg_dsn) as conn:
@@ -79,9 +79,9 @@ def test_a_message_of_two_keys_is_two_jobs_deferred_with_it(pg_dsn: str) -> None
 
 
 def test_switchyard_migrations_bring_the_orchestrators_own_tables(pg_dsn: str) -> None:
-    """The orchestrator ships its tables' migrations beside its stores (orchestrator/pg/migrations/) and
+    """The orchestrator ships its tables' migrations beside its stores (orchestrator/storage/postgres/migrations/) and
     declares them; `migrate` applies them with the gateway's, in name order, under the same names as before."""
-    assert sorted(schema.migration_packages()) == ["gateway.pg", "orchestrator.pg"]
+    assert sorted(schema.migration_packages()) == ["gateway.backends.postgres", "orchestrator.storage.postgres"]
     applied = schema.migrate(pg_dsn)
     assert applied.index("0030_files.sql") < applied.index("0040_runs.sql") < applied.index("0051_pairing.sql")
     with psycopg.connect(pg_dsn) as conn:
@@ -92,6 +92,7 @@ def test_switchyard_migrations_bring_the_orchestrators_own_tables(pg_dsn: str) -
 
 def test_switchyard_migrations_refuse_a_name_two_plugins_ship(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two plugins shipping one migration name would apply only one of them: refused, naming it."""
-    monkeypatch.setattr(schema, "migration_packages", lambda: ["gateway.pg", "gateway.pg"])
+    monkeypatch.setattr(schema, "migration_packages",
+                        lambda: ["gateway.backends.postgres", "gateway.backends.postgres"])
     with pytest.raises(ValueError, match=r"two plugins ship the migration 0001_core\.sql"):
         schema.migrate(pg_dsn)

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gateway.pg import schema
+from gateway.backends.postgres import schema
 from tests.pg.helpers import insert_message, insert_reply, payload, pg_home, switchyard
 
 
@@ -98,6 +98,7 @@ def test_status_on_the_file_backend_does_not_load_psycopg(tmp_path: Path) -> Non
     home.mkdir()
     code = ("import sys\nfrom gateway.cli import main\n"
             f"code = main(['--home', {str(home)!r}, 'status'])\n"
-            "print('loaded', sorted(m for m in ('psycopg', 'procrastinate', 'gateway.pg') if m in sys.modules))")
+            "print('loaded', sorted(m for m in ('psycopg', 'procrastinate', 'gateway.backends.postgres')"
+            " if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip().splitlines()[-1] == "loaded []", result.stderr

@@ -1,4 +1,4 @@
-"""A message's outcome stored in one statement (gateway.pg.outbox.store_done_statement, used by
+"""A message's outcome stored in one statement (gateway.backends.postgres.outbox.store_done_statement, used by
 MessageProcessor._store_done): replies, the answer and `done` together or not at all."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.events import EventLog
+from gateway.backends.postgres import schema
+from gateway.backends.postgres.outbox import PgOutbox
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.pg import schema
-from gateway.pg.outbox import PgOutbox
+from gateway.telemetry.events import EventLog
 from tests.pg.helpers import insert_message, payload
 
 
@@ -83,7 +83,7 @@ def outbox_ready(outbox: PgOutbox, count: int) -> list[OutgoingPayload]:
 
 def test_a_written_reply_is_a_row_named_as_a_file_would_be_with_refused_attachments_named_in_its_text(
         outbox: PgOutbox, pg_dsn: str, tmp_path: Path) -> None:
-    """The checks every outbox makes (gateway.outbox.BaseOutbox): an attachment outside the allowed roots
+    """The checks every outbox makes (gateway.runtime.outbox.BaseOutbox): an attachment outside the allowed roots
     is dropped and named; `write` returns the row's name, never a path to a file that does not exist."""
     outside = tmp_path / "secret.txt"
     outside.write_text("no")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.pg import schema
+from gateway.backends.postgres import schema
 from gateway.testing import wait_until
 from tests.e2e.conftest import Switchyard
 from tests.e2e.fake_thread import FakeThread

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.agent_cli import AgentCall
-from orchestrator.live import PermissionAsker, TextSink
-from orchestrator.providers import ProviderRunner
+from gateway.telemetry.events import EventLog
+from orchestrator.agents.clis.runner import AgentCall
+from orchestrator.agents.live import PermissionAsker, TextSink
+from orchestrator.agents.providers import ProviderRunner
 from tests.fakes.acp.procs import group_members
 from tests.orchestrator.orch_helpers import API_PREFIX
 from tests.process import pid_alive

@@ -9,10 +9,10 @@ import pluggy
 
 import orchestrator.plugin
 from gateway import hookspecs
+from gateway.cli.statuscache import StatusCache
 from gateway.home import Home
 from gateway.settings import ProviderSettings, Settings
-from gateway.statuscache import StatusCache
-from orchestrator.doctor import check_adapters, check_providers
+from orchestrator.agents.doctor import check_adapters, check_providers
 from tests.orchestrator.acp.acp_helpers import fake_provider
 
 

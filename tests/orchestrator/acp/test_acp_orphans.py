@@ -1,4 +1,4 @@
-"""Agents a killed gateway left running are stopped at the next start (orchestrator/acp/orphans.py): a process
+"""Agents a killed gateway left running are stopped at the next start (orchestrator/agents/acp/orphans.py): a process
 whose mark names this home and a gateway that is gone loses its whole group; one whose gateway still runs, or
 of another home, is left alone."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.testing import wait_until
-from orchestrator.acp.orphans import MARK, mark_of, reap_orphans, start_time
+from orchestrator.agents.acp.orphans import MARK, mark_of, reap_orphans, start_time
 
 SLEEPER = ("import subprocess, sys, time; "
            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")

@@ -1,4 +1,4 @@
-"""Live sessions over ACP (orchestrator/acp) with the fake adapters: memory, streaming, approvals, the
+"""Live sessions over ACP (orchestrator/agents/acp) with the fake adapters: memory, streaming, approvals, the
 pool's limits, lost sessions coming back, /stop, and no agent process or secret left where it must not be."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from gateway.home import Home
 from gateway.testing import async_wait_until
-from orchestrator.live import ToolApproval, TurnStopped
-from orchestrator.spawn import ProviderFailed
+from orchestrator.agents.live import ToolApproval, TurnStopped
+from orchestrator.agents.spawn import ProviderFailed
 from tests.orchestrator.acp.acp_helpers import CONV, Harness, any_alive, fake_provider, kill9, kill_left
 
 LIKES = ["claude", "codex", "gemini"]

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.events import EventLog
 from gateway.home import Home
+from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
-from orchestrator.agent_cli import AgentCall
-from orchestrator.live import ToolApproval, TurnStopped
-from orchestrator.providers import ProviderRunner
+from orchestrator.agents.clis.runner import AgentCall
+from orchestrator.agents.live import ToolApproval, TurnStopped
+from orchestrator.agents.providers import ProviderRunner
 from tests.fakes.acp.scripted_model import ScriptedModel
 from tests.orchestrator.acp.acp_helpers import CONV, any_alive, real_provider
 from tests.orchestrator.orch_helpers import API_PREFIX as PREFIX

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
-from orchestrator.acp.pool import AcpPool
-from orchestrator.agent_cli import AgentCall
-from orchestrator.live import PermissionAsker, ToolApproval, TurnStopped
-from orchestrator.providers import ProviderRunner
-from orchestrator.sessions import SessionStore
+from orchestrator.agents.acp.pool import AcpPool
+from orchestrator.agents.clis.runner import AgentCall
+from orchestrator.agents.live import PermissionAsker, ToolApproval, TurnStopped
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.sessions import SessionStore
 from tests.fakes.acp.procs import live_children, open_files
 from tests.fakes.acp.scripted_model import Call, ScriptedModel
 from tests.orchestrator.acp.acp_helpers import ADAPTER, CONV, any_alive, kill9, real_provider

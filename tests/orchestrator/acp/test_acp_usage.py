@@ -12,11 +12,11 @@ import pytest
 
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.acp.turn import Turn
-from orchestrator.agent_cli import AgentCall
-from orchestrator.providers import ProviderRunner
-from orchestrator.spawn import ProviderResult
-from orchestrator.usage import TokenUsage
+from orchestrator.agents.acp.turn import Turn
+from orchestrator.agents.clis.runner import AgentCall
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.spawn import ProviderResult
+from orchestrator.usage.records import TokenUsage
 from tests.fakes.model_server import ModelServer, Usage
 from tests.orchestrator.acp.acp_helpers import CONV, Harness, fake_provider
 from tests.orchestrator.orch_helpers import API_PREFIX, isolate_real_cli

@@ -12,12 +12,12 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.api import HandlerContext
-from gateway.events import EventLog
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
-from orchestrator.agent_cli import AgentCall, ProviderRefused
-from orchestrator.providers import ProviderRunner
+from orchestrator.agents.clis.runner import AgentCall, ProviderRefused
+from orchestrator.agents.providers import ProviderRunner
 from tests.orchestrator.acp.acp_helpers import CONV, any_alive, fake_provider, kill_left
 
 

@@ -1,0 +1,128 @@
+"""The file backend's runtime (gateway/runtime/protocol.py): the FileQueue's Worker (with receipts, locks, a shared
+home), the channels started under supervision, and the Dispatcher of queue/outgoing/."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from typing import Any
+
+from gateway.api import Handler
+from gateway.backends.files.answered import AnsweredIndex
+from gateway.backends.files.dispatcher import Dispatcher
+from gateway.backends.files.latedead import FileLateDeadLetters
+from gateway.channelkit.attachments import extra_file_roots
+from gateway.dashboard.state import FolderView, QueueView
+from gateway.models import IncomingPayload
+from gateway.runtime.locks import LockDirectory, process_name
+from gateway.runtime.outbox import BaseOutbox, FileOutbox
+from gateway.runtime.protocol import Delivery, RuntimeParts, Watch
+from gateway.runtime.receipts import Receipts
+from gateway.runtime.sharing import SharedHome
+from gateway.runtime.worker import Worker
+
+
+class FileRuntime:
+    """The embedded default: processing and delivery in the home's folders."""
+
+    def __init__(self, parts: RuntimeParts, sharing: SharedHome):
+        self.parts = parts
+        home, settings, qs = parts.home, parts.settings, parts.settings.queue
+        self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
+                                      fsync=qs.fsync)
+        self.outbox: BaseOutbox = FileOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings),
+                                             fsync=qs.fsync)
+        self.sharing = sharing  # the backend's: its job locks follow the same mode
+        self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
+                                             max_payload_bytes=qs.max_payload_bytes)
+        self.worker: Worker | None = None
+        self.dispatcher: Dispatcher | None = None
+
+    @property
+    def home_mode(self) -> str:
+        return self.sharing.mode
+
+    def close_events(self) -> None:
+        return None
+
+    def open(self) -> None:
+        """Opens the answered index and takes this process's place on the home (before the handler starts:
+        its job locks follow the home's mode from its first recovery on)."""
+        self.answered.open()
+        self.sharing.open()
+
+    async def start(self, handler: Handler) -> Delivery | None:
+        """Starts the channels (a `run`), the worker with its receipts, and the dispatcher."""
+        parts = self.parts
+        home, settings, qs = parts.home, parts.settings, parts.settings.queue
+        if parts.role == "run":
+            await parts.supervisor.start_each(settings.channels, self._started_late)
+        self.worker = self._worker(handler)
+        self.worker.receipts = Receipts(self.outbox, parts.events, after_sec=qs.receipt_after_sec,
+                                        ahead=self.worker.scheduler.ahead_of, wanted=parts.takes_receipts)
+        if parts.role == "run":
+            self.dispatcher = Dispatcher(home, parts.supervisor.channels, parts.events, qs,
+                                         extra_roots=extra_file_roots(home, settings))
+        return self.dispatcher
+
+    def _worker(self, handler: Handler) -> Worker:
+        """The Worker of incoming/, with the home's key locks, shared with other processes on request."""
+        home, qs = self.parts.home, self.parts.settings.queue
+        locks = LockDirectory(home.coordination / "locks",
+                              holder=process_name(), ttl_s=qs.lock_ttl_sec)
+        return Worker(self.parts.queue, handler, self.outbox, self.answered, self.parts.events, qs,
+                      on_start=self.parts.show_typing, locks=locks, sharing=self.sharing)
+
+    def _started_late(self, channel: Any) -> None:
+        """A channel that started on a retry gets its replies too."""
+        if self.dispatcher is not None:
+            self.dispatcher.add_channel(channel)
+
+    def watch(self, watch: Watch) -> None:
+        """Watches the requests of other processes to share the home."""
+        watch(self.sharing.requests, lambda name: self._share_requested(), self._share_requested)
+        self._share_requested()
+
+    def _share_requested(self) -> None:
+        if self.worker is not None:
+            self.worker.request_share()
+
+    def run(self) -> list[asyncio.Task[None]]:
+        assert self.worker is not None
+        return [asyncio.create_task(self.worker.run(), name="worker"),
+                asyncio.create_task(self.worker.renew_locks(), name="renew-locks")]
+
+    def wake(self) -> None:
+        if self.worker is not None:
+            self.worker.wake()
+
+    def stats(self) -> dict[str, Any]:
+        worker = self.worker
+        if worker is None:
+            return {}
+        return {"running": worker.scheduler.running, "pending": worker.scheduler.pending_count,
+                "processed": worker.processed}
+
+    async def prune(self) -> None:
+        if self.dispatcher is not None:
+            with suppress(OSError):
+                self.dispatcher.prune_sent()
+
+    async def stop(self, grace_s: float) -> None:
+        """Finishes or requeues the messages in hand."""
+        if self.worker is not None:
+            await self.worker.stop(grace_s)
+
+    async def release(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self.answered.close()
+        self.sharing.close()
+
+    def queue_view(self) -> QueueView:
+        return FolderView(self.parts.home)
+
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
+        """gateway.api.LateDeadLetter: into failed/ (gateway/backends/files/latedead.py)."""
+        return self.late_dead.bury(message, reason, errors)

@@ -1,0 +1,86 @@
+"""The in-memory backend as a Backend of the composition (gateway/composition.py), for tests only.
+
+It is never offered to users: a memory queue loses every message when its process ends. So it is in no
+entry point and not in BACKEND_PLUGINS, and settings.yaml cannot name it (`queue.backend` accepts files
+and postgres). A test selects it in two steps: registers a `MemoryBackendPlugin` (which declares the
+backend "memory" through `switchyard_backends`, on the plugin's MemoryState) with the Gateway's plugin
+manager, and gives the Gateway `memory_settings(settings)`. Every Gateway given plugins on one
+MemoryState is one host of one backend: two Gateways on one state are two hosts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.backends.files.backend import FileStores
+from gateway.backends.memory.approvals import MemoryApprovals
+from gateway.backends.memory.queue import MemoryDeadLetters
+from gateway.backends.memory.state import MemoryState
+from gateway.backends.memory.stores import MemoryLocks, MemoryPairing
+from gateway.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from gateway.backends.memory.runtime import MemoryRuntime
+    from gateway.home import Home
+    from gateway.runtime.protocol import RuntimeParts
+    from gateway.settings import Settings
+    from gateway.stores import BackendFactory, Stores
+
+
+def memory_settings(settings: Settings) -> Settings:
+    """`settings` on the in-memory backend (a test registers MemoryBackendPlugin; no installed plugin declares
+    "memory", so a settings.yaml naming it gets `check`'s "no installed plugin provides the backend")."""
+    return settings.model_copy(update={"queue": settings.queue.model_copy(update={"backend": "memory"})})
+
+
+class MemoryBackendPlugin:
+    """Declares the backend "memory" on `state` (a new one when None); a test registers it."""
+
+    def __init__(self, state: MemoryState | None = None):
+        self.state = state if state is not None else MemoryState()
+
+    @hookimpl
+    def switchyard_backends(self) -> dict[str, BackendFactory]:
+        return {"memory": self._open}
+
+    def _open(self, home: Home, settings: Settings, stores: Stores) -> MemoryStores:
+        return MemoryStores(home, settings, stores, self.state)
+
+
+class MemoryStores(FileStores):
+    """The in-memory backend: the state's stores; replies and `wait_for_reply` are the home's files, as
+    on the file backend (no memory outbox)."""
+
+    name = "memory"
+    in_home = False
+
+    def __init__(self, home: Home, settings: Settings, stores: Stores, state: MemoryState):
+        super().__init__(home, settings, stores)
+        self.state = state
+
+    def pairing(self, *, command: bool = False) -> MemoryPairing:
+        return MemoryPairing(self.state.pairing)
+
+    def approvals(self, *, command: bool = False) -> MemoryApprovals:  # type: ignore[override]
+        return self.state.approvals.twin()
+
+    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> MemoryLocks:
+        return MemoryLocks(self.state.locks, holder=holder or "memory-command", ttl_s=ttl_s)
+
+    def dead_letters(self) -> MemoryDeadLetters:  # type: ignore[override]
+        return MemoryDeadLetters(self.state.queue)
+
+    def status(self, dead_shown: int) -> dict[str, Any]:
+        from gateway.cli.status import gateway_process
+
+        queue = self.state.queue
+        with queue.lock:
+            depths = {"incoming": len(queue.incoming), "processing": len(queue.claimed), "failed": len(queue.failed)}
+        dead = self.dead_letters().list_dead()
+        return {"queue": depths, "gateway": gateway_process(self.home), "dead_letter_count": len(dead),
+                "dead_letters": [{"file": letter.name, **letter.to_json()} for letter in dead[:dead_shown]]}
+
+    def runtime(self, parts: RuntimeParts) -> MemoryRuntime:
+        from gateway.backends.memory.runtime import MemoryRuntime
+
+        return MemoryRuntime(parts, self.state)

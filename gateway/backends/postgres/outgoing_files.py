@@ -1,0 +1,74 @@
+"""The spec-002 `queue/outgoing/` folder on the postgres backend: a reply file is taken into
+`switchyard_outbox` and removed (a FileOutbox's reply, or a file another program dropped there)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.backends.postgres.errors import worth_waiting
+from gateway.channelkit.backoff import delay as backoff_delay
+from gateway.home import Home
+from gateway.models import OutgoingPayload
+from gateway.spool.deadletters import move_to_failed
+from gateway.storable import made_safe
+from gateway.telemetry.events import EventLog
+
+RECONNECT_MAX_S = 10.0
+INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
+          "VALUES (%s, %s, %s, %s, %s::jsonb) ON CONFLICT (name) DO NOTHING RETURNING id")
+SAME = "SELECT payload = %s::jsonb FROM switchyard_outbox WHERE name = %s"
+
+
+async def take_in_file(home: Home, name: str, pool: Any, events: EventLog, *, fsync: bool,
+                       on_database_error: Callable[[BaseException], None]) -> None:
+    """Moves one `queue/outgoing/` file into the table, then removes it; the file name is the row's
+    name (as PgOutbox names rows) unless another host used it. An invalid file goes to failed/;
+    while the database is away it is retried with backoff; one the database refuses goes to failed/ too
+    (only a lost connection means the database is away: gateway.backends.postgres.errors)."""
+    path = home.outgoing / name
+    try:
+        payload = OutgoingPayload.model_validate(json.loads(path.read_bytes()))
+    except FileNotFoundError:
+        return
+    except (ValueError, ValidationError) as exc:
+        with suppress(FileNotFoundError):
+            move_to_failed(home, path, fsync=fsync, reason=f"invalid outgoing payload: {exc}", attempts=0,
+                           source="outgoing")
+        events.emit("outgoing.failed", file=name, reason="invalid outgoing payload", attempts=0)
+        return
+    conversation = payload.conversationId or payload.senderId or payload.sender
+    columns = made_safe([payload.channel, payload.profile, conversation])  # as to_json makes the payload
+    document = json.dumps(json.loads(payload.to_json()))
+    failures = 0
+    row_name = name
+    while True:
+        try:
+            async with pool.connection(timeout=5.0) as conn:
+                cursor = await conn.execute(INSERT, (made_safe(row_name), *columns, document))
+                if await cursor.fetchone() is None:
+                    same = await (await conn.execute(SAME, (document, row_name))).fetchone()
+                    if not (same and same[0]):  # another reply has this name: take the next one
+                        row_name = f"{Path(name).stem}-{time.time_ns()}.json"
+                        continue
+                    # else taken in before a crash: only the file was left
+        except Exception as exc:
+            if not worth_waiting(exc):  # refused: that file's failure, never the queue's
+                reason = made_safe(f"cannot be stored in the database: {type(exc).__name__}: {exc}".strip())
+                with suppress(FileNotFoundError):
+                    move_to_failed(home, path, fsync=fsync, reason=reason, attempts=0, source="outgoing")
+                events.emit("outgoing.failed", file=name, reason=reason, attempts=0)
+                return
+            failures += 1
+            on_database_error(exc)
+            await asyncio.sleep(backoff_delay(failures, 0.5, RECONNECT_MAX_S))
+            continue
+        path.unlink(missing_ok=True)
+        return

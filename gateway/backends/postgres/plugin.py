@@ -1,0 +1,36 @@
+"""Declares the PostgreSQL backend (`queue.backend: postgres`) to the composition (gateway/composition.py).
+
+It stands outside gateway/backends/postgres/ and imports nothing of it, nor psycopg: the factory imports
+gateway/backends/postgres/storage.py when the backend is chosen, so the file backend never loads either.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from gateway.backends.postgres.storage import PgStorage
+    from gateway.home import Home
+    from gateway.settings import Settings
+    from gateway.stores import BackendFactory, Stores
+
+
+def _postgres(home: Home, settings: Settings, stores: Stores) -> PgStorage:
+    from gateway.backends.postgres.storage import PgStorage
+
+    return PgStorage(home, settings, stores)
+
+
+@hookimpl
+def switchyard_backends() -> dict[str, BackendFactory]:
+    """Declares the postgres backend."""
+    return {"postgres": _postgres}
+
+
+@hookimpl
+def switchyard_migrations() -> dict[str, list[str]]:
+    """The gateway's tables: the queue, outbox, delivery journal, files, pairing, receipts, leases, events,
+    tool approvals."""
+    return {"postgres": ["gateway.backends.postgres"]}

@@ -1,0 +1,122 @@
+"""The PostgreSQL backend as the composition sees it (gateway/composition.py's Backend): every store in
+the database the variable `queue.dsn_env` names, shared by the processes of every host."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from gateway.backends.postgres.db import SharedPool, dsn_from_settings
+from gateway.composition import open_store
+from gateway.runtime.locks import process_instance
+from gateway.stores import Duplicate, Stores
+from gateway.telemetry.redaction import database_error
+
+if TYPE_CHECKING:
+    from gateway.backends.postgres.approvals import PgApprovals
+    from gateway.backends.postgres.deadletters import DeadStore
+    from gateway.backends.postgres.locks import PgLocks
+    from gateway.backends.postgres.pairing import PgPairingStore
+    from gateway.backends.postgres.runtime import PostgresRuntime
+    from gateway.home import Home
+    from gateway.models import IncomingPayload
+    from gateway.settings import Settings
+
+
+class PgStorage:
+    """The postgres backend: opens its stores on the DSN of `queue.dsn_env` (read when first needed), and
+    owns the connection pool they share (`pool`), closed by `close`."""
+
+    name = "postgres"
+    in_home = False
+    failures: tuple[type[BaseException], ...] = (psycopg.Error,)
+
+    def __init__(self, home: Home, settings: Settings, stores: Stores):
+        self.home = home
+        self.settings = settings
+        self._stores = stores
+
+    @cached_property
+    def dsn(self) -> str:
+        """The DSN; SettingsError when its variable is unset."""
+        return dsn_from_settings(self.settings.queue)
+
+    @cached_property
+    def pool(self) -> SharedPool:
+        """The synchronous pool every store this backend opens shares (opened on first use)."""
+        return SharedPool(self.dsn)
+
+    def close(self) -> None:
+        """Closes the backend's pool (the gateway calls it once its handler and runtime are stopped)."""
+        if "pool" in self.__dict__:
+            self.pool.close()
+
+    def failure_text(self, exc: BaseException) -> str:
+        return database_error(exc, self.dsn)
+
+    def unset_variables(self) -> list[tuple[str, str, str]]:
+        variable = self.settings.queue.dsn_env
+        return [] if os.environ.get(variable, "").strip() else [("queue.dsn_env", variable, "run would not start")]
+
+    def pairing(self, *, command: bool = False) -> PgPairingStore:
+        from gateway.backends.postgres.pairing import PgPairingStore
+
+        return PgPairingStore.direct(self.dsn) if command else PgPairingStore.pooled(self.dsn, self.pool)
+
+    def approvals(self, *, command: bool = False) -> PgApprovals:
+        from gateway.backends.postgres.approvals import PgApprovals
+
+        return PgApprovals.direct(self.dsn) if command else PgApprovals.pooled(self.dsn, self.pool)
+
+    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> PgLocks:
+        from gateway.backends.postgres.locks import PgLocks
+
+        return PgLocks(self.dsn, holder=holder or process_instance(), ttl_s=ttl_s, pool=self.pool)
+
+    def dead_letters(self) -> DeadStore:
+        from gateway.backends.postgres.deadletters import DeadStore
+
+        return DeadStore(self.dsn, self.home)
+
+    def wait_for_reply(self, message: IncomingPayload, job: str,
+                       timeout_s: float) -> dict[str, Any] | Duplicate | None:
+        """Replies stay in the database, never in outgoing/."""
+        from gateway.backends.postgres.outbox import find_reply
+
+        return find_reply(self.dsn, message.messageId, job, timeout_s)
+
+    def status(self, dead_shown: int) -> dict[str, Any]:
+        """The database, its queue and dead letters, and the processes attached on every host (the gateway
+        counts as running when any is live); raises DatabaseUnreachable."""
+        from gateway.backends.postgres.status import gather
+        from gateway.cli.status import gateway_process
+
+        status: dict[str, Any] = {"backend": "postgres"}
+        status.update(gather(self.settings.queue, self.dsn, dead_shown=dead_shown, home=self.home))
+        status.setdefault("queue", {})
+        status.setdefault("dead_letter_count", 0)
+        status.setdefault("dead_letters", [])
+        local = gateway_process(self.home)
+        live = [p for p in status.get("processes", []) if not p["stale"]]
+        status["gateway"] = {**local, "running": bool(live), "local": local.get("running", False),
+                             "processes_live": len(live)}
+        return status
+
+    def print_headline(self, status: dict[str, Any]) -> None:
+        from gateway.backends.postgres.status import print_database
+
+        gateway = status["gateway"]
+        print(f"gateway: {gateway['processes_live']} live process(es) attached to the database"
+              if gateway.get("running") else "gateway: no live process attached to the database")
+        print_database(status)
+
+    def runtime(self, parts: Any) -> PostgresRuntime:
+        from gateway.backends.postgres.runtime import PostgresRuntime
+
+        return PostgresRuntime(parts, self.dsn, self.pool)
+
+    def store(self, name: str, **options: Any) -> Any:
+        return open_store(self, self._stores, name, **options)

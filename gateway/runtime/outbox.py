@@ -1,0 +1,140 @@
+"""Writes outgoing payloads under their spec-002 names, refusing attachments the conversation may not receive."""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+from gateway.channelkit.attachments import AttachmentPolicy, AttachmentRefused, note_refusals, open_attachment
+from gateway.home import Home, SpareFiles, atomic_write, safe_name
+from gateway.models import OutgoingPayload
+from gateway.telemetry.events import EventLog, now_ms
+
+log = logging.getLogger("switchyard.outbox")
+
+
+def outgoing_name(payload: OutgoingPayload, named_by_message_id: Collection[str] = ()) -> str:
+    """`<messageId>.json` for a channel type in `named_by_message_id` (spec 002: the heartbeat's),
+    `<channel>_<messageId>_<timestamp>.json` otherwise (made safe)."""
+    if payload.channel in named_by_message_id:
+        return f"{safe_name(payload.messageId)}.json"
+    return f"{safe_name(payload.channel)}_{safe_name(payload.messageId)}_{payload.timestamp}.json"
+
+
+class BaseOutbox(ABC):
+    """What every outbox does before it stores a reply: refuses the attachments its conversation may not
+    receive, and stamps it with a timestamp never below the last one this process used (the names of
+    spec 002 carry it). Each backend stores the reply in its own way (FileOutbox: a file in
+    `queue/outgoing/`; gateway.backends.postgres.outbox.PgOutbox: a row).
+
+    `named_by_message_id` holds the channel types whose replies are `<messageId>.json` (those whose
+    channel declares `Channel.reply_named_by_message_id`; the gateway adds each as it builds it): a
+    second reply to the same message replaces the first there.
+    """
+
+    def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
+                 named_by_message_id: Collection[str] = ()):
+        self.home = home
+        self.named_by_message_id = set(named_by_message_id)
+        self.events = events
+        self.attachments = AttachmentPolicy(home, extra_roots)
+        self._last_ms = 0
+        self._lock = threading.Lock()
+        self.on_written: Callable[[str, OutgoingPayload], None] | None = None
+        """Told of each reply written where the gateway's delivery must be handed it (FileOutbox)."""
+
+    def prepared(self, payload: OutgoingPayload) -> OutgoingPayload:
+        """The payload as it will be stored: the files its conversation may receive (by their real paths)
+        kept, the others dropped and named in its text."""
+        if not payload.files:
+            return payload
+        kept: list[str] = []
+        refused: list[tuple[str, str]] = []
+        for raw in payload.files:
+            real = os.path.realpath(raw)
+            try:
+                if not os.path.isabs(raw):
+                    raise AttachmentRefused(f"{raw}: not an absolute path")
+                open_attachment(real, lambda path: self.attachments.allows(path, payload)).close()
+            except AttachmentRefused as exc:
+                refused.append((raw, str(exc)))
+                continue
+            kept.append(real)
+        return note_refusals(payload.model_copy(update={"files": kept}), refused, self.events, stage="written")
+
+    def stamped(self, payload: OutgoingPayload, taken: Callable[[str], bool] = lambda name: False) -> str:
+        """Sets the payload's timestamp (never below the last one used here, nor one whose name is
+        `taken`, unless its channel's replies replace each other) and returns its spec-002 name."""
+        with self._lock:
+            payload.timestamp = max(payload.timestamp, now_ms(), self._last_ms + 1)
+            while True:
+                name = outgoing_name(payload, self.named_by_message_id)
+                if payload.channel in self.named_by_message_id or not taken(name):
+                    break
+                payload.timestamp += 1
+            self._last_ms = payload.timestamp
+        return name
+
+    @abstractmethod
+    def write(self, payload: OutgoingPayload) -> Path | str:
+        """Stores one payload (gateway.api.Outbox)."""
+
+    @abstractmethod
+    def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
+        """gateway.api.Outbox.holds_result: whether a reply carrying this run's result is stored."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Lets go of what the outbox holds open."""
+
+
+class FileOutbox(BaseOutbox):
+    """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files."""
+
+    def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
+                 fsync: bool = True, named_by_message_id: Collection[str] = ()):
+        super().__init__(home, events, extra_roots=extra_roots, named_by_message_id=named_by_message_id)
+        self.fsync = fsync
+        self._spares = SpareFiles(home.outgoing)
+
+    def write(self, payload: OutgoingPayload) -> Path:
+        """Writes one payload atomically; a refused attachment is dropped and named in the text.
+
+        `on_written(name, payload)` then hands the payload to the dispatcher without a re-read.
+        """
+        payload = self.prepared(payload)
+        path = self.home.outgoing / self.stamped(payload, lambda name: (self.home.outgoing / name).exists())
+        atomic_write(path, payload.to_json(), fsync=self.fsync, spares=self._spares)
+        if self.on_written is not None:
+            self.on_written(path.name, payload)
+        return path
+
+    def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
+        """Looks in outgoing/, sent/ and failed/ (in that order, the way files move) for a reply to the message
+        carrying the run's result (not an ack or a question)."""
+        pattern = f"*{glob.escape(safe_name(channel))}_{glob.escape(safe_name(message_id))}_*.json"
+        for folder in (self.home.outgoing, self.home.sent, self.home.failed):
+            if any(_carries_result(path, run_id, run_state) for path in folder.glob(pattern)):
+                return True
+        return False
+
+    def close(self) -> None:
+        """Removes the spare file kept ready in outgoing/."""
+        self._spares.close()
+
+
+def _carries_result(path: Path, run_id: str, run_state: str) -> bool:
+    """Tells whether an outgoing payload file carries run `run_id` in `run_state`."""
+    if path.name.endswith(".error.json"):
+        return False
+    try:
+        payload = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # moved on meanwhile: the next folder has it
+        return False
+    return isinstance(payload, dict) and payload.get("workflowRunId") == run_id and payload.get("runState") == run_state

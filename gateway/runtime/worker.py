@@ -1,0 +1,397 @@
+"""The worker loop: claim → schedule by ordering keys → handler → outgoing | retry | dead letter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from gateway.api import Handler, Outbox
+from gateway.channelkit.edits import edited_bytes
+from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
+from gateway.payloads import backoff_seconds, parse_payload
+from gateway.runtime.aio import finish_or_cancel, wait_event
+from gateway.runtime.keys import KeyScheduler, ordering_keys
+from gateway.runtime.locks import Locks
+from gateway.runtime.outcome import Dead, Done, Retry, handled
+from gateway.runtime.receipts import Receipts
+from gateway.runtime.sharing import SharedHome
+from gateway.settings import QueueSettings
+from gateway.spool.queue import CLAIM_RETRY_S, Claimed
+from gateway.stores import AnsweredStore, QueueStore
+from gateway.telemetry.events import EventLog
+
+log = logging.getLogger("switchyard.worker")
+
+MAX_PENDING = 10_000
+LOCK_RETRY_S = 0.05
+CLAIM_REPORT_S = 60.0
+
+
+class WorkerQueue(QueueStore, Protocol):
+    """The queue a Worker claims from: a QueueStore that also reports why claims failed."""
+
+    def take_claim_errors(self) -> list[str]:
+        """The reasons of the claims that failed since the last call (a file that cannot be moved)."""
+        ...
+
+    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
+        """Replaces the bytes of a payload this handle claimed (an edit folded into it before it started)."""
+        ...
+
+
+@dataclass
+class _Job:
+    claimed: Claimed
+    message: IncomingPayload
+    started: float = 0.0  # time.monotonic() when its processing began
+
+
+class Worker:
+    """Claims messages in order and runs them through the handler, one at a time per ordering key.
+
+    Any QueueStore and AnsweredStore: the file backend's (gateway/backends/files/runtime.py) or the in-memory one's
+    (gateway/backends/memory/runtime.py). Without `sharing` but with `locks`, key locks are on from the start
+    (hosts sharing one queue)."""
+
+    def __init__(
+        self,
+        queue: WorkerQueue,
+        handler: Handler,
+        outbox: Outbox,
+        answered: AnsweredStore,
+        events: EventLog,
+        settings: QueueSettings,
+        *,
+        on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
+        locks: Locks | None = None,
+        sharing: SharedHome | None = None,
+    ):
+        self.queue = queue
+        self.handler = handler
+        self.outbox = outbox
+        self.answered = answered
+        self.events = events
+        self.settings = settings
+        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency, None if sharing else locks)
+        self._locks = locks
+        self._sharing = sharing
+        self._share_requested = False
+        self._waiting_logged = False
+        self._blocked: set[str] = set()  # keys another process holds, found in this claim pass
+        self._contended = False  # a file was left in incoming/ because another process holds its key
+        self._last_claim_error = ("", 0.0)
+        self._on_start = on_start
+        self._wakeup = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        if hasattr(queue, "pending_edits"):  # an edit of a message claimed here but not started folds into it
+            queue.pending_edits = self.fold_pending
+        self.processed = 0
+        self.receipts: Receipts | None = None  # set by the gateway: tells a waiting sender it is queued
+
+    async def renew_locks(self) -> None:
+        """Keeps the locks of long-running messages from expiring (runs until cancelled)."""
+        if self._locks is None:
+            return
+        while True:
+            await asyncio.sleep(self._locks.ttl_s / 3)
+            self._locks.renew(self.scheduler.locked_keys())
+            if self.scheduler.locks is not None:  # a backstop: a dead process's stale locks swept by others
+                self._recover_dead_workers()
+
+    def request_share(self) -> None:
+        """Tells the loop that another process may have asked to share the home (see SharedHome)."""
+        self._share_requested = True
+        self.wake()
+
+    def _settle_sharing(self) -> bool:
+        """Takes or adjusts this process's place on a shared home; False while it must wait."""
+        sharing = self._sharing
+        if sharing is None:
+            return True
+        if sharing.mode == "waiting":
+            if not sharing.poll():
+                if not self._waiting_logged:
+                    log.warning("another switchyard process is alone on this home; waiting for it to share it")
+                    self._waiting_logged = True
+                return False
+            self._recover_dead_workers()  # the process this one waited for may have died holding messages
+        if sharing.mode == "shared" and self.scheduler.locks is None:
+            self.scheduler.locks = self._locks
+        if sharing.mode == "solo" and self._share_requested and self._locks is not None:
+            self._share_requested = False
+            if sharing.requested():
+                if self.scheduler.lock_running(self._locks) and sharing.share():
+                    self.events.emit("queue.shared", reason="another process shares this home: key locks on")
+                else:
+                    self._share_requested = True  # a running key is locked elsewhere: try again shortly
+        return True
+
+    def wake(self) -> None:
+        """Tells the loop that something changed (a new file, a finished job)."""
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Runs until `stop()`: claims whatever may start, then sleeps until woken or a backoff ends."""
+        while not self._stopping:
+            self._wakeup.clear()
+            if not self._settle_sharing():
+                await asyncio.sleep(LOCK_RETRY_S)
+                continue
+            try:
+                self._claim_and_start()
+            except Exception as exc:  # never let the loop die: log, report, look again shortly
+                log.exception("claiming failed")
+                self.events.emit("queue.error", reason=f"claiming failed: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(CLAIM_RETRY_S)
+                continue
+            timeout = self.queue.next_due_in()
+            if self.scheduler.contended or self._contended or self._share_requested:  # held elsewhere: look again
+                timeout = min(timeout or LOCK_RETRY_S, LOCK_RETRY_S)
+            await wait_event(self._wakeup, timeout)
+
+    def _claim_and_start(self) -> None:
+        self._start_ready()
+        shared = self.scheduler.locks is not None
+        self._blocked.clear()
+        self._contended = False
+        while self._wants_more() and (claimed := self._claim(shared)) is not None:
+            self._accept(claimed)
+            self._start_ready()
+        self.queue.end_pass()
+        for order in self.queue.take_vanished():
+            self.scheduler.release_hold(order)
+        if shared:
+            self.scheduler.release_idle()  # keys reserved for a file that vanished or proved invalid
+        self._report_claim_errors(self.queue.take_claim_errors())
+        self._start_ready()
+
+    def _claim(self, shared: bool) -> Claimed | None:
+        """The next file to run: the oldest one alone on a home, the oldest admitted one if shared."""
+        if not shared:
+            return self.queue.claim()  # no key locks: the fast path, one rename and one read
+        return self.queue.claim_admitted(self._keys_of, self._admit)
+
+    def _keys_of(self, data: bytes) -> tuple[str, ...]:
+        """The ordering keys of a payload file's bytes; none for an invalid one."""
+        try:
+            return ordering_keys(parse_payload(data, self.settings.max_payload_bytes))
+        except ValueError:
+            return ()
+
+    def _admit(self, keys: tuple[str, ...]) -> bool:
+        """Whether a file of `keys` may be claimed now, on a shared home: this process holds or takes
+        the locks of all its keys, and no older file of one of them was left in incoming/ in this
+        pass (that one goes first, whoever takes it). A refused file's keys are blocked for the rest
+        of the pass, so no younger file of any of them is claimed ahead of it."""
+        if self._blocked.isdisjoint(keys) and self._reserve(keys):
+            return True
+        self._blocked.update(keys)
+        self._contended = True
+        return False
+
+    def _reserve(self, keys: tuple[str, ...]) -> bool:
+        """Takes the locks of `keys`; when one was taken over from a dead process, first returns what
+        that process had claimed to incoming/ (refusing this file: an older one may be among them)."""
+        assert self._locks is not None
+        reclaimed = self._locks.reclaimed
+        if not self.scheduler.reserve(keys):
+            return False
+        if self._locks.reclaimed == reclaimed:
+            return True
+        self._recover_dead_workers()
+        return False
+
+    def _recover_dead_workers(self) -> None:
+        for action in self.queue.recover_dead_workers():
+            self.events.emit("queue.recovered", reason=action)
+
+    def _report_claim_errors(self, errors: list[str]) -> None:
+        """Logs and emits claim failures: a new reason at once, the same one at most once a minute."""
+        if not errors:
+            return
+        now = time.monotonic()
+        if errors[0] == self._last_claim_error[0] and now - self._last_claim_error[1] < CLAIM_REPORT_S:
+            return
+        self._last_claim_error = (errors[0], now)
+        log.error("%s (%d claim failure(s); retrying)", errors[0], len(errors))
+        self.events.emit("queue.error", reason=errors[0], failures=len(errors))
+
+    def fold_pending(self, edit: IncomingPayload) -> bool:
+        """Puts an edit's text into its original when this worker claimed it and it has not started (it waits
+        behind its conversation): the claimed bytes are rewritten where they are, so a restart keeps the edit.
+        On the event loop, as starting is: a message is either still pending here or started."""
+        for job in self.scheduler.pending_items():
+            edited = edited_bytes(job.claimed.data, edit)
+            if edited is not None:
+                self.queue.rewrite_claimed(job.claimed, edited)
+                job.claimed.data = edited
+                job.message = parse_payload(edited, self.settings.max_payload_bytes)
+                return True
+        return False
+
+    def _wants_more(self) -> bool:
+        # Claims happen only while a slot is free; since ready messages were just started, every
+        # pending one is blocked by a busy key, so looking further ahead keeps a slow key from
+        # delaying independent ones. MAX_PENDING bounds the memory this may take.
+        return (not self._stopping and self.scheduler.running < self.settings.max_concurrency
+                and self.scheduler.pending_count < MAX_PENDING)
+
+    def _accept(self, claimed: Claimed) -> None:
+        if claimed.invalid is not None:  # a FIFO, a link, a directory...: quarantined unread
+            self._quarantine(claimed, claimed.invalid)
+            return
+        try:
+            message = parse_payload(claimed.data, self.settings.max_payload_bytes)
+        except ValueError as exc:
+            self._quarantine(claimed, str(exc), exc.apology() if isinstance(exc, UnstorableText) else None)
+            return
+        if self.scheduler.locks is not None and not self._admit(ordering_keys(message)):
+            # replaced in incoming/ between its reading and its claim by a file of other keys,
+            # held elsewhere: back in line (those keys are blocked for the rest of this pass)
+            self.queue.release(claimed, 0.0)
+            return
+        self.events.emit("message.claimed", job_id=claimed.name, channel=message.channel, profile=message.profile,
+                         conversation=message.conversation, attempt=claimed.attempts + 1)
+        self.scheduler.add(claimed.order, ordering_keys(message), _Job(claimed, message))
+        if self.receipts is not None:
+            self.receipts.claimed(claimed.order, message)
+
+    def _quarantine(self, claimed: Claimed, reason: str, apology: OutgoingPayload | None = None) -> None:
+        """Moves an invalid file to failed/ (then writes `apology`, if any); if failed/ refuses it, puts it
+        back to try again later."""
+        claimed.errors.append(reason)
+        try:
+            target = self.queue.dead_letter(claimed, reason)
+        except OSError as exc:
+            self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot quarantine an invalid file: {exc}")
+            with contextlib.suppress(OSError):  # else it stays in processing/ and returns at the next start
+                self.queue.release(claimed, CLAIM_RETRY_S)
+            return
+        log.error("invalid payload %s moved to failed/%s: %s", claimed.name, target.name, reason)
+        self.events.emit("message.invalid", job_id=claimed.name, reason=reason, file=target.name)
+        if apology is not None:
+            try:
+                self.outbox.write(apology)
+            except OSError as exc:  # the dead letter holds the reason; the sender is not told this time
+                self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot write the apology: {exc}")
+
+    def _start_ready(self) -> None:
+        for keys, job in self.scheduler.ready():
+            if self.receipts is not None:
+                self.receipts.started(job.claimed.order)
+            task = asyncio.create_task(self._process(job), name=f"message:{job.claimed.name}")
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._finished, keys=keys))
+
+    def _finished(self, task: asyncio.Task[None], *, keys: tuple[str, ...]) -> None:
+        self._tasks.discard(task)
+        self.scheduler.finish(keys)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("message task failed unexpectedly", exc_info=task.exception())
+        self.wake()
+
+    async def _process(self, job: _Job) -> None:
+        try:
+            await self._run_job(job)
+        except asyncio.CancelledError:
+            if job.claimed.path.exists():
+                self._requeue_uncounted(job.claimed)
+            raise
+
+    async def _run_job(self, job: _Job) -> None:
+        claimed, message = job.claimed, job.message
+        if self.answered.contains(message):
+            await self._durably(job, "remove the answered file", lambda: self.queue.complete(claimed))
+            self.events.emit("message.duplicate", job_id=claimed.name, channel=message.channel,
+                             conversation=message.conversation, messageId=message.messageId)
+            return
+        job.started = time.monotonic()
+        finished = self._on_start(message) if self._on_start is not None else None
+        try:
+            outcome = await handled(self.handler, message, claimed.attempts, self.settings, job_id=claimed.name,
+                                    wait_out=functools.partial(self._wait_out, job))
+        finally:
+            if finished is not None:
+                finished()
+        if isinstance(outcome, Done):
+            await self._deliver(job, outcome)
+        elif isinstance(outcome, Retry):
+            await self._requeue(job, outcome)
+        else:
+            await self._dead_letter(job, outcome)
+
+    async def _wait_out(self, job: _Job, exc: OSError, refusals: int) -> None:
+        await self._storage_pause(job, f"process the message: {exc}", refusals)
+
+    async def _durably(self, job: _Job, what: str, action: Callable[[], object]) -> None:
+        """Runs a write into the queue, retrying it with backoff while the file system refuses it
+        (disk full, folder not writable): the message stays claimed and keeps its keys, so nothing
+        is lost and nothing overtakes it; each refusal is a `queue.error` event."""
+        failures = 0
+        while True:
+            try:
+                action()
+                return
+            except OSError as exc:
+                failures += 1
+                await self._storage_pause(job, f"{what}: {exc}", failures)
+
+    async def _storage_pause(self, job: _Job, problem: str, failures: int) -> None:
+        delay = backoff_seconds(failures, self.settings)
+        if failures == 1:
+            log.error("cannot %s (retrying every %.1fs at most until it works)", problem,
+                      self.settings.backoff_max_ms / 1000)
+        self.events.emit("queue.error", job_id=job.claimed.name, channel=job.message.channel,
+                         conversation=job.message.conversation, reason=f"cannot {problem}",
+                         retry_ms=int(delay * 1000), failures=failures)
+        await asyncio.sleep(delay)
+
+    async def _deliver(self, job: _Job, done: Done) -> None:
+        for reply in done.replies:
+            await self._durably(job, "write the reply", functools.partial(self.outbox.write, reply))
+        await self._durably(job, "record the answer", functools.partial(self.answered.record, job.message))
+        await self._durably(job, "remove the answered file", functools.partial(self.queue.complete, job.claimed))
+        self.processed += 1
+        done.announce(self.events, job.claimed.name, job.message, time.monotonic() - job.started)
+
+    async def _requeue(self, job: _Job, retry: Retry) -> None:
+        retry.announce(self.events, job.claimed.name, job.message)
+        await self._durably(job, "return the message to incoming",
+                            functools.partial(self.queue.requeue, job.claimed, retry.error, retry.delay_s))
+        self.scheduler.hold(job.claimed.order, ordering_keys(job.message))
+        retry.requeued(self.events, job.claimed.name, job.message)
+
+    async def _dead_letter(self, job: _Job, dead: Dead) -> None:
+        job.claimed.errors.append(dead.error)  # the report keeps every error, this one too
+        targets: list[Path] = []
+        await self._durably(job, "move the message to failed/", lambda: targets.append(self.queue.dead_letter(
+            job.claimed, dead.reason, attempts=dead.attempts, conversation=job.message.conversation)))
+        dead.announce(self.events, job.claimed.name, job.message, where=f" moved to failed/{targets[0].name}",
+                      file=targets[0].name)
+        await self._durably(job, "write the apology", functools.partial(self.outbox.write, dead.apology))
+
+    def _requeue_uncounted(self, claimed: Claimed) -> None:
+        """Puts an interrupted message back for the next start, without counting an attempt."""
+        try:
+            self.queue.release(claimed, 0.0)
+        except (OSError, KeyError) as exc:
+            log.error("could not return %s to incoming (recovered at next start): %s", claimed.name, exc)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stops intake, lets running messages finish for `grace_s`, then cancels and requeues the rest."""
+        self._stopping = True
+        self.wake()
+        if self.receipts is not None:
+            self.receipts.close()
+        await finish_or_cancel(set(self._tasks), grace_s)
+        for job in self.scheduler.drain_pending():
+            self._requeue_uncounted(job.claimed)
+        self.scheduler.release_idle()  # only now: no other process may claim a later message of a key first

@@ -1,0 +1,267 @@
+"""Provider runs by name: a preset agent CLI, a generic argv as a subprocess, or a built-in in process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from gateway.api import BuiltinProvider, PermanentError
+from gateway.home import Home, atomic_write, safe_name
+from gateway.runtime.aio import wait_event
+from gateway.settings import ProviderSettings
+from gateway.telemetry.events import EventLog
+from orchestrator.agents.acp.route import AcpRoute
+from orchestrator.agents.clis import PRESETS
+from orchestrator.agents.clis.runner import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
+from orchestrator.agents.live import Turns, TurnStopped
+from orchestrator.agents.sessions import SessionStore
+from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
+from orchestrator.usage.meter import UsageMeter
+from orchestrator.usage.records import PAYER_KINDS, TokenUsage
+
+BUILTIN_MAX_OUTPUT = 1_048_576
+STOP_WAIT_SEC = 5.0  # how long `/stop` waits for a stopped call to end (its processes are killed at once)
+
+
+class ProviderRunner:
+    """Runs providers by name: presets and settings.yaml commands as subprocesses, built-ins in process.
+
+    Every subprocess gets the gateway's environment minus every variable a `*_env` setting names and
+    minus `SWITCHYARD_*` internals, plus its own `env`: a chat user who asks an agent to print its
+    environment sees no channel token.
+
+    Every call made for a conversation is a turn in `turns` while it runs, so `/stop` stops it: its
+    process group is killed and the call raises TurnStopped (never retried).
+    """
+
+    def __init__(
+        self, home: Home, providers: Mapping[str, ProviderSettings], builtins: Mapping[str, BuiltinProvider],
+        *, events: EventLog | None = None, hidden_env: frozenset[str] = frozenset(),
+        sessions: SessionStore | None = None,
+    ):
+        self._home = home
+        self._providers = dict(providers)
+        self._builtins = dict(builtins)
+        self._hidden_env = hidden_env
+        self.turns = Turns()  # the turns running now, by conversation: what /stop stops
+        self.meter: UsageMeter | None = None  # counts and limits the turns of calls with a payer
+        sessions = sessions or SessionStore.in_home(home)
+        self.acp = AcpRoute(sessions, events, self.turns)  # live sessions of `transport: acp` presets
+        self._cli = AgentCliRunner(sessions, events, self.acp)
+
+    def reconfigure(self, providers: Mapping[str, ProviderSettings], hidden_env: frozenset[str]) -> None:
+        """Runs the providers of settings.yaml reloaded while running; `hidden_env` joins the variables
+        already hidden (a running channel still holds the token a removed `*_env` named)."""
+        self._providers = dict(providers)
+        self._hidden_env = self._hidden_env | hidden_env
+
+    async def close(self) -> None:
+        """Stops every live agent session's process (the handler's stop)."""
+        await self.acp.close()
+
+    def known(self) -> set[str]:
+        """Every provider name that can run: settings.yaml ones and built-ins."""
+        return set(self._providers) | set(self._builtins)
+
+    def in_process(self, name: str) -> bool:
+        """True for a built-in provider that settings.yaml does not override (it reads no request file)."""
+        return name not in self._providers and name in self._builtins
+
+    def settings_of(self, name: str) -> ProviderSettings | None:
+        """The settings.yaml entry of a provider (None for a built-in)."""
+        return self._providers.get(name)
+
+    async def run(
+        self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,
+        env: Mapping[str, str] | None = None, call: AgentCall | None = None,
+    ) -> ProviderResult:
+        """Writes the request file (when given), runs the provider; raises ProviderFailed (retryable) or
+        PermanentError (unknown provider, or a failure retrying cannot fix). A call with a payer is a turn of
+        that payer: its limits are checked first, counting the payer's turns running now, and it counts as
+        running until it ends (LimitReached: nothing is started); what it spent is counted whether it succeeds
+        or fails."""
+        if name not in self._providers and name not in self._builtins:
+            raise PermanentError(f"unknown provider {name!r}; known: {', '.join(sorted(self.known()))}")
+        call = call or AgentCall()
+        if call.payer is None or self.meter is None:
+            return await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
+                                   call=call)
+        meter, payer = self.meter, call.payer
+        kinds = tuple(kind for kind in PAYER_KINDS if kind not in call.reserved)
+        async with meter.turn(payer, name, kinds=kinds):  # counted as running until its spending is recorded
+            started, ran = time.monotonic(), None
+            try:
+                ran = await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
+                                      call=call)
+                return ran
+            except (ProviderFailed, ProviderRefused) as exc:
+                ran = exc.result  # None: it never started (missing binary, unset key): nothing spent
+                raise
+            except TurnStopped:
+                ran = ProviderResult("", "", None, ms_since(started), False, False)
+                raise
+            finally:
+                if ran is not None:
+                    seconds = time.monotonic() - started
+                    usage = ran.usage or TokenUsage()
+                    meter.record(payer, name, usage.spent(seconds), run_id=call.run,  # at once: the step waits
+                                 invalid=usage.invalid)
+
+    async def _run(
+        self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,
+        env: Mapping[str, str] | None, call: AgentCall,
+    ) -> ProviderResult:
+        configured = self._providers.get(name)
+        if configured is not None or request_file is not None:  # a built-in needs no working directory
+            _prepare(cwd, request_file, request)
+        if configured is None:
+            return _checked(name, await self._run_builtin(self._builtins[name], prompt, request,
+                                                          call.turn_scope()))
+        request_env = {"SWITCHYARD_REQUEST": str(request_file)} if request_file is not None else {}
+        full_env = self.provider_env(name, configured, {**request_env, **(env or {})})
+        async with self._turn(call.turn_scope()) as stop:
+            if configured.type is not None:
+                return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call, stop=stop)
+            argv = prompt_argv(configured.argv, prompt) if configured.input == "arg" else configured.argv
+            stdin = prompt.encode() if configured.input == "stdin" else None
+            result = await run_process(argv, stdin=stdin, env=full_env, cwd=cwd, timeout_sec=configured.timeout_sec,
+                                       max_output=configured.max_output_bytes,
+                                       first_output_sec=configured.first_output_sec, stop=stop)
+            return _checked(name, _unless_stopped(name, stop, result), argv[0])
+
+    async def run_command(
+        self, name: str, argv: Sequence[str], *, stdin: str | None, cwd: Path, timeout_sec: float,
+        max_output: int, env: Mapping[str, str] | None = None, turn: str | None = None,
+    ) -> ProviderResult:
+        """Runs a command step or function argv with the providers' environment; raises ProviderFailed,
+        or TurnStopped when `/stop` of the conversation `turn` stopped it."""
+        _prepare(cwd)
+        async with self._turn(turn) as stop:
+            result = await run_process(
+                argv, stdin=None if stdin is None else stdin.encode(), env=self.environment(env),
+                cwd=cwd, timeout_sec=timeout_sec, max_output=max_output, stop=stop,
+            )
+            return _checked(name, _unless_stopped(name, stop, result), argv[0] if argv else name)
+
+    @asynccontextmanager
+    async def _turn(self, scope: str | None) -> AsyncIterator[asyncio.Event]:
+        """Registers a process-running call in `turns` for as long as it runs; the event it yields is set by
+        `/stop` (the process then is killed), whose wait ends when the call has."""
+        stop, ended = asyncio.Event(), asyncio.Event()
+
+        async def stop_turn() -> None:
+            stop.set()
+            await wait_event(ended, STOP_WAIT_SEC)
+
+        with self.turns.running(scope, stop_turn):
+            try:
+                yield stop
+            finally:
+                ended.set()
+
+    def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A subprocess's environment: os.environ without secrets and SWITCHYARD_* internals, plus
+        SWITCHYARD_HOME and the given variables."""
+        inherited = {key: value for key, value in os.environ.items()
+                     if key not in self._hidden_env and not key.startswith("SWITCHYARD_")}
+        return {**inherited, "SWITCHYARD_HOME": str(self._home.root), **(extra or {})}
+
+    def provider_env(self, name: str, provider: ProviderSettings,
+                     extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The whole environment a provider's process gets (a preset's CLI or its ACP adapter): the
+        gateway's without secrets, the provider's `env`, its endpoint variables, then `extra`."""
+        return self.environment({**provider.env, **self._endpoint_env(name, provider), **(extra or {})})
+
+    def _endpoint_env(self, name: str, provider: ProviderSettings) -> dict[str, str]:
+        """What points a preset's CLI at its `base_url` with the key `api_key_env` names: the key goes only
+        under the CLI's own variable (the named one is hidden like every `*_env`), config files only into
+        `<home>/providers/<name>/` (0700)."""
+        if provider.type is None or (provider.base_url is None and provider.api_key_env is None):
+            return {}
+        key = None
+        if provider.api_key_env is not None:
+            key = os.environ.get(provider.api_key_env, "").strip()
+            if not key:
+                raise ProviderRefused(name, f"the environment variable {provider.api_key_env} (api_key_env) is not "
+                                            "set for the user running switchyard")
+        folder = endpoint_folder(self._home, name)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+        return PRESETS[provider.type].endpoint_env(provider, key, folder)
+
+    async def _run_builtin(
+        self, provider: BuiltinProvider, prompt: str, request: dict[str, Any], scope: str | None
+    ) -> ProviderResult:
+        started = time.monotonic()
+        try:
+            answer = await self._stoppable(provider(prompt, request), scope)
+        except TurnStopped:
+            raise
+        except Exception as exc:
+            return ProviderResult("", f"{type(exc).__name__}: {exc}", 1, ms_since(started), False, False)
+        truncated = len(answer) > BUILTIN_MAX_OUTPUT
+        return ProviderResult(answer[:BUILTIN_MAX_OUTPUT], "", 0, ms_since(started), False, truncated)
+
+    async def _stoppable(self, answer: Awaitable[str], scope: str | None) -> str:
+        """Awaits a built-in's answer as a turn of `scope`: `/stop` cancels it (TurnStopped)."""
+        if scope is None:
+            return await answer
+        task = asyncio.ensure_future(answer)
+        stopped = False
+
+        async def stop_turn() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_WAIT_SEC)
+
+        with self.turns.running(scope, stop_turn):
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+        if stopped and task.cancelled():
+            raise TurnStopped("stopped by /stop")
+        return task.result()
+
+
+def _unless_stopped(name: str, stop: asyncio.Event, result: ProviderResult) -> ProviderResult:
+    """The result of a process run, unless `/stop` stopped it (TurnStopped)."""
+    if stop.is_set():
+        raise TurnStopped(f"{name}: stopped after {result.duration_ms / 1000:.1f}s")
+    return result
+
+
+def prompt_argv(argv: Sequence[str], prompt: str) -> list[str]:
+    """A generic provider's argv with the prompt as its last argument (`input: arg`). A prompt that
+    starts with `-` gets `--` before it, so no option parser (argparse, click, getopt, cobra) reads a
+    chat message such as `--config=/x` as a flag; any other prompt goes alone, as it always did."""
+    return [*argv, "--", prompt] if prompt.startswith("-") else [*argv, prompt]
+def endpoint_folder(home: Home, name: str) -> Path:
+    """The private folder of one provider's CLI config (codex's CODEX_HOME, gemini's GEMINI_CLI_HOME)."""
+    return home.root / "providers" / safe_name(name)
+
+
+def _prepare(cwd: Path, request_file: Path | None = None, request: dict[str, Any] | None = None) -> None:
+    """Creates the working directory and writes the request file a provider reads."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    if request_file is not None:
+        request_file.parent.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(request, ensure_ascii=False, indent=2, default=str).encode()
+        atomic_write(request_file, data, fsync=False)
+
+
+def _checked(name: str, result: ProviderResult, binary: str = "") -> ProviderResult:
+    if result.timed_out or result.exit_code != 0:
+        refusal = cannot_start(name, binary, result) if binary else None
+        if refusal is not None:
+            raise ProviderRefused(name, refusal, result.stderr_tail, result)
+        raise ProviderFailed(name, result)
+    return result

@@ -1,0 +1,1 @@
+"""orchestrator.yaml: its models, workflows, the per-orchestrator cache, what `check` warns of."""

@@ -1,0 +1,2 @@
+"""Running workflows: the executor, its claims, each state change with its events and coordination files, results
+delivered once, step kinds, prompt templates."""

@@ -1,0 +1,1 @@
+"""The orchestrator's stores on the file backend: runs and their archive, schedules, usage."""

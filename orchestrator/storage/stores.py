@@ -1,0 +1,208 @@
+"""The orchestrator's stores as protocols: runs (orchestrator/storage/files/runs.py RunStore,
+orchestrator/storage/postgres/runs.py
+PgRunStore, orchestrator/storage/memory.py MemoryRunStore) and the records behind provider sessions and each
+conversation's history (orchestrator/agents/sessions.py Records: FileRecords, PgRecords, MemoryRecords), the
+claimed occurrences of scheduled prompts (orchestrator/schedules/records.py ScheduleRecords) and the per-day usage
+totals (orchestrator/usage/records.py UsageRecords).
+tests/contract/ checks the rules written here once against every backend.
+
+RunRecords is the storage part of a run store: what every backend writes and reads. The lifecycle on top
+of it (`transition`, `update_step`: the transition table and the events they append) is written once in
+orchestrator/runs/base.py RunStoreBase, which RunStore and PgRunStore extend; MemoryRunStore has only the
+storage.
+
+The stores of the backend the gateway composed (gateway/composition.py) are opened by name here: the file
+backend's are declared here (`switchyard_stores`, through orchestrator/plugin.py), PostgreSQL's by
+orchestrator/storage/postgres/plugin.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from gateway.home import Home
+    from gateway.settings import Settings
+    from gateway.stores import Backend, StoreFactory
+    from orchestrator.agents.sessions import ConversationHistory, SessionStore
+    from orchestrator.runs.base import RunStoreBase
+    from orchestrator.runs.state import RunState
+    from orchestrator.schedules.records import ScheduleRecords
+    from orchestrator.usage.records import UsageRecords
+
+__all__ = ["RunRecords"]
+
+
+@runtime_checkable
+class RunRecords(Protocol):
+    """Runs, their events, the conversation → active run association and cancel requests."""
+
+    shared: bool
+    """True: other hosts' processes see these runs, and claims come from `queued` and `running_ids`."""
+
+    def create(self, run: RunState, key: str | None, *, durable: bool = True) -> RunState:
+        """Stores a new run (stamping `updatedAt`) with its `run.created` event; given its conversation's
+        `key`, makes it the conversation's active run."""
+
+    def save(self, run: RunState, *, durable: bool = True) -> RunState:
+        """Writes the run, stamping `updatedAt`; returns what was written."""
+
+    def sync(self, run_id: str) -> None:
+        """Makes the run's last write durable."""
+
+    def load(self, run_id: str) -> RunState | None:
+        """The run with this id, or None (also for one that cannot be read: logged)."""
+
+    def read(self, run_id: str) -> RunState | None:
+        """`load`, raising for a stored run that cannot be read where the store tells (UnreadableRun)."""
+
+    def quarantine(self, run_id: str, reason: str) -> RunState | None:
+        """Ends a stored run that is not one, keeping its data; returns what stands in for it, if any."""
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        """(run id, what is wrong) of stored runs that are not runs (left out of every listing)."""
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a failure reading or writing a run is this host's trouble, tried again later."""
+
+    def append_event(self, run_id: str, event: str, **fields: Any) -> None:
+        """Adds one event to the run's events (stored at the latest by its next write or `close_events`)."""
+
+    def close_events(self, run_id: str | None = None) -> None:
+        """Stores the events still held for a run (None: for every run)."""
+
+    def events(self, run_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The last `limit` stored events of a run, oldest first."""
+
+    def set_active(self, key: str, run_id: str) -> None:
+        """Associates a conversation with a run."""
+
+    def active_runs(self) -> dict[str, str]:
+        """The conversation key → run id association (an ended run's entry may linger: see active_for)."""
+
+    def restore_active(self, unfinished: list[RunState]) -> None:
+        """At start: drops ended runs' entries and points each conversation without an unfinished run at its
+        newest unfinished run."""
+
+    def active_for(self, key: str) -> RunState | None:
+        """The unfinished run associated with a conversation, if any."""
+
+    def last_for(self, key: str) -> RunState | None:
+        """The conversation's newest run, finished or not."""
+
+    def all_runs(self) -> list[RunState]:
+        """Every readable run, oldest first."""
+
+    def recent(self, limit: int) -> list[RunState]:
+        """The `limit` runs changed last, newest first."""
+
+    def unfinished(self) -> list[RunState]:
+        """Runs not yet in a final state, oldest first."""
+
+    def needing_recovery(self) -> list[RunState]:
+        """Runs a restart looks at: unfinished, or finished with their result not yet delivered."""
+
+    def finished_before(self, cutoff: datetime) -> list[RunState]:
+        """Finished runs that ended before `cutoff` (retention)."""
+
+    def queued(self, limit: int) -> list[tuple[str, str | None]] | None:
+        """(run id, next_retry_at) of queued runs to claim, due first; None where claims come from
+        elsewhere (the file store: coordination/work_queue.json)."""
+
+    def running_ids(self) -> list[str] | None:
+        """Runs marked running by any process; None where the store does not know (the file store)."""
+
+    def remove(self, run_id: str) -> bool:
+        """Deletes a run and its events; False when it was gone already."""
+
+    def request_cancel(self, run_id: str) -> None:
+        """Asks whichever process executes the run to cancel it."""
+
+    def cancel_requests(self, run_ids: Iterable[str]) -> set[str]:
+        """Which of these runs were asked to cancel."""
+
+    def clear_cancel(self, run_id: str) -> None:
+        """Forgets a run's cancel request."""
+
+
+def backend_for(home: Home, settings: Settings) -> Backend:
+    """The backend `settings` configure (for a command or a hook that is given no backend)."""
+    from gateway.composition import open_backend
+
+    return open_backend(home, settings)
+
+
+def open_run_store(backend: Backend, *, fsync: bool | None = None) -> RunStoreBase:
+    """The backend's run store; `fsync` defaults to `queue.fsync`."""
+    store: RunStoreBase = backend.store("runs", fsync=backend.settings.queue.fsync if fsync is None else fsync)
+    return store
+
+
+def open_sessions(backend: Backend) -> SessionStore:
+    """The backend's provider sessions."""
+    store: SessionStore = backend.store("sessions")
+    return store
+
+
+def open_history(backend: Backend) -> ConversationHistory:
+    """The backend's conversation history."""
+    store: ConversationHistory = backend.store("history")
+    return store
+
+
+def open_schedules(backend: Backend) -> ScheduleRecords | None:
+    """The backend's schedule records (orchestrator/schedules/records.py), or None where no plugin declares them."""
+    store: ScheduleRecords | None = _declared(backend, "schedules")
+    return store
+
+
+def open_usage(backend: Backend) -> UsageRecords | None:
+    """The backend's usage totals (orchestrator/usage/records.py), or None where no plugin declares them."""
+    store: UsageRecords | None = _declared(backend, "usage")
+    return store
+
+
+def _declared(backend: Backend, name: str) -> Any:
+    """The backend's store `name`, or None where no plugin declares it for this backend."""
+    try:
+        return backend.store(name)
+    except KeyError:
+        return None
+
+
+def file_stores() -> dict[str, dict[str, StoreFactory]]:
+    """The orchestrator's stores on the file backend: folders under runs/ and files in state/."""
+    return {"runs": {"files": _runs}, "sessions": {"files": _sessions}, "history": {"files": _history},
+            "schedules": {"files": _schedules}, "usage": {"files": _usage}}
+
+
+def _usage(backend: Backend) -> Any:
+    from orchestrator.storage.files.usage import FileUsageRecords
+
+    return FileUsageRecords(backend.home)
+
+
+def _schedules(backend: Backend) -> Any:
+    from orchestrator.storage.files.schedules import FileScheduleRecords
+
+    return FileScheduleRecords(backend.home, fsync=backend.settings.queue.fsync)
+
+
+def _runs(backend: Backend, *, fsync: bool) -> Any:
+    from orchestrator.storage.files.runs import RunStore
+
+    return RunStore(backend.home, fsync=fsync)
+
+
+def _sessions(backend: Backend) -> Any:
+    from orchestrator.agents.sessions import SessionStore
+
+    return SessionStore.in_home(backend.home)
+
+
+def _history(backend: Backend) -> Any:
+    from orchestrator.agents.sessions import ConversationHistory
+
+    return ConversationHistory.in_home(backend.home)
