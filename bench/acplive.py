@@ -26,8 +26,8 @@ from typing import Any
 
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.sessions import SessionStore
 
 ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
@@ -87,8 +87,7 @@ async def _turns(runner: ProviderRunner, model: Any, cwd: Path, count: int, conv
     for index in range(count):
         first_call = len(model.calls)
         started = time.monotonic()
-        await runner.run("agent", f"say ok {index}", request={}, request_file=None, cwd=cwd,
-                         call=AgentCall(conversation=conversation))
+        await runner.run("agent", TurnRequest(f"say ok {index}", cwd, conversation=conversation))
         took = time.monotonic() - started
         model_s = sum((call.ended or time.monotonic()) - call.started for call in model.calls[first_call:])
         added.append(round((took - model_s) * 1000, 1))

@@ -12,6 +12,7 @@ from typing import Any
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 
 
 async def _bare(argv: list[str]) -> float:
@@ -25,8 +26,8 @@ async def _bare(argv: list[str]) -> float:
 
 async def _runner(runner: ProviderRunner, home: Home, index: int) -> float:
     started = time.perf_counter()
-    await runner.run("noop", "a prompt", request={"requestId": str(index)},
-                     request_file=home.select_incoming / f"p3-{index}.json", cwd=home.orchestrators / "main")
+    await runner.run("noop", TurnRequest("a prompt", home.orchestrators / "main", request={"requestId": str(index)},
+                                         request_file=home.select_incoming / f"p3-{index}.json"))
     return (time.perf_counter() - started) * 1000
 
 

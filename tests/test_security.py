@@ -35,6 +35,7 @@ from gateway.telemetry.events import EventLog
 from gateway.testing import FakeChannel, async_wait_until, make_incoming, wait_until
 from orchestrator.agents.clis.runner import ProviderRefused
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.chat.functions import FunctionRefused, FunctionRegistry
 from orchestrator.runs.state import Conversation, RunState, run_id_for
 from orchestrator.storage.files.runs import RunStore
@@ -311,8 +312,8 @@ async def test_shell_syntax_in_a_message_reaches_the_provider_as_data(home: Home
     prompt = f"hi; touch {pwned} && $(touch {pwned}) `touch {pwned}` | touch {pwned} > {pwned}"
     code = "import json,sys; print(json.dumps({'argv': sys.argv[1:], 'stdin': sys.stdin.read()}))"
     runner = ProviderRunner(home, {"p": ProviderSettings(command=[sys.executable, "-c", code], input=mode)}, {})
-    result = await runner.run("p", prompt, request={}, request_file=home.select_incoming / "r.json",
-                              cwd=home.orchestrators / "main")
+    result = await runner.run("p", TurnRequest(prompt, home.orchestrators / "main",
+                                               request_file=home.select_incoming / "r.json"))
     seen = json.loads(result.stdout)
     assert (seen["argv"] == [prompt]) if mode == "arg" else (seen["stdin"] == prompt and seen["argv"] == [])
     assert not pwned.exists()
@@ -329,7 +330,7 @@ async def test_no_code_path_starts_a_shell(home: Home, tmp_path: Path, path: str
     runner = ProviderRunner(home, {"p": ProviderSettings(command=argv, input="stdin")}, {})
     cwd = home.orchestrators / "main"
     if path == "provider":
-        result = await runner.run("p", "hi", request={}, request_file=home.select_incoming / "r.json", cwd=cwd)
+        result = await runner.run("p", TurnRequest("hi", cwd, request_file=home.select_incoming / "r.json"))
     else:
         result = await runner.run_command("f", argv, stdin=None, cwd=cwd, timeout_sec=30, max_output=65536)
     assert json.loads(result.stdout) == hostile_args, "an argument was interpreted, not passed literally"
@@ -338,7 +339,7 @@ async def test_no_code_path_starts_a_shell(home: Home, tmp_path: Path, path: str
     not_a_program = ProviderRunner(home, {"p": ProviderSettings(command=[shell_line])}, {})
     with pytest.raises(ProviderRefused, match="was not found"):
         if path == "provider":
-            await not_a_program.run("p", "hi", request={}, request_file=home.select_incoming / "r.json", cwd=cwd)
+            await not_a_program.run("p", TurnRequest("hi", cwd, request_file=home.select_incoming / "r.json"))
         else:
             await runner.run_command("f", [shell_line], stdin=None, cwd=cwd, timeout_sec=30, max_output=65536)
     assert not pwned.exists(), "a one-string command line was run by a shell"

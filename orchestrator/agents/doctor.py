@@ -148,8 +148,8 @@ async def probe(home: Home, settings: Settings, checks: list[ProviderCheck]) -> 
 
     from gateway.api import PermanentError
     from orchestrator.agents.clis.base import first_line
-    from orchestrator.agents.clis.runner import AgentCall
     from orchestrator.agents.providers import ProviderRunner
+    from orchestrator.agents.request import TurnRequest
     from orchestrator.agents.spawn import ProviderFailed
 
     quick = {name: provider.model_copy(update={"first_output_sec": PROBE_FIRST_OUTPUT_SEC,
@@ -162,8 +162,8 @@ async def probe(home: Home, settings: Settings, checks: list[ProviderCheck]) -> 
         if check.problem:
             return
         try:
-            result = await runner.run(check.name, PROBE_PROMPT, request={"probe": True}, request_file=None,
-                                      cwd=cwd, call=AgentCall(mode="answer"))
+            probing = TurnRequest(PROBE_PROMPT, cwd, request={"probe": True}, mode="answer")
+            result = await runner.run(check.name, probing)
         except (ProviderFailed, PermanentError) as exc:
             check.problem = str(exc).removeprefix(f"{check.name}: ")
         else:

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from gateway.settings import ProviderSettings
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.acp.route import AcpRoute
 from orchestrator.agents.clis import PRESETS
-from orchestrator.agents.clis.runner import AgentCall, AgentCliRunner, ProviderRefused, cannot_start
+from orchestrator.agents.clis.runner import AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.agents.live import Turns, TurnStopped
+from orchestrator.agents.request import ProviderCall, TurnRequest
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
 from orchestrator.usage.meter import UsageMeter
@@ -52,8 +54,8 @@ class ProviderRunner:
         self.turns = Turns()  # the turns running now, by conversation: what /stop stops
         self.meter: UsageMeter | None = None  # counts and limits the turns of calls with a payer
         sessions = sessions or SessionStore.in_home(home)
-        self.acp = AcpRoute(sessions, events, self.turns)  # live sessions of `transport: acp` presets
-        self._cli = AgentCliRunner(sessions, events, self.acp)
+        self.acp = AcpRoute(sessions, events)  # live sessions of `transport: acp` presets
+        self._cli = AgentCliRunner(sessions, events)  # presets one-shot
 
     def reconfigure(self, providers: Mapping[str, ProviderSettings], hidden_env: frozenset[str]) -> None:
         """Runs the providers of settings.yaml reloaded while running; `hidden_env` joins the variables
@@ -77,10 +79,7 @@ class ProviderRunner:
         """The settings.yaml entry of a provider (None for a built-in)."""
         return self._providers.get(name)
 
-    async def run(
-        self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,
-        env: Mapping[str, str] | None = None, call: AgentCall | None = None,
-    ) -> ProviderResult:
+    async def run(self, name: str, turn: TurnRequest) -> ProviderResult:
         """Writes the request file (when given), runs the provider; raises ProviderFailed (retryable) or
         PermanentError (unknown provider, or a failure retrying cannot fix). A call with a payer is a turn of
         that payer: its limits are checked first, counting the payer's turns running now, and it counts as
@@ -88,17 +87,14 @@ class ProviderRunner:
         or fails."""
         if name not in self._providers and name not in self._builtins:
             raise PermanentError(f"unknown provider {name!r}; known: {', '.join(sorted(self.known()))}")
-        call = call or AgentCall()
-        if call.payer is None or self.meter is None:
-            return await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
-                                   call=call)
-        meter, payer = self.meter, call.payer
-        kinds = tuple(kind for kind in PAYER_KINDS if kind not in call.reserved)
+        if turn.payer is None or self.meter is None:
+            return await self._run(name, turn)
+        meter, payer = self.meter, turn.payer
+        kinds = tuple(kind for kind in PAYER_KINDS if kind not in turn.reserved)
         async with meter.turn(payer, name, kinds=kinds):  # counted as running until its spending is recorded
             started, ran = time.monotonic(), None
             try:
-                ran = await self._run(name, prompt, request=request, request_file=request_file, cwd=cwd, env=env,
-                                      call=call)
+                ran = await self._run(name, turn)
                 return ran
             except (ProviderFailed, ProviderRefused) as exc:
                 ran = exc.result  # None: it never started (missing binary, unset key): nothing spent
@@ -110,30 +106,28 @@ class ProviderRunner:
                 if ran is not None:
                     seconds = time.monotonic() - started
                     usage = ran.usage or TokenUsage()
-                    meter.record(payer, name, usage.spent(seconds), run_id=call.run,  # at once: the step waits
+                    meter.record(payer, name, usage.spent(seconds), run_id=turn.run,  # at once: the step waits
                                  invalid=usage.invalid)
 
-    async def _run(
-        self, name: str, prompt: str, *, request: dict[str, Any], request_file: Path | None, cwd: Path,
-        env: Mapping[str, str] | None, call: AgentCall,
-    ) -> ProviderResult:
+    async def _run(self, name: str, turn: TurnRequest) -> ProviderResult:
+        """Chooses how the turn runs: a built-in in process, a generic argv, a preset in its live ACP session
+        (`transport: acp`, unless its adapter is missing or cannot start), else the preset one-shot."""
         configured = self._providers.get(name)
-        if configured is not None or request_file is not None:  # a built-in needs no working directory
-            _prepare(cwd, request_file, request)
+        if configured is not None or turn.request_file is not None:  # a built-in needs no working directory
+            _prepare(turn.cwd, turn.request_file, turn.request)
         if configured is None:
-            return _checked(name, await self._run_builtin(self._builtins[name], prompt, request,
-                                                          call.turn_scope()))
-        request_env = {"SWITCHYARD_REQUEST": str(request_file)} if request_file is not None else {}
-        full_env = self.provider_env(name, configured, {**request_env, **(env or {})})
-        async with self._turn(call.turn_scope()) as stop:
-            if configured.type is not None:
-                return await self._cli.run(name, configured, prompt, cwd=cwd, env=full_env, call=call, stop=stop)
-            argv = prompt_argv(configured.argv, prompt) if configured.input == "arg" else configured.argv
-            stdin = prompt.encode() if configured.input == "stdin" else None
-            result = await run_process(argv, stdin=stdin, env=full_env, cwd=cwd, timeout_sec=configured.timeout_sec,
-                                       max_output=configured.max_output_bytes,
-                                       first_output_sec=configured.first_output_sec, stop=stop)
-            return _checked(name, _unless_stopped(name, stop, result), argv[0])
+            return _checked(name, await self._run_builtin(self._builtins[name], turn))
+        request_env = {"SWITCHYARD_REQUEST": str(turn.request_file)} if turn.request_file is not None else {}
+        full_env = self.provider_env(name, configured, {**request_env, **turn.env})
+        async with self._turn(turn.turn_scope()) as stop:
+            call = ProviderCall.of(name, configured, replace(turn, env=full_env), stop)
+            if configured.type is None:
+                return await _run_argv(call)
+            if configured.transport == "acp":
+                live = await self.acp.run(call)
+                if live is not None:
+                    return live
+            return await self._cli.run(call)
 
     async def run_command(
         self, name: str, argv: Sequence[str], *, stdin: str | None, cwd: Path, timeout_sec: float,
@@ -195,12 +189,10 @@ class ProviderRunner:
         os.chmod(folder, 0o700)
         return PRESETS[provider.type].endpoint_env(provider, key, folder)
 
-    async def _run_builtin(
-        self, provider: BuiltinProvider, prompt: str, request: dict[str, Any], scope: str | None
-    ) -> ProviderResult:
+    async def _run_builtin(self, provider: BuiltinProvider, turn: TurnRequest) -> ProviderResult:
         started = time.monotonic()
         try:
-            answer = await self._stoppable(provider(prompt, request), scope)
+            answer = await self._stoppable(provider(turn.prompt, turn.request), turn.turn_scope())
         except TurnStopped:
             raise
         except Exception as exc:
@@ -232,6 +224,17 @@ class ProviderRunner:
         return task.result()
 
 
+async def _run_argv(call: ProviderCall) -> ProviderResult:
+    """Runs a generic provider's argv with the prompt as its last argument or on stdin (`input`)."""
+    provider, prompt = call.provider, call.turn.prompt
+    argv = prompt_argv(provider.argv, prompt) if provider.input == "arg" else provider.argv
+    stdin = prompt.encode() if provider.input == "stdin" else None
+    result = await run_process(argv, stdin=stdin, env=call.turn.env, cwd=call.turn.cwd,
+                               timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
+                               first_output_sec=provider.first_output_sec, stop=call.stop)
+    return _checked(call.name, _unless_stopped(call.name, call.stop, result), argv[0])
+
+
 def _unless_stopped(name: str, stop: asyncio.Event, result: ProviderResult) -> ProviderResult:
     """The result of a process run, unless `/stop` stopped it (TurnStopped)."""
     if stop.is_set():
@@ -244,6 +247,8 @@ def prompt_argv(argv: Sequence[str], prompt: str) -> list[str]:
     starts with `-` gets `--` before it, so no option parser (argparse, click, getopt, cobra) reads a
     chat message such as `--config=/x` as a flag; any other prompt goes alone, as it always did."""
     return [*argv, "--", prompt] if prompt.startswith("-") else [*argv, prompt]
+
+
 def endpoint_folder(home: Home, name: str) -> Path:
     """The private folder of one provider's CLI config (codex's CODEX_HOME, gemini's GEMINI_CLI_HOME)."""
     return home.root / "providers" / safe_name(name)

@@ -11,8 +11,8 @@ from typing import Any
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.telemetry.events import read_events
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.spawn import ProviderFailed
 from orchestrator.config.models import LoadedConfig, read_template
 from orchestrator.execution.templates import render
@@ -137,11 +137,9 @@ class Diagnostics:
         request_file = self._home.root / "orchestrator" / "diagnostics" / f"{request_id}.json"
         payer = None if self._runner.in_process(settings.provider) else Payer.of(message)
         try:
-            result = await self._runner.run(settings.provider, prompt, request=request,
-                                            request_file=request_file, cwd=loaded.workspace,
-                                            call=AgentCall(mode="answer",
-                                                           stopped_by=f"conv:{conversation_key(message)}",
-                                                           payer=payer))
+            result = await self._runner.run(settings.provider, TurnRequest(
+                prompt, loaded.workspace, request=request, request_file=request_file, mode="answer",
+                stopped_by=f"conv:{conversation_key(message)}", payer=payer))
         except ProviderFailed as exc:
             return f"The diagnostics agent failed: {exc}"
         except LimitReached as exc:

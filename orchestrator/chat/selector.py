@@ -19,9 +19,9 @@ from gateway.home import Home, atomic_write
 from gateway.models import IncomingPayload
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.clis import unwrap_answer
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.live import TurnStopped
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.sessions import ConversationHistory
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.config.models import LoadedConfig, read_template
@@ -270,10 +270,9 @@ class Selector:
         if in_process:
             self._files.request(request_id, request)
         try:
-            result = await self._runner.run(selector.provider, prompt, request=request,
-                                            request_file=request_file, cwd=loaded.workspace,
-                                            call=AgentCall(mode="answer", stopped_by=turn, reserved=reserved,
-                                                           payer=None if in_process else payer))
+            result = await self._runner.run(selector.provider, TurnRequest(
+                prompt, loaded.workspace, request=request, request_file=request_file, mode="answer", stopped_by=turn,
+                payer=None if in_process else payer, reserved=reserved))
         except ProviderFailed as exc:
             self._record(request_id, exc.result, None, str(exc))
             raise

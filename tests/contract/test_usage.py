@@ -27,8 +27,9 @@ import pytest
 from gateway.config.usage import UsageSettings
 from gateway.home import Home
 from gateway.settings import ProviderSettings
-from orchestrator.agents.clis.runner import AgentCall, ProviderRefused
+from orchestrator.agents.clis.runner import ProviderRefused
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.usage.meter import LimitReached, UsageMeter
 from orchestrator.usage.records import Ledger, Payer, Spent, UsageRecords
 from tests.contract.backends import Backend
@@ -216,8 +217,7 @@ async def turns_at_once(meters: list[UsageMeter], payers: list[Payer], cwd: Path
 
     async def turn(number: int) -> None:
         try:
-            await runners[number % len(runners)].run("agent", "hi", request={}, request_file=None, cwd=cwd,
-                                                     call=AgentCall(payer=payers[number]))
+            await runners[number % len(runners)].run("agent", TurnRequest("hi", cwd, payer=payers[number]))
         except LimitReached:
             refused.append(1)
             settled()
@@ -331,8 +331,7 @@ async def test_a_turn_that_never_starts_or_is_cancelled_releases_its_reservation
     payer = PAYERS["sender"][0]
 
     async def turn(provider: str) -> str:
-        result = await runner.run(provider, "hi", request={}, request_file=None, cwd=tmp_path,
-                                  call=AgentCall(payer=payer))
+        result = await runner.run(provider, TurnRequest("hi", tmp_path, payer=payer))
         return result.stdout
 
     with pytest.raises(ProviderRefused):  # its key is not set: its CLI never starts

@@ -16,8 +16,9 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from gateway.telemetry.events import EventLog, read_events
 from orchestrator.agents.clis import PRESETS
-from orchestrator.agents.clis.runner import AgentCall, AgentCliRunner, ProviderExhausted, ProviderRefused
+from orchestrator.agents.clis.runner import AgentCliRunner, ProviderExhausted, ProviderRefused
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import ProviderCall, TurnRequest
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.usage.meter import LimitReached, UsageMeter
@@ -39,7 +40,7 @@ FAKE_USAGE = {  # tests/fakes/clis/_common.py: 1200 fresh + 300 written to + 400
 async def _run(home: Home, cli: str, tmp_path: Path, **settings: object) -> ProviderResult:
     provider = ProviderSettings.model_validate({"type": cli, "timeout_sec": 60, **settings})
     runner = AgentCliRunner(SessionStore.in_home(home), None)
-    return await runner.run(cli, provider, "say hi", cwd=tmp_path, env=dict(os.environ), call=AgentCall())
+    return await runner.run(ProviderCall.of(cli, provider, TurnRequest("say hi", tmp_path, env=dict(os.environ))))
 
 
 @pytest.mark.parametrize("cli", sorted(FAKE_USAGE))
@@ -125,7 +126,7 @@ async def _real(home: Home, cli: str, server: ModelServer, tmp_path: Path) -> Pr
                                 api_key_env=KEY_VARIABLE, timeout_sec=120, first_output_sec=90)
     env = dict(os.environ) | PRESETS[cli].endpoint_env(provider, os.environ[KEY_VARIABLE], tmp_path / "provider")
     runner = AgentCliRunner(SessionStore.in_home(home), None)
-    return await runner.run(cli, provider, "say hi", cwd=tmp_path, env=env, call=AgentCall())
+    return await runner.run(ProviderCall.of(cli, provider, TurnRequest("say hi", tmp_path, env=env)))
 
 
 @pytest.mark.parametrize("cli", sorted(EXPECTED))
@@ -245,8 +246,7 @@ async def test_a_real_claude_reporting_a_negative_cost_does_not_lower_what_its_s
                                     api_key_env=KEY_VARIABLE, timeout_sec=120, first_output_sec=90)
         runner = ProviderRunner(home, {"claude": provider}, {})
         runner.meter = meter
-        result = await runner.run("claude", "say hi", request={}, request_file=None, cwd=tmp_path,
-                                  call=AgentCall(payer=payer))
+        result = await runner.run("claude", TurnRequest("say hi", tmp_path, payer=payer))
     assert result.stdout == "hi"
     today = meter.now().date()
     spent = records.totals("sender", payer.sender, today, today)

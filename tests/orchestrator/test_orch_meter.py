@@ -22,8 +22,8 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings, QueueSettings, Settings, SettingsError, load_settings
 from gateway.telemetry.events import EventLog, read_events
 from orchestrator import Orchestrator
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.storage.files.runs import RunStore
 from orchestrator.storage.files.usage import FileUsageRecords
 from orchestrator.usage.meter import LimitReached, UsageMeter, window_of
@@ -129,10 +129,10 @@ def test_a_turn_over_the_limit_is_not_started_and_every_turn_is_counted(home: Ho
     runner = ProviderRunner(home, {}, {"agent": counting})
     runner.meter = _meter([{"per": "sender", "day": {"turns": 2}}], records, events=events,
                           now=datetime.now(UTC))
-    call = AgentCall(conversation="conv:console/console/c1", payer=Payer.of(make_message("hi")))
+    call = TurnRequest("hello", tmp_path, conversation="conv:console/console/c1", payer=Payer.of(make_message("hi")))
 
     async def turn() -> str:
-        result = await runner.run("agent", "hello", request={}, request_file=None, cwd=tmp_path, call=call)
+        result = await runner.run("agent", call)
         return result.stdout
 
     assert asyncio.run(turn()) == "answered" and asyncio.run(turn()) == "answered"

@@ -18,6 +18,7 @@ from gateway.settings import ProviderSettings
 from gateway.testing import async_wait_until
 from orchestrator.agents.builtin import builtin_providers
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.spawn import ProviderFailed, run_process
 from tests.process import pid_alive
 
@@ -35,8 +36,8 @@ def _runner(home: Home, **providers: ProviderSettings) -> ProviderRunner:
 
 
 async def _run(runner: ProviderRunner, name: str, tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
-    result = await runner.run(name, "the prompt", request={"q": 1}, request_file=tmp_path / "req" / "r.json",
-                              cwd=tmp_path / "ws", **kwargs)
+    result = await runner.run(name, TurnRequest("the prompt", tmp_path / "ws", request={"q": 1},
+                                                request_file=tmp_path / "req" / "r.json", **kwargs))
     return dict(json.loads(result.stdout))
 
 
@@ -74,14 +75,14 @@ async def test_arg_input_a_prompt_starting_with_a_dash_is_never_a_flag(
     """A real argparse CLI gets the chat message as its prompt, not as an option (`--` before it)."""
     runner = _runner(home, p=ProviderSettings(command=[*script("argparse_agent", ARGPARSE_AGENT), "--verbose"],
                                               input="arg"))
-    result = await runner.run("p", prompt, request={}, request_file=None, cwd=tmp_path / "ws")
+    result = await runner.run("p", TurnRequest(prompt, tmp_path / "ws"))
     assert json.loads(result.stdout) == {"prompt": prompt, "out": None, "verbose": True}
 
 
 async def test_arg_input_an_ordinary_prompt_goes_alone(home: Home, script: Script, tmp_path: Path) -> None:
     """A script reading its first argument itself keeps working: no `--` unless the prompt needs it."""
     runner = _runner(home, p=ProviderSettings(command=script("report", REPORT), input="arg"))
-    result = await runner.run("p", "what is -x?", request={}, request_file=None, cwd=tmp_path / "ws")
+    result = await runner.run("p", TurnRequest("what is -x?", tmp_path / "ws"))
     assert json.loads(result.stdout)["argv"] == ["what is -x?"]
 
 
@@ -111,7 +112,7 @@ async def test_non_zero_exit_raises_provider_failed_with_stderr(
 
 async def test_unknown_provider_is_permanent(home: Home, tmp_path: Path) -> None:
     with pytest.raises(PermanentError, match="unknown provider 'ghost'; known: echo, rules"):
-        await _runner(home).run("ghost", "x", request={}, request_file=tmp_path / "r.json", cwd=tmp_path)
+        await _runner(home).run("ghost", TurnRequest("x", tmp_path, request_file=tmp_path / "r.json"))
 
 
 async def test_timeout_kills_the_whole_process_group(home: Home, script: Script, tmp_path: Path) -> None:
@@ -162,7 +163,7 @@ async def test_missing_executable_is_a_failure_not_a_crash(tmp_path: Path) -> No
 
 async def test_builtin_echo_answers_with_the_prompt(home: Home, tmp_path: Path) -> None:
     runner = _runner(home)
-    result = await runner.run("echo", "hi there", request={}, request_file=tmp_path / "r.json", cwd=tmp_path)
+    result = await runner.run("echo", TurnRequest("hi there", tmp_path, request_file=tmp_path / "r.json"))
     assert result.stdout == "hi there" and result.exit_code == 0
 
 
@@ -170,7 +171,7 @@ async def test_settings_provider_wins_over_builtin_with_same_name(
     home: Home, script: Script, tmp_path: Path
 ) -> None:
     runner = _runner(home, echo=ProviderSettings(command=script("own", "print('mine')")))
-    result = await runner.run("echo", "x", request={}, request_file=tmp_path / "r.json", cwd=tmp_path)
+    result = await runner.run("echo", TurnRequest("x", tmp_path, request_file=tmp_path / "r.json"))
     assert result.stdout.strip() == "mine"
 
 

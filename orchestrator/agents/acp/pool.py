@@ -1,5 +1,6 @@
-"""The live ACP sessions of this process: one per (provider, conversation scope), at most `max_live` per
-provider, closed after `idle_sec` unused and least-recently-used first when a new one needs room.
+"""The live ACP sessions of this process and the adapter processes hosting them: one session per (provider,
+conversation scope), at most `max_live` per provider, closed after `idle_sec` unused and least-recently-used
+first when a new one needs room.
 
 codex and gemini host every session of a provider in one process; claude gets one process per session.
 A session the pool lets go is closed in a shared process where the adapter can (codex; gemini cannot),
@@ -7,38 +8,24 @@ and the process is retired once it has hosted `max_live` such sessions (more tha
 session needs room; codex-acp keeps much of a closed session's memory): new sessions go to a fresh
 process, and the old one is stopped as soon as no turn runs in it (its idle sessions load again when
 next used). So an adapter's memory follows `max_live`, not the number of conversations.
-Session ids are kept in the SessionStore (under `<provider>@acp`), with a bounded transcript of the turns:
-a session that was evicted, crashed or outlived a restart comes back by `session/load`, and where that
-fails (gemini in its creation minute, claude killed right after a turn) as a new session whose first
-prompt carries the transcript.
+
+What a turn does in a session it gets from the pool (and how a session is opened) is session.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from gateway.settings import ProviderSettings
-from gateway.storable import made_safe
-from gateway.telemetry.events import EventLog
-from orchestrator.agents.acp.agent import AdapterError, AgentProcess
-from orchestrator.agents.acp.specs import AdapterSpec, adapter_argv, adapter_env, spec_of
-from orchestrator.agents.acp.turn import Turn
-from orchestrator.agents.live import PermissionAsker, TextSink, Turns, TurnStopped
-from orchestrator.agents.sessions import SessionStore
-from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since
+from orchestrator.agents.acp.agent import AgentProcess
+from orchestrator.agents.acp.specs import AdapterSpec, adapter_argv, adapter_env
+from orchestrator.agents.request import ProviderCall
 
-log = logging.getLogger(__name__)
-
-STOP_GRACE_SEC = 3.0  # /stop: a turn not ended this long after session/cancel has its agent killed
-SEED_CHARS = 8000  # the transcript a new session is seeded with, at most
-TURN_CHARS = 2000
+Opener = Callable[[AgentProcess], Awaitable[tuple[str, str]]]
+"""Opens the scope's session in an adapter process: returns its id and the seed its first prompt carries."""
 
 
 @dataclass
@@ -54,28 +41,11 @@ class Live:
     reload: bool = False  # claude after a cancel: load it again in a fresh process before the next prompt
 
 
-@dataclass(frozen=True)
-class TurnRequest:
-    """What one turn of a live session needs besides the prompt."""
-
-    name: str
-    provider: ProviderSettings
-    cwd: Path
-    env: Mapping[str, str]
-    scope: str | None  # the session's scope (a conversation's, or a run's); None: a one-off session
-    conversation: str | None = None  # the scope /stop knows the turn by
-    on_text: TextSink | None = None
-    ask: PermissionAsker | None = None
-    stopping: asyncio.Event | None = None  # set by /stop when the caller registered the turn itself
-
-
 class AcpPool:
     """Live sessions by (provider, scope); `close` stops every agent process."""
 
-    def __init__(self, sessions: SessionStore, events: EventLog | None, turns: Turns):
-        self._sessions, self._events, self._turns = sessions, events, turns
+    def __init__(self) -> None:
         self._live: dict[tuple[str, str], Live] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
         self._shared: dict[str, AgentProcess] = {}  # provider name -> its one process (codex, gemini)
         self._retired: set[AgentProcess] = set()  # shared processes stopped once no turn runs in them
         self._locks: dict[str, asyncio.Lock] = {}
@@ -95,185 +65,65 @@ class AcpPool:
         found |= {id(agent): agent for agent in [*self._shared.values(), *self._retired]}
         return list(found.values())
 
-    async def run(self, request: TurnRequest, prompt: str) -> ProviderResult:
-        """Runs one turn in the scope's live session; raises ProviderFailed (retryable), AdapterError
-        (the adapter cannot start: the caller falls back) or TurnStopped."""
+    @contextmanager
+    def in_use(self, name: str, idle_sec: float) -> Iterator[None]:
+        """Counts a turn of the provider as running (its process is kept) for as long as the block runs; starts
+        the idle reaper. A closed pool starts nothing."""
         if self._closed:
             raise RuntimeError("the ACP pool is closed")
-        self._start_reaper(request.name, request.provider.idle_sec)
-        self._active[request.name] = self._active.get(request.name, 0) + 1
-        try:
-            return await self._run(request, prompt)
-        finally:
-            self._active[request.name] -= 1
-
-    async def _run(self, request: TurnRequest, prompt: str) -> ProviderResult:
-        spec = spec_of(request.provider)
-        started = time.monotonic()
-        if request.scope is None:  # a stateless call (the selector's): a one-off session in the warm process
-            assert spec.shared, "a one-off session needs an adapter that hosts many sessions"
-            request = replace(request, scope=f"call:{uuid.uuid4().hex}")
-            turn, live = await self._turn(request, spec, prompt, stored=False)
-            await self._evict(live, keep_agent=True)
-            return ProviderResult(made_safe(turn.answer(turn.stop_reason)), "", 0, ms_since(started), False, False,
-                                  usage=turn.usage)
-        async with self._sessions.hold(_key(request.name), request.scope):
-            turn, live = await self._turn(request, spec, prompt)
-            answer = made_safe(turn.answer(turn.stop_reason))
-            self._save(request, live.session_id, prompt, answer)
-        return ProviderResult(answer, "", 0, ms_since(started), False, False, usage=turn.usage)
-
-    async def _turn(self, request: TurnRequest, spec: AdapterSpec, prompt: str,
-                    stored: bool = True) -> tuple[Turn, Live]:
-        """Runs the prompt in the scope's session; once more in a fresh process when the agent turned out
-        dead before the turn began (a crash since the last turn), or answered empty after a cancel (claude)."""
-        for attempt in (1, 2):
-            live, seed = await self._acquire(request, spec, stored)
-            try:
-                turn = await self._prompt(request, live, seed + prompt)
-            except _Lost:
-                if attempt == 2:
-                    raise
-                continue
-            finally:
-                await self._release(live)
-            if attempt == 1 and spec.empty_after_cancel and turn.ended_empty(turn.stop_reason):
-                live.reload = True
-                continue
-            return turn, live
-        raise AssertionError("unreachable")
-
-    async def _prompt(self, request: TurnRequest, live: Live, text: str) -> Turn:
-        """One prompt; registered in Turns so /stop can end it."""
-        turn = Turn(on_text=request.on_text, ask=request.ask, permissions=request.provider.permissions)
-        ended = asyncio.Event()
-
-        async def stop() -> None:
-            turn.stop()
-            await live.agent.cancel(live.session_id)
-            try:
-                await asyncio.wait_for(ended.wait(), STOP_GRACE_SEC)
-            except TimeoutError:
-                live.agent.kill()
-
-        try:
-            with self._stoppable(request, stop):
-                async with asyncio.timeout(request.provider.timeout_sec):
-                    turn.stop_reason = await live.agent.prompt(live.session_id, text, turn)
-        except TimeoutError:
-            await self._time_out(live)
-            took = int(request.provider.timeout_sec * 1000)
-            result = ProviderResult(turn.text, live.agent.stderr_tail(), None, took, True, False)
-            raise ProviderFailed(request.name, result) from None
-        except AdapterError as exc:
-            await self._discard(live)
-            if turn.stopped:
-                raise TurnStopped(f"{request.name}: stopped") from exc
-            lost = _Lost if not (turn.chunks or turn.asked) else ProviderFailed
-            raise lost(request.name, ProviderResult(turn.text, str(exc), None, 0, False, False)) from exc
-        finally:
-            ended.set()
-        if turn.stopped:
-            live.reload = spec_of(request.provider).empty_after_cancel
-            raise TurnStopped(f"{request.name}: stopped")
-        return turn
-
-    @contextmanager
-    def _stoppable(self, request: TurnRequest, stop: Callable[[], Awaitable[None]]) -> Iterator[None]:
-        """Lets /stop reach the turn: through the caller's `stopping` event when it registered the call in
-        Turns itself (one registration per call), else registered here under `conversation`."""
-        if request.stopping is None:
-            with self._turns.running(request.conversation, stop):
-                yield
-            return
-        stopping = request.stopping
-
-        async def watch() -> None:
-            await stopping.wait()
-            await stop()
-
-        watcher = asyncio.create_task(watch(), name=f"acp-stop:{request.name}")
-        self._watchers.add(watcher)  # kept until done: a stop under way outlives the block
-        watcher.add_done_callback(self._watchers.discard)
+        self._start_reaper(name, idle_sec)
+        self._active[name] = self._active.get(name, 0) + 1
         try:
             yield
         finally:
-            if not stopping.is_set():
-                watcher.cancel()
+            self._active[name] -= 1
 
-    async def _time_out(self, live: Live) -> None:
+    async def time_out(self, live: Live) -> None:
         """A turn over `timeout_sec`: cancelled; a process of its own is stopped (a shared one keeps its
         other sessions, and this one answers `cancelled` to the agent)."""
         await live.agent.cancel(live.session_id)
         if not self._is_shared(live.agent):
-            await self._discard(live)
+            await self.discard(live)
 
-    async def _acquire(self, request: TurnRequest, spec: AdapterSpec, stored: bool) -> tuple[Live, str]:
-        """The scope's live session, else one loaded or seeded (from the session store, when `stored`);
-        returns it (busy) and the seed to prepend. A closed pool starts nothing (a turn it cut short ends)."""
-        assert request.scope is not None
+    async def acquire(self, call: ProviderCall, spec: AdapterSpec, opener: Opener) -> tuple[Live, str]:
+        """The scope's live session, else one `opener` opens in the provider's process; returns it (busy) and
+        the seed to prepend. A closed pool starts nothing (a turn it cut short ends)."""
+        assert call.scope is not None
         if self._closed:
             raise RuntimeError("the ACP pool is closed")
-        key = (request.name, request.scope)
+        key = (call.name, call.scope)
         live = self._live.get(key)
         if live is not None and live.agent.alive and not live.reload:
             live.busy, live.last_used = True, time.monotonic()
             return live, ""
         if live is not None:
-            await self._discard(live)
-        async with self._locks.setdefault(request.name, asyncio.Lock()):
-            await self._make_room(request.name, request.provider.max_live)
-            agent = await self._agent_for(request, spec)
+            await self.discard(live)
+        async with self._locks.setdefault(call.name, asyncio.Lock()):
+            await self._make_room(call.name, call.provider.max_live)
+            agent = await self._agent_for(call, spec)
             try:
-                session_id, seed = await self._open(request, spec, agent, stored)
+                session_id, seed = await opener(agent)
             except BaseException:
                 if not spec.shared:  # a process of its own that holds no session: not kept, not leaked
                     await agent.stop()
                 raise
-            live = self._live[key] = Live(request.name, request.scope, session_id, agent, busy=True)
+            live = self._live[key] = Live(call.name, call.scope, session_id, agent, busy=True)
         return live, seed
 
-    async def _open(self, request: TurnRequest, spec: AdapterSpec, agent: AgentProcess,
-                    stored: bool) -> tuple[str, str]:
-        """The scope's stored session loaded into `agent`, else a new one; returns its id and the seed."""
-        assert request.scope is not None
-        record = self._sessions.session(_key(request.name), request.scope, assigns_ids=False) if stored else None
-        if record is not None and record.id and agent.can_load:
-            loaded = await self._load(request, agent, record.id, spec)
-            if loaded is not None:
-                return loaded, ""
-        seed = transcript(record.turns) if record is not None else ""
-        return await agent.new_session(request.cwd, request.provider.model), seed
-
-    async def _load(self, request: TurnRequest, agent: AgentProcess, session_id: str,
-                    spec: AdapterSpec) -> str | None:
-        """Loads a stored session; None (and an event) when the adapter cannot."""
-        try:
-            await agent.load_session(session_id, request.cwd, replay_after=spec.replay_after_load,
-                                     model=request.provider.model)
-        except AdapterError:
-            raise
-        except Exception as exc:
-            if self._events is not None:
-                self._events.emit("provider.session_reset", provider=request.name, scope=request.scope,
-                                  session=session_id, reason=f"session/load failed: {exc}"[:300])
-            return None
-        return session_id
-
-    async def _agent_for(self, request: TurnRequest, spec: AdapterSpec) -> AgentProcess:
+    async def _agent_for(self, call: ProviderCall, spec: AdapterSpec) -> AgentProcess:
         """The provider's shared process (a fresh one when there is none alive, or it is crowded with sessions
         the pool let go), or a new one for claude."""
         if spec.shared:
-            agent = self._shared.get(request.name)
-            if agent is not None and agent.alive and not self._crowded(agent, request.provider.max_live):
+            agent = self._shared.get(call.name)
+            if agent is not None and agent.alive and not self._crowded(agent, call.provider.max_live):
                 return agent
             if agent is not None:
                 await self._retire(agent)
-        agent = AgentProcess(adapter_argv(request.provider), adapter_env(request.provider, request.env),
-                             request.cwd, settle_sec=spec.settle_sec)
+        agent = AgentProcess(adapter_argv(call.provider), adapter_env(call.provider, call.turn.env),
+                             call.turn.cwd, settle_sec=spec.settle_sec)
         await agent.start()
         if spec.shared:
-            self._shared[request.name] = agent
+            self._shared[call.name] = agent
         return agent
 
     async def _make_room(self, name: str, max_live: int) -> None:
@@ -284,11 +134,12 @@ class AcpPool:
                 idle = sorted((live for live in self._live.values() if live.name == name and not live.busy),
                               key=lambda live: live.last_used)
                 if idle:  # a shared process is kept: the new session opens in it
-                    await self._evict(idle[0], keep_agent=True)
+                    await self.evict(idle[0], keep_agent=True)
                 else:
                     await self._freed.wait()
 
-    async def _release(self, live: Live) -> None:
+    async def release(self, live: Live) -> None:
+        """A turn of the session ended: it is idle again (and a retired process with no turn left stops)."""
         live.busy, live.last_used = False, time.monotonic()
         self._used[live.name] = live.last_used
         if live.agent in self._retired and not self._busy(live.agent):
@@ -296,7 +147,7 @@ class AcpPool:
         async with self._freed:
             self._freed.notify_all()
 
-    async def _evict(self, live: Live, keep_agent: bool = False) -> None:
+    async def evict(self, live: Live, keep_agent: bool = False) -> None:
         """Closes one session: in the adapter, or with its process when no other session uses it (unless
         `keep_agent`: the provider's shared process then stays warm until idle); it reloads when needed."""
         if self._live.get((live.name, live.scope)) is live:
@@ -333,7 +184,7 @@ class AcpPool:
             self._live.pop((other.name, other.scope), None)
         await self._drop_agent(agent)
 
-    async def _discard(self, live: Live) -> None:
+    async def discard(self, live: Live) -> None:
         """A session whose agent died or must be reloaded: every session of that agent goes with it."""
         await self._drop_sessions_of(live.agent)
 
@@ -346,14 +197,6 @@ class AcpPool:
         for name, shared in list(self._shared.items()):
             if shared is agent:
                 del self._shared[name]
-
-    def _save(self, request: TurnRequest, session_id: str, prompt: str, answer: str) -> None:
-        assert request.scope is not None
-        try:
-            self._sessions.save(_key(request.name), request.scope, session_id,
-                                {"prompt": prompt[-TURN_CHARS:], "answer": answer[-TURN_CHARS:]})
-        except Exception as exc:  # the turn has run: a lost record only costs the memory on a reload
-            log.warning("%s: could not keep the session of %s: %s", request.name, request.scope, exc)
 
     def _start_reaper(self, name: str, idle_sec: float) -> None:
         self._idle_of[name] = idle_sec
@@ -369,7 +212,7 @@ class AcpPool:
                 if not live.busy and now - live.last_used > self._idle_of.get(live.name, 0):
                     async with self._locks.setdefault(live.name, asyncio.Lock()), self._freed:  # no open under way
                         if not live.busy and self._live.get((live.name, live.scope)) is live:
-                            await self._evict(live)
+                            await self.evict(live)
             for name, agent in list(self._shared.items()):  # a shared process left with no session
                 if now - self._used.get(name, now) > self._idle_of.get(name, 0) and not self._active.get(name) \
                         and not any(live.agent is agent for live in self._live.values()):
@@ -382,7 +225,7 @@ class AcpPool:
             return False
         async with self._locks.setdefault(name, asyncio.Lock()):
             for live in [live for live in self._live.values() if live.name == name]:
-                await self._evict(live)
+                await self.evict(live)
             shared = self._shared.pop(name, None)
             if shared is not None:
                 await shared.stop()
@@ -399,27 +242,3 @@ class AcpPool:
         self._shared.clear()
         self._retired.clear()
         await asyncio.gather(*(agent.stop() for agent in agents), return_exceptions=True)
-
-
-class _Lost(ProviderFailed):
-    """The agent was gone before the turn did anything: the turn runs again in a fresh process."""
-
-
-def transcript(turns: list[dict[str, str]]) -> str:
-    """The conversation so far, for a new session that replaces a lost one (newest turns kept)."""
-    lines: list[str] = []
-    size = 0
-    for turn in reversed(turns):
-        pair = f"User: {turn.get('prompt', '')}\nAssistant: {turn.get('answer', '')}\n"
-        size += len(pair)
-        if size > SEED_CHARS:
-            break
-        lines.append(pair)
-    if not lines:
-        return ""
-    return ("(This conversation continues in a new session. It so far:)\n" + "".join(reversed(lines))
-            + "(End of the conversation so far. The new message:)\n")
-
-
-def _key(name: str) -> str:
-    return f"{name}@acp"

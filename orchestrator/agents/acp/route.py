@@ -5,21 +5,20 @@ The pool (and the `acp` SDK) is loaded only when an acp provider first runs."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.settings import ProviderSettings
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.acp.specs import adapter_argv, adapter_path, spec_of, temp_home_problem
-from orchestrator.agents.live import PermissionAsker, TextSink, Turns, TurnStopped
+from orchestrator.agents.live import TurnStopped
+from orchestrator.agents.request import ProviderCall
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 
 if TYPE_CHECKING:
     from orchestrator.agents.acp.pool import AcpPool
+    from orchestrator.agents.acp.session import LiveSessions
 
 log = logging.getLogger(__name__)
 
@@ -27,22 +26,20 @@ log = logging.getLogger(__name__)
 class AcpRoute:
     """The live sessions of one ProviderRunner, and which providers fell back to one-shot."""
 
-    def __init__(self, sessions: SessionStore, events: EventLog | None, turns: Turns):
-        self._sessions, self._events, self._turns = sessions, events, turns
+    def __init__(self, sessions: SessionStore, events: EventLog | None):
+        self._sessions, self._events = sessions, events
         self.pool: AcpPool | None = None
+        self._live: LiveSessions | None = None  # turns in the pool's sessions, once an acp provider first runs
         self.fallen_back: dict[str, str] = {}  # provider name -> why it runs one-shot
         self._checked: set[str] = set()  # providers whose environment was looked at
         self._settings_of: dict[str, ProviderSettings] = {}  # what each provider's sessions were started with
 
-    async def run(
-        self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
-        scope: str | None, conversation: str | None, on_text: TextSink | None, ask: PermissionAsker | None,
-        stopping: asyncio.Event | None = None,
-    ) -> ProviderResult | None:
+    async def run(self, call: ProviderCall) -> ProviderResult | None:
         """The turn's result from a live session (a one-off one for a stateless call); None: run the one-shot
         preset instead (claude's stateless calls, or an adapter that is missing or cannot start)."""
+        name, provider, env = call.name, call.provider, call.turn.env
         await self._follow(name, provider)
-        if (scope is None and not spec_of(provider).shared) or name in self.fallen_back:
+        if (call.scope is None and not spec_of(provider).shared) or name in self.fallen_back:
             return None  # claude's stateless calls: a process per call would cost more than one-shot
         if adapter_path(provider, env) is None:
             self._fall_back(name, f"the ACP adapter `{adapter_argv(provider)[0]}` was not found on PATH "
@@ -50,19 +47,20 @@ class AcpRoute:
             return None
         try:
             from orchestrator.agents.acp.agent import AdapterUnavailable
-            from orchestrator.agents.acp.pool import AcpPool, TurnRequest
+            from orchestrator.agents.acp.pool import AcpPool
+            from orchestrator.agents.acp.session import LiveSessions
         except ImportError as exc:
             self._fall_back(name, f"the `acp` extra is not installed ({exc}): pip install -e '.[acp]' in the clone")
             return None
-        if self.pool is None:
-            self.pool = AcpPool(self._sessions, self._events, self._turns)
+        if self.pool is None or self._live is None:
+            self.pool = AcpPool()
+            self._live = LiveSessions(self.pool, self._sessions, self._events)
         if name not in self._checked:
             self._checked.add(name)
             if problem := temp_home_problem(env):
                 log.warning("%s: %s", name, problem)
-        request = TurnRequest(name, provider, cwd, env, scope, conversation, on_text, ask, stopping)
         try:
-            return await self.pool.run(request, prompt)
+            return await self._live.run(call)
         except AdapterUnavailable as exc:
             self._fall_back(name, str(exc))
             return None

@@ -14,15 +14,11 @@ import asyncio
 import logging
 import os
 import shutil
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from gateway.api import PermanentError
-from gateway.settings import ProviderSettings
 from gateway.storable import made_safe
 from gateway.telemetry.events import EventLog
-from orchestrator.agents.acp.route import AcpRoute
 from orchestrator.agents.clis import (
     MISSING_EXIT,
     NOT_EXECUTABLE_EXIT,
@@ -34,16 +30,14 @@ from orchestrator.agents.clis import (
     short_tail,
     strip_ansi,
 )
-from orchestrator.agents.live import PermissionAsker, TextSink, TurnStopped
+from orchestrator.agents.live import TextSink, TurnStopped
+from orchestrator.agents.request import NoteSink, ProviderCall
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, run_process
-from orchestrator.usage.records import Payer
 
 log = logging.getLogger(__name__)
 
 SESSION_TRIES = 3  # a taken id resumed, that session unknown, a fresh one
-NoteSink = Callable[[str], None]
-"""Receives short notes on what a running agent does (the tool it uses, the first line it writes)."""
 
 
 class ProviderRefused(PermanentError):
@@ -68,38 +62,6 @@ class ProviderExhausted(ProviderRefused):
                          said, result)
 
 
-@dataclass(frozen=True)
-class AgentCall:
-    """How one preset call runs: the sessions it may continue, a forced mode, where notes go.
-
-    A workflow step passes its conversation and run; the provider's `session` setting picks which
-    session it continues. The selector and diagnostics pass neither (stateless) and force `answer`.
-    """
-
-    conversation: str | None = None  # `conv:<channel>/<profile>/<conversation>`
-    run: str | None = None
-    mode: str | None = None  # None: the provider's own `mode`, else `answer`
-    on_note: NoteSink | None = None
-    on_text: TextSink | None = None  # the answer so far, while it streams (a live session's chunks)
-    ask: PermissionAsker | None = None  # asks the chat to approve a tool call; None: the provider's own rule
-    stopped_by: str | None = None  # the conversation whose `/stop` stops this call; None: `conversation`
-    payer: Payer | None = None  # whom the turn is counted against (its limits checked first); None: nobody
-    reserved: tuple[str, ...] = ()  # the payer's kinds this turn's caller reserved it for already (UsageMeter.turn)
-
-    def turn_scope(self) -> str | None:
-        """The conversation scope this call registers under in `Turns` (None: `/stop` cannot reach it)."""
-        return self.stopped_by or self.conversation
-
-    def scope(self, provider: ProviderSettings) -> str | None:
-        """The session scope for this provider, or None for a stateless call."""
-        if provider.session == "conversation":
-            return self.conversation
-        return f"run:{self.run}" if provider.session == "run" and self.run else None
-
-    def mode_for(self, provider: ProviderSettings) -> str:
-        return self.mode or provider.mode or "answer"
-
-
 def failure_text(result: ProviderResult, reading: Reading | None = None) -> str:
     """The CLI's own words on a failure: its envelope's error, else stderr, else the end of stdout."""
     for text in ((reading.error if reading else None), result.stderr_tail, result.stdout):
@@ -122,48 +84,30 @@ def cannot_start(name: str, binary: str, result: ProviderResult, install: str = 
 
 
 class AgentCliRunner:
-    """Runs provider presets with per-conversation sessions, stream notes and failure classification."""
+    """Runs provider presets one-shot (a CLI process per call) with per-conversation sessions, stream notes
+    and failure classification."""
 
-    def __init__(self, sessions: SessionStore, events: EventLog | None, acp: AcpRoute | None = None):
+    def __init__(self, sessions: SessionStore, events: EventLog | None):
         self._sessions = sessions
         self._events = events
-        self._acp = acp
 
-    async def run(
-        self, name: str, provider: ProviderSettings, prompt: str, *, cwd: Path, env: Mapping[str, str],
-        call: AgentCall, stop: asyncio.Event | None = None,
-    ) -> ProviderResult:
+    async def run(self, call: ProviderCall) -> ProviderResult:
         """Runs one call; returns the answer as `stdout`; raises ProviderRefused or ProviderFailed, or
-        TurnStopped once `stop` is set (the CLI's process group is killed then) or when /stop ends a live
-        session's turn. A `transport: acp` preset runs in its live session, or one-shot when its adapter is
-        missing or cannot start."""
-        assert provider.type is not None
-        if provider.transport == "acp" and self._acp is not None:  # `stop` None: the pool registers the turn
-            live = await self._acp.run(name, provider, prompt, cwd=cwd, env=env, scope=call.scope(provider),
-                                       conversation=call.turn_scope(), on_text=call.on_text, ask=call.ask,
-                                       stopping=stop)
-            if live is not None:
-                return live
-        stop = stop or asyncio.Event()
-        preset = PRESETS[provider.type]
-        binary = provider.binary or preset.binary
-        if shutil.which(binary, path=env.get("PATH", os.defpath)) is None:
-            raise ProviderRefused(name, f"`{binary}` was not found on PATH for the user running switchyard: "
-                                        f"install it ({preset.install}) or set `binary:` to its full path")
-        scope = call.scope(provider)
-        if scope is None:
-            return self._checked(name, preset, binary, *await self._call(preset, provider, binary, prompt,
-                                                                       cwd, env, call, None, stop))
-        async with self._sessions.hold(name, scope):
-            return await self._in_session(name, preset, provider, binary, prompt, cwd, env, call, scope, stop)
+        TurnStopped once `call.stop` is set (the CLI's process group is killed then)."""
+        cli = _Cli.of(call)
+        if shutil.which(cli.binary, path=call.turn.env.get("PATH", os.defpath)) is None:
+            raise ProviderRefused(call.name, f"`{cli.binary}` was not found on PATH for the user running switchyard: "
+                                             f"install it ({cli.preset.install}) or set `binary:` to its full path")
+        if call.scope is None:
+            return self._checked(call.name, cli, *await self._call(call, cli, None))
+        async with self._sessions.hold(call.name, call.scope):
+            return await self._in_session(call, cli, call.scope)
 
-    async def _in_session(
-        self, name: str, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,
-        env: Mapping[str, str], call: AgentCall, scope: str, stop: asyncio.Event,
-    ) -> ProviderResult:
+    async def _in_session(self, call: ProviderCall, cli: _Cli, scope: str) -> ProviderResult:
+        name, preset, env = call.name, cli.preset, call.turn.env
         session = self._sessions.session(name, scope, assigns_ids=preset.own_session_ids)
         for _ in range(SESSION_TRIES):
-            result, reading = await self._call(preset, provider, binary, prompt, cwd, env, call, session, stop)
+            result, reading = await self._call(call, cli, session)
             said = failure_text(result, reading) if _failed(result, reading) else ""
             if said and session.resume and reading.session_id not in (None, session.id):
                 preset.superseded(str(reading.session_id), env)  # a failed fork: never recorded, never resumed
@@ -173,7 +117,8 @@ class AgentCliRunner:
                 session = self._in_use(name, preset, scope, session, said)
             else:
                 break
-        checked = self._checked(name, preset, binary, result, reading)
+        checked = self._checked(name, cli, result, reading)
+        prompt = call.turn.prompt
         turn = {"prompt": prompt[-2000:], "answer": checked.stdout[-2000:]} if preset.history_in_prompt else None
         recorded = reading.session_id or session.id
         if self.save_session(name, scope, recorded, turn) and session.resume and session.id not in (None, recorded):
@@ -206,19 +151,17 @@ class AgentCliRunner:
             return False
         return True
 
-    async def _call(
-        self, preset: Preset, provider: ProviderSettings, binary: str, prompt: str, cwd: Path,
-        env: Mapping[str, str], call: AgentCall, session: Session | None, stop: asyncio.Event,
-    ) -> tuple[ProviderResult, Reading]:
-        """One run of the CLI; raises TurnStopped when `stop` is set before or while it runs."""
+    async def _call(self, call: ProviderCall, cli: _Cli, session: Session | None) -> tuple[ProviderResult, Reading]:
+        """One run of the CLI; raises TurnStopped when `call.stop` is set before or while it runs."""
+        preset, provider, turn, stop = cli.preset, call.provider, call.turn, call.stop
         if stop.is_set():
             raise TurnStopped(f"{preset.binary}: stopped before it started")
-        argv = preset.argv(binary, provider, mode=call.mode_for(provider), session=session)
-        if call.on_text is not None:
+        argv = preset.argv(cli.binary, provider, mode=call.mode, session=session)
+        if turn.on_text is not None:
             argv += preset.partial_args
-        watch = _Watch(preset, call.on_note, stop, call.on_text)
+        watch = _Watch(preset, turn.on_note, stop, turn.on_text)
         result = await run_process(
-            argv, stdin=preset.stdin(prompt, session).encode(), env=env, cwd=cwd,
+            argv, stdin=preset.stdin(turn.prompt, session).encode(), env=turn.env, cwd=turn.cwd,
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
             watcher=watch, first_output_sec=provider.first_output_sec or preset.first_output_sec, stop=watch.stop,
         )
@@ -230,14 +173,13 @@ class AgentCliRunner:
             raise TurnStopped(f"{preset.binary}: stopped after {result.duration_ms / 1000:.1f}s")
         return result, reading
 
-    def _checked(
-        self, name: str, preset: Preset, binary: str, result: ProviderResult, reading: Reading
-    ) -> ProviderResult:
+    def _checked(self, name: str, cli: _Cli, result: ProviderResult, reading: Reading) -> ProviderResult:
+        preset = cli.preset
         result = replace(result, usage=reading.usage)
         if not _failed(result, reading):
             return replace(result, stdout=made_safe(reading.answer))  # its envelope may spell a NUL, `\\ud800`
         said = failure_text(result, reading)
-        refusal = cannot_start(name, binary, result, preset.install)
+        refusal = cannot_start(name, cli.binary, result, preset.install)
         everything = strip_ansi("\n".join(filter(None, (reading.error, result.stderr_tail, result.stdout[-4000:]))))
         if refusal is None and preset.exhausted(everything):
             raise ProviderExhausted(name, said, result)
@@ -248,6 +190,20 @@ class AgentCliRunner:
         if refusal is not None:
             raise ProviderRefused(name, refusal, said, result)
         raise ProviderFailed(name, replace(result, stderr_tail=said or result.stderr_tail))
+
+
+@dataclass(frozen=True)
+class _Cli:
+    """The preset a call runs and the binary it starts (`binary:`, else the preset's own)."""
+
+    preset: Preset
+    binary: str
+
+    @classmethod
+    def of(cls, call: ProviderCall) -> _Cli:
+        assert call.provider.type is not None
+        preset = PRESETS[call.provider.type]
+        return cls(preset, call.provider.binary or preset.binary)
 
 
 def _failed(result: ProviderResult, reading: Reading) -> bool:

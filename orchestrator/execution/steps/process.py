@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.api import Outbox, PermanentError
 from gateway.home import safe_name
-from orchestrator.agents.clis.runner import AgentCall, ProviderExhausted
+from orchestrator.agents.clis.runner import ProviderExhausted
 from orchestrator.agents.progress import ProgressNotes
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.agents.streaming import TextPreviews
 from orchestrator.config.models import AgentConfig, read_template
@@ -64,19 +65,17 @@ class BodyRunner:
             request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
             previews = self._previews(job, body.agent or agent.provider)
-            call = AgentCall(conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
-                             ask=self._asker(job), payer=Payer.of(job.run.payload()))
+            turn = TurnRequest(prompt, job.loaded.workspace, request=request, request_file=request_file, env=env,
+                               conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
+                               ask=self._asker(job), payer=Payer.of(job.run.payload()))
             try:
                 try:
-                    return await self._runner.run(agent.provider, prompt, request=request,
-                                                  request_file=request_file, cwd=job.loaded.workspace, env=env,
-                                                  call=call)
+                    return await self._runner.run(agent.provider, turn)
                 except (LimitReached, ProviderExhausted) as exc:
                     if agent.fallback is None or (isinstance(exc, LimitReached) and exc.standing.kind != "provider"):
                         raise
                     self._fell_back(job, agent.provider, agent.fallback, str(exc))
-                return await self._runner.run(agent.fallback, prompt, request=request, request_file=request_file,
-                                              cwd=job.loaded.workspace, env=env, call=call)
+                return await self._runner.run(agent.fallback, turn)
             except LimitReached as exc:  # the run ends failed, saying which limit (its message is answered)
                 raise StepFailed(str(exc), category="fatal") from exc
             finally:

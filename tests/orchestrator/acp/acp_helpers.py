@@ -15,9 +15,9 @@ import pytest
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from gateway.telemetry.events import EventLog
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.live import PermissionAsker, TextSink
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from tests.fakes.acp.procs import group_members
 from tests.orchestrator.orch_helpers import API_PREFIX
 from tests.process import pid_alive
@@ -67,9 +67,8 @@ class Harness:
 
     async def turn(self, name: str, prompt: str, *, conversation: str | None = CONV, on_text: TextSink | None = None,
                    ask: PermissionAsker | None = None) -> str:
-        call = AgentCall(conversation=conversation, on_text=on_text, ask=ask)
-        result = await self.runner.run(name, prompt, request={}, request_file=None, cwd=self.cwd, env=self.env,
-                                       call=call)
+        turn = TurnRequest(prompt, self.cwd, env=self.env, conversation=conversation, on_text=on_text, ask=ask)
+        result = await self.runner.run(name, turn)
         return result.stdout
 
     def agent_pids(self) -> list[int]:

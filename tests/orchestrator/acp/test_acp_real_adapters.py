@@ -14,9 +14,9 @@ import pytest
 from gateway.home import Home
 from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.live import ToolApproval, TurnStopped
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from tests.fakes.acp.scripted_model import ScriptedModel
 from tests.orchestrator.acp.acp_helpers import CONV, any_alive, real_provider
 from tests.orchestrator.orch_helpers import API_PREFIX as PREFIX
@@ -40,8 +40,8 @@ async def test_a_real_adapter_remembers_streams_and_asks(home: Home, tmp_path: P
             return next(o.id for o in approval.options if o.kind == "allow_once")
 
         async def turn(prompt: str, **call: object) -> str:
-            result = await runner.run("agent", prompt, request={}, request_file=None, cwd=tmp_path / "ws",
-                                      call=AgentCall(conversation=CONV, **call))  # type: ignore[arg-type]
+            result = await runner.run("agent", TurnRequest(prompt, tmp_path / "ws", conversation=CONV,
+                                                           **call))  # type: ignore[arg-type]
             return result.stdout
 
         try:
@@ -71,8 +71,7 @@ async def test_a_real_adapters_evicted_session_comes_back_with_its_memory(
         runner = ProviderRunner(home, {"agent": provider}, {}, events=events)
 
         async def turn(prompt: str, conversation: str) -> str:
-            result = await runner.run("agent", prompt, request={}, request_file=None, cwd=tmp_path / "ws",
-                                      call=AgentCall(conversation=conversation))
+            result = await runner.run("agent", TurnRequest(prompt, tmp_path / "ws", conversation=conversation))
             return result.stdout
 
         try:
@@ -98,8 +97,8 @@ async def test_a_real_adapters_turn_stops_and_the_next_one_answers(
         seen: list[str] = []
 
         async def turn(prompt: str, **call: object) -> str:
-            result = await runner.run("agent", prompt, request={}, request_file=None, cwd=tmp_path / "ws",
-                                      call=AgentCall(conversation=CONV, **call))  # type: ignore[arg-type]
+            result = await runner.run("agent", TurnRequest(prompt, tmp_path / "ws", conversation=CONV,
+                                                           **call))  # type: ignore[arg-type]
             return result.stdout
 
         try:
@@ -129,8 +128,8 @@ async def test_a_real_adapters_denied_tool_call_does_not_run_and_the_answer_says
             return None  # nobody answered: the pool picks the adapter's reject option
 
         try:
-            result = await runner.run("agent", "run it [run=echo no > denied.txt]", request={}, request_file=None,
-                                      cwd=tmp_path / "ws", call=AgentCall(conversation=CONV, ask=deny))
+            result = await runner.run("agent", TurnRequest("run it [run=echo no > denied.txt]", tmp_path / "ws",
+                                                           conversation=CONV, ask=deny))
         finally:
             await runner.close()
     assert not (tmp_path / "ws" / "denied.txt").exists()

@@ -16,9 +16,9 @@ from gateway.settings import ProviderSettings
 from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
 from orchestrator.agents.acp.pool import AcpPool
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.live import PermissionAsker, ToolApproval, TurnStopped
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.sessions import SessionStore
 from tests.fakes.acp.procs import live_children, open_files
 from tests.fakes.acp.scripted_model import Call, ScriptedModel
@@ -57,8 +57,8 @@ class Chat:
 
     async def turn(self, prompt: str, conversation: str = CONV, ask: PermissionAsker | None = None,
                    on_text: object = None) -> str:
-        call = AgentCall(conversation=conversation, ask=ask, on_text=on_text)  # type: ignore[arg-type]
-        result = await self.runner.run("agent", prompt, request={}, request_file=None, cwd=self.cwd, call=call)
+        turn = TurnRequest(prompt, self.cwd, conversation=conversation, ask=ask, on_text=on_text)  # type: ignore[arg-type]
+        result = await self.runner.run("agent", turn)
         return result.stdout
 
     @property

@@ -13,8 +13,8 @@ import pytest
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from orchestrator.agents.acp.turn import Turn
-from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.spawn import ProviderResult
 from orchestrator.usage.records import TokenUsage
 from tests.fakes.model_server import ModelServer, Usage
@@ -30,8 +30,7 @@ FAKE = {
 
 
 async def _turn(runner: ProviderRunner, cwd: Path, env: dict[str, str] | None = None) -> ProviderResult:
-    return await runner.run("agent", "say hi", request={}, request_file=None, cwd=cwd, env=env,
-                            call=AgentCall(conversation=CONV))
+    return await runner.run("agent", TurnRequest("say hi", cwd, env=env or {}, conversation=CONV))
 
 
 @pytest.mark.parametrize("like", sorted(FAKE))

@@ -16,8 +16,9 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings
 from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
-from orchestrator.agents.clis.runner import AgentCall, ProviderRefused
+from orchestrator.agents.clis.runner import ProviderRefused
 from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
 from tests.orchestrator.acp.acp_helpers import CONV, any_alive, fake_provider, kill_left
 
 
@@ -42,8 +43,7 @@ async def test_an_unusable_adapter_falls_back_to_the_one_shot_preset(home: Home,
     try:
         for _ in range(2):  # the one-shot preset runs (and says its own CLI is missing)
             with pytest.raises(ProviderRefused, match="`claude-not-here-acp` was not found"):
-                await runner.run("agent", "hi", request={}, request_file=None, cwd=tmp_path / "ws",
-                                 call=AgentCall(conversation=CONV))
+                await runner.run("agent", TurnRequest("hi", tmp_path / "ws", conversation=CONV))
     finally:
         await runner.close()
     fallbacks = [e for e in map(json.loads, home.events_file.read_text().splitlines())
@@ -59,8 +59,7 @@ async def test_the_handlers_stop_leaves_no_agent_running(make_context: Callable[
     env: dict[str, Any] = {"FAKE_ACP_STATE": str(tmp_path / "agents")}
     try:
         for name in ("claude", "codex"):
-            result = await runner.run(name, "hello", request={}, request_file=None, cwd=tmp_path / "ws", env=env,
-                                      call=AgentCall(conversation=CONV))
+            result = await runner.run(name, TurnRequest("hello", tmp_path / "ws", env=env, conversation=CONV))
             assert result.stdout == "answer to: hello (0 earlier)"
         pids = [int(p.name.removeprefix("pid-")) for p in (tmp_path / "agents").glob("pid-*")]
         assert len(any_alive(pids)) == 2
