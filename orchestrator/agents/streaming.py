@@ -1,4 +1,4 @@
-"""Streamed answers: an agent turn's text so far (`AgentCall.on_text`) becomes draft replies that a channel
+"""Streamed answers: an agent turn's text so far (`TurnRequest.on_text`) becomes draft replies that a channel
 which edits messages shows as one preview updated in place, and that the run's result reply then replaces.
 
 A draft is an ordinary outgoing payload with `progressKey` = the run's stream key and `draft: true`; the
