@@ -14,8 +14,9 @@ The Backend that opens them is at the end: gateway/composition.py chooses it, pl
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from gateway.approvals import Approval
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.models import IncomingPayload
     from gateway.runtime.locks import Locks
+    from gateway.runtime.protocol import Runtime, RuntimeParts
     from gateway.settings import Settings
     from gateway.spool.deadletters import DeadLetter, Kind
     from gateway.spool.queue import Claimed
@@ -228,8 +230,19 @@ class Approvals(Protocol):
 
 # --- the backend: what one storage backend opens (chosen in gateway/composition.py) ---
 
+StoreT = TypeVar("StoreT")
+
+
+@dataclass(frozen=True)
+class StoreKey(Generic[StoreT]):
+    """A store a plugin declares (`switchyard_stores`) by its name, typed with what it opens as: the
+    orchestrator's `StoreKey[RunStoreBase]("runs")` makes `backend.store(RUNS)` a RunStoreBase."""
+
+    name: str
+
+
 BackendFactory = Callable[["Home", "Settings", "Stores"], "Backend"]
-StoreFactory = Callable[..., Any]
+StoreFactory = Callable[..., object]
 Stores = dict[str, dict[str, StoreFactory]]
 """store name -> backend name -> factory `(backend, **options) -> store`."""
 
@@ -278,7 +291,7 @@ class Backend(Protocol):
         """The coordination locks, held by `holder` (this process when None)."""
         ...
 
-    def dead_letters(self) -> Any:
+    def dead_letters(self) -> DeadLetterStore:
         """What `switchyard dead` lists, shows, retries and drops."""
         ...
 
@@ -297,13 +310,14 @@ class Backend(Protocol):
         """Prints the first lines of `status` for a person (whether the gateway runs, and where)."""
         ...
 
-    def runtime(self, parts: Any) -> Any:
+    def runtime(self, parts: RuntimeParts) -> Runtime:
         """The processing and delivery half of a gateway (gateway/runtime/protocol.py's Runtime) built from `parts`
-        (gateway.runtime.RuntimeParts)."""
+        (gateway.runtime.protocol.RuntimeParts)."""
         ...
 
-    def store(self, name: str, **options: Any) -> Any:
-        """The store `name` a plugin declared for this backend (`switchyard_stores`), opened with `options`."""
+    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
+        """The store a plugin declared for this backend under `key.name` (`switchyard_stores`), opened with
+        `options`; KeyError when no plugin declares it here."""
         ...
 
     def close(self) -> None:

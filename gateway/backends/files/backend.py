@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.composition import open_store
 from gateway.hookspecs import hookimpl
 from gateway.spool import deadletters
-from gateway.stores import Duplicate, Stores
+from gateway.stores import Duplicate, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
@@ -149,8 +149,8 @@ class FileStores:
 
         return FileRuntime(parts, self.sharing)
 
-    def store(self, name: str, **options: Any) -> Any:
-        return open_store(self, self._stores, name, **options)
+    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
+        return open_store(self, self._stores, key, **options)
 
     def close(self) -> None:
         """Nothing held open: every store opens its files as it goes."""
