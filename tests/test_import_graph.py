@@ -314,3 +314,62 @@ def test_the_layering_rules_see_a_breach() -> None:
     assert backend_reaches_machinery("gateway.backends.memory", "gateway.cli")
     assert not backend_reaches_machinery("gateway.backends.files.runtime", "gateway.spool.queue")
     assert _pairs("a.b -> c d\n  a.b -> e") == {("a.b", "c"), ("a.b", "d"), ("a.b", "e")}
+
+
+# The picture of docs/architecture.md: one node per package (the channel plugins as one), an arrow where a
+# module of one imports a module of another. The arrows into the two packages nearly every package imports
+# are left out (the block's first line counts them), so the rest can be read.
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+UNDRAWN = ("gateway", "gateway.telemetry")
+MERMAID = re.compile(r"^```mermaid\n(.*?)^```$", re.M | re.S)
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the packages its modules import (every package of plugins/ is `plugins`)."""
+    packages = {name for name, path in _modules().items() if path.name == "__init__.py"}
+
+    def package(module: str) -> str:
+        return "plugins" if _in(module, "plugins") else module if module in packages else module.rpartition(".")[0]
+
+    found: dict[str, set[str]] = {package(module): set() for module in graph}
+    for module, targets in graph.items():
+        found[package(module)] |= {package(target) for target in targets} - {package(module)}
+    return found
+
+
+def picture(packages: dict[str, set[str]]) -> str:
+    """The mermaid block (without its fences) drawing `packages`."""
+    ids = {name: name.replace(".", "_") for name in packages}
+    counts = " and ".join(f"into {name} (from {sum(name in targets for targets in packages.values())})"
+                          for name in UNDRAWN)
+    lines = ["graph TD", f"  %% {len(packages)} packages; not drawn: the arrows {counts}"]
+    for top in ("gateway", "orchestrator"):
+        lines.append(f'  subgraph {top}_tree ["{top}/"]')
+        lines += [f'    {ids[name]}["{name}"]' for name in sorted(packages) if _in(name, top)]
+        lines.append("  end")
+    lines.append('  plugins["plugins (every channel)"]')
+    for name in sorted(packages):
+        drawn = sorted(ids[target] for target in packages[name] if target not in UNDRAWN)
+        if drawn:
+            lines.append(f"  {ids[name]} --> {' & '.join(drawn)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_architecture_page_draws_the_package_graph_as_the_imports_are() -> None:
+    drawn = MERMAID.findall(ARCHITECTURE.read_text())
+    expected = picture(package_graph(the_graph()))
+    assert drawn == [expected], ("docs/architecture.md must hold one mermaid block, the package graph as the code "
+                                 f"imports today; paste this one:\n\n```mermaid\n{expected}```\n")
+
+
+def test_the_picture_draws_each_import_between_packages_once() -> None:
+    graph = {"gateway.api": set(), "gateway.cli": {"gateway.api"}, "orchestrator.chat.handler": {"gateway.cli"},
+             "plugins.console.channel": {"gateway.api", "orchestrator.chat.handler"}}
+    packages = {"gateway": set(), "gateway.cli": {"gateway"}, "orchestrator.chat": {"gateway.cli"},
+                "plugins": {"gateway", "orchestrator.chat"}}
+    assert package_graph(graph) == packages
+    assert "  plugins --> orchestrator_chat\n" in picture(packages)
+    assert "4 packages; not drawn: the arrows into gateway (from 2) and into gateway.telemetry (from 0)\n" in (
+        picture(packages))
+    assert "gateway_cli -->" not in picture(packages)
