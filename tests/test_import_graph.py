@@ -194,22 +194,20 @@ BACKEND_TO_BACKEND = _pairs("""
     gateway.backends.memory.backend -> gateway.backends.files.backend
     gateway.backends.memory.runtime -> gateway.backends.files.runtime
 """)  # MemoryStores(FileStores) and MemoryRuntime(FileRuntime): the memory twin inherits the file backend
-ORCHESTRATOR_TO_BACKEND = _pairs("""
-    orchestrator.execution.claims -> orchestrator.storage.files.runs
-""")  # UnreadableRun, the error a run store raises, is defined by the file run store
+ORCHESTRATOR_TO_BACKEND: set[tuple[str, str]] = set()
 PLUGIN_BEYOND_CONTRACT = _pairs("""
-    plugins.heartbeat -> gateway.cli.statuscache gateway.home gateway.telemetry.events
-""")  # StatusCache (an annotation), safe_name and now_ms
+    plugins.heartbeat -> gateway.cli.statuscache
+""")  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
-    gateway.backends.files.backend -> gateway.cli.status gateway.runtime.locks gateway.runtime.protocol
+    gateway.backends.files.backend -> gateway.cli.status gateway.runtime.locks
     gateway.backends.files.backend -> gateway.runtime.sharing
     gateway.backends.files.dispatcher -> gateway.runtime.aio gateway.runtime.sending
     gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outbox
-    gateway.backends.files.runtime -> gateway.runtime.protocol gateway.runtime.receipts gateway.runtime.sharing
+    gateway.backends.files.runtime -> gateway.runtime.receipts gateway.runtime.sharing
     gateway.backends.files.runtime -> gateway.runtime.worker
     gateway.backends.memory -> gateway.runtime.locks
-    gateway.backends.memory.backend -> gateway.cli.status gateway.runtime.protocol
-    gateway.backends.memory.runtime -> gateway.runtime.locks gateway.runtime.protocol gateway.runtime.sharing
+    gateway.backends.memory.backend -> gateway.cli.status
+    gateway.backends.memory.runtime -> gateway.runtime.locks gateway.runtime.sharing
     gateway.backends.memory.runtime -> gateway.runtime.worker
     gateway.backends.postgres.backend -> gateway.runtime.aio gateway.runtime.locks
     gateway.backends.postgres.dashboard -> gateway.dashboard.state
@@ -224,7 +222,7 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
     gateway.backends.postgres.processing -> gateway.runtime.outcome
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
-    gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox gateway.runtime.protocol
+    gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
     gateway.backends.postgres.status -> gateway.cli.tables
     gateway.backends.postgres.storage -> gateway.cli.status gateway.runtime.locks
     gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands

@@ -24,10 +24,9 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.models import IncomingPayload
     from gateway.runtime.locks import Locks
-    from gateway.runtime.protocol import RuntimeParts
     from gateway.runtime.sharing import SharedHome
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory
+    from gateway.stores import BackendFactory, RuntimeParts
 
 
 @hookimpl

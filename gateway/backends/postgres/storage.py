@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from gateway.backends.postgres.runtime import PostgresRuntime
     from gateway.home import Home
     from gateway.models import IncomingPayload
-    from gateway.runtime.protocol import RuntimeParts
     from gateway.settings import Settings
+    from gateway.stores import RuntimeParts
 
 
 class PgStorage:

@@ -22,7 +22,14 @@ from gateway.storable import made_safe, storable
 from gateway.telemetry.events import utc_now_iso
 from orchestrator.runs.base import RunStoreBase
 from orchestrator.runs.listing import select_runs
-from orchestrator.runs.state import RunState, conversation_key, finished_at, storable_state, unreadable_stand_in
+from orchestrator.runs.state import (
+    RunState,
+    UnreadableRun,
+    conversation_key,
+    finished_at,
+    storable_state,
+    unreadable_stand_in,
+)
 from orchestrator.storage.files.runarchive import Entry
 from orchestrator.storage.files.settled import CANCEL_MARKER, SettledRuns, created_at, event_lines, line_holds
 
@@ -30,10 +37,6 @@ log = logging.getLogger("switchyard.orchestrator.runs")
 
 EVENT_TAIL_BYTES = 8192
 OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
-
-
-class UnreadableRun(Exception):
-    """A stored run that is not one (a corrupt or hand-edited state): what is wrong with it."""
 
 
 class RunStore(RunStoreBase):
