@@ -1,15 +1,17 @@
 """gateway/spool/edits.py through FileQueue: an edit folded into the first of two waiting messages of one
 conversation keeps that message in its place; it is claimed first, with the edited text, and the second after it
-(also after a restart, when the new handle orders incoming/ by the files' names)."""
+(also after a restart, when the new handle orders incoming/ by the files' names, or the mtimes of files another
+program dropped)."""
 
 from __future__ import annotations
 
 import json
+import os
 
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.spool.queue import Claimed, FileQueue
-from gateway.testing import make_incoming
+from gateway.testing import drop_incoming, make_incoming
 
 
 def _message(text: str, message_id: str, **fields: str) -> IncomingPayload:
@@ -52,6 +54,24 @@ def test_the_edited_first_message_is_still_claimed_first_with_its_new_text(home:
 
 def test_after_a_restart_the_edited_first_message_is_still_claimed_first(home: Home) -> None:
     _two_waiting_with_the_first_edited(home).close()
+    restarted = FileQueue(home, fsync=False)
+    restarted.open()
+    try:
+        assert _claimed_texts(restarted) == [("a1", "first, edited"), ("b1", "second")]
+    finally:
+        restarted.close()
+
+
+def test_a_message_another_program_dropped_keeps_its_place_after_a_restart(home: Home) -> None:
+    """A file not named by the gateway is placed by its mtime when a queue opens on it: the fold keeps that too."""
+    first = drop_incoming(home, _message("first", "a1"), "bridge-a1.json")
+    second = drop_incoming(home, _message("second", "b1"), "bridge-b1.json")
+    os.utime(first, ns=(1_000_000_000, 1_000_000_000))  # dropped one second apart, long ago
+    os.utime(second, ns=(2_000_000_000, 2_000_000_000))
+    queue = FileQueue(home, fsync=False)
+    queue.open()
+    assert queue.fold_edit(_message("first, edited", "a1-edit", editOf="a1")), "the edit was not folded"
+    queue.close()
     restarted = FileQueue(home, fsync=False)
     restarted.open()
     try:
