@@ -17,6 +17,7 @@ import textwrap
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,6 +105,32 @@ async def test_a_cancelled_process_ends_with_its_child_promptly(tmp_path: Path) 
     took = time.monotonic() - cancelled_at
     await _nothing_left(leader, child)
     assert took < PROMPTLY_S, f"the cancelled run took {took:.1f}s to end: its child held the pipes"
+
+
+async def test_a_process_cancelled_while_it_is_being_started_ends_with_its_child(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's cancel can come while asyncio is still starting the process (on a loaded machine the shell may
+    have started its child by then): once started, the whole group is ended, not only the leader."""
+    start, spawned, release = asyncio.create_subprocess_exec, asyncio.Event(), asyncio.Event()
+
+    async def slow_start(*argv: str, **options: Any) -> asyncio.subprocess.Process:
+        process = await start(*argv, **options)
+        spawned.set()
+        await release.wait()  # the start has not returned yet: a cancel now comes while it starts
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_start)
+    pids = tmp_path / "pids"
+    running = await _running(pids, tmp_path)
+    try:
+        await asyncio.wait_for(spawned.wait(), 10)
+        leader, child = await _started(pids)
+    finally:
+        running.cancel()
+        release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, KILL_GRACE_SEC * 3)
+    await _nothing_left(leader, child)
 
 
 CONFIG = """
