@@ -9,6 +9,7 @@ A crash while it is held returns it to incoming/ at the next start, as any claim
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -56,11 +57,15 @@ def fold_edit(queue: FileQueue, edit: IncomingPayload) -> bool:
 
 
 def _rewritten(queue: FileQueue, held: Path, edit: IncomingPayload) -> bool:
-    """True when the held file was the original of `edit` and now holds its text; raises ForeignEdit."""
+    """True when the held file was the original of `edit` and now holds its text, with its mtime (the place of a
+    file another program named, when a queue opens on it); raises ForeignEdit."""
     try:
         edited = edited_bytes(read_file(held, queue.max_payload_bytes), edit)
         if edited is not None:
+            was = os.lstat(held)
             atomic_write(held, edited, fsync=queue.fsync)
+            with contextlib.suppress(OSError):  # folded all the same; only a restart could then place it later
+                os.utime(held, ns=(was.st_atime_ns, was.st_mtime_ns), follow_symlinks=False)
     except (NotRegularFile, OSError):
         return False
     return edited is not None

@@ -173,6 +173,38 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         waiting.cancel()
 
 
+async def _start(argv: Sequence[str], *, piped_stdin: bool, env: Mapping[str, str], cwd: Path,
+                 token: str) -> asyncio.subprocess.Process:
+    """Starts argv in its own session. A cancel that comes while it starts ends its whole group once it has
+    started: asyncio, cancelled inside the start, would kill only the leader, and a child the leader started by
+    then would go on running."""
+    starting = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE if piped_stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
+    ))
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        await _end_started(starting, token)
+        raise
+
+
+async def _end_started(starting: asyncio.Future[asyncio.subprocess.Process], token: str) -> None:
+    """Ends what a start cancelled midway started (nothing when it did not start), as a cancelled run's end."""
+    try:
+        proc = await starting
+    except Exception:  # it did not start
+        return
+    waiter = asyncio.ensure_future(_exited(proc))
+    discarded = _Capture(0)
+    tasks: list[asyncio.Task[Any]] = [
+        asyncio.ensure_future(_pump(proc.stdout, discarded)), asyncio.ensure_future(_pump(proc.stderr, discarded)),
+        asyncio.ensure_future(_feed(proc.stdin, b"")), waiter,
+    ]
+    await _terminate(proc, tasks)
+    await _end_run(proc, waiter, token)
+
+
 async def run_process(
     argv: Sequence[str], *, stdin: bytes | None, env: Mapping[str, str], cwd: Path,
     timeout_sec: float, max_output: int, watcher: LineWatcher | None = None, first_output_sec: float | None = None,
@@ -188,11 +220,7 @@ async def run_process(
     started = time.monotonic()
     env, token = containment.tagged(env)
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, cwd=cwd, start_new_session=True,
-        )
+        proc = await _start(argv, piped_stdin=stdin is not None, env=env, cwd=cwd, token=token)
     except OSError as exc:
         code = NOT_EXECUTABLE_EXIT if exc.errno in (errno.EACCES, errno.ENOEXEC) else MISSING_EXIT
         return ProviderResult("", f"cannot start {argv[0]!r}: {exc}", code, ms_since(started), False, False)
