@@ -87,3 +87,14 @@ def pg_dsn() -> Iterator[str]:
     finally:
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def db(pg_dsn: str) -> Iterator[str]:
+    """`pg_dsn` with Switchyard's schema migrated; after the test, the processes it started are killed (before
+    the schema is dropped). A store's pool closes with its backend, or when the store is let go."""
+    from gateway.backends.postgres import schema
+
+    schema.migrate(pg_dsn)
+    yield pg_dsn
+    SwitchyardProcess.kill_started()
