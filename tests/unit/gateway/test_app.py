@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway import ConfigurationError, hookimpl
+from gateway import hookimpl
 from gateway.app import Gateway, run_gateway
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -20,32 +20,7 @@ from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.telemetry.events import read_events
 from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
-
-
-class FakeChannelPlugin:
-    """Provides `fake` channels; a profile with `fail: true` fails at start with its token in the error."""
-
-    def __init__(self) -> None:
-        self.channels: dict[str, FakeChannel] = {}
-        self.events: list[dict[str, Any]] = []
-        self.outages: dict[str, int] = {}  # profile id → start attempts that fail as if the platform were down
-
-    @hookimpl
-    def switchyard_channels(self, profile: ChannelProfile, context: Any) -> FakeChannel | None:
-        if profile.type != "fake":
-            return None
-        if profile.option("fail"):
-            raise ConfigurationError("login refused for token s3cr3t-t0ken")
-        if self.outages.get(profile.id):
-            self.outages[profile.id] -= 1
-            raise ConnectionRefusedError("platform unreachable")
-        channel = FakeChannel("fake", profile.id)
-        self.channels[profile.id] = channel
-        return channel
-
-    @hookimpl
-    def switchyard_event(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
+from tests.fakes.channels import FakeChannelPlugin
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chat.handler import Orchestrator
 from orchestrator.config.models import write_default_orchestrator
-from tests.unit.gateway.test_app import FakeChannelPlugin
+from tests.fakes.channels import FakeChannelPlugin
 
 TOOL = ToolApproval(title="Run: make deploy", detail="deploys the site to production",
                     options=(ApprovalOption("allow-1", "Allow once", "allow_once"),

@@ -15,8 +15,8 @@ from gateway.settings import ChannelProfile, ProviderSettings, Settings
 from gateway.testing import async_wait_until
 from orchestrator.runs.state import Conversation, RunState, StepState, run_id_for
 from orchestrator.storage.files.runs import RunStore
+from tests.fakes.channels import FakeChannelPlugin
 from tests.fakes.orchestrator import Flow, make_message
-from tests.unit.gateway.test_app import FakeChannelPlugin
 
 MESSAGES = 30
 FILES_PER_MESSAGE = 3
