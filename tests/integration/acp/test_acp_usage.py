@@ -17,9 +17,9 @@ from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.spawn import ProviderResult
 from orchestrator.usage.records import TokenUsage
+from tests.fakes.acp.helpers import CONV, Harness, fake_provider
 from tests.fakes.model_server import ModelServer, Usage
 from tests.fakes.orchestrator import API_PREFIX, isolate_real_cli
-from tests.unit.orchestrator.agents.acp.acp_helpers import CONV, Harness, fake_provider
 
 TURN_COST = 0.011624999999999998
 FAKE = {

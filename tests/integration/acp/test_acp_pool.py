@@ -15,7 +15,7 @@ from gateway.home import Home
 from gateway.testing import async_wait_until
 from orchestrator.agents.live import ToolApproval, TurnStopped
 from orchestrator.agents.spawn import ProviderFailed
-from tests.unit.orchestrator.agents.acp.acp_helpers import CONV, Harness, any_alive, fake_provider, kill9, kill_left
+from tests.fakes.acp.helpers import CONV, Harness, any_alive, fake_provider, kill9, kill_left
 
 LIKES = ["claude", "codex", "gemini"]
 

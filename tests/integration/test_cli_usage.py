@@ -25,7 +25,7 @@ from orchestrator.usage.records import MemoryUsageRecords, Payer, Spent, TokenUs
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer, Usage
 from tests.fakes.orchestrator import isolate_real_cli
-from tests.unit.orchestrator.agents.test_real_endpoints import KEY_VARIABLE, PREFIX, real_cli
+from tests.integration.test_real_endpoints import KEY_VARIABLE, PREFIX, real_cli
 
 FAKE_COST = 0.011624999999999998
 FAKE_USAGE = {  # tests/fakes/clis/_common.py: 1200 fresh + 300 written to + 4000 read from the cache, 70 out

@@ -13,7 +13,7 @@ from gateway.cli.statuscache import StatusCache
 from gateway.home import Home
 from gateway.settings import ProviderSettings, Settings
 from orchestrator.agents.doctor import check_adapters, check_providers
-from tests.unit.orchestrator.agents.acp.acp_helpers import fake_provider
+from tests.fakes.acp.helpers import fake_provider
 
 
 def _settings(home: Home, provider: ProviderSettings) -> Settings:

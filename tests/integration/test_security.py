@@ -40,7 +40,7 @@ from orchestrator.runs.state import Conversation, RunState, run_id_for
 from orchestrator.storage.files.runs import RunStore
 from plugins.heartbeat import state_path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 hostile = st.one_of(st.text(max_size=300), st.sampled_from(
     ["..", ".", "/", "../../etc/passwd", "a/../../b", "/etc/passwd", "\x00", "..\\..\\x", "~root", " ", ".hidden",
      "a" * 1000, "\u202e", "con", "..%2f..%2f"]))

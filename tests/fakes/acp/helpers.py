@@ -22,7 +22,7 @@ from tests.fakes.acp.procs import group_members
 from tests.fakes.orchestrator import API_PREFIX
 from tests.process import pid_alive
 
-FAKE_AGENT = Path(__file__).resolve().parents[4] / "fakes" / "acp" / "fake_agent.py"
+FAKE_AGENT = Path(__file__).resolve().with_name("fake_agent.py")
 CONV = "conv:console/main/c1"
 ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
 CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"

@@ -17,10 +17,10 @@ from gateway.testing import async_wait_until
 from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.live import ToolApproval, TurnStopped
 from orchestrator.agents.providers import ProviderRunner
+from tests.fakes.acp.helpers import CONV, any_alive, real_provider
 from tests.fakes.acp.scripted_model import ScriptedModel
 from tests.fakes.orchestrator import API_PREFIX as PREFIX
 from tests.fakes.orchestrator import isolate_real_cli
-from tests.unit.orchestrator.agents.acp.acp_helpers import CONV, any_alive, real_provider
 
 KEY_VARIABLE = "SWITCHYARD_REAL_ACP_TEST_KEY"
 

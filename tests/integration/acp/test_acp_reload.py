@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.unit.orchestrator.agents.acp.acp_helpers import Harness, any_alive, fake_provider
-from tests.unit.orchestrator.agents.acp.test_acp_pool import LIKES, make  # noqa: F401  (a fixture)
+from tests.fakes.acp.helpers import Harness, any_alive, fake_provider
+from tests.integration.acp.test_acp_pool import LIKES, make  # noqa: F401  (a fixture)
 
 
 @pytest.mark.parametrize("like", LIKES)

@@ -20,11 +20,11 @@ from orchestrator.agents.clis.runner import AgentCall
 from orchestrator.agents.live import PermissionAsker, ToolApproval, TurnStopped
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.sessions import SessionStore
+from tests.fakes.acp.helpers import ADAPTER, CONV, any_alive, kill9, real_provider
 from tests.fakes.acp.procs import live_children, open_files
 from tests.fakes.acp.scripted_model import Call, ScriptedModel
 from tests.fakes.orchestrator import API_PREFIX as PREFIX
 from tests.fakes.orchestrator import isolate_real_cli
-from tests.unit.orchestrator.agents.acp.acp_helpers import ADAPTER, CONV, any_alive, kill9, real_provider
 
 KEY_VARIABLE = "SWITCHYARD_REAL_ACP_TEST_KEY"
 MODEL = {"claude": "claude-sonnet-4-5", "codex": "gpt-5.2", "gemini": "gemini-2.5-pro"}

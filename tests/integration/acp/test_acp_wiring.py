@@ -18,7 +18,7 @@ from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
 from orchestrator.agents.clis.runner import AgentCall, ProviderRefused
 from orchestrator.agents.providers import ProviderRunner
-from tests.unit.orchestrator.agents.acp.acp_helpers import CONV, any_alive, fake_provider, kill_left
+from tests.fakes.acp.helpers import CONV, any_alive, fake_provider, kill_left
 
 
 def test_transport_acp_is_only_for_the_three_presets() -> None:
