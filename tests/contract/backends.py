@@ -300,7 +300,7 @@ class PostgresBackend(Backend):
     def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
         """A dead row as gateway/backends/postgres/processing.py leaves it: the original bytes in `payload`,
         state dead."""
-        from tests.pg.helpers import insert_message
+        from tests.backends.postgres.helpers import insert_message
 
         with psycopg.connect(self.dsn) as conn:
             insert_message(conn, f"m-{hint}.json", data, state="dead", reason=reason, attempts=3)

@@ -1,7 +1,7 @@
 """The `backend` fixture: every contract test runs once per backend, memory, files and postgres (postgres
-when SWITCHYARD_TEST_DSN is set: a migrated schema of its own per test, from tests/pg's `db` fixture). A
-test module whose store the postgres backend has no object for names it in PG_LACKS: its postgres runs
-skip with the reason, before any schema is made."""
+when SWITCHYARD_TEST_DSN is set: a migrated schema of its own per test, tests/conftest.py's `db`). A test module
+whose store the postgres backend has no object for names it in PG_LACKS: its postgres runs skip with the
+reason, before any schema is made."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 
 from gateway.home import Home
 from tests.contract.backends import PG_LACKS, Backend, FilesBackend, MemoryBackend, PostgresBackend
-from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 
 
 @pytest.fixture(params=["memory", "files", "postgres"])

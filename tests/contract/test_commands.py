@@ -33,7 +33,6 @@ from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.runs.state import run_id_for
 from orchestrator.storage.stores import file_stores, open_run_store
-from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 
 pytestmark = pytest.mark.timeout(90)
 

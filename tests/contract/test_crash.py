@@ -41,7 +41,6 @@ from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import wait_until
 from tests.contract.crashhost import PROFILE, STEPS, CrashHost, HostKilled, Stop, read_log, stop_after
-from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 from tests.process import SwitchyardProcess, clean_environment
 
 pytestmark = pytest.mark.timeout(60)

@@ -55,7 +55,7 @@ class Line:
 
     def take_in(self, data: bytes) -> None:
         if self.pool is not None:
-            from tests.pg.helpers import insert_message
+            from tests.backends.postgres.helpers import insert_message
 
             with self.pool.connection() as conn:
                 insert_message(conn, f"{json.loads(data)['messageId']}.json", data)

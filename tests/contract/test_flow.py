@@ -15,7 +15,6 @@ import pytest
 from gateway.payloads import APOLOGY
 from gateway.testing import async_wait_until
 from tests.contract.flow import Flow
-from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 
 pytestmark = pytest.mark.timeout(60)
 

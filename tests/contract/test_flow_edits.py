@@ -11,7 +11,6 @@ import pytest
 
 from gateway.testing import async_wait_until, make_incoming
 from tests.contract.flow import PROFILE, Flow, Host
-from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,7 +19,6 @@ from gateway.home import Home
 from gateway.testing import wait_until
 from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
 from tests.contract.crashhost import read_log
-from tests.pg.conftest import db  # noqa: F401  (pg_dsn with Switchyard's schema migrated)
 from tests.process import SwitchyardProcess, clean_environment
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.faults]

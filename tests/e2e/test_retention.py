@@ -34,7 +34,7 @@ def _age(switchyard: Switchyard, run_id: str, days: float) -> None:
 def _long(text: str) -> str:
     """A message whose echoed answer is kept as a file (over 4 KB): its run stays a folder, removed run by run.
     A settled chat run without files is a line of runs/.archive/, removed a whole day at a time
-    (tests/orchestrator/test_orch_runarchive.py)."""
+    (tests/unit/orchestrator/storage/test_runarchive.py)."""
     return text + " " + "x" * 5000
 
 

@@ -6,25 +6,18 @@ channel profiles to orchestrators without any real platform.
 
 from __future__ import annotations
 
-from gateway import ChannelContext, ChannelProfile, DeliveryRecord, OutgoingPayload, Sink, hookimpl
+from gateway import ChannelContext, ChannelProfile, hookimpl
+from gateway.testing import FakeChannel
 
 
-class NullChannel:
-    """Delivers by doing nothing (the dispatcher still moves each reply to sent/)."""
+class NullChannel(FakeChannel):
+    """gateway.testing's FakeChannel under this plugin's name: it records each reply and sends it nowhere
+    (the dispatcher still moves each reply to sent/)."""
 
     name = "nullch"
 
     def __init__(self, profile_id: str):
-        self.profile_id = profile_id
-
-    async def start(self, sink: Sink) -> None:
-        return None
-
-    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord | None:
-        return None
-
-    async def stop(self) -> None:
-        return None
+        super().__init__(type(self).name, profile_id)
 
 
 @hookimpl
