@@ -160,6 +160,22 @@ class OutgoingPayload(_Payload):
             return data
         return safe_json(self.model_dump(mode="json", exclude_none=True))
 
+    def holding(self, opened: dict[str, BinaryIO]) -> OutgoingPayload:
+        """A copy of this payload holding the files opened and checked for its upload (path → open file)."""
+        copy: OutgoingPayload = self.model_copy()
+        copy._opened = opened
+        return copy
+
+    def opened_file(self, path: str) -> BinaryIO | None:
+        """The open file held for the upload of `path` (see `holding`); None when none was opened for it."""
+        return self._opened.get(path)
+
+    def close_files(self) -> None:
+        """Closes the files held for this payload's upload, and holds none after."""
+        for handle in self._opened.values():
+            handle.close()
+        self._opened = {}
+
     @classmethod
     def reply_to(
         cls, incoming: IncomingPayload, text: str, *, agent: str, timestamp: int, quoted: Sequence[str] = (),

@@ -16,7 +16,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from gateway.home import Home, read_file, safe_name
 from gateway.models import OutgoingPayload
@@ -146,9 +146,7 @@ def open_files(payload: OutgoingPayload, policy: AttachmentPolicy) -> tuple[Outg
             handles[raw] = open_attachment(raw, lambda real: policy.allows(real, payload))
         except AttachmentRefused as exc:
             refused.append((raw, str(exc)))
-    opened = payload.model_copy()
-    opened._opened = handles
-    return opened, refused
+    return payload.holding(handles), refused
 
 
 def _without(payload: OutgoingPayload, path: str) -> OutgoingPayload:
@@ -167,13 +165,6 @@ def note_refusals(payload: OutgoingPayload, refused: list[tuple[str, str]], even
     return payload
 
 
-def close_files(payload: OutgoingPayload) -> None:
-    """Closes the files opened for a payload's delivery."""
-    for handle in payload._opened.values():
-        handle.close()
-    payload._opened = {}
-
-
 async def read_attachment(outgoing: OutgoingPayload, path: str | os.PathLike[str],
                           policy: AttachmentPolicy) -> bytes:
     """The bytes to upload for one of `outgoing`'s files: from the file the dispatcher opened and
@@ -181,7 +172,7 @@ async def read_attachment(outgoing: OutgoingPayload, path: str | os.PathLike[str
     import asyncio  # here: importing this module (as `switchyard status` does) must not load asyncio
 
     key = os.fspath(path)
-    handle: Any = outgoing._opened.get(key)
+    handle = outgoing.opened_file(key)
     if handle is not None:
         return await asyncio.to_thread(read_all, handle)
 

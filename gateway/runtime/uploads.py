@@ -4,7 +4,7 @@ calls it for both backends): apart from attachments.py, which knows no Channel."
 from __future__ import annotations
 
 from gateway.api import Channel, DeliveryRecord
-from gateway.channelkit.attachments import AttachmentPolicy, close_files, note_refusals, open_files
+from gateway.channelkit.attachments import AttachmentPolicy, note_refusals, open_files
 from gateway.models import OutgoingPayload
 from gateway.telemetry.events import EventLog
 
@@ -19,4 +19,4 @@ async def send_with_files(channel: Channel, payload: OutgoingPayload, policy: At
     try:
         return await channel.send(opened)
     finally:
-        close_files(opened)
+        opened.close_files()

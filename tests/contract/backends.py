@@ -175,7 +175,7 @@ class MemoryBackend(Backend):
         return MemoryAnswered(self.answered_state, window_sec=window_sec)
 
     def pairing(self) -> Pairing:
-        return MemoryPairing(self.pairing_state)
+        return self.pairing_state.twin()
 
     def approvals(self) -> Approvals:
         return self.approvals_state.twin()

@@ -90,7 +90,7 @@ class Dispatcher:
             return
         except (ValueError, ValidationError) as exc:
             reason = self.events.redact(f"invalid outgoing payload: {exc}")
-            self._quarantine(path, reason, attempts=0)
+            self.dead_letter(name, reason, attempts=0)
             self.sender.undeliverable(name, reason, 0)
             return
         self.schedule(name, payload)
@@ -149,14 +149,25 @@ class Dispatcher:
         except (OSError, ValueError, ValidationError):
             return None
 
-    def _payload(self, name: str, path: Path) -> OutgoingPayload:
-        """The payload parsed when it was noticed (if the file is still there), else read again."""
+    def take(self, name: str) -> OutgoingPayload | None:
+        """The payload of a reply come to the head of its conversation: as parsed when it was noticed (if the
+        file is still there), else read again; None, and the name forgotten, when its file is gone."""
+        path = self.home.outgoing / name
         parsed = self._parsed.pop(name, None)
         if parsed is not None and os.path.exists(path):
             return parsed
-        return OutgoingPayload.model_validate(json.loads(path.read_bytes()))
+        try:
+            return OutgoingPayload.model_validate(json.loads(path.read_bytes()))
+        except FileNotFoundError:
+            self._known.discard(name)
+            return None
 
-    async def _to_sent(self, name: str) -> None:
+    async def refused(self, name: str, exc: Exception, failures: int) -> None:
+        """Reports a file system that refused the delivery of `name` (e.g. failed/ not writable) and waits out
+        a backoff before the next try."""
+        await self._pause(name, f"cannot deliver {name}: {type(exc).__name__}: {exc}", failures)
+
+    async def delivered(self, name: str) -> None:
         """Moves a delivered file to sent/, waiting out a file system that refuses it."""
         failures = 0
         while True:
@@ -176,8 +187,9 @@ class Dispatcher:
         os.rename(path, target)
         self._known.discard(path.name)
 
-    def _quarantine(self, path: Path, reason: str, attempts: int, payload: OutgoingPayload | None = None) -> None:
+    def dead_letter(self, name: str, reason: str, attempts: int, payload: OutgoingPayload | None = None) -> None:
         """Moves an undeliverable file to failed/ with its reason."""
+        path = self.home.outgoing / name
         conversation = (payload.conversationId or payload.senderId) if payload is not None else None
         with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing left to keep
             move_to_failed(self.home, path, fsync=self.settings.fsync, reason=reason, attempts=attempts,
@@ -210,16 +222,13 @@ class _Outgoing:
         dispatcher = self.dispatcher
         while self.names:
             name = self.names[0]
-            path = dispatcher.home.outgoing / name
-            try:
-                payload = dispatcher._payload(name, path)
-            except FileNotFoundError:
-                dispatcher._known.discard(name)
+            payload = dispatcher.take(name)
+            if payload is None:
                 self.left()
                 continue
             channel = dispatcher.channel_for(payload)
             assert channel is not None
-            return _FileHead(self, name, path, payload, channel, self.attempts)
+            return _FileHead(self, name, payload, channel, self.attempts)
         return None
 
     async def wait(self, delay_s: float) -> bool:
@@ -229,8 +238,7 @@ class _Outgoing:
     async def failed(self, exc: Exception) -> bool:
         """E.g. failed/ not writable: the file stays, tried again after a pause."""
         self.failures += 1
-        name = self.names[0] if self.names else "a reply"
-        await self.dispatcher._pause(name, f"cannot deliver {name}: {type(exc).__name__}: {exc}", self.failures)
+        await self.dispatcher.refused(self.names[0] if self.names else "a reply", exc, self.failures)
         return True
 
     def left(self) -> None:
@@ -245,7 +253,6 @@ class _FileHead:
 
     outgoing: _Outgoing
     name: str
-    path: Path
     payload: OutgoingPayload
     channel: Channel
     attempts: int
@@ -255,7 +262,7 @@ class _FileHead:
         return True
 
     async def sent(self) -> None:
-        await self.outgoing.dispatcher._to_sent(self.name)
+        await self.outgoing.dispatcher.delivered(self.name)
         self.outgoing.left()
 
     async def superseded(self) -> bool:
@@ -267,5 +274,5 @@ class _FileHead:
         self.outgoing.attempts = attempts
 
     async def dead(self, reason: str, attempts: int) -> None:
-        self.outgoing.dispatcher._quarantine(self.path, reason, attempts, self.payload)
+        self.outgoing.dispatcher.dead_letter(self.name, reason, attempts, self.payload)
         self.outgoing.left()

@@ -1,7 +1,8 @@
 """The in-memory backend: the gateway's stores (gateway/stores.py) kept in this process, with the same
 rules as the file and PostgreSQL stores, for fast tests (as Procrastinate's InMemoryConnector and
-Dramatiq's StubBroker). Every store takes a shared state object: two stores on one state are two
-"hosts" (or two processes sharing a home) in one test. Thread-safe: each state has its own lock.
+Dramatiq's StubBroker). Every store takes a shared state object, or is the `twin()` of another handle:
+two stores on one state are two "hosts" (or two processes sharing a home) in one test. Thread-safe: each
+state has its own lock.
 backend.py makes them a backend that runs a real Gateway (runtime.py), for tests only."""
 
 from typing import TYPE_CHECKING

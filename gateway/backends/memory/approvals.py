@@ -11,12 +11,15 @@ from gateway.approvals import PENDING, SETTLED_KEPT_S, Approval
 class MemoryApprovals:
     """Approvals by id on a state shared by every handle made from it (two handles are two hosts)."""
 
-    def __init__(self, shared: MemoryApprovals | None = None):
-        self._lock: threading.Lock = shared._lock if shared is not None else threading.Lock()
-        self._by_id: dict[str, Approval] = shared._by_id if shared is not None else {}
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[str, Approval] = {}
 
     def twin(self) -> MemoryApprovals:
-        return MemoryApprovals(self)
+        """A second handle on the same approvals (another host)."""
+        other = MemoryApprovals()
+        other._lock, other._by_id = self._lock, self._by_id
+        return other
 
     def request(self, approval: Approval) -> None:
         now = time.time()

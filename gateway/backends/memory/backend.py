@@ -58,7 +58,7 @@ class MemoryStores(FileStores):
         self.state = state
 
     def pairing(self, *, command: bool = False) -> MemoryPairing:
-        return MemoryPairing(self.state.pairing)
+        return self.state.pairing.twin()
 
     def approvals(self, *, command: bool = False) -> MemoryApprovals:  # type: ignore[override]
         return self.state.approvals.twin()

@@ -59,10 +59,16 @@ class MemoryPairing:
     pending code per sender and profile, replaced once expired, kept EXPIRED_KEPT_S after expiry so
     `approve` can say it expired."""
 
-    def __init__(self, shared: MemoryPairing | None = None):
-        self._lock: threading.Lock = shared._lock if shared is not None else threading.Lock()
-        self._pending: dict[str, dict[str, Any]] = shared._pending if shared is not None else {}
-        self._approved: dict[str, list[str]] = shared._approved if shared is not None else {}
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._approved: dict[str, list[str]] = {}
+
+    def twin(self) -> MemoryPairing:
+        """A second handle on the same codes and senders (another host)."""
+        other = MemoryPairing()
+        other._lock, other._pending, other._approved = self._lock, self._pending, self._approved
+        return other
 
     def read(self) -> dict[str, Any]:
         now = time.time()
@@ -164,12 +170,15 @@ class MemoryLocks:
 class MemoryJournal:
     """The delivery journal (gateway.stores.DeliveryJournalStore); `twin()` is a second host's handle."""
 
-    def __init__(self, shared: MemoryJournal | None = None):
-        self._lock: threading.Lock = shared._lock if shared is not None else threading.Lock()
-        self._sent: dict[str, dict[int, str]] = shared._sent if shared is not None else {}
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: dict[str, dict[int, str]] = {}
 
     def twin(self) -> MemoryJournal:
-        return MemoryJournal(self)
+        """A second handle on the same journal (another host)."""
+        other = MemoryJournal()
+        other._lock, other._sent = self._lock, self._sent
+        return other
 
     def sent_parts(self, key: str) -> dict[int, str]:
         with self._lock:

@@ -1,5 +1,5 @@
 """One ACP adapter process: started in its own process group, its stderr drained into a bounded tail,
-spoken to through the `acp` SDK's client side, stopped with its whole group.
+spoken to through the `acp` SDK's JSON-RPC connection and client router, stopped with its whole group.
 
 Session updates are read from the wire in order (an observer of the connection) and handed to the turn
 running in that session; updates outside a turn (a `session/load` replay) are ignored.
@@ -22,10 +22,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from acp import PROTOCOL_VERSION, Client, text_block
-from acp.client.connection import ClientSideConnection
-from acp.connection import StreamEvent
-from acp.schema import ClientCapabilities, Implementation, RequestPermissionResponse
+from acp import AGENT_METHODS, PROTOCOL_VERSION, Client, text_block
+from acp.client.router import build_client_router
+from acp.connection import Connection, StreamEvent
+from acp.schema import (
+    CancelNotification,
+    ClientCapabilities,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    PromptRequest,
+    PromptResponse,
+    RequestPermissionResponse,
+)
+from acp.utils import notify_model, request_model
 
 from orchestrator.agents.acp.turn import Turn, denied
 
@@ -52,14 +62,21 @@ class AdapterUnavailable(AdapterError):
 
 
 class AgentProcess:
-    """An adapter process and its connection; `turns` holds the turn running in each session."""
+    """An adapter process and its connection; `turns` holds the turn running in each session.
+
+    The connection is the SDK's own JSON-RPC `Connection` with its client router, not its `ClientSideConnection`:
+    that class keeps its connection private and sends only the methods of its schema (`ext_method` prefixes
+    `_`), while the adapters need `session/set_model` and answer session/new and session/load with `models`
+    the schema drops. Typed requests go through `acp.utils.request_model`, as `ClientSideConnection` sends
+    them; the one thing it adds, waiting for its `session_update` handlers after a prompt, is moot here (the
+    updates are read by the connection's observer, in wire order, and the handler does nothing)."""
 
     def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path, *, settle_sec: float = 0.0):
         self.argv, self.env, self.cwd = argv, dict(env), cwd
         self.settle_sec = settle_sec  # how long after a turn the adapter may still be writing its session
         self.last_turn = float("-inf")
         self.process: asyncio.subprocess.Process | None = None
-        self.conn: ClientSideConnection | None = None
+        self.conn: Connection | None = None
         self.turns: dict[str, Turn] = {}
         self._costs: dict[str, float] = {}  # each session's cost so far, as its last `usage_update` said
         self.can_load = False
@@ -93,12 +110,14 @@ class AgentProcess:
             raise AdapterUnavailable(f"cannot start `{self.argv[0]}`: {exc.strerror or exc}") from exc
         assert self.process.stdin is not None and self.process.stdout is not None
         self._drain = asyncio.create_task(self._drain_stderr(), name="acp-stderr")
-        self.conn = ClientSideConnection(cast(Client, _Client(self)), self.process.stdin, self.process.stdout,
-                                         observers=[self._observe])
+        self.conn = Connection(build_client_router(cast(Client, _Client(self))), self.process.stdin,
+                               self.process.stdout, observers=[self._observe])
+        hello = InitializeRequest(protocol_version=PROTOCOL_VERSION,
+                                  client_capabilities=ClientCapabilities(terminal=False),
+                                  client_info=Implementation(name="switchyard", version="1"))
         try:
-            reply = await self._answer(self.conn.initialize(
-                protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(terminal=False),
-                client_info=Implementation(name="switchyard", version="1")), START_TIMEOUT_SEC)
+            reply = await self._answer(request_model(self.conn, AGENT_METHODS["initialize"], hello, InitializeResponse),
+                                       START_TIMEOUT_SEC)
         except BaseException as exc:  # cancelled too: the process is not left running
             await self.stop()
             if not isinstance(exc, Exception):
@@ -161,10 +180,10 @@ class AgentProcess:
                                      self.stderr_tail()) from exc
 
     async def _raw(self, method: str, params: dict[str, Any], limit_sec: float | None = None) -> dict[str, Any]:
-        """A request answered as the adapter sent it: the SDK's 0.12 schema drops `models` and has no
-        `session/set_model`, so it goes through the SDK's JSON-RPC connection under its client side."""
+        """A request answered as the adapter sent it (the SDK's 0.12 schema drops `models` and has no
+        `session/set_model`: see the class)."""
         assert self.conn is not None
-        reply = await self._answer(self.conn._conn.send_request(method, params), limit_sec)
+        reply = await self._answer(self.conn.send_request(method, params), limit_sec)
         return reply if isinstance(reply, dict) else {}
 
     async def prompt(self, session_id: str, text: str, turn: Turn) -> str:
@@ -172,7 +191,9 @@ class AgentProcess:
         assert self.conn is not None
         self.turns[session_id] = turn
         try:
-            reply = await self._answer(self.conn.prompt(session_id=session_id, prompt=[text_block(text)]))
+            request = PromptRequest(session_id=session_id, prompt=[text_block(text)])
+            reply = await self._answer(request_model(self.conn, AGENT_METHODS["session_prompt"], request,
+                                                     PromptResponse))
             turn.usage_total = _total_tokens(reply.usage)
             turn.usage = turn.spent(reply.usage, reply.field_meta, self._costs.get(session_id))
             if turn.cost is not None:
@@ -186,7 +207,8 @@ class AgentProcess:
         """Asks the agent to end the session's turn (a notification: the prompt then ends `cancelled`)."""
         if self.conn is not None and self.alive:
             with contextlib.suppress(Exception):
-                await self.conn.cancel(session_id=session_id)
+                cancel = CancelNotification(session_id=session_id)
+                await notify_model(self.conn, AGENT_METHODS["session_cancel"], cancel)
 
     async def stop(self) -> None:
         """Closes stdin, SIGTERMs the process group, waits, then SIGKILLs the group: none of it is left."""

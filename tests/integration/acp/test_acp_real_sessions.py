@@ -191,7 +191,7 @@ async def _held_open(pool: AcpPool, session_ids: list[str], mode: str) -> list[s
         assert agent.conn is not None
         for session_id in session_ids:
             try:
-                await agent.conn.set_session_mode(session_id=session_id, mode_id=mode)
+                await agent.conn.send_request("session/set_mode", {"sessionId": session_id, "modeId": mode})
             except Exception:
                 continue
             held.append(session_id)
