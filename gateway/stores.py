@@ -48,8 +48,8 @@ __all__ = [
 class AnsweredStore(Protocol):
     """Which messages were answered within the duplicate window (gateway/backends/files/answered.py AnsweredIndex): a
     message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
-    every handle on the store. PostgreSQL has no such object today: `switchyard_answered` is read and
-    written by statements inside gateway/backends/postgres/processing.py, outbox.py and latedead.py."""
+    every handle on the store. PostgreSQL: gateway/backends/postgres/answered.py PgAnswered over
+    `switchyard_answered`, whose statements processing.py, outbox.py and latedead.py fold into their own."""
 
     def contains(self, message: IncomingPayload) -> bool:
         """True when `message` (by channel, profile and messageId) was answered within the window."""

@@ -53,15 +53,13 @@ NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by
                "SQL inside "
                "its processing, with no queue object to hand a test; its guarantees at the behaviour level "
                "(FIFO through retries, dedupe, dead letters, two hosts) run on postgres in test_flow.py")
-NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyard_answered` is read and written "
-                  "by statements inside gateway/backends/postgres/processing.py and outbox.py")
 NO_PG_JOURNAL = ("the postgres journal is gateway/backends/postgres/dispatcher.py RowJournal, bound to one leased "
                  "outbox row of a "
                  "running PgDelivery, not addressed by delivery key")
 
 NO_MEMORY_OUTBOX = "the in-memory backend has no outbox: its dead letters are messages only"
 
-PG_LACKS = {"queue": NO_PG_QUEUE, "answered": NO_PG_ANSWERED, "journal": NO_PG_JOURNAL}
+PG_LACKS = {"queue": NO_PG_QUEUE, "journal": NO_PG_JOURNAL}
 """The stores the postgres backend has no object for, by the name a test module gives in its PG_LACKS."""
 
 
@@ -327,7 +325,9 @@ class PostgresBackend(Backend):
                 "SELECT payload, attempts FROM switchyard_messages WHERE state = 'queued' ORDER BY id")]
 
     def answered(self, window_sec: float) -> AnsweredStore:
-        pytest.skip(NO_PG_ANSWERED)
+        from gateway.backends.postgres.answered import PgAnswered
+
+        return PgAnswered(self.dsn, window_sec=window_sec)
 
     def pairing(self) -> Pairing:
         from gateway.backends.postgres.pairing import PgPairingStore

@@ -21,6 +21,7 @@ from gateway.backends.memory import (
     MemoryPairing,
     MemoryQueue,
 )
+from gateway.backends.postgres.answered import PgAnswered
 from gateway.backends.postgres.approvals import PgApprovals
 from gateway.backends.postgres.deadletters import DeadStore
 from gateway.backends.postgres.events import EventSink as PgEventSink
@@ -48,7 +49,7 @@ from orchestrator.usage.records import MemoryUsageRecords, UsageRecords
 IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (QueueStore, [MemoryQueue, FileQueue]),
     (DeadLetterStore, [MemoryDeadLetters, FileDeadLetters, DeadStore]),
-    (AnsweredStore, [MemoryAnswered, AnsweredIndex]),
+    (AnsweredStore, [MemoryAnswered, AnsweredIndex, PgAnswered]),
     (DeliveryJournalStore, [MemoryJournal, DeliveryJournal]),
     (EventSink, [MemoryEventSink, PgEventSink]),
     (Pairing, [MemoryPairing, PairingStore, PgPairingStore]),
