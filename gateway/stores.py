@@ -67,8 +67,9 @@ class AnsweredStore(Protocol):
 @runtime_checkable
 class DeliveryJournalStore(Protocol):
     """The parts of a multi-part reply already sent, by delivery key (gateway/channelkit/delivery.py DeliveryJournal),
-    so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the same record on the
-    outbox row (gateway/backends/postgres/dispatcher.py RowJournal, bound to a leased row: not this protocol)."""
+    so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the record on the reply's
+    outbox row (gateway/backends/postgres/journal.py: PgJournal finds it by key; a running delivery writes it
+    through rows.py RowJournal, fenced by its lease)."""
 
     def sent_parts(self, key: str) -> dict[int, str]:
         """Part index → platform message id, for the parts already sent."""
