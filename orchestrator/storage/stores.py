@@ -178,10 +178,10 @@ def file_stores() -> dict[str, dict[str, StoreFactory]]:
             "schedules": {"files": _schedules}, "usage": {"files": _usage}}
 
 
-def _usage(backend: Backend) -> Any:
+def _usage(backend: Backend, *, holder: str | None = None) -> Any:
     from orchestrator.storage.files.usage import FileUsageRecords
 
-    return FileUsageRecords(backend.home)
+    return FileUsageRecords(backend.home, holder=holder)
 
 
 def _schedules(backend: Backend) -> Any:
