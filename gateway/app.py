@@ -32,13 +32,13 @@ from gateway.home import Home, atomic_write, queue_depths
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
 from gateway.runtime.containment import supervise_children
-from gateway.runtime.protocol import Delivery, Runtime, RuntimeParts
 from gateway.runtime.receipts import takes_receipts
 from gateway.runtime.reload import SettingsReload, run_checks
 from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings, secret_env_names
 from gateway.spool.queue import FileQueue
 from gateway.spool.watch import FolderWatch
+from gateway.stores import Delivery, Runtime, RuntimeParts
 from gateway.telemetry.events import EventLog, utc_now_iso
 from gateway.telemetry.logs import apply_log_settings, hide_in_logs
 from gateway.telemetry.redaction import dsn_passwords

@@ -11,7 +11,7 @@ A plugin's own stores (the orchestrator's runs, sessions, history) are declared 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from gateway.plugin_manager import call_each, plugin_manager_for
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import Backend, BackendFactory, Stores
+    from gateway.stores import Backend, BackendFactory, StoreKey, Stores, StoreT
 
 BACKEND_PLUGINS: tuple[str, ...] = ("gateway.backends.files.backend", "gateway.backends.postgres.plugin",
                                     "orchestrator.plugin",
@@ -56,11 +56,11 @@ def open_backend(home: Home, settings: Settings, pm: pluggy.PluginManager | None
     return factories[name](home, settings, stores)
 
 
-def open_store(backend: Backend, stores: Stores, name: str, **options: Any) -> Any:
-    """Opens the store `name` declared for `backend` (what a Backend's `store` does); KeyError when no
+def open_store(backend: Backend, stores: Stores, key: StoreKey[StoreT], **options: object) -> StoreT:
+    """Opens the store `key` names declared for `backend` (what a Backend's `store` does); KeyError when no
     plugin declares it there."""
     try:
-        factory = stores[name][backend.name]
+        factory = stores[key.name][backend.name]
     except KeyError:
-        raise KeyError(f"no plugin declares the store {name!r} on the backend {backend.name!r}") from None
-    return factory(backend, **options)
+        raise KeyError(f"no plugin declares the store {key.name!r} on the backend {backend.name!r}") from None
+    return cast("StoreT", factory(backend, **options))  # the declaring plugin's factory makes what its key says

@@ -14,18 +14,26 @@ The Backend that opens them is at the end: gateway/composition.py chooses it, pl
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from gateway.api import Channel, Handler
     from gateway.approvals import Approval
     from gateway.channelkit.pairing import Pairing
+    from gateway.dashboard.state import QueueView
     from gateway.home import Home
-    from gateway.models import IncomingPayload
+    from gateway.models import IncomingPayload, OutgoingPayload
     from gateway.runtime.locks import Locks
+    from gateway.runtime.outbox import BaseOutbox
+    from gateway.runtime.supervision import ChannelSupervisor
     from gateway.settings import Settings
     from gateway.spool.deadletters import DeadLetter, Kind
-    from gateway.spool.queue import Claimed
+    from gateway.spool.queue import Claimed, FileQueue
+    from gateway.telemetry.events import EventLog
 
 __all__ = [
     "AnsweredStore",
@@ -229,8 +237,19 @@ class Approvals(Protocol):
 
 # --- the backend: what one storage backend opens (chosen in gateway/composition.py) ---
 
+StoreT = TypeVar("StoreT")
+
+
+@dataclass(frozen=True)
+class StoreKey(Generic[StoreT]):
+    """A store a plugin declares (`switchyard_stores`) by its name, typed with what it opens as: the
+    orchestrator's `StoreKey[RunStoreBase]("runs")` makes `backend.store(RUNS)` a RunStoreBase."""
+
+    name: str
+
+
 BackendFactory = Callable[["Home", "Settings", "Stores"], "Backend"]
-StoreFactory = Callable[..., Any]
+StoreFactory = Callable[..., object]
 Stores = dict[str, dict[str, StoreFactory]]
 """store name -> backend name -> factory `(backend, **options) -> store`."""
 
@@ -279,7 +298,7 @@ class Backend(Protocol):
         """The coordination locks, held by `holder` (this process when None)."""
         ...
 
-    def dead_letters(self) -> Any:
+    def dead_letters(self) -> DeadLetterStore:
         """What `switchyard dead` lists, shows, retries and drops."""
         ...
 
@@ -298,15 +317,77 @@ class Backend(Protocol):
         """Prints the first lines of `status` for a person (whether the gateway runs, and where)."""
         ...
 
-    def runtime(self, parts: Any) -> Any:
-        """The processing and delivery half of a gateway (gateway/runtime/protocol.py's Runtime) built from `parts`
-        (gateway.runtime.RuntimeParts)."""
+    def runtime(self, parts: RuntimeParts) -> Runtime:
+        """The processing and delivery half of a gateway (gateway/stores.py's Runtime) built from `parts`
+        (gateway.stores.RuntimeParts)."""
         ...
 
-    def store(self, name: str, **options: Any) -> Any:
-        """The store `name` a plugin declared for this backend (`switchyard_stores`), opened with `options`."""
+    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
+        """The store a plugin declared for this backend under `key.name` (`switchyard_stores`), opened with
+        `options`; KeyError when no plugin declares it here."""
         ...
 
     def close(self) -> None:
         """Releases what the backend holds open for its stores (a database's pool); after its runtime's."""
         ...
+
+
+# --- the runtime a backend builds (Backend.runtime): what the Gateway hands it and the steps it runs on it,
+# in this order: open, start (channels, processing, delivery), watch, run, wake, stats, prune, stop, release,
+# close; queue_view is what the dashboard reads, dead_letter what the handler calls for a message answered
+# before its work failed permanently (files: gateway/backends/files/runtime.py; postgres: .../postgres/runtime.py)
+
+Watch = Callable[[Path, Any, Any], None]
+
+
+@dataclass
+class RuntimeParts:
+    """What a Gateway gives its backend's runtime: no Gateway, only what the runtime uses of it."""
+
+    home: Home
+    settings: Settings
+    events: EventLog
+    queue: FileQueue  # incoming/, on both backends
+    role: str  # "run" (channels and processing) or "worker" (processing only)
+    supervisor: ChannelSupervisor
+    show_typing: Callable[[IncomingPayload], Callable[[], None] | None]
+    """Shows the typing indicator of a message's channel until it is answered; returns the stopper."""
+    takes_receipts: Callable[[IncomingPayload], bool]
+    """Whether the channel a message came from wants "queued" receipts."""
+    receipt_profiles: Callable[[], list[str]]
+    """The profile ids of the running channels that want "queued" receipts."""
+
+
+class Delivery(Protocol):
+    """What the Gateway hands replies to: the file Dispatcher or PgDelivery."""
+
+    def notice(self, name: str) -> None: ...
+    def rescan(self) -> None: ...
+    def schedule(self, name: str, payload: OutgoingPayload) -> None: ...
+    def channel_for_incoming(self, message: IncomingPayload) -> Channel | None: ...
+    async def stop(self, grace_s: float) -> None: ...
+
+
+class Runtime(Protocol):
+    """The steps the Gateway runs on its backend's runtime, in this order."""
+
+    outbox: BaseOutbox
+
+    @property
+    def home_mode(self) -> str:
+        """How the home is used, shown in `gateway.started` (the file backend: solo or shared)."""
+        ...
+
+    def close_events(self) -> None: ...
+    def open(self) -> None: ...
+    async def start(self, handler: Handler) -> Delivery | None: ...
+    def watch(self, watch: Watch) -> None: ...
+    def run(self) -> list[asyncio.Task[None]]: ...
+    def wake(self) -> None: ...
+    def stats(self) -> dict[str, Any]: ...
+    async def prune(self) -> None: ...
+    async def stop(self, grace_s: float) -> None: ...
+    async def release(self) -> None: ...
+    async def close(self) -> None: ...
+    def queue_view(self) -> QueueView: ...
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None: ...

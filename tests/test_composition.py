@@ -15,7 +15,7 @@ from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.runtime.locks import LockDirectory
 from gateway.settings import ChannelProfile, QueueSettings, Settings, SettingsError, UnknownBackend
-from gateway.stores import Stores
+from gateway.stores import StoreKey, Stores
 from orchestrator.storage.files.runs import RunStore
 from orchestrator.storage.stores import open_history, open_run_store, open_sessions
 
@@ -47,12 +47,12 @@ def test_switchyard_backends_declares_a_backend_that_is_opened_by_its_name(home:
 def test_switchyard_stores_are_opened_on_the_backend_that_declares_them(home: Home) -> None:
     pm = build_plugin_manager(Settings(), extra=[Third()])
     third = open_backend(home, Settings(), pm, name="third")
-    assert third.store("notes", limit=3) == ("notes of", "third", {"limit": 3})
+    assert third.store(StoreKey("notes"), limit=3) == ("notes of", "third", {"limit": 3})
     files = open_backend(home, Settings(), pm)
     with pytest.raises(KeyError, match="no plugin declares the store 'notes' on the backend 'files'"):
-        files.store("notes")
+        files.store(StoreKey("notes"))
     with pytest.raises(KeyError):
-        open_store(files, {}, "runs")
+        open_store(files, {}, StoreKey("runs"))
 
 
 def test_the_file_backend_opens_the_homes_stores(home: Home) -> None:

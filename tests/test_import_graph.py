@@ -1,6 +1,8 @@
 """The layout's guarantees, read from the source with `ast`: no import cycle among the modules of gateway/,
-orchestrator/ and plugins/, and one place for the storage backend (`queue.backend` read in one module, the
-PostgreSQL code imported only from the pg packages and the backend's registration).
+orchestrator/ and plugins/; one place for the storage backend (`queue.backend` read in one module, the
+PostgreSQL code imported only from the pg packages and the backend's registration); the four layering rules
+of docs/architecture.md, each with the named list of today's exceptions (a list that can only shrink); and
+that page's picture of the package graph, regenerated from the imports.
 
 Every import counts: at module level, inside functions, and under `if TYPE_CHECKING:` (an annotation that
 names a module above its own is a layering back-reference too, even when it never runs). An import
@@ -12,7 +14,9 @@ no edge: Python runs the parent first whenever the module is imported, so it add
 from __future__ import annotations
 
 import ast
+import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +68,12 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+@functools.cache
+def the_graph() -> dict[str, set[str]]:
+    """import_graph() read once per test session (the tests only read it)."""
+    return import_graph()
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -106,7 +116,7 @@ def _describe(component: list[str], graph: dict[str, set[str]]) -> str:
 
 
 def test_no_import_cycle() -> None:
-    graph = import_graph()
+    graph = the_graph()
     found = cycles(graph)
     assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(_describe(c, graph) for c in found)
 
@@ -157,3 +167,207 @@ def test_only_the_entry_points_know_the_gateway() -> None:
         r"^\s*from\s+gateway\.app\s+import|^\s*import\s+gateway\.app\b", re.M)
     importers = sorted(path for path, text in _source_files() if names_the_gateway.search(text))
     assert importers == ["gateway/cli/commands.py"]
+
+
+# The layering rules (docs/architecture.md, "Layering rules"). Each rule's exceptions are today's imports that
+# break it, named one by one: the test fails on a new one and on one that is gone (delete its line), so a list
+# only shrinks. A line reads `module -> module module …`.
+
+BACKENDS = ("files", "postgres", "memory")
+CONTRACT = ("gateway", "gateway.api", "gateway.hookspecs", "gateway.models", "gateway.settings",
+            "gateway.config.fields")
+CONTRACT_TREES = ("gateway.testing", "gateway.channelkit")  # the packages and every module in them
+GATEWAY_MACHINERY = ("gateway.runtime", "gateway.cli", "gateway.dashboard")
+
+
+def _pairs(text: str) -> set[tuple[str, str]]:
+    lines = (line.split(" -> ") for line in text.strip().splitlines())
+    return {(source.strip(), target) for source, targets in lines for target in targets.split()}
+
+
+def _lines(pairs: set[tuple[str, str]]) -> str:
+    sources = sorted({source for source, _ in pairs})
+    return "\n".join(f"    {s} -> {' '.join(sorted(t for a, t in pairs if a == s))}" for s in sources)
+
+
+BACKEND_TO_BACKEND = _pairs("""
+    gateway.backends.memory.backend -> gateway.backends.files.backend
+    gateway.backends.memory.runtime -> gateway.backends.files.runtime
+""")  # MemoryStores(FileStores) and MemoryRuntime(FileRuntime): the memory twin inherits the file backend
+ORCHESTRATOR_TO_BACKEND: set[tuple[str, str]] = set()
+PLUGIN_BEYOND_CONTRACT = _pairs("""
+    plugins.heartbeat -> gateway.cli.statuscache
+""")  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
+BACKEND_TO_MACHINERY = _pairs("""
+    gateway.backends.files.backend -> gateway.cli.status gateway.runtime.locks
+    gateway.backends.files.backend -> gateway.runtime.sharing
+    gateway.backends.files.dispatcher -> gateway.runtime.aio gateway.runtime.sending
+    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outbox
+    gateway.backends.files.runtime -> gateway.runtime.receipts gateway.runtime.sharing
+    gateway.backends.files.runtime -> gateway.runtime.worker
+    gateway.backends.memory -> gateway.runtime.locks
+    gateway.backends.memory.backend -> gateway.cli.status
+    gateway.backends.memory.runtime -> gateway.runtime.locks gateway.runtime.sharing
+    gateway.backends.memory.runtime -> gateway.runtime.worker
+    gateway.backends.postgres.backend -> gateway.runtime.aio gateway.runtime.locks
+    gateway.backends.postgres.dashboard -> gateway.dashboard.state
+    gateway.backends.postgres.dbcommand -> gateway.cli
+    gateway.backends.postgres.dispatcher -> gateway.runtime.aio gateway.runtime.sending
+    gateway.backends.postgres.events -> gateway.runtime.locks
+    gateway.backends.postgres.intake -> gateway.runtime.aio gateway.runtime.keys
+    gateway.backends.postgres.latedead -> gateway.runtime.keys
+    gateway.backends.postgres.leases -> gateway.runtime.locks
+    gateway.backends.postgres.locks -> gateway.runtime.locks
+    gateway.backends.postgres.outbound -> gateway.runtime.aio gateway.runtime.supervision
+    gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
+    gateway.backends.postgres.processing -> gateway.runtime.outcome
+    gateway.backends.postgres.receipts -> gateway.runtime.receipts
+    gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
+    gateway.backends.postgres.status -> gateway.cli.tables
+    gateway.backends.postgres.storage -> gateway.cli.status gateway.runtime.locks
+    gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
+    orchestrator.storage.files.usage -> gateway.runtime.locks
+    orchestrator.storage.postgres.runs -> gateway.runtime.locks
+    orchestrator.storage.postgres.usage -> gateway.runtime.locks
+""")  # each backend builds its own runtime (worker, dispatcher, outbox) and its own CLI presentation
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def backend_of(module: str) -> str | None:
+    """`files`, `postgres` or `memory` for a module of gateway/backends/<name>/ or orchestrator/storage/<name>/
+    (or orchestrator/storage/memory.py): the gateway's and the orchestrator's halves are one backend."""
+    parts = module.split(".")
+    inside = parts[:2] in (["gateway", "backends"], ["orchestrator", "storage"]) and len(parts) > 2
+    return parts[2] if inside and parts[2] in BACKENDS else None
+
+
+def crosses_backends(source: str, target: str) -> bool:
+    return backend_of(source) is not None and backend_of(target) not in (None, backend_of(source))
+
+
+def orchestrator_reaches_a_backend(source: str, target: str) -> bool:
+    above_storage = _in(source, "orchestrator") and not _in(source, "orchestrator.storage")
+    return above_storage and (backend_of(target) is not None or _in(target, "gateway.backends"))
+
+
+def plugin_beyond_contract(source: str, target: str) -> bool:
+    if not _in(source, "plugins"):
+        return False
+    own = ".".join(source.split(".")[:2])
+    return not (target in CONTRACT or any(_in(target, tree) for tree in (*CONTRACT_TREES, own)))
+
+
+def backend_reaches_machinery(source: str, target: str) -> bool:
+    return backend_of(source) is not None and any(_in(target, package) for package in GATEWAY_MACHINERY)
+
+
+def breaches(rule: Callable[[str, str], bool], graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(source, target) for source, targets in graph.items() for target in targets if rule(source, target)}
+
+
+def _holds(rule: Callable[[str, str], bool], exceptions: set[tuple[str, str]]) -> None:
+    found = breaches(rule, the_graph())
+    new, gone = found - exceptions, exceptions - found
+    assert not new and not gone, (f"{rule.__name__}: {len(found)} import(s) break it, {len(exceptions)} listed\n"
+                                  f"not listed (remove the import):\n{_lines(new)}\n"
+                                  f"listed but gone (delete the line):\n{_lines(gone)}")
+
+
+def test_no_backend_imports_another_backend() -> None:
+    _holds(crosses_backends, BACKEND_TO_BACKEND)
+
+
+def test_the_orchestrator_above_its_storage_imports_no_backend() -> None:
+    _holds(orchestrator_reaches_a_backend, ORCHESTRATOR_TO_BACKEND)
+
+
+def test_plugins_import_only_the_public_contract() -> None:
+    _holds(plugin_beyond_contract, PLUGIN_BEYOND_CONTRACT)
+
+
+def test_no_backend_imports_the_runtime_the_cli_or_the_dashboard() -> None:
+    _holds(backend_reaches_machinery, BACKEND_TO_MACHINERY)
+
+
+def test_the_layering_rules_see_a_breach() -> None:
+    """Each rule can fail, and draws its lines where the page says."""
+    assert crosses_backends("gateway.backends.memory.runtime", "orchestrator.storage.postgres.runs")
+    assert crosses_backends("orchestrator.storage.memory", "gateway.backends.files.backend")
+    assert not crosses_backends("orchestrator.storage.files.runs", "gateway.backends.files.backend")
+    assert not crosses_backends("gateway.backends.postgres.db", "gateway.stores")
+    assert orchestrator_reaches_a_backend("orchestrator.chat.handler", "gateway.backends.files.runtime")
+    assert orchestrator_reaches_a_backend("orchestrator.plugin", "orchestrator.storage.memory")
+    assert not orchestrator_reaches_a_backend("orchestrator.storage.stores", "orchestrator.storage.files.runs")
+    assert not orchestrator_reaches_a_backend("orchestrator.chat.handler", "orchestrator.storage.stores")
+    assert plugin_beyond_contract("plugins.slack.channel", "gateway.runtime.worker")
+    assert plugin_beyond_contract("plugins.slack.channel", "plugins.discord.buttons")
+    assert plugin_beyond_contract("plugins.slack.channel", "orchestrator.chat.handler")
+    assert not plugin_beyond_contract("plugins.slack.channel", "plugins.slack.blocks")
+    assert not plugin_beyond_contract("plugins.slack.channel", "gateway.channelkit.chunking")
+    assert not plugin_beyond_contract("plugins.slack.channel", "gateway.testing.conformance")
+    assert backend_reaches_machinery("orchestrator.storage.files.usage", "gateway.runtime.locks")
+    assert backend_reaches_machinery("gateway.backends.memory", "gateway.cli")
+    assert not backend_reaches_machinery("gateway.backends.files.runtime", "gateway.spool.queue")
+    assert _pairs("a.b -> c d\n  a.b -> e") == {("a.b", "c"), ("a.b", "d"), ("a.b", "e")}
+
+
+# The picture of docs/architecture.md: one node per package (the channel plugins as one), an arrow where a
+# module of one imports a module of another. The arrows into the two packages nearly every package imports
+# are left out (the block's first line counts them), so the rest can be read.
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+UNDRAWN = ("gateway", "gateway.telemetry")
+MERMAID = re.compile(r"^```mermaid\n(.*?)^```$", re.M | re.S)
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the packages its modules import (every package of plugins/ is `plugins`)."""
+    packages = {name for name, path in _modules().items() if path.name == "__init__.py"}
+
+    def package(module: str) -> str:
+        return "plugins" if _in(module, "plugins") else module if module in packages else module.rpartition(".")[0]
+
+    found: dict[str, set[str]] = {package(module): set() for module in graph}
+    for module, targets in graph.items():
+        found[package(module)] |= {package(target) for target in targets} - {package(module)}
+    return found
+
+
+def picture(packages: dict[str, set[str]]) -> str:
+    """The mermaid block (without its fences) drawing `packages`."""
+    ids = {name: name.replace(".", "_") for name in packages}
+    counts = " and ".join(f"into {name} (from {sum(name in targets for targets in packages.values())})"
+                          for name in UNDRAWN)
+    lines = ["graph TD", f"  %% {len(packages)} packages; not drawn: the arrows {counts}"]
+    for top in ("gateway", "orchestrator"):
+        lines.append(f'  subgraph {top}_tree ["{top}/"]')
+        lines += [f'    {ids[name]}["{name}"]' for name in sorted(packages) if _in(name, top)]
+        lines.append("  end")
+    lines.append('  plugins["plugins (every channel)"]')
+    for name in sorted(packages):
+        drawn = sorted(ids[target] for target in packages[name] if target not in UNDRAWN)
+        if drawn:
+            lines.append(f"  {ids[name]} --> {' & '.join(drawn)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_architecture_page_draws_the_package_graph_as_the_imports_are() -> None:
+    drawn = MERMAID.findall(ARCHITECTURE.read_text())
+    expected = picture(package_graph(the_graph()))
+    assert drawn == [expected], ("docs/architecture.md must hold one mermaid block, the package graph as the code "
+                                 f"imports today; paste this one:\n\n```mermaid\n{expected}```\n")
+
+
+def test_the_picture_draws_each_import_between_packages_once() -> None:
+    graph = {"gateway.api": set(), "gateway.cli": {"gateway.api"}, "orchestrator.chat.handler": {"gateway.cli"},
+             "plugins.console.channel": {"gateway.api", "orchestrator.chat.handler"}}
+    packages = {"gateway": set(), "gateway.cli": {"gateway"}, "orchestrator.chat": {"gateway.cli"},
+                "plugins": {"gateway", "orchestrator.chat"}}
+    assert package_graph(graph) == packages
+    assert "  plugins --> orchestrator_chat\n" in picture(packages)
+    assert "4 packages; not drawn: the arrows into gateway (from 2) and into gateway.telemetry (from 0)\n" in (
+        picture(packages))
+    assert "gateway_cli -->" not in picture(packages)

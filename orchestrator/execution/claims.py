@@ -14,8 +14,7 @@ from orchestrator.execution.coordination import Coordination
 from orchestrator.execution.lifecycle import Lifecycle
 from orchestrator.runs.base import JOB_LOCK_PREFIX, RunStoreBase
 from orchestrator.runs.jobs import is_due, seconds_until
-from orchestrator.runs.state import RunState
-from orchestrator.storage.files.runs import UnreadableRun
+from orchestrator.runs.state import RunState, UnreadableRun
 
 log = logging.getLogger("switchyard.orchestrator.executor")
 

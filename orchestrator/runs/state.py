@@ -19,6 +19,10 @@ StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
 OUTPUT_CAP = 65536
 
 
+class UnreadableRun(Exception):
+    """A stored run that is not one (a corrupt or hand-edited state): what is wrong with it."""
+
+
 class StepState(BaseModel):
     """One step's fragment of state.json."""
 

@@ -22,17 +22,29 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from gateway.stores import StoreKey
+
 if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import Backend, StoreFactory
+    from gateway.stores import Backend, StoreFactory, StoreT
     from orchestrator.agents.sessions import ConversationHistory, SessionStore
     from orchestrator.runs.base import RunStoreBase
     from orchestrator.runs.state import RunState
     from orchestrator.schedules.records import ScheduleRecords
+    from orchestrator.storage.files.runs import RunStore
+    from orchestrator.storage.files.schedules import FileScheduleRecords
+    from orchestrator.storage.files.usage import FileUsageRecords
     from orchestrator.usage.records import UsageRecords
 
 __all__ = ["RunRecords"]
+
+RUNS: StoreKey[RunStoreBase] = StoreKey("runs")
+SESSIONS: StoreKey[SessionStore] = StoreKey("sessions")
+HISTORY: StoreKey[ConversationHistory] = StoreKey("history")
+SCHEDULES: StoreKey[ScheduleRecords] = StoreKey("schedules")
+USAGE: StoreKey[UsageRecords] = StoreKey("usage")
+"""The orchestrator's stores, by the names its plugins declare them under (`switchyard_stores`)."""
 
 
 @runtime_checkable
@@ -136,73 +148,68 @@ def backend_for(home: Home, settings: Settings) -> Backend:
 
 def open_run_store(backend: Backend, *, fsync: bool | None = None) -> RunStoreBase:
     """The backend's run store; `fsync` defaults to `queue.fsync`."""
-    store: RunStoreBase = backend.store("runs", fsync=backend.settings.queue.fsync if fsync is None else fsync)
-    return store
+    return backend.store(RUNS, fsync=backend.settings.queue.fsync if fsync is None else fsync)
 
 
 def open_sessions(backend: Backend) -> SessionStore:
     """The backend's provider sessions."""
-    store: SessionStore = backend.store("sessions")
-    return store
+    return backend.store(SESSIONS)
 
 
 def open_history(backend: Backend) -> ConversationHistory:
     """The backend's conversation history."""
-    store: ConversationHistory = backend.store("history")
-    return store
+    return backend.store(HISTORY)
 
 
 def open_schedules(backend: Backend) -> ScheduleRecords | None:
     """The backend's schedule records (orchestrator/schedules/records.py), or None where no plugin declares them."""
-    store: ScheduleRecords | None = _declared(backend, "schedules")
-    return store
+    return _declared(backend, SCHEDULES)
 
 
 def open_usage(backend: Backend) -> UsageRecords | None:
     """The backend's usage totals (orchestrator/usage/records.py), or None where no plugin declares them."""
-    store: UsageRecords | None = _declared(backend, "usage")
-    return store
+    return _declared(backend, USAGE)
 
 
-def _declared(backend: Backend, name: str) -> Any:
-    """The backend's store `name`, or None where no plugin declares it for this backend."""
+def _declared(backend: Backend, key: StoreKey[StoreT]) -> StoreT | None:
+    """The backend's store `key`, or None where no plugin declares it for this backend."""
     try:
-        return backend.store(name)
+        return backend.store(key)
     except KeyError:
         return None
 
 
 def file_stores() -> dict[str, dict[str, StoreFactory]]:
     """The orchestrator's stores on the file backend: folders under runs/ and files in state/."""
-    return {"runs": {"files": _runs}, "sessions": {"files": _sessions}, "history": {"files": _history},
-            "schedules": {"files": _schedules}, "usage": {"files": _usage}}
+    return {RUNS.name: {"files": _runs}, SESSIONS.name: {"files": _sessions}, HISTORY.name: {"files": _history},
+            SCHEDULES.name: {"files": _schedules}, USAGE.name: {"files": _usage}}
 
 
-def _usage(backend: Backend, *, holder: str | None = None) -> Any:
+def _usage(backend: Backend, *, holder: str | None = None) -> FileUsageRecords:
     from orchestrator.storage.files.usage import FileUsageRecords
 
     return FileUsageRecords(backend.home, holder=holder)
 
 
-def _schedules(backend: Backend) -> Any:
+def _schedules(backend: Backend) -> FileScheduleRecords:
     from orchestrator.storage.files.schedules import FileScheduleRecords
 
     return FileScheduleRecords(backend.home, fsync=backend.settings.queue.fsync)
 
 
-def _runs(backend: Backend, *, fsync: bool) -> Any:
+def _runs(backend: Backend, *, fsync: bool) -> RunStore:
     from orchestrator.storage.files.runs import RunStore
 
     return RunStore(backend.home, fsync=fsync)
 
 
-def _sessions(backend: Backend) -> Any:
+def _sessions(backend: Backend) -> SessionStore:
     from orchestrator.agents.sessions import SessionStore
 
     return SessionStore.in_home(backend.home)
 
 
-def _history(backend: Backend) -> Any:
+def _history(backend: Backend) -> ConversationHistory:
     from orchestrator.agents.sessions import ConversationHistory
 
     return ConversationHistory.in_home(backend.home)

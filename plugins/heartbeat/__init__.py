@@ -10,9 +10,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway import hookimpl
-from gateway.home import safe_name
-from gateway.telemetry.events import now_ms
+from gateway import hookimpl, now_ms, safe_name
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -42,7 +42,7 @@ from gateway.telemetry.events import EventLog, read_events
 from orchestrator.agents.sessions import ConversationHistory, SessionStore
 from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.storage.memory import MemoryRecords, MemoryRunStore, RunsState
-from orchestrator.storage.stores import RunRecords
+from orchestrator.storage.stores import HISTORY, RUNS, SCHEDULES, SESSIONS, USAGE, RunRecords
 from orchestrator.usage.records import MemoryUsageRecords, Spent, UsageRecords
 
 SETTINGS = Settings(queue=QueueSettings(fsync=False))
@@ -90,8 +90,7 @@ class Backend:
         raise NotImplementedError
 
     def dead_letters(self) -> DeadLetterStore:
-        dead: DeadLetterStore = self.opened().dead_letters()
-        return dead
+        return self.opened().dead_letters()
 
     def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
         """A dead message of these bytes and reason, dead-lettered as this backend does it; its name."""
@@ -146,29 +145,24 @@ class Backend:
         raise NotImplementedError
 
     def runs(self) -> RunRecords:
-        runs: RunRecords = self.opened().store("runs", fsync=False)
-        return runs
+        return self.opened().store(RUNS, fsync=False)
 
     def sessions(self) -> SessionStore:
         """A handle on the provider sessions (each call: another process or host on the same state)."""
-        sessions: SessionStore = self.opened().store("sessions")
-        return sessions
+        return self.opened().store(SESSIONS)
 
     def history(self) -> ConversationHistory:
         """A handle on the conversations' recent exchanges (each call: another process or host)."""
-        history: ConversationHistory = self.opened().store("history")
-        return history
+        return self.opened().store(HISTORY)
 
     def schedules(self) -> ScheduleRecords:
         """A handle on the backend's schedule records (each call: another process or host on the same state)."""
-        schedules: ScheduleRecords = self.opened().store("schedules")
-        return schedules
+        return self.opened().store(SCHEDULES)
 
     def usage(self, holder: str | None = None) -> UsageRecords:
         """A handle on the backend's usage totals (each call: another process or host on the same state), whose
         reservations `holder` makes (`<host>:<pid>:…`; None: this process; the memory backend has none)."""
-        usage: UsageRecords = self.opened().store("usage", holder=holder)
-        return usage
+        return self.opened().store(USAGE, holder=holder)
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
         """Stores one turn's figures (usd, tokens in, tokens out, turns, seconds) for one key as they are, past every

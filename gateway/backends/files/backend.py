@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.composition import open_store
 from gateway.hookspecs import hookimpl
 from gateway.spool import deadletters
-from gateway.stores import Duplicate, Stores
+from gateway.stores import Duplicate, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
@@ -24,10 +24,9 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.models import IncomingPayload
     from gateway.runtime.locks import Locks
-    from gateway.runtime.protocol import RuntimeParts
     from gateway.runtime.sharing import SharedHome
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory
+    from gateway.stores import BackendFactory, RuntimeParts
 
 
 @hookimpl
@@ -149,8 +148,8 @@ class FileStores:
 
         return FileRuntime(parts, self.sharing)
 
-    def store(self, name: str, **options: Any) -> Any:
-        return open_store(self, self._stores, name, **options)
+    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
+        return open_store(self, self._stores, key, **options)
 
     def close(self) -> None:
         """Nothing held open: every store opens its files as it goes."""

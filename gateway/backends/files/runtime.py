@@ -1,4 +1,4 @@
-"""The file backend's runtime (gateway/runtime/protocol.py): the FileQueue's Worker (with receipts, locks, a shared
+"""The file backend's runtime (gateway/stores.py): the FileQueue's Worker (with receipts, locks, a shared
 home), the channels started under supervision, and the Dispatcher of queue/outgoing/."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from gateway.dashboard.state import FolderView, QueueView
 from gateway.models import IncomingPayload
 from gateway.runtime.locks import LockDirectory, process_name
 from gateway.runtime.outbox import BaseOutbox, FileOutbox
-from gateway.runtime.protocol import Delivery, RuntimeParts, Watch
 from gateway.runtime.receipts import Receipts
 from gateway.runtime.sharing import SharedHome
 from gateway.runtime.worker import Worker
+from gateway.stores import Delivery, RuntimeParts, Watch
 
 
 class FileRuntime:

@@ -22,9 +22,8 @@ from gateway.hookspecs import hookimpl
 if TYPE_CHECKING:
     from gateway.backends.memory.runtime import MemoryRuntime
     from gateway.home import Home
-    from gateway.runtime.protocol import RuntimeParts
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, Stores
+    from gateway.stores import BackendFactory, RuntimeParts, Stores
 
 
 def memory_settings(settings: Settings) -> Settings:

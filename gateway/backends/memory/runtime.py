@@ -26,13 +26,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gateway.backends.memory.state import MemoryState
-    from gateway.runtime.protocol import RuntimeParts, Watch
+    from gateway.stores import RuntimeParts, Watch
 
 _HOSTS = itertools.count(1)
 
 
 class MemoryRuntime(FileRuntime):
-    """One host on a MemoryState (gateway/runtime/protocol.py's Runtime)."""
+    """One host on a MemoryState (gateway/stores.py's Runtime)."""
 
     def __init__(self, parts: RuntimeParts, state: MemoryState):
         super().__init__(parts, SharedHome(parts.home.state))

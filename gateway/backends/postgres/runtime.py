@@ -1,4 +1,4 @@
-"""The postgres backend's runtime (gateway/runtime/protocol.py): intake and processing on the database, and in a
+"""The postgres backend's runtime (gateway/stores.py): intake and processing on the database, and in a
 `run` the channels under their leases with the delivery of their replies."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gateway.channelkit.attachments import extra_file_roots
 from gateway.dashboard.state import QueueView
 from gateway.models import IncomingPayload
 from gateway.runtime.outbox import BaseOutbox
-from gateway.runtime.protocol import Delivery, RuntimeParts, Watch
+from gateway.stores import Delivery, RuntimeParts, Watch
 
 
 class PostgresRuntime:

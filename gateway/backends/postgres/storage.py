@@ -12,7 +12,7 @@ import psycopg
 from gateway.backends.postgres.db import SharedPool, dsn_from_settings
 from gateway.composition import open_store
 from gateway.runtime.locks import process_instance
-from gateway.stores import Duplicate, Stores
+from gateway.stores import Duplicate, StoreKey, Stores, StoreT
 from gateway.telemetry.redaction import database_error
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.models import IncomingPayload
     from gateway.settings import Settings
+    from gateway.stores import RuntimeParts
 
 
 class PgStorage:
@@ -113,10 +114,10 @@ class PgStorage:
               if gateway.get("running") else "gateway: no live process attached to the database")
         print_database(status)
 
-    def runtime(self, parts: Any) -> PostgresRuntime:
+    def runtime(self, parts: RuntimeParts) -> PostgresRuntime:
         from gateway.backends.postgres.runtime import PostgresRuntime
 
         return PostgresRuntime(parts, self.dsn, self.pool)
 
-    def store(self, name: str, **options: Any) -> Any:
-        return open_store(self, self._stores, name, **options)
+    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
+        return open_store(self, self._stores, key, **options)

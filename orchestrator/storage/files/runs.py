@@ -4,13 +4,12 @@ active runs."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,15 @@ from gateway.storable import made_safe, storable
 from gateway.telemetry.events import utc_now_iso
 from orchestrator.runs.base import RunStoreBase
 from orchestrator.runs.listing import select_runs
-from orchestrator.runs.state import RunState, conversation_key, finished_at, storable_state, unreadable_stand_in
+from orchestrator.runs.state import (
+    RunState,
+    UnreadableRun,
+    conversation_key,
+    finished_at,
+    storable_state,
+    unreadable_stand_in,
+)
+from orchestrator.storage.files.active import ActiveFile
 from orchestrator.storage.files.runarchive import Entry
 from orchestrator.storage.files.settled import CANCEL_MARKER, SettledRuns, created_at, event_lines, line_holds
 
@@ -30,10 +37,6 @@ log = logging.getLogger("switchyard.orchestrator.runs")
 
 EVENT_TAIL_BYTES = 8192
 OPEN_EVENT_FILES = 64  # per-run events.jsonl kept open at once (runs in progress, oldest closed first)
-
-
-class UnreadableRun(Exception):
-    """A stored run that is not one (a corrupt or hand-edited state): what is wrong with it."""
 
 
 class RunStore(RunStoreBase):
@@ -58,12 +61,12 @@ class RunStore(RunStoreBase):
         self._settled = SettledRuns(self._root, fsync=fsync)
         self._event_fds: OrderedDict[str, int] = OrderedDict()
         self._listed: set[str] = set()  # runs this store made active, until they end
-        self._ended_since: set[str] = set()  # those that ended since active.json was last written
+        self._active = ActiveFile(self._root, self.made)
 
     @property
     def active_file(self) -> Path:
         """`runs/active.json`: which run is active in which conversation."""
-        return self._root / "active.json"
+        return self._active.path
 
     def load(self, run_id: str) -> RunState | None:
         """The run with this id, or None when there is none, it cannot be read (logged), or the id is not
@@ -144,7 +147,7 @@ class RunStore(RunStoreBase):
     def _ended(self, run_id: str) -> None:
         if run_id in self._listed:
             self._listed.discard(run_id)
-            self._ended_since.add(run_id)
+            self._active.ended(run_id)
 
     def append_event(self, run_id: str, event: str, **fields: Any) -> None:
         """Appends one line to the run's events.jsonl (opened once while the run goes on)."""
@@ -188,11 +191,7 @@ class RunStore(RunStoreBase):
         """The conversation key → run id association. A run's entry is not removed when it ends (that
         would be a second write per run): `active_for` checks the run, and the next write drops the
         entries of runs this process saw end."""
-        try:
-            data = json.loads(self.active_file.read_bytes())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        return self._active.read()
 
     def active_for(self, key: str) -> RunState | None:
         """The unfinished run associated with a conversation, if any."""
@@ -203,8 +202,8 @@ class RunStore(RunStoreBase):
     def set_active(self, key: str, run_id: str) -> None:
         """Associates a conversation with a run (not fsynced: `restore_active` rebuilds what a power cut
         loses, from the runs' state files)."""
-        with self._active_lock():
-            self._write_active({**self.active_runs(), key: run_id})
+        with self._active.locked():
+            self._active.write({**self.active_runs(), key: run_id})
         self._listed.add(run_id)
 
     def restore_active(self, unfinished: list[RunState]) -> None:
@@ -217,28 +216,13 @@ class RunStore(RunStoreBase):
         open_ids = {run.runId for run in unfinished}
         if not newest and not self.active_runs():
             return
-        with self._active_lock():
+        with self._active.locked():
             active = self.active_runs()
             kept = {k: v for k, v in active.items() if v in open_ids or not _ended(self._load_folder(v))}
             restored = {**kept, **{k: v for k, v in newest.items() if kept.get(k) not in open_ids}}
             if restored != active:
-                self._write_active(restored)
+                self._active.write(restored)
         self._listed.update(run_id for run_id in restored.values() if run_id in open_ids)
-
-    @contextlib.contextmanager
-    def _active_lock(self) -> Iterator[None]:
-        """Serialises read-modify-write of active.json across processes sharing the home."""
-        with (self.made(self._root) / ".active.lock").open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _write_active(self, active: dict[str, str]) -> None:
-        ended, self._ended_since = self._ended_since, set()
-        active = {key: run_id for key, run_id in active.items() if run_id not in ended}
-        atomic_write(self.made(self._root) / "active.json", json.dumps(active, indent=2).encode(), fsync=False)
 
     def _load_folder(self, run_id: str) -> RunState | None:
         try:
