@@ -56,8 +56,8 @@ __all__ = [
 class AnsweredStore(Protocol):
     """Which messages were answered within the duplicate window (gateway/backends/files/answered.py AnsweredIndex): a
     message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
-    every handle on the store. PostgreSQL has no such object today: `switchyard_answered` is read and
-    written by statements inside gateway/backends/postgres/processing.py, outbox.py and latedead.py."""
+    every handle on the store. PostgreSQL: gateway/backends/postgres/answered.py PgAnswered over
+    `switchyard_answered`, whose statements processing.py, outbox.py and latedead.py fold into their own."""
 
     def contains(self, message: IncomingPayload) -> bool:
         """True when `message` (by channel, profile and messageId) was answered within the window."""
@@ -75,8 +75,9 @@ class AnsweredStore(Protocol):
 @runtime_checkable
 class DeliveryJournalStore(Protocol):
     """The parts of a multi-part reply already sent, by delivery key (gateway/channelkit/delivery.py DeliveryJournal),
-    so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the same record on the
-    outbox row (gateway/backends/postgres/dispatcher.py RowJournal, bound to a leased row: not this protocol)."""
+    so a delivery taken over after a crash sends only the rest. PostgreSQL keeps the record on the reply's
+    outbox row (gateway/backends/postgres/journal.py: PgJournal finds it by key; a running delivery writes it
+    through rows.py RowJournal, fenced by its lease)."""
 
     def sent_parts(self, key: str) -> dict[int, str]:
         """Part index → platform message id, for the parts already sent."""

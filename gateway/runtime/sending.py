@@ -15,7 +15,8 @@ spaced by its `edit_interval_sec`, the final answer's included.
 
 A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
 `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
-(gateway/backends/files/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py).
+(gateway/backends/files/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py,
+rows.py).
 """
 
 from __future__ import annotations

@@ -185,10 +185,10 @@ def file_stores() -> dict[str, dict[str, StoreFactory]]:
             SCHEDULES.name: {"files": _schedules}, USAGE.name: {"files": _usage}}
 
 
-def _usage(backend: Backend) -> FileUsageRecords:
+def _usage(backend: Backend, *, holder: str | None = None) -> FileUsageRecords:
     from orchestrator.storage.files.usage import FileUsageRecords
 
-    return FileUsageRecords(backend.home)
+    return FileUsageRecords(backend.home, holder=holder)
 
 
 def _schedules(backend: Backend) -> FileScheduleRecords:

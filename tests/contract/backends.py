@@ -1,50 +1,53 @@
-"""One harness per backend for the contract tests: each makes the stores of gateway/stores.py and
+"""One harness per backend for the contract tests: each gives the stores of gateway/stores.py and
 orchestrator/storage/stores.py, several handles on one shared state (two "hosts", or a process and the one that
-starts after it), and says where a backend has no such store (the test then skips with that reason)."""
+starts after it), and says where a backend has no such store (the test then skips with that reason).
+
+A store the composition's Backend opens (gateway.stores.Backend: pairing, approvals, locks, dead letters, and
+the orchestrator's runs, sessions, history, schedules and usage through `store`) is opened as `switchyard run`
+opens it: gateway.composition.open_backend on a plugin manager as gateway/app.py builds one, a new Backend
+per handle (another process), closed after the test. The stores a runtime builds for itself (queue, answered
+index, delivery journal, event sink) and the memory backend's orchestrator stores (no plugin declares them)
+are made here by hand.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from gateway.approvals import FileApprovals
 from gateway.backends.files.answered import AnsweredIndex
-from gateway.backends.files.backend import FileDeadLetters
-from gateway.backends.memory import (
-    AnsweredState,
-    LocksState,
-    MemoryAnswered,
-    MemoryApprovals,
-    MemoryDeadLetters,
-    MemoryEventSink,
-    MemoryJournal,
-    MemoryLocks,
-    MemoryPairing,
-    MemoryQueue,
-    QueueState,
-)
-from gateway.channelkit.access import Pairing, PairingStore
+from gateway.backends.memory import MemoryAnswered, MemoryEventSink, MemoryJournal, MemoryQueue
+from gateway.backends.memory.backend import MemoryBackendPlugin, memory_settings
+from gateway.backends.memory.state import MemoryState
+from gateway.channelkit.access import Pairing
 from gateway.channelkit.delivery import DeliveryJournal
+from gateway.composition import open_backend
 from gateway.home import Home
-from gateway.runtime.locks import LockDirectory, Locks
+from gateway.models import OutgoingPayload
+from gateway.plugin_manager import build_plugin_manager
+from gateway.runtime.locks import Locks
+from gateway.runtime.outbox import outgoing_name
+from gateway.runtime.sending import conversation_of
+from gateway.settings import QueueSettings, Settings
 from gateway.spool.deadletters import move_to_failed
 from gateway.spool.queue import FileQueue
 from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, QueueStore
+from gateway.stores import Backend as StorageBackend
 from gateway.telemetry.events import EventLog, read_events
-from orchestrator.agents.sessions import FileRecords, Records
+from orchestrator.agents.sessions import ConversationHistory, SessionStore
 from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords
-from orchestrator.storage.files.runs import RunStore
-from orchestrator.storage.files.schedules import FileScheduleRecords
-from orchestrator.storage.files.usage import FileUsageRecords
 from orchestrator.storage.memory import MemoryRecords, MemoryRunStore, RunsState
-from orchestrator.storage.stores import RunRecords
+from orchestrator.storage.stores import HISTORY, RUNS, SCHEDULES, SESSIONS, USAGE, RunRecords
 from orchestrator.usage.records import MemoryUsageRecords, Spent, UsageRecords
 
+SETTINGS = Settings(queue=QueueSettings(fsync=False))
+PG_DSN_ENV = "SWITCHYARD_CONTRACT_DSN"
+"""The variable `queue.dsn_env` names on the postgres harness (tests/contract/conftest.py sets it)."""
 REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
                   b'"conversationId": "c1"}')
 
@@ -53,28 +56,41 @@ NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by
                "SQL inside "
                "its processing, with no queue object to hand a test; its guarantees at the behaviour level "
                "(FIFO through retries, dedupe, dead letters, two hosts) run on postgres in test_flow.py")
-NO_PG_ANSWERED = ("the postgres backend has no answered-index object: `switchyard_answered` is read and written "
-                  "by statements inside gateway/backends/postgres/processing.py and outbox.py")
-NO_PG_JOURNAL = ("the postgres journal is gateway/backends/postgres/dispatcher.py RowJournal, bound to one leased "
-                 "outbox row of a "
-                 "running PgDelivery, not addressed by delivery key")
 
 NO_MEMORY_OUTBOX = "the in-memory backend has no outbox: its dead letters are messages only"
 
-PG_LACKS = {"queue": NO_PG_QUEUE, "answered": NO_PG_ANSWERED, "journal": NO_PG_JOURNAL}
+PG_LACKS = {"queue": NO_PG_QUEUE}
 """The stores the postgres backend has no object for, by the name a test module gives in its PG_LACKS."""
 
 
 class Backend:
-    """The stores of one backend; the base class says "not on this backend" for each."""
+    """The stores of one backend; the base class opens those of the composition's Backend (`opened`) and
+    says "not on this backend" for the others."""
 
     name = "?"
+
+    def __init__(self, home: Home, settings: Settings, plugins: Sequence[object] = ()):
+        self.home = home
+        self.settings = settings
+        self.plugins = build_plugin_manager(settings, extra=plugins)  # as gateway/app.py's Gateway is given
+        self.backends: list[StorageBackend] = []
+
+    def opened(self) -> StorageBackend:
+        """The backend as `switchyard run` opens it (gateway.composition.open_backend): each call another
+        process on the same state; `close` closes them all."""
+        backend = open_backend(self.home, self.settings, self.plugins)
+        self.backends.append(backend)
+        return backend
+
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.close()
 
     def queue(self, worker: str) -> QueueStore:
         raise NotImplementedError
 
     def dead_letters(self) -> DeadLetterStore:
-        raise NotImplementedError
+        return self.opened().dead_letters()
 
     def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
         """A dead message of these bytes and reason, dead-lettered as this backend does it; its name."""
@@ -111,33 +127,42 @@ class Backend:
     def answered(self, window_sec: float) -> AnsweredStore:
         raise NotImplementedError
 
+    def reply_waiting(self, reply: OutgoingPayload) -> None:
+        """Stores `reply` as waiting for delivery where this backend keeps replies its journal records parts
+        of (the postgres outbox row); nothing where the journal is a record of its own (files, memory)."""
+
     def pairing(self) -> Pairing:
-        raise NotImplementedError
+        return self.opened().pairing()
 
     def locks(self, holder: str, ttl_s: float) -> Locks:
-        raise NotImplementedError
+        return self.opened().locks(holder=holder, ttl_s=ttl_s)
 
     def approvals(self) -> Approvals:
         """A new handle on the backend's approvals (another process, or the next one to start)."""
-        raise NotImplementedError
+        return self.opened().approvals()
 
     def journal(self) -> DeliveryJournalStore:
         raise NotImplementedError
 
     def runs(self) -> RunRecords:
-        raise NotImplementedError
+        return self.opened().store(RUNS, fsync=False)
 
-    def records(self, kind: str) -> Records:
-        raise NotImplementedError
+    def sessions(self) -> SessionStore:
+        """A handle on the provider sessions (each call: another process or host on the same state)."""
+        return self.opened().store(SESSIONS)
+
+    def history(self) -> ConversationHistory:
+        """A handle on the conversations' recent exchanges (each call: another process or host)."""
+        return self.opened().store(HISTORY)
 
     def schedules(self) -> ScheduleRecords:
         """A handle on the backend's schedule records (each call: another process or host on the same state)."""
-        raise NotImplementedError
+        return self.opened().store(SCHEDULES)
 
     def usage(self, holder: str | None = None) -> UsageRecords:
         """A handle on the backend's usage totals (each call: another process or host on the same state), whose
         reservations `holder` makes (`<host>:<pid>:…`; None: this process; the memory backend has none)."""
-        raise NotImplementedError
+        return self.opened().store(USAGE, holder=holder)
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
         """Stores one turn's figures (usd, tokens in, tokens out, turns, seconds) for one key as they are, past every
@@ -150,15 +175,14 @@ class Backend:
 
 
 class MemoryBackend(Backend):
+    """The in-memory backend (gateway/backends/memory/backend.py) on one MemoryState; the orchestrator's
+    stores, which no plugin declares on it, on states of their own."""
+
     name = "memory"
 
-    def __init__(self, tmp_path: Path):
-        self.tmp_path = tmp_path
-        self.queue_state = QueueState()
-        self.answered_state = AnsweredState()
-        self.pairing_state = MemoryPairing()
-        self.approvals_state = MemoryApprovals()
-        self.locks_state = LocksState()
+    def __init__(self, home: Home):
+        self.state = MemoryState()
+        super().__init__(home, memory_settings(SETTINGS), [MemoryBackendPlugin(self.state)])
         self.journal_state = MemoryJournal()
         self.runs_state = RunsState()
         self.record_states: dict[str, MemoryRecords] = {}
@@ -166,22 +190,10 @@ class MemoryBackend(Backend):
         self.usage_state = MemoryUsageRecords()
 
     def queue(self, worker: str) -> QueueStore:
-        return MemoryQueue(self.queue_state, worker=worker)
-
-    def dead_letters(self) -> DeadLetterStore:
-        return MemoryDeadLetters(self.queue_state)
+        return MemoryQueue(self.state.queue, worker=worker)
 
     def answered(self, window_sec: float) -> AnsweredStore:
-        return MemoryAnswered(self.answered_state, window_sec=window_sec)
-
-    def pairing(self) -> Pairing:
-        return self.pairing_state.twin()
-
-    def approvals(self) -> Approvals:
-        return self.approvals_state.twin()
-
-    def locks(self, holder: str, ttl_s: float) -> Locks:
-        return MemoryLocks(self.locks_state, holder=holder, ttl_s=ttl_s)
+        return MemoryAnswered(self.state.answered, window_sec=window_sec)
 
     def journal(self) -> DeliveryJournalStore:
         return self.journal_state.twin()
@@ -189,8 +201,11 @@ class MemoryBackend(Backend):
     def runs(self) -> RunRecords:
         return MemoryRunStore(self.runs_state)
 
-    def records(self, kind: str) -> Records:
-        return self.record_states.setdefault(kind, MemoryRecords()).twin()
+    def sessions(self) -> SessionStore:
+        return SessionStore(self.record_states.setdefault("session", MemoryRecords()).twin())
+
+    def history(self) -> ConversationHistory:
+        return ConversationHistory(self.record_states.setdefault("history", MemoryRecords()).twin())
 
     def schedules(self) -> ScheduleRecords:
         return self.schedule_state.twin()
@@ -202,7 +217,7 @@ class MemoryBackend(Backend):
         self.usage_state._days[(day, kind, key)] = Spent(*figures)  # type: ignore[arg-type]
 
     def events(self) -> tuple[EventLog, Any]:
-        log = EventLog(self.tmp_path / "memory-events.jsonl")
+        log = EventLog(self.home.root / "memory-events.jsonl")
         sink = MemoryEventSink(redact=log.redact)
         log.observe(sink.observe)
 
@@ -217,15 +232,12 @@ class FilesBackend(Backend):
     name = "files"
 
     def __init__(self, home: Home):
-        self.home = home
+        super().__init__(home, SETTINGS)
 
     def queue(self, worker: str) -> QueueStore:
         queue = FileQueue(self.home, fsync=False)
         queue.worker_dir = self.home.processing / f"w-{worker}"  # one processing folder per "process"
         return queue
-
-    def dead_letters(self) -> DeadLetterStore:
-        return FileDeadLetters(self.home)
 
     def make_dead_reply(self, text: str, reason: str) -> str:
         """As the dispatcher does: the reply's file moved from outgoing/ to failed/ with its report."""
@@ -241,29 +253,8 @@ class FilesBackend(Backend):
         index.open()  # a second handle is the next process: it reads what the first recorded when it opens
         return index
 
-    def pairing(self) -> Pairing:
-        return PairingStore(self.home)
-
-    def approvals(self) -> Approvals:
-        return FileApprovals(self.home, fsync=False)
-
-    def locks(self, holder: str, ttl_s: float) -> Locks:
-        return LockDirectory(self.home.coordination / "locks", holder=holder, ttl_s=ttl_s)
-
     def journal(self) -> DeliveryJournalStore:
         return DeliveryJournal(self.home, "profile")
-
-    def runs(self) -> RunRecords:
-        return RunStore(self.home, fsync=False)
-
-    def records(self, kind: str) -> Records:
-        return FileRecords(self.home.root / "sessions" / kind, fsync=False)
-
-    def schedules(self) -> ScheduleRecords:
-        return FileScheduleRecords(self.home, fsync=False)
-
-    def usage(self, holder: str | None = None) -> UsageRecords:
-        return FileUsageRecords(self.home, holder=holder)
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
         folder = self.home.state / "usage"
@@ -283,19 +274,17 @@ class FilesBackend(Backend):
 
 
 class PostgresBackend(Backend):
+    """The postgres backend on the database at `dsn`, which the variable `PG_DSN_ENV` names to it."""
+
     name = "postgres"
 
     def __init__(self, dsn: str, home: Home):
         self.dsn = dsn
-        self.home = home
+        queue = SETTINGS.queue.model_copy(update={"backend": "postgres", "dsn_env": PG_DSN_ENV})
+        super().__init__(home, SETTINGS.model_copy(update={"queue": queue}))
 
     def queue(self, worker: str) -> QueueStore:
         pytest.skip(NO_PG_QUEUE)
-
-    def dead_letters(self) -> DeadLetterStore:
-        from gateway.backends.postgres.deadletters import DeadStore
-
-        return DeadStore(self.dsn)
 
     def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
         """A dead row as gateway/backends/postgres/processing.py leaves it: the original bytes in `payload`,
@@ -327,45 +316,21 @@ class PostgresBackend(Backend):
                 "SELECT payload, attempts FROM switchyard_messages WHERE state = 'queued' ORDER BY id")]
 
     def answered(self, window_sec: float) -> AnsweredStore:
-        pytest.skip(NO_PG_ANSWERED)
+        from gateway.backends.postgres.answered import PgAnswered
 
-    def pairing(self) -> Pairing:
-        from gateway.backends.postgres.pairing import PgPairingStore
+        return PgAnswered(self.dsn, window_sec=window_sec)
 
-        return PgPairingStore.pooled(self.dsn)
-
-    def approvals(self) -> Approvals:
-        from gateway.backends.postgres.approvals import PgApprovals
-
-        return PgApprovals.pooled(self.dsn)
-
-    def locks(self, holder: str, ttl_s: float) -> Locks:
-        from gateway.backends.postgres.locks import PgLocks
-
-        return PgLocks(self.dsn, holder=holder, ttl_s=ttl_s)
+    def reply_waiting(self, reply: OutgoingPayload) -> None:
+        """As gateway/backends/postgres/outbox.py PgOutbox leaves it: a pending outbox row."""
+        with psycopg.connect(self.dsn) as conn:
+            conn.execute("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
+                         "VALUES (%s, %s, %s, %s, %s::jsonb)", (outgoing_name(reply), reply.channel, reply.profile,
+                                                                 conversation_of(reply), reply.to_json().decode()))
 
     def journal(self) -> DeliveryJournalStore:
-        pytest.skip(NO_PG_JOURNAL)
+        from gateway.backends.postgres.journal import PgJournal
 
-    def runs(self) -> RunRecords:
-        from orchestrator.storage.postgres.runs import PgRunStore
-
-        return PgRunStore(self.home, self.dsn, fsync=False)
-
-    def records(self, kind: str) -> Records:
-        from orchestrator.storage.postgres.sessions import PgRecords
-
-        return PgRecords(self.dsn, kind)
-
-    def schedules(self) -> ScheduleRecords:
-        from orchestrator.storage.postgres.schedules import PgScheduleRecords
-
-        return PgScheduleRecords(self.dsn)
-
-    def usage(self, holder: str | None = None) -> UsageRecords:
-        from orchestrator.storage.postgres.usage import PgUsageRecords
-
-        return PgUsageRecords(self.dsn, holder=holder)
+        return PgJournal(self.dsn)
 
     def plant_usage(self, day: date, kind: str, key: str, figures: list[float]) -> None:
         with psycopg.connect(self.dsn) as conn:

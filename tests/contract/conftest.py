@@ -11,19 +11,24 @@ from pathlib import Path
 import pytest
 
 from gateway.home import Home
-from tests.contract.backends import PG_LACKS, Backend, FilesBackend, MemoryBackend, PostgresBackend
+from tests.contract.backends import PG_DSN_ENV, PG_LACKS, Backend, FilesBackend, MemoryBackend, PostgresBackend
 
 
 @pytest.fixture(params=["memory", "files", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     home = Home(tmp_path / "home")
     home.create()
+    backend: Backend
     if request.param == "memory":
-        yield MemoryBackend(tmp_path)
+        backend = MemoryBackend(home)
     elif request.param == "files":
-        yield FilesBackend(home)
+        backend = FilesBackend(home)
     else:
         lacking = getattr(request.module, "PG_LACKS", None)
         if lacking is not None:  # before a schema is made and migrated for nothing
             pytest.skip(PG_LACKS[lacking])
-        yield PostgresBackend(request.getfixturevalue("db"), home)
+        dsn = request.getfixturevalue("db")
+        request.getfixturevalue("monkeypatch").setenv(PG_DSN_ENV, dsn)
+        backend = PostgresBackend(dsn, home)
+    yield backend
+    backend.close()

@@ -11,8 +11,6 @@ from gateway.models import IncomingPayload
 from gateway.testing import wait_until
 from tests.contract.backends import Backend
 
-PG_LACKS = "answered"  # the postgres backend has no answered-index object (tests/contract/backends.py)
-
 
 def incoming(message_id: str, channel: str = "console") -> IncomingPayload:
     return IncomingPayload.model_validate({"channel": channel, "message": "hi", "timestamp": 1,

@@ -10,8 +10,6 @@ from gateway.channelkit.delivery import Part, deliver_parts, delivery_key
 from gateway.models import OutgoingPayload
 from tests.contract.backends import Backend
 
-PG_LACKS = "journal"  # the postgres journal is bound to a leased outbox row (tests/contract/backends.py)
-
 REPLY = OutgoingPayload.model_validate({"channel": "console", "message": "one two three", "timestamp": 1,
                                         "messageId": "m1", "conversationId": "c1"})
 PARTS = [Part(index, text) for index, text in enumerate(["one", "two", "three"])]
@@ -30,6 +28,7 @@ async def test_each_part_is_sent_once_across_a_takeover(backend: Backend) -> Non
         sent.append(part.text)
         return f"platform-{part.index}"
 
+    backend.reply_waiting(REPLY)
     first, second = backend.journal(), backend.journal()
     with pytest.raises(Died):
         await deliver_parts(REPLY, PARTS, dies_after_one, first)

@@ -21,9 +21,11 @@ from gateway.backends.memory import (
     MemoryPairing,
     MemoryQueue,
 )
+from gateway.backends.postgres.answered import PgAnswered
 from gateway.backends.postgres.approvals import PgApprovals
 from gateway.backends.postgres.deadletters import DeadStore
 from gateway.backends.postgres.events import EventSink as PgEventSink
+from gateway.backends.postgres.journal import PgJournal
 from gateway.backends.postgres.locks import PgLocks
 from gateway.backends.postgres.pairing import PgPairingStore
 from gateway.channelkit.access import PairingStore
@@ -48,8 +50,8 @@ from orchestrator.usage.records import MemoryUsageRecords, UsageRecords
 IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (QueueStore, [MemoryQueue, FileQueue]),
     (DeadLetterStore, [MemoryDeadLetters, FileDeadLetters, DeadStore]),
-    (AnsweredStore, [MemoryAnswered, AnsweredIndex]),
-    (DeliveryJournalStore, [MemoryJournal, DeliveryJournal]),
+    (AnsweredStore, [MemoryAnswered, AnsweredIndex, PgAnswered]),
+    (DeliveryJournalStore, [MemoryJournal, DeliveryJournal, PgJournal]),
     (EventSink, [MemoryEventSink, PgEventSink]),
     (Pairing, [MemoryPairing, PairingStore, PgPairingStore]),
     (Locks, [MemoryLocks, LockDirectory, PgLocks]),

@@ -1,17 +1,17 @@
-"""Provider sessions and conversation history on every backend's records: each conversation sees only its
+"""Provider sessions and conversation history on every backend: each conversation sees only its
 own session and exchanges; a second handle (the next message answered on another host, or after a
 restart) continues where the first left off."""
 
 from __future__ import annotations
 
-from orchestrator.agents.sessions import HISTORY_EXCHANGES, ConversationHistory, SessionStore
+from orchestrator.agents.sessions import HISTORY_EXCHANGES
 from tests.contract.backends import Backend
 
 ALICE, BOB = "conv:console/console/alice", "conv:console/console/bob"
 
 
 def test_each_conversation_continues_its_own_session_on_any_handle(backend: Backend) -> None:
-    host, other_host = SessionStore(backend.records("session")), SessionStore(backend.records("session"))
+    host, other_host = backend.sessions(), backend.sessions()
     first = host.session("claude", ALICE, assigns_ids=True)
     assert first.id and not first.resume
     host.save("claude", ALICE, first.id)
@@ -27,7 +27,7 @@ def test_each_conversation_continues_its_own_session_on_any_handle(backend: Back
 
 
 def test_turns_of_a_cli_without_sessions_stay_with_their_conversation(backend: Backend) -> None:
-    host, other_host = SessionStore(backend.records("session")), SessionStore(backend.records("session"))
+    host, other_host = backend.sessions(), backend.sessions()
     host.save("ollama", ALICE, None, {"user": "hi, I am Alice", "assistant": "hello Alice"})
     host.save("ollama", BOB, None, {"user": "hi, I am Bob", "assistant": "hello Bob"})
     alice = other_host.session("ollama", ALICE, assigns_ids=False)
@@ -37,7 +37,7 @@ def test_turns_of_a_cli_without_sessions_stay_with_their_conversation(backend: B
 
 
 def test_each_conversation_sees_only_its_own_recent_exchanges(backend: Backend) -> None:
-    host, other_host = ConversationHistory(backend.records("history")), ConversationHistory(backend.records("history"))
+    host, other_host = backend.history(), backend.history()
     for number in range(HISTORY_EXCHANGES + 2):
         host.add(ALICE, f"alice asks {number}", f"answer {number}")
     other_host.add(BOB, "bob asks", "bob's answer")

@@ -1,11 +1,11 @@
 """Delivers `switchyard_outbox` rows through the channels this process owns (the postgres backend's Dispatcher).
 
 The rules (head of conversation first, retries, dead replies, events) are gateway/runtime/sending.py's; this
-module keeps them in rows. Only the current owner of a channel profile (its lease, gateway/backends/postgres/leases.py)
-delivers that profile's rows, the head of each conversation being its oldest pending row; a retried
-row waits out its delay in `next_attempt_at`. Each part of a multi-part reply is recorded on its row
-as it is sent (`parts_sent`, migration 0020, through gateway.channelkit.delivery.SHARED_JOURNAL), so a restart or
-a takeover continues after it. Every write is fenced by the lease: a process that lost it changes nothing.
+module finds the work: only the current owner of a channel profile (its lease, gateway/backends/postgres/leases.py)
+delivers that profile's rows, and each conversation with a due head is drained, side by side. The rows
+themselves (the heads, the writes fenced by the lease) are gateway/backends/postgres/rows.py's; each part of a
+multi-part reply is recorded on its row as it is sent (rows.py RowJournal, gateway/backends/postgres/journal.py,
+through gateway.channelkit.delivery.SHARED_JOURNAL), so a restart or a takeover continues after it.
 
 Wake-ups come from LISTEN switchyard_outbox, with a poll as fallback; both reconnect with backoff
 after the database goes away. Replies still written as files into `queue/outgoing/` (the spec-002
@@ -18,16 +18,15 @@ import asyncio
 import logging
 import os
 from collections.abc import Collection, Sequence
-from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from gateway.api import Channel
 from gateway.backends.postgres.errors import database_away
-from gateway.backends.postgres.leases import HELD_BY, Leases, channel_lease
+from gateway.backends.postgres.leases import Leases, channel_lease
 from gateway.backends.postgres.outgoing_files import take_in_file
+from gateway.backends.postgres.rows import Key, LeaseLost, OutboxRows, RowHead, RowJournal
 from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home, scan_mtimes
@@ -35,42 +34,22 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.aio import finish_or_cancel, wait_event
 from gateway.runtime.sending import Sender
 from gateway.settings import QueueSettings
-from gateway.storable import made_safe
 from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.pg.delivery")
 
 POLL_S = 2.0  # fallback when no notification arrives (and while LISTEN is reconnecting)
 RECONNECT_MAX_S = 10.0
-HEADS = """
-SELECT DISTINCT ON (channel, profile, conversation) channel, profile, conversation,
-       GREATEST(0, extract(epoch FROM next_attempt_at - now()))::float8
-FROM switchyard_outbox
-WHERE state = 'pending' AND (channel, profile) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
-ORDER BY channel, profile, conversation, id
-"""
-HEAD = """
-SELECT id, name, payload, attempts, parts_sent, next_attempt_at <= now()
-FROM switchyard_outbox WHERE state = 'pending' AND channel = %s AND profile = %s AND conversation = %s
-ORDER BY id LIMIT 1
-"""
-SUPERSEDED = ("SELECT EXISTS (SELECT 1 FROM switchyard_outbox head JOIN switchyard_outbox later USING (channel, "
-              "profile, conversation) WHERE head.id = %s AND later.state = 'pending' AND later.id > head.id "
-              "AND %s IN (later.payload->>'progressKey', later.payload->>'streamKey'))")
-Key = tuple[str, str, str]  # (channel type, profile, conversation) as the row has them
-
-
-class LeaseLost(Exception):
-    """This process no longer owns the row's channel profile: it must not touch the row again."""
 
 
 class PgDelivery:
     """Sends the rows of owned channel profiles once each, in order per conversation.
 
-    The rules of delivery are gateway/runtime/sending.py's; this class finds the heads and keeps the rows. It
-    offers the Dispatcher's surface that the Gateway uses (`add_channel`, `channel_for_incoming`,
-    `notice`, `rescan`, `schedule`, `stop`; sent rows are pruned with
-    the rest of the database by gateway/backends/postgres/maintenance.py), so gateway/app.py swaps it in as is.
+    The rules of delivery are gateway/runtime/sending.py's and the rows are `rows`' (OutboxRows); this class
+    finds the conversations whose head is due and drains them, side by side. It offers the Dispatcher's
+    surface that the Gateway uses (`add_channel`, `channel_for_incoming`, `notice`, `rescan`, `schedule`,
+    `stop`; sent rows are pruned with the rest of the database by gateway/backends/postgres/maintenance.py),
+    so gateway/app.py swaps it in as is.
     """
 
     def __init__(self, home: Home, events: EventLog, settings: QueueSettings, dsn: str, leases: Leases, *,
@@ -89,23 +68,16 @@ class PgDelivery:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._side: set[asyncio.Task[Any]] = set()
-        self._pool: Any = None
+        self.rows = OutboxRows(dsn, leases, events, self.database_down)
         self.listening = False
         self.database_error: str | None = None
         self._refused: str | None = None  # the last failure that was not the database away, said once
-        self.write_retries = 0  # fenced row writes retried because the database was away
 
     # --- the Gateway's surface ------------------------------------------------------------
 
     def start(self) -> None:
         """Starts the delivery loop and the LISTEN connection."""
-        from psycopg_pool import AsyncConnectionPool
-
-        from gateway.backends.postgres.pools import check_if_signalled
-
-        # checked without a round trip unless the server sent the idle connection something (a restart)
-        self._pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True},
-                                         check=check_if_signalled)
+        self.rows.open()
         self._tasks = [asyncio.create_task(self._run(), name="pg-delivery"),
                        asyncio.create_task(self._listen(), name="pg-delivery-listen")]
 
@@ -118,7 +90,7 @@ class PgDelivery:
         """A channel whose lease was lost: its deliveries stop at once (its rows stay as they are)."""
         self._channels.pop((channel.name, channel.profile_id), None)
         for key, task in list(self._active.items()):
-            if self._owner_of(key) is None:
+            if self.owner_of(key) is None:
                 task.cancel()
 
     def channel_for_incoming(self, message: IncomingPayload) -> Channel | None:
@@ -151,9 +123,7 @@ class PgDelivery:
         for task in [*self._tasks, *self._side]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._side, return_exceptions=True)
-        if self._pool is not None:
-            with suppress(Exception):
-                await asyncio.wait_for(self._pool.close(), 5.0)
+        await self.rows.close()
 
     # --- finding work ---------------------------------------------------------------------
 
@@ -162,7 +132,8 @@ class PgDelivery:
         pairs += [(kind, kind) for kind, _ in pairs if kind in self.single_profile_types]
         return pairs
 
-    def _owner_of(self, key: Key) -> Channel | None:
+    def owner_of(self, key: Key) -> Channel | None:
+        """The running channel that delivers the conversation `key`, if this process owns its profile."""
         channel = self._channels.get((key[0], key[1]))
         if channel is None and key[1] == key[0] and key[0] in self.single_profile_types:
             channel = next((c for (kind, _), c in self._channels.items() if kind == key[0]), None)
@@ -176,7 +147,7 @@ class PgDelivery:
                 wait = await self._start_due_heads()
             except Exception as exc:
                 failures += 1
-                self._database_down(exc)
+                self.database_down(exc)
                 wait = backoff_delay(failures, 0.5, RECONNECT_MAX_S, jitter=(0.8, 1.2))
             else:
                 if failures:
@@ -189,12 +160,8 @@ class PgDelivery:
         pairs = self._owned_pairs()
         if not pairs:
             return POLL_S
-        await self._pool.open(wait=False)
-        async with self._pool.connection(timeout=5.0) as conn:
-            cursor = await conn.execute(HEADS, ([p[0] for p in pairs], [p[1] for p in pairs]))
-            heads = await cursor.fetchall()
         wait = POLL_S
-        for channel, profile, conversation, due_in in heads:
+        for channel, profile, conversation, due_in in await self.rows.heads(pairs):
             key: Key = (channel, profile, conversation)
             if key in self._active:
                 continue
@@ -212,39 +179,12 @@ class PgDelivery:
             self._active.pop(key, None)
             self._wake.set()
 
-    async def _dead(self, row_id: int, lease: str, reason: str, attempts: int) -> None:
-        reason = made_safe(reason)  # a platform's error may quote what no column holds
-        await self._write("UPDATE switchyard_outbox SET state = 'dead', reason = %s, last_error = %s, attempts = %s "
-                          "WHERE id = %s AND state = 'pending' AND " + HELD_BY,
-                          (reason, reason, attempts, row_id, lease, self.leases.holder), lease)
-
-    async def _write(self, sql: str, params: tuple[Any, ...], lease: str) -> None:
-        """A fenced UPDATE of one row, retried while the database is away and the lease still held;
-        LeaseLost when the lease is gone (then the next owner decides)."""
-        failures = 0
-        while True:
-            if not self.leases.holds(lease):
-                raise LeaseLost(f"the lease {lease} is no longer held here")
-            try:
-                async with self._pool.connection(timeout=2.0) as conn:
-                    cursor = await conn.execute(sql, params)
-                    changed = cursor.rowcount
-            except Exception as exc:
-                failures += 1
-                self.write_retries += 1
-                self._database_down(exc)
-                await asyncio.sleep(backoff_delay(failures, 0.1, 2.0))
-                continue
-            if changed == 0:
-                raise LeaseLost(f"the lease {lease} is held by another process (or the row changed)")
-            return
-
     # --- the spec-002 folder adapter, retention, reconnection ------------------------------
 
     async def _take_in_file(self, name: str) -> None:
-        await self._pool.open(wait=False)
-        await take_in_file(self.home, name, self._pool, self.events, fsync=self.settings.fsync,
-                           on_database_error=self._database_down)
+        await self.rows.pool.open(wait=False)
+        await take_in_file(self.home, name, self.rows.pool, self.events, fsync=self.settings.fsync,
+                           on_database_error=self.database_down)
 
     async def _listen(self) -> None:
         """LISTEN switchyard_outbox on a connection of its own; reconnects with backoff."""
@@ -264,13 +204,14 @@ class PgDelivery:
                         self._wake.set()
             except Exception as exc:
                 failures += 1
-                self._database_down(exc)
+                self.database_down(exc)
             finally:
                 self.listening = False
             await wait_event(self._stopping, backoff_delay(max(1, failures), 0.5, RECONNECT_MAX_S,
                                                            jitter=(0.8, 1.2)))
 
-    def _database_down(self, exc: BaseException) -> None:
+    def database_down(self, exc: BaseException) -> None:
+        """Says once that the database is away (`database_error`), and once each other failure."""
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if not database_away(exc):  # the database answered (or our code failed): said as what it is, once
             if reason != self._refused:
@@ -303,16 +244,15 @@ class _Rows:
         self.delivery = delivery
         self.key = key
 
-    async def head(self) -> _RowHead | None:
+    async def head(self) -> RowHead | None:
         """The oldest pending row when it is due and its profile still owned here; a row that is not a
         payload is dead at once."""
-        delivery = self.delivery
+        delivery, rows = self.delivery, self.delivery.rows
         while True:
-            channel = delivery._owner_of(self.key)
+            channel = delivery.owner_of(self.key)
             if channel is None or not delivery.leases.holds(lease := channel_lease(channel.name, channel.profile_id)):
                 return None
-            async with delivery._pool.connection(timeout=5.0) as conn:
-                row = await (await conn.execute(HEAD, self.key)).fetchone()
+            row = await rows.head(self.key)
             if row is None or not row[5]:
                 return None  # none left, or the head waits out its backoff: the scan wakes for it
             row_id, name, raw, attempts, parts_sent = row[:5]
@@ -320,11 +260,11 @@ class _Rows:
                 payload = OutgoingPayload.model_validate(raw)
             except ValidationError as exc:
                 reason = delivery.events.redact(f"invalid outgoing payload: {exc}")
-                await delivery._dead(row_id, lease, reason, attempts)
+                await rows.dead(row_id, lease, reason, attempts)
                 delivery.sender.undeliverable(name, reason, attempts)
                 continue
-            journal = RowJournal(delivery, row_id, lease, parts_sent)
-            return _RowHead(delivery, row_id, lease, name, payload, channel, attempts, journal)
+            journal = RowJournal(rows, row_id, lease, parts_sent)
+            return RowHead(rows, row_id, lease, name, payload, channel, attempts, journal)
 
     async def wait(self, delay_s: float) -> bool:
         return False
@@ -333,72 +273,5 @@ class _Rows:
         if isinstance(exc, LeaseLost):
             log.info("stopped delivering %s: %s", "/".join(self.key), exc)
         else:  # the database went away mid-drain: the scan picks the head up again
-            self.delivery._database_down(exc)
+            self.delivery.database_down(exc)
         return False
-
-
-@dataclass
-class _RowHead:
-    """An outbox row at the head of its conversation (a sending.Head); every write is fenced by the lease."""
-
-    delivery: PgDelivery
-    row_id: int
-    lease: str
-    name: str
-    payload: OutgoingPayload
-    channel: Channel
-    attempts: int
-    journal: RowJournal
-
-    def counts(self, exc: Exception) -> bool:
-        return not isinstance(exc, LeaseLost) and not self.journal.database_failed
-
-    async def sent(self) -> None:
-        await self._write("UPDATE switchyard_outbox SET state = 'sent', sent_at = now(), parts_sent = '{}', "
-                          "last_error = NULL WHERE id = %s AND state = 'pending' AND " + HELD_BY, ())
-
-    async def superseded(self) -> bool:
-        key = self.payload.progress_key
-        if key is None:
-            return False
-        async with self.delivery._pool.connection(timeout=5.0) as conn:
-            row = await (await conn.execute(SUPERSEDED, (self.row_id, key))).fetchone()
-        return bool(row and row[0])
-
-    async def retry(self, attempts: int, error: str, delay_s: float) -> None:
-        error = made_safe(self.delivery.events.redact(error))  # may quote a NUL or a lone surrogate: U+FFFD
-        await self._write("UPDATE switchyard_outbox SET attempts = %s, last_error = %s, "
-                          "next_attempt_at = now() + make_interval(secs => %s) "
-                          "WHERE id = %s AND state = 'pending' AND " + HELD_BY, (attempts, error, delay_s))
-
-    async def dead(self, reason: str, attempts: int) -> None:
-        await self.delivery._dead(self.row_id, self.lease, reason, attempts)
-
-    async def _write(self, sql: str, params: tuple[Any, ...]) -> None:
-        delivery = self.delivery
-        await delivery._write(sql, (*params, self.row_id, self.lease, delivery.leases.holder), self.lease)
-
-
-class RowJournal:
-    """The delivery journal of one outbox row (gateway.channelkit.delivery.SharedJournal): its `parts_sent`."""
-
-    def __init__(self, delivery: PgDelivery, row_id: int, lease: str, parts_sent: dict[str, str]):
-        self.delivery = delivery
-        self.row_id = row_id
-        self.lease = lease
-        self.sent = {int(index): str(pid) for index, pid in (parts_sent or {}).items()}
-        self.database_failed = False
-
-    async def sent_parts(self) -> dict[int, str]:
-        return dict(self.sent)
-
-    async def record(self, index: int, platform_id: str) -> None:
-        try:
-            await self.delivery._write(
-                "UPDATE switchyard_outbox SET parts_sent = parts_sent || jsonb_build_object(%s::text, %s::text) "
-                "WHERE id = %s AND state = 'pending' AND " + HELD_BY,
-                (str(index), platform_id, self.row_id, self.lease, self.delivery.leases.holder), self.lease)
-        except LeaseLost:
-            self.database_failed = True
-            raise
-        self.sent[index] = platform_id

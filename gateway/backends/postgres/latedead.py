@@ -16,6 +16,7 @@ from typing import Any
 
 from psycopg.errors import LockNotAvailable
 
+from gateway.backends.postgres import answered
 from gateway.backends.postgres.db import SharedPool
 from gateway.backends.postgres.processing import KEPT_ERRORS
 from gateway.models import IncomingPayload
@@ -63,7 +64,7 @@ class PgLateDeadLetters:
                     conn.execute("UPDATE switchyard_messages SET state = 'dead', reason = %s, attempts = %s, "
                                  "errors = %s::jsonb, updated_at = now() WHERE id = %s",
                                  (reason, attempts + 1, json.dumps([*kept, *errors][-KEPT_ERRORS:]), row_id))
-            conn.execute("DELETE FROM switchyard_answered WHERE identity = %s", (identity,))
+            conn.execute(answered.FORGET, (identity,))
         return str(name)
 
 

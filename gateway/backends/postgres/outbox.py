@@ -12,6 +12,7 @@ import os
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from gateway.backends.postgres.answered import RECORDED
 from gateway.backends.postgres.db import SharedPool
 from gateway.home import Home
 from gateway.models import OutgoingPayload
@@ -68,8 +69,7 @@ class PgOutbox(BaseOutbox):
                  "WHERE id = %s AND state NOT IN ('done', 'dead') RETURNING id)"]
         params: list[Any] = [message_id]
         if identity is not None:
-            parts.append("answered AS (INSERT INTO switchyard_answered (identity) SELECT %s FROM done "
-                         "ON CONFLICT (identity) DO UPDATE SET answered_at = now())")
+            parts.append(f"answered AS (INSERT INTO switchyard_answered (identity) SELECT %s FROM done {RECORDED})")
             params.append(identity)
         if replies:
             rows = []

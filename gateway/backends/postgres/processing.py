@@ -22,6 +22,7 @@ from procrastinate.retry import BaseRetryStrategy, RetryDecision
 from psycopg.errors import UniqueViolation
 
 from gateway.api import Handler
+from gateway.backends.postgres import answered
 from gateway.backends.postgres.errors import worth_waiting
 from gateway.backends.postgres.keyjobs import job_locks
 from gateway.backends.postgres.outbox import PgOutbox
@@ -40,7 +41,7 @@ KEPT_ERRORS = 20
 # which returns the payload as it was then (an edit folded into it while it waited: gateway/backends/postgres/edits.py).
 ANSWERED_OR_START = (
     "WITH seen AS (SELECT 1 FROM switchyard_answered WHERE %(window)s > 0 AND identity = %(identity)s "
-    "AND answered_at > now() - make_interval(secs => %(window)s)), "
+    f"AND {answered.IN_WINDOW}), "
     "started AS (UPDATE switchyard_messages SET state = 'running', updated_at = now() "
     "WHERE id = %(id)s AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM seen) RETURNING payload) "
     "SELECT EXISTS (SELECT 1 FROM seen), (SELECT payload FROM started)")
@@ -54,7 +55,7 @@ READ_AND_START = (
     "FROM switchyard_messages WHERE id = %(id)s), "
     "seen AS (SELECT 1 FROM switchyard_answered WHERE %(window)s > 0 "
     "AND identity = (SELECT identity FROM m WHERE folded) "
-    "AND answered_at > now() - make_interval(secs => %(window)s)), "
+    f"AND {answered.IN_WINDOW}), "
     "started AS (UPDATE switchyard_messages SET state = 'running', updated_at = now() "
     "WHERE id = %(id)s AND state = 'queued' AND (SELECT folded FROM m) AND NOT EXISTS (SELECT 1 FROM seen) "
     "RETURNING payload) "
@@ -248,8 +249,7 @@ class MessageProcessor:
             for reply in checked:
                 await self.outbox.insert(cursor, reply)
             if identity is not None:
-                await cursor.execute("INSERT INTO switchyard_answered (identity) VALUES (%s) ON CONFLICT (identity) "
-                                     "DO UPDATE SET answered_at = now()", (identity,))
+                await cursor.execute(answered.RECORD, (identity,))
             await cursor.execute("UPDATE switchyard_messages SET state = 'done', updated_at = now() WHERE id = %s",
                                  (message_id,))
         return True

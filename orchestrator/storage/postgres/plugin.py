@@ -28,10 +28,10 @@ def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
             "schedules": {"postgres": _schedules}, "usage": {"postgres": _usage}}
 
 
-def _usage(backend: PgStorage) -> Any:
+def _usage(backend: PgStorage, *, holder: str | None = None) -> Any:
     from orchestrator.storage.postgres.usage import PgUsageRecords
 
-    return PgUsageRecords(backend.dsn, backend.pool)
+    return PgUsageRecords(backend.dsn, backend.pool, holder=holder)
 
 
 def _schedules(backend: PgStorage) -> Any:

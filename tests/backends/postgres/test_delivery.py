@@ -55,7 +55,7 @@ class Owner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(self.renewing, *tasks, return_exceptions=True)
-        await self.delivery._pool.close()
+        await self.delivery.rows.close()
         await self.leases.close()
 
 
@@ -331,7 +331,7 @@ async def test_a_postgres_restart_mid_delivery_loses_and_repeats_nothing(
         try:
             owner.channel.gates.pop("a1").set()  # a1 goes out while the database is down: its row waits
             await async_wait_until(lambda: "a1" in owner.channel.texts(), 10)
-            await async_wait_until(lambda: owner.delivery.write_retries >= 2, 20)  # its journal entry waits
+            await async_wait_until(lambda: owner.delivery.rows.write_retries >= 2, 20)  # its journal entry waits
             await async_wait_until(lambda: owner.events("outbox.database_unreachable"), 10)
         finally:
             await asyncio.to_thread(throwaway_pg.start)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 AGENT_PATH = ("orchestrator/agents/providers.py", "orchestrator/agents/request.py",
               "orchestrator/agents/clis/runner.py", "orchestrator/agents/acp/route.py",
               "orchestrator/agents/acp/pool.py", "orchestrator/agents/acp/session.py")
