@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from gateway.channelkit.access import AccessPolicy
     from gateway.channelkit.pairing import Pairing
+    from gateway.stores import Backend
 
 log = logging.getLogger("switchyard")
 
@@ -301,9 +302,9 @@ class HandlerContext:
     functions: list[FunctionSpec] = field(default_factory=list)
     builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)
     dead_letter: LateDeadLetter | None = None
-    backend: Any = None
-    """The storage backend (gateway/composition.py's Backend) whose stores the handler opens; when None,
-    the one `settings` configure."""
+    backend: Backend | None = None
+    """The storage backend the gateway composed (gateway/composition.py), whose stores the handler opens;
+    the gateway always gives it (None only where a test builds a handler on stores of its own)."""
     enqueue: Sink | None = None
     """Posts a message through the gateway's intake, as a channel's sink does (scheduled prompts); None in a
     process that takes no messages in (a postgres `worker`)."""

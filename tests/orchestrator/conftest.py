@@ -15,6 +15,7 @@ from gateway.home import Home  # noqa: E402
 from gateway.settings import ProviderSettings, QueueSettings, Settings  # noqa: E402
 from gateway.telemetry.events import EventLog  # noqa: E402
 from orchestrator import Orchestrator  # noqa: E402
+from tests.fakes.stores import orchestrator_for  # noqa: E402
 from tests.orchestrator.orch_helpers import FakeOutbox, Flow, ScriptedSelector  # noqa: E402
 
 
@@ -95,7 +96,7 @@ def start(running: list[Orchestrator]) -> Callable[[HandlerContext], Any]:
     """Builds and starts an Orchestrator (stopped at the end of the test)."""
 
     async def build(context: HandlerContext) -> Orchestrator:
-        orchestrator = Orchestrator(context)
+        orchestrator = orchestrator_for(context)
         await orchestrator.start()
         running.append(orchestrator)
         return orchestrator
