@@ -103,8 +103,10 @@ class Gateway:
         self.started_at = utc_now_iso()
         self.dashboard: Any = None
         if settings.dashboard.port is not None:  # loads aiohttp and prometheus-client only when it is on
-            from gateway.dashboard.service import Dashboard
-            self.dashboard = Dashboard(self, self.backend.queue_view())  # raises SettingsError when its token is unset
+            from gateway.dashboard.service import Dashboard, Served
+            self.dashboard = Dashboard(Served(  # raises SettingsError when its token is unset
+                home=home, settings=settings, events=self.events, pm=pm, channel_status=self.channel_status,
+                started_at=self.started_at, backend=self.storage, view=self.backend.queue_view()))
         self.request_stop: Callable[[], None] = lambda: None  # run_gateway makes it end the run
         self.contexts: dict[str, ChannelContext] = {}  # each started channel's, by profile id
         self.reload = None if settings_file is None else SettingsReload(
