@@ -58,8 +58,7 @@ class Worker:
 
     Any QueueStore and AnsweredStore: the file backend's (gateway/backends/files/runtime.py) or the in-memory one's
     (gateway/backends/memory/runtime.py). Without `sharing` but with `locks`, key locks are on from the start
-    (hosts sharing one queue). With `wants_receipt(message)` (whether the channel a message came from takes
-    "queued" receipts), a message waiting behind its conversation is told so (gateway/runtime/receipts.py)."""
+    (hosts sharing one queue). `wants_receipt(message)`: whether the message's channel takes "queued" receipts."""
 
     def __init__(
         self,

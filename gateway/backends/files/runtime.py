@@ -30,7 +30,8 @@ class FileRuntime:
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
         self.outbox: BaseOutbox = FileOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings),
-                                             fsync=qs.fsync)
+                                             fsync=qs.fsync, named_by_message_id=parts.named_by_message_id,
+                                             on_written=parts.on_written)
         self.sharing = sharing  # the backend's: its job locks follow the same mode
         self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
                                              max_payload_bytes=qs.max_payload_bytes)
