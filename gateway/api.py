@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
     from gateway.channelkit.access import AccessPolicy
     from gateway.channelkit.pairing import Pairing
-    from gateway.stores import Backend
 
 log = logging.getLogger("switchyard")
 
@@ -302,7 +301,7 @@ class HandlerContext:
     functions: list[FunctionSpec] = field(default_factory=list)
     builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)
     dead_letter: LateDeadLetter | None = None
-    backend: Backend | None = None
+    backend: Any = None
     """The storage backend the gateway composed (gateway/composition.py), whose stores the handler opens;
     the gateway always gives it (None only where a test builds a handler on stores of its own)."""
     enqueue: Sink | None = None

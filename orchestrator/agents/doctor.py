@@ -16,7 +16,7 @@ from orchestrator.agents.pathcheck import not_found, provider_line
 from orchestrator.config.models import load_every_config
 
 if TYPE_CHECKING:
-    from orchestrator.agents.sessions import SessionStore
+    from orchestrator.agents.sessions import Change, Record, SessionStore
 
 VERSION_TIMEOUT_SEC = 15.0
 PROBE_PROMPT = "Reply with the single word OK and nothing else."
@@ -203,10 +203,19 @@ async def check_adapters(home: Home, settings: Settings, checks: list[ProviderCh
     await asyncio.gather(*(one(check) for check in checks))
 
 
-def _no_sessions() -> SessionStore:
-    """The sessions of the doctor's calls: kept in this process only, as no probe continues a session (each
-    is stateless: no conversation, no run)."""
-    from orchestrator.agents.sessions import SessionStore
-    from orchestrator.storage.memory import MemoryRecords
+class _NoRecords:
+    """Session records of calls that continue no session: none is read or kept (each probe is stateless:
+    no conversation, no run)."""
 
-    return SessionStore(MemoryRecords())
+    def read(self, key: tuple[str, ...]) -> Record:
+        return {}
+
+    def update(self, key: tuple[str, ...], change: Change) -> None:
+        return None
+
+
+def _no_sessions() -> SessionStore:
+    """The sessions of the doctor's probes, which keep none."""
+    from orchestrator.agents.sessions import SessionStore
+
+    return SessionStore(_NoRecords())
