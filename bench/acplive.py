@@ -24,11 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.composition import open_backend
 from gateway.home import Home
-from gateway.settings import ProviderSettings
+from gateway.settings import ProviderSettings, Settings
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.sessions import SessionStore
+from orchestrator.storage.stores import open_sessions
 
 ACP_BIN = Path(os.environ.get("ACP_PREFIX", "/opt/acp")) / "node_modules" / ".bin"
 CLIS_BIN = Path(os.environ.get("AGENT_CLIS_PREFIX", "/opt/agent-clis")) / "node_modules" / ".bin"
@@ -107,7 +109,7 @@ async def _adapter(like: str, scratch: Path, turns: int) -> dict[str, Any]:
             home = Home(scratch / f"p8-{like}-{transport}")
             home.create()
             runner = ProviderRunner(home, {"agent": _provider(like, transport, model.url)}, {},
-                                    hidden_env=frozenset({KEY_VARIABLE}))
+                                    hidden_env=frozenset({KEY_VARIABLE}), sessions=_sessions(home))
             cwd = scratch / f"p8-{like}-{transport}-work"
             cwd.mkdir(parents=True, exist_ok=True)
             try:
@@ -148,10 +150,15 @@ async def p8(scratch: Path, *, turns: int) -> dict[str, Any]:
             os.environ[KEY_VARIABLE] = saved
 
 
+def _sessions(home: Home) -> SessionStore:
+    """The home's provider sessions on the file backend, opened as `run` opens them."""
+    return open_sessions(open_backend(home, Settings()))
+
+
 async def _held_open(runner: ProviderRunner, home: Home, conversations: list[str]) -> int:
     """How many of the conversations' sessions the adapter processes still hold open: each answers
     `session/set_mode` (to the mode a session is in already) only for a session it holds."""
-    stored = SessionStore.in_home(home)
+    stored = _sessions(home)
     ids = [stored.session("agent@acp", c, assigns_ids=False).id for c in conversations]
     held = 0
     for agent in runner.acp.pool.agents() if runner.acp.pool is not None else []:
@@ -176,7 +183,7 @@ async def _memory_of(like: str, scratch: Path, conversations: int, max_live: int
         cwd = scratch / f"mem-{like}-work"
         cwd.mkdir(parents=True, exist_ok=True)
         runner = ProviderRunner(home, {"agent": _provider(like, "acp", model.url, max_live=max_live)}, {},
-                                hidden_env=frozenset({KEY_VARIABLE}))
+                                hidden_env=frozenset({KEY_VARIABLE}), sessions=_sessions(home))
         names = [CONVERSATION.format(n=n) for n in range(1, conversations + 1)]
         try:
             for index, name in enumerate(names, start=1):

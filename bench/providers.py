@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.composition import open_backend
 from gateway.home import Home
-from gateway.settings import ProviderSettings
+from gateway.settings import ProviderSettings, Settings
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
+from orchestrator.storage.stores import open_sessions
 
 
 async def _bare(argv: list[str]) -> float:
@@ -41,7 +43,8 @@ async def p3(scratch: Path, *, calls: int, argv: list[str] | None = None) -> dic
     argv = argv or [shutil.which("true") or "/bin/true"]
     home = Home(scratch / "p3")
     home.create()
-    runner = ProviderRunner(home, {"noop": ProviderSettings(command=argv, timeout_sec=30)}, {})
+    runner = ProviderRunner(home, {"noop": ProviderSettings(command=argv, timeout_sec=30)}, {},
+                            sessions=open_sessions(open_backend(home, Settings())))
     for _ in range(5):  # warm-up: page cache, first fork
         await _bare(argv)
         await _runner(runner, home, -1)

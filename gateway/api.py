@@ -302,8 +302,8 @@ class HandlerContext:
     builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)
     dead_letter: LateDeadLetter | None = None
     backend: Any = None
-    """The storage backend (gateway/composition.py's Backend) whose stores the handler opens; when None,
-    the one `settings` configure."""
+    """The storage backend the gateway composed (gateway/composition.py), whose stores the handler opens;
+    the gateway always gives it (None only where a test builds a handler on stores of its own)."""
     enqueue: Sink | None = None
     """Posts a message through the gateway's intake, as a channel's sink does (scheduled prompts); None in a
     process that takes no messages in (a postgres `worker`)."""

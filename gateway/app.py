@@ -66,8 +66,8 @@ class Gateway:
     """One running Switchyard process on one home."""
 
     def __init__(self, home: Home, settings: Settings, pm: pluggy.PluginManager, *, role: str = "run",
-                 settings_file: Path | None = None):
-        """`settings_file`: where `settings` were read, looked at for edits while running (None: never)."""
+                 settings_file: Path | None = None, request_stop: Callable[[], None] = lambda: None):
+        """`settings_file`: where `settings` were read, watched for edits (None: never); `request_stop` ends the run."""
         self.home = home
         self.role = role  # "run"; "worker": processing only, no channels, no dispatcher (postgres backend)
         self.settings = settings
@@ -85,27 +85,29 @@ class Gateway:
                                             spawn=self._spawn, retry_s=(CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S))
         self.channel_status: dict[str, dict[str, Any]] = self.supervisor.status
         self.channels: list[Channel] = self.supervisor.channels
+        self.handler: Handler | None = None
+        self.dispatcher: Delivery | None = None
+        named = {t for types in call_each(pm, "switchyard_reply_named_by_message_id", events=self.events)
+                 for t in types}
         self.backend: Runtime = self.storage.runtime(RuntimeParts(
             home=home, settings=settings, events=self.events, queue=self.queue, role=role,
             supervisor=self.supervisor, show_typing=self._show_typing, takes_receipts=self._takes_receipts,
-            receipt_profiles=self.receipt_profiles))
+            receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written))
         self._close_event_sink: Callable[[], None] = self.backend.close_events
         self.outbox = self.backend.outbox
-        for types in call_each(pm, "switchyard_reply_named_by_message_id", events=self.events):
-            self.outbox.named_by_message_id.update(types)
-        self.handler: Handler | None = None
-        self.dispatcher: Delivery | None = None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # while running: the outbox's replies reach the dispatcher
         self._stopping = self.supervisor.stopping  # set first thing in stop(); every retry loop checks it
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
         self.started_at = utc_now_iso()
         self.dashboard: Any = None
         if settings.dashboard.port is not None:  # loads aiohttp and prometheus-client only when it is on
-            from gateway.dashboard.service import Dashboard
-            self.dashboard = Dashboard(self, self.backend.queue_view())  # raises SettingsError when its token is unset
-        self.request_stop: Callable[[], None] = lambda: None  # run_gateway makes it end the run
+            from gateway.dashboard.service import Dashboard, Served
+            self.dashboard = Dashboard(Served(  # raises SettingsError when its token is unset
+                home=home, settings=settings, events=self.events, pm=pm, channel_status=self.channel_status,
+                started_at=self.started_at, backend=self.storage, view=self.backend.queue_view()))
+        self._request_stop = request_stop
         self.contexts: dict[str, ChannelContext] = {}  # each started channel's, by profile id
         self.reload = None if settings_file is None else SettingsReload(
             settings_file, settings, run_checks(home, pm, settings_file), self.events)
@@ -125,7 +127,6 @@ class Gateway:
         self.handler = self._build_handler()
         await self.handler.start()
         self.dispatcher = await self.backend.start(self.handler)
-        self.outbox.on_written = self._on_written
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
         if self.dispatcher is not None:
             self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
@@ -212,7 +213,7 @@ class Gateway:
         self.events.emit("channel.stopped", channel=profile.type, profile=profile.id, reason=note)
         if not any(entry["state"] in ("running", "retrying") for entry in self.channel_status.values()):
             log.info("no channel is left running: stopping")
-            self.request_stop()
+            self._request_stop()
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Runs `work` in the background until it ends or the gateway stops."""
@@ -348,7 +349,7 @@ class Gateway:
         await self._bounded({"leases": self.backend.release()}, STOP_TAIL_S)
         if self.dashboard is not None:
             await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)
-        self.outbox.on_written = None
+        self._loop = None  # no reply handed to the stopped dispatcher
         for task in self._tasks:
             task.cancel()
         await self._bounded({task.get_name(): task for task in self._tasks}, STOP_TAIL_S)
@@ -390,9 +391,8 @@ async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: s
 
 
 async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:
-    """Runs a gateway until `stop` is set (by SIGINT/SIGTERM in the CLI); it supervises its children."""
+    """Runs a gateway until `stop` is set (a signal in the CLI, or its `request_stop`); it supervises its children."""
     supervise_children()
-    gateway.request_stop = stop.set
     await gateway.start()
     try:
         await stop.wait()

@@ -13,7 +13,7 @@ The Backend that opens them is at the end: gateway/composition.py chooses it, pl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -356,6 +356,10 @@ class RuntimeParts:
     """Whether the channel a message came from wants "queued" receipts."""
     receipt_profiles: Callable[[], list[str]]
     """The profile ids of the running channels that want "queued" receipts."""
+    named_by_message_id: Collection[str]
+    """The channel types whose replies are `<messageId>.json` (`switchyard_reply_named_by_message_id`)."""
+    on_written: Callable[[str, OutgoingPayload], None]
+    """Told of each reply the outbox writes as a file, to hand it to the delivery without a re-read."""
 
 
 class Delivery(Protocol):

@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 
 @hookimpl
 def switchyard_handler(context: HandlerContext) -> Orchestrator:
-    """Builds the Orchestrator for the gateway's worker."""
+    """Builds the Orchestrator for the gateway's worker, with the stores of the gateway's backend."""
     from orchestrator.chat.handler import Orchestrator
+    from orchestrator.storage.stores import open_stores
 
-    return Orchestrator(context)
+    if context.backend is None:
+        raise RuntimeError("the gateway gave the handler no backend to open its stores on")
+    return Orchestrator(context, open_stores(context.backend))
 
 
 @hookimpl

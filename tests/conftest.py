@@ -35,6 +35,7 @@ from gateway.settings import ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
 from tests.fakes.orchestrator import FakeOutbox, Flow, ScriptedSelector
+from tests.fakes.stores import orchestrator_for
 from tests.process import TEST_NODE_VARIABLE, TEST_RUN_VARIABLE, SwitchyardProcess, marked_processes
 
 # Hypothesis draws the same examples on every run (the suite is repeatable); HYPOTHESIS_PROFILE=explore
@@ -208,7 +209,7 @@ def start(running: list[Orchestrator]) -> Callable[[HandlerContext], Any]:
     """Builds and starts an Orchestrator (stopped at the end of the test)."""
 
     async def build(context: HandlerContext) -> Orchestrator:
-        orchestrator = Orchestrator(context)
+        orchestrator = orchestrator_for(context)
         await orchestrator.start()
         running.append(orchestrator)
         return orchestrator

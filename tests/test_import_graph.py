@@ -203,7 +203,7 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.files.backend -> gateway.runtime.sharing
     gateway.backends.files.dispatcher -> gateway.runtime.aio gateway.runtime.sending
     gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outbox
-    gateway.backends.files.runtime -> gateway.runtime.receipts gateway.runtime.sharing
+    gateway.backends.files.runtime -> gateway.runtime.sharing
     gateway.backends.files.runtime -> gateway.runtime.worker
     gateway.backends.memory -> gateway.runtime.locks
     gateway.backends.memory.backend -> gateway.cli.status

@@ -55,7 +55,8 @@ def cmd_run(args: argparse.Namespace, run: Invocation, *, role: str = "run") -> 
 
     home, settings = run.home, run.settings
     require_valid_home(home, settings, run.pm, source=str(run.settings_path))
-    gateway = Gateway(home, settings, run.pm, role=role, settings_file=run.settings_path)
+    stop = asyncio.Event()  # set by a signal, or by the gateway when no channel is left running
+    gateway = Gateway(home, settings, run.pm, role=role, settings_file=run.settings_path, request_stop=stop.set)
 
     def on_signal(stop: asyncio.Event, signum: int) -> None:
         if not stop.is_set():
@@ -67,7 +68,6 @@ def cmd_run(args: argparse.Namespace, run: Invocation, *, role: str = "run") -> 
         _exit_now(128 + signum)
 
     async def main() -> None:
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, stop, signum)

@@ -16,22 +16,24 @@ class Admission:
     """The listener's protocol factory: hands each new connection to aiohttp's server while fewer than
     `cap` are open. At the cap, a new connection closes the oldest one not answering a request (an idle
     flood is replaced by whoever comes next, the token holder too); when every one is answering, the
-    new connection is closed at once."""
+    new connection is closed at once. `server()` is the aiohttp server connections are handed to (the
+    runner's, set up before the listener accepts any)."""
 
-    def __init__(self, cap: int):
+    def __init__(self, cap: int, server: Callable[[], web.Server | None]):
         self.cap = cap
-        self.server: web.Server | None = None  # the runner's, once set up
+        self._server = server
         self._busy: set[Any] = set()  # the connections (aiohttp RequestHandlers) answering a request
 
     def __call__(self) -> asyncio.BaseProtocol:
-        assert self.server is not None
-        live = [handler for handler in self.server.connections if handler.connected]  # oldest first
+        server = self._server()
+        assert server is not None
+        live = [handler for handler in server.connections if handler.connected]  # oldest first
         if len(live) >= self.cap:
             idle = next((handler for handler in live if handler not in self._busy), None)
             if idle is None:
                 return _Refused()
             idle.force_close()
-        return self.server()
+        return server()
 
     @web.middleware
     async def track(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -177,7 +177,7 @@ class Server:
 
     def __init__(self, app: web.Application, settings: DashboardSettings, *,
                  max_connections: int = MAX_CONNECTIONS, header_timeout_s: float = HEADER_TIMEOUT_S):
-        self._admission = Admission(max_connections)
+        self._admission = Admission(max_connections, lambda: self._runner.server)  # set up by `start`
         app.middlewares.insert(0, self._admission.track)
         self._log = ThrottledLog(log, LOG_INTERVAL_S)
         # aiohttp's keep-alive timer also runs from a connection's start: a head not sent in time closes it
@@ -193,7 +193,6 @@ class Server:
     async def start(self) -> str:
         """Binds and serves; returns the address the page is at."""
         await self._runner.setup()
-        self._admission.server = self._runner.server
         self._loop = asyncio.get_running_loop()
         self._listener = await self._loop.create_server(self._admission, self._settings.host, self._settings.port,
                                                         backlog=BACKLOG)

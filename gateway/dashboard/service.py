@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from gateway.approvals import describe, operator_answer
 from gateway.dashboard import dashboard_token
@@ -32,35 +34,41 @@ DEAD_SHOWN = 50
 EVENTS_SHOWN = 30
 
 
-class Served(Protocol):
-    """What the dashboard reads of the gateway it serves (gateway/app.py's Gateway)."""
+@dataclass(frozen=True)
+class Served:
+    """What the dashboard reads of the gateway it serves (gateway/app.py builds it): no Gateway, only these."""
 
     home: Home
     settings: Settings
+    """The settings the gateway started with (a reload changes nothing the dashboard shows)."""
     events: EventLog
     pm: pluggy.PluginManager
-    channel_status: dict[str, dict[str, Any]]
+    channel_status: Mapping[str, dict[str, Any]]
+    """Each channel's state, by profile id: the supervisor's, kept up to date as channels change."""
     started_at: str
-    storage: Backend  # its stores' backend: the runs the page lists are read through it
+    backend: Backend
+    """The backend of the gateway's stores: the runs and approvals the page lists are read through it."""
+    view: QueueView
+    """The queue as the backend shows it (the home's folders, or the database)."""
 
 
 class Dashboard:
-    """Serves the page, `/api/state` and `/metrics` for `gateway`, its queue read through `view` (the home's
-    folders, or the database); built before the gateway starts so that it sees every event."""
+    """Serves the page, `/api/state` and `/metrics` for the gateway `served` describes; built before the
+    gateway starts so that it sees every event."""
 
-    def __init__(self, gateway: Served, view: QueueView):
-        self._gateway = gateway
-        self.settings = gateway.settings.dashboard
+    def __init__(self, served: Served):
+        self._served = served
+        self.settings = served.settings.dashboard
         self.token = dashboard_token(self.settings)
         if self.token is not None:
-            gateway.events.add_secret(self.token)
-        self.view = view
+            served.events.add_secret(self.token)
+        self.view = served.view
         self.activity = Activity()
-        self.activity.seed(read_events(gateway.home.events_file, limit=SEED_EVENTS))
-        installed = [t for types in call_each(gateway.pm, "switchyard_channel_types") for t in types]
-        self._metrics = Metrics(self._live, [p.type for p in gateway.settings.channels] + installed,
-                                [p.id for p in gateway.settings.channels])
-        gateway.events.observe(self._observe)
+        self.activity.seed(read_events(served.home.events_file, limit=SEED_EVENTS))
+        installed = [t for types in call_each(served.pm, "switchyard_channel_types") for t in types]
+        self._metrics = Metrics(self._live, [p.type for p in served.settings.channels] + installed,
+                                [p.id for p in served.settings.channels])
+        served.events.observe(self._observe)
         self._server: Server | None = None
         self._approval_store: Any = None
         self.url: str | None = None
@@ -77,12 +85,12 @@ class Dashboard:
             self.url = await server.start()
         except OSError as exc:
             log.error("dashboard: cannot listen on %s port %s: %s", self.settings.host, self.settings.port, exc)
-            self._gateway.events.emit("dashboard.failed", reason=str(exc))
+            self._served.events.emit("dashboard.failed", reason=str(exc))
             await server.stop()
             return None
         self._server = server
         log.info("dashboard at %s", self.url)
-        self._gateway.events.emit("dashboard.started", url=self.url)
+        self._served.events.emit("dashboard.started", url=self.url)
         return self.url
 
     async def stop(self) -> None:
@@ -94,15 +102,14 @@ class Dashboard:
 
     def redact(self, text: str) -> str:
         """Masks every secret the gateway knows of."""
-        return self._gateway.events.redact(text)
+        return self._served.events.redact(text)
 
     async def state(self) -> dict[str, Any]:
         """Everything the page shows, as JSON values (what `/api/state` answers)."""
         read = await asyncio.to_thread(self._read)
-        gateway = self._gateway
         return {
             **{k: v for k, v in read.items() if k != "processing"},
-            "pid": os.getpid(), "started_at": gateway.started_at, "in_flight": self._in_flight(read),
+            "pid": os.getpid(), "started_at": self._served.started_at, "in_flight": self._in_flight(read),
             "channels": self._channels(), "heartbeats": self.activity.heartbeat_history(),
             "events": self.activity.recent_events(EVENTS_SHOWN),
         }
@@ -114,7 +121,7 @@ class Dashboard:
     async def retry(self, names: list[str]) -> list[str]:
         """Puts dead letters back into the queue (KeyError naming any that is not one)."""
         retried = await asyncio.to_thread(self.view.retry, names)
-        self._gateway.events.emit("dead_letter.retried", names=retried, reason="retried from the dashboard")
+        self._served.events.emit("dead_letter.retried", names=retried, reason="retried from the dashboard")
         return retried
 
     async def answer(self, approval_id: str, verdict: str) -> dict[str, Any]:
@@ -125,23 +132,23 @@ class Dashboard:
 
     def _approvals(self) -> Any:
         if self._approval_store is None:
-            self._approval_store = self._gateway.storage.approvals()
+            self._approval_store = self._served.backend.approvals()
         return self._approval_store
 
     # --- reading ----------------------------------------------------------------------------
 
     def _read(self) -> dict[str, Any]:
         runs: list[dict[str, Any]] = []
-        for found in call_each(self._gateway.pm, "switchyard_recent_runs", events=self._gateway.events,
-                               home=self._gateway.home, limit=RUNS_SHOWN, settings=self._gateway.settings,
-                               backend=self._gateway.storage):
+        served = self._served
+        for found in call_each(served.pm, "switchyard_recent_runs", events=served.events,
+                               home=served.home, limit=RUNS_SHOWN, settings=served.settings,
+                               backend=served.backend):
             runs.extend(found)
         runs.sort(key=lambda run: str(run.get("updatedAt")), reverse=True)
         approvals = [describe(approval) for approval in self._approvals().pending()]
         schedules: list[dict[str, Any]] = []
-        for found in call_each(self._gateway.pm, "switchyard_schedules", events=self._gateway.events,
-                               home=self._gateway.home, settings=self._gateway.settings,
-                               backend=self._gateway.storage):
+        for found in call_each(served.pm, "switchyard_schedules", events=served.events,
+                               home=served.home, settings=served.settings, backend=served.backend):
             schedules.extend(found)
         return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN], "approvals": approvals,
                 "schedules": schedules}
@@ -154,13 +161,13 @@ class Dashboard:
         return self.activity.in_flight(read["processing"])
 
     def _channels(self) -> list[dict[str, Any]]:
-        status = self._gateway.channel_status
+        status = self._served.channel_status
         return [{"profile": p.id, "type": p.type, "state": status.get(p.id, {}).get("state", "starting"),
                  "reason": status.get(p.id, {}).get("reason"), **self.activity.profile_counts(p.id)}
-                for p in self._gateway.settings.channels]
+                for p in self._served.settings.channels]
 
     def _live(self) -> dict[str, Any]:
         """The figures `/metrics` reads at scrape time (on a worker thread)."""
         live = self.view.live()
         return {"queue": live["queue"], "in_flight": len(self._in_flight(live)),
-                "channels": dict(self._gateway.channel_status), "heartbeat_last_ms": self.activity.last_rtt_ms()}
+                "channels": dict(self._served.channel_status), "heartbeat_last_ms": self.activity.last_rtt_ms()}

@@ -39,15 +39,17 @@ class BaseOutbox(ABC):
     """
 
     def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
-                 named_by_message_id: Collection[str] = ()):
+                 named_by_message_id: Collection[str] = (),
+                 on_written: Callable[[str, OutgoingPayload], None] | None = None):
+        """`on_written(name, payload)` is told of each reply written where the gateway's delivery must be
+        handed it (FileOutbox)."""
         self.home = home
         self.named_by_message_id = set(named_by_message_id)
         self.events = events
         self.attachments = AttachmentPolicy(home, extra_roots)
         self._last_ms = 0
         self._lock = threading.Lock()
-        self.on_written: Callable[[str, OutgoingPayload], None] | None = None
-        """Told of each reply written where the gateway's delivery must be handed it (FileOutbox)."""
+        self._on_written = on_written
 
     def prepared(self, payload: OutgoingPayload) -> OutgoingPayload:
         """The payload as it will be stored: the files its conversation may receive (by their real paths)
@@ -98,8 +100,10 @@ class FileOutbox(BaseOutbox):
     """The gateway's one writer of `queue/outgoing/`: unique names, monotonic timestamps, safe files."""
 
     def __init__(self, home: Home, events: EventLog, *, extra_roots: Sequence[str | os.PathLike[str]] = (),
-                 fsync: bool = True, named_by_message_id: Collection[str] = ()):
-        super().__init__(home, events, extra_roots=extra_roots, named_by_message_id=named_by_message_id)
+                 fsync: bool = True, named_by_message_id: Collection[str] = (),
+                 on_written: Callable[[str, OutgoingPayload], None] | None = None):
+        super().__init__(home, events, extra_roots=extra_roots, named_by_message_id=named_by_message_id,
+                         on_written=on_written)
         self.fsync = fsync
         self._spares = SpareFiles(home.outgoing)
 
@@ -111,8 +115,8 @@ class FileOutbox(BaseOutbox):
         payload = self.prepared(payload)
         path = self.home.outgoing / self.stamped(payload, lambda name: (self.home.outgoing / name).exists())
         atomic_write(path, payload.to_json(), fsync=self.fsync, spares=self._spares)
-        if self.on_written is not None:
-            self.on_written(path.name, payload)
+        if self._on_written is not None:
+            self._on_written(path.name, payload)
         return path
 
     def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:

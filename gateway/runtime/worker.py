@@ -58,7 +58,7 @@ class Worker:
 
     Any QueueStore and AnsweredStore: the file backend's (gateway/backends/files/runtime.py) or the in-memory one's
     (gateway/backends/memory/runtime.py). Without `sharing` but with `locks`, key locks are on from the start
-    (hosts sharing one queue)."""
+    (hosts sharing one queue). `wants_receipt(message)`: whether the message's channel takes "queued" receipts."""
 
     def __init__(
         self,
@@ -72,6 +72,7 @@ class Worker:
         on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
         locks: Locks | None = None,
         sharing: SharedHome | None = None,
+        wants_receipt: Callable[[IncomingPayload], bool] | None = None,
     ):
         self.queue = queue
         self.handler = handler
@@ -94,7 +95,8 @@ class Worker:
         if hasattr(queue, "pending_edits"):  # an edit of a message claimed here but not started folds into it
             queue.pending_edits = self.fold_pending
         self.processed = 0
-        self.receipts: Receipts | None = None  # set by the gateway: tells a waiting sender it is queued
+        self.receipts = None if wants_receipt is None else Receipts(
+            outbox, events, after_sec=settings.receipt_after_sec, ahead=self.scheduler.ahead_of, wanted=wants_receipt)
 
     async def renew_locks(self) -> None:
         """Keeps the locks of long-running messages from expiring (runs until cancelled)."""

@@ -6,6 +6,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.home import Home
 from gateway.settings import ProviderSettings, Settings, secret_env_names
@@ -13,6 +14,9 @@ from orchestrator.agents.builtin import builtin_providers
 from orchestrator.agents.clis import PRESETS
 from orchestrator.agents.pathcheck import not_found, provider_line
 from orchestrator.config.models import load_every_config
+
+if TYPE_CHECKING:
+    from orchestrator.agents.sessions import Change, Record, SessionStore
 
 VERSION_TIMEOUT_SEC = 15.0
 PROBE_PROMPT = "Reply with the single word OK and nothing else."
@@ -155,7 +159,8 @@ async def probe(home: Home, settings: Settings, checks: list[ProviderCheck]) -> 
     quick = {name: provider.model_copy(update={"first_output_sec": PROBE_FIRST_OUTPUT_SEC,
                                                "timeout_sec": min(provider.timeout_sec, PROBE_TIMEOUT_SEC)})
              for name, provider in settings.providers.items()}
-    runner = ProviderRunner(home, quick, builtin_providers(), hidden_env=secret_env_names(settings))
+    runner = ProviderRunner(home, quick, builtin_providers(), sessions=_no_sessions(),
+                            hidden_env=secret_env_names(settings))
     cwd = home.root / "orchestrator" / "doctor"
 
     async def one(check: ProviderCheck) -> None:
@@ -179,7 +184,8 @@ async def check_adapters(home: Home, settings: Settings, checks: list[ProviderCh
     from orchestrator.agents.acp.probe import initializes
     from orchestrator.agents.providers import ProviderRunner
 
-    runner = ProviderRunner(home, settings.providers, {}, hidden_env=secret_env_names(settings))
+    runner = ProviderRunner(home, settings.providers, {}, sessions=_no_sessions(),
+                            hidden_env=secret_env_names(settings))
     cwd = home.root / "orchestrator" / "doctor"
     cwd.mkdir(parents=True, exist_ok=True)
 
@@ -195,3 +201,21 @@ async def check_adapters(home: Home, settings: Settings, checks: list[ProviderCh
         check.adapter += f": {await initializes(provider, env, cwd)}"
 
     await asyncio.gather(*(one(check) for check in checks))
+
+
+class _NoRecords:
+    """Session records of calls that continue no session: none is read or kept (each probe is stateless:
+    no conversation, no run)."""
+
+    def read(self, key: tuple[str, ...]) -> Record:
+        return {}
+
+    def update(self, key: tuple[str, ...], change: Change) -> None:
+        return None
+
+
+def _no_sessions() -> SessionStore:
+    """The sessions of the doctor's probes, which keep none."""
+    from orchestrator.agents.sessions import SessionStore
+
+    return SessionStore(_NoRecords())

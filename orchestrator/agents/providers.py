@@ -44,16 +44,17 @@ class ProviderRunner:
 
     def __init__(
         self, home: Home, providers: Mapping[str, ProviderSettings], builtins: Mapping[str, BuiltinProvider],
-        *, events: EventLog | None = None, hidden_env: frozenset[str] = frozenset(),
-        sessions: SessionStore | None = None,
+        *, sessions: SessionStore, events: EventLog | None = None, hidden_env: frozenset[str] = frozenset(),
+        meter: UsageMeter | None = None,
     ):
+        """`sessions`: the backend's provider sessions; `meter`: counts and limits the turns of calls with a
+        payer (None: nothing is counted)."""
         self._home = home
         self._providers = dict(providers)
         self._builtins = dict(builtins)
         self._hidden_env = hidden_env
         self.turns = Turns()  # the turns running now, by conversation: what /stop stops
-        self.meter: UsageMeter | None = None  # counts and limits the turns of calls with a payer
-        sessions = sessions or SessionStore.in_home(home)
+        self.meter = meter
         self.acp = AcpRoute(sessions, events)  # live sessions of `transport: acp` presets
         self._cli = AgentCliRunner(sessions, events)  # presets one-shot
 

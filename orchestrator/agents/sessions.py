@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.home import Home, atomic_write
+from gateway.home import atomic_write
 from gateway.storable import safe_json
 from gateway.telemetry.events import utc_now_iso
 from orchestrator.agents.clis import Session
@@ -76,11 +76,6 @@ class SessionStore:
         self.records = records
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
-    @classmethod
-    def in_home(cls, home: Home) -> SessionStore:
-        """The file store of one home (`<home>/sessions/`)."""
-        return cls(FileRecords(home.root / "sessions", fsync=True))
-
     @asynccontextmanager
     async def hold(self, provider: str, scope: str) -> AsyncIterator[None]:
         """Runs the calls of one session one at a time (in this process)."""
@@ -133,11 +128,6 @@ class ConversationHistory:
 
     def __init__(self, records: Records):
         self.records = records
-
-    @classmethod
-    def in_home(cls, home: Home) -> ConversationHistory:
-        """The file store of one home (`<home>/sessions/history/`)."""
-        return cls(FileRecords(home.root / "sessions" / "history", fsync=False))
 
     def recent(self, scope: str) -> list[dict[str, str]]:
         """The latest exchanges (oldest first), capped to HISTORY_BYTES in all."""

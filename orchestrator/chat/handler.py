@@ -33,14 +33,7 @@ from orchestrator.execution.taskqueue import ensure_queue_dirs
 from orchestrator.runs.state import RunState, belongs_to, conversation_key
 from orchestrator.schedules.config import ScheduleConfig
 from orchestrator.schedules.scheduler import Scheduler, scheduled_workflow
-from orchestrator.storage.stores import (
-    backend_for,
-    open_history,
-    open_run_store,
-    open_schedules,
-    open_sessions,
-    open_usage,
-)
+from orchestrator.storage.stores import OrchestratorStores
 from orchestrator.usage.meter import LimitReached, UsageMeter
 from orchestrator.usage.records import Payer
 
@@ -58,46 +51,48 @@ class Orchestrator:
     """Answers messages: run status at once, slash commands by rule, everything else via the selector."""
 
     def __init__(
-        self, context: HandlerContext, *, providers: Mapping[str, BuiltinProvider] | None = None,
-        max_parallel_runs: int = 4,
+        self, context: HandlerContext, stores: OrchestratorStores, *,
+        providers: Mapping[str, BuiltinProvider] | None = None, max_parallel_runs: int = 4,
     ):
+        """`stores`: opened from the backend the gateway composed (orchestrator/plugin.py)."""
         self._context = context
         self._watch: asyncio.Task[None] | None = None
         self._sweep: asyncio.Task[None] | None = None
         self._scheduling: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
-        backend = context.backend if context.backend is not None else backend_for(context.home, context.settings)
-        self._opened = backend if context.backend is None else None  # a backend of its own: closed by `stop`
+        self.meter = UsageMeter(stores.usage, context.settings.usage, context.events)
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
-                                      sessions=open_sessions(backend))
-        self.meter = self._runner.meter = UsageMeter(open_usage(backend), context.settings.usage, context.events)
+                                      sessions=stores.sessions, meter=self.meter)
         self._transcriber = Transcriber(context.home, context.settings, self._runner, context.events)
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events,
                                     on_reload=self._config_reloaded)
-        self._store = open_run_store(backend)
-        self.approvals = ApprovalBroker(backend.approvals(), context.outbox, context.events)
-        steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals)
+        self._store = stores.runs
+        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events)
+        steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals,
+                           on_ask=self._let_go)
         queue = context.settings.queue
         self._executor = RunExecutor(home=context.home, store=self._store, steps=steps, events=context.events,
                                      outbox=context.outbox, max_parallel=max_parallel_runs,
                                      lock_ttl_sec=queue.lock_ttl_sec,
                                      runs_retention_days=queue.runs_retention_days,
-                                     locks=backend.locks(ttl_s=queue.lock_ttl_sec))
-        self._executor.delivery.dead_letter = context.dead_letter  # a refused run's answered message
-        steps.on_ask(self._executor.delivery.let_go)  # a number answering it must not wait behind the run
-        self._selector = Selector(context.home, self._runner, context.events,
-                                  open_history(backend))
-        self._answers = ChatAnswers(self.approvals, context.settings, backend.pairing())
+                                     locks=stores.locks, dead_letter=context.dead_letter)
+        self._selector = Selector(context.home, self._runner, context.events, stores.history)
+        self._answers = ChatAnswers(self.approvals, context.settings, stores.pairing)
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),
             plugin_functions=list(context.functions),
         )
-        records = open_schedules(backend) if context.enqueue is not None else None
+        records = stores.schedules if context.enqueue is not None else None
         self.scheduler = None if records is None or context.enqueue is None else Scheduler(
             records=records, schedules=self._schedules, enqueue=context.enqueue, settings=context.settings,
             events=context.events, load_run=self._store.load)
+
+    def _let_go(self, run_id: str) -> None:
+        """A step of the run asked its conversation to approve a tool call: a number answering it must not
+        wait behind the run (the messages waiting on it are acknowledged)."""
+        self._executor.delivery.let_go(run_id)
 
     async def start(self) -> None:
         """Creates the agent task queues, resumes runs a previous process left unfinished, drains the queue."""
@@ -168,8 +163,6 @@ class Orchestrator:
         await self._executor.stop()
         await self._runner.close()  # live agent sessions: no adapter process outlives the handler
         await asyncio.to_thread(self._selector.close)
-        if self._opened is not None:
-            await asyncio.to_thread(self._opened.close)
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
         """Answers one message with one reply (results of slow runs are pushed later), or none for a

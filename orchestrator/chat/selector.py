@@ -200,14 +200,14 @@ class Selector:
     """Asks the configured selector agent which action answers a message, keeping every exchange on disk."""
 
     def __init__(self, home: Home, runner: ProviderRunner, events: EventLog,
-                 history: ConversationHistory | None = None):
+                 history: ConversationHistory):
         self._home = home
         self._runner = runner
         self._events = events
         self._sequence = itertools.count()
         self._random = random.Random(os.urandom(16))  # unique suffixes without a system call each
         self._files = SelectorFiles(home)
-        self._history = history or ConversationHistory.in_home(home)
+        self._history = history
 
     def close(self) -> None:
         """Writes the selector files still pending (blocks until they are on disk)."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from gateway.api import Outbox
+from gateway.api import LateDeadLetter, Outbox
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home
 from gateway.models import IncomingPayload
@@ -53,7 +53,9 @@ class RunExecutor:
 
     def __init__(self, *, home: Home, store: RunStoreBase, steps: StepRunner, events: EventLog, outbox: Outbox,
                  max_parallel: int = 4, lock_ttl_sec: float = 60.0,
-                 runs_retention_days: float = RUNS_RETENTION_DAYS, locks: Locks | None = None):
+                 runs_retention_days: float = RUNS_RETENTION_DAYS, locks: Locks | None = None,
+                 dead_letter: LateDeadLetter | None = None):
+        """`dead_letter`: the gateway's, for the answered message of a refused run (results.py Delivery)."""
         self._home = home
         self._runs_retention_days = runs_retention_days
         self._store = store
@@ -62,7 +64,7 @@ class RunExecutor:
         owner = process_name()
         self._locks = locks or LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
         self.coordination = Coordination(home)  # an index and mirrors: recover() rebuilds it
-        self.delivery = Delivery(store, outbox, home, here=self._here)
+        self.delivery = Delivery(store, outbox, home, here=self._here, dead_letter=dead_letter)
         self.life = Lifecycle(store=store, steps=steps, events=events, coordination=self.coordination,
                               delivery=self.delivery, owner=owner)
         self._tasks: dict[str, asyncio.Task[None]] = {}

@@ -95,7 +95,7 @@ class Delivery:
     """
 
     def __init__(self, store: RunStoreBase, outbox: Outbox, home: Home,
-                 here: Callable[[str], bool] = lambda run_id: False):
+                 here: Callable[[str], bool] = lambda run_id: False, dead_letter: LateDeadLetter | None = None):
         self._store = store
         self._here = here  # whether a run executes (or waits in hand) in this process: no need to poll it
         self._outbox = outbox
@@ -105,7 +105,7 @@ class Delivery:
         # runs whose result was being pushed when a write failed: the outbox may hold it (a commit whose
         # answer was lost), so the next try looks before writing it again
         self._pushing: set[str] = set()
-        self.dead_letter: LateDeadLetter | None = None
+        self._dead_letter = dead_letter
 
     async def outcome(self, run_id: str, timeout_sec: float, current: RunState | None = None) -> RunState | None:
         """Waits up to `timeout_sec` for the run to end or ask; returns it then, else None. `current`: the
@@ -211,11 +211,11 @@ class Delivery:
     def _bury(self, run: RunState, attempt: int = 0) -> bool:
         """Dead-letters a refused run's message (already answered with an ack); False when it must wait:
         then it is tried again soon (the push is not repeated), and at the next start at the latest."""
-        if self.dead_letter is None:
+        if self._dead_letter is None:
             return True
         reason = f"run {run.runId}: {run.error}"
         try:
-            name = self.dead_letter(run.payload(), reason, [reason])
+            name = self._dead_letter(run.payload(), reason, [reason])
         except Exception:
             log.exception("cannot dead-letter the message of run %s; tried again", run.runId)
             name = None

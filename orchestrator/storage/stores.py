@@ -19,15 +19,18 @@ orchestrator/storage/postgres/plugin.py.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gateway.stores import StoreKey
 
 if TYPE_CHECKING:
+    from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
+    from gateway.runtime.locks import Locks
     from gateway.settings import Settings
-    from gateway.stores import Backend, StoreFactory, StoreT
+    from gateway.stores import Approvals, Backend, StoreFactory, StoreT
     from orchestrator.agents.sessions import ConversationHistory, SessionStore
     from orchestrator.runs.base import RunStoreBase
     from orchestrator.runs.state import RunState
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from orchestrator.storage.files.usage import FileUsageRecords
     from orchestrator.usage.records import UsageRecords
 
-__all__ = ["RunRecords"]
+__all__ = ["OrchestratorStores", "RunRecords", "open_stores"]
 
 RUNS: StoreKey[RunStoreBase] = StoreKey("runs")
 SESSIONS: StoreKey[SessionStore] = StoreKey("sessions")
@@ -139,6 +142,32 @@ class RunRecords(Protocol):
         """Forgets a run's cancel request."""
 
 
+@dataclass(frozen=True)
+class OrchestratorStores:
+    """Every store the Orchestrator uses, opened from the backend the gateway composed (`open_stores`)."""
+
+    runs: RunStoreBase
+    sessions: SessionStore
+    history: ConversationHistory
+    approvals: Approvals
+    pairing: Pairing
+    locks: Locks
+    """The job locks of runs, with the queue's `lock_ttl_sec`."""
+    usage: UsageRecords | None = None
+    """None where no plugin declares usage totals for the backend (no limits are counted)."""
+    schedules: ScheduleRecords | None = None
+    """None where no plugin declares schedule records for the backend (no prompt is scheduled)."""
+
+
+def open_stores(backend: Backend) -> OrchestratorStores:
+    """The orchestrator's stores on `backend` (orchestrator/plugin.py builds the Orchestrator with them)."""
+    return OrchestratorStores(
+        runs=open_run_store(backend), sessions=open_sessions(backend), history=open_history(backend),
+        approvals=backend.approvals(), pairing=backend.pairing(),
+        locks=backend.locks(ttl_s=backend.settings.queue.lock_ttl_sec),
+        usage=open_usage(backend), schedules=open_schedules(backend))
+
+
 def backend_for(home: Home, settings: Settings) -> Backend:
     """The backend `settings` configure (for a command or a hook that is given no backend)."""
     from gateway.composition import open_backend
@@ -204,12 +233,12 @@ def _runs(backend: Backend, *, fsync: bool) -> RunStore:
 
 
 def _sessions(backend: Backend) -> SessionStore:
-    from orchestrator.agents.sessions import SessionStore
+    from orchestrator.agents.sessions import FileRecords, SessionStore
 
-    return SessionStore.in_home(backend.home)
+    return SessionStore(FileRecords(backend.home.root / "sessions", fsync=True))
 
 
 def _history(backend: Backend) -> ConversationHistory:
-    from orchestrator.agents.sessions import ConversationHistory
+    from orchestrator.agents.sessions import ConversationHistory, FileRecords
 
-    return ConversationHistory.in_home(backend.home)
+    return ConversationHistory(FileRecords(backend.home.root / "sessions" / "history", fsync=False))

@@ -33,6 +33,7 @@ from orchestrator.agents.request import TurnRequest
 from orchestrator.usage.meter import LimitReached, UsageMeter
 from orchestrator.usage.records import Ledger, Payer, Spent, UsageRecords
 from tests.contract.backends import Backend
+from tests.fakes.stores import file_sessions
 
 DAY = date(2026, 11, 27)
 KEYS = {"sender": "telegram/tg/1", "conversation": "telegram/tg/c1", "profile": "tg", "provider": "claude"}
@@ -211,8 +212,8 @@ async def turns_at_once(meters: list[UsageMeter], payers: list[Payer], cwd: Path
 
     runners = []
     for meter in meters:
-        runner = ProviderRunner(Home(cwd / "home"), {}, {"agent": agent})
-        runner.meter = meter
+        runner = ProviderRunner(Home(cwd / "home"), {}, {"agent": agent}, sessions=file_sessions(Home(cwd / "home")),
+                                meter=meter)
         runners.append(runner)
 
     async def turn(number: int) -> None:
@@ -326,8 +327,9 @@ async def test_a_turn_that_never_starts_or_is_cancelled_releases_its_reservation
         return "never"
 
     keyless = ProviderSettings(type="claude", api_key_env="SWITCHYARD_TEST_NO_SUCH_KEY")
-    runner = ProviderRunner(Home(tmp_path / "home"), {"keyless": keyless}, {"agent": agent, "echo": _echo})
-    runner.meter = _meter(records, "sender", limit=1)
+    home = Home(tmp_path / "home")
+    runner = ProviderRunner(home, {"keyless": keyless}, {"agent": agent, "echo": _echo}, sessions=file_sessions(home),
+                            meter=_meter(records, "sender", limit=1))
     payer = PAYERS["sender"][0]
 
     async def turn(provider: str) -> str:

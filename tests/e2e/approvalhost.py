@@ -10,6 +10,7 @@ from gateway import hookimpl
 from gateway.models import IncomingPayload, OutgoingPayload
 from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chat.handler import Orchestrator
+from orchestrator.storage.stores import open_stores
 
 TOOL = ToolApproval(title="Run: make deploy", options=(ApprovalOption("allow-1", "Allow once", "allow_once"),
                                                        ApprovalOption("reject-1", "Reject", "reject_once")))
@@ -26,4 +27,5 @@ class AskingOrchestrator(Orchestrator):
 
 @hookimpl
 def switchyard_handler(context: Any) -> AskingOrchestrator:
-    return AskingOrchestrator(context)
+    assert context.backend is not None
+    return AskingOrchestrator(context, open_stores(context.backend))

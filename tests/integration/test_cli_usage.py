@@ -19,13 +19,13 @@ from orchestrator.agents.clis import PRESETS
 from orchestrator.agents.clis.runner import AgentCliRunner, ProviderExhausted, ProviderRefused
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import ProviderCall, TurnRequest
-from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.usage.meter import LimitReached, UsageMeter
 from orchestrator.usage.records import MemoryUsageRecords, Payer, Spent, TokenUsage
 from tests.fakes.clis import FakeClis
 from tests.fakes.model_server import ModelServer, Usage
 from tests.fakes.orchestrator import isolate_real_cli
+from tests.fakes.stores import file_sessions
 from tests.integration.test_real_endpoints import KEY_VARIABLE, PREFIX, real_cli
 
 FAKE_COST = 0.011624999999999998
@@ -39,7 +39,7 @@ FAKE_USAGE = {  # tests/fakes/clis/_common.py: 1200 fresh + 300 written to + 400
 
 async def _run(home: Home, cli: str, tmp_path: Path, **settings: object) -> ProviderResult:
     provider = ProviderSettings.model_validate({"type": cli, "timeout_sec": 60, **settings})
-    runner = AgentCliRunner(SessionStore.in_home(home), None)
+    runner = AgentCliRunner(file_sessions(home), None)
     return await runner.run(ProviderCall.of(cli, provider, TurnRequest("say hi", tmp_path, env=dict(os.environ))))
 
 
@@ -125,7 +125,7 @@ async def _real(home: Home, cli: str, server: ModelServer, tmp_path: Path) -> Pr
     provider = ProviderSettings(type=cli, binary=real_cli(cli), base_url=server.url + PREFIX[cli],  # type: ignore[arg-type]
                                 api_key_env=KEY_VARIABLE, timeout_sec=120, first_output_sec=90)
     env = dict(os.environ) | PRESETS[cli].endpoint_env(provider, os.environ[KEY_VARIABLE], tmp_path / "provider")
-    runner = AgentCliRunner(SessionStore.in_home(home), None)
+    runner = AgentCliRunner(file_sessions(home), None)
     return await runner.run(ProviderCall.of(cli, provider, TurnRequest("say hi", tmp_path, env=env)))
 
 
@@ -244,8 +244,7 @@ async def test_a_real_claude_reporting_a_negative_cost_does_not_lower_what_its_s
                                                    reasoning=0)) as server:
         provider = ProviderSettings(type="claude", binary=real_cli("claude"), base_url=server.url + PREFIX["claude"],
                                     api_key_env=KEY_VARIABLE, timeout_sec=120, first_output_sec=90)
-        runner = ProviderRunner(home, {"claude": provider}, {})
-        runner.meter = meter
+        runner = ProviderRunner(home, {"claude": provider}, {}, sessions=file_sessions(home), meter=meter)
         result = await runner.run("claude", TurnRequest("say hi", tmp_path, payer=payer))
     assert result.stdout == "hi"
     today = meter.now().date()

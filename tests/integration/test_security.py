@@ -40,6 +40,7 @@ from orchestrator.chat.functions import FunctionRefused, FunctionRegistry
 from orchestrator.runs.state import Conversation, RunState, run_id_for
 from orchestrator.storage.files.runs import RunStore
 from plugins.heartbeat import state_path
+from tests.fakes.stores import file_sessions
 
 REPO = Path(__file__).resolve().parents[2]
 hostile = st.one_of(st.text(max_size=300), st.sampled_from(
@@ -311,7 +312,8 @@ async def test_shell_syntax_in_a_message_reaches_the_provider_as_data(home: Home
     pwned = tmp_path / "pwned"
     prompt = f"hi; touch {pwned} && $(touch {pwned}) `touch {pwned}` | touch {pwned} > {pwned}"
     code = "import json,sys; print(json.dumps({'argv': sys.argv[1:], 'stdin': sys.stdin.read()}))"
-    runner = ProviderRunner(home, {"p": ProviderSettings(command=[sys.executable, "-c", code], input=mode)}, {})
+    runner = ProviderRunner(home, {"p": ProviderSettings(command=[sys.executable, "-c", code], input=mode)}, {},
+                            sessions=file_sessions(home))
     result = await runner.run("p", TurnRequest(prompt, home.orchestrators / "main",
                                                request_file=home.select_incoming / "r.json"))
     seen = json.loads(result.stdout)
@@ -327,7 +329,8 @@ async def test_no_code_path_starts_a_shell(home: Home, tmp_path: Path, path: str
                     f"| touch {pwned}", f"> {pwned}", "*", "$HOME", "'quoted' \"twice\""]
     code = "import json,sys; print(json.dumps(sys.argv[1:]))"
     argv = [sys.executable, "-c", code, *hostile_args]
-    runner = ProviderRunner(home, {"p": ProviderSettings(command=argv, input="stdin")}, {})
+    runner = ProviderRunner(home, {"p": ProviderSettings(command=argv, input="stdin")}, {},
+                            sessions=file_sessions(home))
     cwd = home.orchestrators / "main"
     if path == "provider":
         result = await runner.run("p", TurnRequest("hi", cwd, request_file=home.select_incoming / "r.json"))
@@ -336,7 +339,8 @@ async def test_no_code_path_starts_a_shell(home: Home, tmp_path: Path, path: str
     assert json.loads(result.stdout) == hostile_args, "an argument was interpreted, not passed literally"
     assert not pwned.exists()
     shell_line = f"{sys.executable} -c 'open({str(pwned)!r}, \"w\")'"
-    not_a_program = ProviderRunner(home, {"p": ProviderSettings(command=[shell_line])}, {})
+    not_a_program = ProviderRunner(home, {"p": ProviderSettings(command=[shell_line])}, {},
+                                   sessions=file_sessions(home))
     with pytest.raises(ProviderRefused, match="was not found"):
         if path == "provider":
             await not_a_program.run("p", TurnRequest("hi", cwd, request_file=home.select_incoming / "r.json"))

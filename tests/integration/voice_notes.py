@@ -13,6 +13,7 @@ from gateway.testing.conformance import ChannelRig
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.transcribe import Transcriber
 from tests.fakes.audio import fake_transcriber, spoken_ogg
+from tests.fakes.stores import file_sessions
 
 SPOKEN = "please summarise the last build"
 
@@ -39,7 +40,7 @@ async def transcribed(rig: ChannelRig, payload: dict[str, Any], data: bytes, tmp
     assert rig.context is not None
     home = rig.context.home
     settings = Settings(transcribe=TranscribeSettings(command=fake_transcriber(tmp_path, {data: SPOKEN})))
-    runner = ProviderRunner(home, {}, {})
+    runner = ProviderRunner(home, {}, {}, sessions=file_sessions(home))
     try:
         message = await Transcriber(home, settings, runner).transcribed(IncomingPayload.model_validate(payload))
     finally:

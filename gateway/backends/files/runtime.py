@@ -16,7 +16,6 @@ from gateway.dashboard.state import FolderView, QueueView
 from gateway.models import IncomingPayload
 from gateway.runtime.locks import LockDirectory, process_name
 from gateway.runtime.outbox import BaseOutbox, FileOutbox
-from gateway.runtime.receipts import Receipts
 from gateway.runtime.sharing import SharedHome
 from gateway.runtime.worker import Worker
 from gateway.stores import Delivery, RuntimeParts, Watch
@@ -31,7 +30,8 @@ class FileRuntime:
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
         self.outbox: BaseOutbox = FileOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings),
-                                             fsync=qs.fsync)
+                                             fsync=qs.fsync, named_by_message_id=parts.named_by_message_id,
+                                             on_written=parts.on_written)
         self.sharing = sharing  # the backend's: its job locks follow the same mode
         self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
                                              max_payload_bytes=qs.max_payload_bytes)
@@ -58,8 +58,6 @@ class FileRuntime:
         if parts.role == "run":
             await parts.supervisor.start_each(settings.channels, self._started_late)
         self.worker = self._worker(handler)
-        self.worker.receipts = Receipts(self.outbox, parts.events, after_sec=qs.receipt_after_sec,
-                                        ahead=self.worker.scheduler.ahead_of, wanted=parts.takes_receipts)
         if parts.role == "run":
             self.dispatcher = Dispatcher(home, parts.supervisor.channels, parts.events, qs,
                                          extra_roots=extra_file_roots(home, settings))
@@ -71,7 +69,8 @@ class FileRuntime:
         locks = LockDirectory(home.coordination / "locks",
                               holder=process_name(), ttl_s=qs.lock_ttl_sec)
         return Worker(self.parts.queue, handler, self.outbox, self.answered, self.parts.events, qs,
-                      on_start=self.parts.show_typing, locks=locks, sharing=self.sharing)
+                      on_start=self.parts.show_typing, locks=locks, sharing=self.sharing,
+                      wants_receipt=self.parts.takes_receipts)
 
     def _started_late(self, channel: Any) -> None:
         """A channel that started on a retry gets its replies too."""

@@ -56,7 +56,8 @@ class MemoryRuntime(FileRuntime):
         """The shared Worker over the shared queue, key locks on from the start (other hosts share it)."""
         parts = self.parts
         return Worker(self.memory_queue, handler, self.outbox, self.memory_answered, parts.events,
-                      parts.settings.queue, on_start=parts.show_typing, locks=self.memory_locks)
+                      parts.settings.queue, on_start=parts.show_typing, locks=self.memory_locks,
+                      wants_receipt=parts.takes_receipts)
 
     def watch(self, watch: Watch) -> None:
         """No home to share: hosts share the state."""

@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from gateway.api import Handler
@@ -49,7 +49,8 @@ class PgBackend:
     """Everything one process does with the shared queue, started and stopped by the Gateway."""
 
     def __init__(self, home: Home, settings: Settings, events: EventLog, *, role: str,
-                 extra_roots: list[Any], pool: SharedPool | None = None):
+                 extra_roots: list[Any], pool: SharedPool | None = None,
+                 named_by_message_id: Collection[str] = ()):
         self.home = home
         self.settings = settings
         self.events = events
@@ -64,7 +65,8 @@ class PgBackend:
             raise SettingsError(str(exc)) from None
         except Exception as exc:
             raise SettingsError(database_error(exc, self.dsn)) from None
-        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, dsn=self.dsn, pool=pool)
+        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, dsn=self.dsn, pool=pool,
+                               named_by_message_id=named_by_message_id)
         self.holder = process_instance()
         self.detail: dict[str, Any] = {"database": "connected"}
         self.intake: Intake | None = None

@@ -49,7 +49,9 @@ def channel_lease(channel_type: str, profile_id: str) -> str:
 class Leases:
     """This process's leases on one database: take, renew (a background loop), release, and loss."""
 
-    def __init__(self, dsn: str, lease_sec: float, on_lost: OnLost, *, holder: str | None = None):
+    def __init__(self, dsn: str, lease_sec: float, on_lost: OnLost, *, holder: str | None = None,
+                 on_trouble: Callable[[], None] = lambda: None):
+        """`on_trouble` is called when `last_error` changes."""
         self.dsn = dsn
         self.lease_sec = lease_sec
         self.holder = holder or process_instance()
@@ -58,7 +60,7 @@ class Leases:
         self.timeout = max(0.2, min(lease_sec / 4, 5.0))  # one query; a hung database must not stall renewal
         self.held: dict[str, float] = {}  # name -> local deadline (time.monotonic) of the database's expiry
         self.last_error: str | None = None  # why the last renewal failed (None: it worked)
-        self.on_trouble: Callable[[], None] = lambda: None  # called when last_error changes
+        self.on_trouble = on_trouble
         self._conn: Any = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()

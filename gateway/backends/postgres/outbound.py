@@ -41,8 +41,7 @@ class PgOutbound:
         self.events = events
         self.lease_sec = settings.queue.lease_sec
         dsn = dsn if dsn is not None else dsn_from_settings(settings.queue)  # its backend's, when given
-        self.leases = Leases(dsn, self.lease_sec, self._lost, holder=holder)
-        self.leases.on_trouble = self._show_owned
+        self.leases = Leases(dsn, self.lease_sec, self._lost, holder=holder, on_trouble=self._show_owned)
         types = [profile.type for profile in settings.channels]
         self.delivery = PgDelivery(home, events, settings.queue, dsn, self.leases,
                                    extra_roots=extra_file_roots(home, settings),

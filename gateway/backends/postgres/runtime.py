@@ -34,7 +34,8 @@ class PostgresRuntime:
         self.pool = pool  # its backend's (gateway/backends/postgres/storage.py), closed with it
         self.close_events = attach_event_sink(parts.events, dsn)  # every event also into switchyard_events
         self.pg = PgBackend(parts.home, parts.settings, parts.events, role=parts.role,
-                            extra_roots=extra_file_roots(parts.home, parts.settings), pool=pool)
+                            extra_roots=extra_file_roots(parts.home, parts.settings), pool=pool,
+                            named_by_message_id=parts.named_by_message_id)
         self.outbox: BaseOutbox = self.pg.outbox
         self.outbound: PgOutbound | None = None  # in a `run`
         self.receipts: PgReceipts | None = None  # in a `run`

@@ -30,17 +30,15 @@ class StepRunner:
 
     def __init__(
         self, runner: ProviderRunner, store: RunStoreBase, configs: Callable[[str], LoadedConfig],
-        outbox: Outbox | None = None, approvals: ApprovalBroker | None = None,
+        outbox: Outbox | None = None, approvals: ApprovalBroker | None = None, *,
+        on_ask: Callable[[str], None] | None = None,
     ):
+        """`on_ask(run_id)` is called when a step of a run asks its conversation to approve a tool call."""
         self._store = store
         self._runner = runner
         self._configs = configs
-        self._bodies = BodyRunner(runner, store, outbox, approvals)
+        self._bodies = BodyRunner(runner, store, outbox, approvals, on_ask=on_ask)
         self._for_each = ForEach(self._bodies)
-
-    def on_ask(self, callback: Callable[[str], None]) -> None:
-        """Calls `callback(run_id)` when a step of a run asks its conversation to approve a tool call."""
-        self._bodies.on_ask = callback
 
     def lookup(self, run: RunState, step_id: str) -> tuple[LoadedConfig, StepConfig]:
         """The configuration of a run's step; raises a fatal StepFailed when it cannot be found."""

@@ -36,13 +36,14 @@ class BodyRunner:
     """Runs agent and command bodies through the provider runner, turning failures into StepFailed."""
 
     def __init__(self, runner: ProviderRunner, store: RunStoreBase, outbox: Outbox | None = None,
-                 approvals: ApprovalBroker | None = None):
+                 approvals: ApprovalBroker | None = None, *, on_ask: Callable[[str], None] | None = None):
+        """`on_ask`: called with the run's id when a step asks for approval (the executor lets its waiting
+        messages go)."""
         self._runner = runner
         self._store = store
         self._outbox = outbox
         self._approvals = approvals
-        self.on_ask: Callable[[str], None] | None = None
-        """Called with the run's id when a step asks for approval (the executor lets its waiting messages go)."""
+        self._on_ask = on_ask
 
     async def run(
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
@@ -106,7 +107,7 @@ class BodyRunner:
         if self._approvals is None:
             return None
         ask = self._approvals.asker(job.run.payload(), timeout_s=job.loaded.config.approval_timeout_sec)
-        on_ask, run_id = self.on_ask, job.run.runId
+        on_ask, run_id = self._on_ask, job.run.runId
 
         async def asking(approval: ToolApproval) -> str | None:
             if on_ask is not None:

@@ -72,28 +72,6 @@ def test_a_store_built_without_a_backend_has_a_pool_no_one_else_keeps(db: str) -
     _until_none(db, name)
 
 
-async def test_a_handler_given_no_backend_closes_the_one_it_opened_when_it_stops(
-        db: str, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.api import HandlerContext
-    from gateway.telemetry.events import EventLog
-    from orchestrator import Orchestrator
-    from tests.fakes.orchestrator import FakeOutbox
-
-    dsn, name = _named(db)
-    monkeypatch.setenv("SWITCHYARD_DSN", dsn)
-    settings = Settings(queue=QueueSettings(backend="postgres", fsync=False))
-    events = EventLog(home.events_file)
-    orchestrator = Orchestrator(HandlerContext(home=home, settings=settings, events=events, outbox=FakeOutbox(),
-                                               queue_stats=dict))
-    await orchestrator.start()  # resumes what a previous process left: reads the runs
-    try:
-        assert _connections(db, name) >= 1
-    finally:
-        await orchestrator.stop()
-        events.close()
-    _until_none(db, name)  # while `orchestrator` is still held
-
-
 async def test_a_stopped_gateway_leaves_no_connection_of_its_backend_open(
         db: str, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.app import Gateway

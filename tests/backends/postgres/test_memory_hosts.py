@@ -38,6 +38,7 @@ from orchestrator.config.models import LoadedConfig, OrchestratorConfig
 from orchestrator.storage.postgres.sessions import PgRecords, PgSessionStore
 from tests.backends.postgres.test_workers import PgProcess
 from tests.fakes.clis import FakeClis
+from tests.fakes.stores import file_history, file_sessions
 from tests.faults.harness import message
 
 SCOPE = "conv:console/console/c1"
@@ -50,7 +51,7 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], tuple
     if request.param == "file":
         home = Home(tmp_path / "home")
         home.create()
-        return lambda: (SessionStore.in_home(home), ConversationHistory.in_home(home))
+        return lambda: (file_sessions(home), file_history(home))
     dsn = request.getfixturevalue("db")
     return lambda: (PgSessionStore(dsn), ConversationHistory(PgRecords(dsn, "history")))
 
@@ -144,7 +145,7 @@ def test_memory_that_cannot_be_stored_does_not_fail_a_message_whose_action_alrea
     """A record is stored after the action or the agent call; a database error there is logged: raising
     would retry the message and run its action (start a workflow, call the agent) a second time."""
     no_tables = pg_dsn  # a schema without the migrations: every statement fails
-    runner = ProviderRunner(home, {"picker": ProviderSettings(type="codex")}, {})
+    runner = ProviderRunner(home, {"picker": ProviderSettings(type="codex")}, {}, sessions=file_sessions(home))
     events = EventLog(home.events_file)
     try:
         selector = Selector(home, runner, events, ConversationHistory(PgRecords(no_tables, "history")))

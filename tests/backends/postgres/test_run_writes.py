@@ -103,8 +103,8 @@ def pg_orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, co
     from gateway.api import HandlerContext
     from gateway.settings import QueueSettings, Settings
     from gateway.telemetry.events import EventLog
-    from orchestrator import Orchestrator
     from tests.fakes.orchestrator import FakeOutbox
+    from tests.fakes.stores import orchestrator_for
 
     monkeypatch.setenv("SWITCHYARD_DSN", db)
     home = Home(tmp_path / "a")
@@ -114,7 +114,7 @@ def pg_orchestrator(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, co
     settings = Settings(queue=QueueSettings(backend="postgres", fsync=False))
     context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
                              queue_stats=dict)
-    return Orchestrator(context, **options)
+    return orchestrator_for(context, **options)
 
 
 async def test_a_chat_message_reads_its_run_once_claims_it_at_once_and_its_reply_is_the_run_as_recorded(

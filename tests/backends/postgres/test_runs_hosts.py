@@ -219,6 +219,7 @@ async def test_a_run_whose_message_waits_is_left_to_its_host_while_it_lives(
     from gateway.telemetry.events import EventLog
     from orchestrator import Orchestrator
     from tests.fakes.orchestrator import FakeOutbox, make_message
+    from tests.fakes.stores import orchestrator_for
 
     monkeypatch.setenv("SWITCHYARD_DSN", db)
     gate = tmp_path / "gate"
@@ -235,7 +236,7 @@ async def test_a_run_whose_message_waits_is_left_to_its_host_while_it_lives(
         outbox = FakeOutbox()
         context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=outbox,
                                  queue_stats=dict)
-        orchestrator = Orchestrator(context, max_parallel_runs=slots)
+        orchestrator = orchestrator_for(context, max_parallel_runs=slots)
         orchestrator._executor._locks.holder = f"host-{name}"  # one process: as hosts, they need their own names
         await orchestrator.start()
         return orchestrator, outbox
@@ -287,8 +288,8 @@ async def test_round_trips_of_one_chat_message_that_runs_a_workflow(
     from gateway.home import Home
     from gateway.settings import ProviderSettings, QueueSettings, Settings
     from gateway.telemetry.events import EventLog
-    from orchestrator import Orchestrator
     from tests.fakes.orchestrator import FakeOutbox, make_message
+    from tests.fakes.stores import orchestrator_for
 
     monkeypatch.setenv("SWITCHYARD_DSN", db)
     home = Home(tmp_path / "a")
@@ -299,7 +300,7 @@ async def test_round_trips_of_one_chat_message_that_runs_a_workflow(
                         providers={"gated": ProviderSettings(command=["true"])})
     context = HandlerContext(home=home, settings=settings, events=EventLog(home.events_file), outbox=FakeOutbox(),
                              queue_stats=dict, backend=open_backend(home, settings))
-    orchestrator = Orchestrator(context)
+    orchestrator = orchestrator_for(context)
     await orchestrator.start()
     pool = context.backend.pool
     taken = [0]

@@ -20,6 +20,7 @@ from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
 from tests.fakes.acp.procs import group_members
 from tests.fakes.orchestrator import API_PREFIX
+from tests.fakes.stores import file_sessions
 from tests.process import pid_alive
 
 FAKE_AGENT = Path(__file__).resolve().with_name("fake_agent.py")
@@ -61,7 +62,8 @@ class Harness:
                  secret_env: frozenset[str] = frozenset(), minute_sec: float = 0.001):
         self.home, self.state = home, tmp / "agents"
         self.events = EventLog(home.events_file) if hasattr(home, "events_file") else None
-        self.runner = ProviderRunner(home, providers, {}, hidden_env=secret_env, events=self.events)
+        self.runner = ProviderRunner(home, providers, {}, hidden_env=secret_env, events=self.events,
+                                     sessions=file_sessions(home))
         self.cwd = tmp / "ws"
         self.env = {"FAKE_ACP_STATE": str(self.state), "FAKE_ACP_MINUTE_SEC": str(minute_sec)}
 

@@ -21,6 +21,7 @@ from tests.fakes.acp.helpers import CONV, any_alive, real_provider
 from tests.fakes.acp.scripted_model import ScriptedModel
 from tests.fakes.orchestrator import API_PREFIX as PREFIX
 from tests.fakes.orchestrator import isolate_real_cli
+from tests.fakes.stores import file_sessions
 
 KEY_VARIABLE = "SWITCHYARD_REAL_ACP_TEST_KEY"
 
@@ -31,7 +32,7 @@ async def test_a_real_adapter_remembers_streams_and_asks(home: Home, tmp_path: P
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
         provider = real_provider(like, model.url, KEY_VARIABLE)
-        runner = ProviderRunner(home, {"agent": provider}, {})
+        runner = ProviderRunner(home, {"agent": provider}, {}, sessions=file_sessions(home))
         seen: list[str] = []
         asked: list[ToolApproval] = []
 
@@ -68,7 +69,7 @@ async def test_a_real_adapters_evicted_session_comes_back_with_its_memory(
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
         provider = real_provider(like, model.url, KEY_VARIABLE).model_copy(update={"max_live": 1})
-        runner = ProviderRunner(home, {"agent": provider}, {}, events=events)
+        runner = ProviderRunner(home, {"agent": provider}, {}, events=events, sessions=file_sessions(home))
 
         async def turn(prompt: str, conversation: str) -> str:
             result = await runner.run("agent", TurnRequest(prompt, tmp_path / "ws", conversation=conversation))
@@ -93,7 +94,8 @@ async def test_a_real_adapters_turn_stops_and_the_next_one_answers(
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
-        runner = ProviderRunner(home, {"agent": real_provider(like, model.url, KEY_VARIABLE)}, {})
+        runner = ProviderRunner(home, {"agent": real_provider(like, model.url, KEY_VARIABLE)}, {},
+                                sessions=file_sessions(home))
         seen: list[str] = []
 
         async def turn(prompt: str, **call: object) -> str:
@@ -122,7 +124,8 @@ async def test_a_real_adapters_denied_tool_call_does_not_run_and_the_answer_says
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ScriptedModel() as model:
-        runner = ProviderRunner(home, {"agent": real_provider(like, model.url, KEY_VARIABLE)}, {})
+        runner = ProviderRunner(home, {"agent": real_provider(like, model.url, KEY_VARIABLE)}, {},
+                                sessions=file_sessions(home))
 
         async def deny(approval: ToolApproval) -> str | None:
             return None  # nobody answered: the pool picks the adapter's reject option

@@ -19,12 +19,12 @@ from orchestrator.agents.acp.pool import AcpPool
 from orchestrator.agents.live import PermissionAsker, ToolApproval, TurnStopped
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
-from orchestrator.agents.sessions import SessionStore
 from tests.fakes.acp.helpers import ADAPTER, CONV, any_alive, kill9, real_provider
 from tests.fakes.acp.procs import live_children, open_files
 from tests.fakes.acp.scripted_model import Call, ScriptedModel
 from tests.fakes.orchestrator import API_PREFIX as PREFIX
 from tests.fakes.orchestrator import isolate_real_cli
+from tests.fakes.stores import file_sessions
 
 KEY_VARIABLE = "SWITCHYARD_REAL_ACP_TEST_KEY"
 MODEL = {"claude": "claude-sonnet-4-5", "codex": "gpt-5.2", "gemini": "gemini-2.5-pro"}
@@ -53,7 +53,8 @@ class Chat:
         self.runner = self._runner()
 
     def _runner(self) -> ProviderRunner:
-        return ProviderRunner(self.home, {"agent": self.provider}, {}, events=self.events)
+        return ProviderRunner(self.home, {"agent": self.provider}, {}, events=self.events,
+                              sessions=file_sessions(self.home))
 
     async def turn(self, prompt: str, conversation: str = CONV, ask: PermissionAsker | None = None,
                    on_text: object = None) -> str:
@@ -132,7 +133,7 @@ async def test_an_adapter_holds_no_more_sessions_than_max_live_allows(
             first = chat.pids()
             for conversation in conversations[1:]:
                 await chat.turn("hello", conversation)
-            stored = SessionStore.in_home(home)
+            stored = file_sessions(home)
             ids = [stored.session("agent@acp", conversation, assigns_ids=False).id for conversation in conversations]
             held = await _held_open(chat.pool, [i for i in ids if i], MODE[like])
             running, known = live_children(os.getpid()), chat.pids()

@@ -20,6 +20,7 @@ from orchestrator.usage.records import TokenUsage
 from tests.fakes.acp.helpers import CONV, Harness, fake_provider
 from tests.fakes.model_server import ModelServer, Usage
 from tests.fakes.orchestrator import API_PREFIX, isolate_real_cli
+from tests.fakes.stores import file_sessions
 
 TURN_COST = 0.011624999999999998
 FAKE = {
@@ -74,7 +75,7 @@ async def test_a_real_adapters_live_turn_reports_the_tokens_the_model_api_sent(
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
     async with ModelServer(reply="the fake model says hi", usage=REAL_USAGE) as server:
-        runner = ProviderRunner(home, {"agent": _real_provider(like, server.url)}, {})
+        runner = ProviderRunner(home, {"agent": _real_provider(like, server.url)}, {}, sessions=file_sessions(home))
         try:
             first = await _turn(runner, tmp_path / "ws")
             second = await _turn(runner, tmp_path / "ws")

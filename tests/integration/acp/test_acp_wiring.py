@@ -15,11 +15,11 @@ from gateway.api import HandlerContext
 from gateway.home import Home
 from gateway.settings import ProviderSettings
 from gateway.telemetry.events import EventLog
-from orchestrator import Orchestrator
 from orchestrator.agents.clis.runner import ProviderRefused
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
 from tests.fakes.acp.helpers import CONV, any_alive, fake_provider, kill_left
+from tests.fakes.stores import file_sessions, orchestrator_for
 
 
 def test_transport_acp_is_only_for_the_three_presets() -> None:
@@ -39,7 +39,7 @@ def test_transport_acp_is_only_for_the_three_presets() -> None:
 async def test_an_unusable_adapter_falls_back_to_the_one_shot_preset(home: Home, events: EventLog, tmp_path: Path,
                                                                       adapter: list[str]) -> None:
     provider = ProviderSettings(type="claude", transport="acp", acp_command=adapter, binary="claude-not-here-acp")
-    runner = ProviderRunner(home, {"agent": provider}, {}, events=events)
+    runner = ProviderRunner(home, {"agent": provider}, {}, events=events, sessions=file_sessions(home))
     try:
         for _ in range(2):  # the one-shot preset runs (and says its own CLI is missing)
             with pytest.raises(ProviderRefused, match="`claude-not-here-acp` was not found"):
@@ -54,7 +54,7 @@ async def test_an_unusable_adapter_falls_back_to_the_one_shot_preset(home: Home,
 
 async def test_the_handlers_stop_leaves_no_agent_running(make_context: Callable[..., HandlerContext],
                                                          tmp_path: Path) -> None:
-    orchestrator = Orchestrator(make_context({"claude": fake_provider("claude"), "codex": fake_provider("codex")}))
+    orchestrator = orchestrator_for(make_context({"claude": fake_provider("claude"), "codex": fake_provider("codex")}))
     runner: ProviderRunner = orchestrator._runner
     env: dict[str, Any] = {"FAKE_ACP_STATE": str(tmp_path / "agents")}
     try:

@@ -186,8 +186,8 @@ async def test_a_channel_that_ends_by_itself_stops_the_gateway_only_when_no_othe
     plugin = _ReportingChannels()
     settings = Settings(queue=QueueSettings(fsync=False),
                         channels=[ChannelProfile(id="a", type="fake"), ChannelProfile(id="b", type="fake")])
-    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
     stop = asyncio.Event()
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]), request_stop=stop.set)
     task = asyncio.create_task(run_gateway(gateway, stop))
     try:
         await async_wait_until(lambda: len(gateway.channels) == 2, 10)

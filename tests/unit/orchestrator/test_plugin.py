@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pluggy
+import pytest
 
 import orchestrator.plugin
 from gateway import hookspecs
@@ -30,8 +32,18 @@ def _manager() -> pluggy.PluginManager:
     return manager
 
 
-def test_switchyard_handler_builds_the_orchestrator(make_context: Callable[..., HandlerContext]) -> None:
-    assert isinstance(_manager().hook.switchyard_handler(context=make_context()), Orchestrator)
+def test_switchyard_handler_builds_the_orchestrator_on_the_backend_it_is_given(
+        make_context: Callable[..., HandlerContext], home: Home) -> None:
+    context = make_context()
+    handler = _manager().hook.switchyard_handler(context=replace(context, backend=open_backend(home, context.settings)))
+    assert isinstance(handler, Orchestrator)
+
+
+def test_switchyard_handler_given_no_backend_refuses_rather_than_open_stores_of_its_own(
+        make_context: Callable[..., HandlerContext], home: Home) -> None:
+    with pytest.raises(RuntimeError, match="no backend"):
+        _manager().hook.switchyard_handler(context=make_context())
+    assert not (home.root / "sessions").exists()
 
 
 async def test_switchyard_providers_declares_echo_and_rules() -> None:

@@ -52,8 +52,7 @@ class Rig:
         self.channel = channel
         events = EventLog(home.events_file)
         self.dispatcher = Dispatcher(home, [channel], events, SETTINGS)
-        self.outbox = FileOutbox(home, events, fsync=False)
-        self.outbox.on_written = self.dispatcher.schedule
+        self.outbox = FileOutbox(home, events, fsync=False, on_written=self.dispatcher.schedule)
         self.hold_next = False
         self.held = asyncio.Event()
         self.release = asyncio.Event()
@@ -89,8 +88,7 @@ async def test_the_console_prints_the_final_answer_only(home: Home) -> None:
     console = ConsoleChannel(ChannelProfile(id="console", type="console"), stdin=io.StringIO(), stdout=stdout)
     events = EventLog(home.events_file)
     dispatcher = Dispatcher(home, [console], events, SETTINGS)  # type: ignore[list-item]
-    outbox = FileOutbox(home, events, fsync=False)
-    outbox.on_written = dispatcher.schedule
+    outbox = FileOutbox(home, events, fsync=False, on_written=dispatcher.schedule)
     for payload in (draft("The"), draft("The quick"), final("The quick brown fox.")):
         outbox.write(payload.model_copy(update={"channel": "console", "channelProfileId": "console",
                                                 "conversationId": "console"}))

@@ -66,13 +66,14 @@ def settings() -> QueueSettings:
 
 class Harness:
     def __init__(self, home: Home, handler: ScriptedHandler, settings: QueueSettings,
-                 locks: LockDirectory | None = None):
+                 locks: LockDirectory | None = None, wants_receipt: Callable[[IncomingPayload], bool] | None = None):
         self.home = home
         self.events = EventLog(home.events_file)
         self.queue = FileQueue(home, fsync=False, max_payload_bytes=settings.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
         outbox = FileOutbox(home, self.events, fsync=False)
-        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings, locks=locks)
+        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings, locks=locks,
+                             wants_receipt=wants_receipt)
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -104,8 +105,9 @@ async def make_harness(home: Home, settings: QueueSettings) -> AsyncIterator[Cal
     created: list[Harness] = []
 
     async def build(handler: ScriptedHandler | None = None, locks: LockDirectory | None = None,
-                    **overrides) -> Harness:
-        harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides), locks)
+                    wants_receipt: Callable[[IncomingPayload], bool] | None = None, **overrides) -> Harness:
+        harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides), locks,
+                          wants_receipt)
         await harness.start()
         created.append(harness)
         return harness
@@ -449,8 +451,6 @@ async def test_a_clock_step_backwards_keeps_a_conversations_intake_order(
 async def test_a_message_waiting_behind_its_conversation_gets_one_receipt_and_a_quick_one_none(
     make_harness, home: Home
 ) -> None:
-    from gateway.runtime.receipts import Receipts
-
     gate = asyncio.Event()
 
     async def held(message: IncomingPayload) -> str:
@@ -458,10 +458,8 @@ async def test_a_message_waiting_behind_its_conversation_gets_one_receipt_and_a_
             await gate.wait()
         return message.message
 
-    harness = await make_harness(ScriptedHandler(held))
-    harness.worker.receipts = Receipts(harness.worker.outbox, harness.events, after_sec=0.2,
-                                       ahead=harness.worker.scheduler.ahead_of,
-                                       wanted=lambda message: message.conversationId != "machine")
+    harness = await make_harness(ScriptedHandler(held), receipt_after_sec=0.2,
+                                 wants_receipt=lambda message: message.conversationId != "machine")
     harness.drop(make_incoming("slow", conversationId="A", messageId="a0"), "00-a.json")
     harness.drop(make_incoming("second", conversationId="A", messageId="a1"), "01-a.json")
     harness.drop(make_incoming("third", conversationId="A", messageId="a2"), "02-a.json")

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[4]
 AGENT_PATH = ("orchestrator/agents/providers.py", "orchestrator/agents/request.py",
               "orchestrator/agents/clis/runner.py", "orchestrator/agents/acp/route.py",
               "orchestrator/agents/acp/pool.py", "orchestrator/agents/acp/session.py")
-ON_THE_SIDE = {("orchestrator/agents/providers.py", "run_command")}  # command steps' path: no agent turn
+ON_THE_SIDE = {("orchestrator/agents/providers.py", "run_command"),  # command steps' path: no agent turn
+               ("orchestrator/agents/providers.py", "__init__")}  # built once, its parts keyword-only: no turn's call
 MAX_PARAMETERS = 6
 
 

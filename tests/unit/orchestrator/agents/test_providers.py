@@ -20,6 +20,7 @@ from orchestrator.agents.builtin import builtin_providers
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.spawn import ProviderFailed, run_process
+from tests.fakes.stores import file_sessions
 from tests.process import pid_alive
 
 Script = Callable[[str, str], list[str]]
@@ -32,7 +33,7 @@ REPORT = """
 
 
 def _runner(home: Home, **providers: ProviderSettings) -> ProviderRunner:
-    return ProviderRunner(home, providers, builtin_providers())
+    return ProviderRunner(home, providers, builtin_providers(), sessions=file_sessions(home))
 
 
 async def _run(runner: ProviderRunner, name: str, tmp_path: Path, **kwargs: Any) -> dict[str, Any]:

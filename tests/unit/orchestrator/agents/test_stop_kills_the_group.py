@@ -30,6 +30,7 @@ from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until, make_incoming
 from orchestrator import Orchestrator
 from orchestrator.agents.spawn import KILL_GRACE_SEC, ProviderResult, run_process
+from tests.fakes.stores import orchestrator_for
 
 PROMPTLY_S = 2.0  # a stopped turn ends within this; killing only the leader makes it wait KILL_GRACE_SEC
 assert PROMPTLY_S < KILL_GRACE_SEC
@@ -152,7 +153,7 @@ async def orchestrator(home: Home, tmp_path: Path) -> AsyncIterator[Orchestrator
     events = EventLog(home.events_file)
     settings = Settings(providers={"slow": ProviderSettings(command=_group_with_a_child(tmp_path / "pids"))},
                         queue=QueueSettings(fsync=False))
-    started = Orchestrator(HandlerContext(home=home, settings=settings, events=events,
+    started = orchestrator_for(HandlerContext(home=home, settings=settings, events=events,
                                           outbox=FileOutbox(home, events, fsync=False), queue_stats=dict))
     await started.start()
     try:

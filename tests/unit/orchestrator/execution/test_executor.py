@@ -21,6 +21,7 @@ from orchestrator import Orchestrator
 from orchestrator.runs.state import RunState, run_id_for
 from orchestrator.storage.files.runs import RunStore
 from tests.fakes.orchestrator import FakeOutbox, ScriptedSelector, make_message
+from tests.fakes.stores import orchestrator_for
 from tests.process import pid_alive
 
 GATED = """
@@ -172,7 +173,7 @@ async def test_retry_after_a_crash_reattaches_in_a_new_process(
     rig: Rig, write_config: Callable[[str], Path], start: Callable[..., Any]
 ) -> None:
     write_config(config(within=0))
-    first = Orchestrator(rig.context)
+    first = orchestrator_for(rig.context)
     await first.start()
     message = make_message("build it")
     await first.handle(message)
@@ -194,7 +195,7 @@ async def test_a_run_that_finished_before_its_message_was_retried_answers_once(
     """The gateway died while the message waited for its run; after the restart the resumed run
     ends before the message is handled again, so its result is pushed: the retry adds nothing."""
     write_config(config(within=0))
-    first = Orchestrator(rig.context)
+    first = orchestrator_for(rig.context)
     await first.start()
     message = make_message("build it")
     await first.handle(message)  # the crash: this reply is never written, the message is retried
@@ -331,7 +332,7 @@ async def test_a_queued_run_whose_state_turned_unreadable_ends_failed_final_and_
     """Its state.json corrupted while it waited for a slot: the claim ends it failed_final (its bytes kept,
     the reason in its state) and claims the next run. Before, it was dropped from the queue unseen."""
     write_config(config(within=0))
-    orchestrator = Orchestrator(rig.context, max_parallel_runs=1)
+    orchestrator = orchestrator_for(rig.context, max_parallel_runs=1)
     await orchestrator.start()
     running.append(orchestrator)
     first, second, third = (make_message(f"build {n}", conversationId=f"c{n}") for n in (1, 2, 3))

@@ -23,6 +23,7 @@ from gateway.telemetry.events import EventLog
 from gateway.testing import make_incoming
 from orchestrator import Orchestrator
 from orchestrator.usage.records import Payer, Spent
+from tests.fakes.stores import orchestrator_for
 
 DECISION = json.dumps({"action": "command_invoke", "function": "list_workflows", "arguments": {}})
 LIMIT_REPLY = "You have reached the daily limit of 1 turn per sender: 1 turn used; it resets at "
@@ -78,7 +79,7 @@ async def orchestrator(home: Home, selectors: Selectors) -> AsyncIterator[Orches
     events = EventLog(home.events_file)
     usage = UsageSettings.model_validate({"limits": [{"per": "sender", "day": {"turns": 1}}]})
     settings = Settings(providers=selectors.settings(), usage=usage, queue=QueueSettings(fsync=False))
-    started = Orchestrator(HandlerContext(home=home, settings=settings, events=events, queue_stats=dict,
+    started = orchestrator_for(HandlerContext(home=home, settings=settings, events=events, queue_stats=dict,
                                           outbox=FileOutbox(home, events, fsync=False),
                                           builtin_providers=selectors.builtins()))
     await started.start()

@@ -30,6 +30,7 @@ from orchestrator.usage.meter import LimitReached, UsageMeter, window_of
 from orchestrator.usage.records import MemoryUsageRecords, Payer, Spent, raw_text
 from tests.fakes.clis import FakeClis
 from tests.fakes.orchestrator import FakeOutbox, make_message
+from tests.fakes.stores import file_sessions
 
 NOW = datetime(2026, 11, 28, 21, 30, tzinfo=UTC)
 ADA = Payer("console/console/ada", "console/console/c1", "console")
@@ -126,9 +127,9 @@ def test_a_turn_over_the_limit_is_not_started_and_every_turn_is_counted(home: Ho
 
     events = EventLog(home.events_file)
     records = MemoryUsageRecords()
-    runner = ProviderRunner(home, {}, {"agent": counting})
-    runner.meter = _meter([{"per": "sender", "day": {"turns": 2}}], records, events=events,
-                          now=datetime.now(UTC))
+    runner = ProviderRunner(home, {}, {"agent": counting}, sessions=file_sessions(home),
+                            meter=_meter([{"per": "sender", "day": {"turns": 2}}], records, events=events,
+                                         now=datetime.now(UTC)))
     call = TurnRequest("hello", tmp_path, conversation="conv:console/console/c1", payer=Payer.of(make_message("hi")))
 
     async def turn() -> str:
