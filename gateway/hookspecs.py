@@ -115,8 +115,10 @@ def switchyard_backends() -> dict[str, BackendFactory]:  # type: ignore[empty-bo
 @hookspec
 def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:  # type: ignore[empty-body]
     """Declares this plugin's own stores on each backend: `{store name: {backend name: factory}}`, the
-    factory called as `(backend, **options)` by `Backend.store(name, **options)` (the orchestrator declares
-    `runs`, `sessions` and `history` so). All implementations are called; the mappings are merged.
+    factory called as `(backend, **options)` by `Backend.store(StoreKey(name), **options)` (gateway.stores.StoreKey,
+    typed with what the factory makes: the orchestrator declares `runs`, `sessions`, `history`, `schedules` and
+    `usage` so, and opens them by its keys RUNS, SESSIONS, …). All implementations are called; the mappings
+    are merged.
     """
 
 
