@@ -13,9 +13,8 @@ import asyncio
 import os
 import shlex
 import signal
-import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until, make_incoming
 from orchestrator import Orchestrator
 from orchestrator.agents.spawn import KILL_GRACE_SEC, ProviderResult, run_process
-from tests.fakes.stores import orchestrator_for
 
 PROMPTLY_S = 2.0  # a stopped turn ends within this; killing only the leader makes it wait KILL_GRACE_SEC
 assert PROMPTLY_S < KILL_GRACE_SEC
@@ -145,22 +143,14 @@ CONFIG = """
 
 
 @pytest.fixture
-async def orchestrator(home: Home, tmp_path: Path) -> AsyncIterator[Orchestrator]:
+async def orchestrator(home: Home, tmp_path: Path, events: EventLog, write_config: Callable[[str], Path],
+                       start: Callable[[HandlerContext], Awaitable[Orchestrator]]) -> Orchestrator:
     """An Orchestrator whose selector is the shell with a child (it writes the pids to tmp_path/pids)."""
-    workspace = home.root / "orchestrators" / "main"
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / "orchestrator.yaml").write_text(textwrap.dedent(CONFIG), encoding="utf-8")
-    events = EventLog(home.events_file)
+    write_config(CONFIG)
     settings = Settings(providers={"slow": ProviderSettings(command=_group_with_a_child(tmp_path / "pids"))},
                         queue=QueueSettings(fsync=False))
-    started = orchestrator_for(HandlerContext(home=home, settings=settings, events=events,
-                                          outbox=FileOutbox(home, events, fsync=False), queue_stats=dict))
-    await started.start()
-    try:
-        yield started
-    finally:
-        await started.stop()
-        events.close()
+    return await start(HandlerContext(home=home, settings=settings, events=events,
+                                      outbox=FileOutbox(home, events, fsync=False), queue_stats=dict))
 
 
 def _message(text: str) -> IncomingPayload:

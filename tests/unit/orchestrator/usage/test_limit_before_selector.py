@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
-import textwrap
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from gateway.telemetry.events import EventLog
 from gateway.testing import make_incoming
 from orchestrator import Orchestrator
 from orchestrator.usage.records import Payer, Spent
-from tests.fakes.stores import orchestrator_for
 
 DECISION = json.dumps({"action": "command_invoke", "function": "list_workflows", "arguments": {}})
 LIMIT_REPLY = "You have reached the daily limit of 1 turn per sender: 1 turn used; it resets at "
@@ -71,23 +69,15 @@ def selectors(request: pytest.FixtureRequest, tmp_path: Path) -> Selectors:
 
 
 @pytest.fixture
-async def orchestrator(home: Home, selectors: Selectors) -> AsyncIterator[Orchestrator]:
+async def orchestrator(home: Home, selectors: Selectors, events: EventLog, write_config: Callable[[str], Path],
+                       start: Callable[[HandlerContext], Awaitable[Orchestrator]]) -> Orchestrator:
     """An Orchestrator whose senders may take one turn a day."""
-    workspace = home.root / "orchestrators" / "main"
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / "orchestrator.yaml").write_text(textwrap.dedent(CONFIG), encoding="utf-8")
-    events = EventLog(home.events_file)
+    write_config(CONFIG)
     usage = UsageSettings.model_validate({"limits": [{"per": "sender", "day": {"turns": 1}}]})
     settings = Settings(providers=selectors.settings(), usage=usage, queue=QueueSettings(fsync=False))
-    started = orchestrator_for(HandlerContext(home=home, settings=settings, events=events, queue_stats=dict,
-                                          outbox=FileOutbox(home, events, fsync=False),
-                                          builtin_providers=selectors.builtins()))
-    await started.start()
-    try:
-        yield started
-    finally:
-        await started.stop()
-        events.close()
+    return await start(HandlerContext(home=home, settings=settings, events=events, queue_stats=dict,
+                                      outbox=FileOutbox(home, events, fsync=False),
+                                      builtin_providers=selectors.builtins()))
 
 
 def _from(sender: str) -> Callable[[str], IncomingPayload]:
