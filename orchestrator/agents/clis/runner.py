@@ -164,6 +164,7 @@ class AgentCliRunner:
             argv, stdin=preset.stdin(turn.prompt, session).encode(), env=turn.env, cwd=turn.cwd,
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
             watcher=watch, first_output_sec=provider.first_output_sec or preset.first_output_sec, stop=watch.stop,
+            sandbox=turn.sandbox,
         )
         reading = preset.read(result.stdout, result.stderr_tail)
         if watch.refused is not None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.api import Outbox, PermanentError
+from gateway.channelkit.attachments import attachment_folder
 from gateway.home import safe_name
 from orchestrator.agents.clis.runner import ProviderExhausted
 from orchestrator.agents.progress import ProgressNotes
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
+from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.agents.streaming import TextPreviews
 from orchestrator.config.models import AgentConfig, read_template
@@ -23,6 +26,7 @@ from orchestrator.runs.base import RunStoreBase
 from orchestrator.runs.state import conversation_key
 from orchestrator.usage.meter import LimitReached
 from orchestrator.usage.records import Payer
+from orchestrator.workspaces import ScopeWorkspaces, scope_of
 
 if TYPE_CHECKING:
     from orchestrator.agents.live import PermissionAsker, ToolApproval
@@ -53,12 +57,13 @@ class BodyRunner:
         when `/stop` stopped it."""
         conversation = f"conv:{conversation_key(job.run.payload())}"  # also what `/stop` stops it by
         try:
+            cwd, sandbox = await self._place(job, env)
             if body.command is not None:
                 argv = [render(part, values) for part in body.command]
                 return await self._runner.run_command(
-                    label, argv, stdin=None, cwd=job.loaded.workspace, env=env,
+                    label, argv, stdin=None, cwd=cwd, env=env,
                     timeout_sec=body.timeout_sec or COMMAND_TIMEOUT_SEC, max_output=COMMAND_MAX_OUTPUT,
-                    turn=conversation,
+                    turn=conversation, sandbox=sandbox,
                 )
             agent = self._agent(job, body)
             prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
@@ -66,9 +71,9 @@ class BodyRunner:
             request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
             previews = self._previews(job, body.agent or agent.provider)
-            turn = TurnRequest(prompt, job.loaded.workspace, request=request, request_file=request_file, env=env,
+            turn = TurnRequest(prompt, cwd, request=request, request_file=request_file, env=env,
                                conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
-                               ask=self._asker(job), payer=Payer.of(job.run.payload()))
+                               ask=self._asker(job), payer=Payer.of(job.run.payload()), sandbox=sandbox)
             try:
                 try:
                     return await self._runner.run(agent.provider, turn)
@@ -87,6 +92,33 @@ class BodyRunner:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:  # the run ends failed_final and its waiting message is dead-lettered
             raise StepFailed(str(exc), category="fatal", fields={"permanent": True}) from exc
+
+    async def _place(self, job: StepJob, env: dict[str, str]) -> tuple[Path, Sandbox | None]:
+        """Where the step's process works (its scope's workspace, made on first use, else the orchestrator's)
+        and, with `sandbox: bwrap`, the sandbox it runs in: that workspace, its conversation's uploads and
+        its run's own folder writable, the Switchyard home hidden, the scope's own CLI session history."""
+        config, home, message = job.loaded.config, self._runner.home, job.run.payload()
+        scope = scope_of(config.workspace_of(job.run.workflowId), message)
+        spaces = ScopeWorkspaces(home.root / "workspaces" / safe_name(job.loaded.orchestrator_id))
+        cwd, name = job.loaded.workspace, "shared"
+        if scope is not None:
+            seed = config.workspaces
+            template = job.loaded.workspace / seed.template if seed.template else None
+            repository = job.loaded.workspace / seed.repository if seed.repository else None
+            try:
+                cwd = await asyncio.to_thread(spaces.ensure, scope, template=template, repository=repository)
+            except OSError as exc:
+                raise StepFailed(f"the workspace of {scope.key} could not be made: {exc}") from exc
+            name = scope.name
+        if config.sandbox != "bwrap":
+            return cwd, None
+        uploads = attachment_folder(home, message.channelProfileId or message.channel,
+                                    message.conversationId or message.senderId)
+        writable = [uploads, *(Path(env[key]) for key in ("SWITCHYARD_WORKSPACE",) if key in env)]
+        git_dir = spaces.git_dir(cwd)
+        writable += [git_dir] if git_dir is not None else []
+        return cwd, Sandbox(cwd, network=config.network, hidden=(home.root,), writable=tuple(writable),
+                            readable=tuple(Path(path) for path in config.sandbox_paths), state=spaces.sessions(name))
 
     def _fell_back(self, job: StepJob, provider: str, fallback: str, reason: str) -> None:
         """Notes on the run that the step's agent runs on its `fallback:` provider this time."""

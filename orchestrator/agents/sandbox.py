@@ -1,0 +1,313 @@
+"""`sandbox: bwrap`: an agent CLI, ACP adapter or command step run by bubblewrap in a namespace of its own.
+
+What the process sees (docs/sandbox.md has the threat model): the system folders read-only (`/usr`, `/etc`,
+`/opt`, …, the merged-usr links as links), its own workspace writable and its working directory, a private
+`/tmp`, an empty `$HOME` holding only its CLI's own login and config folder, that folder's session history
+replaced by the scope's own (no other conversation's transcripts), its conversation's uploads, nothing else:
+not the Switchyard home (settings.yaml, queue/, other workspaces, files/), not another process (`--unshare-pid`
+with its own `/proc`). Environment variables stay as the provider runner filtered them (no `*_env` secret).
+
+`network`: `full` shares the host's network; `none` gives it a network namespace with only loopback
+(`--unshare-net`); `model-only` does the same and relays each of the provider's API hosts (its `base_url`,
+else the preset's own hosts) into it: a unix socket per host, bound into the sandbox, served here by
+`ModelRelay` (which connects to that host and port only), and a small relay inside (system python3) that
+listens on the address the CLI connects to (a named host resolves to a loopback address through a generated
+/etc/hosts) and passes each connection through the socket. TLS stays end to end: the relay moves bytes.
+
+Nested sandboxes: codex's own `--sandbox` runs bubblewrap (or landlock) inside ours; bwrap inside bwrap works
+(checked as root here), so codex's sandbox is kept, nested, not replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import ipaddress
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from gateway.api import PermanentError
+
+BWRAP = "bwrap"
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
+INNER_PYTHON = "/usr/bin/python3"  # the relay inside runs on the system's python (the venv is not bound)
+RELAY_DIR = "/run/switchyard-relay"  # where the relay's sockets appear inside
+NETWORKS = ("model-only", "full", "none")
+CONNECT_TIMEOUT_SEC = 30.0
+
+# The hosts each preset's CLI calls when no `base_url` names one (its API, and the login it refreshes).
+PRESET_HOSTS: dict[str, tuple[str, ...]] = {
+    "claude": ("api.anthropic.com:443", "console.anthropic.com:443", "claude.ai:443"),
+    "codex": ("api.openai.com:443", "chatgpt.com:443", "auth.openai.com:443"),
+    "gemini": ("generativelanguage.googleapis.com:443", "oauth2.googleapis.com:443",
+               "cloudcode-pa.googleapis.com:443"),
+    "ollama": ("127.0.0.1:11434",),
+}
+
+
+class SandboxUnavailable(PermanentError):
+    """`sandbox: bwrap` is configured and bubblewrap cannot run here: nothing runs unsandboxed instead."""
+
+    def __init__(self, message: str):
+        super().__init__(message, reply=f"Sorry, the agent cannot run: {message}.")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How one process is confined: its writable workspace, what else it sees, and its network."""
+
+    workspace: Path
+    network: str = "model-only"
+    hidden: tuple[Path, ...] = ()  # masked with an empty tmpfs even under a system folder (the Switchyard home)
+    writable: tuple[Path, ...] = ()  # bound read-write at their own path (uploads, a worktree's git folder)
+    readable: tuple[Path, ...] = ()  # bound read-only at their own path (`sandbox_paths`)
+    state: Path | None = None  # the scope's own session history folder (the CLI's is replaced by it)
+    home: Path | None = None  # $HOME: an empty tmpfs, then the CLI's config folders
+    mounts: tuple[tuple[Path, Path], ...] = ()  # (source, target) read-write: a CLI's config, its sessions
+    targets: tuple[tuple[str, int], ...] = ()  # model-only: the (host, port) pairs relayed in
+    binary: str = BWRAP
+
+    def for_provider(self, preset: str | None, env: Mapping[str, str], *, base_url: str | None = None,
+                     network: str | None = None, readable: Sequence[str] = ()) -> Sandbox:
+        """This sandbox for one provider's process: its CLI's config folders bound in (their session history
+        replaced by the scope's), its `network` and `sandbox_paths`, and for `model-only` its API hosts (its
+        `base_url`, else the preset's) as the relay's targets. A `command` provider (no preset) reaches none."""
+        home = Path(env["HOME"]) if env.get("HOME") else None
+        mounts = list(self.mounts) + (_config_mounts(preset, env, home, self.state) if preset else [])
+        hosts = [_host_port(base_url)] if base_url else [_parse_target(t) for t in PRESET_HOSTS.get(preset or "", ())]
+        network = network or self.network
+        return replace(self, home=home, mounts=tuple(mounts), network=network,
+                       readable=self.readable + tuple(Path(path) for path in readable),
+                       targets=tuple(hosts) if network == "model-only" else ())
+
+    def argv(self, argv: Sequence[str], relay: Path | None = None) -> list[str]:
+        """The bwrap argv that runs `argv` confined; `relay`: the folder of the relay's sockets (model-only)."""
+        args = [self.binary, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                "--unshare-cgroup-try", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        if self.network != "full":
+            args.append("--unshare-net")
+        for system in SYSTEM_PATHS:
+            if os.path.islink(system):
+                args += ["--symlink", os.readlink(system), system]
+            elif os.path.isdir(system):
+                args += ["--ro-bind", system, system]
+        hidden = [path for path in self.hidden if path.exists()]
+        masked = ([self.home] if self.home is not None and not _under_system(self.home) else []) + hidden
+        for path in sorted(masked, key=lambda each: len(each.parts)):
+            args += ["--tmpfs", str(path)]
+        for path in self.readable:
+            if path.exists():
+                args += ["--ro-bind", str(path), str(path)]
+        binds = [(p, p) for p in (self.workspace, *self.writable)] + list(self.mounts)
+        for source, target in sorted(binds, key=lambda pair: len(pair[1].parts)):  # parents before children
+            if source.exists():
+                args += ["--bind", str(source), str(target)]
+        if relay is not None:
+            args += ["--ro-bind", str(relay), RELAY_DIR, "--ro-bind", str(relay / "hosts"), "/etc/hosts"]
+        for path in hidden:  # what is bound inside stays writable; the rest of the home is an empty read-only folder
+            args += ["--remount-ro", str(path)]
+        args += ["--chdir", str(self.workspace), "--"]
+        if relay is not None and self.targets:
+            args += [INNER_PYTHON, "-I", "-S", "-c", INNER_RELAY, json.dumps(_listeners(self.targets))]
+        return args + list(argv)
+
+    @contextlib.asynccontextmanager
+    async def launched(self, argv: Sequence[str]) -> AsyncIterator[list[str]]:
+        """The confined argv, with the relay of a `model-only` sandbox serving while it runs; raises
+        SandboxUnavailable when bwrap is missing (never a run without it)."""
+        if shutil.which(self.binary) is None:
+            raise SandboxUnavailable(f"sandbox: bwrap is set but `{self.binary}` is not on PATH: install bubblewrap "
+                                     "(apt-get install bubblewrap); nothing runs unsandboxed instead")
+        if self.network != "model-only" or not self.targets:
+            yield self.argv(argv)
+            return
+        async with ModelRelay(self.targets) as relay:
+            yield self.argv(argv, relay.folder)
+
+
+def _config_mounts(preset: str, env: Mapping[str, str], home: Path | None,
+                   state: Path | None) -> list[tuple[Path, Path]]:
+    """The CLI's login and config folder (read-write: it refreshes tokens there) and, over its session history,
+    the scope's own folder for it."""
+    config, sessions, files = _config_of(preset, env, home)
+    mounts: list[tuple[Path, Path]] = []
+    if config is not None:
+        config.mkdir(parents=True, exist_ok=True)
+        mounts.append((config, config))
+        if state is not None and sessions:
+            own = state / preset
+            own.mkdir(parents=True, exist_ok=True)
+            (config / sessions).mkdir(parents=True, exist_ok=True)
+            mounts.append((own, config / sessions))
+    mounts += [(path, path) for path in files if path.is_file()]
+    return mounts
+
+
+def _config_of(preset: str, env: Mapping[str, str], home: Path | None) -> tuple[Path | None, str, list[Path]]:
+    """(config folder, its session subfolder, extra files) as each preset's CLI finds them (CLIS.md)."""
+    if preset == "claude":
+        own = env.get("CLAUDE_CONFIG_DIR")
+        if own:
+            return Path(own), "projects", []
+        return (home / ".claude", "projects", [home / ".claude.json"]) if home else (None, "", [])
+    if preset == "codex":
+        own = env.get("CODEX_HOME")
+        return (Path(own) if own else home / ".codex" if home else None), "sessions", []
+    if preset == "gemini":
+        base = env.get("GEMINI_CLI_HOME") or (str(home) if home else None)
+        return (Path(base) / ".gemini" if base else None), "tmp", []
+    return None, "", []
+
+
+def _under_system(path: Path) -> bool:
+    return any(_within(path, Path(system)) for system in SYSTEM_PATHS)
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _parse_target(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def _listeners(targets: Sequence[tuple[str, int]]) -> dict[str, object]:
+    """Where the relay inside listens for each target: its own address when it is one, else a loopback address
+    of its own that /etc/hosts names the host by."""
+    listen, hosts = [], {}
+    for index, (host, port) in enumerate(targets):
+        address = host if _is_loopback(host) else f"127.0.0.{index + 2}"
+        if address != host:
+            hosts[host] = address
+        listen.append([address, port, f"{RELAY_DIR}/{index}.sock"])
+    return {"listen": listen, "hosts": hosts}
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ModelRelay:
+    """The outer half of `model-only`: a unix socket per allowed (host, port), each connection relayed to that
+    host and port only. Its folder (0700, private to this run) is bound into the sandbox read-only."""
+
+    def __init__(self, targets: Sequence[tuple[str, int]]):
+        self.targets = list(targets)
+        self.folder = Path(tempfile.mkdtemp(prefix="switchyard-relay-"))
+        self._servers: list[asyncio.Server] = []
+
+    async def __aenter__(self) -> ModelRelay:
+        hosts = _listeners(self.targets)["hosts"]
+        assert isinstance(hosts, dict)
+        lines = ["127.0.0.1 localhost", "::1 localhost"] + [f"{a} {h}" for h, a in hosts.items()]
+        (self.folder / "hosts").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for index, (host, port) in enumerate(self.targets):
+            self._servers.append(await asyncio.start_unix_server(
+                functools.partial(self._relay, host=host, port=port), path=str(self.folder / f"{index}.sock")))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for server in self._servers:
+            server.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    @staticmethod
+    async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int) -> None:
+        try:
+            upstream_r, upstream_w = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_SEC)
+        except (OSError, TimeoutError):
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, upstream_w), _pipe(upstream_r, writer), return_exceptions=True)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+# The inner half of `model-only`, run by the system python3 inside the sandbox before the CLI: it listens where
+# the CLI connects (loopback only: the namespace has nothing else) and passes each connection to its socket,
+# then runs the CLI as its child and exits with its code (a signal is passed on).
+INNER_RELAY = r"""
+import json, os, signal, socket, subprocess, sys, threading
+spec = json.loads(sys.argv[1])
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+def serve(listener, path):
+    while True:
+        client, _ = listener.accept()
+        upstream = socket.socket(socket.AF_UNIX)
+        try:
+            upstream.connect(path)
+        except OSError:
+            client.close()
+            continue
+        threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+for address, port, path in spec["listen"]:
+    listener = socket.socket(socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, port))
+    listener.listen(64)
+    threading.Thread(target=serve, args=(listener, path), daemon=True).start()
+child = subprocess.Popen(sys.argv[2:])
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, lambda n, f: child.send_signal(n))
+sys.exit(child.wait() % 256)
+"""
+
+
+def works(binary: str = BWRAP) -> str | None:
+    """None when bwrap confines a process here (pid and network namespaces, its own /proc), else why not."""
+    import subprocess
+
+    if shutil.which(binary) is None:
+        return f"`{binary}` is not on PATH (apt-get install bubblewrap)"
+    with tempfile.TemporaryDirectory(prefix="switchyard-probe-") as folder:
+        probe = Sandbox(Path(folder), network="none", binary=binary).argv(
+            ["/bin/sh", "-c", f"test ! -e /proc/{os.getpid()}/environ && touch probed"])
+        try:
+            done = subprocess.run(probe, capture_output=True, timeout=20, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"`{binary}` did not run: {exc}"
+        if done.returncode == 0 and not (Path(folder) / "probed").exists():
+            return f"`{binary}` ran, but its workspace was not writable"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[-300:]
+        return f"`{binary}` cannot create namespaces here (exit {done.returncode}: {said or 'no words'})"
+    return None
