@@ -1,0 +1,97 @@
+"""The REAL claude, codex and gemini CLIs (one-shot presets) in `sandbox: bwrap` with `network: model-only`, driven
+by the scripted model (tests/fakes/acp/scripted_model.py) whose shell tool call tries every escape: another
+conversation's workspace and upload, the home's settings.yaml, queue/, the gateway's /proc environ, a write outside
+the workspace. Inside the sandbox each fails and the model is still reached (through the relay); unconfined, the
+same tool call reads them all, so the test can fail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.channelkit.attachments import attachment_folder
+from gateway.home import Home
+from gateway.settings import ProviderSettings
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
+from orchestrator.agents.sandbox import Sandbox
+from tests.fakes.acp.scripted_model import ScriptedModel
+from tests.fakes.orchestrator import API_PREFIX, isolate_real_cli
+from tests.fakes.stores import file_sessions
+
+CLIS = Path("/opt/agent-clis/node_modules/.bin")
+KEY_VARIABLE = "SWITCHYARD_REAL_SANDBOX_TEST_KEY"
+CONV = "conv:console/console/alice-chat"
+EDIT: dict[str, dict[str, Any]] = {
+    "claude": {"mode": "edit", "allowed_tools": ["Bash"]},
+    "codex": {"mode": "edit", "model": "gpt-5.4"},
+    "gemini": {"mode": "edit", "model": "gemini-fake", "extra_args": ["--allowed-tools", "run_shell_command"]},
+}
+# codex's own sandbox cannot run its helper on this machine (even outside ours): the control run goes without it,
+# as codex does inside ours (Codex.sandboxed)
+UNCONFINED = {"codex": {"extra_args": ["--dangerously-bypass-approvals-and-sandbox"]}}
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("node") is None,
+                                reason="needs bubblewrap (bwrap) and node")
+
+
+def _targets(home: Home) -> tuple[dict[str, Path], Path, Path]:
+    """The files only Bob's conversation or the gateway may read, Alice's workspace, and where a write escapes."""
+    spaces = home.root / "workspaces" / "main"
+    alice, bob = spaces / "conversation-alice", spaces / "conversation-bob"
+    for folder in (alice, bob):
+        folder.mkdir(parents=True)
+    (bob / "notes.txt").write_text("bob's notes\n")
+    (home.root / "settings.yaml").write_text("channels: []\n")
+    queued = home.root / "queue" / "incoming" / "m1.json"
+    queued.parent.mkdir(parents=True, exist_ok=True)
+    queued.write_text("{}\n")
+    upload = attachment_folder(home, "console", "bob-chat") / "photo.jpg"
+    upload.parent.mkdir(parents=True)
+    upload.write_text("jpeg\n")
+    reads = {"ws": bob / "notes.txt", "set": home.root / "settings.yaml", "q": queued, "up": upload,
+             "env": Path(f"/proc/{os.getpid()}/environ")}
+    return reads, alice, home.root / "escaped.txt"
+
+
+def _command(reads: dict[str, Path], escape: Path) -> str:
+    """One shell line printing `R-<label>` for each read (or write) that succeeded, `D-<label>` for each denied,
+    all on one short line (the scripted model quotes the first 400 characters of the tool's output)."""
+    tries = "; ".join(f"cat {path} >/dev/null 2>&1 && printf R-{label}, || printf D-{label},"
+                      for label, path in reads.items())
+    return f"{tries}; (echo x > {escape}) 2>/dev/null && echo R-wr || echo D-wr"
+
+
+@pytest.mark.parametrize("confined", [True, False], ids=["sandboxed", "unconfined"])
+@pytest.mark.parametrize("like", sorted(EDIT))
+async def test_a_real_clis_tool_call_reaches_nothing_past_its_workspace(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str, confined: bool,
+) -> None:
+    binary = CLIS / like
+    if not binary.exists():
+        pytest.skip(f"the real {like} CLI is not installed ({binary})")
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-sandbox-{like}")
+    reads, alice, escape = _targets(home)
+    async with ScriptedModel() as model:
+        settings = EDIT[like] | (UNCONFINED.get(like, {}) if not confined else {})
+        provider = ProviderSettings(type=like, binary=str(binary), base_url=model.url + API_PREFIX[like],  # type: ignore[arg-type]
+                                    api_key_env=KEY_VARIABLE, timeout_sec=120, **settings)
+        runner = ProviderRunner(home, {"agent": provider}, {}, sessions=file_sessions(home))
+        sandbox = Sandbox(alice, network="model-only", hidden=(home.root,),
+                          state=home.root / "workspaces" / "main" / ".sessions" / "alice") if confined else None
+        prompt = f"try these [sandboxed={_command(reads, escape)}]" if like == "codex" else \
+            f"try these [run={_command(reads, escape)}]"
+        result = await runner.run("agent", TurnRequest(prompt, alice, conversation=CONV, sandbox=sandbox))
+    quoted = [call.answer for call in model.calls if call.answer.startswith("the tool said")]
+    assert quoted, result.stdout  # the model was reached, the tool ran, its output came back to the model
+    said = quoted[-1]
+    labels = [*reads, "wr"]
+    if confined:
+        assert all(f"D-{label}" in said for label in labels), said
+        assert not escape.exists()
+    else:
+        assert all(f"R-{label}" in said for label in labels), said
