@@ -79,11 +79,6 @@ class Preset:
         """The full argv; the prompt always goes to stdin."""
         raise NotImplementedError
 
-    def sandboxed(self, argv: list[str]) -> list[str]:
-        """The argv when the call runs in Switchyard's bubblewrap sandbox (orchestrator/agents/sandbox.py): as
-        it is, unless the CLI's own sandbox must give way to it."""
-        return argv
-
     def stdin(self, prompt: str, session: Session | None) -> str:
         """What the CLI reads on stdin: the prompt."""
         return prompt

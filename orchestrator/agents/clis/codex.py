@@ -49,13 +49,6 @@ class Codex(Preset):
             argv += ["resume", session.id]
         return [*argv, "-"]
 
-    def sandboxed(self, argv: list[str]) -> list[str]:
-        """In Switchyard's sandbox codex's own is replaced by it (`danger-full-access`): codex's bubblewrap
-        sandbox, nested, execs its `codex-linux-sandbox` helper, which codex 0.x does not find here even outside
-        ours (bwrap inside bwrap itself works); ours is the boundary, its workspace the one writable folder."""
-        index = argv.index("--sandbox") + 1
-        return [*argv[:index], "danger-full-access", *argv[index + 1:]]
-
     def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
         """codex ignores OPENAI_BASE_URL: a `model_provider` in its own CODEX_HOME names the URL (Responses
         API, the only `wire_api` left) and the variable of the key. That CODEX_HOME also keeps the threads,

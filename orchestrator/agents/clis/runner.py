@@ -157,8 +157,6 @@ class AgentCliRunner:
         if stop.is_set():
             raise TurnStopped(f"{preset.binary}: stopped before it started")
         argv = preset.argv(cli.binary, provider, mode=call.mode, session=session)
-        if turn.sandbox is not None:
-            argv = preset.sandboxed(argv)
         if turn.on_text is not None:
             argv += preset.partial_args
         watch = _Watch(preset, turn.on_note, stop, turn.on_text)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,22 @@ EDIT: dict[str, dict[str, Any]] = {
     "codex": {"mode": "edit", "model": "gpt-5.4"},
     "gemini": {"mode": "edit", "model": "gemini-fake", "extra_args": ["--allowed-tools", "run_shell_command"]},
 }
-# codex's own sandbox cannot run its helper on this machine (even outside ours): the control run goes without it,
-# as codex does inside ours (Codex.sandboxed)
+# the control run goes without any sandbox: codex's own (workspace-write) would refuse the write outside too
 UNCONFINED = {"codex": {"extra_args": ["--dangerously-bypass-approvals-and-sandbox"]}}
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("node") is None,
                                 reason="needs bubblewrap (bwrap) and node")
+
+
+@pytest.fixture
+def home_off_tmp() -> Iterator[Home]:
+    """A home outside /tmp: codex's own sandbox (nested in ours) refuses a CODEX_HOME under /tmp
+    (orchestrator/agents/acp/specs.py temp_home_problem), where pytest's tmp_path is."""
+    root = Path(tempfile.mkdtemp(prefix="switchyard-sandbox-test-", dir="/var/tmp"))
+    try:
+        yield Home(root / "home")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _targets(home: Home) -> tuple[dict[str, Path], Path, Path]:
@@ -69,12 +81,13 @@ def _command(reads: dict[str, Path], escape: Path) -> str:
 @pytest.mark.parametrize("confined", [True, False], ids=["sandboxed", "unconfined"])
 @pytest.mark.parametrize("like", sorted(EDIT))
 async def test_a_real_clis_tool_call_reaches_nothing_past_its_workspace(
-    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str, confined: bool,
+    home_off_tmp: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str, confined: bool,
 ) -> None:
     binary = CLIS / like
     if not binary.exists():
         pytest.skip(f"the real {like} CLI is not installed ({binary})")
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-sandbox-{like}")
+    home = home_off_tmp
     reads, alice, escape = _targets(home)
     async with ScriptedModel() as model:
         settings = EDIT[like] | (UNCONFINED.get(like, {}) if not confined else {})
@@ -95,3 +108,30 @@ async def test_a_real_clis_tool_call_reaches_nothing_past_its_workspace(
         assert not escape.exists()
     else:
         assert all(f"R-{label}" in said for label in labels), said
+
+
+@pytest.mark.parametrize("like", ["claude", "codex", "gemini"])
+async def test_a_real_live_adapters_tool_call_reaches_nothing_past_its_workspace(
+    home_off_tmp: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str,
+) -> None:
+    """The same escapes from a live ACP session (the adapter, and the CLI it runs, inside the sandbox)."""
+    from tests.fakes.acp.helpers import real_provider
+
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-sandbox-acp-{like}")
+    home = home_off_tmp
+    reads, alice, escape = _targets(home)
+    async with ScriptedModel() as model:
+        provider = real_provider(like, model.url, KEY_VARIABLE, permissions="allow")
+        runner = ProviderRunner(home, {"agent": provider}, {}, sessions=file_sessions(home))
+        sandbox = Sandbox(alice, network="model-only", hidden=(home.root,),
+                          state=home.root / "workspaces" / "main" / ".sessions" / "alice")
+        try:
+            await runner.run("agent", TurnRequest(f"try these [sandboxed={_command(reads, escape)}]", alice,
+                                                  conversation=CONV, sandbox=sandbox))
+        finally:
+            await runner.close()
+    assert runner.acp.fallen_back == {}  # the live adapter ran, not the one-shot preset
+    quoted = [call.answer for call in model.calls if call.answer.startswith("the tool said")]
+    assert quoted, [call.summary() for call in model.calls]
+    assert all(f"D-{label}" in quoted[-1] for label in [*reads, "wr"]), quoted[-1]
+    assert not escape.exists()
