@@ -38,7 +38,8 @@ from gateway.api import PermanentError
 BWRAP = "bwrap"
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
 INNER_PYTHON = "/usr/bin/python3"  # the relay inside runs on the system's python (the venv is not bound)
-RELAY_DIR = "/run/switchyard-relay"  # where the relay's sockets appear inside
+RELAY_DIR = "/run/switchyard-relay"
+RESOLV_CONF = "/etc/resolv.conf"  # where the relay's sockets appear inside
 NETWORKS = ("model-only", "full", "none")
 CONNECT_TIMEOUT_SEC = 30.0
 
@@ -93,6 +94,8 @@ class Sandbox:
                 "--unshare-cgroup-try", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         if self.network != "full":
             args.append("--unshare-net")
+        if relay is not None and self.targets:  # the relay inside answers DNS on port 53 of its own namespace
+            args += [*([] if os.geteuid() == 0 else ["--unshare-user"]), "--cap-add", "CAP_NET_BIND_SERVICE"]
         for system in SYSTEM_PATHS:
             if os.path.islink(system):
                 args += ["--symlink", os.readlink(system), system]
@@ -109,6 +112,8 @@ class Sandbox:
         for source, target in sorted(binds, key=lambda pair: len(pair[1].parts)):  # parents before children
             if source.exists():
                 args += ["--bind", str(source), str(target)]
+        if self.network != "full" and os.path.isfile(RESOLV_CONF) and not os.path.islink(RESOLV_CONF):
+            args += ["--ro-bind", "/dev/null", RESOLV_CONF]  # no name server: a lookup fails at once, not in 5 s
         if relay is not None:
             args += ["--ro-bind", str(relay), RELAY_DIR, "--ro-bind", str(relay / "hosts"), "/etc/hosts"]
         for path in hidden:  # what is bound inside stays writable; the rest of the home is an empty read-only folder
@@ -279,6 +284,19 @@ def serve(listener, path):
             continue
         threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
         threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+def names():
+    # Answers every DNS query NXDOMAIN at once (a resolver of its own, as codex's, would wait seconds for a name
+    # server that is not there); the relayed hosts are in /etc/hosts.
+    while True:
+        query, peer = dns.recvfrom(512)
+        if len(query) >= 12:
+            dns.sendto(query[:2] + bytes([0x81 | (query[2] & 0x01), 0x83]) + query[4:6] + bytes(6) + query[12:], peer)
+try:
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind(("127.0.0.1", 53))
+    threading.Thread(target=names, daemon=True).start()
+except OSError:
+    pass
 for address, port, path in spec["listen"]:
     listener = socket.socket(socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
