@@ -121,6 +121,15 @@ workflows:
   #     - {id: Ask, input: {prompt: "Publish {{steps.Review.output}}? (yes/no)"}}
   #     - {id: Publish, command: ["echo", "answer: {{steps.Ask.output}}"], on_failure: fatal}
 
+# Where agents and command steps work (docs/sandbox.md): shared (this folder, the default), conversation
+# or sender (a folder of its own each, under <home>/workspaces/<orchestrator>/, made on first use; a
+# workflow may set its own `workspace`). sandbox: bwrap runs each of them under bubblewrap (its workspace
+# writable, the system read-only, the rest of the home hidden); network: model-only | full | none.
+workspace: shared
+sandbox: none
+# network: model-only
+# workspaces: {repository: project, retention_days: 30}   # or {template: seed}: how a new one starts
+
 # Extra functions for command_invoke (list_workflows, cancel_run and queue_stats always exist).
 # Each runs its argv with the arguments as JSON on stdin and answers with its stdout.
 # Uncomment the example below (an empty `functions:` is an empty mapping).

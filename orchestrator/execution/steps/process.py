@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from orchestrator.runs.state import conversation_key
 from orchestrator.usage.meter import LimitReached
 from orchestrator.usage.records import Payer
 from orchestrator.workspaces import ScopeWorkspaces, scope_of
+from orchestrator.workspaces.retention import remove, stale
 
 if TYPE_CHECKING:
     from orchestrator.agents.live import PermissionAsker, ToolApproval
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
 COMMAND_TIMEOUT_SEC = 300.0
 COMMAND_MAX_OUTPUT = 1_048_576
+SWEEP_EVERY_SEC = 3600.0
 
 
 class BodyRunner:
@@ -48,6 +51,7 @@ class BodyRunner:
         self._outbox = outbox
         self._approvals = approvals
         self._on_ask = on_ask
+        self._swept: dict[Path, float] = {}  # when each orchestrator's workspaces were last swept (retention)
 
     async def run(
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
@@ -110,6 +114,7 @@ class BodyRunner:
             except OSError as exc:
                 raise StepFailed(f"the workspace of {scope.key} could not be made: {exc}") from exc
             name = scope.name
+            await self._sweep(spaces, seed.retention_days)
         if config.sandbox != "bwrap":
             return cwd, None
         uploads = attachment_folder(home, message.channelProfileId or message.channel,
@@ -119,6 +124,15 @@ class BodyRunner:
         writable += [git_dir] if git_dir is not None else []
         return cwd, Sandbox(cwd, network=config.network, hidden=(home.root,), writable=tuple(writable),
                             readable=tuple(Path(path) for path in config.sandbox_paths), state=spaces.sessions(name))
+
+    async def _sweep(self, spaces: ScopeWorkspaces, retention_days: float | None) -> None:
+        """Removes the orchestrator's workspaces unused past `workspaces.retention_days`, at most once an hour."""
+        now = time.monotonic()
+        if retention_days is None or now - self._swept.get(spaces.root, -SWEEP_EVERY_SEC) < SWEEP_EVERY_SEC:
+            return
+        self._swept[spaces.root] = now
+        for info in await asyncio.to_thread(stale, spaces, retention_days):
+            await asyncio.to_thread(remove, spaces, info)
 
     def _fell_back(self, job: StepJob, provider: str, fallback: str, reason: str) -> None:
         """Notes on the run that the step's agent runs on its `fallback:` provider this time."""

@@ -95,3 +95,17 @@ def test_unused_workspaces_are_listed_with_their_size_and_cleaned(home: Home) ->
     assert gone.name == old.name
     remove(spaces, gone)
     assert [info.name for info in listed(spaces)] == [new.name]
+
+
+async def test_a_running_orchestrator_removes_workspaces_unused_past_their_retention(
+    flow: Callable[..., Any], home: Home,
+) -> None:
+    spaces = ScopeWorkspaces(home.root / "workspaces" / "main")
+    old = Scope("conversation", "console/console/long-gone")
+    spaces.ensure(old)
+    long_ago = time.time() - 30 * 86400
+    os.utime(spaces.root / ".used" / old.name, (long_ago, long_ago))
+    started: Flow = await flow(CONFIG.format(seed="retention_days: 7", sandbox="none"))
+    answer, _ = await started.send("hello", conversationId="dave-chat", senderId="dave")
+    assert "hello" in answer.message
+    assert [info.name for info in listed(spaces)] == [Scope("conversation", "console/console/dave-chat").name]
