@@ -25,6 +25,7 @@ from orchestrator.agents.request import ProviderCall, TurnRequest
 from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
+from orchestrator.config.models import CONFIG_FILE
 from orchestrator.usage.meter import UsageMeter
 from orchestrator.usage.records import PAYER_KINDS, TokenUsage
 
@@ -179,7 +180,7 @@ class ProviderRunner:
             return None
         base = turn.sandbox
         if base is None and provider.sandbox == "bwrap":
-            base = Sandbox(turn.cwd, hidden=(self._home.root,))
+            base = Sandbox(turn.cwd, hidden=(self._home.root,), protected=(turn.cwd / CONFIG_FILE,))
         if base is None:
             return None
         if turn.request_file is not None:

@@ -73,6 +73,7 @@ class Sandbox:
     home: Path | None = None  # $HOME: an empty tmpfs, then the CLI's config folders
     mounts: tuple[tuple[Path, Path], ...] = ()  # (source, target) read-write: a CLI's config, its sessions
     targets: tuple[tuple[str, int], ...] = ()  # model-only: the (host, port) pairs relayed in
+    protected: tuple[Path, ...] = ()  # read-only even inside a writable folder (a shared workspace's orchestrator.yaml)
     binary: str = BWRAP
 
     def for_provider(self, preset: str | None, env: Mapping[str, str], *, base_url: str | None = None,
@@ -112,6 +113,9 @@ class Sandbox:
         for source, target in sorted(binds, key=lambda pair: len(pair[1].parts)):  # parents before children
             if source.exists():
                 args += ["--bind", str(source), str(target)]
+        for path in self.protected:
+            if path.exists():
+                args += ["--ro-bind", str(path), str(path)]
         if self.network != "full" and os.path.isfile(RESOLV_CONF) and not os.path.islink(RESOLV_CONF):
             args += ["--ro-bind", "/dev/null", RESOLV_CONF]  # no name server: a lookup fails at once, not in 5 s
         if relay is not None:

@@ -18,7 +18,7 @@ from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.agents.streaming import TextPreviews
-from orchestrator.config.models import AgentConfig, read_template
+from orchestrator.config.models import CONFIG_FILE, AgentConfig, read_template
 from orchestrator.config.workflows import StepBody
 from orchestrator.execution.steps.base import StepFailed, StepJob
 from orchestrator.execution.steps.values import step_request
@@ -122,8 +122,10 @@ class BodyRunner:
         writable = [uploads, *(Path(env[key]) for key in ("SWITCHYARD_WORKSPACE",) if key in env)]
         git_dir = spaces.git_dir(cwd)
         writable += [git_dir] if git_dir is not None else []
+        protected = (job.loaded.workspace / CONFIG_FILE,) if scope is None else ()  # shared: it runs in its folder
         return cwd, Sandbox(cwd, network=config.network, hidden=(home.root,), writable=tuple(writable),
-                            readable=tuple(Path(path) for path in config.sandbox_paths), state=spaces.sessions(name))
+                            readable=tuple(Path(path) for path in config.sandbox_paths), state=spaces.sessions(name),
+                            protected=protected)
 
     async def _sweep(self, spaces: ScopeWorkspaces, retention_days: float | None) -> None:
         """Removes the orchestrator's workspaces unused past `workspaces.retention_days`, at most once an hour."""

@@ -102,3 +102,16 @@ async def test_without_the_sandbox_the_same_reads_succeed(flow: Callable[..., An
     tried = await _tries(flow, home, tmp_path, "none")
     assert all(result.startswith(("read", "wrote")) for result in tried.values()), tried
     assert (home.root / "escaped.txt").read_text() == "escaped"
+
+
+async def test_a_shared_workspace_keeps_its_orchestrator_yaml_read_only(flow: Callable[..., Any],
+                                                                         workspace: Path) -> None:
+    config = CONFIG.format(sandbox="bwrap").replace("workspace: conversation", "workspace: shared").replace(
+        "agents: {trier: {provider: trier, prompt: \"{{message}}\"}}", "").replace(
+        "steps: [{id: Try, agent: trier}]",
+        "steps: [{id: Try, command: [sh, -c, \"echo x >> orchestrator.yaml || echo refused; touch mine && echo ok\"]}]")
+    started: Flow = await flow(config)
+    answer, _ = await started.send("try", conversationId="alice-chat", senderId="alice")
+    assert "refused" in answer.message and "ok" in answer.message, answer.message
+    assert "x" not in (workspace / "orchestrator.yaml").read_text().splitlines()
+    assert (workspace / "mine").exists()  # the rest of the shared workspace is its to write
