@@ -36,6 +36,8 @@ def test_sandbox_bwrap_without_bwrap_is_an_error_at_start(switchyard: Switchyard
     checked = switchyard.cli("check")
     assert checked.returncode != 0
     assert "sandbox: bwrap, but `bwrap` is not on PATH" in checked.stdout + checked.stderr
+    ran = switchyard.cli("run")  # refuses to start: nothing runs unconfined instead
+    assert ran.returncode == 2 and "sandbox: bwrap, but `bwrap` is not on PATH" in ran.stdout + ran.stderr, ran
     doctor = switchyard.cli("doctor")
     assert doctor.returncode == 1 and "sandbox bwrap cannot run here" in doctor.stdout, doctor.stdout
 
@@ -55,3 +57,11 @@ def test_workspaces_lists_sizes_and_cleans_the_unused(switchyard: Switchyard) ->
     cleaned = switchyard.cli("workspaces", "clean")
     assert f"removed main {old.name}" in cleaned.stdout and new.name not in cleaned.stdout, cleaned.stdout
     assert [entry["name"] for entry in json.loads(switchyard.cli("workspaces", "--json").stdout)] == [new.name]
+
+
+def test_check_warns_of_a_seed_that_is_not_there(switchyard: Switchyard) -> None:
+    switchyard.configure(orchestrator={**SANDBOXED, "sandbox": "none", "workspaces": {"repository": "no-such-project"}})
+    checked = switchyard.cli("check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "workspaces.repository:" in checked.stdout + checked.stderr and "is no git repository" in checked.stdout \
+        + checked.stderr
