@@ -127,6 +127,13 @@ class Sandbox:
             args += [INNER_PYTHON, "-I", "-S", "-c", INNER_RELAY, json.dumps(_listeners(self.targets))]
         return args + list(argv)
 
+    def host_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` as the gateway must read it to find this sandbox's session files on the host: claude's transcripts
+        live under the scope's `<state>/claude/projects/` (what `Claude.superseded` removes)."""
+        if self.state is None or not any(target.name == "projects" for _, target in self.mounts):
+            return dict(env)
+        return {**env, "CLAUDE_CONFIG_DIR": str(self.state / "claude")}
+
     @contextlib.asynccontextmanager
     async def launched(self, argv: Sequence[str]) -> AsyncIterator[list[str]]:
         """The confined argv, with the relay of a `model-only` sandbox serving while it runs; raises
@@ -151,7 +158,7 @@ def _config_mounts(preset: str, env: Mapping[str, str], home: Path | None,
         config.mkdir(parents=True, exist_ok=True)
         mounts.append((config, config))
         if state is not None and sessions:
-            own = state / preset
+            own = state / preset / sessions  # named as in the CLI's folder: see `host_env`
             own.mkdir(parents=True, exist_ok=True)
             (config / sessions).mkdir(parents=True, exist_ok=True)
             mounts.append((own, config / sessions))

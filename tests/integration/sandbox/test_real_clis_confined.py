@@ -135,3 +135,31 @@ async def test_a_real_live_adapters_tool_call_reaches_nothing_past_its_workspace
     assert quoted, [call.summary() for call in model.calls]
     assert all(f"D-{label}" in quoted[-1] for label in [*reads, "wr"]), quoted[-1]
     assert not escape.exists()
+
+
+@pytest.mark.parametrize("like", sorted(EDIT))
+async def test_a_real_cli_in_the_sandbox_keeps_its_conversations_memory_in_the_scopes_own_history(
+    home_off_tmp: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str,
+) -> None:
+    """The CLI's session folder is the scope's (`.sessions/<scope>/`): a second turn remembers the first, the
+    user's own folder gets none of it, and claude's superseded forks are removed there (one transcript)."""
+    binary = CLIS / like
+    if not binary.exists():
+        pytest.skip(f"the real {like} CLI is not installed ({binary})")
+    user_home = isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-sandbox-{like}")
+    home = home_off_tmp
+    _, alice, _ = _targets(home)
+    state = home.root / "workspaces" / "main" / ".sessions" / "alice"
+    async with ScriptedModel() as model:
+        provider = ProviderSettings(type=like, binary=str(binary), base_url=model.url + API_PREFIX[like],  # type: ignore[arg-type]
+                                    api_key_env=KEY_VARIABLE, timeout_sec=120, model=EDIT[like].get("model"))
+        runner = ProviderRunner(home, {"agent": provider}, {}, sessions=file_sessions(home))
+        sandbox = Sandbox(alice, network="model-only", hidden=(home.root,), state=state)
+        for prompt in ("remember the word zebra, then say ok", "which word? [recall=zebra]", "still? [recall=zebra]"):
+            result = await runner.run("agent", TurnRequest(prompt, alice, conversation=CONV, sandbox=sandbox))
+    assert result.stdout.startswith("recall zebra: yes"), result.stdout
+    kept = [path for path in (state / like).rglob("*") if path.is_file()]
+    assert kept, f"no session history in {state / like}"
+    if like == "claude":
+        assert len(list((state / "claude" / "projects").glob("*/*.jsonl"))) == 1
+        assert not list((user_home / ".claude" / "projects").glob("*/*.jsonl"))
