@@ -109,3 +109,14 @@ async def test_a_running_orchestrator_removes_workspaces_unused_past_their_reten
     answer, _ = await started.send("hello", conversationId="dave-chat", senderId="dave")
     assert "hello" in answer.message
     assert [info.name for info in listed(spaces)] == [Scope("conversation", "console/console/dave-chat").name]
+
+
+async def test_a_workflows_sender_workspace_follows_its_sender_across_conversations(flow: Callable[..., Any]) -> None:
+    config = CONFIG.format(seed="", sandbox="none").replace("workspace: conversation", "workspace: shared").replace(
+        "    description: Edit\n", "    description: Edit\n    workspace: sender\n")
+    started: Flow = await flow(config)
+    await started.send("erin in a", conversationId="a", senderId="erin")
+    both, _ = await started.send("erin in b", conversationId="b", senderId="erin")
+    other, _ = await started.send("frank in a", conversationId="a", senderId="frank")
+    assert both.message.splitlines()[:2] == ["erin in a", "erin in b"], both.message
+    assert other.message.splitlines()[:1] == ["frank in a"], other.message
