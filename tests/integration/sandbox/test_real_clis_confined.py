@@ -56,14 +56,14 @@ def _targets(home: Home) -> tuple[dict[str, Path], Path, Path]:
     spaces = home.root / "workspaces" / "main"
     alice, bob = spaces / "conversation-alice", spaces / "conversation-bob"
     for folder in (alice, bob):
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
     (bob / "notes.txt").write_text("bob's notes\n")
     (home.root / "settings.yaml").write_text("channels: []\n")
     queued = home.root / "queue" / "incoming" / "m1.json"
     queued.parent.mkdir(parents=True, exist_ok=True)
     queued.write_text("{}\n")
     upload = attachment_folder(home, "console", "bob-chat") / "photo.jpg"
-    upload.parent.mkdir(parents=True)
+    upload.parent.mkdir(parents=True, exist_ok=True)
     upload.write_text("jpeg\n")
     reads = {"ws": bob / "notes.txt", "set": home.root / "settings.yaml", "q": queued, "up": upload,
              "env": Path(f"/proc/{os.getpid()}/environ")}
@@ -163,3 +163,40 @@ async def test_a_real_cli_in_the_sandbox_keeps_its_conversations_memory_in_the_s
     if like == "claude":
         assert len(list((state / "claude" / "projects").glob("*/*.jsonl"))) == 1
         assert not list((user_home / ".claude" / "projects").glob("*/*.jsonl"))
+
+
+FLOW = """
+selector: {provider: rules}
+reply_within_sec: 60
+workspace: conversation
+sandbox: bwrap
+agents: {coder: {provider: claude, prompt: "{{message}}"}}
+workflows:
+  chat: {description: Code, steps: [{id: Code, agent: coder}]}
+rules: {default_workflow: chat}
+"""
+
+
+async def test_real_claude_through_a_workflow_each_conversation_confined_to_its_own_workspace(
+    flow: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """orchestrator.yaml's `workspace: conversation` and `sandbox: bwrap` as a user writes them: Bob's agent writes
+    in its workspace, Alice's cannot read it (nor the rest), and writes only in its own."""
+    if not (CLIS / "claude").exists():
+        pytest.skip("the real claude CLI is not installed")
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-sandbox-flow")
+    async with ScriptedModel() as model:
+        provider = ProviderSettings(type="claude", binary=str(CLIS / "claude"), base_url=model.url + "/anthropic",
+                                    api_key_env=KEY_VARIABLE, timeout_sec=120, mode="edit", allowed_tools=["Bash"])
+        started = await flow(FLOW, {"claude": provider})
+        await started.send("note it [run=echo bob-secret > notes.txt && echo done]", conversationId="bob-chat",
+                           senderId="bob")
+        [bob] = [p for p in (home.root / "workspaces" / "main").iterdir() if "bob-chat" in p.name]
+        assert (bob / "notes.txt").read_text().strip() == "bob-secret"
+        reads, _, escape = _targets(home)
+        reads["ws"] = bob / "notes.txt"
+        answer, _ = await started.send(f"try [run={_command(reads, escape)}; echo mine > own.txt]",
+                                       conversationId="alice-chat", senderId="alice")
+    assert all(f"D-{label}" in answer.message for label in [*reads, "wr"]), answer.message
+    [alice] = [p for p in (home.root / "workspaces" / "main").iterdir() if "alice-chat" in p.name]
+    assert (alice / "own.txt").read_text().strip() == "mine" and not escape.exists()
