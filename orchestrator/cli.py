@@ -93,18 +93,18 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     workspace_commands.add_parser("init", help="create inbox/<agent>/, processed/ and failed/")
     workspace.set_defaults(run=cmd_workspace)
 
-    scopes = commands.add_parser("workspaces", help="the workspaces of `workspace: conversation | sender`: "
+    owned = commands.add_parser("workspaces", help="the workspaces of `workspace: conversation | sender`: "
                                                     "list (size, last use), clean")
-    scopes.add_argument("--orchestrator", help="orchestrator id (default: every orchestrator)")
-    scopes.add_argument("--json", action="store_true", help="print JSON for scripts")
-    scopes_commands = scopes.add_subparsers(dest="workspaces_command", title="subcommands", metavar="{list,clean}")
-    scopes_commands.add_parser("list", help="each workspace, its size and last use (the default)")
-    scrub = scopes_commands.add_parser("clean", help="remove workspaces unused for N days (a worktree's branch "
+    owned.add_argument("--orchestrator", help="orchestrator id (default: every orchestrator)")
+    owned.add_argument("--json", action="store_true", help="print JSON for scripts")
+    owned_commands = owned.add_subparsers(dest="workspaces_command", title="subcommands", metavar="{list,clean}")
+    owned_commands.add_parser("list", help="each workspace, its size and last use (the default)")
+    scrub = owned_commands.add_parser("clean", help="remove workspaces unused for N days (a worktree's branch "
                                                      "stays in its repository)")
     scrub.add_argument("--older-than-days", type=float, metavar="N",
                        help="default: the orchestrator's workspaces.retention_days")
     scrub.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
-    scopes.set_defaults(run=cmd_workspaces)
+    owned.set_defaults(run=cmd_workspaces)
 
     doctor = commands.add_parser("doctor", help="check the providers: found on PATH, version, and with "
                                                 "--probe one tiny request each")
@@ -287,15 +287,16 @@ def cmd_workspace(args: argparse.Namespace, home: Home, settings: Settings) -> i
 
 
 def cmd_workspaces(args: argparse.Namespace, home: Home, settings: Settings) -> int:
-    """Lists the scope workspaces of each orchestrator, or removes those unused past their retention."""
+    """Lists the own workspaces (of a conversation, of a sender) of each orchestrator, or removes those unused
+    past their retention."""
     from gateway.home import safe_name
+    from orchestrator.workspaces.owners import OwnWorkspaces
     from orchestrator.workspaces.retention import WorkspaceInfo, listed, remove, stale
-    from orchestrator.workspaces.scopes import ScopeWorkspaces
 
     chosen = [args.orchestrator] if args.orchestrator else list(settings.orchestrators)
     found: list[tuple[str, WorkspaceInfo]] = []
     for orchestrator_id in chosen:
-        spaces = ScopeWorkspaces(home.root / "workspaces" / safe_name(orchestrator_id))
+        spaces = OwnWorkspaces(home.root / "workspaces" / safe_name(orchestrator_id))
         if getattr(args, "workspaces_command", None) != "clean":
             found += [(orchestrator_id, info) for info in listed(spaces)]
             continue

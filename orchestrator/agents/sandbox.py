@@ -3,7 +3,7 @@
 What the process sees (docs/sandbox.md has the threat model): the system folders read-only (`/usr`, `/etc`,
 `/opt`, …, the merged-usr links as links), its own workspace writable and its working directory, a private
 `/tmp`, an empty `$HOME` holding only its CLI's own login and config folder, that folder's session history
-replaced by the scope's own (no other conversation's transcripts), its conversation's uploads, nothing else:
+replaced by its workspace owner's own (no other conversation's transcripts), its conversation's uploads, nothing else:
 not the Switchyard home (settings.yaml, queue/, other workspaces, files/), not another process (`--unshare-pid`
 with its own `/proc`). Environment variables stay as the provider runner filtered them (no `*_env` secret).
 
@@ -64,7 +64,7 @@ class Sandbox:
     hidden: tuple[Path, ...] = ()  # masked with an empty tmpfs even under a system folder (the Switchyard home)
     writable: tuple[Path, ...] = ()  # bound read-write at their own path (uploads, a worktree's git folder)
     readable: tuple[Path, ...] = ()  # bound read-only at their own path (`sandbox_paths`)
-    state: Path | None = None  # the scope's own session history folder (the CLI's is replaced by it)
+    state: Path | None = None  # its workspace owner's session history folder (the CLI's is replaced by it)
     home: Path | None = None  # $HOME: an empty tmpfs, then the CLI's config folders
     mounts: tuple[tuple[Path, Path], ...] = ()  # (source, target) read-write: a CLI's config, its sessions
     targets: tuple[tuple[str, int], ...] = ()  # model-only: the (host, port) pairs relayed in
@@ -74,7 +74,7 @@ class Sandbox:
     def for_provider(self, preset: str | None, env: Mapping[str, str], *, base_url: str | None = None,
                      network: str | None = None, readable: Sequence[str] = ()) -> Sandbox:
         """This sandbox for one provider's process: its CLI's config folders bound in (their session history
-        replaced by the scope's), its `network` and `sandbox_paths`, and for `model-only` its API hosts (its
+        replaced by its owner's), its `network` and `sandbox_paths`, and for `model-only` its API hosts (its
         `base_url`, else the preset's) as the relay's targets. A `command` provider (no preset) reaches none."""
         home = Path(env["HOME"]) if env.get("HOME") else None
         mounts = list(self.mounts) + (_config_mounts(preset, env, home, self.state) if preset else [])
@@ -124,7 +124,7 @@ class Sandbox:
 
     def host_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` as the gateway must read it to find this sandbox's session files on the host: claude's transcripts
-        live under the scope's `<state>/claude/projects/` (what `Claude.superseded` removes)."""
+        live under its owner's `<state>/claude/projects/` (what `Claude.superseded` removes)."""
         if self.state is None or not any(target.name == "projects" for _, target in self.mounts):
             return dict(env)
         return {**env, "CLAUDE_CONFIG_DIR": str(self.state / "claude")}
@@ -148,7 +148,7 @@ class Sandbox:
 def _config_mounts(preset: str, env: Mapping[str, str], home: Path | None,
                    state: Path | None) -> list[tuple[Path, Path]]:
     """The CLI's login and config folder (read-write: it refreshes tokens there) and, over its session history,
-    the scope's own folder for it."""
+    the owner's own folder for it."""
     config, sessions, files = _config_of(preset, env, home)
     mounts: list[tuple[Path, Path]] = []
     if config is not None:

@@ -1,4 +1,4 @@
-"""What `switchyard workspaces` lists and cleans: each scope workspace, its size, its last use."""
+"""What `switchyard workspaces` lists and cleans: each owner workspace, its size, its last use."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.workspaces.scopes import ScopeWorkspaces
+from orchestrator.workspaces.owners import OwnWorkspaces
 
 DAY_SEC = 86400.0
 
 
 @dataclass(frozen=True)
 class WorkspaceInfo:
-    """One scope workspace as the operator sees it."""
+    """One owner workspace as the operator sees it."""
 
     name: str
     path: Path
@@ -25,8 +25,8 @@ class WorkspaceInfo:
     worktree: bool
 
 
-def listed(workspaces: ScopeWorkspaces) -> list[WorkspaceInfo]:
-    """Every scope workspace of one orchestrator, oldest use first."""
+def listed(workspaces: OwnWorkspaces) -> list[WorkspaceInfo]:
+    """Every owner workspace of one orchestrator, oldest use first."""
     if not workspaces.root.is_dir():
         return []
     found = []
@@ -52,13 +52,13 @@ def size_of(folder: Path) -> int:
     return total
 
 
-def stale(workspaces: ScopeWorkspaces, older_than_days: float, now: float | None = None) -> list[WorkspaceInfo]:
+def stale(workspaces: OwnWorkspaces, older_than_days: float, now: float | None = None) -> list[WorkspaceInfo]:
     """The workspaces unused for longer than `older_than_days`."""
     cutoff = (now if now is not None else time.time()) - older_than_days * DAY_SEC
     return [info for info in listed(workspaces) if info.last_used < cutoff]
 
 
-def remove(workspaces: ScopeWorkspaces, info: WorkspaceInfo) -> None:
+def remove(workspaces: OwnWorkspaces, info: WorkspaceInfo) -> None:
     """Removes a workspace, its CLIs' session history and its stamp; a worktree leaves its branch (the work
     committed there stays in the repository) and is pruned from it."""
     git_dir = workspaces.git_dir(info.path) if info.worktree else None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.workspaces.scopes import Scope, ScopeWorkspaces
+from orchestrator.workspaces.owners import Owner, OwnWorkspaces
 from tests.e2e.conftest import ORCHESTRATOR, Switchyard
 
 pytestmark = pytest.mark.e2e
@@ -44,8 +44,8 @@ def test_sandbox_bwrap_without_bwrap_is_an_error_at_start(switchyard: Switchyard
 
 def test_workspaces_lists_sizes_and_cleans_the_unused(switchyard: Switchyard) -> None:
     switchyard.configure(orchestrator={**SANDBOXED, "sandbox": "none", "workspaces": {"retention_days": 7}})
-    spaces = ScopeWorkspaces(switchyard.home.root / "workspaces" / "main")
-    old, new = Scope("conversation", "console/console/old"), Scope("conversation", "console/console/new")
+    spaces = OwnWorkspaces(switchyard.home.root / "workspaces" / "main")
+    old, new = Owner("conversation", "console/console/old"), Owner("conversation", "console/console/new")
     (spaces.ensure(old) / "big.bin").write_bytes(b"x" * 2_000_000)
     spaces.ensure(new)
     long_ago = time.time() - 30 * 86400

@@ -27,7 +27,7 @@ from orchestrator.runs.base import RunStoreBase
 from orchestrator.runs.state import conversation_key
 from orchestrator.usage.meter import LimitReached
 from orchestrator.usage.records import Payer
-from orchestrator.workspaces import ScopeWorkspaces, scope_of
+from orchestrator.workspaces import OwnWorkspaces, owner_of
 from orchestrator.workspaces.retention import remove, stale
 
 if TYPE_CHECKING:
@@ -98,22 +98,22 @@ class BodyRunner:
             raise StepFailed(str(exc), category="fatal", fields={"permanent": True}) from exc
 
     async def _place(self, job: StepJob, env: dict[str, str]) -> tuple[Path, Sandbox | None]:
-        """Where the step's process works (its scope's workspace, made on first use, else the orchestrator's)
+        """Where the step's process works (its owner's workspace, made on first use, else the orchestrator's)
         and, with `sandbox: bwrap`, the sandbox it runs in: that workspace, its conversation's uploads and
-        its run's own folder writable, the Switchyard home hidden, the scope's own CLI session history."""
+        its run's own folder writable, the Switchyard home hidden, the owner's own CLI session history."""
         config, home, message = job.loaded.config, self._runner.home, job.run.payload()
-        scope = scope_of(config.workspace_of(job.run.workflowId), message)
-        spaces = ScopeWorkspaces(home.root / "workspaces" / safe_name(job.loaded.orchestrator_id))
+        owner = owner_of(config.workspace_of(job.run.workflowId), message)
+        spaces = OwnWorkspaces(home.root / "workspaces" / safe_name(job.loaded.orchestrator_id))
         cwd, name = job.loaded.workspace, "shared"
-        if scope is not None:
+        if owner is not None:
             seed = config.workspaces
             template = job.loaded.workspace / seed.template if seed.template else None
             repository = job.loaded.workspace / seed.repository if seed.repository else None
             try:
-                cwd = await asyncio.to_thread(spaces.ensure, scope, template=template, repository=repository)
+                cwd = await asyncio.to_thread(spaces.ensure, owner, template=template, repository=repository)
             except OSError as exc:
-                raise StepFailed(f"the workspace of {scope.key} could not be made: {exc}") from exc
-            name = scope.name
+                raise StepFailed(f"the workspace of {owner.key} could not be made: {exc}") from exc
+            name = owner.name
             await self._sweep(spaces, seed.retention_days)
         if config.sandbox != "bwrap":
             return cwd, None
@@ -122,12 +122,12 @@ class BodyRunner:
         writable = [uploads, *(Path(env[key]) for key in ("SWITCHYARD_WORKSPACE",) if key in env)]
         git_dir = spaces.git_dir(cwd)
         writable += [git_dir] if git_dir is not None else []
-        protected = (job.loaded.workspace / CONFIG_FILE,) if scope is None else ()  # shared: it runs in its folder
+        protected = (job.loaded.workspace / CONFIG_FILE,) if owner is None else ()  # shared: it runs in its folder
         return cwd, Sandbox(cwd, network=config.network, hidden=(home.root,), writable=tuple(writable),
                             readable=tuple(Path(path) for path in config.sandbox_paths), state=spaces.sessions(name),
                             protected=protected)
 
-    async def _sweep(self, spaces: ScopeWorkspaces, retention_days: float | None) -> None:
+    async def _sweep(self, spaces: OwnWorkspaces, retention_days: float | None) -> None:
         """Removes the orchestrator's workspaces unused past `workspaces.retention_days`, at most once an hour."""
         now = time.monotonic()
         if retention_days is None or now - self._swept.get(spaces.root, -SWEEP_EVERY_SEC) < SWEEP_EVERY_SEC:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from gateway.home import Home
+from orchestrator.workspaces.owners import Owner, OwnWorkspaces
 from orchestrator.workspaces.retention import listed, remove, stale
-from orchestrator.workspaces.scopes import Scope, ScopeWorkspaces
 from tests.fakes.orchestrator import Flow
 
 CONFIG = """
@@ -82,8 +82,8 @@ async def test_a_template_seeds_each_new_workspace(flow: Callable[..., Any], wor
 
 
 def test_unused_workspaces_are_listed_with_their_size_and_cleaned(home: Home) -> None:
-    spaces = ScopeWorkspaces(home.root / "workspaces" / "main")
-    old, new = Scope("conversation", "console/console/old"), Scope("conversation", "console/console/new")
+    spaces = OwnWorkspaces(home.root / "workspaces" / "main")
+    old, new = Owner("conversation", "console/console/old"), Owner("conversation", "console/console/new")
     (spaces.ensure(old) / "big.bin").write_bytes(b"x" * 5000)
     spaces.ensure(new)
     stamp = spaces.root / ".used" / old.name
@@ -100,15 +100,15 @@ def test_unused_workspaces_are_listed_with_their_size_and_cleaned(home: Home) ->
 async def test_a_running_orchestrator_removes_workspaces_unused_past_their_retention(
     flow: Callable[..., Any], home: Home,
 ) -> None:
-    spaces = ScopeWorkspaces(home.root / "workspaces" / "main")
-    old = Scope("conversation", "console/console/long-gone")
+    spaces = OwnWorkspaces(home.root / "workspaces" / "main")
+    old = Owner("conversation", "console/console/long-gone")
     spaces.ensure(old)
     long_ago = time.time() - 30 * 86400
     os.utime(spaces.root / ".used" / old.name, (long_ago, long_ago))
     started: Flow = await flow(CONFIG.format(seed="retention_days: 7", sandbox="none"))
     answer, _ = await started.send("hello", conversationId="dave-chat", senderId="dave")
     assert "hello" in answer.message
-    assert [info.name for info in listed(spaces)] == [Scope("conversation", "console/console/dave-chat").name]
+    assert [info.name for info in listed(spaces)] == [Owner("conversation", "console/console/dave-chat").name]
 
 
 async def test_a_workflows_sender_workspace_follows_its_sender_across_conversations(flow: Callable[..., Any]) -> None:

@@ -1,10 +1,10 @@
-"""Scope workspaces: `<home>/workspaces/<orchestrator>/<scope>/`, made on first use.
+"""Own workspaces: `<home>/workspaces/<orchestrator>/<owner>/`, made on first use.
 
 `workspace: conversation` gives each conversation (`sender`: each sender of a profile) a folder of its own,
 where its agents and command steps run. A new one starts empty, as a copy of `workspaces.template`, or as a
-git worktree of `workspaces.repository` on a branch of its own (`switchyard/<scope>`), so two conversations
-edit one project without touching each other's files. Beside the folders, `.sessions/<scope>/` holds the
-session history of the CLIs that scope's sandbox runs (orchestrator/agents/sandbox.py) and `.used/<scope>`
+git worktree of `workspaces.repository` on a branch of its own (`switchyard/<owner>`), so two conversations
+edit one project without touching each other's files. Beside the folders, `.sessions/<owner>/` holds the
+session history of the CLIs that owner's sandbox runs (orchestrator/agents/sandbox.py) and `.used/<owner>`
 the time of its last use, which retention reads.
 """
 
@@ -26,7 +26,7 @@ GIT_TIMEOUT_SEC = 120
 
 
 @dataclass(frozen=True)
-class Scope:
+class Owner:
     """Whose workspace a process works in: `kind` conversation or sender, `key` whom it names."""
 
     kind: str
@@ -39,41 +39,41 @@ class Scope:
         return f"{self.kind}-{safe_name(self.key)[:40]}-{digest}"
 
 
-def scope_of(kind: str, message: IncomingPayload) -> Scope | None:
-    """The scope of a message's processes for `workspace: <kind>`; None for `shared`."""
+def owner_of(kind: str, message: IncomingPayload) -> Owner | None:
+    """The owner of a message's processes for `workspace: <kind>`; None for `shared`."""
     profile = message.channelProfileId or message.channel
     if kind == "conversation":
-        return Scope(kind, f"{message.channel}/{profile}/{message.conversationId or message.senderId}")
+        return Owner(kind, f"{message.channel}/{profile}/{message.conversationId or message.senderId}")
     if kind == "sender":
-        return Scope(kind, f"{message.channel}/{profile}/{message.senderId or message.sender}")
+        return Owner(kind, f"{message.channel}/{profile}/{message.senderId or message.sender}")
     return None
 
 
-class ScopeWorkspaces:
-    """The scope workspaces of one orchestrator, under `root` (`<home>/workspaces/<orchestrator>`)."""
+class OwnWorkspaces:
+    """The owner workspaces of one orchestrator, under `root` (`<home>/workspaces/<orchestrator>`)."""
 
     def __init__(self, root: Path):
         self.root = root
 
-    def folder(self, scope: Scope) -> Path:
-        return self.root / scope.name
+    def folder(self, owner: Owner) -> Path:
+        return self.root / owner.name
 
     def sessions(self, name: str) -> Path:
-        """Where a scope's sandboxed CLIs keep their session history."""
+        """Where a owner's sandboxed CLIs keep their session history."""
         return self.root / ".sessions" / name
 
-    def ensure(self, scope: Scope, *, template: Path | None = None, repository: Path | None = None) -> Path:
-        """The scope's folder, made (and seeded) on first use under a lock, so two steps of one scope starting
+    def ensure(self, owner: Owner, *, template: Path | None = None, repository: Path | None = None) -> Path:
+        """The owner's folder, made (and seeded) on first use under a lock, so two steps of one owner starting
         at once make it once; its last use is stamped."""
-        folder = self.folder(scope)
+        folder = self.folder(owner)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / ".used").mkdir(exist_ok=True)
         if not folder.is_dir():
-            with (self.root / ".used" / f"{scope.name}.lock").open("a") as lock:
+            with (self.root / ".used" / f"{owner.name}.lock").open("a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 if not folder.is_dir():
                     _seed(folder, template, repository)
-        self.stamp(scope.name)
+        self.stamp(owner.name)
         return folder
 
     def stamp(self, name: str) -> None:
