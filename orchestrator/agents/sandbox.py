@@ -90,8 +90,12 @@ class Sandbox:
                 "--unshare-cgroup-try", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         if self.network != "full":
             args.append("--unshare-net")
-        if relay is not None and self.targets:  # the relay inside answers DNS on port 53 of its own namespace
-            args += [*([] if os.geteuid() == 0 else ["--unshare-user"]), "--cap-add", "CAP_NET_BIND_SERVICE"]
+        if relay is not None and self.targets:
+            # The relay inside listens on the API's port (443) and answers DNS on 53 in its own namespace. Not
+            # run as root, only uid 0 of a user namespace of its own keeps that one capability past exec (bwrap
+            # drops every other): the CLI then sees itself as uid 0 there, its files stay the user's outside.
+            userns = [] if os.geteuid() == 0 else ["--unshare-user", "--uid", "0", "--gid", "0"]
+            args += [*userns, "--cap-add", "CAP_NET_BIND_SERVICE"]
         for system in SYSTEM_PATHS:
             if os.path.islink(system):
                 args += ["--symlink", os.readlink(system), system]
@@ -203,6 +207,8 @@ def works(binary: str = BWRAP) -> str | None:
 
     if shutil.which(binary) is None:
         return f"`{binary}` is not on PATH (apt-get install bubblewrap)"
+    if not os.access(INNER_PYTHON, os.X_OK):
+        return f"{INNER_PYTHON} is missing: `network: model-only` runs its relay inside the sandbox on it"
     with tempfile.TemporaryDirectory(prefix="switchyard-probe-") as folder:
         probe = Sandbox(Path(folder), network="none", binary=binary).argv(
             ["/bin/sh", "-c", f"test ! -e /proc/{os.getpid()}/environ && touch probed"])
