@@ -120,11 +120,13 @@ class BodyRunner:
         uploads = attachment_folder(home, message.channelProfileId or message.channel,
                                     message.conversationId or message.senderId)
         writable = [uploads, *(Path(env[key]) for key in ("SWITCHYARD_WORKSPACE",) if key in env)]
+        handoff = [env["SWITCHYARD_HANDOFF"]] if "SWITCHYARD_HANDOFF" in env else []  # the step before's file
         git_dir = spaces.git_dir(cwd)
         writable += [git_dir] if git_dir is not None else []
         protected = (job.loaded.workspace / CONFIG_FILE,) if owner is None else ()  # shared: it runs in its folder
         return cwd, Sandbox(cwd, network=config.network, hidden=(home.root,), writable=tuple(writable),
-                            readable=tuple(Path(path) for path in config.sandbox_paths), state=spaces.sessions(name),
+                            readable=tuple(Path(path) for path in [*config.sandbox_paths, *handoff]),
+                            state=spaces.sessions(name),
                             protected=protected)
 
     async def _sweep(self, spaces: OwnWorkspaces, retention_days: float | None) -> None:
