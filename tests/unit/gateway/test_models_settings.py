@@ -132,7 +132,7 @@ def test_every_key_the_built_in_channels_read_is_accepted(tmp_path: Path) -> Non
 
 def test_switchyard_channel_types_names_every_built_in_channel_once() -> None:
     declared = [t for types in build_plugin_manager().hook.switchyard_channel_types() for t in types]
-    assert sorted(declared) == ["console", "discord", "heartbeat", "inbox", "slack", "telegram", "whatsapp"]
+    assert sorted(declared) == ["console", "discord", "heartbeat", "inbox", "slack", "telegram", "web", "whatsapp"]
 
 
 def test_switchyard_channel_options_declares_a_model_for_every_built_in_type() -> None:
