@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING
 from gateway import hookimpl
 
 if TYPE_CHECKING:
-    import argparse
-
     from pydantic import BaseModel
 
     from gateway import ChannelContext, ChannelProfile
@@ -61,11 +59,3 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Web
     from plugins.web.channel import WebChannel
 
     return WebChannel(profile, context)
-
-
-@hookimpl
-def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `switchyard web link`."""
-    from plugins.web.cli import add_commands
-
-    add_commands(commands)

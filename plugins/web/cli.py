@@ -1,13 +1,24 @@
-"""`switchyard web link`: a one-time login link to the web chat for one more browser user."""
+"""`switchyard web link`: a one-time login link to the web chat for one more browser user (a light module the
+CLI loads to build its parser: gateway/cli CLI_PLUGINS)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from gateway import Home, Settings
+from gateway import hookimpl
+
+if TYPE_CHECKING:
+    from gateway import Home, Settings
 
 DEFAULT_TTL_S = 86400.0
+
+
+@hookimpl
+def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Adds `switchyard web link`."""
+    add_commands(commands)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -122,7 +122,11 @@ function apply(entry) {
     state.shown.set(entry.seq, item);
     show(item, entry);
     list.appendChild(item);
-    if (entry.from === "user") state.lastUser = entry.seq;
+    if (entry.from === "user") {
+      state.lastUser = entry.seq;
+      const link = [...$("conversations").children].find((a) => a.dataset.id === state.conversation);
+      if (link && link.textContent === "new conversation" && entry.text) link.textContent = entry.text.slice(0, 60);
+    }
     else if (!entry.note && !entry.draft) state.lastFinal = entry.seq;
   } else if (entry.kind === "edit") {
     const item = state.shown.get(entry.target);

@@ -139,7 +139,8 @@ def test_switchyard_channel_options_declares_a_model_for_every_built_in_type() -
     pm = build_plugin_manager()
     types = {t for declared in pm.hook.switchyard_channel_types() for t in declared}
     declared_models = {t for models in pm.hook.switchyard_channel_options() for t in models}
-    assert types == declared_models == {"console", "heartbeat", "inbox", "telegram", "discord", "slack", "whatsapp", "web"}
+    assert types == declared_models == {"console", "heartbeat", "inbox", "telegram", "discord", "slack", "whatsapp",
+                                        "web"}
 
 
 def test_the_example_settings_channels_pass_the_plugins_checks() -> None:
