@@ -4,6 +4,7 @@ appended to the conversation's log that every tab reads (imported when a web pro
 from __future__ import annotations
 
 import asyncio
+import errno
 import getpass
 import logging
 import re
@@ -22,6 +23,7 @@ from gateway import (
     OutgoingPayload,
     Part,
     PermanentError,
+    Settings,
     Sink,
     atomic_write,
     audio_note,
@@ -69,8 +71,9 @@ class WebChannel:
         self.profile_id = profile.id
         self.context = context
         self.options = WebProfileOptions.model_validate(profile.model_extra or {})
+        self._port_chosen = "port" in (profile.model_extra or {})  # the default port, when taken: a free one
         self.room = self.options.room
-        self.dashboard_url = self.options.dashboard_url
+        self.dashboard_url = self.options.dashboard_url or _dashboard_of(context.settings)
         self.max_upload_bytes = self.options.max_upload_bytes
         state = web_state(context.home, profile.id)
         self.state = state
@@ -87,22 +90,33 @@ class WebChannel:
     async def start(self, sink: Sink) -> None:
         """Serves the page; prints a login link for the profile's user (`chat: http://…/?t=…`) on stderr."""
         self._sink = sink
-        app = build_app(self, self.logins, max_upload_bytes=self.options.max_upload_bytes)
-        listener = Listener(app, self.options.host, self.options.port, max_connections=self.options.max_connections,
-                            log=log, what=f"web {self.profile_id}")
         try:
-            self.url = await listener.start()
+            self._listener, self.url = await self._listen(self.options.port)
         except OSError as exc:
-            await listener.stop()
-            raise PermanentError(f"web {self.profile_id}: cannot listen on {self.options.host} port "
-                                 f"{self.options.port}: {exc.strerror or exc}") from None
-        self._listener = listener
+            if self._port_chosen or exc.errno != errno.EADDRINUSE:
+                raise PermanentError(f"web {self.profile_id}: cannot listen on {self.options.host} port "
+                                     f"{self.options.port}: {exc.strerror or exc}") from None
+            log.warning("web %s: port %s is taken; the chat listens on a free port instead", self.profile_id,
+                        self.options.port)
+            self._listener, self.url = await self._listen(0)
         atomic_write(self.state / "url", self.url.encode(), fsync=False)  # where `switchyard web link` points
         token = self.logins.issue(self.options.user or _login_name(), self.options.link_ttl_sec)
         self.context.events.add_secret(token)
         print(f"chat: {self.url}?t={token}", file=sys.stderr, flush=True)
-        self.context.note(self.url)
+        # shown beside the state in `status` and the dashboard (a link there); said once the gateway counts the
+        # channel running, which it records right after start() returns, replacing any note made before
+        asyncio.get_running_loop().call_soon(self.context.note, self.url)
         log.info("web %s: chat at %s", self.profile_id, self.url)
+
+    async def _listen(self, port: int) -> tuple[Listener, str]:
+        app = build_app(self, self.logins, max_upload_bytes=self.options.max_upload_bytes)
+        listener = Listener(app, self.options.host, port, max_connections=self.options.max_connections,
+                            log=log, what=f"web {self.profile_id}")
+        try:
+            return listener, await listener.start()
+        except OSError:
+            await listener.stop()
+            raise
 
     async def stop(self) -> None:
         if self._listener is not None:
@@ -248,6 +262,15 @@ class WebChannel:
             saved = await self.context.save_attachment(part.file.name, data, conversation=conversation)
             fields["file"] = {"name": part.file.name, "size": len(data), "path": str(saved)}
         return str(self.transcript.append(conversation, fields, key=key)["seq"])
+
+
+def _dashboard_of(settings: Settings) -> str | None:
+    """The dashboard's address when the settings fix it (a port, not 0): where the page links operators."""
+    dashboard = settings.dashboard
+    if not dashboard.port:
+        return None
+    host = f"[{dashboard.host}]" if ":" in dashboard.host else dashboard.host
+    return f"http://{host}:{dashboard.port}/"
 
 
 def _client_id(value: str) -> str:

@@ -49,7 +49,7 @@ def test_reply_copies_the_conversation_fields() -> None:
 
 def test_missing_settings_file_means_the_embedded_default(tmp_path: Path) -> None:
     settings = load_settings(tmp_path / "absent.yaml")
-    assert [c.type for c in settings.channels] == ["console"]
+    assert [c.type for c in settings.channels] == ["web", "console"]
 
 
 def test_example_settings_load() -> None:
