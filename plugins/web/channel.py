@@ -90,6 +90,7 @@ class WebChannel:
     async def start(self, sink: Sink) -> None:
         """Serves the page; prints a login link for the profile's user (`chat: http://…/?t=…`) on stderr."""
         self._sink = sink
+        self.logins.prune()
         try:
             self._listener, self.url = await self._listen(self.options.port)
         except OSError as exc:

@@ -35,6 +35,15 @@ class Logins:
         self.sessions = folder / "sessions"
         self._known: dict[str, str] = {}  # session digest -> user, for sessions seen this run
 
+    def prune(self) -> None:
+        """Removes the links and sessions that have expired (called when the channel starts)."""
+        now = time.time()
+        for folder in (self.links, self.sessions):
+            for path in folder.glob("*.json") if folder.is_dir() else ():
+                with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                    if float(json.loads(path.read_bytes()).get("expires", 0)) < now:
+                        path.unlink()
+
     def issue(self, user: str, ttl_s: float) -> str:
         """A new one-time login token for `user`, valid for `ttl_s`."""
         self.links.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ STATIC = {"chat.js": "text/javascript", "chat.css": "text/css"}
 PAGE_HEADER = "X-Switchyard-Chat"  # set by chat.js on every POST: a cross-site form cannot send it
 MAX_JSON_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 30.0
+MAX_CONVERSATIONS = 1000  # a user's; each is a file in the home
 USER_KEY = web.RequestKey("user", str)
 
 
@@ -88,7 +89,10 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
                                   "maxUploadBytes": chat.max_upload_bytes})
 
     async def new_conversation(request: web.Request) -> web.Response:
-        return web.json_response({"id": chat.transcript.new_conversation(request[USER_KEY])})
+        user = request[USER_KEY]
+        if len(chat.transcript.conversations_of(user)) >= MAX_CONVERSATIONS:
+            return web.json_response({"error": f"at most {MAX_CONVERSATIONS} conversations a user"}, status=409)
+        return web.json_response({"id": chat.transcript.new_conversation(user)})
 
     async def say(request: web.Request) -> web.Response:
         body = await _json(request)
@@ -146,7 +150,7 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
         try:
             last = after
             for entry in chat.transcript.entries(conversation, after):
-                await ws.send_json(entry)
+                await ws.send_json(shown(entry))
                 last = entry["seq"]
             await ws.send_json({"kind": "synced", "seq": last})
             forward = asyncio.create_task(_forward(ws, updates, last), name=f"web:ws:{conversation}")
@@ -180,7 +184,16 @@ async def _forward(ws: web.WebSocketResponse, updates: asyncio.Queue[Entry], las
         if entry["seq"] > last:
             last = entry["seq"]
             with contextlib.suppress(ConnectionError):
-                await ws.send_json(entry)
+                await ws.send_json(shown(entry))
+
+
+def shown(entry: Entry) -> Entry:
+    """What a page gets of a log entry: not the delivery key, nor where a file lies on the gateway's disk
+    (the page downloads it by the entry's seq)."""
+    public = {key: value for key, value in entry.items() if key != "key"}
+    if isinstance(public.get("file"), dict):
+        public["file"] = {key: value for key, value in public["file"].items() if key != "path"}
+    return public
 
 
 def _guard(logins: Logins) -> Any:
@@ -224,7 +237,7 @@ def _readable(request: web.Request, conversation: str, room: bool) -> str:
 
 
 async def _acting(action: Any) -> Entry:
-    return dict(await action)
+    return shown(await action)
 
 
 async def _json(request: web.Request) -> dict[str, Any]:

@@ -144,3 +144,55 @@ async def test_a_tab_resuming_after_the_last_entry_it_saw_gets_only_what_came_af
         await rig.channel.send(reply(text, "ada:1", channel="web"))
     seen = await ada.read("ada:1")
     assert [e["text"] for e in await ada.read("ada:1", after=seen[0]["seq"])] == ["two", "three"]
+
+
+async def test_two_tabs_of_one_user_both_see_a_reply_as_it_comes(rig: ChannelRig, ada: Browser) -> None:
+    assert rig.channel is not None
+    tabs = [await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin}) for _ in "12"]
+    try:
+        for tab in tabs:
+            assert (await tab.receive_json())["kind"] == "synced"
+        await rig.channel.send(reply("to every tab", "ada:1", channel="web"))
+        for tab in tabs:
+            assert (await tab.receive_json(timeout=5))["text"] == "to every tab"
+    finally:
+        for tab in tabs:
+            await tab.close()
+
+
+async def test_a_receipt_is_a_note_and_a_file_entry_names_no_path_on_the_gateway(
+    rig: ChannelRig, ada: Browser, tmp_path: Path
+) -> None:
+    assert rig.channel is not None
+    await rig.channel.send(reply("queued behind 1 message of this conversation; I'll answer in turn", "ada:1",
+                                 channel="web", receipt=True))
+    report = tmp_path / "report.txt"
+    report.write_text("numbers")
+    await rig.channel.send(reply("here", "ada:1", channel="web", files=[str(report)]))
+    receipt, text, file = await ada.read("ada:1")
+    assert receipt["note"] is True and "note" not in text
+    assert file["file"] == {"name": "report.txt", "size": 7}
+    async with ada.session.get(f"{ada.url}/files/ada:1/{file['seq']}") as response:
+        assert await response.read() == b"numbers"
+        assert 'filename*=UTF-8\'\'report.txt' in response.headers["Content-Disposition"]
+
+
+async def test_an_unpaired_user_is_refused_and_told_the_code_in_their_conversation(tmp_path: Path) -> None:
+    class Pairing(Plain):
+        def profile_options(self) -> dict[str, object]:
+            return {"port": 0, "pairing": True}
+
+    rig = ChannelRig(Pairing(), tmp_path / "home")
+    await rig.start()
+    try:
+        assert isinstance(rig.channel, WebChannel) and rig.context is not None
+        eve = Browser(rig.channel, "eve")
+        await eve.sign_in()
+        status, answer = await eve.say("eve:1", "let me in")
+        assert status == 403 and "pair" in answer["error"].lower()
+        assert rig.incoming() == []
+        [pending] = [json.loads(p.read_bytes()) for p in rig.context.home.outgoing.glob("*.json")]
+        assert pending["conversationId"] == "eve:1" and pending["senderId"] == "eve"
+        await eve.close()
+    finally:
+        await rig.stop()
