@@ -1,6 +1,6 @@
 """What a person does in the web chat besides typing, in headless Chromium against `switchyard run`, the agent a
 live ACP session (the fake adapter): an approval tapped in the page runs the tool once; the Stop button ends a
-streaming turn within 2 s; an uploaded file reaches the agent's prompt; a file the agent sends is a download;
+streaming turn within 2 s (the fake adapter whose allowed tools really run); an uploaded file reaches the agent's prompt; a file the agent sends is a download;
 a voice note recorded in the page (MediaRecorder, fed a synthetic tone) is transcribed for the agent."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180),
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
                                                                  "(apt-get install chromium)")]
 __all__ = ["chromium"]
+TOOL_RUNNING_AGENT = Path(__file__).parent / "providers" / "acp_agent.py"  # an allowed [run=CMD] really runs
 WAIT_MS = 40_000
 STOP_WITHIN_S = 2.0
 SPOKEN = "what is left to do on the release"
@@ -50,8 +51,10 @@ def start(switchyard: Switchyard, agents: Path, **settings: Any) -> str:
                                                   "stream_interval_sec": 0.3}
     orchestrator["workflows"]["report"] = {"description": "Send the report",
                                            "steps": [{"id": "Make", "command": [sys.executable, "-c", REPORT]}]}
+    providers = live_agent_providers(agents)
+    providers["fake_agent"]["acp_command"] = [sys.executable, str(TOOL_RUNNING_AGENT), "--like", "claude"]
     switchyard.configure({"channels": [{"id": "web", "type": "web", "port": free_port(), "user": "ada"}],
-                          "providers": live_agent_providers(agents), **settings}, orchestrator)
+                          "providers": providers, **settings}, orchestrator)
     switchyard.start()
     return str(wait_until(lambda: LINK.findall(switchyard.output()), 20)[-1])
 
@@ -66,19 +69,23 @@ def agent_texts(page: Any) -> list[str]:
 
 
 def test_an_approval_tapped_in_the_page_runs_the_tool_once(
-        switchyard: Switchyard, agents: Path, chromium: Any) -> None:
+        switchyard: Switchyard, agents: Path, chromium: Any, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
+    made = tmp_path / "made-by-the-tool"
+    tool = f'sh -c "echo ran >> {made}"'  # each real run of the tool adds a line
     page = open_chat(chromium, start(switchyard, agents))
-    say(page, "please [run=make deploy]")
+    say(page, f"please [run={tool}]")
     question = page.locator("#messages .msg.agent", has_text="asks to run")
-    expect(question).to_contain_text("make deploy", timeout=WAIT_MS)
+    expect(question).to_contain_text("echo ran", timeout=WAIT_MS)
+    assert not made.exists(), "the tool ran before anyone answered"
     question.get_by_role("button", name="Allow", exact=True).click()
     expect(question.locator(".answered")).to_have_text("answered: Allow")
     expect(question.locator(".buttons")).to_have_count(0)  # no second tap
-    expect(page.locator("#messages .msg.agent", has_text="ran make deploy")).to_have_count(1, timeout=WAIT_MS)
+    expect(page.locator("#messages .msg.agent", has_text=f"ran {tool}")).to_have_count(1, timeout=WAIT_MS)
     wait_until(lambda: not switchyard.unfinished(), 30)
-    assert sum("ran make deploy" in text for text in agent_texts(page)) == 1, agent_texts(page)
+    assert made.read_text() == "ran\n", "the allowed tool did not run, or ran more than once"
+    assert sum(f"ran {tool}" in text for text in agent_texts(page)) == 1, agent_texts(page)
     assert switchyard.stop() == 0
 
 
