@@ -48,7 +48,7 @@ def cmd_web(args: argparse.Namespace, home: Home, settings: Settings) -> int:
         print(f"switchyard: name one web profile with --profile (web profiles: {known})", file=sys.stderr)
         return 2
     if not USER.match(args.user):
-        print("switchyard: --user: letters, digits and . _ @ - only (at most 64)", file=sys.stderr)
+        print("switchyard: --user: letters, digits and . _ @ - (at most 64, no leading dot)", file=sys.stderr)
         return 2
     profile = profiles[0]
     state = web_state(home, profile.id)

@@ -209,7 +209,7 @@ def _guard(logins: Logins) -> Any:
                                     "ask for a new one (`switchyard web link`)")
             redirect = web.HTTPSeeOther("/")
             redirect.set_cookie(COOKIE, logins.open_session(user), httponly=True, samesite="Strict", path="/",
-                                max_age=int(SESSION_TTL_S))
+                                max_age=int(SESSION_TTL_S), secure=request.secure or None)  # HTTPS: Secure
             raise redirect
         user = logins.user_of(request.cookies.get(COOKIE))
         if user is None:

@@ -21,7 +21,7 @@ from typing import Any
 
 log = logging.getLogger("switchyard.web")
 
-USER = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+USER = re.compile(r"^[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,63}$")  # no leading dot: never `..`
 ROOM = "room"
 Entry = dict[str, Any]
 

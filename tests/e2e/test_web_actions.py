@@ -1,7 +1,8 @@
-"""What a person does in the web chat besides typing, in headless Chromium against `switchyard run`, the agent a
-live ACP session (the fake adapter): an approval tapped in the page runs the tool once; the Stop button ends a
-streaming turn within 2 s (the fake adapter whose allowed tools really run); an uploaded file reaches the agent's prompt; a file the agent sends is a download;
-a voice note recorded in the page (MediaRecorder, fed a synthetic tone) is transcribed for the agent."""
+"""What a person does in the web chat besides typing, in headless Chromium against `switchyard run`, the agent
+a live ACP session (the fake adapter, whose allowed tools really run): an approval tapped in the page runs the
+tool once; the Stop button ends a streaming turn within 2 s; an uploaded file reaches the agent's prompt; a file
+the agent sends is a download; a voice note recorded in the page (MediaRecorder, fed a synthetic tone) is
+transcribed for the agent."""
 
 from __future__ import annotations
 
