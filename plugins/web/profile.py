@@ -17,7 +17,8 @@ class WebProfileOptions(ChannelOptions):
 
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)  # 0: any free port (printed in the chat link)
-    user: IdText | None = None  # the browser user `switchyard run`'s login link names (default: the login name)
+    user: IdText | None = Field(default=None, pattern=r"^[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,63}$")
+    """The browser user `switchyard run`'s login link signs in (default: the login name)."""
     room: bool = False  # a shared "room" conversation every user of this profile sees
     max_upload_bytes: int = Field(default=MAX_UPLOAD_BYTES, gt=0)
     max_connections: int = Field(default=64, gt=0)
