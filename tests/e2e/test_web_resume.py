@@ -1,5 +1,6 @@
 """The web chat picks up where the tab left off: a reload in the middle of a streamed answer, and a gateway killed
-with SIGKILL in the middle of one and started again, both end with every message shown once, in order."""
+with SIGKILL in the middle of one and started again (on both queue backends), both end with every message shown
+once, in order."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.testing import wait_until
-from tests.e2e.conftest import Switchyard
+from tests.e2e.conftest import Switchyard, both_backends
 from tests.e2e.fake_thread import FakeThread
 from tests.e2e.test_streaming import _kill_agents
 from tests.e2e.test_web_chat import CHROMIUM, REPLY_TIMEOUT_S, SHOWN, answers, chromium, configure, model, open_chat
@@ -47,6 +48,7 @@ def test_a_reload_in_the_middle_of_a_streamed_answer_shows_each_message_once(
     assert switchyard.stop() == 0
 
 
+@both_backends
 def test_a_gateway_killed_in_the_middle_of_a_streamed_answer_ends_with_each_message_once_in_order(
         switchyard: Switchyard, tmp_path: Path, chromium: Any) -> None:
     from playwright.sync_api import expect
