@@ -141,10 +141,13 @@ class RoleBook:
             for name in (profile.option("roles") or {}):
                 if name not in self.roles:
                     found.append(f"{where}: roles.{name}: {self.unknown(name)}")
-            if profile.option("approvers") is not None:
-                found.append(f"{where}: approvers: deprecated; give the senders a role with `approval.answer` "
-                             "(it still decides who answers approvals)")
         return found
+
+    def warnings(self) -> list[str]:
+        """What `check` warns of: a profile's deprecated `approvers:`."""
+        return [f"channels.{index} ({profile.id}): approvers: deprecated; give the senders a role with "
+                "`approval.answer` (until then it still decides who answers approvals)"
+                for index, profile in enumerate(self._settings.channels) if profile.option("approvers") is not None]
 
     def unknown(self, role: str) -> str:
         """The text for a role that is not defined."""
