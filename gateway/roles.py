@@ -141,6 +141,9 @@ class RoleBook:
             for name in (profile.option("roles") or {}):
                 if name not in self.roles:
                     found.append(f"{where}: roles.{name}: {self.unknown(name)}")
+        for index, rule in enumerate(self._settings.usage.limits):
+            if rule.role is not None and rule.role not in self.roles:
+                found.append(f"usage.limits.{index}.role: {self.unknown(rule.role)}")
         return found
 
     def warnings(self) -> list[str]:

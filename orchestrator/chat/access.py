@@ -53,6 +53,12 @@ class Access:
         """What the message's sender holds on its profile."""
         return self._book.grant_of(message)
 
+    def roles_of(self, sender_key: str) -> tuple[str, ...]:
+        """The roles of a usage sender key `<channel>/<profile>/<senderId>` (orchestrator/usage/records.py Payer),
+        for the limits given per role."""
+        parts = sender_key.split("/", 2)
+        return self._book.grant(parts[1], parts[2]).roles if len(parts) == 3 else ()
+
     # --- who is being answered here now (what `/stop` would stop) ---
 
     @contextmanager

@@ -61,7 +61,8 @@ class Orchestrator:
         self._sweep: asyncio.Task[None] | None = None
         self._scheduling: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
-        self.meter = UsageMeter(stores.usage, context.settings.usage, context.events)
+        self.access = Access(context.settings, context.events, stores.audit)
+        self.meter = UsageMeter(stores.usage, context.settings.usage, context.events, roles_of=self.access.roles_of)
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=stores.sessions, meter=self.meter)
@@ -79,7 +80,6 @@ class Orchestrator:
                                      runs_retention_days=queue.runs_retention_days,
                                      locks=stores.locks, dead_letter=context.dead_letter)
         self._selector = Selector(context.home, self._runner, context.events, stores.history)
-        self.access = Access(context.settings, context.events, stores.audit)
         self._answers = ChatAnswers(self.approvals, context.settings, stores.pairing, self.access)
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
