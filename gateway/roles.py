@@ -13,8 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 if TYPE_CHECKING:
     from gateway.settings import ChannelProfile, Settings
 
@@ -47,15 +45,6 @@ DEFAULT_ROLE = "member"
 """The role of a sender a profile admits but does not list, when the profile names no `default_role:`."""
 ADMIN_ROLE = "admin"
 """The role a workflow with a `mode: edit` agent is for, unless its `allow:` says otherwise."""
-
-
-class RoleSettings(BaseModel):
-    """One role of settings.yaml `roles:`: the permissions it grants (docs/roles.md lists them)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    permissions: list[str] = Field(default_factory=list)
-    description: str = ""
 
 
 def permission_problem(permission: str) -> str | None:

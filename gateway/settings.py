@@ -12,10 +12,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.config.fields import Argv, IdText
+from gateway.config.roles import RoleSettings
 from gateway.config.usage import UsageSettings
 from gateway.config.yamlfile import error_text as yaml_error_text
 from gateway.config.yamlfile import load_yaml
-from gateway.roles import RoleSettings
 
 
 class SettingsError(Exception):
