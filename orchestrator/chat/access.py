@@ -10,7 +10,7 @@ which role comes from settings.yaml only (gateway/roles.py), so nothing a sender
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from gateway.audit import AuditRecord
 from gateway.roles import ADMIN_ROLE, Grant, RoleBook
 
 if TYPE_CHECKING:
+    from gateway.approvals import Approval
     from gateway.models import IncomingPayload
     from gateway.settings import Settings
     from gateway.stores import AuditLog
@@ -143,9 +144,11 @@ class Access:
         return self.refuse(message, grant, "function.invoke", f"run the command {name}", loaded=loaded,
                            function=name)
 
-    def decision_refusal(self, message: IncomingPayload, loaded: LoadedConfig, decision: Decision) -> str | None:
-        """The selector's decision checked before it is carried out (a workflow_start or command_invoke); an
-        allowed privileged one is audited here, once per message."""
+    def decision_refusal(self, message: IncomingPayload, loaded: LoadedConfig, decision: Decision,
+                         load_run: Callable[[str], RunState | None]) -> str | None:
+        """The selector's decision checked before it is carried out (a workflow_start or command_invoke; a
+        `cancel_run` of a run another sender started also needs `turn.stop_others`); an allowed privileged one
+        is audited here, once per message."""
         fields = decision.fields
         if decision.action == "workflow_start" and isinstance(fields.get("workflowId"), str):
             workflow_id = fields["workflowId"]
@@ -155,12 +158,25 @@ class Access:
             return refusal
         if decision.action == "command_invoke" and isinstance(fields.get("function"), str):
             name = fields["function"]
-            refusal = self.function_refusal(message, loaded, name)
+            refusal = self.function_refusal(message, loaded, name) or self._cancel_refusal(message, name, fields,
+                                                                                            load_run)
             if refusal is None and name not in UNAUDITED_FUNCTIONS:
                 self.record(message, "function.invoke", f"invoked {name}", function=name,
                             arguments=fields.get("arguments"))
             return refusal
         return None
+
+    def _cancel_refusal(self, message: IncomingPayload, name: str, fields: dict[str, Any],
+                        load_run: Callable[[str], RunState | None]) -> str | None:
+        arguments = fields.get("arguments")
+        run_id = arguments.get("runId") if name == "cancel_run" and isinstance(arguments, dict) else None
+        run = load_run(run_id) if isinstance(run_id, str) else None
+        return self.stop_refusal(message, self.others_in(message, "", run)) if run is not None else None
+
+    def approval_asked(self, message: IncomingPayload, approval: Approval) -> None:
+        """The audit record of a tool approval an agent asked for, in the turn answering `message`."""
+        self.record(message, "approval.request", f"asked to allow {approval.title}", key=approval.id,
+                    approval=approval.id)
 
     def named_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
         """The workflow a message's first word names (`fix …`, `/fix …`), which the rules selector starts as it

@@ -70,7 +70,8 @@ class Orchestrator:
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events,
                                     on_reload=self._config_reloaded)
         self._store = stores.runs
-        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events)
+        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events,
+                                        on_asked=self.access.approval_asked)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals,
                            on_ask=self._let_go)
         queue = context.settings.queue
@@ -288,7 +289,7 @@ class Orchestrator:
         functions = self._actions.registry(loaded)
         try:
             decision = await self._decide(message, loaded, active, functions)
-            refusal = self.access.decision_refusal(message, loaded, decision)
+            refusal = self.access.decision_refusal(message, loaded, decision, self._store.load)
             if refusal is not None:
                 return reply(message, refusal, agent=SYSTEM_AGENT)
             answer = await self._actions.execute(decision, message, loaded, functions)

@@ -199,3 +199,21 @@ async def test_usage_of_another_sender_needs_usage_others(build: Callable[..., A
     assert refused.message.startswith("You may not see another sender's usage (your role here: member).")
     [allowed] = await orchestrator.handle(make_message("/usage ada", senderId="root"))
     assert not allowed.message.startswith("You may not")
+
+
+async def test_cancel_run_of_another_senders_run_needs_stop_others(
+        home: Home, build: Callable[..., Any], selector: ScriptedSelector, slow: Blocking) -> None:
+    orchestrator = await build("sel")
+    selector.answer({"action": "workflow_start", "workflowId": "chat"})
+    talk = make_message("chat with me", senderId="ada", conversationId="group")
+    first = asyncio.create_task(orchestrator.handle(talk))
+    await async_wait_until(lambda: slow.calls == 1)
+    run_id = run_id_for(talk)
+    selector.answer({"action": "command_invoke", "function": "cancel_run", "arguments": {"runId": run_id}})
+    [refused] = await orchestrator.handle(make_message("cancel ada's run", senderId="bob", conversationId="group"))
+    assert refused.message.startswith("You may not stop what another sender started"), refused.message
+    run = RunStore(home, fsync=False).load(run_id)
+    assert run is not None and run.state == "running"
+    [cancelled] = await orchestrator.handle(make_message("cancel my run", senderId="ada", conversationId="group"))
+    assert cancelled.message.startswith("Cancelled run"), cancelled.message
+    await asyncio.wait_for(first, 5)
