@@ -43,6 +43,9 @@ BUILTIN_ROLES: dict[str, tuple[str, ...]] = {
 
 DEFAULT_ROLE = "member"
 """The role of a sender a profile admits but does not list, when the profile names no `default_role:`."""
+CONSOLE_ROLE = "owner"
+"""The default role on a `type: console` profile: whoever types at the gateway's terminal (or runs `switchyard
+send`) can write its home and settings anyway."""
 ADMIN_ROLE = "admin"
 """The role a workflow with a `mode: edit` agent is for, unless its `allow:` says otherwise."""
 
@@ -173,6 +176,9 @@ def held_roles(profile: ChannelProfile | None, sender_id: str, groups: Iterable[
 
 
 def default_role(profile: ChannelProfile | None) -> str:
-    """The role of the senders a profile admits and does not list."""
+    """The role of the senders a profile admits and does not list: its `default_role:`, else `owner` on a console
+    profile, else `member` (also for a message of a profile settings.yaml does not configure)."""
     named = profile.option("default_role") if profile is not None else None
-    return str(named) if named else DEFAULT_ROLE
+    if named:
+        return str(named)
+    return CONSOLE_ROLE if profile is not None and profile.type == "console" else DEFAULT_ROLE

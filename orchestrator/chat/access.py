@@ -171,7 +171,11 @@ class Access:
         arguments = fields.get("arguments")
         run_id = arguments.get("runId") if name == "cancel_run" and isinstance(arguments, dict) else None
         run = load_run(run_id) if isinstance(run_id, str) else None
-        return self.stop_refusal(message, self.others_in(message, "", run)) if run is not None else None
+        from orchestrator.runs.state import belongs_to
+
+        if run is None or not belongs_to(run, message):  # cancel_run answers "no such run" itself: no leak
+            return None
+        return self.stop_refusal(message, self.others_in(message, "", run))
 
     def approval_asked(self, message: IncomingPayload, approval: Approval) -> None:
         """The audit record of a tool approval an agent asked for, in the turn answering `message`."""
@@ -197,7 +201,8 @@ class Access:
     def edits(self, loaded: LoadedConfig, workflow_id: str) -> bool:
         """Whether a step of the workflow runs a provider with `mode: edit` (through an agent or directly)."""
         config = loaded.config
-        for step in config.workflows[workflow_id].steps:
+        workflow = config.workflows.get(workflow_id)
+        for step in workflow.steps if workflow is not None else ():
             for _, body in step.bodies():
                 agent = config.agents.get(body.agent) if body.agent is not None else None
                 names = [agent.provider, agent.fallback] if agent is not None else [body.provider]

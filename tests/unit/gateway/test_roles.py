@@ -52,6 +52,15 @@ def test_check_names_unknown_roles_and_permissions() -> None:
     assert book.warnings()[0].startswith("channels.0 (tg): approvers: deprecated")
 
 
+def test_the_console_operator_is_owner_unless_the_profile_says_otherwise() -> None:
+    settings = Settings.model_validate({"channels": [{"id": "console", "type": "console"},
+                                                     {"id": "desk", "type": "console", "default_role": "guest"}]})
+    book = RoleBook(settings)
+    assert book.grant("console", "me").roles == ("owner",)
+    assert book.grant("desk", "me").roles == ("guest",)
+    assert book.grant("unconfigured", "me").roles == ("member",)
+
+
 def test_an_unknown_role_grants_nothing() -> None:
     grant = _book(roles={"admn": ["1"]}).grant("tg", "1")
     assert grant.roles == ("admn",) and grant.permissions == frozenset()
