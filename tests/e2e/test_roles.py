@@ -100,3 +100,38 @@ def test_roles_are_checked_before_anything_starts_across_a_restart_and_audited_o
 def _running_step(switchyard: Switchyard, run_id: str) -> bool:
     """Whether the chat run's Wait step is running now."""
     return bool(switchyard.run_state(run_id).get("steps", {}).get("Wait", {}).get("status") == "running")
+
+
+def test_operator_commands_are_audited_once_each(switchyard: Switchyard) -> None:
+    switchyard.configure()
+    switchyard.plant_dead_letter("a.json", b"{}")
+    switchyard.plant_dead_letter("b.json", b"{}")
+    assert switchyard.cli("dead", "retry", "a.json").returncode == 0
+    assert switchyard.cli("dead", "drop", "b.json").returncode == 0
+    assert switchyard.cli("dead", "drop", "ghost.json").returncode == 1  # nothing done: nothing recorded
+    assert switchyard.cli("usage", "reset", "--by", "sender", "--all").returncode == 0
+    listed = switchyard.cli("audit", "--json", "--by", "operator")
+    assert listed.returncode == 0, listed.stderr
+    records = json.loads(listed.stdout)
+    assert [(r["action"], r["what"]) for r in records] == [
+        ("dead.retry", "retried a.json"), ("dead.drop", "dropped b.json"),
+        ("usage.reset", records[2]["what"])], records
+    assert records[2]["what"].startswith("forgot the usage of every sender since ")
+    table = switchyard.cli("audit")
+    assert table.stdout.splitlines()[0].split() == ["WHEN", "BY", "WHERE", "ACTION", "WHAT"]
+    assert json.loads(switchyard.cli("audit", "--json", "--since", "2999-01-01").stdout) == []
+    assert switchyard.cli("audit", "--since", "yesterday").returncode == 2
+
+
+def test_check_names_unknown_roles_and_permissions(switchyard: Switchyard, tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    settings["roles"] = {"reviewer": {"permissions": ["workflow.strat"]}}
+    settings["channels"][0]["roles"] = {"admn": ["root"]}
+    orchestrator = {**ORCHESTRATOR, "workflows": {**ORCHESTRATOR["workflows"], "docs": {
+        "description": "Docs", "allow": ["writers"], "steps": [{"id": "Edit", "agent": "coder"}]}}}
+    switchyard.configure(settings, orchestrator)
+    result = switchyard.cli("check")
+    assert result.returncode == 2, result.stdout
+    assert "roles.reviewer.permissions: unknown permission 'workflow.strat'" in result.stdout
+    assert "channels.0 (console): roles.admn: unknown role 'admn'" in result.stdout
+    assert "workflows.docs.allow: unknown role 'writers'" in result.stdout
