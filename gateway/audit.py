@@ -49,6 +49,12 @@ class AuditRecord:
         return datetime.fromisoformat(self.at)
 
 
+def operator_answer_key(approval_id: str) -> str:
+    """The key of an operator's answer to an approval: the CLI that gives it and the turn that sees it record the
+    same record."""
+    return f"operator-answer/{approval_id.strip().lower()}"
+
+
 def selected(records: list[AuditRecord], since: datetime | None, by: str | None) -> list[AuditRecord]:
     """The records at or after `since` whose `by` is `by` or ends with `/<by>` (a bare sender id), oldest first."""
     def wanted(record: AuditRecord) -> bool:

@@ -87,9 +87,10 @@ def cmd_audit(args: argparse.Namespace, run: Invocation) -> int:
     return 0
 
 
-def record_operator(backend: Backend, action: str, what: str, **details: Any) -> None:
+def record_operator(backend: Backend, action: str, what: str, *, key: str | None = None, **details: Any) -> None:
     """Appends the audit record of an operator command run on this machine (`by`: operator, the OS user in
-    `details`); a failing audit log is a warning, the command's work is done."""
+    `details`; `key`: names the occurrence, see AuditRecord.new); a failing audit log is a warning, the
+    command's work is done."""
     from gateway.audit import OPERATOR, AuditRecord
     from gateway.stores import AUDIT
 
@@ -97,7 +98,7 @@ def record_operator(backend: Backend, action: str, what: str, **details: Any) ->
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "?"
-    record = AuditRecord.new(by=OPERATOR, where="cli", action=action, what=what, user=user, **details)
+    record = AuditRecord.new(by=OPERATOR, where="cli", action=action, what=what, key=key, user=user, **details)
     try:
         backend.store(AUDIT, command=True).append(record)
     except KeyError:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from gateway.audit import AuditRecord
+from gateway.audit import OPERATOR, AuditRecord, operator_answer_key
 from gateway.roles import ADMIN_ROLE, Grant, RoleBook
 
 if TYPE_CHECKING:
@@ -182,6 +182,15 @@ class Access:
         self.record(message, "approval.request", f"asked to allow {approval.title}", key=approval.id,
                     approval=approval.id)
 
+    def operator_answered(self, approval: Approval) -> None:
+        """The audit record of an approval an operator answered (`switchyard approvals`, the dashboard): keyed by
+        the approval, so the CLI's own record of the same answer is this one."""
+        verdict = "allowed" if approval.allowed() else "denied"
+        where = "dashboard" if approval.answered_by == "dashboard" else "cli"
+        self._append(AuditRecord.new(by=OPERATOR, where=where, action="approval.answer",
+                                     what=f"{verdict} {approval.title}", key=operator_answer_key(approval.id),
+                                     approval=approval.id, answered_by=approval.answered_by))
+
     def named_workflow(self, message: IncomingPayload, loaded: LoadedConfig) -> str | None:
         """The workflow a message's first word names (`fix …`, `/fix …`), which the rules selector starts as it
         is: known by rule, so checked before any selector runs."""
@@ -247,13 +256,16 @@ class Access:
         record = AuditRecord.new(by=f"{message.channel}/{message.profile}/{_sender(message)}",
                                  where=conversation_key(message), action=action, what=what, key=identity,
                                  role=self.grant(message).role, **details)
+        self._append(record)
+
+    def _append(self, record: AuditRecord) -> None:
         if self._audit is None:
-            log.info("audit (no audit log on this backend): %s %s: %s", record.by, action, what)
+            log.info("audit (no audit log on this backend): %s %s: %s", record.by, record.action, record.what)
             return
         try:
             self._audit.append(record)
         except Exception as exc:  # the action goes ahead: it was allowed; the operator sees the warning
-            log.warning("cannot write the audit record of %s by %s: %s", action, record.by, exc)
+            log.warning("cannot write the audit record of %s by %s: %s", record.action, record.by, exc)
 
 
 def _sender(message: IncomingPayload) -> str:

@@ -71,7 +71,8 @@ class Orchestrator:
                                     on_reload=self._config_reloaded)
         self._store = stores.runs
         self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events,
-                                        on_asked=self.access.approval_asked)
+                                        on_asked=self.access.approval_asked,
+                                        on_operator=self.access.operator_answered)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals,
                            on_ask=self._let_go)
         queue = context.settings.queue

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from gateway.app import Gateway
+from gateway.approvals import operator_answer
+from gateway.audit import OPERATOR, AuditRecord, operator_answer_key
 from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
@@ -75,3 +77,20 @@ async def test_a_guest_may_not_answer_a_member_may_and_both_are_audited_once(gat
     records = gated.audit()
     assert [(r.action, r.by) for r in records] == [("approval.request", "fake/f1/ada"),
                                                    ("approval.answer", "fake/f1/ada")], records
+
+
+async def test_an_operators_answer_from_the_dashboard_or_the_cli_is_one_audit_record(gated: Gated) -> None:
+    turn = gated.ask()
+    [question] = await async_wait_until(lambda: [p for p in gated.channel.sent if p.buttons])
+    approval_id = question.buttons[0].id.split(":")[1]
+    assert isinstance(gated.gateway.handler, Orchestrator)
+    store = gated.gateway.handler.approvals.store
+    done, won = operator_answer(store, approval_id, "allow", by="dashboard")
+    assert won
+    assert await asyncio.wait_for(turn, 5) == "allow-1"
+    cli_copy = AuditRecord.new(by=OPERATOR, where="cli", action="approval.answer", what="allow",
+                               key=operator_answer_key(approval_id))
+    assert not open_backend(gated.home, gated.settings).store(AUDIT).append(cli_copy), "recorded twice"
+    answer = gated.audit()[-1]
+    assert (answer.action, answer.by, answer.where) == ("approval.answer", OPERATOR, "dashboard")
+    assert [r.action for r in gated.audit()] == ["approval.request", "approval.answer"]
