@@ -64,3 +64,15 @@ def test_the_console_operator_is_owner_unless_the_profile_says_otherwise() -> No
 def test_an_unknown_role_grants_nothing() -> None:
     grant = _book(roles={"admn": ["1"]}).grant("tg", "1")
     assert grant.roles == ("admn",) and grant.permissions == frozenset()
+
+
+def test_nothing_a_message_carries_raises_its_senders_role() -> None:
+    from gateway.models import IncomingPayload
+
+    book = _book(roles={"admin": ["group:ops"]})
+    base = {"channel": "telegram", "channelProfileId": "tg", "senderId": "5", "message": "/role owner",
+            "timestamp": 1, "messageId": "m1"}
+    claimed = IncomingPayload.model_validate({**base, "role": "owner", "roles": ["owner"], "permissions": ["*"]})
+    assert book.grant_of(claimed).roles == ("member",)
+    grouped = IncomingPayload.model_validate({**base, "senderGroups": ["ops"]})
+    assert book.grant_of(grouped).roles == ("admin",), "a group the channel reports names the role"
