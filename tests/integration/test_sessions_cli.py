@@ -19,6 +19,8 @@ from gateway.api import HandlerContext
 from gateway.cli import main
 from gateway.home import Home
 from gateway.settings import ProviderSettings
+from orchestrator.storage.postgres.sessions import PgSessionStore
+from tests.backends.postgres.helpers import pg_home, switchyard
 from tests.fakes.model_server import ModelServer
 from tests.fakes.orchestrator import API_PREFIX, REMOTE_AGENT_CONFIG, isolate_real_cli, make_message
 from tests.integration.test_real_endpoints import KEY_VARIABLE, real_cli
@@ -84,3 +86,24 @@ def test_attach_names_an_unknown_profile(home: Home, capsys: pytest.CaptureFixtu
     assert code == 1 and "no channel profile 'nope'" in err
     code, out, _ = cli(home, capsys, "list")
     assert code == 0 and out.strip() == "no conversation has an agent session yet"
+
+
+def test_on_postgres_attach_and_list_use_the_database(tmp_path: Path, db: str) -> None:
+    home = pg_home(tmp_path, SETTINGS)
+    result = switchyard(home, db, "sessions", "attach", "console", "c9", "thread-from-a-terminal", "--provider",
+                        "other")
+    assert result.returncode == 0, result.stderr
+    result = switchyard(home, db, "sessions", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    [first, attached] = json.loads(result.stdout)["console/console/c9"]
+    assert (first["number"], first["current"]) == (1, False)
+    assert (attached["number"], attached["current"], attached["attached"]) == (2, True, "other")
+    resumed = PgSessionStore(db).session("other", "conv:console/console/c9#session-2", assigns_ids=False)
+    assert (resumed.id, resumed.resume) == ("thread-from-a-terminal", True)
+
+
+def test_an_unreachable_database_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    dsn = "postgresql://someone:hunter2@127.0.0.1:1/none?connect_timeout=2"
+    result = switchyard(pg_home(tmp_path), dsn, "sessions", "list")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
