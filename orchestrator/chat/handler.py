@@ -282,7 +282,6 @@ class Orchestrator:
             return await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}",
                                                payer=payer, reserved=BEFORE_SELECTOR if selector_turn else ())
 
-
     def _count(self, message: IncomingPayload) -> None:
         """Counts an answered message in its conversation's current session (what `/sessions` lists)."""
         try:
