@@ -1,18 +1,25 @@
-"""Several sessions in one conversation with live (`transport: acp`) providers and the fake adapters: `/new` opens
-a new ACP session (`session/new`), `/resume 1` continues the first one, loaded again (`session/load`) once the
-pool let it go."""
+"""Several sessions in one conversation with live (`transport: acp`) providers, the fake adapters and the real ones:
+`/new` opens a new ACP session (`session/new`), `/resume 1` continues the first one, loaded again (`session/load`)
+once the pool let it go."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from gateway.home import Home
 from orchestrator.agents.conversations import ConversationSessions
-from tests.fakes.acp.helpers import CONV, Harness, fake_provider
+from orchestrator.agents.providers import ProviderRunner
+from orchestrator.agents.request import TurnRequest
+from tests.fakes.acp.helpers import CONV, Harness, any_alive, fake_provider, real_provider
+from tests.fakes.acp.scripted_model import ScriptedModel
+from tests.fakes.orchestrator import API_PREFIX, isolate_real_cli
 from tests.fakes.stores import file_history, file_sessions
 from tests.integration.acp.test_acp_pool import LIKES, make  # noqa: F401  (a fixture)
+
+REAL_KEY = "SWITCHYARD_REAL_ACP_TEST_KEY"
 
 
 @pytest.mark.parametrize("like", LIKES)
@@ -41,3 +48,38 @@ async def test_new_opens_a_new_live_session_and_resume_loads_the_first(
     assert first and second and second != first
     opened = sorted(path.stem for path in h.state.glob("*.json"))
     assert opened == sorted([first, second]), "two ACP sessions were opened (session/new), none seeded anew"
+
+
+@pytest.mark.parametrize("like", sorted(API_PREFIX))
+async def test_with_the_real_adapters_new_starts_afresh_and_resume_1_remembers(
+        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, like: str) -> None:
+    """The same with claude-agent-acp, codex-acp and `gemini --acp` against the scripted model: what the adapter
+    sends the model after `/new` holds none of the first session, after `/resume 1` it does (the model answers
+    `recall …` from the request it got)."""
+    isolate_real_cli(tmp_path, monkeypatch, REAL_KEY, f"sk-real-acp-{like}")
+    sessions = file_sessions(home)
+    chat = ConversationSessions(sessions, file_history(home))
+    async with ScriptedModel() as model:
+        provider = real_provider(like, model.url, REAL_KEY, max_live=1)
+        runner = ProviderRunner(home, {"agent": provider}, {}, sessions=file_sessions(home))
+
+        async def turn(prompt: str) -> str:
+            return (await runner.run("agent", TurnRequest(prompt, tmp_path / "ws", conversation=CONV))).stdout
+
+        try:
+            await turn("remember the word zebra, then say ok")
+            first = sessions.session("agent@acp", CONV, assigns_ids=False).id
+            chat.answer("/new", "/new", CONV)
+            after_new = await turn("which word? [recall=zebra]")
+            chat.answer("/resume", "/resume 1", CONV)
+            resumed = await turn("which word now? [recall=zebra]")
+            again = sessions.session("agent@acp", sessions.current(CONV), assigns_ids=False).id
+            pids = [agent.pid for agent in (runner.acp.pool.agents() if runner.acp.pool else []) if agent.pid]
+        finally:
+            await runner.close()
+    assert after_new.startswith("recall zebra: no"), after_new
+    assert resumed.startswith("recall zebra: yes"), resumed
+    if like != "gemini":  # gemini cannot load a session in the clock minute it was created (FINDINGS.md): the
+        # first session's kept turns seed a new one instead, which is what brought "zebra" back above
+        assert first and again == first, "the first ACP session itself was loaded again"
+    assert any_alive(pids) == []
