@@ -263,7 +263,7 @@ class Orchestrator:
         except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
             return None
         if answer is not None:
-            self._count(message)
+            await asyncio.to_thread(self._count, message)  # a write to the session index: off the event loop
             self._selector.remember(message, loaded, answer.message)
         return answer
 
