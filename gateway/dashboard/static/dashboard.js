@@ -18,11 +18,20 @@ async function refresh() {
       return;
     }
     const html = await response.text();  // rendered and escaped by the server
-    if (!pressed) sections.innerHTML = html;
+    if (!pressed) replace(html);
     updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
     if (notice.dataset.kind === "error") tell("", "");
   } catch (error) {
     tell(`gateway unreachable: ${error}`, "error");
+  }
+}
+
+// A run's steps or an event's JSON opened by a click stays open across refreshes (matched by data-key).
+function replace(html) {
+  const open = new Set([...sections.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+  sections.innerHTML = html;
+  for (const details of sections.querySelectorAll("details[data-key]")) {
+    if (open.has(details.dataset.key)) details.open = true;
   }
 }
 
