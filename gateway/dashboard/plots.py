@@ -66,8 +66,11 @@ def minute_plot(ident: str, title: str, start: int, rows: Sequence[dict[str, Any
                       f'data-minute="{_clock(minute)}" data-value="{value:g}"><title>{_clock(minute)} UTC: '
                       f'{escape(line.label)} {escape(show(value))}</title></circle>' for minute, value in points]
     legend = " ".join(f'<span class="key {line.css}">{escape(line.label)}</span>' for line in lines)
-    return _figure(ident, title, legend, show(top) if values else "no data yet", "".join(marks),
-                   ("24 h ago", "now"))
+    ticks = "".join(f'<line class="tick" x1="{W * (1 - hours / 24):.1f}" y1="{TOP}" x2="{W * (1 - hours / 24):.1f}" '
+                    f'y2="{H - BOTTOM}"/><text x="{W * (1 - hours / 24):.1f}" y="{H - 2}" text-anchor="middle">'
+                    f'−{hours} h</text>' for hours in (18, 12, 6))
+    scale = show(top) if any(value > 0 for value in values) else "none"
+    return _figure(ident, title, legend, scale, ticks + "".join(marks), ("24 h ago", "now"))
 
 
 def spend_plots(spend: dict[str, Any] | None) -> list[str]:
