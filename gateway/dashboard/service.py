@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -186,17 +186,12 @@ class Dashboard:
             self._spend = (now, None)
             return None
         today = datetime.now(ZoneInfo(self._served.settings.usage.timezone)).date()
-        days = []
         try:
-            for back in range(SPEND_DAYS - 1, -1, -1):
-                day = today - timedelta(days=back)
-                days.append({"day": day.isoformat(), "providers": {
-                    key: {"usd": spent.usd, "tokens": spent.tokens_in + spent.tokens_out}
-                    for key, spent in records.table("provider", day, day)}})
+            spend = spend_per_day(records, today, SPEND_DAYS)
         except Exception as exc:  # a database away: the last figures stay, the next refresh tries again
             log.debug("dashboard: cannot read the usage totals: %s", exc)
             return self._spend[1] if self._spend is not None else None
-        self._spend = (now, {"days": days})
+        self._spend = (now, spend)
         return self._spend[1]
 
     async def _sample(self) -> None:
@@ -227,3 +222,15 @@ class Dashboard:
         live = self.view.live()
         return {"queue": live["queue"], "in_flight": len(self._in_flight(live)),
                 "channels": dict(self._served.channel_status), "heartbeat_last_ms": self.activity.last_rtt_ms()}
+
+
+def spend_per_day(records: Any, today: date, days: int) -> dict[str, Any]:
+    """What each provider spent (USD, tokens) on each of the `days` days up to `today`, oldest first, from the
+    usage totals (orchestrator/usage/records.py UsageRecords, read as the backend hands it)."""
+    listed = []
+    for back in range(days - 1, -1, -1):
+        day = today - timedelta(days=back)
+        listed.append({"day": day.isoformat(), "providers": {
+            key: {"usd": spent.usd, "tokens": spent.tokens_in + spent.tokens_out}
+            for key, spent in records.table("provider", day, day)}})
+    return {"days": listed}

@@ -143,10 +143,12 @@ class Alerts:
     def observe(self, event: dict[str, Any]) -> None:
         """Takes one event into account; quick, and never writes (the tick does)."""
         name = str(event.get("event"))
-        if name.startswith("alert.") or self._about_an_alert(event):
+        if name.startswith("alert."):
             return
         now = self._clock()
         with self._lock:
+            if self._about_an_alert(event):
+                return
             self._track(name, event, now)
             alert = alert_for(event)
             if alert is not None:
@@ -251,13 +253,19 @@ class Alerts:
             lines.append(f"- and {len(alerts) - LINES_SHOWN} more (`switchyard dead list`, `switchyard status`)")
         return "\n".join(lines)
 
+    def waiting(self) -> bool:
+        """Whether a tick has anything to do: alerts pending, or a state an alert waits on."""
+        with self._lock:
+            return bool(self._pending or self._retrying or self._database_down)
+
     async def run(self) -> None:
-        """Ticks every TICK_S until cancelled; then stores what is still pending (delivered at the next start
-        when the delivery loop has stopped)."""
+        """Ticks every TICK_S until cancelled (on a worker thread: the outbox's write blocks); then stores what
+        is still pending (delivered at the next start when the delivery loop has stopped)."""
         try:
             while True:
                 await asyncio.sleep(TICK_S)
-                await asyncio.to_thread(self.tick)
+                if self.waiting():
+                    await asyncio.to_thread(self.tick)
         finally:
             with self._lock:
                 self._first_at, self._last_sent = -float("inf"), None

@@ -74,3 +74,25 @@ def test_an_event_is_words_with_its_json_only_inside_a_closed_details() -> None:
     html = page.sections(state).split('<section id="events">', 1)[1]
     row, raw = html.split('<details class="json"', 1)
     assert "{" not in row and "&quot;event&quot;: &quot;job.failed.final&quot;" in raw and " open" not in raw
+
+
+def test_spend_per_day_is_each_providers_usd_and_tokens_from_the_usage_totals() -> None:
+    from datetime import date
+
+    from gateway.dashboard.service import spend_per_day
+    from orchestrator.usage.records import MemoryUsageRecords, Spent
+
+    records = MemoryUsageRecords()
+    today = date(2026, 12, 2)
+    records.add(today, {"provider": "claude", "sender": "a"}, Spent(usd=0.25, tokens_in=100, tokens_out=20, turns=1))
+    records.add(today, {"provider": "claude"}, Spent(usd=0.5, tokens_in=10, turns=1))
+    records.add(date(2026, 11, 30), {"provider": "codex"}, Spent(usd=1.0, tokens_out=7, turns=1))
+    records.add(date(2026, 11, 1), {"provider": "codex"}, Spent(usd=9.0, turns=1))  # a month ago: not shown
+    days = spend_per_day(records, today, 7)["days"]
+    assert [day["day"] for day in days] == [f"2026-11-{d}" for d in range(26, 31)] + ["2026-12-01", "2026-12-02"]
+    assert days[-1]["providers"] == {"claude": {"usd": 0.75, "tokens": 130}}
+    assert days[-3]["providers"] == {"codex": {"usd": 1.0, "tokens": 7}}
+    assert sum(len(day["providers"]) for day in days) == 2
+    html = glance(Minutes(lambda: NOW).series(), {"days": days})
+    assert 'data-day="2026-12-02" data-provider="claude" data-value="0.75"' in html
+    assert 'data-day="2026-12-02" data-provider="claude" data-value="130"' in html
