@@ -16,14 +16,22 @@ CHART_W, CHART_H = 480, 120
 def page(state: dict[str, Any], *, refresh_ms: int) -> str:
     """The whole page: the static shell with the sections rendered in."""
     shell = resources.files("gateway.dashboard").joinpath("static/index.html").read_text("utf-8")
-    return shell.replace("<!--SECTIONS-->", sections(state)).replace("REFRESH_MS", str(refresh_ms))
+    return (shell.replace("<!--GLANCE-->", glance(state)).replace("<!--SECTIONS-->", sections(state))
+            .replace("REFRESH_MS", str(refresh_ms)))
+
+
+def glance(state: dict[str, Any]) -> str:
+    """The plots of the last 24 hours (`plots` and `spend` of the state), refreshed apart from the sections:
+    they change once a minute and weigh more."""
+    if "plots" not in state:
+        return ""
+    return _section("Last 24 hours", "glance", plots.glance(state["plots"], state.get("spend")))
 
 
 def sections(state: dict[str, Any]) -> str:
     """The page's live part: every section, refreshed in place by the page's script (the processes and
     channel owners only when the backend has them: postgres)."""
     return "\n".join([
-        *_glance(state),
         _section("Queue", "queue", _database_note(state) + _table(["folder", "files", "oldest"], [
             [q["folder"], q["depth"], _age(q["oldest_age_s"])] for q in state["queue"]])),
         _section("In flight", "in-flight", _table(["message", "channel", "conversation", "attempt", "elapsed"], [
@@ -45,12 +53,6 @@ def sections(state: dict[str, Any]) -> str:
         _section("Heartbeat round trip", "beats", _heartbeats(state["heartbeats"])),
         _section("Last events", "events", _events(state["events"])),
     ])
-
-
-def _glance(state: dict[str, Any]) -> list[str]:
-    if "plots" not in state:
-        return []
-    return [_section("Last 24 hours", "glance", plots.glance(state["plots"], state.get("spend")))]
 
 
 def _database_note(state: dict[str, Any]) -> str:

@@ -1,6 +1,8 @@
-"""The dashboard's small plots, drawn as inline SVG by the server with the rest of the page (no script, no
-library, nothing fetched): each mark carries its minute (or day) and value as `data-` attributes and a
-`<title>` a pointer shows, so what a plot says can be read back (tests/e2e/test_dashboard_plots.py)."""
+"""The dashboard's small plots, drawn as inline SVG by the server with the rest of the page (no library,
+nothing fetched): each bar carries its minute (or day) and value as `data-` attributes, each line its minutes
+and values as lists, so what a plot says can be read back (the page's script shows the value under the
+pointer; tests/e2e/test_dashboard_plots.py reads the peak). A full day is ~1,440 marks a series: they carry
+no more than that, and the page fetches them every 30 s, not at each refresh of the tables."""
 
 from __future__ import annotations
 
@@ -57,14 +59,14 @@ def minute_plot(ident: str, title: str, start: int, rows: Sequence[dict[str, Any
         points = [(row["minute"], float(row[line.key])) for row in rows if row.get(line.key) is not None]
         if line.bars:
             offset = index * width / len(lines)
-            marks += [_bar(line, _x(minute, start) + offset, value, top, width / len(lines), minute, show)
-                      for minute, value in points if value > 0]
+            bars = "".join(_bar(_x(minute, start) + offset, value, top, width / len(lines), minute)
+                           for minute, value in points if value > 0)
+            marks.append(f'<g class="{line.css}">{bars}</g>')
         elif points:
             path = " ".join(f"{_x(minute, start):.1f},{_y(value, top):.1f}" for minute, value in points)
-            marks.append(f'<polyline class="{line.css}" points="{path}"/>')
-            marks += [f'<circle class="{line.css}" cx="{_x(minute, start):.1f}" cy="{_y(value, top):.1f}" r="1.5" '
-                      f'data-minute="{_clock(minute)}" data-value="{value:g}"><title>{_clock(minute)} UTC: '
-                      f'{escape(line.label)} {escape(show(value))}</title></circle>' for minute, value in points]
+            marks.append(f'<polyline class="{line.css}" points="{path}" '
+                         f'data-minutes="{" ".join(_clock(minute) for minute, _ in points)}" '
+                         f'data-values="{" ".join(f"{value:g}" for _, value in points)}"/>')
     legend = " ".join(f'<span class="key {line.css}">{escape(line.label)}</span>' for line in lines)
     ticks = "".join(f'<line class="tick" x1="{W * (1 - hours / 24):.1f}" y1="{TOP}" x2="{W * (1 - hours / 24):.1f}" '
                     f'y2="{H - BOTTOM}"/><text x="{W * (1 - hours / 24):.1f}" y="{H - 2}" text-anchor="middle">'
@@ -100,8 +102,7 @@ def _spend_plot(ident: str, title: str, days: list[dict[str, Any]], providers: l
             marks.append(f'<rect class="p{index % PROVIDER_COLOURS}" x="{x:.1f}" y="{_y(value, top):.1f}" '
                          f'width="{width:.1f}" height="{_y(0, top) - _y(value, top):.1f}" '
                          f'data-day="{escape(day["day"], quote=True)}" data-provider="{escape(name, quote=True)}" '
-                         f'data-value="{value:g}"><title>{escape(day["day"])} {escape(name)}: '
-                         f'{escape(show(value))}</title></rect>')
+                         f'data-value="{value:g}" data-shown="{escape(show(value), quote=True)}"/>')
     legend = " ".join(f'<span class="key p{index % PROVIDER_COLOURS}">{escape(name)}</span>'
                       for index, name in enumerate(providers)) or "no agent turn counted"
     axis = (days[0]["day"], days[-1]["day"]) if days else ("", "")
@@ -117,16 +118,15 @@ def _figure(ident: str, title: str, legend: str, scale: str, marks: str, axis: t
             f'<text x="{W - 2}" y="{H - 2}" text-anchor="end">{escape(axis[1])}</text></svg></figure>')
 
 
-def _bar(line: Line, x: float, value: float, top: float, width: float, minute: int,
-         show: Callable[[float], str]) -> str:
+def _bar(x: float, value: float, top: float, width: float, minute: int) -> str:
     y = _y(value, top)
-    return (f'<rect class="{line.css}" x="{x:.1f}" y="{y:.1f}" width="{width:.2f}" height="{_y(0, top) - y:.1f}" '
-            f'data-minute="{_clock(minute)}" data-value="{value:g}"><title>{_clock(minute)} UTC: '
-            f'{escape(show(value))} {escape(line.label)}</title></rect>')
+    return (f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.2f}" height="{_y(0, top) - y:.1f}" '
+            f'data-minute="{_clock(minute)}" data-value="{value:g}"/>')
 
 
 def _x(minute: int, start: int) -> float:
-    return (minute - start) / MINUTES * W
+    """Where a minute's marks start: the last minute's bars end inside the plot."""
+    return (minute - start) / MINUTES * (W - 2)
 
 
 def _y(value: float, top: float) -> float:

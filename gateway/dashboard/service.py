@@ -133,6 +133,10 @@ class Dashboard:
             "events": self.activity.recent_events(EVENTS_SHOWN), "plots": self.minutes.series(),
         }
 
+    async def glance(self) -> dict[str, Any]:
+        """The figures of the plots of the last 24 hours (what `/api/glance` draws)."""
+        return {"plots": self.minutes.series(), "spend": await asyncio.to_thread(self._spent)}
+
     async def metrics(self) -> bytes:
         """The Prometheus text of every metric."""
         return await asyncio.to_thread(self._metrics.text)

@@ -6,6 +6,7 @@ tests/artifacts/; SWITCHYARD_UPDATE_SCREENSHOT=1 writes the docs' picture (docs/
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
@@ -64,17 +65,23 @@ def test_a_burst_of_messages_is_the_peak_of_its_minute_and_events_read_as_lines(
     assert burst_minutes[peak_minute] >= BURST / 2  # the burst made the peak (however a minute's end cut it)
 
     page.goto(url)
-    bars = page.locator("#plot-messages rect.in")
+    bars = page.locator("#plot-messages g.in rect")
     expect(bars.first).to_be_attached()
-    expect(page.locator(f'#plot-messages rect.in[data-minute="{peak_minute}"]')).to_have_attribute(
+    expect(page.locator(f'#plot-messages g.in rect[data-minute="{peak_minute}"]')).to_have_attribute(
         "data-value", str(peak))
     shown = {bar.get_attribute("data-minute"): int(bar.get_attribute("data-value") or 0) for bar in bars.all()}
     assert max(shown, key=lambda minute: shown[minute]) == peak_minute
     assert all(value < peak for minute, value in shown.items() if minute != peak_minute)
     heights = {bar.get_attribute("data-minute"): float(bar.get_attribute("height") or 0) for bar in bars.all()}
     assert heights[peak_minute] == max(heights.values())  # drawn as the tallest bar, not only labelled so
-    expect(page.locator("#plot-messages rect.out").first).to_be_attached()  # the heartbeat's replies
-    expect(page.locator("#plot-latency circle.p99").first).to_be_attached()
+    expect(page.locator("#plot-messages g.out rect").first).to_be_attached()  # the heartbeat's replies
+    expect(page.locator("#plot-latency polyline.p99")).to_have_attribute("data-values", re.compile(r"\d"))
+    box = page.locator(f'#plot-messages g.in rect[data-minute="{peak_minute}"]').bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # the value under the pointer
+    expect(page.locator("#plot-messages .reading")).to_have_text(f" {peak_minute} in {peak}")
+    plots = page.request.get(f"{url}api/glance")  # what the script fetches every 30 s
+    assert plots.ok and f'data-minute="{peak_minute}" data-value="{peak}"' in plots.text()
 
     key = page.locator("#events tbody tr details.json").first.get_attribute("data-key")
     line = page.locator("#events tbody tr", has=page.locator(f'details[data-key="{key}"]'))
