@@ -14,6 +14,7 @@ from gateway.runtime.keys import CONTROL_COMMANDS, STATUS_WORDS, command_word
 from gateway.settings import Settings, SettingsError, secret_env_names
 from orchestrator.agents.acp.orphans import reap_orphans
 from orchestrator.agents.builtin import builtin_providers
+from orchestrator.agents.conversations import SESSION_COMMANDS, ConversationSessions
 from orchestrator.agents.doctor import missing_providers
 from orchestrator.agents.live import PermissionAsker, TurnStopped
 from orchestrator.agents.providers import ProviderRunner
@@ -82,6 +83,7 @@ class Orchestrator:
                                      runs_retention_days=queue.runs_retention_days,
                                      locks=stores.locks, dead_letter=context.dead_letter)
         self._selector = Selector(context.home, self._runner, context.events, stores.history)
+        self._conversations = ConversationSessions(stores.sessions, stores.history)  # /new, /sessions, /resume
         self._answers = ChatAnswers(self.approvals, context.settings, stores.pairing, self.access)
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
@@ -202,6 +204,10 @@ class Orchestrator:
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
         if command == "/usage":
             return [reply(message, await self._usage(message), agent=SYSTEM_AGENT)]
+        if command in SESSION_COMMANDS:  # ordered with the conversation's messages (gateway.runtime.keys)
+            scope = f"conv:{conversation_key(message)}"
+            text = await asyncio.to_thread(self._conversations.answer, command, message.message, scope)
+            return [reply(message, text, agent=SYSTEM_AGENT)]
         if message.editOf:  # an edit of a message already taken: the agent sees it is one
             message = message.model_copy(update={"message": f"{EDITED_PREFIX}{message.message}"})
         loaded = self._load(message)
@@ -301,6 +307,7 @@ class Orchestrator:
         except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
             return None
         if answer is not None:
+            await asyncio.to_thread(self._count, message)  # a write to the session index: off the event loop
             self._selector.remember(message, loaded, answer.message)
         return answer
 
@@ -318,6 +325,13 @@ class Orchestrator:
                                                    active.summary() if active else None)
             return await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}",
                                                payer=payer, reserved=BEFORE_SELECTOR if selector_turn else ())
+
+    def _count(self, message: IncomingPayload) -> None:
+        """Counts an answered message in its conversation's current session (what `/sessions` lists)."""
+        try:
+            self._conversations.count(f"conv:{conversation_key(message)}", message.message)
+        except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
+            log.warning("could not count the message in its conversation's session: %s", exc)
 
 
 def _replies(answer: OutgoingPayload | None) -> list[OutgoingPayload]:
