@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.config.fields import Argv, IdText
+from gateway.config.roles import RoleSettings
 from gateway.config.usage import UsageSettings
 from gateway.config.yamlfile import error_text as yaml_error_text
 from gateway.config.yamlfile import load_yaml
@@ -212,7 +213,9 @@ class ChannelOptions(_Strict):
     pairing: bool = False
     pairing_code_ttl_sec: float = Field(default=DEFAULT_PAIRING_CODE_TTL_S, gt=0)
     workflow: str | None = None
-    approvers: list[IdText] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
+    approvers: list[IdText] | None = None  # deprecated (gateway/roles.py): only these answer tool approvals
+    roles: dict[str, list[IdText]] | None = None  # role -> sender ids (or `group:<id>`) given it on this profile
+    default_role: str | None = Field(default=None, min_length=1)  # everyone else admitted (else `member`)
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -289,6 +292,7 @@ class Settings(_Strict):
     transcribe: TranscribeSettings | None = None  # voice notes and audio files to text (else refused, told)
     usage: UsageSettings = Field(default_factory=UsageSettings)  # the day's time zone and the spending limits
     alerts: AlertSettings | None = None  # the operators' conversation told of failures (off unless set)
+    roles: dict[str, RoleSettings] = Field(default_factory=dict)  # the operator's roles (gateway/roles.py)
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 
