@@ -1,5 +1,5 @@
-"""The dashboard's HTTP server (aiohttp): the page, its JSON state, `/metrics`, the retry button, and
-allow / deny of a pending tool approval."""
+"""The dashboard's HTTP server (aiohttp): the page, its JSON state, its plots, `/metrics`, the retry button,
+and allow / deny of a pending tool approval."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class Source(Protocol):
     """What the server reads and does: the state, the metrics text, a retry, and secret masking."""
 
     async def state(self) -> dict[str, Any]: ...
+    async def glance(self) -> dict[str, Any]: ...
     async def metrics(self) -> bytes: ...
     async def retry(self, names: list[str]) -> list[str]: ...
     async def answer(self, approval_id: str, verdict: str) -> dict[str, Any]: ...
@@ -43,12 +44,16 @@ def build_app(source: Source, settings: DashboardSettings, token: str | None, *,
     app.on_response_prepare.append(secure)  # gateway.channelkit.web
     refresh_ms = int(settings.refresh_sec * 1000)
 
-    async def index(request: web.Request) -> web.Response:
-        html = page.page(await source.state(), refresh_ms=refresh_ms)
+    async def index(request: web.Request) -> web.Response:  # the plots take a while to draw: off the loop
+        html = await asyncio.to_thread(page.page, await source.state(), refresh_ms=refresh_ms)
         return web.Response(text=source.redact(html), content_type="text/html")
 
     async def sections(request: web.Request) -> web.Response:
         return web.Response(text=source.redact(page.sections(await source.state())), content_type="text/html")
+
+    async def glance(request: web.Request) -> web.Response:
+        html = await asyncio.to_thread(page.glance, await source.glance())
+        return web.Response(text=source.redact(html), content_type="text/html")
 
     async def state(request: web.Request) -> web.Response:
         text = json.dumps(await source.state(), default=str, ensure_ascii=False)
@@ -106,6 +111,7 @@ def build_app(source: Source, settings: DashboardSettings, token: str | None, *,
 
     app.router.add_get("/", index)
     app.router.add_get("/api/sections", sections)
+    app.router.add_get("/api/glance", glance)
     app.router.add_get("/api/state", state)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/api/dead-letters/retry", retry)

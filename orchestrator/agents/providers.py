@@ -55,6 +55,7 @@ class ProviderRunner:
         self._hidden_env = hidden_env
         self.turns = Turns()  # the turns running now, by conversation: what /stop stops
         self.meter = meter
+        self._sessions = sessions
         self.acp = AcpRoute(sessions, events)  # live sessions of `transport: acp` presets
         self._cli = AgentCliRunner(sessions, events)  # presets one-shot
 
@@ -122,6 +123,8 @@ class ProviderRunner:
         full_env = self.provider_env(name, configured, {**request_env, **turn.env})
         async with self._turn(turn.turn_scope()) as stop:
             call = ProviderCall.of(name, configured, replace(turn, env=full_env), stop)
+            if call.scope is not None:  # the conversation's current session (`/new`, `/resume N`)
+                call = replace(call, scope=self._sessions.current(call.scope))
             if configured.type is None:
                 return await _run_argv(call)
             if configured.transport == "acp":
