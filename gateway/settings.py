@@ -390,7 +390,7 @@ def parse_yaml_file(path: Path) -> dict[str, Any]:
 
 
 def load_settings(path: Path | None, *, required: bool = False) -> Settings:
-    """Loads settings.yaml; a missing file means the embedded default (console + built-in provider),
+    """Loads settings.yaml; a missing file means the embedded default (console, web chat, built-in provider),
     unless the file is `required` (named on the command line)."""
     if path is None or (not required and not path.exists()):
         return default_settings()
@@ -424,5 +424,6 @@ def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseM
 
 
 def default_settings() -> Settings:
-    """The embedded default: a console channel and the built-in offline provider, no tokens."""
-    return Settings(channels=[ChannelProfile(id="console", type="console")])
+    """The embedded default: a console channel, the web chat on 127.0.0.1 (`run` prints its login link) and the
+    built-in offline provider, no tokens."""
+    return Settings(channels=[ChannelProfile(id="web", type="web"), ChannelProfile(id="console", type="console")])

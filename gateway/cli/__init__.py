@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
 
 PROG = "switchyard"
-CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli",)  # built-in modules that only add subcommands
+CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli", "plugins.web.cli")  # built-in modules that only add subcommands
 EXIT_USAGE = 2  # argparse's code for a bad command line; also invalid settings
 EXIT_BROKEN_PIPE = 1  # what Python's docs recommend after EPIPE (signal module, "Note on SIGPIPE")
 EXIT_NO_HOME = 2  # the home named is not one (a wrong --home or $SWITCHYARD_HOME, as a bad command line)
