@@ -39,6 +39,7 @@ from gateway.settings import ChannelProfile, Settings, secret_env_names
 from gateway.spool.queue import FileQueue
 from gateway.spool.watch import FolderWatch
 from gateway.stores import Delivery, Runtime, RuntimeParts
+from gateway.telemetry.alerts import Alerts
 from gateway.telemetry.events import EventLog, utc_now_iso
 from gateway.telemetry.logs import apply_log_settings, hide_in_logs
 from gateway.telemetry.redaction import dsn_passwords
@@ -95,6 +96,7 @@ class Gateway:
             receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written))
         self._close_event_sink: Callable[[], None] = self.backend.close_events
         self.outbox = self.backend.outbox
+        self.alerts = Alerts.configured(settings, self.outbox, self.events)  # `alerts:`, else None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # while running: the outbox's replies reach the dispatcher
@@ -136,6 +138,8 @@ class Gateway:
             self.dispatcher.rescan()
         self._tasks.extend(self.backend.run())
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
+        if self.alerts is not None:
+            self._tasks.append(asyncio.create_task(self.alerts.run(), name="alerts"))
         if self.reload is not None:
             self.reload.check(self._apply_settings, self._write_status)  # an edit made since `run` read it
             self._tasks.append(asyncio.create_task(self.reload.watch(self._apply_settings, self._write_status),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.config.fields import Argv, IdText
+from gateway.config.roles import RoleSettings
 from gateway.config.usage import UsageSettings
 from gateway.config.yamlfile import error_text as yaml_error_text
 from gateway.config.yamlfile import load_yaml
@@ -215,7 +216,9 @@ class ChannelOptions(_Strict):
     pairing: bool = False
     pairing_code_ttl_sec: float = Field(default=DEFAULT_PAIRING_CODE_TTL_S, gt=0)
     workflow: str | None = None
-    approvers: list[IdText] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
+    approvers: list[IdText] | None = None  # deprecated (gateway/roles.py): only these answer tool approvals
+    roles: dict[str, list[IdText]] | None = None  # role -> sender ids (or `group:<id>`) given it on this profile
+    default_role: str | None = Field(default=None, min_length=1)  # everyone else admitted (else `member`)
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -251,6 +254,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+AlertKind = Literal["dead_letter", "channel", "provider_login", "usage_limit", "database", "run_failed"]
+ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
+
+
+class AlertTarget(_Strict):
+    """The conversation alerts are sent to: a configured channel profile and a conversation of it."""
+
+    profile: str
+    conversationId: IdText | None = None  # noqa: N815 - the payload's own field name
+
+
+class AlertSettings(_Strict):
+    """`alerts:`: what the operators are told, where, and how often (gateway/telemetry/alerts.py)."""
+
+    to: AlertTarget
+    send: list[AlertKind] = Field(default_factory=lambda: list(ALERT_KINDS))
+    group_wait_sec: float = Field(default=10, ge=0)  # after the first alert, wait this long for others to join it
+    group_interval_sec: float = Field(default=60, ge=0)  # at most one alert message this often
+    channel_retrying_min: float = Field(default=5, ge=0)  # a channel still retrying after this long is reported
+    database_unreachable_sec: float = Field(default=30, ge=0)  # the database unreachable this long is reported
+
+
 class FileSettings(_Strict):
     extra_roots: list[str] = Field(default_factory=list)
     shared_dir: str | None = None  # postgres: a folder every host mounts, for attachments over
@@ -269,6 +294,8 @@ class Settings(_Strict):
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     transcribe: TranscribeSettings | None = None  # voice notes and audio files to text (else refused, told)
     usage: UsageSettings = Field(default_factory=UsageSettings)  # the day's time zone and the spending limits
+    alerts: AlertSettings | None = None  # the operators' conversation told of failures (off unless set)
+    roles: dict[str, RoleSettings] = Field(default_factory=dict)  # the operator's roles (gateway/roles.py)
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 
@@ -295,6 +322,8 @@ class Settings(_Strict):
                 raise ValueError(
                     f"channels.{index}.orchestrator: {profile.orchestrator!r} is not a key of orchestrators"
                 )
+        if self.alerts is not None and self.alerts.to.profile not in seen:
+            raise ValueError(f"alerts.to.profile: {self.alerts.to.profile!r} is not a configured channel profile id")
         return self
 
     def orchestrator_for(self, profile_id: str | None) -> str:
@@ -364,7 +393,7 @@ def parse_yaml_file(path: Path) -> dict[str, Any]:
 
 
 def load_settings(path: Path | None, *, required: bool = False) -> Settings:
-    """Loads settings.yaml; a missing file means the embedded default (console + built-in provider),
+    """Loads settings.yaml; a missing file means the embedded default (console, web chat, built-in provider),
     unless the file is `required` (named on the command line)."""
     if path is None or (not required and not path.exists()):
         return default_settings()
@@ -398,5 +427,6 @@ def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseM
 
 
 def default_settings() -> Settings:
-    """The embedded default: a console channel and the built-in offline provider, no tokens."""
-    return Settings(channels=[ChannelProfile(id="console", type="console")])
+    """The embedded default: a console channel, the web chat on 127.0.0.1 (`run` prints its login link) and the
+    built-in offline provider, no tokens."""
+    return Settings(channels=[ChannelProfile(id="web", type="web"), ChannelProfile(id="console", type="console")])

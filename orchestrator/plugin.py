@@ -71,12 +71,15 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
     from orchestrator.agents.builtin import builtin_providers
     from orchestrator.agents.doctor import unset_keys
     from orchestrator.agents.transcribe import transcribe_problems
-    from orchestrator.config.models import load_every_config
+    from orchestrator.config.check import allow_problems
+    from orchestrator.config.models import CONFIG_FILE, load_every_config
 
     known = set(settings.providers) | set(builtin_providers()) | set(providers)
     source = str(home.settings_file)
-    return (unset_keys(settings, source) + transcribe_problems(settings, source)
-            + load_every_config(home, settings, known)[1])
+    loaded, problems = load_every_config(home, settings, known)
+    roles = [f"{each.workspace / CONFIG_FILE}: {problem}" for each in loaded
+             for problem in allow_problems(each.config, settings)]
+    return unset_keys(settings, source) + transcribe_problems(settings, source) + problems + roles
 
 
 @hookimpl

@@ -8,13 +8,24 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from gateway.dashboard import lines, plots
+
 CHART_W, CHART_H = 480, 120
 
 
 def page(state: dict[str, Any], *, refresh_ms: int) -> str:
     """The whole page: the static shell with the sections rendered in."""
     shell = resources.files("gateway.dashboard").joinpath("static/index.html").read_text("utf-8")
-    return shell.replace("<!--SECTIONS-->", sections(state)).replace("REFRESH_MS", str(refresh_ms))
+    return (shell.replace("<!--GLANCE-->", glance(state)).replace("<!--SECTIONS-->", sections(state))
+            .replace("REFRESH_MS", str(refresh_ms)))
+
+
+def glance(state: dict[str, Any]) -> str:
+    """The plots of the last 24 hours (`plots` and `spend` of the state), refreshed apart from the sections:
+    they change once a minute and weigh more."""
+    if "plots" not in state:
+        return ""
+    return _section("Last 24 hours", "glance", plots.glance(state["plots"], state.get("spend")))
 
 
 def sections(state: dict[str, Any]) -> str:
@@ -36,8 +47,8 @@ def sections(state: dict[str, Any]) -> str:
             for s in state.get("schedules", [])], empty="no schedules")),
         _section("Channels", "channels", _table(
             ["profile", "type", "status", "last inbound", "last outbound", "retries", "429s"],
-            [[c["profile"], c["type"], _status(c), c["last_inbound"] or "—", c["last_outbound"] or "—",
-              c["retries"], c["rate_limited"]] for c in state["channels"]], empty="no channels configured")),
+            [[c["profile"], c["type"], _status_cell(c), c["last_inbound"] or "—", c["last_outbound"] or "—",
+              c["retries"], c["rate_limited"]] for c in state["channels"]], empty="no channels configured", raw=(2,))),
         *_processes(state),
         _section("Heartbeat round trip", "beats", _heartbeats(state["heartbeats"])),
         _section("Last events", "events", _events(state["events"])),
@@ -94,6 +105,14 @@ def _status(channel: dict[str, Any]) -> str:
     return f"{channel['state']} — {channel['reason']}" if channel.get("reason") else str(channel["state"])
 
 
+def _status_cell(channel: dict[str, Any]) -> str:
+    """The status, escaped; a running web chat's address (its note) as a link to the chat."""
+    reason = str(channel.get("reason") or "")
+    if channel.get("type") == "web" and channel.get("state") == "running" and reason.startswith(("http://", "https://")):
+        return f'running — <a href="{escape(reason, quote=True)}">open the web chat</a>'
+    return escape(_status(channel))
+
+
 def _dead_letters(letters: list[dict[str, Any]]) -> str:
     rows = [[letter["name"], letter["kind"], letter.get("conversation"), letter["reason"], letter["attempts"],
              letter.get("failed_at"),
@@ -121,10 +140,21 @@ def _runs(runs: list[dict[str, Any]]) -> str:
     for run in runs:
         steps = " ".join(f'<span class="step {escape(str(s["status"]), quote=True)}">{escape(str(s["id"]))}'
                          f'{_duration(s.get("durationMs"))}</span>' for s in run.get("steps", []))
-        rows.append([run.get("runId"), run.get("workflowId"), run.get("conversation"), run.get("state"), steps,
+        rows.append([_run_details(run), run.get("workflowId"), run.get("conversation"), run.get("state"), steps,
                      run.get("updatedAt")])
     return _table(["run", "workflow", "conversation", "state", "steps", "updated"], rows, empty="no runs yet",
-                  raw=(4,))
+                  raw=(0, 4))
+
+
+def _run_details(run: dict[str, Any]) -> str:
+    """The run's id, opening onto its steps one a line (and its trace id and error, when it has them)."""
+    ident = str(run.get("runId"))
+    steps = "".join(f"<li>{_cell(s.get('id'))}: {_cell(s.get('status'))}{_duration(s.get('durationMs'))}</li>"
+                    for s in run.get("steps", []))
+    extra = "".join(f"<p>{label}: <code>{_cell(run[key])}</code></p>"
+                    for key, label in (("traceId", "trace id"), ("error", "error")) if run.get(key))
+    return (f'<details class="run" data-key="run:{escape(ident, quote=True)}"><summary>{escape(ident)}</summary>'
+            f'<ol class="steps">{steps or "<li>no step yet</li>"}</ol>{extra}</details>')
 
 
 def _duration(ms: Any) -> str:
@@ -153,8 +183,14 @@ def chart(points: list[dict[str, Any]]) -> str:
 
 
 def _events(events: list[dict[str, Any]]) -> str:
+    """One readable line per event (time, what, conversation, run); its JSON in a closed `<details>`."""
     rows = []
     for event in events:
-        details = {k: v for k, v in event.items() if k not in ("ts", "event")}
-        rows.append([event.get("ts"), event.get("event"), json.dumps(details, ensure_ascii=False, default=str)])
-    return _table(["time", "event", "details"], rows, empty="no events yet")
+        said = lines.line(event)
+        key = "|".join(str(event.get(k)) for k in ("ts", "event", "job_id", "file"))
+        raw = json.dumps(event, ensure_ascii=False, default=str, indent=1)
+        rows.append([f'<span title="{escape(str(event.get("ts")), quote=True)}">{escape(said["time"])}</span>',
+                     said["what"], said["conversation"] or None, said["run"] or None,
+                     f'<details class="json" data-key="event:{escape(key, quote=True)}"><summary>JSON</summary>'
+                     f'<pre>{escape(raw)}</pre></details>'])
+    return _table(["time", "what", "conversation", "run", ""], rows, empty="no events yet", raw=(0, 4))

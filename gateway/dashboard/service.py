@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from gateway.approvals import describe, operator_answer
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
+from gateway.dashboard.series import Minutes
 from gateway.dashboard.server import Server, build_app
 from gateway.dashboard.state import Activity
 from gateway.plugin_manager import call_each
+from gateway.stores import StoreKey
 from gateway.telemetry.events import read_events
 
 if TYPE_CHECKING:
@@ -32,6 +37,11 @@ SEED_EVENTS = 500
 RUNS_SHOWN = 20
 DEAD_SHOWN = 50
 EVENTS_SHOWN = 30
+SERIES_SEED_EVENTS = 20_000  # the log's tail the per-minute plots start from (its last ~20 MB at most)
+SAMPLE_S = 20.0  # the queue's depth is sampled this often for its plot (and at each refresh)
+SPEND_DAYS = 7
+SPEND_CACHE_S = 60.0  # the usage totals are read at most this often (a query per day on PostgreSQL)
+USAGE: StoreKey[Any] = StoreKey("usage")  # the orchestrator's per-day totals (orchestrator/usage/records.py)
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,10 @@ class Dashboard:
         self.view = served.view
         self.activity = Activity()
         self.activity.seed(read_events(served.home.events_file, limit=SEED_EVENTS))
+        self.minutes = Minutes()
+        self.minutes.seed(read_events(served.home.events_file, limit=SERIES_SEED_EVENTS))
+        self._spend: tuple[float, dict[str, Any] | None] | None = None
+        self._sampler: asyncio.Task[None] | None = None
         installed = [t for types in call_each(served.pm, "switchyard_channel_types") for t in types]
         self._metrics = Metrics(self._live, [p.type for p in served.settings.channels] + installed,
                                 [p.id for p in served.settings.channels])
@@ -76,6 +90,7 @@ class Dashboard:
     def _observe(self, event: dict[str, Any]) -> None:
         self.activity.observe(event)
         self._metrics.observe(event)
+        self.minutes.observe(event)
 
     async def start(self) -> str | None:
         """Starts serving; returns the page's address. A port it cannot bind is logged and written as a
@@ -89,12 +104,16 @@ class Dashboard:
             await server.stop()
             return None
         self._server = server
+        self._sampler = asyncio.create_task(self._sample(), name="dashboard-sampler")
         log.info("dashboard at %s", self.url)
         self._served.events.emit("dashboard.started", url=self.url)
         return self.url
 
     async def stop(self) -> None:
         """Stops serving."""
+        if self._sampler is not None:
+            self._sampler.cancel()
+            await asyncio.gather(self._sampler, return_exceptions=True)
         if self._server is not None:
             await self._server.stop()
 
@@ -111,8 +130,12 @@ class Dashboard:
             **{k: v for k, v in read.items() if k != "processing"},
             "pid": os.getpid(), "started_at": self._served.started_at, "in_flight": self._in_flight(read),
             "channels": self._channels(), "heartbeats": self.activity.heartbeat_history(),
-            "events": self.activity.recent_events(EVENTS_SHOWN),
+            "events": self.activity.recent_events(EVENTS_SHOWN), "plots": self.minutes.series(),
         }
+
+    async def glance(self) -> dict[str, Any]:
+        """The figures of the plots of the last 24 hours (what `/api/glance` draws)."""
+        return {"plots": self.minutes.series(), "spend": await asyncio.to_thread(self._spent)}
 
     async def metrics(self) -> bytes:
         """The Prometheus text of every metric."""
@@ -150,8 +173,40 @@ class Dashboard:
         for found in call_each(served.pm, "switchyard_schedules", events=served.events,
                                home=served.home, settings=served.settings, backend=served.backend):
             schedules.extend(found)
-        return {**self.view.read(DEAD_SHOWN), "runs": runs[:RUNS_SHOWN], "approvals": approvals,
-                "schedules": schedules}
+        queue = self.view.read(DEAD_SHOWN)
+        self.minutes.sample_queue(queue["queue"])
+        return {**queue, "runs": runs[:RUNS_SHOWN], "approvals": approvals, "schedules": schedules,
+                "spend": self._spent()}
+
+    def _spent(self) -> dict[str, Any] | None:
+        """Spend per day by provider over the last SPEND_DAYS days (in the usage time zone), from the backend's
+        usage totals (None where it keeps none); read at most every SPEND_CACHE_S."""
+        now = time.monotonic()
+        if self._spend is not None and now - self._spend[0] < SPEND_CACHE_S:
+            return self._spend[1]
+        try:
+            records = self._served.backend.store(USAGE)
+        except KeyError:  # no plugin keeps usage totals for this backend
+            self._spend = (now, None)
+            return None
+        today = datetime.now(ZoneInfo(self._served.settings.usage.timezone)).date()
+        try:
+            spend = spend_per_day(records, today, SPEND_DAYS)
+        except Exception as exc:  # a database away: the last figures stay, the next refresh tries again
+            log.debug("dashboard: cannot read the usage totals: %s", exc)
+            return self._spend[1] if self._spend is not None else None
+        self._spend = (now, spend)
+        return self._spend[1]
+
+    async def _sample(self) -> None:
+        """Samples the queue for its plot every SAMPLE_S, whether or not a page is open."""
+        while True:
+            try:
+                live = await asyncio.to_thread(self.view.live)
+                self.minutes.sample_queue(live["queue"])
+            except Exception as exc:  # a database away: a gap in the plot
+                log.debug("dashboard: cannot sample the queue: %s", exc)
+            await asyncio.sleep(SAMPLE_S)
 
     def _in_flight(self, read: dict[str, Any]) -> list[dict[str, Any]]:
         """The messages in flight: as the backend lists them, else those claimed here still in processing/."""
@@ -171,3 +226,15 @@ class Dashboard:
         live = self.view.live()
         return {"queue": live["queue"], "in_flight": len(self._in_flight(live)),
                 "channels": dict(self._served.channel_status), "heartbeat_last_ms": self.activity.last_rtt_ms()}
+
+
+def spend_per_day(records: Any, today: date, days: int) -> dict[str, Any]:
+    """What each provider spent (USD, tokens) on each of the `days` days up to `today`, oldest first, from the
+    usage totals (orchestrator/usage/records.py UsageRecords, read as the backend hands it)."""
+    listed = []
+    for back in range(days - 1, -1, -1):
+        day = today - timedelta(days=back)
+        listed.append({"day": day.isoformat(), "providers": {
+            key: {"usd": spent.usd, "tokens": spent.tokens_in + spent.tokens_out}
+            for key, spent in records.table("provider", day, day)}})
+    return {"days": listed}

@@ -16,6 +16,8 @@ from orchestrator.agents.pathcheck import not_found, provider_line
 from orchestrator.config.models import load_every_config
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from orchestrator.agents.sessions import Change, Record, SessionStore
 
 VERSION_TIMEOUT_SEC = 15.0
@@ -212,6 +214,9 @@ class _NoRecords:
 
     def update(self, key: tuple[str, ...], change: Change) -> None:
         return None
+
+    def every(self) -> Iterator[Record]:
+        return iter(())
 
 
 def _no_sessions() -> SessionStore:

@@ -57,6 +57,7 @@ class ProviderRunner:
         self._hidden_env = hidden_env
         self.turns = Turns()  # the turns running now, by conversation: what /stop stops
         self.meter = meter
+        self._sessions = sessions
         self.acp = AcpRoute(sessions, events)  # live sessions of `transport: acp` presets
         self._cli = AgentCliRunner(sessions, events)  # presets one-shot
 
@@ -125,6 +126,8 @@ class ProviderRunner:
         sandbox = self.sandbox_of(configured, turn, full_env)
         async with self._turn(turn.turn_scope()) as stop:
             call = ProviderCall.of(name, configured, replace(turn, env=full_env, sandbox=sandbox), stop)
+            if call.scope is not None:  # the conversation's current session (`/new`, `/resume N`)
+                call = replace(call, scope=self._sessions.current(call.scope))
             if configured.type is None:
                 return await _run_argv(call)
             if configured.transport == "acp":

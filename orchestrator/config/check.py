@@ -102,3 +102,14 @@ def _placeholder_problem(name: str, workflow_id: str, workflow: WorkflowConfig, 
         return (f"names no input of workflow {workflow_id} (inputs: {', '.join(sorted(declared))}); it would stay "
                 "as written")
     return None
+
+
+def allow_problems(config: OrchestratorConfig, settings: Settings) -> Iterator[str]:
+    """A workflow's `allow:` naming a role settings.yaml does not define (nobody could start it by that role)."""
+    from gateway.roles import RoleBook
+
+    book = RoleBook(settings)
+    for workflow_id, workflow in config.workflows.items():
+        for role in workflow.allow or ():
+            if role not in book.roles:
+                yield f"workflows.{workflow_id}.allow: {book.unknown(role)}"

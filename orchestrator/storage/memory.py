@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -191,6 +191,11 @@ class MemoryRecords:
         with self._lock:
             current = copy.deepcopy(self._records.get(tuple(key), {}))
             self._records[tuple(key)] = made_safe(change(current))
+
+    def every(self) -> Iterator[Record]:
+        with self._lock:
+            records = copy.deepcopy(list(self._records.values()))
+        yield from records
 
     def twin(self) -> MemoryRecords:
         """A second handle on the same records (another "host")."""

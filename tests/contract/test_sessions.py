@@ -45,3 +45,47 @@ def test_each_conversation_sees_only_its_own_recent_exchanges(backend: Backend) 
     assert [exchange["user"] for exchange in alice] == [f"alice asks {n}" for n in range(2, HISTORY_EXCHANGES + 2)]
     assert host.recent(BOB) == [{"user": "bob asks", "assistant": "bob's answer"}]
     assert host.recent("conv:console/console/carol") == []
+
+
+def test_a_conversation_numbers_its_sessions_and_any_handle_switches_between_them(backend: Backend) -> None:
+    host, other_host = backend.sessions(), backend.sessions()
+    first = host.session("claude", host.current(ALICE), assigns_ids=True)
+    host.save("claude", host.current(ALICE), first.id)
+    host.count_turn(ALICE, "my name is Alice and I like tea")
+    assert other_host.start_new(ALICE) == 2
+    assert host.current(ALICE) != ALICE and other_host.current(BOB) == BOB, "Bob's conversation never moves"
+    fresh = host.session("claude", host.current(ALICE), assigns_ids=True)
+    assert fresh.id != first.id and not fresh.resume, "/new starts a session of its own"
+    host.save("claude", host.current(ALICE), fresh.id)
+    assert other_host.switch(ALICE, 1) and not other_host.switch(ALICE, 7)
+    back = host.session("claude", host.current(ALICE), assigns_ids=True)
+    assert (back.id, back.resume) == (first.id, True), "/resume 1 continues the first session"
+    listed = other_host.listing(ALICE)
+    assert [(info.number, info.current, info.turns) for info in listed] == [(1, True, 1), (2, False, 0)]
+    assert listed[0].first_words == "my name is Alice and I like tea" and listed[1].started
+
+
+def test_an_attached_cli_session_is_the_conversations_next_one_and_every_conversation_is_listed(
+        backend: Backend) -> None:
+    host, other_host = backend.sessions(), backend.sessions()
+    host.save("codex", BOB, "thread-of-bob")  # as a previous version kept it: no index, one session
+    assert host.attach(ALICE, "codex", "started-at-a-terminal") == 2
+    resumed = other_host.session("codex", other_host.current(ALICE), assigns_ids=False)
+    assert (resumed.id, resumed.resume) == ("started-at-a-terminal", True)
+    listed = other_host.conversations()
+    assert sorted(listed) == [ALICE, BOB]
+    assert [(info.number, info.current, info.attached) for info in listed[ALICE]] == [
+        (1, False, None), (2, True, "codex")]
+    assert [(info.number, info.current, info.started) for info in listed[BOB]] == [(1, True, None)]
+
+
+def test_the_history_follows_the_session(backend: Backend) -> None:
+    host, other_host = backend.history(), backend.history()
+    host.add(ALICE, "my name is Alice", "hello Alice")
+    host.switch(ALICE, 1, 2)
+    assert other_host.recent(ALICE) == [], "a new session starts without the selector's memory of the old"
+    other_host.add(ALICE, "second session", "ok")
+    other_host.switch(ALICE, 2, 1)
+    assert [exchange["user"] for exchange in host.recent(ALICE)] == ["my name is Alice"]
+    host.switch(ALICE, 1, 2)
+    assert [exchange["user"] for exchange in host.recent(ALICE)] == ["second session"]

@@ -106,7 +106,8 @@ async def test_a_streaming_turn_writes_growing_drafts_and_its_result_names_their
     written = drafts(outbox)
     assert written, "no preview while the answer was written"
     texts = [d.message for d in written]
-    assert all(ANSWER.startswith(text) and len(text) < len(ANSWER) for text in texts)
+    # each a beginning of the answer; on a busy machine the last delta may be drafted before the result arrives
+    assert all(ANSWER.startswith(text) for text in texts) and len(texts[0]) < len(ANSWER)
     assert texts == sorted(texts, key=len) and len(set(texts)) == len(texts)  # growing, each one new
     assert {d.progress_key for d in written} == {f"answer:{message.messageId}"} == {answer.stream_key}
     [call] = fake_clis.calls("claude")

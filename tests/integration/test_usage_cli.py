@@ -5,12 +5,13 @@ key or --all, days counted in `usage.timezone`, and an unreachable database said
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
+import orchestrator.usage.cli
 from gateway.cli import main
 from gateway.home import Home
 from orchestrator.storage.files.usage import FileUsageRecords
@@ -18,9 +19,23 @@ from orchestrator.usage.cli import agent_time, first_day
 from orchestrator.usage.records import Spent
 from tests.backends.postgres.helpers import pg_home, switchyard
 
-TODAY = datetime.now(ZoneInfo("UTC")).date()
+NOW = datetime.now(ZoneInfo("UTC"))  # one instant for the module: a run across midnight still sees one "today"
+TODAY = NOW.date()
 ALICE = {"sender": "telegram/tg/alice", "conversation": "telegram/tg/c1", "profile": "tg", "provider": "claude"}
 BOB = {"sender": "telegram/tg/bob", "conversation": "telegram/tg/c1", "profile": "tg", "provider": "ollama"}
+
+
+class _AtNow(datetime):
+    """The CLI's clock held at NOW, so the days it counts are the days the records were written for."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> datetime:  # type: ignore[override]
+        return NOW.astimezone(tz)
+
+
+@pytest.fixture(autouse=True)
+def _clock_at_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(orchestrator.usage.cli, "datetime", _AtNow)
 
 
 def cli(home: Home, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -91,7 +106,7 @@ def test_reset_forgets_one_key_or_all_within_its_dates(home: Home, capsys: pytes
 
 
 def test_days_are_counted_in_the_settings_time_zone(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
-    ahead = datetime.now(ZoneInfo("Pacific/Kiritimati")).date()  # UTC+14: a day ahead of UTC-12, always
+    ahead = NOW.astimezone(ZoneInfo("Pacific/Kiritimati")).date()  # UTC+14: a day ahead of UTC-12, always
     FileUsageRecords(home).add(ahead, ALICE, Spent(turns=1))
     home.settings_file.write_text("usage:\n  timezone: Pacific/Kiritimati\n")
     assert json.loads(cli(home, capsys, "--since", "today", "--json")[1])["rows"][0]["turns"] == 1

@@ -4,6 +4,8 @@ const sections = document.getElementById("sections");
 const updated = document.getElementById("updated");
 const notice = document.getElementById("notice");
 const refreshMs = Number(document.body.dataset.refreshMs) || 2000;
+const glanceBox = document.getElementById("glance-box");
+const GLANCE_MS = 30000;  // the plots change once a minute and weigh more than the tables
 // While a button is held, a refresh leaves the sections alone: replacing the button between the press
 // and the release would lose the click.
 let pressed = false;
@@ -18,11 +20,20 @@ async function refresh() {
       return;
     }
     const html = await response.text();  // rendered and escaped by the server
-    if (!pressed) sections.innerHTML = html;
+    if (!pressed) replace(html);
     updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
     if (notice.dataset.kind === "error") tell("", "");
   } catch (error) {
     tell(`gateway unreachable: ${error}`, "error");
+  }
+}
+
+// A run's steps or an event's JSON opened by a click stays open across refreshes (matched by data-key).
+function replace(html) {
+  const open = new Set([...sections.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+  sections.innerHTML = html;
+  for (const details of sections.querySelectorAll("details[data-key]")) {
+    if (open.has(details.dataset.key)) details.open = true;
   }
 }
 
@@ -57,6 +68,50 @@ async function answer(button) {
   await refresh();
 }
 
+async function refreshGlance() {
+  try {
+    const response = await fetch("api/glance", {credentials: "same-origin", cache: "no-store"});
+    if (response.ok) glanceBox.innerHTML = await response.text();  // rendered and escaped by the server
+  } catch (error) {
+    // the sections' refresh says the gateway is unreachable
+  }
+}
+
+// The value under the pointer, in the plot's caption: the nearest bar's (a minute's bar is thinner than a
+// pixel), or each line's value at the nearest minute.
+glanceBox.addEventListener("mousemove", (event) => {
+  const figure = event.target.closest("figure.plot");
+  const svg = figure && figure.querySelector("svg");
+  if (!svg) return;
+  let reading = figure.querySelector(".reading");
+  if (!reading) {
+    reading = document.createElement("span");
+    reading.className = "reading";
+    figure.querySelector("figcaption").append(reading);
+  }
+  const box = svg.getBoundingClientRect();
+  const x = (event.clientX - box.left) / box.width * svg.viewBox.baseVal.width;
+  let bar = null;
+  let gap = 4;  // viewBox units: about a pixel either side
+  for (const rect of svg.querySelectorAll("rect[data-value]")) {
+    const middle = Number(rect.getAttribute("x")) + Number(rect.getAttribute("width")) / 2;
+    if (Math.abs(middle - x) < gap) [bar, gap] = [rect, Math.abs(middle - x)];
+  }
+  const parts = [];
+  if (bar) {
+    const series = bar.parentElement.getAttribute("class") || bar.dataset.provider;
+    parts.push(`${bar.dataset.minute || bar.dataset.day} ${series} ${bar.dataset.shown || bar.dataset.value}`);
+  }
+  for (const line of svg.querySelectorAll("polyline[data-values]")) {
+    const xs = line.getAttribute("points").split(" ").map((point) => Number(point.split(",")[0]));
+    let nearest = 0;
+    xs.forEach((value, index) => { if (Math.abs(value - x) < Math.abs(xs[nearest] - x)) nearest = index; });
+    const minute = line.dataset.minutes.split(" ")[nearest];
+    parts.push(`${minute} ${line.getAttribute("class")} ${line.dataset.values.split(" ")[nearest]}`);
+  }
+  reading.textContent = parts.length ? ` ${parts.join(", ")}` : "";
+});
+
 sections.addEventListener("click", (event) => {
   const button = event.target.closest("button.retry");
   if (button) retry(button);
@@ -64,3 +119,4 @@ sections.addEventListener("click", (event) => {
   if (verdict) answer(verdict);
 });
 setInterval(refresh, refreshMs);
+setInterval(refreshGlance, GLANCE_MS);

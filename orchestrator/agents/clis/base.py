@@ -27,6 +27,7 @@ class Session:
     id: str | None
     resume: bool
     turns: list[dict[str, str]] = field(default_factory=list)
+    kept: bool = False  # a session the operator attached (`switchyard sessions attach`): a fork never removes it
 
 
 @dataclass

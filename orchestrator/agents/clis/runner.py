@@ -123,7 +123,8 @@ class AgentCliRunner:
         prompt = call.turn.prompt
         turn = {"prompt": prompt[-2000:], "answer": checked.stdout[-2000:]} if preset.history_in_prompt else None
         recorded = reading.session_id or session.id
-        if self.save_session(name, scope, recorded, turn) and session.resume and session.id not in (None, recorded):
+        if self.save_session(name, scope, recorded, turn) and session.resume and session.id not in (None, recorded) \
+                and not session.kept:
             preset.superseded(str(session.id), env)  # a fork holds it all now, and is what the next turn resumes
         return checked
 

@@ -8,7 +8,7 @@ the server releases it when the holder's process dies or its connection drops.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import psycopg
@@ -48,6 +48,12 @@ class PgRecords:
             current = dict(row[0]) if row and isinstance(row[0], dict) else {}
             conn.execute("UPDATE switchyard_memory SET record = %s, updated_at = now() WHERE kind = %s AND key = %s",
                          (Jsonb(made_safe(change(current))), self._kind, list(key)))  # an answer's NUL: U+FFFD
+
+    def every(self) -> Iterator[Record]:
+        with self._pool.connection() as conn:
+            rows = conn.execute("SELECT record FROM switchyard_memory WHERE kind = %s ORDER BY key",
+                                (self._kind,)).fetchall()
+        yield from (dict(row[0]) for row in rows if isinstance(row[0], dict))
 
 
 class PgSessionStore(SessionStore):

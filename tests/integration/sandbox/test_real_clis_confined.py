@@ -172,7 +172,7 @@ workspace: conversation
 sandbox: bwrap
 agents: {coder: {provider: claude, prompt: "{{message}}"}}
 workflows:
-  chat: {description: Code, steps: [{id: Code, agent: coder}]}
+  chat: {description: Code, allow: [member], steps: [{id: Code, agent: coder}]}  # an edit workflow: admin-only else
 rules: {default_workflow: chat}
 """
 

@@ -1,0 +1,102 @@
+"""A conversation's several sessions through its chat commands (orchestrator/agents/conversations.py): `/new`
+starts afresh and keeps the old one, `/sessions` lists them, `/resume N` goes back; a home of the previous
+version keeps its one session as session 1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from orchestrator.agents.conversations import ConversationSessions
+from orchestrator.agents.sessions import ConversationHistory, FileRecords, SessionStore
+from orchestrator.storage.memory import MemoryRecords
+
+CHAT = "conv:telegram/tg/42"
+TOPIC = "conv:telegram/tg/42/7"  # a forum topic of that chat: a conversation of its own
+
+
+def _stores() -> tuple[SessionStore, ConversationHistory, ConversationSessions]:
+    sessions, history = SessionStore(MemoryRecords()), ConversationHistory(MemoryRecords())
+    return sessions, history, ConversationSessions(sessions, history)
+
+
+def _answered(sessions: SessionStore, chat: ConversationSessions, scope: str, text: str) -> str | None:
+    """What one answered message does to the stores, as the handler and the CLI runner do it: the session it
+    continues (its id, claude-like: ids of our own), saved, and counted."""
+    current = sessions.current(scope)
+    session = sessions.session("claude", current, assigns_ids=True)
+    sessions.save("claude", current, session.id)
+    chat.count(scope, text)
+    return session.id
+
+
+def test_new_starts_afresh_and_resume_goes_back_to_the_first_session() -> None:
+    sessions, history, chat = _stores()
+    first = _answered(sessions, chat, CHAT, "my name is Ada")
+    history.add(CHAT, "my name is Ada", "hello Ada")
+    assert _answered(sessions, chat, CHAT, "what is my name?") == first
+
+    said = chat.answer("/new", "/new", CHAT)
+    assert said.startswith("Started session 2") and "/resume 1" in said
+    fresh = _answered(sessions, chat, CHAT, "a new topic")
+    assert fresh != first and history.recent(CHAT) == []
+
+    said = chat.answer("/resume", "/resume 1", CHAT)
+    assert said.startswith("Back to session 1") and "2 turns" in said and "my name is Ada" in said
+    assert _answered(sessions, chat, CHAT, "and now?") == first
+    assert [exchange["user"] for exchange in history.recent(CHAT)] == ["my name is Ada"]
+
+
+def test_sessions_lists_when_first_words_and_turns_with_the_current_one_marked() -> None:
+    sessions, _, chat = _stores()
+    for text in ("plan the trip to Lisbon", "book the hotel", "and the train"):
+        _answered(sessions, chat, CHAT, text)
+    chat.answer("/new", "/new", CHAT)
+    _answered(sessions, chat, CHAT, "review my CV please")
+    lines = chat.answer("/sessions", "/sessions", CHAT).splitlines()
+    assert lines[0] == "Sessions of this conversation:"
+    assert "  1. " in lines[1] and "3 turns" in lines[1] and "“plan the trip to Lisbon”" in lines[1]
+    assert lines[2].startswith("▶ 2. ") and "1 turn ·" in lines[2] and "“review my CV please”" in lines[2]
+    assert " UTC · " in lines[2]
+
+
+def test_resume_needs_a_session_that_exists() -> None:
+    sessions, _, chat = _stores()
+    _answered(sessions, chat, CHAT, "hello")
+    assert chat.answer("/resume", "/resume", CHAT) == "Say which session: /resume N (/sessions lists them)."
+    assert chat.answer("/resume", "/resume 5", CHAT).startswith("There is no session 5")
+    assert sessions.current(CHAT) == CHAT
+
+
+def test_a_forum_topic_keeps_its_own_sessions() -> None:
+    sessions, _, chat = _stores()
+    in_chat = _answered(sessions, chat, CHAT, "in the chat")
+    in_topic = _answered(sessions, chat, TOPIC, "in the topic")
+    chat.answer("/new", "/new", TOPIC)
+    assert _answered(sessions, chat, CHAT, "still the chat") == in_chat, "/new in a topic leaves the chat alone"
+    assert _answered(sessions, chat, TOPIC, "new in the topic") not in (in_topic, in_chat)
+
+
+def test_a_home_of_the_previous_version_keeps_its_session_as_session_1(tmp_path: Path) -> None:
+    folder = tmp_path / "home" / "sessions"
+    folder.mkdir(parents=True)
+    old = {"provider": "claude", "scope": CHAT, "createdAt": "2026-11-30T10:00:00.000Z", "started": True,
+           "updatedAt": "2026-11-30T10:05:00.000Z", "sessionId": "the-old-claude-session"}
+    name = hashlib.sha256("\x00".join(("claude", CHAT)).encode()).hexdigest()[:32] + ".json"
+    (folder / name).write_text(json.dumps(old))  # byte for byte what the previous version wrote
+    history = ConversationHistory(FileRecords(folder / "history", fsync=False))
+    history.add(CHAT, "my name is Ada", "hello Ada")
+    sessions = SessionStore(FileRecords(folder, fsync=False))
+    chat = ConversationSessions(sessions, history)
+
+    assert sessions.session("claude", sessions.current(CHAT), assigns_ids=True).id == "the-old-claude-session"
+    [first] = sessions.conversations()[CHAT]
+    assert (first.number, first.current, first.started) == (1, True, None)
+    assert "1 turn · “my name is Ada”" in chat.answer("/sessions", "/sessions", CHAT)
+
+    chat.answer("/new", "/new", CHAT)
+    assert not sessions.session("claude", sessions.current(CHAT), assigns_ids=True).resume
+    chat.answer("/resume", "/resume 1", CHAT)
+    resumed = sessions.session("claude", sessions.current(CHAT), assigns_ids=True)
+    assert (resumed.id, resumed.resume) == ("the-old-claude-session", True)
