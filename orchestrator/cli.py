@@ -98,8 +98,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
                                                     "list (size, last use), clean")
     owned.add_argument("--orchestrator", help="orchestrator id (default: every orchestrator)")
     owned.add_argument("--json", action="store_true", help="print JSON for scripts")
-    owned_commands = owned.add_subparsers(dest="workspaces_command", title="subcommands", metavar="{list,clean}")
+    owned_commands = owned.add_subparsers(dest="workspaces_command", title="subcommands", metavar="{list,size,clean}")
     owned_commands.add_parser("list", help="each workspace, its size and last use (the default)")
+    owned_commands.add_parser("size", help="how many workspaces each orchestrator has, and their total size")
     scrub = owned_commands.add_parser("clean", help="remove workspaces unused for N days (a worktree's branch "
                                                      "stays in its repository)")
     scrub.add_argument("--older-than-days", type=float, metavar="N",
@@ -393,6 +394,17 @@ def cmd_workspaces(args: argparse.Namespace, home: Home, settings: Settings) -> 
             if not args.dry_run:
                 remove(spaces, info)
             found.append((orchestrator_id, info))
+    if getattr(args, "workspaces_command", None) == "size":
+        totals = {who: [0, 0] for who in chosen}
+        for who, info in found:
+            totals[who][0] += 1
+            totals[who][1] += info.size_bytes
+        if args.json:
+            print(json.dumps({who: {"workspaces": n, "bytes": size} for who, (n, size) in totals.items()}, indent=2))
+            return 0
+        for who, (n, size) in totals.items():
+            print(f"{who}: {n} workspace(s), {size / 1e6:.1f} MB")
+        return 0
     if args.json:
         print(json.dumps([{"orchestrator": who, "name": info.name, "path": str(info.path), "bytes": info.size_bytes,
                            "last_used": info.last_used, "worktree": info.worktree} for who, info in found], indent=2))

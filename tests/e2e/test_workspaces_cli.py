@@ -52,6 +52,7 @@ def test_workspaces_lists_sizes_and_cleans_the_unused(switchyard: Switchyard) ->
     os.utime(spaces.root / ".used" / old.name, (long_ago, long_ago))
     listed = switchyard.cli("workspaces")
     assert f"main {old.name}: 2.0 MB" in listed.stdout and f"main {new.name}: 0.0 MB" in listed.stdout, listed.stdout
+    assert switchyard.cli("workspaces", "size").stdout.strip() == "main: 2 workspace(s), 2.0 MB"
     dry = switchyard.cli("workspaces", "clean", "--dry-run")
     assert f"would remove main {old.name}" in dry.stdout and (spaces.root / old.name).exists()
     cleaned = switchyard.cli("workspaces", "clean")
