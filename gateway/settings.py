@@ -102,6 +102,9 @@ class ProviderSettings(_Strict):
     max_live: int = Field(default=8, ge=1, le=1024)  # acp: live sessions kept warm for this provider
     idle_sec: float = Field(default=600, gt=0)  # acp: a session unused this long is closed (reloaded when needed)
     permissions: Literal["ask", "allow", "deny"] = "ask"  # acp: a tool call asks the chat, or is allowed/denied
+    sandbox: Literal["none", "bwrap"] | None = None  # bwrap: its processes run confined (docs/sandbox.md)
+    network: Literal["model-only", "full", "none"] | None = None  # in the sandbox (default: the orchestrator's)
+    sandbox_paths: list[str] = Field(default_factory=list)  # more folders its sandbox sees read-only
 
     @model_validator(mode="after")
     def _check_endpoint(self) -> ProviderSettings:
