@@ -47,6 +47,7 @@ from plugins.web.transcript import USER, Entry, Transcript, is_conversation
 log = logging.getLogger("switchyard.web")
 
 TEXT_LIMIT = 64_000  # one bubble; longer answers are split like any channel's (code fences kept whole)
+PRUNE_EVERY_S = 3600.0
 CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NOT_ALLOWED = "You may not use this chat (ask the operator to add you to allow_from, or to approve your pairing)."
 
@@ -78,11 +79,13 @@ class WebChannel:
         state = web_state(context.home, profile.id)
         self.state = state
         self.logins = Logins(state)
-        self.transcript = Transcript(state / "log")
+        self.transcript = Transcript(state / "log", cached=self.options.cache_conversations)
+        self.max_tabs_per_user = self.options.max_tabs_per_user
         self.journal = DeliveryJournal(context.home, profile.id)
         self.notes = NoteMessages.kept_for(context.home, profile.id)
         self._sink: Sink | None = None
         self._listener: Listener | None = None
+        self._upkeep: asyncio.Task[None] | None = None
         self.url: str | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -91,6 +94,7 @@ class WebChannel:
         """Serves the page; prints a login link for the profile's user (`chat: http://…/?t=…`) on stderr."""
         self._sink = sink
         self.logins.prune()
+        self.prune()
         try:
             self._listener, self.url = await self._listen(self.options.port)
         except OSError as exc:
@@ -108,6 +112,7 @@ class WebChannel:
         # channel running, which it records right after start() returns, replacing any note made before
         asyncio.get_running_loop().call_soon(self.context.note, self.url)
         log.info("web %s: chat at %s", self.profile_id, self.url)
+        self._upkeep = asyncio.create_task(self._keep_up(), name=f"web:{self.profile_id}:upkeep")
 
     async def _listen(self, port: int) -> tuple[Listener, str]:
         app = build_app(self, self.logins, max_upload_bytes=self.options.max_upload_bytes)
@@ -120,9 +125,32 @@ class WebChannel:
             raise
 
     async def stop(self) -> None:
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+            self._upkeep = None
         if self._listener is not None:
             await self._listener.stop()
             self._listener = None
+
+    def prune(self) -> int:
+        """Drops the log entries older than `log_retention_days` (run at start and every PRUNE_EVERY_S)."""
+        days = self.options.log_retention_days
+        if not days:
+            return 0
+        dropped = self.transcript.prune(now_ms() - int(days * 86_400_000))
+        if dropped:
+            log.info("web %s: dropped %d log entries older than %g days", self.profile_id, dropped, days)
+        return dropped
+
+    async def _keep_up(self) -> None:
+        """The running channel's upkeep: the log's retention, hourly."""
+        while True:
+            await asyncio.sleep(PRUNE_EVERY_S)
+            try:
+                self.prune()
+            except OSError as exc:
+                log.warning("web %s: could not prune the conversation logs: %s", self.profile_id, exc)
 
     # --- inbound ----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ MAX_JSON_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 30.0
 MAX_CONVERSATIONS = 1000  # a user's; each is a file in the home
 USER_KEY = web.RequestKey("user", str)
+TOO_MANY_TABS = 4008  # the WebSocket close code of a tab over `max_tabs_per_user` (4000-4999: the app's own)
 
 
 class Refusal(Exception):
@@ -43,6 +44,7 @@ class Chat(Protocol):
     room: bool
     dashboard_url: str | None
     max_upload_bytes: int
+    max_tabs_per_user: int
 
     async def say(self, user: str, conversation: str, text: str, client_id: str) -> Entry: ...
     async def tap(self, user: str, conversation: str, ref: str, button: str) -> Entry: ...
@@ -58,7 +60,7 @@ def may_read(user: str, conversation: str, room: bool) -> bool:
 
 def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Application:
     """The aiohttp application of one web profile."""
-    sockets: set[web.WebSocketResponse] = set()
+    sockets: dict[web.WebSocketResponse, str] = {}  # each open tab's user
     app = web.Application(middlewares=[_guard(logins)], client_max_size=max_upload_bytes + 64 * 1024)
     app.on_response_prepare.append(secure)  # gateway.channelkit.web: the dashboard's headers
 
@@ -143,9 +145,16 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
         """The conversation's entries after `after`, then each new one as it is appended."""
         conversation = _readable(request, request.query.get("c", ""), chat.room)
         after = int(_number(request.query.get("after")) or 0)
+        user = request[USER_KEY]
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4096)
         await ws.prepare(request)
-        sockets.add(ws)
+        if sum(owner == user for owner in sockets.values()) >= chat.max_tabs_per_user:
+            # said over the socket: a browser shows a page nothing of a refused handshake but its failure
+            await ws.send_json({"kind": "refused", "text": f"refused: {user} has {chat.max_tabs_per_user} tabs "
+                                                            "of this chat open already; close one"})
+            await ws.close(code=TOO_MANY_TABS, message=b"too many tabs")
+            return ws
+        sockets[ws] = user
         updates = chat.transcript.watch(conversation)  # before the replay: nothing falls between the two
         try:
             last = after
@@ -163,7 +172,7 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
                 await asyncio.gather(forward, return_exceptions=True)
         finally:
             chat.transcript.unwatch(conversation, updates)
-            sockets.discard(ws)
+            sockets.pop(ws, None)
         return ws
 
     app.router.add_get("/", index)

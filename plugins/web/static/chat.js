@@ -114,6 +114,7 @@ function show(item, entry) {
 
 function apply(entry) {
   if (entry.kind === "synced") { status(""); state.retry = 500; return; }
+  if (entry.kind === "refused") { state.refused = true; status(entry.text); return; }
   if (entry.seq <= state.last) return;  // seen already (a replay overlapping what came live)
   state.last = entry.seq;
   const list = $("messages");
@@ -128,6 +129,11 @@ function apply(entry) {
       if (link && link.textContent === "new conversation" && entry.text) link.textContent = entry.text.slice(0, 60);
     }
     else if (!entry.note && !entry.draft) state.lastFinal = entry.seq;
+  } else if (entry.kind === "pruned") {
+    const item = document.createElement("li");
+    item.className = "msg note pruned";
+    item.textContent = "earlier messages of this conversation are no longer kept";
+    list.appendChild(item);
   } else if (entry.kind === "edit") {
     const item = state.shown.get(entry.target);
     if (!item) return;
@@ -154,7 +160,7 @@ function connect() {
   state.ws = ws;
   ws.onmessage = (event) => apply(JSON.parse(event.data));
   ws.onclose = () => {
-    if (state.ws !== ws) return;  // another conversation was opened
+    if (state.ws !== ws || state.refused) return;  // another conversation was opened, or this tab refused
     status("reconnecting…");
     setTimeout(() => { if (state.ws === ws) connect(); }, state.retry);
     state.retry = Math.min(state.retry * 2, 5000);
@@ -164,7 +170,7 @@ function connect() {
 function open(conversation) {
   if (state.ws) { const old = state.ws; state.ws = null; old.close(); }
   state.conversation = conversation;
-  state.last = 0; state.lastUser = 0; state.lastFinal = 0;
+  state.last = 0; state.lastUser = 0; state.lastFinal = 0; state.refused = false;
   state.shown.clear();
   $("messages").replaceChildren();
   for (const link of $("conversations").children) link.classList.toggle("current", link.dataset.id === conversation);

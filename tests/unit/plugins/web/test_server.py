@@ -196,3 +196,56 @@ async def test_an_unpaired_user_is_refused_and_told_the_code_in_their_conversati
         await eve.close()
     finally:
         await rig.stop()
+
+
+async def test_a_user_past_their_tab_limit_is_told_so_and_others_still_get_in(tmp_path: Path) -> None:
+    class TwoTabs(Plain):
+        def profile_options(self) -> dict[str, object]:
+            return {"port": 0, "max_tabs_per_user": 2}
+
+    rig = ChannelRig(TwoTabs(), tmp_path / "home")
+    await rig.start()
+    assert isinstance(rig.channel, WebChannel)
+    ada, bob = Browser(rig.channel, "ada"), Browser(rig.channel, "bob")
+    tabs: list[aiohttp.ClientWebSocketResponse] = []
+    try:
+        for browser in (ada, bob):
+            await browser.sign_in()
+        for _ in "12":
+            tabs.append(await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin}))
+            assert (await tabs[-1].receive_json())["kind"] == "synced"
+        third = await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin})
+        refusal = await third.receive_json()
+        assert refusal["kind"] == "refused" and "2 tabs" in refusal["text"]
+        assert (await third.receive()).type == aiohttp.WSMsgType.CLOSE and third.close_code == 4008
+        assert [e["kind"] for e in await bob.read("bob:1")] == []  # bob's own tab: in (read ends at synced)
+        await tabs.pop().close()
+        assert await ada.read("ada:1") == []  # a tab closed makes room for another
+    finally:
+        for tab in tabs:
+            await tab.close()
+        await ada.close()
+        await bob.close()
+        await rig.stop()
+
+
+async def test_the_gateway_prunes_old_entries_and_a_tab_from_before_the_window_gets_what_is_kept(
+        tmp_path: Path) -> None:
+    rig = ChannelRig(Plain(), tmp_path / "home")
+    await rig.start()
+    assert isinstance(rig.channel, WebChannel)
+    for text in ("said long ago", "said again long ago"):
+        rig.channel.transcript.append("ada:1", {"kind": "message", "from": "agent", "text": text, "ts": 1})
+    await rig.channel.send(reply("said today", "ada:1", channel="web"))
+    await rig.stop()
+    restarted = ChannelRig(rig.driver, rig.root)  # the channel prunes as it starts (and hourly while it runs)
+    await restarted.start()
+    assert isinstance(restarted.channel, WebChannel)
+    ada = Browser(restarted.channel, "ada")
+    try:
+        await ada.sign_in()
+        shown = await ada.read("ada:1", after=1)  # this tab saw the first entry, a month ago
+        assert [(e["kind"], e.get("text")) for e in shown] == [("pruned", None), ("message", "said today")]
+    finally:
+        await ada.close()
+        await restarted.stop()
