@@ -41,13 +41,14 @@ from gateway.channelkit.web import Listener
 from plugins.web import CHANNEL_TYPE
 from plugins.web.logins import Logins, web_state
 from plugins.web.profile import WebProfileOptions
-from plugins.web.server import Refusal, build_app
+from plugins.web.server import Refusal, Tabs, build_app
 from plugins.web.transcript import USER, Entry, Transcript, is_conversation
 
 log = logging.getLogger("switchyard.web")
 
 TEXT_LIMIT = 64_000  # one bubble; longer answers are split like any channel's (code fences kept whole)
 PRUNE_EVERY_S = 3600.0
+SESSION_CHECK_S = 1.0
 CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NOT_ALLOWED = "You may not use this chat (ask the operator to add you to allow_from, or to approve your pairing)."
 
@@ -81,6 +82,7 @@ class WebChannel:
         self.logins = Logins(state)
         self.transcript = Transcript(state / "log", cached=self.options.cache_conversations)
         self.max_tabs_per_user = self.options.max_tabs_per_user
+        self.tabs = Tabs()
         self.journal = DeliveryJournal(context.home, profile.id)
         self.notes = NoteMessages.kept_for(context.home, profile.id)
         self._sink: Sink | None = None
@@ -144,9 +146,15 @@ class WebChannel:
         return dropped
 
     async def _keep_up(self) -> None:
-        """The running channel's upkeep: the log's retention, hourly."""
+        """The running channel's upkeep: tabs of a session revoked by `switchyard web revoke` (another
+        process: it removes the session's file) closed within a second; the log's retention, hourly."""
+        pruned = time.monotonic()
         while True:
-            await asyncio.sleep(PRUNE_EVERY_S)
+            await asyncio.sleep(SESSION_CHECK_S)
+            await self.tabs.close_signed_out(lambda session: self.logins.user_of(session) is not None)
+            if time.monotonic() - pruned < PRUNE_EVERY_S:
+                continue
+            pruned = time.monotonic()
             try:
                 self.prune()
             except OSError as exc:

@@ -115,6 +115,7 @@ function show(item, entry) {
 function apply(entry) {
   if (entry.kind === "synced") { status(""); state.retry = 500; return; }
   if (entry.kind === "refused") { state.refused = true; status(entry.text); return; }
+  if (entry.kind === "signed_out") { signedOut(entry.text); return; }
   if (entry.seq <= state.last) return;  // seen already (a replay overlapping what came live)
   state.last = entry.seq;
   const list = $("messages");
@@ -190,6 +191,13 @@ function listConversations(conversations) {
     link.addEventListener("click", () => open(id));
     nav.appendChild(link);
   }
+}
+
+function signedOut(text) {
+  state.refused = true;  // no reconnecting: the session is gone
+  document.body.classList.add("signed-out");
+  for (const control of document.querySelectorAll("#composer textarea, #composer button, #new, #logout")) control.disabled = true;
+  status(text);
 }
 
 // --- what the user does ---------------------------------------------------------------------------------------
@@ -271,6 +279,10 @@ async function start() {
     if (file) await upload(file, file.name, undefined, caption);
   });
   $("record").addEventListener("click", record);
+  $("logout").addEventListener("click", async () => {
+    await post("/api/logout", {});
+    signedOut("signed out: open a new chat link to sign in again (`switchyard web link`)");
+  });
   $("new").addEventListener("click", async () => {
     const { id } = await post("/api/conversations", {});
     const again = await (await fetch("/api/me", { credentials: "same-origin" })).json();

@@ -249,3 +249,39 @@ async def test_the_gateway_prunes_old_entries_and_a_tab_from_before_the_window_g
     finally:
         await ada.close()
         await restarted.stop()
+
+
+async def test_sign_out_needs_the_page_ends_the_session_and_closes_its_tabs_at_once(
+        rig: ChannelRig, ada: Browser) -> None:
+    tab = await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin})
+    assert (await tab.receive_json())["kind"] == "synced"
+    async with ada.session.post(f"{ada.url}/api/logout", json={},
+                                headers={"Origin": "http://evil.example", "X-Switchyard-Chat": "1"}) as response:
+        assert response.status == 403  # another site cannot sign her out
+    async with ada.session.post(f"{ada.url}/api/logout", json={}, headers={"Origin": ada.origin}) as response:
+        assert response.status == 403  # nor a form (no page header)
+    cookie = next(c.value for c in ada.session.cookie_jar if c.key == "switchyard_chat")
+    assert (await ada.post("/api/logout", {}))[0] == 200
+    assert (await tab.receive_json(timeout=2))["kind"] == "signed_out"
+    assert (await tab.receive(timeout=2)).type == aiohttp.WSMsgType.CLOSE and tab.close_code == 4001
+    async with (aiohttp.ClientSession(cookies={"switchyard_chat": cookie}) as stolen,  # the old cookie, kept
+                stolen.get(f"{ada.url}/api/me") as response):
+        assert response.status == 401
+
+
+async def test_a_session_revoked_from_another_process_loses_its_open_tab_within_a_second(
+        rig: ChannelRig, ada: Browser) -> None:
+    assert isinstance(rig.channel, WebChannel)
+    from plugins.web.logins import Logins
+
+    tab = await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin})
+    assert (await tab.receive_json())["kind"] == "synced"
+    operator = Logins(rig.channel.state)  # what `switchyard web revoke` opens
+    [session] = operator.listed()
+    assert session["user"] == "ada"
+    operator.issue("ada", 60)  # a link she has not used yet goes too
+    assert operator.revoke("ada") == (1, 1)
+    assert (await tab.receive_json(timeout=3))["kind"] == "signed_out"
+    async with ada.session.get(f"{ada.url}/api/me") as response:
+        assert response.status == 401
+    assert operator.listed() == []
