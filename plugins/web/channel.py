@@ -252,6 +252,13 @@ class WebChannel:
 
     # --- outbound ---------------------------------------------------------------------------
 
+    async def typing(self, conversation: str) -> None:
+        """Shows "… is typing" in the conversation's open tabs while a turn runs: the gateway calls this every
+        few seconds until the message is answered, and the page hides it when the answer comes or when no call
+        came for TYPING_SHOWN_MS (chat.js)."""
+        if is_conversation(conversation):
+            self.transcript.signal(conversation, {"kind": "typing"})
+
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
         conversation = outgoing.conversationId or outgoing.senderId or ""
         if not is_conversation(conversation):

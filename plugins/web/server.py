@@ -233,7 +233,10 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
 async def _forward(ws: web.WebSocketResponse, updates: asyncio.Queue[Entry], last: int) -> None:
     while True:
         entry = await updates.get()
-        if entry["seq"] > last:
+        if "seq" not in entry:  # a signal (typing): shown now, never logged
+            with contextlib.suppress(ConnectionError):
+                await ws.send_json(entry)
+        elif entry["seq"] > last:
             last = entry["seq"]
             with contextlib.suppress(ConnectionError):
                 await ws.send_json(shown(entry))

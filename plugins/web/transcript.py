@@ -191,6 +191,11 @@ class Transcript:
         self._listeners.setdefault(conversation, set()).add(queue)
         return queue
 
+    def signal(self, conversation: str, event: Entry) -> None:
+        """Hands `event` (no `seq`: it is not logged, a tab opened later never sees it) to the tabs watching."""
+        for queue in self._listeners.get(conversation, ()):
+            queue.put_nowait(event)
+
     def unwatch(self, conversation: str, queue: asyncio.Queue[Entry]) -> None:
         self._listeners.get(conversation, set()).discard(queue)
 

@@ -116,6 +116,7 @@ function apply(entry) {
   if (entry.kind === "synced") { status(""); state.retry = 500; return; }
   if (entry.kind === "refused") { state.refused = true; status(entry.text); return; }
   if (entry.kind === "signed_out") { signedOut(entry.text); return; }
+  if (entry.kind === "typing") { typing(true); return; }
   if (entry.seq <= state.last) return;  // seen already (a replay overlapping what came live)
   state.last = entry.seq;
   const list = $("messages");
@@ -129,7 +130,7 @@ function apply(entry) {
       const link = [...$("conversations").children].find((a) => a.dataset.id === state.conversation);
       if (link && link.textContent === "new conversation" && entry.text) link.textContent = entry.text.slice(0, 60);
     }
-    else if (!entry.note && !entry.draft) state.lastFinal = entry.seq;
+    else if (!entry.note && !entry.draft) { state.lastFinal = entry.seq; typing(false); }
   } else if (entry.kind === "pruned") {
     const item = document.createElement("li");
     item.className = "msg note pruned";
@@ -140,7 +141,7 @@ function apply(entry) {
     if (!item) return;
     render(item.querySelector(".body"), entry.text);
     item.classList.toggle("streaming", Boolean(entry.draft));
-    if (entry.final) { item.classList.remove("note"); state.lastFinal = entry.seq; }
+    if (entry.final) { item.classList.remove("note"); state.lastFinal = entry.seq; typing(false); }
   } else if (entry.kind === "answered") {
     const item = state.shown.get(entry.target);
     if (!item) return;
@@ -152,6 +153,15 @@ function apply(entry) {
   }
   $("stop").hidden = !(state.lastUser > state.lastFinal);
   list.scrollTop = list.scrollHeight;
+}
+
+// The gateway says "typing" every 4 s while a turn runs (gateway/app.py TYPING_REFRESH_S): shown until the
+// answer comes, or until no word came for TYPING_SHOWN_MS (the turn ended some other way).
+const TYPING_SHOWN_MS = 6000;
+function typing(on) {
+  clearTimeout(state.typingTimer);
+  $("typing").hidden = !on;
+  if (on) state.typingTimer = setTimeout(() => { $("typing").hidden = true; }, TYPING_SHOWN_MS);
 }
 
 function connect() {
@@ -172,6 +182,7 @@ function open(conversation) {
   if (state.ws) { const old = state.ws; state.ws = null; old.close(); }
   state.conversation = conversation;
   state.last = 0; state.lastUser = 0; state.lastFinal = 0; state.refused = false;
+  typing(false);
   state.shown.clear();
   $("messages").replaceChildren();
   for (const link of $("conversations").children) link.classList.toggle("current", link.dataset.id === conversation);

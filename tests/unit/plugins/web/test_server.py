@@ -285,3 +285,21 @@ async def test_a_session_revoked_from_another_process_loses_its_open_tab_within_
     async with ada.session.get(f"{ada.url}/api/me") as response:
         assert response.status == 401
     assert operator.listed() == []
+
+
+async def test_typing_reaches_the_open_tabs_of_that_conversation_only_and_is_not_logged(
+        rig: ChannelRig, ada: Browser) -> None:
+    assert isinstance(rig.channel, WebChannel)
+    tabs = {c: await ada.session.ws_connect(f"{ada.url}/ws?c={c}", headers={"Origin": ada.origin})
+            for c in ("ada:1", "room")}
+    try:
+        for tab in tabs.values():
+            assert (await tab.receive_json())["kind"] == "synced"
+        await rig.channel.typing("ada:1")
+        await rig.channel.send(reply("answered", "room", channel="web"))
+        assert await tabs["ada:1"].receive_json(timeout=2) == {"kind": "typing"}
+        assert (await tabs["room"].receive_json(timeout=2))["text"] == "answered"  # no typing before it
+        assert await ada.read("ada:1") == []  # a tab opened later: nothing to replay
+    finally:
+        for tab in tabs.values():
+            await tab.close()
