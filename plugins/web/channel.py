@@ -110,9 +110,7 @@ class WebChannel:
         token = self.logins.issue(self.options.user or _login_name(), self.options.link_ttl_sec)
         self.context.events.add_secret(token)
         print(f"chat: {self.url}?t={token}", file=sys.stderr, flush=True)
-        # shown beside the state in `status` and the dashboard (a link there); said once the gateway counts the
-        # channel running, which it records right after start() returns, replacing any note made before
-        asyncio.get_running_loop().call_soon(self.context.note, self.url)
+        self.context.note(self.url)  # beside the state in `status` and the dashboard (a link there)
         log.info("web %s: chat at %s", self.profile_id, self.url)
         self._upkeep = asyncio.create_task(self._keep_up(), name=f"web:{self.profile_id}:upkeep")
 
