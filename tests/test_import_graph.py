@@ -191,22 +191,20 @@ def _lines(pairs: set[tuple[str, str]]) -> str:
 
 
 BACKEND_TO_BACKEND = _pairs("""
-    gateway.backends.memory.backend -> gateway.backends.files.backend
     gateway.backends.memory.runtime -> gateway.backends.files.runtime
-""")  # MemoryStores(FileStores) and MemoryRuntime(FileRuntime): the memory twin inherits the file backend
+""")  # MemoryRuntime(FileRuntime): the memory twin's runtime inherits the file backend's
 ORCHESTRATOR_TO_BACKEND: set[tuple[str, str]] = set()
 PLUGIN_BEYOND_CONTRACT = _pairs("""
     plugins.heartbeat -> gateway.cli.statuscache
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
-    gateway.backends.files.backend -> gateway.cli.status gateway.runtime.locks
+    gateway.backends.files.backend -> gateway.runtime.locks
     gateway.backends.files.backend -> gateway.runtime.sharing
     gateway.backends.files.dispatcher -> gateway.runtime.aio gateway.runtime.sending
     gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outbox
     gateway.backends.files.runtime -> gateway.runtime.sharing
     gateway.backends.files.runtime -> gateway.runtime.worker
     gateway.backends.memory -> gateway.runtime.locks
-    gateway.backends.memory.backend -> gateway.cli.status
     gateway.backends.memory.runtime -> gateway.runtime.locks gateway.runtime.sharing
     gateway.backends.memory.runtime -> gateway.runtime.worker
     gateway.backends.postgres.backend -> gateway.runtime.aio gateway.runtime.locks
@@ -223,13 +221,12 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.processing -> gateway.runtime.outcome
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
     gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
-    gateway.backends.postgres.status -> gateway.cli.tables
-    gateway.backends.postgres.storage -> gateway.cli.status gateway.runtime.locks
+    gateway.backends.postgres.storage -> gateway.runtime.locks
     gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
     orchestrator.storage.files.usage -> gateway.runtime.locks
     orchestrator.storage.postgres.runs -> gateway.runtime.locks
     orchestrator.storage.postgres.usage -> gateway.runtime.locks
-""")  # each backend builds its own runtime (worker, dispatcher, outbox) and its own CLI presentation
+""")  # each backend builds its own runtime (worker, dispatcher, outbox); postgres registers `db` and `worker`
 
 
 def _in(module: str, package: str) -> bool:
