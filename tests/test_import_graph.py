@@ -190,9 +190,7 @@ def _lines(pairs: set[tuple[str, str]]) -> str:
     return "\n".join(f"    {s} -> {' '.join(sorted(t for a, t in pairs if a == s))}" for s in sources)
 
 
-BACKEND_TO_BACKEND = _pairs("""
-    gateway.backends.memory.runtime -> gateway.backends.files.runtime
-""")  # MemoryRuntime(FileRuntime): the memory twin's runtime inherits the file backend's
+BACKEND_TO_BACKEND: set[tuple[str, str]] = set()
 ORCHESTRATOR_TO_BACKEND: set[tuple[str, str]] = set()
 PLUGIN_BEYOND_CONTRACT = _pairs("""
     plugins.heartbeat -> gateway.cli.statuscache
@@ -200,12 +198,11 @@ PLUGIN_BEYOND_CONTRACT = _pairs("""
 BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.files.backend -> gateway.runtime.locks
     gateway.backends.files.backend -> gateway.runtime.sharing
-    gateway.backends.files.dispatcher -> gateway.runtime.aio gateway.runtime.sending
-    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outbox
+    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outgoing
     gateway.backends.files.runtime -> gateway.runtime.sharing
     gateway.backends.files.runtime -> gateway.runtime.worker
     gateway.backends.memory -> gateway.runtime.locks
-    gateway.backends.memory.runtime -> gateway.runtime.locks gateway.runtime.sharing
+    gateway.backends.memory.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outgoing
     gateway.backends.memory.runtime -> gateway.runtime.worker
     gateway.backends.postgres.backend -> gateway.runtime.aio gateway.runtime.locks
     gateway.backends.postgres.dashboard -> gateway.dashboard.state

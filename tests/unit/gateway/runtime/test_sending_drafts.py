@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 from gateway.backends.files.backend import FileStores
-from gateway.backends.files.dispatcher import Dispatcher
 from gateway.cli.backends import wait_for_reply
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.runtime.dispatcher import Dispatcher
 from gateway.runtime.outbox import FileOutbox
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.telemetry.events import EventLog, read_events
