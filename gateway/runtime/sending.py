@@ -15,7 +15,7 @@ spaced by its `edit_interval_sec`, the final answer's included.
 
 A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
 `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
-(gateway/backends/files/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py,
+(gateway/runtime/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py,
 rows.py).
 """
 
