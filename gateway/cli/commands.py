@@ -115,6 +115,9 @@ def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     except KeyboardInterrupt:
         print("stopped waiting; the message is still queued", file=sys.stderr)
         return 130
+    except backend.failures as exc:  # the database away while looking: the message is queued all the same
+        print(f"switchyard: {failure_text(backend, exc)}; the message is still queued", file=sys.stderr)
+        return EXIT_DATABASE
     if isinstance(reply, Duplicate):
         print(printable(f"duplicate: message id {payload.messageId} on {payload.profile} was already answered "
                         "(within queue.duplicate_window_sec); it was not processed again. Send it with another "
