@@ -32,6 +32,7 @@ from gateway.approvals import (
 )
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.locks import process_instance
+from gateway.telemetry import tracing
 from gateway.telemetry.events import now_ms
 from orchestrator.execution.results import SYSTEM_AGENT
 
@@ -94,6 +95,7 @@ class ApprovalBroker:
         if waiting is not None:
             waiting.set()
 
+    @tracing.traced("approval.wait", lambda _, __, request, **___: {"switchyard.tool": request.title[:200]})
     async def ask(self, message: IncomingPayload, request: ToolApproval, *, timeout_s: float) -> str | None:
         """Stores the approval, sends the question, waits: the chosen option's id, or None when denied
         without a choice (expired, cancelled)."""

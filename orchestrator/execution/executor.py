@@ -15,6 +15,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.runtime.aio import wait_event
 from gateway.runtime.locks import LockDirectory, Locks, process_name
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.live import TurnStopped
 from orchestrator.execution.claims import IDLE_SEC, Claims, job_lock
@@ -153,6 +154,8 @@ class RunExecutor:
         """Starts executing a run just claimed."""
         self._tasks[run.runId] = asyncio.create_task(self._execute([run]), name=f"run:{run.runId}")
 
+    @tracing.traced("workflow.run", lambda _, live: {"switchyard.run_id": live[0].runId},
+                    carrier=lambda _, live: live[0].message)
     async def _execute(self, live: list[RunState]) -> None:
         """Runs a claimed run's steps; `live[0]` is the run as this process last changed it."""
         run_id = live[0].runId
