@@ -75,7 +75,8 @@ class Gateway:
         self.settings = settings
         self.pm = pm
         apply_log_settings(settings)
-        self.tracing = tracing.active() or tracing.install(settings.telemetry, role=role)  # `telemetry:`, else off
+        self._owns_tracing = tracing.active() is None and settings.telemetry is not None  # else a test's, or off
+        self.tracing = tracing.install(settings.telemetry, role=role) if self._owns_tracing else tracing.active()
         home.create()
         listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
@@ -371,7 +372,7 @@ class Gateway:
         await asyncio.to_thread(self.storage.close)  # the stores' pool: after the handler, which may still push
         await asyncio.to_thread(self._close_event_sink)  # stores the events still buffered
         if self.tracing is not None:  # the spans still buffered, sent before the process ends
-            await asyncio.to_thread(self.tracing.provider.force_flush)
+            await asyncio.to_thread(tracing.uninstall if self._owns_tracing else self.tracing.provider.force_flush)
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)
 

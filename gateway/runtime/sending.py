@@ -205,7 +205,7 @@ class Sender:
         if len(self._edited) > STREAM_MEMORY:
             self._edited = {key: at for key, at in self._edited.items() if now - at < STREAM_IDLE_S}
 
-    @tracing.traced("delivery.send", send_attributes, carrier=lambda _, head: head.payload.model_extra)
+    @tracing.traced("delivery.send", send_attributes, carrier=lambda _, head: head.payload)
     async def send(self, head: Head) -> float | None:
         """Sends the head once and records the outcome; the delay before its next attempt when it is
         retried, None when it was sent or is dead."""

@@ -11,7 +11,9 @@ The context crosses processes and hosts with the message, as W3C trace context i
 `traceparent`, and `tracestate` holding `switchyard=<intake time, epoch ms>` (the wait's start). Spec 002
 payloads keep unknown keys (gateway/models.py), so these two travel in the spool file, in the PostgreSQL row's
 payload, in a run's state (`message`) and in each reply; no sidecar is needed. A payload without them (a file
-another program dropped) starts its trace at its first attempt.
+another program dropped, `switchyard send`) is in the trace its identity names (a hash of its channel, profile
+and messageId: `derived_ids`), so its claim, its attempts and its run are one trace on every host too; its wait
+starts at its own `timestamp`.
 
 When telemetry is off nothing of opentelemetry is imported and every call here is one test of the process's
 installed `Tracing` (None): call sites stay one line and cost about nothing. When it is on, the Gateway (the
@@ -25,18 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span
 
-    from gateway.models import IncomingPayload
     from gateway.settings import TelemetrySettings
 
 log = logging.getLogger("switchyard.tracing")
@@ -45,8 +47,29 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 Attributes = Mapping[str, Any]
 
+
+class IncomingPayload(Protocol):
+    """An incoming payload as traces read it (gateway.models.IncomingPayload, which imports this module)."""
+
+    channel: str
+    messageId: str  # noqa: N815 - the payload's own field name
+    message: str
+    timestamp: int
+
+    @property
+    def model_extra(self) -> dict[str, Any] | None: ...
+
+    @property
+    def profile(self) -> str: ...
+
+    def model_copy(self: P, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> P: ...
+
+
+P = TypeVar("P", bound=IncomingPayload)
+
 CONTENT = "switchyard.content."
 """The prefix of attributes that hold what people or agents wrote: kept only with `telemetry.content: true`."""
+DAY_MS = 86_400_000
 STATE_KEY = "switchyard"
 """Our entry in `tracestate`: the message's intake time (epoch ms)."""
 
@@ -115,15 +138,26 @@ class Tracing:
                                                start_time=start_ns) as span:
             yield Noted(span, self)
 
-    def carried(self, carrier: Mapping[str, Any] | None) -> Context | None:
-        """The context a payload carries (its `traceparent`/`tracestate`); None when it carries none."""
-        if not carrier or not isinstance(carrier.get("traceparent"), str):
-            return None
+    def carried(self, carrier: Any) -> Context | None:
+        """The context a payload (a model, or its dict) carries in `traceparent`/`tracestate`; for one that
+        carries none (a file another program dropped), the trace its identity names (`derived_ids`), so its
+        claim, every attempt and its run on any host still make one trace. None for neither."""
         from opentelemetry import trace
 
-        fields = {key: carrier[key] for key in ("traceparent", "tracestate") if isinstance(carrier.get(key), str)}
-        context = self._propagator.extract(fields)
-        return context if trace.get_current_span(context).get_span_context().is_valid else None
+        fields = fields_of(carrier)
+        if isinstance(fields.get("traceparent"), str):
+            context = self._propagator.extract({key: fields[key] for key in ("traceparent", "tracestate")
+                                                if isinstance(fields.get(key), str)})
+            if trace.get_current_span(context).get_span_context().is_valid:
+                return context
+        ids = derived_ids(fields)
+        if ids is None:
+            return None
+        trace_id, span_id = ids
+        keep = (trace_id & (2**64 - 1)) < round(self.settings.sample_ratio * 2**64)  # as TraceIdRatioBased decides
+        parent = trace.SpanContext(trace_id, span_id, is_remote=True,
+                                   trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED if keep else 0))
+        return trace.set_span_in_context(trace.NonRecordingSpan(parent))
 
     def inject(self, span: Span, queued_ms: int | None = None) -> dict[str, str]:
         """`traceparent` (and `tracestate` with the intake time) naming `span` as the parent."""
@@ -135,7 +169,7 @@ class Tracing:
             fields["tracestate"] = f"{STATE_KEY}={queued_ms}"
         return fields
 
-    def intake(self, payload: IncomingPayload) -> IncomingPayload:
+    def intake(self, payload: P) -> P:
         """Starts the message's trace (a child of the current span: a schedule's fire) and returns the
         payload carrying it; a payload that carries one already keeps it."""
         if isinstance((payload.model_extra or {}).get("traceparent"), str):
@@ -154,9 +188,11 @@ class Tracing:
         """The span of one attempt at a message, in its carried trace; the first one also records the wait
         from intake to now (its queue time)."""
         extra = message.model_extra or {}
-        parent = self.carried(extra)
+        parent = self.carried(message)
         now_ns = time.time_ns()
         queued_ms = _queued_ms(extra.get("tracestate"))
+        if queued_ms is None and 0 < now_ns // 1_000_000 - message.timestamp < DAY_MS:  # its sender's clock
+            queued_ms = message.timestamp
         base: dict[str, Any] = {"switchyard.job": job, "switchyard.attempt": attempt,
                                 "switchyard.channel": message.channel}
         if attempt == 1 and parent is not None and queued_ms is not None:
@@ -168,7 +204,7 @@ class Tracing:
 
     def claimed(self, message: IncomingPayload, attempt: int, job: str) -> None:
         """Marks the moment a worker took the message (a span of no length in its trace)."""
-        parent = self.carried(message.model_extra)
+        parent = self.carried(message)
         span = self.tracer.start_span("message.claim", context=parent, attributes={
             "switchyard.job": job, "switchyard.attempt": attempt})
         span.end()
@@ -200,6 +236,25 @@ def _exporter(settings: TelemetrySettings) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter(endpoint=settings.endpoint.rstrip("/") + "/v1/traces")
+
+
+def fields_of(carrier: Any) -> dict[str, Any]:
+    """What a payload carries for traces: its extra keys (`traceparent`, `tracestate`) and its identity."""
+    if carrier is None:
+        return {}
+    if isinstance(carrier, Mapping):
+        return {**carrier, "profile": carrier.get("channelProfileId") or carrier.get("channel")}
+    return {**(carrier.model_extra or {}), "channel": carrier.channel, "profile": carrier.profile,
+            "messageId": carrier.messageId}
+
+
+def derived_ids(fields: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(trace id, parent span id) named by a message's identity (channel, profile, messageId), for a message that
+    carries no trace context; None without an identity."""
+    if not isinstance(fields.get("channel"), str) or not isinstance(fields.get("messageId"), str):
+        return None
+    digest = hashlib.sha256(f"{fields['channel']}/{fields.get('profile')}/{fields['messageId']}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
 
 
 def _queued_ms(tracestate: Any) -> int | None:
@@ -253,7 +308,7 @@ def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Note
     return NO_SPAN if tracing is None else tracing.span(name, attributes)
 
 
-def carried_span(name: str, carrier: Mapping[str, Any] | None,
+def carried_span(name: str, carrier: Any,
                  **attributes: Any) -> contextlib.AbstractContextManager[Noted | _NoSpan]:
     """A span in the trace a payload carries (`carrier`: its fields), for work done away from the message's
     own task (a run's execution, a reply's delivery)."""
@@ -261,7 +316,7 @@ def carried_span(name: str, carrier: Mapping[str, Any] | None,
     return NO_SPAN if tracing is None else tracing.span(name, attributes, parent=tracing.carried(carrier))
 
 
-def intake(payload: IncomingPayload) -> IncomingPayload:
+def intake(payload: P) -> P:
     """The payload carrying its new trace (see Tracing.intake); unchanged while telemetry is off."""
     tracing = _installed
     return payload if tracing is None else tracing.intake(payload)
@@ -305,17 +360,19 @@ def current_carrier() -> dict[str, str]:
 
 
 def trace_id_of(carrier: Mapping[str, Any] | None) -> str | None:
-    """The trace id a payload's `traceparent` names (whether or not telemetry is on here)."""
+    """The trace id of a payload (its dict): the one its `traceparent` names, else (telemetry on) the one its
+    identity names; None when it has none."""
     parent = (carrier or {}).get("traceparent")
-    if not isinstance(parent, str):
-        return None
-    parts = parent.split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+    if isinstance(parent, str):
+        parts = parent.split("-")
+        return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+    ids = derived_ids(fields_of(carrier)) if _installed is not None else None
+    return None if ids is None else f"{ids[0]:032x}"
 
 
 def traced(name: str, attributes: Callable[..., Attributes] | None = None,
            result: Callable[[Any], Attributes] | None = None,
-           carrier: Callable[..., Mapping[str, Any] | None] | None = None) -> Callable[[F], F]:
+           carrier: Callable[..., Any] | None = None) -> Callable[[F], F]:
     """Decorates a function (sync or async) so each call is a span: `attributes(*args, **kwargs)` at its start,
     `result(returned)` at its end, `carrier(*args, **kwargs)`: a payload whose trace it joins (else the
     current span's). A raised exception marks the span failed and goes on."""

@@ -6,14 +6,20 @@ The prompt and the answer are content (`switchyard.content.*`): they reach a spa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.telemetry.tracing import CONTENT
 
 if TYPE_CHECKING:
-    from orchestrator.agents.providers import ProviderRunner
+    from gateway.settings import ProviderSettings
     from orchestrator.agents.request import TurnRequest
     from orchestrator.agents.spawn import ProviderResult
+
+
+class ProviderRunner(Protocol):
+    """What a turn's span reads of the runner (orchestrator.agents.providers.ProviderRunner, which imports this)."""
+
+    def settings_of(self, name: str) -> ProviderSettings | None: ...
 
 
 def turn_attributes(runner: ProviderRunner, name: str, turn: TurnRequest) -> dict[str, Any]:

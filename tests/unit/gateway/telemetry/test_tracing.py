@@ -25,7 +25,7 @@ from gateway.plugin_manager import build_plugin_manager  # noqa: E402
 from gateway.settings import ChannelProfile, ProviderSettings, QueueSettings, Settings, TelemetrySettings  # noqa: E402
 from gateway.telemetry import tracing  # noqa: E402
 from gateway.telemetry.events import read_events  # noqa: E402
-from gateway.testing import async_wait_until  # noqa: E402
+from gateway.testing import async_wait_until, drop_incoming, make_incoming  # noqa: E402
 from tests.fakes.channels import FakeChannelPlugin  # noqa: E402
 
 SECRET_TEXT = "my bank PIN is 4921"
@@ -164,17 +164,25 @@ async def test_a_chat_message_is_one_trace_of_every_step_each_under_its_parent(
             assert SECRET_TEXT not in str(value) and "the agent answers" not in str(value), span.name
 
 
+@pytest.mark.parametrize("arrival", ["channel", "dropped file"])
 async def test_a_message_retried_twice_keeps_its_trace_with_three_attempt_spans(
-        exporter, home: Home, tmp_path: Path, stopped_after) -> None:
+        exporter, home: Home, tmp_path: Path, stopped_after, arrival: str) -> None:
     gateway, plugin = await _gateway(home, tmp_path, "flaky")
     stopped_after.append(gateway)
     channel = plugin.channels["f1"]
-    await channel.inject("hello", conversationId="room")
+    if arrival == "channel":
+        await channel.inject("hello", conversationId="room")
+    else:  # no trace context in the file: its identity names its trace
+        drop_incoming(home, make_incoming("hello", channel="fake", channelProfileId="f1", conversationId="room"),
+                      "dropped.json")
+        gateway.queue.notice("dropped.json")
     await async_wait_until(lambda: channel.sent, 20)
+    await async_wait_until(lambda: _by_name(exporter.get_finished_spans()).get("delivery.send"))
     spans = exporter.get_finished_spans()
     attempts = sorted(_by_name(spans)["message.attempt"], key=lambda span: span.start_time)
     assert [span.attributes["switchyard.attempt"] for span in attempts] == [1, 2, 3]
-    assert len({span.context.trace_id for span in attempts}) == 1
+    assert len({span.context.trace_id for span in spans}) == 1, "claims, attempts, run, delivery: one trace"
+    assert len(_by_name(spans)["message.claim"]) == 3
     assert [span.status.status_code.name for span in attempts] == ["ERROR", "ERROR", "UNSET"]
     assert len(_by_name(spans)["message.wait"]) == 1  # the queue time is the first attempt's
 
