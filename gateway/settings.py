@@ -272,7 +272,7 @@ class AlertSettings(_Strict):
 
 class TelemetrySettings(_Strict):
     """`telemetry:`: OpenTelemetry traces of each message's path (gateway/telemetry/tracing.py); off unless set.
-    Needs the `otel` extra (`pip install 'switchyard[otel]'`)."""
+    Needs the `otel` extra (`pip install -e '.[otel]' in the clone`)."""
 
     exporter: Literal["otlp", "console"] = "otlp"  # console: each span printed as JSON on stdout
     endpoint: str = "http://127.0.0.1:4318"  # an OTLP/HTTP collector; `/v1/traces` is appended

@@ -281,7 +281,7 @@ def install(settings: TelemetrySettings | None, *, role: str = "run",
     try:
         _installed = Tracing(settings, role=role, exporter=exporter)
     except ImportError as exc:
-        log.error("telemetry is set but OpenTelemetry is not installed (pip install 'switchyard[otel]'): %s", exc)
+        log.error("telemetry is set but OpenTelemetry is not installed (pip install -e '.[otel]'): %s", exc)
         return None
     return _installed
 
