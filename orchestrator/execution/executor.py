@@ -233,6 +233,7 @@ class RunExecutor:
                 continue
             try:  # a step no longer in its workflow fails here too (StepFailed, fatal)
                 if self._steps.kind_of(run, step_id) == "input":
+                    tracing.note(**{"switchyard.waits_for_input": step_id})  # its answer resumes it in this trace
                     await self._stored(live, partial(self.life.paused, run, step_id))
                     return True
                 live[0] = await self._stored(live, partial(self.life.step_started, run, step_id,

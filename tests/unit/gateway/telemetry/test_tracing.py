@@ -203,3 +203,38 @@ async def test_content_reaches_spans_only_when_asked_for(home: Home, tmp_path: P
         assert remote.attributes["switchyard.content.answer"].strip() == "the agent answers"
     finally:
         tracing.uninstall()
+
+
+QUESTION_ORCHESTRATOR = """
+selector: {provider: rules}
+diagnostics: {provider: rules}
+reply_within_sec: 60
+rules: {default_workflow: chat}
+agents:
+  helper: {provider: remote, prompt: "{{message}}"}
+workflows:
+  chat:
+    description: Ask, then talk with the helper agent
+    steps:
+      - {id: Ask, input: {prompt: "Which branch?"}}
+      - {id: Reply, agent: helper}
+"""
+
+
+async def test_a_question_waited_on_is_the_gap_between_the_runs_spans_in_the_first_messages_trace(
+        exporter, home: Home, tmp_path: Path, stopped_after) -> None:
+    gateway, plugin = await _gateway(home, tmp_path, "rules")
+    stopped_after.append(gateway)
+    (home.root / "orchestrators" / "main" / "orchestrator.yaml").write_text(textwrap.dedent(QUESTION_ORCHESTRATOR))
+    channel = plugin.channels["f1"]
+    await channel.inject("start please", conversationId="room")
+    await async_wait_until(lambda: [p for p in channel.sent if "Which branch?" in p.message])
+    await channel.inject("main", conversationId="room")
+    await async_wait_until(lambda: [p for p in channel.sent if p.message == "the agent answers"])
+    await async_wait_until(lambda: len(_by_name(exporter.get_finished_spans()).get("workflow.run", [])) == 2)
+    spans = exporter.get_finished_spans()
+    asked, resumed = sorted(_by_name(spans)["workflow.run"], key=lambda span: span.start_time)
+    first_intake = min(_by_name(spans)["message.intake"], key=lambda span: span.start_time)
+    assert asked.context.trace_id == resumed.context.trace_id == first_intake.context.trace_id
+    assert asked.attributes["switchyard.waits_for_input"] == "Ask"
+    assert resumed.start_time > asked.end_time  # the gap: the question waited on
