@@ -75,12 +75,13 @@ class Gateway:
         self.settings = settings
         self.pm = pm
         apply_log_settings(settings)
-        self._owns_tracing = tracing.active() is None and settings.telemetry is not None  # else a test's, or off
-        self.tracing = tracing.install(settings.telemetry, role=role) if self._owns_tracing else tracing.active()
         home.create()
         listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
                                observers=[lambda event: pm.hook.switchyard_event(event=event)] if listening else [])
+        self._owns_tracing = tracing.active() is None and settings.telemetry is not None  # else a test's, or off
+        self.tracing = (tracing.install(settings.telemetry, role=role, redact=self.events.redact) if self._owns_tracing
+                        else tracing.active())
         qs = settings.queue
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)  # incoming/ on both
         self.storage = open_backend(home, settings, pm)

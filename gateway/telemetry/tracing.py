@@ -106,7 +106,8 @@ class Noted:
 class Tracing:
     """The process's tracer: an SDK TracerProvider with one exporter (OTLP/HTTP, the console, or a test's)."""
 
-    def __init__(self, settings: TelemetrySettings, *, role: str = "run", exporter: SpanExporter | None = None):
+    def __init__(self, settings: TelemetrySettings, *, role: str = "run", exporter: SpanExporter | None = None,
+                 redact: Callable[[str], str] | None = None):
         from opentelemetry.propagators.textmap import DefaultGetter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -115,6 +116,7 @@ class Tracing:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.settings = settings
+        self._redact = redact or (lambda text: text)  # the gateway's secrets masked, as in events and logs
         resource = Resource.create({"service.name": settings.service_name, "switchyard.role": role})
         self.provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
         if exporter is not None:  # a test's in-memory exporter: each span as it ends
@@ -126,17 +128,27 @@ class Tracing:
         self._getter = DefaultGetter()
 
     def allowed(self, attributes: Attributes) -> dict[str, Any]:
-        """The attributes a span may hold: no None, content only when `telemetry.content` allows it."""
-        return {key: value for key, value in attributes.items() if value is not None
-                and (self.settings.content or not key.startswith(CONTENT))}
+        """The attributes a span may hold: no None, content only when `telemetry.content` allows it, every
+        secret masked."""
+        return {key: self._redact(value) if isinstance(value, str) else value for key, value in attributes.items()
+                if value is not None and (self.settings.content or not key.startswith(CONTENT))}
 
     @contextlib.contextmanager
     def span(self, name: str, attributes: Attributes, parent: Context | None = None,
              start_ns: int | None = None) -> Iterator[Noted]:
-        """A span made current for the block, a child of the current one (or of `parent`)."""
+        """A span made current for the block, a child of the current one (or of `parent`). An exception
+        marks it failed with its type and text, secrets masked (no traceback: it may quote what was written)."""
         with self.tracer.start_as_current_span(name, context=parent, attributes=self.allowed(attributes),
-                                               start_time=start_ns) as span:
-            yield Noted(span, self)
+                                               start_time=start_ns, record_exception=False,
+                                               set_status_on_exception=False) as span:
+            try:
+                yield Noted(span, self)
+            except BaseException as exc:
+                from opentelemetry.trace import Status, StatusCode
+
+                why = self._redact(f"{type(exc).__name__}: {exc}")[:500]
+                span.set_status(Status(StatusCode.ERROR, why))
+                raise
 
     def carried(self, carrier: Any) -> Context | None:
         """The context a payload (a model, or its dict) carries in `traceparent`/`tracestate`; for one that
@@ -270,8 +282,8 @@ def _queued_ms(tracestate: Any) -> int | None:
 # --- the process's tracer ------------------------------------------------------------------
 
 
-def install(settings: TelemetrySettings | None, *, role: str = "run",
-            exporter: SpanExporter | None = None) -> Tracing | None:
+def install(settings: TelemetrySettings | None, *, role: str = "run", exporter: SpanExporter | None = None,
+            redact: Callable[[str], str] | None = None) -> Tracing | None:
     """Installs this process's tracer from `telemetry:` (None: off, nothing imported); returns it. A missing
     `otel` extra is logged and leaves telemetry off: traces are never worth a gateway that does not start."""
     global _installed
@@ -279,7 +291,7 @@ def install(settings: TelemetrySettings | None, *, role: str = "run",
     if settings is None:
         return None
     try:
-        _installed = Tracing(settings, role=role, exporter=exporter)
+        _installed = Tracing(settings, role=role, exporter=exporter, redact=redact)
     except ImportError as exc:
         log.error("telemetry is set but OpenTelemetry is not installed (pip install -e '.[otel]'): %s", exc)
         return None

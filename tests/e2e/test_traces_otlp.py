@@ -56,6 +56,30 @@ def test_the_otlp_exporter_sends_the_whole_trace_of_a_message(tmp_path: Path) ->
     assert succeeded[0]["trace_id"] == intake.trace_id  # an event names the trace it belongs to
 
 
+TELLS_ITS_TOKEN = "import sys; sys.stdin.read(); sys.exit('model refused key tok-81f3a9c2e7')"  # a CLI quoting a key
+
+
+def test_a_failed_attempt_says_why_in_its_span_without_the_secrets(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        run = GatewayRun(tmp_path / "home", env={"SWITCHYARD_PLUGINS": "tests.e2e.traces_kit",
+                                                 "DEMO_TOKEN": "tok-81f3a9c2e7"})
+        run.configure(queue={"fsync": False, "max_attempts": 1}, channels=[{"id": "say", "type": "say"}],
+                      orchestrator={**CHAT_ORCHESTRATOR, "selector": {"provider": "leaky"}},
+                      providers={"leaky": {"command": [sys.executable, "-c", TELLS_ITS_TOKEN]},
+                                 "remote": {"command": [sys.executable, "-c", AGENT]}},
+                      dashboard={"token_env": "DEMO_TOKEN"},  # names the variable: its value is a secret
+                      telemetry={"endpoint": receiver.endpoint})
+        run.start()
+        try:
+            say(run.home.root, "m1", "hello")
+            wait_until(lambda: receiver.named("message.attempt"), 30)
+        finally:
+            assert run.stop() == 0
+    [attempt] = receiver.named("message.attempt")
+    assert "model refused key ***" in attempt.status, attempt.status
+    assert all("tok-81f3a9c2e7" not in f"{span.status}{span.attributes}" for span in receiver.spans)
+
+
 OPENTELEMETRY_LOADED = """
 import asyncio, sys
 from pathlib import Path

@@ -31,6 +31,7 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     role: str
     service: str
+    status: str = ""  # the status message (why it failed)
 
 
 class OtlpReceiver:
@@ -74,7 +75,7 @@ class OtlpReceiver:
                     attributes = {kv.key: _value(kv.value) for kv in span.attributes}
                     self.spans.append(ReceivedSpan(span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex(),
                                                    span.name, attributes, resource.get("switchyard.role", ""),
-                                                   resource.get("service.name", "")))
+                                                   resource.get("service.name", ""), span.status.message))
 
     def __enter__(self) -> OtlpReceiver:
         self._thread.start()
