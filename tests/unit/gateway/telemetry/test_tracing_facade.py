@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,48 @@ def test_content_attributes_are_dropped_unless_telemetry_content_is_on(spans) ->
         pass
     [span] = spans.get_finished_spans()
     assert dict(span.attributes or {}) == {"switchyard.provider": "claude"}
+
+
+async def test_a_scheduled_prompts_trace_starts_at_its_fire(spans, tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from orchestrator.schedules.records import MemoryScheduleRecords
+    from tests.unit.orchestrator.schedules.test_schedules import T0, Host, every
+
+    host = Host(MemoryScheduleRecords(), {"default/digest": every(60)}, EventLog(tmp_path / "events.jsonl"))
+    enqueue = host.scheduler.enqueue
+
+    async def through_the_sink(message: Any) -> Any:  # as the Gateway's sink does
+        return await enqueue(tracing.intake(message))
+
+    host.scheduler.enqueue = through_the_sink
+    await host.at(T0)
+    await host.at(T0 + timedelta(seconds=60))
+    named = {span.name: span for span in spans.get_finished_spans()}
+    fire, intake = named["schedule.fire"], named["message.intake"]
+    assert fire.parent is None and intake.parent is not None and intake.parent.span_id == fire.context.span_id
+    assert fire.attributes == {"switchyard.schedule": "default/digest"}
+    carried = (host.enqueued[0].model_extra or {})["traceparent"]
+    assert carried.split("-")[1] == f"{fire.context.trace_id:032x}"  # the message goes on in the fire's trace
+
+
+async def test_each_part_of_a_reply_is_a_span_of_its_delivery(spans, tmp_path: Path) -> None:
+    from gateway.channelkit.delivery import DeliveryJournal, deliver_parts, reply_parts
+    from gateway.home import Home
+    from gateway.models import OutgoingPayload
+
+    reply = OutgoingPayload.reply_to(make_incoming("hi"), "word " * 14, agent="a", timestamp=1)
+    parts = reply_parts(reply, 30)
+    sent: list[int] = []
+
+    async def send_part(part: Any) -> str:
+        sent.append(part.index)
+        return f"p{part.index}"
+
+    with tracing.span("delivery.send"):
+        await deliver_parts(reply, parts, send_part, DeliveryJournal(Home(tmp_path / "home"), "p"))
+    finished = spans.get_finished_spans()
+    send = next(span for span in finished if span.name == "delivery.send")
+    part_spans = [span for span in finished if span.name == "delivery.part"]
+    assert [span.attributes["switchyard.part"] for span in part_spans] == sent == [0, 1, 2]
+    assert all(span.parent is not None and span.parent.span_id == send.context.span_id for span in part_spans)
