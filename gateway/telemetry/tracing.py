@@ -48,7 +48,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 Attributes = Mapping[str, Any]
 
 
-class IncomingPayload(Protocol):
+class Payload(Protocol):
     """An incoming payload as traces read it (gateway.models.IncomingPayload, which imports this module)."""
 
     channel: str
@@ -65,7 +65,7 @@ class IncomingPayload(Protocol):
     def model_copy(self: P, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> P: ...
 
 
-P = TypeVar("P", bound=IncomingPayload)
+P = TypeVar("P", bound=Payload)
 
 CONTENT = "switchyard.content."
 """The prefix of attributes that hold what people or agents wrote: kept only with `telemetry.content: true`."""
@@ -196,7 +196,7 @@ class Tracing:
             span.end()
 
     @contextlib.contextmanager
-    def attempt(self, message: IncomingPayload, attempt: int, job: str) -> Iterator[Noted]:
+    def attempt(self, message: Payload, attempt: int, job: str) -> Iterator[Noted]:
         """The span of one attempt at a message, in its carried trace; the first one also records the wait
         from intake to now (its queue time)."""
         extra = message.model_extra or {}
@@ -214,7 +214,7 @@ class Tracing:
         with self.span("message.attempt", base, parent=parent, start_ns=now_ns) as span:
             yield span
 
-    def claimed(self, message: IncomingPayload, attempt: int, job: str) -> None:
+    def claimed(self, message: Payload, attempt: int, job: str) -> None:
         """Marks the moment a worker took the message (a span of no length in its trace)."""
         parent = self.carried(message)
         span = self.tracer.start_span("message.claim", context=parent, attributes={
@@ -334,14 +334,14 @@ def intake(payload: P) -> P:
     return payload if tracing is None else tracing.intake(payload)
 
 
-def claimed(message: IncomingPayload, *, attempt: int, job: str) -> None:
+def claimed(message: Payload, *, attempt: int, job: str) -> None:
     """Marks the claim of a message by a worker (see Tracing.claimed)."""
     tracing = _installed
     if tracing is not None:
         tracing.claimed(message, attempt, job)
 
 
-async def attempt(message: IncomingPayload, work: Awaitable[T], *, attempt: int, job: str) -> T:
+async def attempt(message: Payload, work: Awaitable[T], *, attempt: int, job: str) -> T:
     """Awaits `work` (the handler on `message`) as the message's attempt number `attempt`."""
     tracing = _installed
     if tracing is None:
