@@ -35,6 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.slack",
     "plugins.whatsapp",
     "plugins.inbox",
+    "plugins.web",
     "orchestrator.cli",
     "orchestrator.plugin",
     "orchestrator.storage.postgres.plugin",

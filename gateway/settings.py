@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.config.fields import Argv, IdText
+from gateway.config.roles import RoleSettings
 from gateway.config.usage import UsageSettings
 from gateway.config.yamlfile import error_text as yaml_error_text
 from gateway.config.yamlfile import load_yaml
@@ -101,6 +102,9 @@ class ProviderSettings(_Strict):
     max_live: int = Field(default=8, ge=1, le=1024)  # acp: live sessions kept warm for this provider
     idle_sec: float = Field(default=600, gt=0)  # acp: a session unused this long is closed (reloaded when needed)
     permissions: Literal["ask", "allow", "deny"] = "ask"  # acp: a tool call asks the chat, or is allowed/denied
+    sandbox: Literal["none", "bwrap"] | None = None  # bwrap: its processes run confined (docs/sandbox.md)
+    network: Literal["model-only", "full", "none"] | None = None  # in the sandbox (default: the orchestrator's)
+    sandbox_paths: list[str] = Field(default_factory=list)  # more folders its sandbox sees read-only
 
     @model_validator(mode="after")
     def _check_endpoint(self) -> ProviderSettings:
@@ -212,7 +216,9 @@ class ChannelOptions(_Strict):
     pairing: bool = False
     pairing_code_ttl_sec: float = Field(default=DEFAULT_PAIRING_CODE_TTL_S, gt=0)
     workflow: str | None = None
-    approvers: list[IdText] | None = None  # who may answer tool approvals (sender ids); absent: every allowed sender
+    approvers: list[IdText] | None = None  # deprecated (gateway/roles.py): only these answer tool approvals
+    roles: dict[str, list[IdText]] | None = None  # role -> sender ids (or `group:<id>`) given it on this profile
+    default_role: str | None = Field(default=None, min_length=1)  # everyone else admitted (else `member`)
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -300,6 +306,7 @@ class Settings(_Strict):
     transcribe: TranscribeSettings | None = None  # voice notes and audio files to text (else refused, told)
     usage: UsageSettings = Field(default_factory=UsageSettings)  # the day's time zone and the spending limits
     alerts: AlertSettings | None = None  # the operators' conversation told of failures (off unless set)
+    roles: dict[str, RoleSettings] = Field(default_factory=dict)  # the operator's roles (gateway/roles.py)
     telemetry: TelemetrySettings | None = None  # OpenTelemetry traces (off unless set)
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
@@ -398,7 +405,7 @@ def parse_yaml_file(path: Path) -> dict[str, Any]:
 
 
 def load_settings(path: Path | None, *, required: bool = False) -> Settings:
-    """Loads settings.yaml; a missing file means the embedded default (console + built-in provider),
+    """Loads settings.yaml; a missing file means the embedded default (console, web chat, built-in provider),
     unless the file is `required` (named on the command line)."""
     if path is None or (not required and not path.exists()):
         return default_settings()
@@ -432,5 +439,6 @@ def validate_channel_options(settings: Settings, models: Mapping[str, type[BaseM
 
 
 def default_settings() -> Settings:
-    """The embedded default: a console channel and the built-in offline provider, no tokens."""
-    return Settings(channels=[ChannelProfile(id="console", type="console")])
+    """The embedded default: a console channel, the web chat on 127.0.0.1 (`run` prints its login link) and the
+    built-in offline provider, no tokens."""
+    return Settings(channels=[ChannelProfile(id="web", type="web"), ChannelProfile(id="console", type="console")])

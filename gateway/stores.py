@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 
 if TYPE_CHECKING:
     import asyncio
+    from datetime import datetime
 
     from gateway.api import Channel, Handler
     from gateway.approvals import Approval
+    from gateway.audit import AuditRecord
     from gateway.channelkit.pairing import Pairing
     from gateway.dashboard.state import QueueView
     from gateway.home import Home
@@ -235,6 +237,19 @@ class Approvals(Protocol):
         id: (None, False). Of two callers at once, on any hosts, exactly one gets True."""
 
 
+@runtime_checkable
+class AuditLog(Protocol):
+    """The audit records of privileged actions (gateway/audit.py): append-only, each record kept once by its id,
+    shared by every process and host of the backend (FileAuditLog, gateway/backends/postgres/audit.py PgAuditLog,
+    gateway/backends/memory/audit.py MemoryAuditLog). Declared as the store AUDIT (`switchyard_stores`)."""
+
+    def append(self, record: AuditRecord) -> bool:
+        """Adds the record; False (and nothing added) when a record with its id is stored already."""
+
+    def records(self, *, since: datetime | None = None, by: str | None = None) -> list[AuditRecord]:
+        """The records at or after `since` by `by` (a full `by`, or a bare sender id), oldest first."""
+
+
 # --- the backend: what one storage backend opens (chosen in gateway/composition.py) ---
 
 StoreT = TypeVar("StoreT")
@@ -247,6 +262,9 @@ class StoreKey(Generic[StoreT]):
 
     name: str
 
+
+AUDIT: StoreKey[AuditLog] = StoreKey("audit")
+"""The audit log, declared by each backend's plugin for its backend."""
 
 BackendFactory = Callable[["Home", "Settings", "Stores"], "Backend"]
 StoreFactory = Callable[..., object]

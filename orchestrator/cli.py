@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,8 @@ def switchyard_cli(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Adds `runs`, `schedules`, `usage`, `coordination`, `workspace` and `doctor` to the `switchyard` parser."""
+    """Adds `runs`, `schedules`, `usage`, `coordination`, `workspace`, `workspaces` and `doctor` to the `switchyard`
+    parser."""
     from orchestrator.usage.cli import add_usage_command
 
     runs = commands.add_parser("runs", help="list workflow runs newest first, or show one (`runs show ID`)")
@@ -91,6 +93,20 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     source.add_argument("--file", help="read the task from this file ('-' for stdin)")
     workspace_commands.add_parser("init", help="create inbox/<agent>/, processed/ and failed/")
     workspace.set_defaults(run=cmd_workspace)
+
+    owned = commands.add_parser("workspaces", help="the workspaces of `workspace: conversation | sender`: "
+                                                    "list (size, last use), clean")
+    owned.add_argument("--orchestrator", help="orchestrator id (default: every orchestrator)")
+    owned.add_argument("--json", action="store_true", help="print JSON for scripts")
+    owned_commands = owned.add_subparsers(dest="workspaces_command", title="subcommands", metavar="{list,size,clean}")
+    owned_commands.add_parser("list", help="each workspace, its size and last use (the default)")
+    owned_commands.add_parser("size", help="how many workspaces each orchestrator has, and their total size")
+    scrub = owned_commands.add_parser("clean", help="remove workspaces unused for N days (a worktree's branch "
+                                                     "stays in its repository)")
+    scrub.add_argument("--older-than-days", type=float, metavar="N",
+                       help="default: the orchestrator's workspaces.retention_days")
+    scrub.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
+    owned.set_defaults(run=cmd_workspaces)
 
     doctor = commands.add_parser("doctor", help="check the providers: found on PATH, version, and with "
                                                 "--probe one tiny request each")
@@ -357,14 +373,69 @@ def cmd_workspace(args: argparse.Namespace, home: Home, settings: Settings) -> i
     return 0
 
 
+def cmd_workspaces(args: argparse.Namespace, home: Home, settings: Settings) -> int:
+    """Lists the own workspaces (of a conversation, of a sender) of each orchestrator, or removes those unused
+    past their retention."""
+    from gateway.home import safe_name
+    from orchestrator.workspaces.owners import OwnWorkspaces
+    from orchestrator.workspaces.retention import WorkspaceInfo, listed, remove, stale
+
+    chosen = [args.orchestrator] if args.orchestrator else list(settings.orchestrators)
+    found: list[tuple[str, WorkspaceInfo]] = []
+    for orchestrator_id in chosen:
+        spaces = OwnWorkspaces(home.root / "workspaces" / safe_name(orchestrator_id))
+        if getattr(args, "workspaces_command", None) != "clean":
+            found += [(orchestrator_id, info) for info in listed(spaces)]
+            continue
+        days = args.older_than_days
+        if days is None:
+            days = load_for_tools(home, settings, orchestrator_id).config.workspaces.retention_days
+        for info in stale(spaces, days) if days is not None else []:
+            if not args.dry_run:
+                remove(spaces, info)
+            found.append((orchestrator_id, info))
+    if getattr(args, "workspaces_command", None) == "size":
+        totals = {who: [0, 0] for who in chosen}
+        for who, info in found:
+            totals[who][0] += 1
+            totals[who][1] += info.size_bytes
+        if args.json:
+            print(json.dumps({who: {"workspaces": n, "bytes": size} for who, (n, size) in totals.items()}, indent=2))
+            return 0
+        for who, (n, size) in totals.items():
+            print(f"{who}: {n} workspace(s), {size / 1e6:.1f} MB")
+        return 0
+    if args.json:
+        print(json.dumps([{"orchestrator": who, "name": info.name, "path": str(info.path), "bytes": info.size_bytes,
+                           "last_used": info.last_used, "worktree": info.worktree} for who, info in found], indent=2))
+        return 0
+    verb = "" if getattr(args, "workspaces_command", None) != "clean" else \
+        "would remove " if args.dry_run else "removed "
+    for who, info in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.last_used))
+        kind = " (git worktree)" if info.worktree else ""
+        print(f"{verb}{who} {info.name}{kind}: {info.size_bytes / 1e6:.1f} MB, last used {when}")
+    if not found:
+        print("no workspace" + (" to clean" if verb else ""))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Prints one row per provider; exits 1 when a provider an orchestrator uses has a problem."""
     import asyncio
 
     from gateway.cli.tables import print_table
-    from orchestrator.agents.doctor import check_adapters, check_providers, fill_versions, probe, provider_uses
+    from orchestrator.agents.doctor import (
+        check_adapters,
+        check_providers,
+        check_sandbox,
+        fill_versions,
+        probe,
+        provider_uses,
+    )
 
     checks = check_providers(home, settings)
+    sandbox = check_sandbox(home, settings)
     _, broken = provider_uses(home, settings)
 
     async def gather() -> None:
@@ -375,7 +446,9 @@ def cmd_doctor(args: argparse.Namespace, home: Home, settings: Settings) -> int:
 
     asyncio.run(gather())
     if args.json:
-        print(json.dumps({"providers": [{**vars(c), "ok": c.ok} for c in checks], "problems": broken}, indent=2))
+        print(json.dumps({"providers": [{**vars(c), "ok": c.ok} for c in checks], "problems": broken,
+                          "sandbox": {"works": not sandbox.problem, "problem": sandbox.problem,
+                                      "used_by": sandbox.used_by}}, indent=2))
     else:
         rows = [[c.name, c.kind, c.path or c.binary or "-", c.version or "-", ", ".join(c.used_by) or "-",
                  c.problem or (f"ok: {c.probe}" if c.probe else "ok")] for c in checks]
@@ -385,4 +458,6 @@ def cmd_doctor(args: argparse.Namespace, home: Home, settings: Settings) -> int:
                 print(f"provider {check.name} (transport: acp): adapter {check.adapter}")
         for line in broken:
             print(line)
-    return 1 if broken or any(c.problem and c.used_by for c in checks) else 0
+        print(sandbox.line())
+    sandbox_broken = bool(sandbox.problem and sandbox.used_by)
+    return 1 if broken or sandbox_broken or any(c.problem and c.used_by for c in checks) else 0

@@ -71,26 +71,31 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
     from orchestrator.agents.builtin import builtin_providers
     from orchestrator.agents.doctor import unset_keys
     from orchestrator.agents.transcribe import transcribe_problems
-    from orchestrator.config.models import load_every_config
+    from orchestrator.config.check import allow_problems
+    from orchestrator.config.models import CONFIG_FILE, load_every_config
 
     known = set(settings.providers) | set(builtin_providers()) | set(providers)
     source = str(home.settings_file)
-    return (unset_keys(settings, source) + transcribe_problems(settings, source)
-            + load_every_config(home, settings, known)[1])
+    loaded, problems = load_every_config(home, settings, known)
+    roles = [f"{each.workspace / CONFIG_FILE}: {problem}" for each in loaded
+             for problem in allow_problems(each.config, settings)]
+    return unset_keys(settings, source) + transcribe_problems(settings, source) + problems + roles
 
 
 @hookimpl
 def switchyard_check_warnings(home: Home, settings: Settings, providers: list[str]) -> list[str]:
-    """A workspace or orchestrator.yaml `run` would create (with the default answering), and each template
-    placeholder no value fills (it reaches the agent or command as written)."""
+    """A workspace or orchestrator.yaml `run` would create (with the default answering), each template
+    placeholder no value fills (it reaches the agent or command as written), and a workspace seed that is
+    not there."""
     from orchestrator.agents.builtin import builtin_providers
-    from orchestrator.config.check import file_warnings, template_warnings
+    from orchestrator.config.check import file_warnings, template_warnings, workspace_warnings
     from orchestrator.config.models import CONFIG_FILE, load_every_config
 
     loaded, _ = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()) | set(providers))
     return list(file_warnings(home, settings)) + [
         f"{each.workspace / CONFIG_FILE}: {warning}" for each in loaded if (each.workspace / CONFIG_FILE).exists()
-        for warning in template_warnings(each.config, each.workspace)]
+        for warning in [*template_warnings(each.config, each.workspace),
+                        *workspace_warnings(each.config, each.workspace)]]
 
 
 @hookimpl

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.settings import Settings
 
 PROG = "switchyard"
-CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli",)  # built-in modules that only add subcommands
+CLI_PLUGINS: tuple[str, ...] = ("orchestrator.cli", "plugins.web.cli")  # built-in modules that only add subcommands
 EXIT_USAGE = 2  # argparse's code for a bad command line; also invalid settings
 EXIT_BROKEN_PIPE = 1  # what Python's docs recommend after EPIPE (signal module, "Note on SIGPIPE")
 EXIT_NO_HOME = 2  # the home named is not one (a wrong --home or $SWITCHYARD_HOME, as a bad command line)
@@ -124,6 +124,14 @@ def _approvals_arguments(parser: argparse.ArgumentParser) -> None:
         answer.add_argument("id", help="the id `approvals list` shows")
 
 
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", metavar="WHEN",
+                        help="only records from WHEN on: an ISO time (2026-12-01T08:00) or an age (30m, 12h, 7d)")
+    parser.add_argument("--by", metavar="WHO", help="only records by WHO: a sender id, <channel>/<profile>/<id>, "
+                                                    "or operator")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print {ok, problems, ...} as JSON")
 
@@ -182,6 +190,11 @@ COMMANDS: tuple[Command, ...] = (
             "gateway.cli.dead:cmd_dead", _dead_arguments),
     Command("db", "the PostgreSQL backend's schema (queue.backend: postgres): migrate, check",
             "gateway.backends.postgres.dbcommand:cmd_db", _db_arguments),
+    Command("roles", "who has which role on each channel profile, and what each role may do",
+            "gateway.cli.access:cmd_roles", _status_arguments),
+    Command("audit", "privileged actions (approvals, edit workflows, commands, stops, pairing, dead letters, "
+                     "usage resets): who, where, what, when", "gateway.cli.access:cmd_audit",
+            _audit_arguments),
     Command("worker", "process messages from the PostgreSQL queue only: no channels, no delivery "
                       "(queue.backend: postgres; run any number, on any hosts)",
             "gateway.backends.postgres.worker_command:cmd_worker"),

@@ -29,7 +29,14 @@ def cmd_approvals(args: argparse.Namespace, run: Invocation) -> int:
     try:
         store = backend.approvals(command=True)
         if args.approvals_command in ("allow", "deny"):
-            return _answer(store, args.id, args.approvals_command)
+            code = _answer(store, args.id, args.approvals_command)
+            if code == 0:
+                from gateway.audit import operator_answer_key
+                from gateway.cli.access import record_operator
+
+                record_operator(backend, "approval.answer", f"{args.approvals_command} {args.id}",
+                                key=operator_answer_key(args.id), approval=args.id, verdict=args.approvals_command)
+            return code
         return _list(store, as_json=getattr(args, "json", False))
     except backend.failures as exc:
         print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)

@@ -37,6 +37,10 @@ def home_problems(home: Home, settings: Settings, pm: pluggy.PluginManager, *, s
             check_channel_options(settings, pm, source=source)
         except SettingsError as exc:
             problems += exc.problems
+    if channels:
+        from gateway.roles import RoleBook
+
+        problems += [f"{source}: {problem}" for problem in RoleBook(settings).problems()]
     if plugins:
         for found in call_each(pm, "switchyard_check", home=home, settings=settings, providers=_providers(pm)):
             problems += found
@@ -50,8 +54,11 @@ def _providers(pm: pluggy.PluginManager) -> list[str]:
 
 def home_warnings(home: Home, settings: Settings, pm: pluggy.PluginManager) -> list[str]:
     """What every plugin warns of (`switchyard_check_warnings`): `run` goes on with it, `check` still says ok."""
+    from gateway.roles import RoleBook
+
     found = call_each(pm, "switchyard_check_warnings", home=home, settings=settings, providers=_providers(pm))
-    return [warning for warnings in found for warning in warnings]
+    roles = [f"{home.settings_file}: {warning}" for warning in RoleBook(settings).warnings()]
+    return roles + [warning for warnings in found for warning in warnings]
 
 
 def disabled_parts(home: Home, settings: Settings, pm: pluggy.PluginManager, *, source: str) -> list[str]:

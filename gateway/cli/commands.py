@@ -133,7 +133,12 @@ def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
     if backend.in_home and not_a_home(run.home):  # else a mistyped --home would list no codes
         return EXIT_NO_HOME
     try:
-        return _pair(args, backend.pairing(command=True))
+        code = _pair(args, backend.pairing(command=True))
+        if code == 0 and args.pair_command == "approve":
+            from gateway.cli.access import record_operator
+
+            record_operator(backend, "pairing.approve", f"approved pairing code {args.code.strip().upper()}")
+        return code
     except backend.failures as exc:
         print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
         return EXIT_DATABASE

@@ -30,7 +30,7 @@ def cmd_dead(args: argparse.Namespace, run: Invocation) -> int:
         for note in older_settings(run):
             print(f"switchyard: warning: {note}", file=sys.stderr)
     try:
-        return _run(args, backend.dead_letters())
+        return _run(args, backend.dead_letters(), backend)
     except backend.failures as exc:
         print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
         return EXIT_DATABASE
@@ -51,16 +51,24 @@ def older_settings(run: Invocation) -> list[str]:
         time.sleep(0.1)
 
 
-def _run(args: argparse.Namespace, store: Any) -> int:
+def _run(args: argparse.Namespace, store: Any, backend: Any) -> int:
+    from gateway.cli.access import record_operator
+
     try:
         if args.dead_command == "list":
             return _list(store, as_json=args.json)
         if args.dead_command == "show":
             return _show(store, args.name, as_json=args.json)
         if args.dead_command == "retry":
-            return _retry(store, args.names, every=args.all)
-        for name in store.drop(args.names):
+            code, retried = _retry(store, args.names, every=args.all)
+            if retried:
+                record_operator(backend, "dead.retry", f"retried {', '.join(retried)}", names=retried)
+            return code
+        dropped = store.drop(args.names)
+        for name in dropped:
             print(f"dropped {name}")
+        if dropped:
+            record_operator(backend, "dead.drop", f"dropped {', '.join(dropped)}", names=list(dropped))
         return 0
     except KeyError as exc:
         print(f"switchyard: no such dead letter: {exc.args[0]} (see `switchyard dead list`)", file=sys.stderr)
@@ -99,14 +107,15 @@ def _show(store: Any, name: str, *, as_json: bool) -> int:
     return 0
 
 
-def _retry(store: Any, names: list[str], *, every: bool) -> int:
+def _retry(store: Any, names: list[str], *, every: bool) -> tuple[int, list[str]]:
+    """(exit code, the names retried)."""
     if every == bool(names):
         print("switchyard: dead retry takes NAME… or --all", file=sys.stderr)
-        return 2
+        return 2, []
     kinds = {letter.name: letter.kind for letter in store.list_dead()}
     done = store.retry_all() if every else store.retry(names)
     for name in done:
         print(f"retried {name} → {store.where(kinds.get(name, 'message'))}")
     if not done:
         print("no dead letters")
-    return 0
+    return 0, list(done)

@@ -34,12 +34,14 @@ class LimitRule(BaseModel):
     Without `match` it applies to every key of its kind; with `match` only to that key (a sender
     `telegram/tg/12345`, a conversation `telegram/tg/-100200`, a profile `tg`, a provider `claude`), and then it
     replaces a rule without `match` for the same kind, window and unit (so one sender can be given more, or
-    less, than everyone)."""
+    less, than everyone). A `per: sender` rule with `role` applies to the senders holding that role
+    (gateway/roles.py), replacing a rule without `match` or `role`; a `match` still wins over it."""
 
     model_config = ConfigDict(extra="forbid")
 
     per: Literal["sender", "conversation", "profile", "provider"]
     match: str | None = Field(default=None, min_length=1)
+    role: str | None = Field(default=None, min_length=1)
     day: LimitAmounts | None = None
     month: LimitAmounts | None = None
 
@@ -47,6 +49,8 @@ class LimitRule(BaseModel):
     def _limits_something(self) -> LimitRule:
         if not any(window is not None and window.units() for window in (self.day, self.month)):
             raise ValueError("a limit needs `day:` or `month:` with at least one of usd, tokens, turns, agent_sec")
+        if self.role is not None and self.per != "sender":
+            raise ValueError("role: a limit per role is one per sender of that role (`per: sender`)")
         return self
 
 

@@ -47,8 +47,8 @@ def sections(state: dict[str, Any]) -> str:
             for s in state.get("schedules", [])], empty="no schedules")),
         _section("Channels", "channels", _table(
             ["profile", "type", "status", "last inbound", "last outbound", "retries", "429s"],
-            [[c["profile"], c["type"], _status(c), c["last_inbound"] or "—", c["last_outbound"] or "—",
-              c["retries"], c["rate_limited"]] for c in state["channels"]], empty="no channels configured")),
+            [[c["profile"], c["type"], _status_cell(c), c["last_inbound"] or "—", c["last_outbound"] or "—",
+              c["retries"], c["rate_limited"]] for c in state["channels"]], empty="no channels configured", raw=(2,))),
         *_processes(state),
         _section("Heartbeat round trip", "beats", _heartbeats(state["heartbeats"])),
         _section("Last events", "events", _events(state["events"])),
@@ -103,6 +103,14 @@ def _age(seconds: float | None) -> str:
 
 def _status(channel: dict[str, Any]) -> str:
     return f"{channel['state']} — {channel['reason']}" if channel.get("reason") else str(channel["state"])
+
+
+def _status_cell(channel: dict[str, Any]) -> str:
+    """The status, escaped; a running web chat's address (its note) as a link to the chat."""
+    reason = str(channel.get("reason") or "")
+    if channel.get("type") == "web" and channel.get("state") == "running" and reason.startswith(("http://", "https://")):
+        return f'running — <a href="{escape(reason, quote=True)}">open the web chat</a>'
+    return escape(_status(channel))
 
 
 def _dead_letters(letters: list[dict[str, Any]]) -> str:

@@ -13,28 +13,17 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from gateway.channelkit.web import HEADER_TIMEOUT_S, Handler, Listener, refused, secure
 from gateway.dashboard import page
-from gateway.dashboard.connections import Admission, Handler
 from gateway.settings import DashboardSettings, is_loopback
-from gateway.telemetry.logs import ThrottledLog
 
 log = logging.getLogger("switchyard.dashboard")
 
 COOKIE = "switchyard_dashboard"
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 STATIC_TYPES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 MAX_CONNECTIONS = 64  # a page, a few tabs and a Prometheus scraper need a handful
-BACKLOG = 32  # connections the kernel holds for us, and the most asyncio accepts at a time
-HEADER_TIMEOUT_S = 10.0  # to send a request's head, from the connection's start or the last answer
 BODY_TIMEOUT_S = 10.0  # to send a request's body
 MAX_BODY_BYTES = 64 * 1024
-LOG_INTERVAL_S = 60.0  # malformed requests and accept errors: one line a minute at most
-ACCEPT_ERROR = "socket.accept() out of system resource"  # asyncio's, when the process has no descriptor left
 
 
 class Source(Protocol):
@@ -52,7 +41,7 @@ def build_app(source: Source, settings: DashboardSettings, token: str | None, *,
               body_timeout_s: float = BODY_TIMEOUT_S) -> web.Application:
     """The aiohttp application; with a `token`, every request must carry it."""
     app = web.Application(middlewares=[_guard(settings, token)], client_max_size=MAX_BODY_BYTES)
-    app.on_response_prepare.append(_secure)
+    app.on_response_prepare.append(secure)  # gateway.channelkit.web
     refresh_ms = int(settings.refresh_sec * 1000)
 
     async def index(request: web.Request) -> web.Response:  # the plots take a while to draw: off the loop
@@ -140,11 +129,11 @@ def _guard(settings: DashboardSettings, token: str | None) -> Any:
         if token is None:
             host = (request.url.host or "").strip("[]")
             if not (is_loopback(host) or host == settings.host):
-                return _refused(403, "this dashboard answers only to a loopback address")
+                return refused(403, "this dashboard answers only to a loopback address")
         else:
             offered = _offered_token(request)
             if offered is None or not hmac.compare_digest(offered.encode(), token.encode()):
-                return _refused(401, "unauthorized: send the dashboard token as `Authorization: Bearer …`")
+                return refused(401, "unauthorized: send the dashboard token as `Authorization: Bearer …`")
             if "token" in request.query and request.method == "GET":
                 clean = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
                 redirect = web.HTTPSeeOther(str(clean))  # the token leaves the address bar and history
@@ -153,11 +142,6 @@ def _guard(settings: DashboardSettings, token: str | None) -> Any:
         return await handler(request)
 
     return guard
-
-
-async def _secure(request: web.Request, response: web.StreamResponse) -> None:
-    """Adds the security headers to every answer: the page, errors (401, 403, 404...) and redirects."""
-    response.headers.update(SECURITY_HEADERS)
 
 
 def _offered_token(request: web.Request) -> str | None:
@@ -169,66 +153,11 @@ def _offered_token(request: web.Request) -> str | None:
     return request.cookies.get(COOKIE)
 
 
-def _refused(status: int, text: str) -> web.Response:
-    response = web.Response(status=status, text=text + "\n")
-    if status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="switchyard"'
-    return response
-
-
-class Server:
-    """Runs the application on the configured host and port until stopped, with at most `max_connections`
-    open (connections.Admission), each closed when its request's head does not come within
-    `header_timeout_s`; malformed requests and accept errors are logged one line a minute at most."""
+class Server(Listener):
+    """Runs the dashboard on the configured host and port until stopped (gateway.channelkit.web.Listener: a
+    connection cap, a deadline for each request's head, malformed requests logged one line a minute)."""
 
     def __init__(self, app: web.Application, settings: DashboardSettings, *,
                  max_connections: int = MAX_CONNECTIONS, header_timeout_s: float = HEADER_TIMEOUT_S):
-        self._admission = Admission(max_connections, lambda: self._runner.server)  # set up by `start`
-        app.middlewares.insert(0, self._admission.track)
-        self._log = ThrottledLog(log, LOG_INTERVAL_S)
-        # aiohttp's keep-alive timer also runs from a connection's start: a head not sent in time closes it
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True,  # no token in any log
-                                     shutdown_timeout=1.0, keepalive_timeout=header_timeout_s, logger=self._log)
-        self._settings = settings
-        self._listener: asyncio.Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._fds: set[int] = set()
-        self._previous_handler: Any = None
-        self.port: int | None = None
-
-    async def start(self) -> str:
-        """Binds and serves; returns the address the page is at."""
-        await self._runner.setup()
-        self._loop = asyncio.get_running_loop()
-        self._listener = await self._loop.create_server(self._admission, self._settings.host, self._settings.port,
-                                                        backlog=BACKLOG)
-        self._fds = {sock.fileno() for sock in self._listener.sockets}
-        self._previous_handler = self._loop.get_exception_handler()
-        self._loop.set_exception_handler(self._loop_error)
-        self.port = int(self._listener.sockets[0].getsockname()[1])
-        host = f"[{self._settings.host}]" if ":" in self._settings.host else self._settings.host
-        return f"http://{host}:{self.port}/"
-
-    @property
-    def sockets(self) -> list[Any]:
-        """The listening sockets (asyncio's wrappers)."""
-        return list(self._listener.sockets) if self._listener is not None else []
-
-    async def stop(self) -> None:
-        """Stops serving (open requests are cancelled)."""
-        if self._listener is not None:
-            self._listener.close()
-        if self._loop is not None and self._loop.get_exception_handler() == self._loop_error:
-            self._loop.set_exception_handler(self._previous_handler)
-        await asyncio.wait_for(self._runner.cleanup(), timeout=5)
-
-    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """Logs the listener's accept errors at a bounded rate (asyncio logs each one, with a traceback, up
-        to BACKLOG times a turn); hands everything else to the handler there was before."""
-        sock = context.get("socket")
-        if context.get("message") == ACCEPT_ERROR and sock is not None and sock.fileno() in self._fds:
-            self._log.error("dashboard: cannot accept a connection: %s", context.get("exception"))
-        elif self._previous_handler is not None:
-            self._previous_handler(loop, context)
-        else:
-            loop.default_exception_handler(context)
+        super().__init__(app, settings.host, settings.port or 0, max_connections=max_connections,
+                         header_timeout_s=header_timeout_s, log=log, what="dashboard")

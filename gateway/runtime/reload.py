@@ -1,8 +1,10 @@
 """settings.yaml read again while the gateway runs.
 
-What can change safely without a restart is applied: `providers`, `usage`, `transcribe` and each channel
-profile's `allow_from`. Everything else (channels added, removed or otherwise changed, `queue`, `plugins`,
-`dashboard`, ...) is read only at start: it is named in the log and in `switchyard status` until a restart.
+What can change safely without a restart is applied: `providers`, `usage`, `transcribe`, `roles` and each
+channel profile's access keys (`allow_from`, `roles`, `default_role`, `approvers`: who may do what, so that a
+role taken away is taken away at once). Everything else (channels added, removed or otherwise changed,
+`queue`, `plugins`, `dashboard`, ...) is read only at start: it is named in the log and in `switchyard status`
+until a restart.
 An edit that does not pass the checks `switchyard run` makes before it starts is not used: the last valid
 settings stay, and the log and `status` say why. The gateway records what it read (the file's sha256) in
 its status file, so `status` and `dead retry` can tell that it runs older settings than the file.
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchyard")
 
 SETTINGS_CHECK_S = 2.0  # how often settings.yaml is looked at for an edit
-RELOADED = ("providers", "usage", "transcribe")  # the top-level sections applied while running
+RELOADED = ("providers", "usage", "transcribe", "roles")  # the top-level sections applied while running
+ACCESS_KEYS = ("allow_from", "roles", "default_role", "approvers")  # a profile's keys applied while running
 NOT_READ = ""  # the digest of no version: the first look always reads the file
 
 Validate = Callable[[Settings, Settings], list[str]]
@@ -140,24 +143,31 @@ class SettingsReload:
 
 def reloaded(running: Settings, new: Settings) -> Settings:
     """The running settings with what is applied while running taken from `new`: RELOADED, and the
-    `allow_from` of each profile whose id and type stay."""
+    ACCESS_KEYS of each profile whose id and type stay."""
     fresh = {profile.id: profile for profile in new.channels}
-    channels = [_with_allow_from(profile, fresh.get(profile.id)) for profile in running.channels]
+    channels = [_with_access(profile, fresh.get(profile.id)) for profile in running.channels]
     return running.model_copy(update={**{key: getattr(new, key) for key in RELOADED}, "channels": channels})
 
 
-def _with_allow_from(profile: ChannelProfile, fresh: ChannelProfile | None) -> ChannelProfile:
-    if fresh is None or fresh.type != profile.type or fresh.allow_from == profile.allow_from:
+def _access(profile: ChannelProfile) -> dict[str, Any]:
+    """A profile's ACCESS_KEYS that it sets."""
+    data = profile.model_dump()
+    return {key: data[key] for key in ACCESS_KEYS if data.get(key) is not None}
+
+
+def _with_access(profile: ChannelProfile, fresh: ChannelProfile | None) -> ChannelProfile:
+    if fresh is None or fresh.type != profile.type or _access(fresh) == _access(profile):
         return profile
-    return profile.model_copy(update={"allow_from": fresh.allow_from})
+    data = {key: value for key, value in profile.model_dump().items() if key not in ACCESS_KEYS}
+    return ChannelProfile.model_validate({**data, **_access(fresh)})
 
 
 def changed_sections(before: Settings, after: Settings) -> list[str]:
-    """The reloaded parts that differ: `providers`, `usage`, `transcribe`, `channels.<id>.allow_from`."""
+    """The reloaded parts that differ: RELOADED's sections, `channels.<id>.<key>` of ACCESS_KEYS."""
     found = [key for key in RELOADED if getattr(before, key) != getattr(after, key)]
-    old = {profile.id: profile.allow_from for profile in before.channels}
-    return found + [f"channels.{profile.id}.allow_from" for profile in after.channels
-                    if old.get(profile.id) != profile.allow_from]
+    old = {profile.id: _access(profile) for profile in before.channels}
+    return found + [f"channels.{profile.id}.{key}" for profile in after.channels for key in ACCESS_KEYS
+                    if old.get(profile.id, {}).get(key) != _access(profile).get(key)]
 
 
 def restart_needed(running: Settings, new: Settings) -> list[str]:
@@ -180,13 +190,13 @@ def _changed_keys(key: str, before: Any, after: Any) -> list[str]:
 
 
 def _channel_changes(running: list[ChannelProfile], new: list[ChannelProfile]) -> list[str]:
-    """A channel profile added, removed, or changed in another key than `allow_from`."""
+    """A channel profile added, removed, or changed in another key than ACCESS_KEYS."""
     old = {profile.id: profile for profile in running}
     fresh = {profile.id: profile for profile in new}
     found = [f"channel {name} added" for name in fresh if name not in old]
     found += [f"channel {name} removed" for name in old if name not in fresh]
     for name in [name for name in old if name in fresh]:
-        before, after = old[name].model_dump(exclude={"allow_from"}), fresh[name].model_dump(exclude={"allow_from"})
+        before, after = old[name].model_dump(exclude=set(ACCESS_KEYS)), fresh[name].model_dump(exclude=set(ACCESS_KEYS))
         keys = [key for key in {**before, **after} if before.get(key) != after.get(key)]
         if keys:
             found.append(f"channel {name}: {', '.join(keys)}")

@@ -224,3 +224,26 @@ def _no_sessions() -> SessionStore:
     from orchestrator.agents.sessions import SessionStore
 
     return SessionStore(_NoRecords())
+
+
+@dataclass(frozen=True)
+class SandboxCheck:
+    """Whether `sandbox: bwrap` can confine processes here, and who asks for it."""
+
+    used_by: list[str]
+    problem: str  # "" when bwrap works here
+
+    def line(self) -> str:
+        users = ", ".join(self.used_by) or "nobody (sandbox: none everywhere)"
+        state = f"cannot run here: {self.problem}" if self.problem else "works here (pid, ipc, net, mount namespaces)"
+        return f"sandbox bwrap {state}; used by {users}"
+
+
+def check_sandbox(home: Home, settings: Settings) -> SandboxCheck:
+    """Runs one tiny confined process (orchestrator/agents/sandbox.py `works`) and names who uses the sandbox."""
+    from orchestrator.agents.sandbox import works
+
+    loaded, _ = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()))
+    users = [f"orchestrator {each.orchestrator_id}" for each in loaded if each.config.sandbox == "bwrap"]
+    users += [f"provider {name}" for name, provider in settings.providers.items() if provider.sandbox == "bwrap"]
+    return SandboxCheck(users, works() or "")

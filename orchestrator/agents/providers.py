@@ -23,9 +23,11 @@ from orchestrator.agents.clis import PRESETS
 from orchestrator.agents.clis.runner import AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.agents.live import Turns, TurnStopped
 from orchestrator.agents.request import ProviderCall, TurnRequest
+from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
 from orchestrator.agents.turnspans import turn_attributes, turn_outcome
+from orchestrator.config.models import CONFIG_FILE
 from orchestrator.usage.meter import UsageMeter
 from orchestrator.usage.records import PAYER_KINDS, TokenUsage
 
@@ -124,8 +126,9 @@ class ProviderRunner:
             return _checked(name, await self._run_builtin(self._builtins[name], turn))
         request_env = {"SWITCHYARD_REQUEST": str(turn.request_file)} if turn.request_file is not None else {}
         full_env = self.provider_env(name, configured, {**request_env, **turn.env})
+        sandbox = self.sandbox_of(configured, turn, full_env)
         async with self._turn(turn.turn_scope()) as stop:
-            call = ProviderCall.of(name, configured, replace(turn, env=full_env), stop)
+            call = ProviderCall.of(name, configured, replace(turn, env=full_env, sandbox=sandbox), stop)
             if call.scope is not None:  # the conversation's current session (`/new`, `/resume N`)
                 call = replace(call, scope=self._sessions.current(call.scope))
             if configured.type is None:
@@ -139,14 +142,19 @@ class ProviderRunner:
     async def run_command(
         self, name: str, argv: Sequence[str], *, stdin: str | None, cwd: Path, timeout_sec: float,
         max_output: int, env: Mapping[str, str] | None = None, turn: str | None = None,
+        sandbox: Sandbox | None = None,
     ) -> ProviderResult:
-        """Runs a command step or function argv with the providers' environment; raises ProviderFailed,
-        or TurnStopped when `/stop` of the conversation `turn` stopped it."""
+        """Runs a command step or function argv with the providers' environment (confined by `sandbox`, which
+        reaches no network host: `model-only` is `none` for it); raises ProviderFailed, or TurnStopped when
+        `/stop` of the conversation `turn` stopped it."""
         _prepare(cwd)
+        environment = self.environment(env)
+        if sandbox is not None:
+            sandbox = sandbox.for_provider(None, environment)
         async with self._turn(turn) as stop:
             result = await run_process(
-                argv, stdin=None if stdin is None else stdin.encode(), env=self.environment(env),
-                cwd=cwd, timeout_sec=timeout_sec, max_output=max_output, stop=stop,
+                argv, stdin=None if stdin is None else stdin.encode(), env=environment,
+                cwd=cwd, timeout_sec=timeout_sec, max_output=max_output, stop=stop, sandbox=sandbox,
             )
             return _checked(name, _unless_stopped(name, stop, result), argv[0] if argv else name)
 
@@ -165,6 +173,26 @@ class ProviderRunner:
                 yield stop
             finally:
                 ended.set()
+
+    @property
+    def home(self) -> Home:
+        """The Switchyard home the providers run for (a sandbox hides it)."""
+        return self._home
+
+    def sandbox_of(self, provider: ProviderSettings, turn: TurnRequest, env: Mapping[str, str]) -> Sandbox | None:
+        """The sandbox a provider's process runs in: its scope's (`turn.sandbox`), else one of its working
+        directory when the provider says `sandbox: bwrap`; None when neither asks (or it says `none`)."""
+        if provider.sandbox == "none":
+            return None
+        base = turn.sandbox
+        if base is None and provider.sandbox == "bwrap":
+            base = Sandbox(turn.cwd, hidden=(self._home.root,), protected=(turn.cwd / CONFIG_FILE,))
+        if base is None:
+            return None
+        if turn.request_file is not None:
+            base = replace(base, readable=(*base.readable, turn.request_file))
+        return base.for_provider(provider.type, env, base_url=provider.base_url, network=provider.network,
+                                 readable=provider.sandbox_paths)
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """A subprocess's environment: os.environ without secrets and SWITCHYARD_* internals, plus
@@ -238,7 +266,7 @@ async def _run_argv(call: ProviderCall) -> ProviderResult:
     stdin = prompt.encode() if provider.input == "stdin" else None
     result = await run_process(argv, stdin=stdin, env=call.turn.env, cwd=call.turn.cwd,
                                timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
-                               first_output_sec=provider.first_output_sec, stop=call.stop)
+                               first_output_sec=provider.first_output_sec, stop=call.stop, sandbox=call.turn.sandbox)
     return _checked(call.name, _unless_stopped(call.name, call.stop, result), argv[0])
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.settings import ProviderSettings
 from orchestrator.agents.live import PermissionAsker, TextSink
+from orchestrator.agents.sandbox import Sandbox
 from orchestrator.usage.records import Payer
 
 NoteSink = Callable[[str], None]
@@ -40,6 +41,7 @@ class TurnRequest:
     stopped_by: str | None = None  # the conversation whose `/stop` stops this call; None: `conversation`
     payer: Payer | None = None  # whom the turn is counted against (its limits checked first); None: nobody
     reserved: tuple[str, ...] = ()  # the payer's kinds this turn's caller reserved it for already (UsageMeter.turn)
+    sandbox: Sandbox | None = None  # its scope's bubblewrap sandbox (None: unconfined, unless the provider says bwrap)
 
     def turn_scope(self) -> str | None:
         """The conversation scope this call registers under in `Turns` (None: `/stop` cannot reach it)."""

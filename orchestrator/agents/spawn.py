@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.runtime import containment
 from orchestrator.agents.clis.base import MISSING_EXIT, NOT_EXECUTABLE_EXIT, short_tail
+from orchestrator.agents.sandbox import Sandbox
 from orchestrator.usage.records import TokenUsage
 
 log = logging.getLogger("switchyard.providers")
@@ -208,15 +209,23 @@ async def _end_started(starting: asyncio.Future[asyncio.subprocess.Process], tok
 async def run_process(
     argv: Sequence[str], *, stdin: bytes | None, env: Mapping[str, str], cwd: Path,
     timeout_sec: float, max_output: int, watcher: LineWatcher | None = None, first_output_sec: float | None = None,
-    stop: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None, sandbox: Sandbox | None = None,
 ) -> ProviderResult:
     """Runs argv in its own session (never a shell) with capped output; kills what it started when it ends.
+
+    With `sandbox`, argv runs confined by bubblewrap (orchestrator/agents/sandbox.py), and raises
+    SandboxUnavailable (permanent) when bwrap is missing: never unconfined instead.
 
     `watcher` sees each stdout line as it arrives. With `first_output_sec`, a process that shows no
     sign of work by then (no output, or no line the watcher calls work) is stopped as a timeout:
     a CLI retrying an unreachable network says nothing useful for minutes. Setting `stop` (a watcher
     that saw a failure the CLI will not get past) ends the process at once; that is no timeout.
     """
+    if sandbox is not None:
+        async with sandbox.launched(argv) as confined:
+            return await run_process(confined, stdin=stdin, env=env, cwd=cwd, timeout_sec=timeout_sec,
+                                     max_output=max_output, watcher=watcher, first_output_sec=first_output_sec,
+                                     stop=stop)
     started = time.monotonic()
     env, token = containment.tagged(env)
     try:

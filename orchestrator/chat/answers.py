@@ -1,7 +1,8 @@
 """Answers to tool approvals given in chat: a tapped approval button (`ap:<approvalId>:<index>`), or, in
-a conversation with a pending approval, a bare option number. Only a sender who may answer does (the
-profile's `approvers`, else every sender the profile admits); an answer counts once and a second is told
-the first one (orchestrator/chat/approvals.py asks; gateway.stores.Approvals keeps them)."""
+a conversation with a pending approval, a bare option number. Only a sender who may answer does: one the
+profile admits whose role holds `approval.answer` (orchestrator/chat/access.py; the deprecated `approvers:`
+still names who may, gateway/roles.py); an answer counts once, is an audit record, and a second is told the
+first one (orchestrator/chat/approvals.py asks; gateway.stores.Approvals keeps them)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from gateway.channelkit.pairing import Pairing
     from gateway.models import IncomingPayload, OutgoingPayload
     from gateway.settings import ChannelProfile, Settings
+    from orchestrator.chat.access import Access
     from orchestrator.chat.approvals import ApprovalBroker
 
 log = logging.getLogger("switchyard.orchestrator.approvals")
@@ -30,8 +32,9 @@ OUT_OF_RANGE = "Reply with a number from 1 to {count}."
 
 
 def may_answer(profile: ChannelProfile | None, sender_id: str, pairing: Pairing | None) -> bool:
-    """Whether `sender_id` may answer the profile's approvals: its `approvers` when set, else the senders
-    its access admits (`allow_from`, approved pairing; everyone when it has neither)."""
+    """Whether `sender_id` is one who may answer the profile's approvals: its `approvers` when set, else the
+    senders its access admits (`allow_from`, approved pairing; everyone when it has neither). The sender's role
+    is checked beside it (Access.may_answer_approvals)."""
     if profile is None:
         return False
     approvers = profile.option("approvers")
@@ -57,10 +60,12 @@ def settled_text(approval: Approval) -> str:
 class ChatAnswers:
     """Turns a chat message that answers an approval into the answer and a short reply."""
 
-    def __init__(self, broker: ApprovalBroker, settings: Settings, pairing: Pairing | None):
+    def __init__(self, broker: ApprovalBroker, settings: Settings, pairing: Pairing | None,
+                 access: Access | None = None):
         self._broker = broker
         self._settings = settings
         self._pairing = pairing
+        self._access = access
 
     def reconfigure(self, settings: Settings) -> None:
         """Reads who may answer from settings.yaml reloaded while running (each profile's `allow_from`)."""
@@ -100,7 +105,8 @@ class ChatAnswers:
             return self._reply(message, UNKNOWN), False
         if approval.scope != conversation_scope(message.channel, message.profile, message.conversation):
             return self._reply(message, ELSEWHERE), False
-        if not may_answer(self._settings.profile(message.profile), message.senderId, self._pairing):
+        admitted = may_answer(self._settings.profile(message.profile), message.senderId, self._pairing)
+        if not admitted or (self._access is not None and not self._access.may_answer_approvals(message)):
             log.warning("%s may not answer approval %s of %s", message.senderId or "an unnamed sender",
                         approval.id, approval.scope)
             return self._reply(message, REFUSED), False
@@ -112,6 +118,10 @@ class ChatAnswers:
                                  by=f"{message.channel}:{message.senderId or message.sender}")
         if not won or done is None:
             return self._reply(message, settled_text(done or approval)), False
+        if self._access is not None:
+            verdict = "allowed" if done.allowed() else "denied"
+            self._access.record(message, "approval.answer", f"{verdict} {done.title}", key=done.id,
+                                approval=done.id, choice=done.choice)
         return self._reply(message, f"{'Allowed' if done.allowed() else 'Denied'}: {done.title}"), True
 
     @staticmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -74,8 +75,13 @@ class ApprovalBroker:
     """Asks the chat to approve tool calls for the turns of this process, and closes abandoned ones."""
 
     def __init__(self, store: Approvals, outbox: Outbox, events: EventLog, *, owner: str | None = None,
-                 poll_s: float = POLL_S):
+                 poll_s: float = POLL_S, on_asked: Callable[[IncomingPayload, Approval], None] | None = None,
+                 on_operator: Callable[[Approval], None] | None = None):
+        """`on_asked`: told of each approval stored; `on_operator`: of each answered by an operator (the CLI,
+        the dashboard) that a turn here waited for (their audit records)."""
         self.store = store
+        self._on_asked = on_asked
+        self._on_operator = on_operator
         self._outbox = outbox
         self._events = events
         self.owner = owner or process_instance()
@@ -105,6 +111,8 @@ class ApprovalBroker:
         woken = self._waiting[approval.id] = asyncio.Event()
         try:
             await asyncio.to_thread(self.store.request, approval)
+            if self._on_asked is not None:
+                await asyncio.to_thread(self._on_asked, message, approval)
             self._events.emit("approval.requested", approval=approval.id, channel=message.channel,
                               conversation=message.conversation, title=approval.title)
             buttons = [{"id": button_id(approval.id, index), "label": option["name"]}
@@ -134,6 +142,8 @@ class ApprovalBroker:
                 return None
             if not current.pending:
                 if current.state == ANSWERED and current.reason == OPERATOR:  # the chat saw no answer: told
+                    if self._on_operator is not None:
+                        await asyncio.to_thread(self._on_operator, current)
                     verdict = "Allowed" if current.allowed() else "Denied"
                     await self._send(current, f"{verdict} by the operator ({current.answered_by}): {current.title}")
                 return self._outcome(current)

@@ -19,11 +19,12 @@ from orchestrator.agents.doctor import missing_providers
 from orchestrator.agents.live import PermissionAsker, TurnStopped
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.transcribe import Transcriber
+from orchestrator.chat.access import Access
 from orchestrator.chat.actions import Actions, reply
 from orchestrator.chat.answers import ChatAnswers
 from orchestrator.chat.approvals import ApprovalBroker
 from orchestrator.chat.diagnostics import Diagnostics
-from orchestrator.chat.functions import FunctionRegistry, cancel_text, workflow_listing
+from orchestrator.chat.functions import FunctionRegistry, cancel_text, unknown_run, workflow_listing
 from orchestrator.chat.selector import Decision, Selector, SelectorError
 from orchestrator.config.cache import ConfigCache
 from orchestrator.config.models import LoadedConfig
@@ -61,7 +62,8 @@ class Orchestrator:
         self._sweep: asyncio.Task[None] | None = None
         self._scheduling: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
-        self.meter = UsageMeter(stores.usage, context.settings.usage, context.events)
+        self.access = Access(context.settings, context.events, stores.audit)
+        self.meter = UsageMeter(stores.usage, context.settings.usage, context.events, roles_of=self.access.roles_of)
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=stores.sessions, meter=self.meter)
@@ -69,7 +71,9 @@ class Orchestrator:
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events,
                                     on_reload=self._config_reloaded)
         self._store = stores.runs
-        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events)
+        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events,
+                                        on_asked=self.access.approval_asked,
+                                        on_operator=self.access.operator_answered)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals,
                            on_ask=self._let_go)
         queue = context.settings.queue
@@ -80,7 +84,7 @@ class Orchestrator:
                                      locks=stores.locks, dead_letter=context.dead_letter)
         self._selector = Selector(context.home, self._runner, context.events, stores.history)
         self._conversations = ConversationSessions(stores.sessions, stores.history)  # /new, /sessions, /resume
-        self._answers = ChatAnswers(self.approvals, context.settings, stores.pairing)
+        self._answers = ChatAnswers(self.approvals, context.settings, stores.pairing, self.access)
         self._actions = Actions(
             store=self._store, executor=self._executor, runner=self._runner, queue_stats=context.queue_stats,
             diagnostics=Diagnostics(context.home, self._runner, context.queue_stats),
@@ -126,6 +130,7 @@ class Orchestrator:
         self.meter.reconfigure(settings.usage)
         self._transcriber.reconfigure(settings)
         self._answers.reconfigure(settings)
+        self.access.reconfigure(settings)
         self._configs.reconfigure(self._runner.known())
 
     def _config_reloaded(self) -> None:
@@ -177,10 +182,17 @@ class Orchestrator:
             message = await self._transcriber.transcribed(message, turn=f"conv:{conversation_key(message)}")
         except TurnStopped:  # `/stop` during the transcription: its reply says so; this message is done
             return []
+        with self.access.handling(message, f"conv:{conversation_key(message)}"):
+            return await self._answer(message)
+
+    async def _answer(self, message: IncomingPayload) -> list[OutgoingPayload]:
+        """`handle` of a message that is no job, once its voice notes are text."""
         answered = await self._answers.handle(message)  # a tapped approval button, or an option's number
         if answered is not None:
             return [answered]
         text = message.message.strip().lower()
+        if message.workflowRunId and not self._reaches(message, message.workflowRunId):
+            return [reply(message, unknown_run(message.workflowRunId), agent=SYSTEM_AGENT)]
         if message.workflowRunId and text in STATUS_WORDS:
             return [self._actions.run_snapshot(message, message.workflowRunId)]
         command = command_word(text)
@@ -191,7 +203,7 @@ class Orchestrator:
         if command == "/help":
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
         if command == "/usage":
-            return [reply(message, await asyncio.to_thread(self.meter.report, Payer.of(message)), agent=SYSTEM_AGENT)]
+            return [reply(message, await self._usage(message), agent=SYSTEM_AGENT)]
         if command in SESSION_COMMANDS:  # ordered with the conversation's messages (gateway.runtime.keys)
             scope = f"conv:{conversation_key(message)}"
             text = await asyncio.to_thread(self._conversations.answer, command, message.message, scope)
@@ -199,6 +211,10 @@ class Orchestrator:
         if message.editOf:  # an edit of a message already taken: the agent sees it is one
             message = message.model_copy(update={"message": f"{EDITED_PREFIX}{message.message}"})
         loaded = self._load(message)
+        named = self.access.named_workflow(message, loaded)  # known by rule: refused before any selector runs
+        refusal = self.access.workflow_refusal(message, loaded, named) if named is not None else None
+        if refusal is not None:
+            return [reply(message, refusal, agent=SYSTEM_AGENT)]
         run = self._actions.resolve_run(message)  # read once: the named run, else the conversation's
         if run is not None and self._actions.answers_input(message, run):
             return _replies(await self._actions.answer_input(message, run, loaded))
@@ -207,6 +223,24 @@ class Orchestrator:
         if run is not None and self._actions.answered_input(message, run):
             return _replies(await self._actions.reattach_answer(message, loaded, run))
         return _replies(await self._select(message, loaded, run))
+
+    def _reaches(self, message: IncomingPayload, run_id: str) -> bool:
+        """Whether the run a message names may be reached from its conversation (orchestrator/chat/access.py)."""
+        run = self._store.load(run_id)
+        return run is None or self.access.reaches(message, run)
+
+    async def _usage(self, message: IncomingPayload) -> str:
+        """`/usage`: the sender's own; `/usage <sender id>`: another sender's, for a role allowed to."""
+        words = message.message.split()
+        other = words[1] if len(words) > 1 else None
+        payer = Payer.of(message)
+        if other is not None:
+            refusal = self.access.usage_refusal(message, other)
+            if refusal is not None:
+                return refusal
+            sender = f"{message.channel}/{message.profile}/{other}"
+            payer = Payer(sender, sender, message.profile)
+        return await asyncio.to_thread(self.meter.report, payer)
 
     def permission_asker(self, message: IncomingPayload) -> PermissionAsker:
         """The PermissionAsker of a turn answering `message`: asks its conversation, waits up to its
@@ -234,6 +268,13 @@ class Orchestrator:
         None when the host executing the run cancelled it, whose result is then that answer."""
         scope = f"conv:{conversation_key(message)}"
         run = self._actions.current_run(message)  # read before the stop, which may end it
+        others = self.access.others_in(message, scope, run)
+        refusal = self.access.stop_refusal(message, others)
+        if refusal is not None:
+            return reply(message, refusal, agent=SYSTEM_AGENT)
+        if others:
+            self.access.record(message, "turn.stop_other", f"stopped what {', '.join(sorted(others))} started",
+                               stopped=sorted(others), run=run.runId if run is not None else None)
         stopped = await self._runner.turns.stop(scope)
         if stopped:
             self._context.events.emit("turn.stopped", channel=message.channel, conversation=message.conversation,
@@ -255,6 +296,9 @@ class Orchestrator:
         functions = self._actions.registry(loaded)
         try:
             decision = await self._decide(message, loaded, active, functions)
+            refusal = self.access.decision_refusal(message, loaded, decision, self._store.load)
+            if refusal is not None:
+                return reply(message, refusal, agent=SYSTEM_AGENT)
             answer = await self._actions.execute(decision, message, loaded, functions)
         except SelectorError as exc:
             return reply(message, UNCLEAR_SELECTOR.format(reason=exc), agent=SYSTEM_AGENT)

@@ -31,6 +31,20 @@ def file_warnings(home: Home, settings: Settings) -> Iterator[str]:
             yield f"{workspace / CONFIG_FILE}: (file): not found; run would write the default one there"
 
 
+def workspace_warnings(config: OrchestratorConfig, workspace: Path) -> Iterator[str]:
+    """A `workspaces.repository` that is no git repository, or a `template` that is no folder: a new workspace
+    of a conversation then fails to be made (repository) or starts empty (template)."""
+    seed = config.workspaces
+    if seed.repository is not None and not (workspace / seed.repository / ".git").exists():
+        yield (f"workspaces.repository: {workspace / seed.repository} is no git repository; a conversation's "
+               "first step would fail to make its workspace")
+    if seed.template is not None and not (workspace / seed.template).is_dir():
+        yield f"workspaces.template: {workspace / seed.template} is no folder; new workspaces would start empty"
+    if config.workspace != "shared" and config.sandbox == "none":
+        yield ("workspace: " + config.workspace + " without sandbox: bwrap: each conversation works in a folder "
+               "of its own, but its agents can still read every other one (docs/sandbox.md)")
+
+
 def template_warnings(config: OrchestratorConfig, workspace: Path) -> Iterator[str]:
     """A `{{steps.X…}}` naming no step of its workflow (or one that has not run yet), or an `{{input.Y}}` naming
     none of the `properties` its workflow's `inputs` declares: it reaches the agent or command as written (or
@@ -88,3 +102,14 @@ def _placeholder_problem(name: str, workflow_id: str, workflow: WorkflowConfig, 
         return (f"names no input of workflow {workflow_id} (inputs: {', '.join(sorted(declared))}); it would stay "
                 "as written")
     return None
+
+
+def allow_problems(config: OrchestratorConfig, settings: Settings) -> Iterator[str]:
+    """A workflow's `allow:` naming a role settings.yaml does not define (nobody could start it by that role)."""
+    from gateway.roles import RoleBook
+
+    book = RoleBook(settings)
+    for workflow_id, workflow in config.workflows.items():
+        for role in workflow.allow or ():
+            if role not in book.roles:
+                yield f"workflows.{workflow_id}.allow: {book.unknown(role)}"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -120,6 +121,15 @@ workflows:
   #     - {id: Ask, input: {prompt: "Publish {{steps.Review.output}}? (yes/no)"}}
   #     - {id: Publish, command: ["echo", "answer: {{steps.Ask.output}}"], on_failure: fatal}
 
+# Where agents and command steps work (docs/sandbox.md): shared (this folder, the default), conversation
+# or sender (a folder of its own each, under <home>/workspaces/<orchestrator>/, made on first use; a
+# workflow may set its own `workspace`). sandbox: bwrap runs each of them under bubblewrap (its workspace
+# writable, the system read-only, the rest of the home hidden); network: model-only | full | none.
+workspace: shared
+sandbox: none
+# network: model-only
+# workspaces: {repository: project, retention_days: 30}   # or {template: seed}: how a new one starts
+
 # Extra functions for command_invoke (list_workflows, cancel_run and queue_stats always exist).
 # Each runs its argv with the arguments as JSON on stdin and answers with its stdout.
 # Uncomment the example below (an empty `functions:` is an empty mapping).
@@ -206,6 +216,20 @@ class RulesConfig(_Sections):
     keywords: dict[str, str] = Field(default_factory=dict)
 
 
+class WorkspacesConfig(_Strict):
+    """`workspaces`: how a scope's own folder (`workspace: conversation | sender`) starts, and how long it stays."""
+
+    template: str | None = Field(default=None, min_length=1)  # a folder copied into each new one
+    repository: str | None = Field(default=None, min_length=1)  # or: each a git worktree of it, a branch each
+    retention_days: float | None = Field(default=None, gt=0)  # one unused this long is removed (None: kept)
+
+    @model_validator(mode="after")
+    def _one_seed(self) -> WorkspacesConfig:
+        if self.template is not None and self.repository is not None:
+            raise ValueError("`template` and `repository` exclude each other: a workspace starts as one of them")
+        return self
+
+
 class OrchestratorConfig(_Sections):
     """The whole orchestrator.yaml."""
 
@@ -228,6 +252,16 @@ class OrchestratorConfig(_Sections):
     functions: dict[str, FunctionConfig] = Field(default_factory=dict)
     rules: RulesConfig = Field(default_factory=RulesConfig)
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
+    workspace: Literal["shared", "conversation", "sender"] = "shared"  # where agents and commands work
+    workspaces: WorkspacesConfig = Field(default_factory=WorkspacesConfig)
+    sandbox: Literal["none", "bwrap"] = "none"  # bwrap: every agent and command runs confined (docs/sandbox.md)
+    network: Literal["model-only", "full", "none"] = "model-only"  # what a sandboxed process reaches
+    sandbox_paths: list[str] = Field(default_factory=list)  # more folders every sandbox sees read-only
+
+    def workspace_of(self, workflow_id: str) -> str:
+        """The workspace scope of a workflow's processes: its own `workspace`, else the file's."""
+        workflow = self.workflows.get(workflow_id)
+        return (workflow.workspace if workflow is not None else None) or self.workspace
 
     @field_validator("version", mode="before")
     @classmethod
@@ -354,7 +388,20 @@ def load_every_config(
         if not found:
             loaded.append(LoadedConfig(orchestrator_id, workspace, config))
     return loaded, problems + list(_profile_workflow_problems(settings, loaded)) + list(
-        deliver_problems(settings, schedules))
+        deliver_problems(settings, schedules)) + list(sandbox_problems(settings, loaded))
+
+
+def sandbox_problems(settings: Settings, loaded: list[LoadedConfig]) -> Iterator[str]:
+    """`sandbox: bwrap` where bubblewrap is not on PATH: an error at start, never a run without it."""
+    if shutil.which("bwrap") is not None:
+        return
+    for config in loaded:
+        if config.config.sandbox == "bwrap":
+            yield (f"{config.workspace / CONFIG_FILE}: sandbox: bwrap, but `bwrap` is not on PATH "
+                   "(apt-get install bubblewrap)")
+    for name, provider in settings.providers.items():
+        if provider.sandbox == "bwrap":
+            yield f"providers.{name}.sandbox: bwrap, but `bwrap` is not on PATH (apt-get install bubblewrap)"
 
 
 def _profile_workflow_problems(settings: Settings, loaded: list[LoadedConfig]) -> Iterator[str]:

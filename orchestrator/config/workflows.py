@@ -148,6 +148,8 @@ class WorkflowConfig(_Strict):
     description: str = ""
     inputs: dict[str, Any] | None = None
     max_retries: int | None = Field(default=None, ge=0, le=100)
+    allow: list[str] | None = None  # the roles that may start it (orchestrator/chat/access.py); absent: by permission
+    workspace: Literal["shared", "conversation", "sender"] | None = None  # None: the orchestrator's `workspace`
     steps: list[StepConfig] = Field(min_length=1)
 
     @model_validator(mode="after")

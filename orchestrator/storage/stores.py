@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gateway.stores import StoreKey
+from gateway.stores import AUDIT, StoreKey
 
 if TYPE_CHECKING:
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.runtime.locks import Locks
     from gateway.settings import Settings
-    from gateway.stores import Approvals, Backend, StoreFactory, StoreT
+    from gateway.stores import Approvals, AuditLog, Backend, StoreFactory, StoreT
     from orchestrator.agents.sessions import ConversationHistory, SessionStore
     from orchestrator.runs.base import RunStoreBase
     from orchestrator.runs.state import RunState
@@ -157,6 +157,8 @@ class OrchestratorStores:
     """None where no plugin declares usage totals for the backend (no limits are counted)."""
     schedules: ScheduleRecords | None = None
     """None where no plugin declares schedule records for the backend (no prompt is scheduled)."""
+    audit: AuditLog | None = None
+    """The audit log of privileged actions (gateway.stores.AUDIT); None where no plugin declares it."""
 
 
 def open_stores(backend: Backend) -> OrchestratorStores:
@@ -165,7 +167,7 @@ def open_stores(backend: Backend) -> OrchestratorStores:
         runs=open_run_store(backend), sessions=open_sessions(backend), history=open_history(backend),
         approvals=backend.approvals(), pairing=backend.pairing(),
         locks=backend.locks(ttl_s=backend.settings.queue.lock_ttl_sec),
-        usage=open_usage(backend), schedules=open_schedules(backend))
+        usage=open_usage(backend), schedules=open_schedules(backend), audit=_declared(backend, AUDIT))
 
 
 def backend_for(home: Home, settings: Settings) -> Backend:

@@ -107,7 +107,13 @@ def cmd_usage(args: argparse.Namespace, home: Home, settings: Settings) -> int:
             print(f"switchyard usage: the {backend.name} backend keeps no usage totals", file=sys.stderr)
             return 1
         if args.usage_command == "reset":
-            return _reset(records, args, first, today)
+            from gateway.cli.access import record_operator
+
+            code = _reset(records, args, first, today)
+            whom = f"every {args.by}" if args.all else f"{args.by} {args.key}"
+            record_operator(backend, "usage.reset", f"forgot the usage of {whom} since {first.isoformat()}",
+                            kind=args.by, key=args.key, since=first.isoformat())
+            return code
         return _table(records, args, first, today, zone)
     except backend.failures as exc:  # the pool's own warnings said why; this is the one line that stays
         print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)

@@ -97,8 +97,11 @@ class UsageMeter:
     fails while recording is logged, not raised: the turn has run, and running it again would cost twice."""
 
     def __init__(self, records: UsageRecords | None, settings: UsageSettings, events: EventLog | None = None,
-                 clock: Callable[[], datetime] | None = None, ttl_sec: float = RESERVATION_TTL_SEC):
+                 clock: Callable[[], datetime] | None = None, ttl_sec: float = RESERVATION_TTL_SEC,
+                 roles_of: Callable[[str], tuple[str, ...]] | None = None):
+        """`roles_of`: the roles of a sender key (`<channel>/<profile>/<senderId>`), for limits with `role:`."""
         self.records = records
+        self._roles_of = roles_of
         self.settings = settings
         self._events = events
         self._clock = clock or (lambda: datetime.now(self.settings.zone()))
@@ -130,7 +133,8 @@ class UsageMeter:
         used: dict[tuple[str, str], Spent] = {}
         counts: dict[str, int] = {}
         found = []
-        for (kind, window, unit), limit in _applying(self.settings.limits, keys).items():
+        roles = self._roles_of(keys["sender"]) if self._roles_of is not None and "sender" in keys else ()
+        for (kind, window, unit), limit in _applying(self.settings.limits, keys, roles).items():
             first, resets_at = window_of(window, now)
             if (kind, window) not in used:
                 used[(kind, window)] = ledger.totals(kind, keys[kind], first, now.date())
@@ -288,21 +292,25 @@ def window_of(window: str, now: datetime) -> tuple[date, datetime]:
     return first, datetime.combine(following, time(), tzinfo=now.tzinfo)
 
 
-def _applying(rules: list[LimitRule], keys: dict[str, str]) -> dict[tuple[str, str, str], float]:
-    """(kind, window, unit) → the limit that applies to these keys: a rule matching the key replaces one without
-    `match`; of two alike, the later one in the settings wins."""
+def _applying(rules: list[LimitRule], keys: dict[str, str],
+              roles: tuple[str, ...] = ()) -> dict[tuple[str, str, str], float]:
+    """(kind, window, unit) → the limit that applies to these keys: a rule matching the key replaces one of the
+    sender's role, which replaces one without either; of two alike, the later one in the settings wins."""
     general: dict[tuple[str, str, str], float] = {}
+    by_role: dict[tuple[str, str, str], float] = {}
     specific: dict[tuple[str, str, str], float] = {}
     for rule in rules:
         key = keys.get(rule.per)
         if key is None or (rule.match is not None and rule.match != key):
             continue
-        chosen = general if rule.match is None else specific
+        if rule.role is not None and rule.role not in roles:
+            continue
+        chosen = specific if rule.match is not None else by_role if rule.role is not None else general
         for window in ("day", "month"):
             amounts = getattr(rule, window)
             for unit, limit in amounts.units() if amounts is not None else ():
                 chosen[(rule.per, window, unit)] = limit
-    return {**general, **specific}
+    return {**general, **by_role, **specific}
 
 
 def _keys(payer: Payer, provider: str | None, kinds: tuple[str, ...]) -> dict[str, str]:

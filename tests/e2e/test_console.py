@@ -103,7 +103,8 @@ def _run_on_terminal(switchyard: Switchyard, terminals: list[TerminalSession], *
 
 def test_quick_start_console_chat_with_no_settings_at_all(tmp_path: Path,
                                                           terminals: list[TerminalSession]) -> None:
-    """A fresh home, a terminal: a prompt, an answer, and Ctrl-D ends the gateway (exit 0)."""
+    """A fresh home, a terminal: a prompt, an answer; Ctrl-D ends the console, the web chat of the embedded
+    default keeps the gateway running, and Ctrl-C ends it (exit 0)."""
     session = TerminalSession([SWITCHYARD, "run"], clean_environment({"SWITCHYARD_HOME": str(tmp_path / "fresh")}))
     terminals.append(session)
     session.read_until("> ")
@@ -113,8 +114,10 @@ def test_quick_start_console_chat_with_no_settings_at_all(tmp_path: Path,
     session.type("/help\r")
     session.read_until("chat")
     session.type("\x04")  # Ctrl-D on an empty line
-    session.read_until("no channel is left running")
+    session.read_until("stopped: end of input")
+    session.type("\x03")
     assert session.process.wait(30) == 0
+    assert "no channel is left running" not in session.output
 
 
 def test_ctrl_c_while_typing_stops_cleanly_and_gives_the_terminal_back_as_it_was(

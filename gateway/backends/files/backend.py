@@ -26,13 +26,25 @@ if TYPE_CHECKING:
     from gateway.runtime.locks import Locks
     from gateway.runtime.sharing import SharedHome
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, RuntimeParts
+    from gateway.stores import BackendFactory, RuntimeParts, StoreFactory
 
 
 @hookimpl
 def switchyard_backends() -> dict[str, BackendFactory]:
     """Declares the file backend."""
     return {"files": FileStores}
+
+
+@hookimpl
+def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
+    """Declares the file backend's audit log (gateway.stores.AUDIT): `state/audit.jsonl`."""
+    return {"audit": {"files": _audit}}
+
+
+def _audit(backend: FileStores, *, command: bool = False) -> Any:
+    from gateway.backends.files.audit import FileAuditLog
+
+    return FileAuditLog(backend.home.state / "audit.jsonl", fsync=backend.settings.queue.fsync)
 
 
 class FileStores:

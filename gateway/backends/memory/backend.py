@@ -20,10 +20,11 @@ from gateway.backends.memory.stores import MemoryLocks, MemoryPairing
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from gateway.backends.memory.audit import MemoryAuditLog
     from gateway.backends.memory.runtime import MemoryRuntime
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, RuntimeParts, Stores
+    from gateway.stores import BackendFactory, RuntimeParts, StoreFactory, Stores
 
 
 def memory_settings(settings: Settings) -> Settings:
@@ -41,6 +42,14 @@ class MemoryBackendPlugin:
     @hookimpl
     def switchyard_backends(self) -> dict[str, BackendFactory]:
         return {"memory": self._open}
+
+    @hookimpl
+    def switchyard_stores(self) -> dict[str, dict[str, StoreFactory]]:
+        """Declares the in-memory audit log (gateway.stores.AUDIT) on the plugin's state."""
+        return {"audit": {"memory": self._audit}}
+
+    def _audit(self, backend: MemoryStores, *, command: bool = False) -> MemoryAuditLog:
+        return self.state.audit.twin()
 
     def _open(self, home: Home, settings: Settings, stores: Stores) -> MemoryStores:
         return MemoryStores(home, settings, stores, self.state)

@@ -6,7 +6,7 @@ gateway/backends/postgres/storage.py when the backend is chosen, so the file bac
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.hookspecs import hookimpl
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gateway.backends.postgres.storage import PgStorage
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, Stores
+    from gateway.stores import BackendFactory, StoreFactory, Stores
 
 
 def _postgres(home: Home, settings: Settings, stores: Stores) -> PgStorage:
@@ -27,6 +27,18 @@ def _postgres(home: Home, settings: Settings, stores: Stores) -> PgStorage:
 def switchyard_backends() -> dict[str, BackendFactory]:
     """Declares the postgres backend."""
     return {"postgres": _postgres}
+
+
+@hookimpl
+def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
+    """Declares the postgres audit log (gateway.stores.AUDIT)."""
+    return {"audit": {"postgres": _audit}}
+
+
+def _audit(backend: PgStorage, *, command: bool = False) -> Any:
+    from gateway.backends.postgres.audit import PgAuditLog
+
+    return PgAuditLog.direct(backend.dsn) if command else PgAuditLog.pooled(backend.dsn, backend.pool)
 
 
 @hookimpl

@@ -38,6 +38,7 @@ from acp.schema import (
 from acp.utils import notify_model, request_model
 
 from orchestrator.agents.acp.turn import Turn, denied
+from orchestrator.agents.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,12 @@ class AgentProcess:
     them; the one thing it adds, waiting for its `session_update` handlers after a prompt, is moot here (the
     updates are read by the connection's observer, in wire order, and the handler does nothing)."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path, *, settle_sec: float = 0.0):
+    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path, *, settle_sec: float = 0.0,
+                 sandbox: Sandbox | None = None):
+        """`sandbox`: the adapter (and every CLI it starts) runs confined by bubblewrap for as long as it lives."""
         self.argv, self.env, self.cwd = argv, dict(env), cwd
+        self.sandbox = sandbox
+        self._confined = contextlib.AsyncExitStack()  # the sandbox's relay, while the process lives
         self.settle_sec = settle_sec  # how long after a turn the adapter may still be writing its session
         self.last_turn = float("-inf")
         self.process: asyncio.subprocess.Process | None = None
@@ -101,12 +106,16 @@ class AgentProcess:
 
     async def start(self) -> None:
         """Starts the adapter and initializes the protocol; raises AdapterError."""
+        argv = self.argv
+        if self.sandbox is not None:
+            argv = await self._confined.enter_async_context(self.sandbox.launched(self.argv))
         try:
             self.process = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.cwd, start_new_session=True,
                 limit=STDIO_LIMIT)
         except OSError as exc:
+            await self._confined.aclose()
             raise AdapterUnavailable(f"cannot start `{self.argv[0]}`: {exc.strerror or exc}") from exc
         assert self.process.stdin is not None and self.process.stdout is not None
         self._drain = asyncio.create_task(self._drain_stderr(), name="acp-stderr")
@@ -234,6 +243,7 @@ class AgentProcess:
         if self._drain is not None:
             self._drain.cancel()
             await asyncio.gather(self._drain, return_exceptions=True)
+        await self._confined.aclose()
         for turn in list(self.turns.values()):
             turn.abandon()
 

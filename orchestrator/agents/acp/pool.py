@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from orchestrator.agents.acp.agent import AgentProcess
 from orchestrator.agents.acp.specs import AdapterSpec, adapter_argv, adapter_env
@@ -91,6 +91,8 @@ class AcpPool:
         assert call.scope is not None
         if self._closed:
             raise RuntimeError("the ACP pool is closed")
+        if call.turn.sandbox is not None:  # a sandbox holds one scope: its adapter is a process of its own
+            spec = replace(spec, shared=False)
         key = (call.name, call.scope)
         live = self._live.get(key)
         if live is not None and live.agent.alive and not live.reload:
@@ -120,7 +122,7 @@ class AcpPool:
             if agent is not None:
                 await self._retire(agent)
         agent = AgentProcess(adapter_argv(call.provider), adapter_env(call.provider, call.turn.env),
-                             call.turn.cwd, settle_sec=spec.settle_sec)
+                             call.turn.cwd, settle_sec=spec.settle_sec, sandbox=call.turn.sandbox)
         await agent.start()
         if spec.shared:
             self._shared[call.name] = agent

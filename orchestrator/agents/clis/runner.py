@@ -105,6 +105,8 @@ class AgentCliRunner:
 
     async def _in_session(self, call: ProviderCall, cli: _Cli, scope: str) -> ProviderResult:
         name, preset, env = call.name, cli.preset, call.turn.env
+        if call.turn.sandbox is not None:  # its session files are the scope's own (orchestrator/agents/sandbox.py)
+            env = call.turn.sandbox.host_env(env)
         session = self._sessions.session(name, scope, assigns_ids=preset.own_session_ids)
         for _ in range(SESSION_TRIES):
             result, reading = await self._call(call, cli, session)
@@ -165,6 +167,7 @@ class AgentCliRunner:
             argv, stdin=preset.stdin(turn.prompt, session).encode(), env=turn.env, cwd=turn.cwd,
             timeout_sec=provider.timeout_sec, max_output=provider.max_output_bytes,
             watcher=watch, first_output_sec=provider.first_output_sec or preset.first_output_sec, stop=watch.stop,
+            sandbox=turn.sandbox,
         )
         reading = preset.read(result.stdout, result.stderr_tail)
         if watch.refused is not None:

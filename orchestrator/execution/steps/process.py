@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.api import Outbox, PermanentError
+from gateway.channelkit.attachments import attachment_folder
 from gateway.home import safe_name
 from orchestrator.agents.clis.runner import ProviderExhausted
 from orchestrator.agents.progress import ProgressNotes
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
+from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.agents.streaming import TextPreviews
-from orchestrator.config.models import AgentConfig, read_template
+from orchestrator.config.models import CONFIG_FILE, AgentConfig, read_template
 from orchestrator.config.workflows import StepBody
 from orchestrator.execution.steps.base import StepFailed, StepJob
 from orchestrator.execution.steps.values import step_request
@@ -23,6 +27,8 @@ from orchestrator.runs.base import RunStoreBase
 from orchestrator.runs.state import conversation_key
 from orchestrator.usage.meter import LimitReached
 from orchestrator.usage.records import Payer
+from orchestrator.workspaces import OwnWorkspaces, owner_of
+from orchestrator.workspaces.retention import remove, stale
 
 if TYPE_CHECKING:
     from orchestrator.agents.live import PermissionAsker, ToolApproval
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 
 COMMAND_TIMEOUT_SEC = 300.0
 COMMAND_MAX_OUTPUT = 1_048_576
+SWEEP_EVERY_SEC = 3600.0
 
 
 class BodyRunner:
@@ -44,6 +51,7 @@ class BodyRunner:
         self._outbox = outbox
         self._approvals = approvals
         self._on_ask = on_ask
+        self._swept: dict[Path, float] = {}  # when each orchestrator's workspaces were last swept (retention)
 
     async def run(
         self, job: StepJob, body: StepBody, label: str, values: dict[str, Any], env: dict[str, str],
@@ -53,12 +61,13 @@ class BodyRunner:
         when `/stop` stopped it."""
         conversation = f"conv:{conversation_key(job.run.payload())}"  # also what `/stop` stops it by
         try:
+            cwd, sandbox = await self._place(job, env)
             if body.command is not None:
                 argv = [render(part, values) for part in body.command]
                 return await self._runner.run_command(
-                    label, argv, stdin=None, cwd=job.loaded.workspace, env=env,
+                    label, argv, stdin=None, cwd=cwd, env=env,
                     timeout_sec=body.timeout_sec or COMMAND_TIMEOUT_SEC, max_output=COMMAND_MAX_OUTPUT,
-                    turn=conversation,
+                    turn=conversation, sandbox=sandbox,
                 )
             agent = self._agent(job, body)
             prompt = render(read_template(agent.prompt, job.loaded.workspace), values)
@@ -66,9 +75,9 @@ class BodyRunner:
             request_file = self._request_file(job, agent.provider, label)
             notes = self._notes(job)
             previews = self._previews(job, body.agent or agent.provider)
-            turn = TurnRequest(prompt, job.loaded.workspace, request=request, request_file=request_file, env=env,
+            turn = TurnRequest(prompt, cwd, request=request, request_file=request_file, env=env,
                                conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
-                               ask=self._asker(job), payer=Payer.of(job.run.payload()))
+                               ask=self._asker(job), payer=Payer.of(job.run.payload()), sandbox=sandbox)
             try:
                 try:
                     return await self._runner.run(agent.provider, turn)
@@ -87,6 +96,47 @@ class BodyRunner:
             raise StepFailed(str(exc), exc.result, category=job.failure_category()) from exc
         except PermanentError as exc:  # the run ends failed_final and its waiting message is dead-lettered
             raise StepFailed(str(exc), category="fatal", fields={"permanent": True}) from exc
+
+    async def _place(self, job: StepJob, env: dict[str, str]) -> tuple[Path, Sandbox | None]:
+        """Where the step's process works (its owner's workspace, made on first use, else the orchestrator's)
+        and, with `sandbox: bwrap`, the sandbox it runs in: that workspace, its conversation's uploads and
+        its run's own folder writable, the Switchyard home hidden, the owner's own CLI session history."""
+        config, home, message = job.loaded.config, self._runner.home, job.run.payload()
+        owner = owner_of(config.workspace_of(job.run.workflowId), message)
+        spaces = OwnWorkspaces(home.root / "workspaces" / safe_name(job.loaded.orchestrator_id))
+        cwd, name = job.loaded.workspace, "shared"
+        if owner is not None:
+            seed = config.workspaces
+            template = job.loaded.workspace / seed.template if seed.template else None
+            repository = job.loaded.workspace / seed.repository if seed.repository else None
+            try:
+                cwd = await asyncio.to_thread(spaces.ensure, owner, template=template, repository=repository)
+            except OSError as exc:
+                raise StepFailed(f"the workspace of {owner.key} could not be made: {exc}") from exc
+            name = owner.name
+            await self._sweep(spaces, seed.retention_days)
+        if config.sandbox != "bwrap":
+            return cwd, None
+        uploads = attachment_folder(home, message.channelProfileId or message.channel,
+                                    message.conversationId or message.senderId)
+        writable = [uploads, *(Path(env[key]) for key in ("SWITCHYARD_WORKSPACE",) if key in env)]
+        handoff = [env["SWITCHYARD_HANDOFF"]] if "SWITCHYARD_HANDOFF" in env else []  # the step before's file
+        git_dir = spaces.git_dir(cwd)
+        writable += [git_dir] if git_dir is not None else []
+        protected = (job.loaded.workspace / CONFIG_FILE,) if owner is None else ()  # shared: it runs in its folder
+        return cwd, Sandbox(cwd, network=config.network, hidden=(home.root,), writable=tuple(writable),
+                            readable=tuple(Path(path) for path in [*config.sandbox_paths, *handoff]),
+                            state=spaces.sessions(name),
+                            protected=protected)
+
+    async def _sweep(self, spaces: OwnWorkspaces, retention_days: float | None) -> None:
+        """Removes the orchestrator's workspaces unused past `workspaces.retention_days`, at most once an hour."""
+        now = time.monotonic()
+        if retention_days is None or now - self._swept.get(spaces.root, -SWEEP_EVERY_SEC) < SWEEP_EVERY_SEC:
+            return
+        self._swept[spaces.root] = now
+        for info in await asyncio.to_thread(stale, spaces, retention_days):
+            await asyncio.to_thread(remove, spaces, info)
 
     def _fell_back(self, job: StepJob, provider: str, fallback: str, reason: str) -> None:
         """Notes on the run that the step's agent runs on its `fallback:` provider this time."""

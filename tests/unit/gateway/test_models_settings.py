@@ -49,7 +49,7 @@ def test_reply_copies_the_conversation_fields() -> None:
 
 def test_missing_settings_file_means_the_embedded_default(tmp_path: Path) -> None:
     settings = load_settings(tmp_path / "absent.yaml")
-    assert [c.type for c in settings.channels] == ["console"]
+    assert [c.type for c in settings.channels] == ["web", "console"]
 
 
 def test_example_settings_load() -> None:
@@ -132,14 +132,15 @@ def test_every_key_the_built_in_channels_read_is_accepted(tmp_path: Path) -> Non
 
 def test_switchyard_channel_types_names_every_built_in_channel_once() -> None:
     declared = [t for types in build_plugin_manager().hook.switchyard_channel_types() for t in types]
-    assert sorted(declared) == ["console", "discord", "heartbeat", "inbox", "slack", "telegram", "whatsapp"]
+    assert sorted(declared) == ["console", "discord", "heartbeat", "inbox", "slack", "telegram", "web", "whatsapp"]
 
 
 def test_switchyard_channel_options_declares_a_model_for_every_built_in_type() -> None:
     pm = build_plugin_manager()
     types = {t for declared in pm.hook.switchyard_channel_types() for t in declared}
     declared_models = {t for models in pm.hook.switchyard_channel_options() for t in models}
-    assert types == declared_models == {"console", "heartbeat", "inbox", "telegram", "discord", "slack", "whatsapp"}
+    assert types == declared_models == {"console", "heartbeat", "inbox", "telegram", "discord", "slack", "whatsapp",
+                                        "web"}
 
 
 def test_the_example_settings_channels_pass_the_plugins_checks() -> None:

@@ -1,5 +1,6 @@
-"""gateway/dashboard/server.py against raw sockets on 127.0.0.1: the connection cap, the header and body
-timeouts, malformed requests and accept errors logged one line at a time, security headers on every answer."""
+"""gateway/dashboard/server.py against raw sockets on 127.0.0.1 (its listener and headers: gateway/channelkit/web.py,
+shared with the web chat): the connection cap, the header and body timeouts, malformed requests and accept errors
+logged one line at a time, security headers on every answer."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from gateway.dashboard.server import ACCEPT_ERROR, SECURITY_HEADERS, Server, build_app
+from gateway.channelkit.web import ACCEPT_ERROR, SECURITY_HEADERS
+from gateway.dashboard.server import Server, build_app
 from gateway.settings import DashboardSettings
 from gateway.testing import async_wait_until
 

@@ -84,8 +84,11 @@ async def test_status_fast_path_works_even_with_a_broken_orchestrator_yaml(
 async def test_status_precedence(home: Home, selector: ScriptedSelector, orchestrator: Orchestrator) -> None:
     _store_run(home, "r-a", "c1")
     _store_run(home, "r-b", "c2")
-    [named] = await orchestrator.handle(make_message("status", workflowRunId="r-b", conversationId="c1"))
-    assert named.message.startswith("Run r-b ")
+    _store_run(home, "r-old", "c1", active=False)
+    [named] = await orchestrator.handle(make_message("status", workflowRunId="r-old", conversationId="c1"))
+    assert named.message.startswith("Run r-old ")
+    [elsewhere] = await orchestrator.handle(make_message("status", workflowRunId="r-b", conversationId="c1"))
+    assert elsewhere.message == "no workflow run 'r-b' found", "another conversation's run is not reachable"
     [active] = await orchestrator.handle(make_message("/status", conversationId="c1"))
     assert active.message.startswith("Run r-a ")
     [none] = await orchestrator.handle(make_message("/status", conversationId="c3"))

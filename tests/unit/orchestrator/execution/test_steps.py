@@ -255,7 +255,9 @@ async def test_a_pushed_question_is_answered_through_its_run_id(flow: Callable[.
     await async_wait_until(lambda: f.outbox.payloads)
     [asked] = f.outbox.payloads
     assert asked.message.startswith("Sure?") and asked.workflowRunId == run_id
-    ack, _ = await f.send("yes", workflowRunId=run_id, conversationId="elsewhere")
+    refused, _ = await f.send("yes", workflowRunId=run_id, conversationId="elsewhere")
+    assert refused.message == f"no workflow run {run_id!r} found", "a run is reachable only from its conversation"
+    ack, _ = await f.send("yes", workflowRunId=run_id)
     assert ack.message.startswith(f"Resumed run {run_id}")
     run = await f.settled(run_id)
     assert f.outbox.payloads[-1].message == "answer was yes" and run.delivery == "push"
