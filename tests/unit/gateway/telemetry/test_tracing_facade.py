@@ -130,3 +130,20 @@ async def test_each_part_of_a_reply_is_a_span_of_its_delivery(spans, tmp_path: P
     part_spans = [span for span in finished if span.name == "delivery.part"]
     assert [span.attributes["switchyard.part"] for span in part_spans] == sent == [0, 1, 2]
     assert all(span.parent is not None and span.parent.span_id == send.context.span_id for span in part_spans)
+
+
+def test_a_trace_not_sampled_is_not_exported_and_its_message_says_so_downstream() -> None:
+    memory = InMemorySpanExporter()
+    installed = tracing.install(TelemetrySettings(sample_ratio=0), exporter=memory)
+    try:
+        assert installed is not None
+        stamped = tracing.intake(make_incoming("hello"))
+        flags = int((stamped.model_extra or {})["traceparent"].rsplit("-", 1)[1], 16)
+        assert flags & 1 == 0  # not sampled, and so says the traceparent: the worker follows
+        with installed.attempt(stamped, 1, "job"):
+            pass
+        with installed.attempt(make_incoming("a dropped file"), 1, "job"):  # a derived trace follows the ratio too
+            pass
+        assert memory.get_finished_spans() == ()
+    finally:
+        tracing.uninstall()
