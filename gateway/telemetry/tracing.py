@@ -391,8 +391,8 @@ def traced(name: str, attributes: Callable[..., Attributes] | None = None,
 
     def decorate(function: F) -> F:
         def opened(tracing: Tracing, args: Any, kwargs: Any) -> contextlib.AbstractContextManager[Noted]:
-            named = attributes(*args, **kwargs) if attributes is not None else {}
-            parent = tracing.carried(carrier(*args, **kwargs)) if carrier is not None else None
+            named = _described(name, attributes, *args, **kwargs)
+            parent = tracing.carried(_described(name, carrier, *args, **kwargs)) if carrier is not None else None
             return tracing.span(name, named, parent=parent)
 
         if inspect.iscoroutinefunction(function):
@@ -404,7 +404,7 @@ def traced(name: str, attributes: Callable[..., Attributes] | None = None,
                 with opened(tracing, args, kwargs) as span:
                     returned = await function(*args, **kwargs)
                     if result is not None:
-                        span.note(**result(returned))
+                        span.note(**_described(name, result, returned))
                     return returned
 
             return run_async  # type: ignore[return-value]
@@ -417,9 +417,21 @@ def traced(name: str, attributes: Callable[..., Attributes] | None = None,
             with opened(tracing, args, kwargs) as span:
                 returned = function(*args, **kwargs)
                 if result is not None:
-                    span.note(**result(returned))
+                    span.note(**_described(name, result, returned))
                 return returned
 
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+def _described(name: str, describe: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
+    """What `describe` says of a call (its attributes, its carrier); {} when it fails: a span's description
+    never fails the work it describes."""
+    if describe is None:
+        return {}
+    try:
+        return describe(*args, **kwargs)
+    except Exception:
+        log.debug("cannot describe the span %s", name, exc_info=True)
+        return {}

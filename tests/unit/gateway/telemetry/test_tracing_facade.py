@@ -147,3 +147,14 @@ def test_a_trace_not_sampled_is_not_exported_and_its_message_says_so_downstream(
         assert memory.get_finished_spans() == ()
     finally:
         tracing.uninstall()
+
+
+@tracing.traced("broken", lambda value: {"switchyard.value": value.missing}, lambda result: 1 / 0)
+async def _described_badly(value: int) -> int:
+    return value + 1
+
+
+async def test_a_span_that_cannot_be_described_never_fails_the_work(spans) -> None:
+    assert await _described_badly(1) == 2
+    [span] = spans.get_finished_spans()
+    assert span.name == "broken" and not span.attributes
