@@ -276,6 +276,17 @@ class AlertSettings(_Strict):
     database_unreachable_sec: float = Field(default=30, ge=0)  # the database unreachable this long is reported
 
 
+class TelemetrySettings(_Strict):
+    """`telemetry:`: OpenTelemetry traces of each message's path (gateway/telemetry/tracing.py); off unless set.
+    Needs the `otel` extra (`pip install -e '.[otel]' in the clone`)."""
+
+    exporter: Literal["otlp", "console"] = "otlp"  # console: each span printed as JSON on stdout
+    endpoint: str = "http://127.0.0.1:4318"  # an OTLP/HTTP collector; `/v1/traces` is appended
+    service_name: str = Field(default="switchyard", min_length=1)
+    content: bool = False  # true: prompts, answers and message text as span attributes (else never)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)  # the share of new traces kept (a carried one follows)
+
+
 class FileSettings(_Strict):
     extra_roots: list[str] = Field(default_factory=list)
     shared_dir: str | None = None  # postgres: a folder every host mounts, for attachments over
@@ -296,6 +307,7 @@ class Settings(_Strict):
     usage: UsageSettings = Field(default_factory=UsageSettings)  # the day's time zone and the spending limits
     alerts: AlertSettings | None = None  # the operators' conversation told of failures (off unless set)
     roles: dict[str, RoleSettings] = Field(default_factory=dict)  # the operator's roles (gateway/roles.py)
+    telemetry: TelemetrySettings | None = None  # OpenTelemetry traces (off unless set)
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 

@@ -16,6 +16,7 @@ from gateway.api import BuiltinProvider, PermanentError
 from gateway.home import Home, atomic_write, safe_name
 from gateway.runtime.aio import wait_event
 from gateway.settings import ProviderSettings
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.acp.route import AcpRoute
 from orchestrator.agents.clis import PRESETS
@@ -25,6 +26,7 @@ from orchestrator.agents.request import ProviderCall, TurnRequest
 from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
+from orchestrator.agents.turnspans import turn_attributes, turn_outcome
 from orchestrator.config.models import CONFIG_FILE
 from orchestrator.usage.meter import UsageMeter
 from orchestrator.usage.records import PAYER_KINDS, TokenUsage
@@ -83,6 +85,7 @@ class ProviderRunner:
         """The settings.yaml entry of a provider (None for a built-in)."""
         return self._providers.get(name)
 
+    @tracing.traced("agent.turn", turn_attributes, turn_outcome)
     async def run(self, name: str, turn: TurnRequest) -> ProviderResult:
         """Writes the request file (when given), runs the provider; raises ProviderFailed (retryable) or
         PermanentError (unknown provider, or a failure retrying cannot fix). A call with a payer is a turn of

@@ -33,7 +33,9 @@ from gateway.approvals import (
 )
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.locks import process_instance
+from gateway.telemetry import tracing
 from gateway.telemetry.events import now_ms
+from gateway.telemetry.tracing import CONTENT
 from orchestrator.execution.results import SYSTEM_AGENT
 
 if TYPE_CHECKING:
@@ -100,6 +102,8 @@ class ApprovalBroker:
         if waiting is not None:
             waiting.set()
 
+    @tracing.traced("approval.wait", lambda _, __, r, **_k: {CONTENT + "tool": r.title},
+                    lambda chosen: {"switchyard.choice": chosen})
     async def ask(self, message: IncomingPayload, request: ToolApproval, *, timeout_s: float) -> str | None:
         """Stores the approval, sends the question, waits: the chosen option's id, or None when denied
         without a choice (expired, cancelled)."""
