@@ -254,6 +254,14 @@ class FileSettings(_Strict):
                                    # queue.db_files_max_bytes
 
 
+class ChatToolsSettings(_Strict):
+    """The chat tools an agent turn gets (docs/chat-tools.md): on or off, and what one turn may send."""
+
+    enabled: bool = True
+    max_messages: int = Field(default=20, ge=0)  # send_message + send_file calls per turn
+    max_file_bytes: int = Field(default=52_428_800, ge=0)  # the bytes of files one turn may send (all together)
+
+
 class Settings(_Strict):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
@@ -266,6 +274,7 @@ class Settings(_Strict):
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     transcribe: TranscribeSettings | None = None  # voice notes and audio files to text (else refused, told)
     usage: UsageSettings = Field(default_factory=UsageSettings)  # the day's time zone and the spending limits
+    chat_tools: ChatToolsSettings = Field(default_factory=ChatToolsSettings)  # the agents' MCP chat tools
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 

@@ -1,0 +1,24 @@
+"""A script agent that uses the chat tools the way an agent CLI does: over MCP, with its turn's token.
+
+Reads SWITCHYARD_CHAT_TOOLS_URL / SWITCHYARD_CHAT_TOOLS_TOKEN (what a generic provider gets), calls
+send_message once per `CHAT_TOOLS_SENDS` (default 3), then prints its final answer.
+"""
+
+import asyncio
+import os
+import sys
+
+from orchestrator.chattools.client import connected
+from orchestrator.chattools.server import ToolEndpoint
+
+
+async def main() -> None:
+    prompt = sys.stdin.read().strip()
+    endpoint = ToolEndpoint(os.environ["SWITCHYARD_CHAT_TOOLS_URL"], os.environ["SWITCHYARD_CHAT_TOOLS_TOKEN"])
+    async with connected(endpoint) as chat:
+        for n in range(1, int(os.environ.get("CHAT_TOOLS_SENDS", "3")) + 1):
+            await chat.call("send_message", text=f"progress {n}")
+    print(f"final answer to {prompt}")
+
+
+asyncio.run(main())

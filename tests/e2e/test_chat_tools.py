@@ -1,0 +1,42 @@
+"""The chat tools end to end: `switchyard run` as a process, an agent calling them over MCP mid-turn."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.testing import wait_until
+from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard, both_backends
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90), both_backends]
+
+
+def test_three_send_messages_then_the_answer_arrive_in_order_once_each(switchyard: Switchyard) -> None:
+    providers = {"fake_selector": {"command": [sys.executable, str(PROVIDERS / "selector.py")]},
+                 "tooled": {"command": [sys.executable, str(PROVIDERS / "chat_tools_agent.py")]}}
+    orchestrator = {**ORCHESTRATOR, "diagnostics": {"provider": "rules"},
+                    "agents": {"writer": {"provider": "tooled", "prompt": "{{message}}"}}}
+    switchyard.configure({"providers": providers}, orchestrator)
+    switchyard.start()
+    switchyard.send("the plan", messageId="t1")
+    replies = switchyard.reply_to("t1", count=4)
+    wait_until(lambda: len(switchyard.events("chat_tool.called")) == 3)
+    assert [r["message"] for r in switchyard.replies("t1")] == [
+        "progress 1", "progress 2", "progress 3", "final answer to the plan"]
+    assert len({r["workflowRunId"] for r in replies}) == 1
+
+
+def test_the_embedded_demo_workflow_shows_the_tools_without_any_cli(switchyard: Switchyard) -> None:
+    switchyard.configure({"providers": {}})
+    (switchyard.home.orchestrators / "main" / "orchestrator.yaml").unlink()  # the embedded default
+    switchyard.start()
+    switchyard.send("demo please", messageId="d1", sender="Ada")
+    replies = switchyard.reply_to("d1", count=3, timeout=30)
+    texts = [r["message"] for r in replies]
+    assert texts[0].startswith("Hello Ada: this message comes from the demo agent's send_message tool")
+    assert replies[1]["message"] == "a file sent with send_file" and len(replies[1]["files"]) == 1
+    assert Path(replies[1]["files"][0]).read_text().startswith("A file the demo agent wrote")
+    tools = [(e["tool"], e["result"]) for e in switchyard.events("chat_tool.called")]
+    assert tools == [("conversation_info", "ok"), ("send_message", "ok"), ("send_file", "ok")]
