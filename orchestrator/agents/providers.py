@@ -25,7 +25,7 @@ from orchestrator.agents.live import Turns, TurnStopped
 from orchestrator.agents.request import ProviderCall, TurnRequest
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
-from orchestrator.chattools.server import ChatToolServer, ToolEndpoint
+from orchestrator.chattools.server import TOKEN_ENV, URL_ENV, ChatToolServer, ToolEndpoint
 from orchestrator.usage.meter import UsageMeter
 from orchestrator.usage.records import PAYER_KINDS, TokenUsage
 
@@ -142,8 +142,7 @@ class ProviderRunner:
             return _checked(name, await self._run_builtin(self._builtins[name], turn))
         request_env = {"SWITCHYARD_REQUEST": str(turn.request_file)} if turn.request_file is not None else {}
         if turn.tools is not None:  # a generic argv or a script finds its chat tools here (docs/chat-tools.md)
-            request_env.update({"SWITCHYARD_CHAT_TOOLS_URL": turn.tools.url,
-                                "SWITCHYARD_CHAT_TOOLS_TOKEN": turn.tools.token})
+            request_env.update({URL_ENV: turn.tools.url, TOKEN_ENV: turn.tools.token})
         full_env = self.provider_env(name, configured, {**request_env, **turn.env})
         async with self._turn(turn.turn_scope(), turn.tools) as stop:
             call = ProviderCall.of(name, configured, replace(turn, env=full_env), stop)

@@ -75,8 +75,11 @@ class Preset:
     login_exit_codes: ClassVar[frozenset[int]] = frozenset()
     refusal_exit_codes: ClassVar[frozenset[int]] = frozenset()
 
-    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
-        """The full argv; the prompt always goes to stdin."""
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None,
+             tools: str | None = None) -> list[str]:
+        """The full argv; the prompt always goes to stdin. `tools`: the URL of the turn's chat tools (an MCP
+        server over Streamable HTTP whose token is in SWITCHYARD_CHAT_TOOLS_TOKEN), for a CLI that takes
+        MCP servers on its command line (docs/chat-tools.md); None: no chat tools."""
         raise NotImplementedError
 
     def stdin(self, prompt: str, session: Session | None) -> str:

@@ -44,7 +44,8 @@ class Gemini(Preset):
     login_exit_codes = frozenset({AUTH_EXIT})
     refusal_exit_codes = frozenset({UNTRUSTED_EXIT})
 
-    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None,
+             tools: str | None = None) -> list[str]:
         approval = "auto_edit" if mode == "edit" else "default"  # headless default: asking means denied
         argv = [binary, "--output-format", "stream-json", "--skip-trust", "--approval-mode", approval]
         if settings.model:

@@ -1,0 +1,59 @@
+"""The REAL claude and codex CLIs (one-shot presets) calling the chat tools over MCP, the model being the scripted
+fake on 127.0.0.1 (tests/fakes/acp/scripted_model.py, `[mcp=TOOL:KEY=VALUE]`): the argv each preset gives
+(tests/fakes/clis/MCP.md) really reaches the server, the call lands in the conversation before the answer, and a
+refused call comes back to the model as a tool error while the turn goes on. Skipped where a CLI is not installed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.api import HandlerContext
+from gateway.settings import ProviderSettings
+from tests.fakes.acp.scripted_model import ScriptedModel
+from tests.fakes.orchestrator import API_PREFIX, REMOTE_AGENT_CONFIG, FakeOutbox, isolate_real_cli, make_message
+from tests.integration.test_real_endpoints import real_cli
+
+pytestmark = [pytest.mark.timeout(120)]
+KEY_VARIABLE = "SWITCHYARD_REAL_CLI_TEST_KEY"
+MODELS = {"claude": None, "codex": "gpt-5.4"}  # a model codex knows: it offers no tools to one it does not
+
+
+def _provider(cli: str, model: ScriptedModel) -> ProviderSettings:
+    return ProviderSettings(type=cli, binary=real_cli(cli), base_url=model.url + API_PREFIX[cli],
+                            api_key_env=KEY_VARIABLE, model=MODELS[cli], timeout_sec=90, first_output_sec=60)
+
+
+@pytest.mark.parametrize("cli", sorted(MODELS))
+async def test_the_real_cli_sends_a_message_through_the_chat_tools_before_its_answer(
+    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+    start: Callable[[HandlerContext], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox,
+    cli: str,
+) -> None:
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
+    write_config(REMOTE_AGENT_CONFIG)
+    async with ScriptedModel() as model:
+        orchestrator = await start(make_context({"remote": _provider(cli, model)}))
+        [answer] = await orchestrator.handle(make_message(f"[mcp=send_message:text=hello from {cli}]"))
+    assert [p.message for p in outbox.payloads] == [f"hello from {cli}"]
+    assert outbox.payloads[0].conversationId == "c1" and outbox.payloads[0].agent == "remote"
+    assert "sent (message 1 of at most 20 this turn)" in answer.message  # the model read the tool's result
+    assert any(call.tool_call == f"mcp__switchyard__send_message: text=hello from {cli}" for call in model.calls)
+
+
+@pytest.mark.parametrize("cli", sorted(MODELS))
+async def test_a_refused_call_is_a_tool_error_the_real_cli_hands_the_model(
+    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+    start: Callable[[HandlerContext], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox,
+    cli: str,
+) -> None:
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
+    write_config(REMOTE_AGENT_CONFIG)
+    async with ScriptedModel() as model:
+        orchestrator = await start(make_context({"remote": _provider(cli, model)}))
+        [answer] = await orchestrator.handle(make_message("[mcp=send_file:path=/etc/passwd]"))
+    assert outbox.payloads == []
+    assert "outside the folders this conversation may receive files from" in answer.message
