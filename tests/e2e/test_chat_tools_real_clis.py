@@ -13,6 +13,7 @@ import pytest
 
 from gateway.api import HandlerContext
 from gateway.settings import ProviderSettings
+from tests.fakes.acp.helpers import real_provider
 from tests.fakes.acp.scripted_model import ScriptedModel
 from tests.fakes.orchestrator import API_PREFIX, REMOTE_AGENT_CONFIG, FakeOutbox, isolate_real_cli, make_message
 from tests.integration.test_real_endpoints import real_cli
@@ -57,3 +58,21 @@ async def test_a_refused_call_is_a_tool_error_the_real_cli_hands_the_model(
         [answer] = await orchestrator.handle(make_message("[mcp=send_file:path=/etc/passwd]"))
     assert outbox.payloads == []
     assert "outside the folders this conversation may receive files from" in answer.message
+
+
+@pytest.mark.parametrize("like", ["claude", "codex", "gemini"])
+async def test_a_live_acp_session_gets_the_chat_tools_in_its_mcp_servers_turn_after_turn(
+    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
+    start: Callable[[HandlerContext], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox,
+    like: str,
+) -> None:
+    """`session/new` carries the server (http, the token in a header); the session's second turn reaches it with
+    the same token, now bound to that turn."""
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-acp-{like}")
+    write_config(REMOTE_AGENT_CONFIG)
+    async with ScriptedModel() as model:
+        orchestrator = await start(make_context({"remote": real_provider(like, model.url, KEY_VARIABLE)}))
+        answers = [await orchestrator.handle(make_message(f"[mcp=send_message:text={like} turn {n}]"))
+                   for n in (1, 2)]
+    sent = [p.message for p in outbox.payloads if not p.draft]
+    assert sent[:1] == [f"{like} turn 1"] and f"{like} turn 2" in sent, (sent, answers)
