@@ -10,7 +10,6 @@ from typing import Any
 
 from gateway.api import BuiltinProvider
 from gateway.runtime.keys import STATUS_WORDS
-from orchestrator.chattools.client import ToolFailed, connected
 from orchestrator.chattools.server import ToolEndpoint
 
 HELP_WORDS = frozenset({"help", "/help"})
@@ -34,6 +33,8 @@ async def rules_provider(prompt: str, request: dict[str, Any]) -> str:
 async def demo_provider(prompt: str, request: dict[str, Any]) -> str:
     """Shows a new user the chat tools: reads who it talks to, sends a message and a file through the
     turn's MCP server (as an agent CLI would), then answers. Without the tools it says how to get them."""
+    from orchestrator.chattools.client import ToolFailed, connected  # the mcp client: imported when used
+
     tools = request.get("chatTools")
     if not isinstance(tools, dict):
         return f"{prompt}\n(the chat tools are off for this turn: see docs/chat-tools.md)"

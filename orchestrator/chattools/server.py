@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
-
-import uvicorn
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from typing import TYPE_CHECKING
 
 from gateway.models import IncomingPayload
 from orchestrator.chattools.grants import Grant, Grants, TurnBinding
-from orchestrator.chattools.tools import ChatTools, ToolRefused
+from orchestrator.chattools.tools import ChatTools
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("switchyard.chattools")
 
@@ -59,9 +57,10 @@ class ChatToolServer:
 
     async def start(self) -> None:
         """Listens on the loopback interface (a free port unless one is given)."""
-        config = uvicorn.Config(self._app(), host=self._host, port=self._port, log_level="warning",
-                                lifespan="on", access_log=False)
-        self._server = _QuietServer(config)
+        from orchestrator.chattools.app import serving  # mcp and uvicorn: ~0.6 s to import, paid only here
+
+        self._server = serving(self.tools, self.grant_of, name=SERVER_NAME, path=PATH, host=self._host,
+                               port=self._port)
         self._task = asyncio.create_task(self._server.serve(), name="chat-tools-server")
         while not self._server.started:
             if self._task.done():
@@ -98,52 +97,7 @@ class ChatToolServer:
         if grant is not None:
             grant.bound = None
 
-    def _grant(self, ctx: Context) -> Grant:
-        headers = ctx.headers or {}
-        auth = headers.get("authorization") or ""
-        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
-        grant = self.grants.get(token) if token else None
-        if grant is None:
-            raise ToolError("no valid chat tools token: these tools work only inside a Switchyard turn")
-        return grant
-
-    def _app(self) -> Any:
-        server: MCPServer = MCPServer(SERVER_NAME, instructions=(
-            "Tools of the chat conversation this turn answers: send_message and send_file reach the user "
-            "now, before your final answer; conversation_info says who you talk to."), log_level="WARNING")
-
-        @server.tool(description="Send a message into the conversation now (a progress report, a partial "
-                                 "result). Your final answer is still sent when you finish.")
-        async def send_message(text: str, ctx: Context) -> str:
-            return await _answered(self.tools.send_message(self._grant(ctx), text))
-
-        @server.tool(description="Send a file to the conversation, natively (a photo, a document). The path "
-                                 "must be absolute and inside this conversation's files or its run's folder.")
-        async def send_file(path: str, ctx: Context, caption: str = "") -> str:
-            return await _answered(self.tools.send_file(self._grant(ctx), path, caption))
-
-        @server.tool(description="Who is talking to you: sender, channel, conversation and the current run.")
-        async def conversation_info(ctx: Context) -> str:
-            try:
-                return json.dumps(self.tools.conversation_info(self._grant(ctx)), ensure_ascii=False)
-            except ToolRefused as exc:
-                raise ToolError(str(exc)) from None
-
-        return server.streamable_http_app(streamable_http_path=PATH, stateless_http=True, json_response=True)
-
-
-class _QuietServer(uvicorn.Server):
-    """uvicorn inside the gateway's loop: the gateway owns SIGINT and SIGTERM, so uvicorn takes none."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-async def _answered(call: Any) -> str:
-    """A tool's answer, or its refusal as an MCP tool error (the agent reads it; the turn goes on)."""
-    try:
-        result: str = await call
-        return result
-    except ToolRefused as exc:
-        raise ToolError(str(exc)) from None
+    def grant_of(self, authorization: str) -> Grant | None:
+        """The grant an `Authorization: Bearer <token>` header names, or None."""
+        token = authorization[len("Bearer "):] if authorization.startswith("Bearer ") else ""
+        return self.grants.get(token) if token else None
