@@ -112,6 +112,8 @@ class ChatAnswers:
                                  by=f"{message.channel}:{message.senderId or message.sender}")
         if not won or done is None:
             return self._reply(message, settled_text(done or approval)), False
+        if done.extra.get("question"):  # an agent's question (the chat tool `ask`): the answer, not a verdict
+            return self._reply(message, f"Answered: {approval.options[index]['name']}"), True
         return self._reply(message, f"{'Allowed' if done.allowed() else 'Denied'}: {done.title}"), True
 
     @staticmethod

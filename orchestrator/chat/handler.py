@@ -63,9 +63,11 @@ class Orchestrator:
         self._scheduling: asyncio.Task[None] | None = None
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         self.meter = UsageMeter(stores.usage, context.settings.usage, context.events)
+        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events)
         self.chat_tools = ChatToolServer(ChatTools(
             context.home, context.settings.chat_tools, context.outbox, context.events,
-            extra_roots=[context.home.resolve(root) for root in context.settings.files.extra_roots]))
+            extra_roots=[context.home.resolve(root) for root in context.settings.files.extra_roots],
+            questions=self.approvals.ask_question, on_ask=self._let_go))
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=stores.sessions, meter=self.meter,
@@ -74,7 +76,6 @@ class Orchestrator:
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events,
                                     on_reload=self._config_reloaded)
         self._store = stores.runs
-        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals,
                            on_ask=self._let_go)
         queue = context.settings.queue

@@ -48,6 +48,12 @@ def _app(tools: ChatTools, grant_of: Callable[[str], Grant | None], name: str, p
     async def send_file(path: str, ctx: Context, caption: str = "") -> str:
         return await _answered(tools.send_file(grant(ctx), path, caption))
 
+    @mcp.tool(description="Ask the conversation a question and wait for the answer: the options are one-tap "
+                          "buttons (Yes/No when none are given). Returns the option chosen, or 'no answer' when "
+                          "nobody answered in time.")
+    async def ask(question: str, ctx: Context, options: list[str] | None = None) -> str:
+        return await _answered(tools.ask(grant(ctx), question, options or ()))
+
     @mcp.tool(description="Who is talking to you: sender, channel, conversation, the current run, and the "
                           "folder where a file you write can be sent from.")
     async def conversation_info(ctx: Context) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway.api import Outbox
@@ -22,9 +22,10 @@ from gateway.channelkit.attachments import (
     reply_conversation,
 )
 from gateway.home import Home
-from gateway.models import OutgoingPayload
+from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChatToolsSettings
 from gateway.telemetry.events import EventLog, now_ms
+from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chattools.grants import Grant, TurnBinding
 
 MIB = 1 << 20
@@ -35,6 +36,13 @@ FILE_LIMITS = {
     "whatsapp": 100 * MIB,  # Cloud API: documents up to 100 MB
 }
 """The largest file each platform takes from a bot; a channel type not listed has no limit of its own."""
+NO_ANSWER = "no answer"
+DEFAULT_OPTIONS = ("Yes", "No")
+MAX_OPTIONS = 10
+
+Questions = Callable[[IncomingPayload, ToolApproval, float], Awaitable[str | None]]
+"""Puts a question with options to the conversation of a message and waits: the chosen option's id, or None
+(expired, closed). The handler's is ApprovalBroker.ask, durable like tool approvals."""
 
 
 class ToolRefused(Exception):
@@ -45,7 +53,12 @@ class ChatTools:
     """The chat tools' behaviour, behind the MCP server (orchestrator/chattools/server.py)."""
 
     def __init__(self, home: Home, settings: ChatToolsSettings, outbox: Outbox, events: EventLog, *,
-                 extra_roots: Sequence[str | os.PathLike[str]] = ()):
+                 extra_roots: Sequence[str | os.PathLike[str]] = (), questions: Questions | None = None,
+                 on_ask: Callable[[str], None] | None = None):
+        """`questions`: how `ask` reaches the chat (None: `ask` is refused); `on_ask(run_id)`: told when a run
+        asks, so the messages waiting on that run let its answer through (the executor's `let_go`)."""
+        self._questions = questions
+        self._on_ask = on_ask
         self._home = home
         self._settings = settings
         self._outbox = outbox
@@ -86,6 +99,24 @@ class ChatTools:
         turn.file_bytes += size
         await self._write(turn, probe)
         return self._done(grant, "send_file", f"sent {os.path.basename(path)} ({size} bytes)")
+
+    async def ask(self, grant: Grant, question: str, options: Sequence[str] = ()) -> str:
+        """Puts `question` to the conversation with `options` as one-tap buttons (a numbered list where a channel
+        has none; Yes/No when none are given) and waits for the answer: the option chosen, or "no answer"
+        after `chat_tools.ask_timeout_sec`. Only senders allowed in the conversation may answer."""
+        turn = self._turn(grant, "ask")
+        labels = [str(option).strip() for option in options if str(option).strip()] or list(DEFAULT_OPTIONS)
+        if self._questions is None:
+            raise self._refused(grant, "ask", "questions are not available here")
+        if not question.strip() or len(labels) > MAX_OPTIONS:
+            raise self._refused(grant, "ask", f"a question needs text and at most {MAX_OPTIONS} options")
+        offered = tuple(ApprovalOption(f"o{n}", label, "allow_once") for n, label in enumerate(labels))
+        if self._on_ask is not None:
+            self._on_ask(turn.run_id)
+        chosen = await self._questions(turn.reply_to, ToolApproval(title=question.strip(), options=offered),
+                                       self._settings.ask_timeout_sec)
+        answer = next((o.name for o in offered if o.id == chosen), NO_ANSWER)
+        return self._done(grant, "ask", answer)
 
     def conversation_info(self, grant: Grant) -> dict[str, Any]:
         """Who the turn talks to and where: sender, channel, profile, conversation, run, the message (cut to

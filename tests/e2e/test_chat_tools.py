@@ -29,14 +29,19 @@ def test_three_send_messages_then_the_answer_arrive_in_order_once_each(switchyar
 
 
 def test_the_embedded_demo_workflow_shows_the_tools_without_any_cli(switchyard: Switchyard) -> None:
-    switchyard.configure({"providers": {}})
+    """No channel profile here, so nobody may answer the demo's question: it expires ("no answer") and the
+    demo goes on, as an agent would."""
+    switchyard.configure({"providers": {}, "chat_tools": {"ask_timeout_sec": 1}})
     (switchyard.home.orchestrators / "main" / "orchestrator.yaml").unlink()  # the embedded default
     switchyard.start()
     switchyard.send("demo please", messageId="d1", sender="Ada")
-    replies = switchyard.reply_to("d1", count=3, timeout=30)
+    replies = switchyard.reply_to("d1", count=5, timeout=30)
     texts = [r["message"] for r in replies]
     assert texts[0].startswith("Hello Ada: this message comes from the demo agent's send_message tool")
-    assert replies[1]["message"] == "a file sent with send_file" and len(replies[1]["files"]) == 1
-    assert Path(replies[1]["files"][0]).read_text().startswith("A file the demo agent wrote")
+    assert texts[1].startswith("❓ Shall I send you a file too?") and len(replies[1]["buttons"]) == 2
+    assert texts[2].startswith("⌛ No answer in time")
+    assert replies[3]["message"] == "a file sent with send_file" and len(replies[3]["files"]) == 1
+    assert Path(replies[3]["files"][0]).read_text().startswith("A file the demo agent wrote")
+    assert texts[4] == "demo step ran"  # the run's result: its last step, the command
     tools = [(e["tool"], e["result"]) for e in switchyard.events("chat_tool.called")]
-    assert tools == [("conversation_info", "ok"), ("send_message", "ok"), ("send_file", "ok")]
+    assert tools == [("conversation_info", "ok"), ("send_message", "ok"), ("ask", "ok"), ("send_file", "ok")]

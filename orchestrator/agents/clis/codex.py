@@ -121,13 +121,17 @@ def _sum(first: int | None, second: int | None) -> int | None:
     return None if first is None and second is None else (first or 0) + (second or 0)
 
 
+MCP_CALL_TIMEOUT_SEC = 3600  # above chat_tools.ask_timeout_sec as users set it; the server answers first
+
+
 def mcp_args(url: str) -> list[str]:
     """The chat tools for `codex exec` (tests/fakes/clis/MCP.md): the server as `-c mcp_servers.…` overrides, the
     token read from the variable `bearer_token_env_var` names, and its tools approved: `codex exec` never asks,
     so a tool that needs approval fails ("requires approval, but approval policy is never")."""
     prefix = f"mcp_servers.{SERVER_NAME}"
     return ["-c", f"{prefix}.url={json.dumps(url)}", "-c", f"{prefix}.bearer_token_env_var={json.dumps(TOKEN_ENV)}",
-            "-c", f'{prefix}.default_tools_approval_mode="approve"']
+            "-c", f'{prefix}.default_tools_approval_mode="approve"',
+            "-c", f"{prefix}.tool_timeout_sec={MCP_CALL_TIMEOUT_SEC}"]  # `ask` waits for a person (60 s default)
 
 
 def _codex_config(base_url: str, with_key: bool) -> str:
