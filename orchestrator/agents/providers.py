@@ -135,7 +135,7 @@ class ProviderRunner:
         return self._chat_tools.granted(
             turn.conversation, turn.session_scope(configured) if configured is not None else None,
             run_id=turn.run, step_id=step if isinstance(step, str) else None,
-            reply_to=IncomingPayload.model_validate(message), agent=name)
+            reply_to=IncomingPayload.model_validate(message), agent=name, prompt=turn.prompt)
 
     async def _run_with(self, name: str, configured: ProviderSettings | None, turn: TurnRequest) -> ProviderResult:
         if configured is None:

@@ -24,6 +24,7 @@ class TurnBinding:
     step_id: str | None
     reply_to: IncomingPayload
     agent: str  # the provider, named as the sender of what the turn sends
+    prompt_key: str = ""  # tells apart the turns of one step (for_each items): part of each message's dedup key
     messages: int = 0
     file_bytes: int = 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -79,12 +80,12 @@ class ChatToolServer:
 
     @contextlib.asynccontextmanager
     async def granted(self, conversation: str, scope: str | None, *, run_id: str, step_id: str | None,
-                      reply_to: IncomingPayload, agent: str) -> AsyncIterator[ToolEndpoint | None]:
+                      reply_to: IncomingPayload, agent: str, prompt: str = "") -> AsyncIterator[ToolEndpoint | None]:
         """The endpoint one turn reaches its tools at, for as long as the turn runs (None: not serving)."""
         if self.url is None:
             yield None
             return
-        binding = TurnBinding(run_id, step_id, reply_to, agent)
+        binding = TurnBinding(run_id, step_id, reply_to, agent, hashlib.sha256(prompt.encode()).hexdigest()[:12])
         grant = self.grants.bind(conversation, scope, binding)
         try:
             yield ToolEndpoint(self.url, grant.token)

@@ -9,6 +9,7 @@ server returns to the agent as an MCP tool error; nothing here ends the turn.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ FILE_LIMITS = {
 }
 """The largest file each platform takes from a bot; a channel type not listed has no limit of its own."""
 NO_ANSWER = "no answer"
+SENT_KEY_PREFIX = "chat_tool:"  # the `runState` of a message a chat tool sent: its key, never a run's state
 DEFAULT_OPTIONS = ("Yes", "No")
 MAX_OPTIONS = 10
 
@@ -75,9 +77,10 @@ class ChatTools:
         if not text.strip():
             raise self._refused(grant, "send_message", "the message is empty")
         self._count_message(grant, "send_message", turn)
-        await self._write(turn, self._reply(turn, text, files=[]))
-        return self._done(grant, "send_message", f"sent (message {turn.messages} of at most "
-                                                  f"{self._settings.max_messages} this turn)")
+        counted = f"(message {turn.messages} of at most {self._settings.max_messages} this turn)"
+        if not await self._write(turn, self._reply(turn, text, files=[]), "send_message", text):
+            return self._done(grant, "send_message", f"sent before the gateway restarted, not sent again {counted}")
+        return self._done(grant, "send_message", f"sent {counted}")
 
     async def send_file(self, grant: Grant, path: str, caption: str = "") -> str:
         """Sends a file of the conversation's own (its attachments, its runs' folders, `files.extra_roots`)."""
@@ -97,7 +100,9 @@ class ChatTools:
                                                     f"of files; {turn.file_bytes} are sent already")
         self._count_message(grant, "send_file", turn)
         turn.file_bytes += size
-        await self._write(turn, probe)
+        if not await self._write(turn, probe, "send_file", f"{path}\0{caption}"):
+            return self._done(grant, "send_file", f"{os.path.basename(path)} was sent before the gateway "
+                                                  "restarted, not sent again")
         return self._done(grant, "send_file", f"sent {os.path.basename(path)} ({size} bytes)")
 
     async def ask(self, grant: Grant, question: str, options: Sequence[str] = ()) -> str:
@@ -150,8 +155,21 @@ class ChatTools:
                                          workflowRunId=turn.run_id, workflowStepId=turn.step_id)
         return reply.model_copy(update={"message": text, "files": files})
 
-    async def _write(self, turn: TurnBinding, payload: OutgoingPayload) -> None:
-        await asyncio.to_thread(self._outbox.write, payload)
+    async def _write(self, turn: TurnBinding, payload: OutgoingPayload, tool: str, content: str) -> bool:
+        """Writes the turn's n-th message unless the outbox holds it already (False): a turn retried after a
+        crash that sends the same n-th message again does not send it twice.
+
+        The key (`runState` of the payload, which Outbox.holds_result looks up: no store of its own) names the
+        step, the turn's prompt, the message's place in the turn and a digest of what it says; a retried turn
+        sending something else at that place sends it."""
+        digest = hashlib.sha256(f"{tool}\0{content}".encode()).hexdigest()[:12]
+        key = f"{SENT_KEY_PREFIX}{turn.step_id or ''}:{turn.prompt_key}:{turn.messages}:{digest}"
+        held = await asyncio.to_thread(self._outbox.holds_result, turn.run_id, key, channel=payload.channel,
+                                       message_id=payload.messageId)
+        if held:
+            return False
+        await asyncio.to_thread(self._outbox.write, payload.model_copy(update={"runState": key}))
+        return True
 
     def _done(self, grant: Grant, tool: str, result: str) -> str:
         self._emit(grant, tool, "ok", result)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import pytest
 
 from gateway.testing import wait_until
 from tests.e2e.conftest import ORCHESTRATOR, PROVIDERS, Switchyard, both_backends
+from tests.process import pid_alive, session_members
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90), both_backends]
 
@@ -26,6 +29,35 @@ def test_three_send_messages_then_the_answer_arrive_in_order_once_each(switchyar
     assert [r["message"] for r in switchyard.replies("t1")] == [
         "progress 1", "progress 2", "progress 3", "final answer to the plan"]
     assert len({r["workflowRunId"] for r in replies}) == 1
+
+
+def test_a_kill_9_between_the_messages_sends_each_once(switchyard: Switchyard, tmp_path: Path) -> None:
+    """The gateway dies after two of the three messages; the run's step is retried and its agent sends all three
+    again: the two already stored are not sent twice, and the answer follows the third."""
+    gate = tmp_path / "gate"
+    agent = {"command": [sys.executable, str(PROVIDERS / "chat_tools_agent.py")],
+             "env": {"CHAT_TOOLS_GATE": str(gate), "CHAT_TOOLS_GATE_AFTER": "2"}}
+    providers = {"fake_selector": {"command": [sys.executable, str(PROVIDERS / "selector.py")]}, "tooled": agent}
+    orchestrator = {**ORCHESTRATOR, "diagnostics": {"provider": "rules"}, "reply_within_sec": 0.5,
+                    "agents": {"writer": {"provider": "tooled", "prompt": "{{message}}"}}}
+    switchyard.configure({"providers": providers}, orchestrator)
+    switchyard.start()
+    switchyard.send("the plan", messageId="k1")
+    wait_until(lambda: [r["message"] for r in switchyard.replies("k1")][-2:] == ["progress 1", "progress 2"], 30)
+    assert switchyard.process is not None
+    orphans = session_members(switchyard.process.pid)
+    switchyard.kill()
+    gate.touch()  # the killed gateway's agent goes on, finds no server, and ends
+    switchyard.start()
+    wait_until(lambda: "final answer to the plan" in [r["message"] for r in switchyard.replies("k1")], 60)
+    texts = [r["message"] for r in switchyard.replies("k1")]
+    assert [t for t in texts if t.startswith(("progress", "final"))] == [
+        "progress 1", "progress 2", "progress 3", "final answer to the plan"]
+    results = [e["reason"] for e in switchyard.events("chat_tool.called")]
+    assert sum("not sent again" in reason for reason in results) == 2
+    for pid in orphans:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_the_embedded_demo_workflow_shows_the_tools_without_any_cli(switchyard: Switchyard) -> None:
