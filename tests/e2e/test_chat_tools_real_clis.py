@@ -5,6 +5,7 @@ refused call comes back to the model as a tool error while the turn goes on. Ski
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,10 @@ from typing import Any
 import pytest
 
 from gateway.api import HandlerContext
-from gateway.settings import ProviderSettings
+from gateway.home import Home
+from gateway.settings import ChannelProfile, ProviderSettings, QueueSettings, Settings
+from gateway.telemetry.events import EventLog
+from gateway.testing import async_wait_until
 from tests.fakes.acp.helpers import real_provider
 from tests.fakes.acp.scripted_model import ScriptedModel
 from tests.fakes.orchestrator import API_PREFIX, REMOTE_AGENT_CONFIG, FakeOutbox, isolate_real_cli, make_message
@@ -76,3 +80,29 @@ async def test_a_live_acp_session_gets_the_chat_tools_in_its_mcp_servers_turn_af
                    for n in (1, 2)]
     sent = [p.message for p in outbox.payloads if not p.draft]
     assert sent[:1] == [f"{like} turn 1"] and f"{like} turn 2" in sent, (sent, answers)
+
+
+async def test_the_real_claude_asks_and_a_tap_returns_the_answer_to_it(
+    home: Home, events: EventLog, write_config: Callable[[str], Path], start: Callable[[HandlerContext], Any],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox,
+) -> None:
+    """claude calls `ask`; the question reaches the conversation with buttons; a tap by a sender who may answer
+    ends the call with that option, and claude's answer (the run's result) quotes it."""
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-claude")
+    write_config(REMOTE_AGENT_CONFIG)
+    async with ScriptedModel() as model:
+        settings = Settings(providers={"remote": _provider("claude", model)}, queue=QueueSettings(fsync=False),
+                            channels=[ChannelProfile(id="console", type="console")])
+        context = HandlerContext(home=home, settings=settings, events=events, outbox=outbox,
+                                 queue_stats=lambda: {})
+        orchestrator = await start(context)
+        turn = asyncio.create_task(orchestrator.handle(make_message("[mcp=ask:question=Which branch?]")))
+        [question] = await async_wait_until(lambda: [p for p in outbox.payloads if p.buttons], timeout_s=60)
+        assert question.message.startswith("❓ Which branch?")
+        [tapped] = await orchestrator.handle(make_message("Yes", button=question.buttons[0].id))
+        assert tapped.message == "Answered: Yes"
+        replies = await asyncio.wait_for(turn, 60)
+        done = await async_wait_until(lambda: [p for p in [*replies, *outbox.payloads] if "the tool said" in
+                                                p.message], timeout_s=60)
+    assert done[0].message == 'the tool said: "{\\"result\\":\\"Yes\\"}"', done[0].message  # the JSON, quoted
+    assert any(call.tool_call == "mcp__switchyard__ask: question=Which branch?" for call in model.calls)
