@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -19,10 +20,16 @@ INSTRUCTIONS = ("Tools of the chat conversation this turn answers: send_message 
                 "before your final answer; conversation_info says who you talk to.")
 
 
+def _quiet_sdk() -> None:
+    """The SDK logs each start of its session manager at INFO: noise on the console channel's terminal."""
+    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
+
+
 def serving(tools: ChatTools, grant_of: Callable[[str], Grant | None], *, name: str, path: str, host: str,
             port: int) -> uvicorn.Server:
     """A uvicorn server of the chat tools' app at `path`, not yet started; `grant_of(authorization header)` finds
     the grant a call acts for."""
+    _quiet_sdk()
     config = uvicorn.Config(_app(tools, grant_of, name, path), host=host, port=port, log_level="warning",
                             lifespan="on", access_log=False)
     return _QuietServer(config)

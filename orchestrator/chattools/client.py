@@ -3,6 +3,7 @@ agent, a script provider reading SWITCHYARD_CHAT_TOOLS_URL and SWITCHYARD_CHAT_T
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -41,6 +42,7 @@ class ChatToolsClient:
 @asynccontextmanager
 async def connected(endpoint: ToolEndpoint) -> AsyncIterator[ChatToolsClient]:
     """A connection to the chat tools at `endpoint`, closed after the block."""
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # it logs each request at INFO: the console's terminal
     timeout = httpx2.Timeout(30.0, read=None)  # `ask` waits for a person
     async with httpx2.AsyncClient(headers=endpoint.headers, timeout=timeout) as http, \
             Client(streamable_http_client(endpoint.url, http_client=http)) as client:
