@@ -60,6 +60,29 @@ def test_a_kill_9_between_the_messages_sends_each_once(switchyard: Switchyard, t
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_restart_while_a_question_waits_closes_it_and_the_retried_turn_asks_again(switchyard: Switchyard) -> None:
+    """As docs/chat-tools.md says: the pending question is closed with a message at the next start, the run's step
+    runs again and its agent asks again; the second question, unanswered, expires into "no answer"."""
+    agent = {"command": [sys.executable, str(PROVIDERS / "chat_tools_agent.py")],
+             "env": {"CHAT_TOOLS_ASK": "Which branch?", "CHAT_TOOLS_SENDS": "0"}}
+    providers = {"fake_selector": {"command": [sys.executable, str(PROVIDERS / "selector.py")]}, "tooled": agent}
+    orchestrator = {**ORCHESTRATOR, "diagnostics": {"provider": "rules"}, "reply_within_sec": 0.5,
+                    "agents": {"writer": {"provider": "tooled", "prompt": "{{message}}"}}}
+    switchyard.configure({"providers": providers, "chat_tools": {"ask_timeout_sec": 30}}, orchestrator)
+    switchyard.start()
+    switchyard.send("the plan", messageId="q1")
+    wait_until(lambda: any(r["message"].startswith("❓ Which branch?") for r in switchyard.replies("q1")), 30)
+    switchyard.kill()
+    switchyard.configure({"providers": providers, "chat_tools": {"ask_timeout_sec": 1}}, orchestrator)
+    switchyard.start()
+    wait_until(lambda: any("final answer to the plan" in r["message"] for r in switchyard.replies("q1")), 60)
+    texts = [r["message"] for r in switchyard.replies("q1")]
+    asked = [n for n, text in enumerate(texts) if text.startswith("❓ Which branch?")]
+    closed = [n for n, text in enumerate(texts) if text.startswith("⚠️ The gateway restarted")]
+    assert len(asked) == 2 and len(closed) == 1 and asked[0] < closed[0] < asked[1], texts
+    assert "final answer to the plan (asked: no answer)" in texts[-1]
+
+
 def test_the_embedded_demo_workflow_shows_the_tools_without_any_cli(switchyard: Switchyard) -> None:
     """No channel profile here, so nobody may answer the demo's question: it expires ("no answer") and the
     demo goes on, as an agent would."""
