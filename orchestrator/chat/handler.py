@@ -67,7 +67,7 @@ class Orchestrator:
         self.chat_tools = ChatToolServer(ChatTools(
             context.home, context.settings.chat_tools, context.outbox, context.events,
             extra_roots=[context.home.resolve(root) for root in context.settings.files.extra_roots],
-            questions=self.approvals.ask_question, on_ask=self._let_go))
+            questions=self.approvals.ask_question, on_ask=self._let_go, history=stores.history.recent))
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=stores.sessions, meter=self.meter,

@@ -56,9 +56,12 @@ class ChatTools:
 
     def __init__(self, home: Home, settings: ChatToolsSettings, outbox: Outbox, events: EventLog, *,
                  extra_roots: Sequence[str | os.PathLike[str]] = (), questions: Questions | None = None,
-                 on_ask: Callable[[str], None] | None = None):
+                 on_ask: Callable[[str], None] | None = None,
+                 history: Callable[[str], list[dict[str, str]]] | None = None):
         """`questions`: how `ask` reaches the chat (None: `ask` is refused); `on_ask(run_id)`: told when a run
-        asks, so the messages waiting on that run let its answer through (the executor's `let_go`)."""
+        asks, so the messages waiting on that run let its answer through (the executor's `let_go`);
+        `history(scope)`: the conversation's recent exchanges, within their 4 KB (ConversationHistory.recent)."""
+        self._history = history
         self._questions = questions
         self._on_ask = on_ask
         self._home = home
@@ -125,7 +128,8 @@ class ChatTools:
 
     def conversation_info(self, grant: Grant) -> dict[str, Any]:
         """Who the turn talks to and where: sender, channel, profile, conversation, run, the message (cut to
-        4 KB), and `filesFolder`: the conversation's own folder, where a file written can be sent."""
+        4 KB), the recent exchanges (4 KB in all), and `filesFolder`: the conversation's own folder, where a
+        file written can be sent."""
         turn = self._turn(grant, "conversation_info")
         message = turn.reply_to
         probe = self._reply(turn, "", files=[])
@@ -134,7 +138,8 @@ class ChatTools:
         info = {"sender": message.sender, "senderId": message.senderId or None, "channel": message.channel,
                 "profile": message.profile, "conversationId": message.conversationId or None,
                 "runId": turn.run_id, "stepId": turn.step_id, "message": message.message[:4096],
-                "filesFolder": str(folder)}
+                "filesFolder": str(folder),
+                "recentExchanges": self._history(grant.conversation) if self._history is not None else None}
         self._done(grant, "conversation_info", "ok")
         return {key: value for key, value in info.items() if value is not None}
 

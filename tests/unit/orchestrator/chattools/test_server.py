@@ -157,3 +157,20 @@ async def test_a_turn_sends_at_most_max_messages(server: ChatToolServer, home: H
     results = [(e["tool"], e["result"]) for e in called if e["event"] == "chat_tool.called"]
     assert results == [*[("send_message", "ok")] * 3, ("send_message", "refused")]
     assert all(e["conversation"] == "conv:console/console/A" for e in called if e["event"] == "chat_tool.called")
+
+
+async def test_conversation_info_gives_the_turns_conversation_and_its_recent_exchanges(
+    home: Home, events: EventLog,
+) -> None:
+    histories = {"conv:console/console/A": [{"user": "my name is Ada", "assistant": "hello Ada"}]}
+    served = ChatToolServer(ChatTools(home, ChatToolsSettings(), FileOutbox(home, events, fsync=False), events,
+                                      history=lambda scope: histories.get(scope, [])))
+    await served.start()
+    try:
+        async with _granted(served, _message("A")) as endpoint, connected(endpoint) as chat:
+            info = json.loads(await chat.call("conversation_info"))
+    finally:
+        await served.stop()
+    assert info["recentExchanges"] == histories["conv:console/console/A"]
+    assert info["sender"] == "Ada" and info["channel"] == "console" and info["runId"] == "r1"
+    assert Path(info["filesFolder"]) == attachment_folder(home, "console", "A")
