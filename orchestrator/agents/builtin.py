@@ -10,7 +10,6 @@ from typing import Any
 
 from gateway.api import BuiltinProvider
 from gateway.runtime.keys import STATUS_WORDS
-from orchestrator.chattools.server import ToolEndpoint
 
 HELP_WORDS = frozenset({"help", "/help"})
 DIAGNOSE_WORDS = frozenset({"diagnose", "/diagnose"})
@@ -35,6 +34,7 @@ async def demo_provider(prompt: str, request: dict[str, Any]) -> str:
     sends it through the turn's MCP server (as an agent CLI would), then answers. Without the tools it says how
     to get them."""
     from orchestrator.chattools.client import ToolFailed, connected  # the mcp client: imported when used
+    from orchestrator.chattools.server import ToolEndpoint
 
     tools = request.get("chatTools")
     if not isinstance(tools, dict):

@@ -25,7 +25,8 @@ from orchestrator.agents.live import Turns, TurnStopped
 from orchestrator.agents.request import ProviderCall, TurnRequest
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
-from orchestrator.chattools.server import TOKEN_ENV, URL_ENV, ChatToolServer, ToolEndpoint
+from orchestrator.chattools.names import TOKEN_ENV, URL_ENV
+from orchestrator.chattools.server import ChatToolServer, ToolEndpoint
 from orchestrator.usage.meter import UsageMeter
 from orchestrator.usage.records import PAYER_KINDS, TokenUsage
 

@@ -16,6 +16,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from orchestrator.chattools.grants import Grant
 from orchestrator.chattools.tools import ChatTools, ToolRefused
 
+GRACE_SEC = 5  # a call still open at stop (an `ask` of a turn not stopped yet) does not hold the gateway longer
 INSTRUCTIONS = ("Tools of the chat conversation this turn answers: send_message and send_file reach the user now, "
                 "before your final answer; conversation_info says who you talk to.")
 
@@ -31,7 +32,7 @@ def serving(tools: ChatTools, grant_of: Callable[[str], Grant | None], *, name: 
     the grant a call acts for."""
     _quiet_sdk()
     config = uvicorn.Config(_app(tools, grant_of, name, path), host=host, port=port, log_level="warning",
-                            lifespan="on", access_log=False)
+                            lifespan="on", access_log=False, timeout_graceful_shutdown=GRACE_SEC)
     return _QuietServer(config)
 
 

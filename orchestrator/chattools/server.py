@@ -10,25 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.models import IncomingPayload
 from orchestrator.chattools.grants import Grant, Grants, TurnBinding
+from orchestrator.chattools.names import PATH, SERVER_NAME
 from orchestrator.chattools.tools import ChatTools
 
 if TYPE_CHECKING:
     import uvicorn
 
-log = logging.getLogger("switchyard.chattools")
-
-SERVER_NAME = "switchyard"  # what each CLI calls the server: claude names the tools mcp__switchyard__send_message
-PATH = "/mcp"
-TOOL_NAMES = ("send_message", "send_file", "ask", "conversation_info")
-URL_ENV = "SWITCHYARD_CHAT_TOOLS_URL"  # a turn's process finds its tools here (and a CLI's MCP config reads them)
-TOKEN_ENV = "SWITCHYARD_CHAT_TOOLS_TOKEN"  # the token is in the environment, never on a command line (`ps`)
 
 
 @dataclass(frozen=True)
@@ -72,7 +65,8 @@ class ChatToolServer:
         self.url = f"http://{self._host}:{port}{PATH}"
 
     async def stop(self) -> None:
-        """Stops listening; calls still open are answered first."""
+        """Stops listening; calls still open get a few seconds to end (app.GRACE_SEC; the handler stops its
+        turns first)."""
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             await asyncio.gather(self._task, return_exceptions=True)

@@ -28,7 +28,7 @@ from orchestrator.agents.live import PermissionAsker, ToolApproval, TurnStopped
 from orchestrator.agents.request import ProviderCall
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since
-from orchestrator.chattools.server import SERVER_NAME, TOOL_NAMES
+from orchestrator.chattools.names import SERVER_NAME, TOOL_NAMES
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from orchestrator.agents.clis.base import (
     json_lines,
     json_object,
 )
-from orchestrator.chattools.server import SERVER_NAME, TOKEN_ENV, TOOL_NAMES
+from orchestrator.chattools.names import SERVER_NAME, TOKEN_ENV, TOOL_NAMES
 from orchestrator.usage.records import TokenUsage
 
 EDIT_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep")

@@ -17,7 +17,7 @@ from orchestrator.agents.clis.base import (
     json_object,
 )
 from orchestrator.agents.clis.endpoint import write_private
-from orchestrator.chattools.server import SERVER_NAME, TOKEN_ENV
+from orchestrator.chattools.names import SERVER_NAME, TOKEN_ENV
 from orchestrator.usage.records import TokenUsage
 
 OPENAI_URL = "https://api.openai.com/v1"
