@@ -144,6 +144,8 @@ class ProviderRunner:
         request_env = {"SWITCHYARD_REQUEST": str(turn.request_file)} if turn.request_file is not None else {}
         if turn.tools is not None:  # a generic argv or a script finds its chat tools here (docs/chat-tools.md)
             request_env.update({URL_ENV: turn.tools.url, TOKEN_ENV: turn.tools.token})
+            if configured.type is not None and configured.transport != "acp":  # a live session: its mcpServers
+                request_env.update(PRESETS[configured.type].tools_env(endpoint_folder(self._home, name)))
         full_env = self.provider_env(name, configured, {**request_env, **turn.env})
         async with self._turn(turn.turn_scope(), turn.tools) as stop:
             call = ProviderCall.of(name, configured, replace(turn, env=full_env), stop)

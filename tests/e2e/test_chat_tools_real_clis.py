@@ -6,7 +6,9 @@ refused call comes back to the model as a tool error while the turn goes on. Ski
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,8 @@ from tests.integration.test_real_endpoints import real_cli
 
 pytestmark = [pytest.mark.timeout(120)]
 KEY_VARIABLE = "SWITCHYARD_REAL_CLI_TEST_KEY"
-MODELS = {"claude": None, "codex": "gpt-5.4"}  # a model codex knows: it offers no tools to one it does not
+MODELS = {"claude": None, "codex": "gpt-5.4", "gemini": "gemini-fake"}  # codex offers no tools to a model it does
+# not know; gemini skips a settings file below a folder others may write (/tmp), so its home is made elsewhere
 
 
 def _provider(cli: str, model: ScriptedModel) -> ProviderSettings:
@@ -32,33 +35,50 @@ def _provider(cli: str, model: ScriptedModel) -> ProviderSettings:
                             api_key_env=KEY_VARIABLE, model=MODELS[cli], timeout_sec=90, first_output_sec=60)
 
 
+def _context(home: Home, events: EventLog, outbox: FakeOutbox, provider: ProviderSettings) -> HandlerContext:
+    """A handler's context on `home` whose orchestrator's chat workflow is one step of the provider `remote`."""
+    workspace = home.root / "orchestrators" / "main"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "orchestrator.yaml").write_text(REMOTE_AGENT_CONFIG)
+    settings = Settings(providers={"remote": provider}, queue=QueueSettings(fsync=False))
+    return HandlerContext(home=home, settings=settings, events=events, outbox=outbox, queue_stats=lambda: {})
+
+
+@pytest.fixture
+def secure_home(home: Home) -> Iterator[Home]:
+    """The test's home in a folder no other user may write above (gemini's rule for its settings files): under
+    the user's own home when the test's tmp is below /tmp."""
+    folder = Path(tempfile.mkdtemp(prefix="switchyard-test-", dir=Path.home()))
+    moved = Home(folder / "home")
+    shutil.copytree(home.root, moved.root)
+    yield moved
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.parametrize("cli", sorted(MODELS))
 async def test_the_real_cli_sends_a_message_through_the_chat_tools_before_its_answer(
-    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
-    start: Callable[[HandlerContext], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox,
-    cli: str,
+    secure_home: Home, events: EventLog, start: Callable[[HandlerContext], Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox, cli: str,
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
-    write_config(REMOTE_AGENT_CONFIG)
     async with ScriptedModel() as model:
-        orchestrator = await start(make_context({"remote": _provider(cli, model)}))
+        orchestrator = await start(_context(secure_home, events, outbox, _provider(cli, model)))
         [answer] = await orchestrator.handle(make_message(f"[mcp=send_message:text=hello from {cli}]"))
     assert [p.message for p in outbox.payloads] == [f"hello from {cli}"]
     assert outbox.payloads[0].conversationId == "c1" and outbox.payloads[0].agent == "remote"
     assert "sent (message 1 of at most 20 this turn)" in answer.message  # the model read the tool's result
-    assert any(call.tool_call == f"mcp__switchyard__send_message: text=hello from {cli}" for call in model.calls)
+    named = {"gemini": "mcp_switchyard_send_message"}.get(cli, "mcp__switchyard__send_message")  # MCP.md
+    assert any(call.tool_call == f"{named}: text=hello from {cli}" for call in model.calls)
 
 
 @pytest.mark.parametrize("cli", sorted(MODELS))
 async def test_a_refused_call_is_a_tool_error_the_real_cli_hands_the_model(
-    make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],
-    start: Callable[[HandlerContext], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox,
-    cli: str,
+    secure_home: Home, events: EventLog, start: Callable[[HandlerContext], Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox, cli: str,
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
-    write_config(REMOTE_AGENT_CONFIG)
     async with ScriptedModel() as model:
-        orchestrator = await start(make_context({"remote": _provider(cli, model)}))
+        orchestrator = await start(_context(secure_home, events, outbox, _provider(cli, model)))
         [answer] = await orchestrator.handle(make_message("[mcp=send_file:path=/etc/passwd]"))
     assert outbox.payloads == []
     assert "outside the folders this conversation may receive files from" in answer.message

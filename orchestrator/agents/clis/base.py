@@ -125,6 +125,11 @@ class Preset:
         """Called once a later session, recorded in its place, holds all of `session_id`'s turns (a fork):
         a CLI whose sessions are files of their own removes that one. Nothing by default."""
 
+    def tools_env(self, folder: Path) -> dict[str, str]:
+        """The variables that give the CLI the chat tools when its command line cannot (gemini: a settings file
+        written under `folder`, this provider's private folder); none by default (the argv's `tools` does)."""
+        return {}
+
     def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
         """The variables that point the CLI at `settings.base_url` with `key` (its own key variable), writing
         any config file it needs under `folder` (this provider's private folder, never the user's own);
