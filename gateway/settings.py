@@ -293,6 +293,15 @@ class FileSettings(_Strict):
                                    # queue.db_files_max_bytes
 
 
+class ChatToolsSettings(_Strict):
+    """The chat tools an agent turn gets (docs/chat-tools.md): on or off, and what one turn may send."""
+
+    enabled: bool = True
+    max_messages: int = Field(default=20, ge=0)  # send_message + send_file calls per turn
+    max_file_bytes: int = Field(default=52_428_800, ge=0)  # the bytes of files one turn may send (all together)
+    ask_timeout_sec: float = Field(default=600, gt=0)  # `ask` returns "no answer" after this
+
+
 class Settings(_Strict):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
@@ -308,6 +317,7 @@ class Settings(_Strict):
     alerts: AlertSettings | None = None  # the operators' conversation told of failures (off unless set)
     roles: dict[str, RoleSettings] = Field(default_factory=dict)  # the operator's roles (gateway/roles.py)
     telemetry: TelemetrySettings | None = None  # OpenTelemetry traces (off unless set)
+    chat_tools: ChatToolsSettings = Field(default_factory=ChatToolsSettings)  # the agents' MCP chat tools
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 
