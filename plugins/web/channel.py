@@ -149,14 +149,13 @@ class WebChannel:
         pruned = time.monotonic()
         while True:
             await asyncio.sleep(SESSION_CHECK_S)
-            await self.tabs.close_signed_out(lambda session: self.logins.user_of(session) is not None)
-            if time.monotonic() - pruned < PRUNE_EVERY_S:
-                continue
-            pruned = time.monotonic()
             try:
-                self.prune()
-            except OSError as exc:
-                log.warning("web %s: could not prune the conversation logs: %s", self.profile_id, exc)
+                await self.tabs.close_signed_out(lambda session: self.logins.user_of(session) is not None)
+                if time.monotonic() - pruned >= PRUNE_EVERY_S:
+                    pruned = time.monotonic()
+                    self.prune()
+            except Exception as exc:  # the next turn tries again; the chat itself goes on
+                log.warning("web %s: upkeep failed: %s", self.profile_id, exc)
 
     # --- inbound ----------------------------------------------------------------------------
 

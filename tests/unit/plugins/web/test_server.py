@@ -303,3 +303,20 @@ async def test_typing_reaches_the_open_tabs_of_that_conversation_only_and_is_not
     finally:
         for tab in tabs.values():
             await tab.close()
+
+
+async def test_the_running_channel_prunes_again_without_a_restart(
+        rig: ChannelRig, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(rig.channel, WebChannel)
+    await rig.stop()
+    monkeypatch.setattr("plugins.web.channel.PRUNE_EVERY_S", 0.0)  # hourly, in a running gateway
+    monkeypatch.setattr("plugins.web.channel.SESSION_CHECK_S", 0.05)
+    running = ChannelRig(rig.driver, rig.root)
+    await running.start()
+    try:
+        channel = running.channel
+        assert isinstance(channel, WebChannel)
+        channel.transcript.append("ada:1", {"kind": "message", "from": "agent", "text": "old", "ts": 1})
+        await async_wait_until(lambda: [e["kind"] for e in channel.transcript.entries("ada:1")] == ["pruned"])
+    finally:
+        await running.stop()
