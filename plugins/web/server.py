@@ -184,8 +184,9 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
         await ws.prepare(request)
         if tabs.count(user) >= chat.max_tabs_per_user:
             # said over the socket: a browser shows a page nothing of a refused handshake but its failure
-            await ws.send_json({"kind": "refused", "text": f"refused: {user} has {chat.max_tabs_per_user} tabs "
-                                                            "of this chat open already; close one"})
+            await ws.send_json({"kind": "refused", "text": f"refused: {user} has as many tabs of this chat open "
+                                                            f"as one person may ({chat.max_tabs_per_user}); "
+                                                            "close one and reload"})
             await ws.close(code=TOO_MANY_TABS, message=b"too many tabs")
             return ws
         tabs.add(ws, user, request.cookies.get(COOKIE, ""))

@@ -45,3 +45,20 @@ def test_sign_out_in_the_page_and_revoke_from_the_terminal_end_the_session_at_on
     assert ada.evaluate("async () => (await fetch('/api/me')).status") == 401  # her cookie opens nothing now
     assert switchyard.cli("web", "revoke", "ada").returncode == 1  # nothing left to revoke: said so
     assert switchyard.stop() == 0
+
+
+def test_a_tab_past_the_limit_a_person_may_hold_says_so_in_the_page(
+        switchyard: Switchyard, tmp_path: Path, model: FakeThread[ModelServer], chromium: Any) -> None:
+    from playwright.sync_api import expect
+
+    chat = configure(switchyard, tmp_path, model, max_tabs_per_user=1)
+    switchyard.start()
+    first = open_chat(chromium, chat.printed_link())
+    expect(first.locator("#status")).to_be_empty()  # connected
+    second = first.context.new_page()  # the same person (her cookie), a second tab
+    second.goto(chat.url)
+    expect(second.locator("#status")).to_contain_text("as many tabs of this chat open as one person may (1)")
+    first.fill("#text", "still works here")
+    first.keyboard.press("Enter")
+    expect(first.locator("#messages .msg.user .body")).to_have_text("still works here")
+    assert switchyard.stop() == 0
