@@ -40,16 +40,26 @@ class ChannelSupervisor:
         self.retry_s = retry_s
         self.channels: list[Channel] = []
         self.status: dict[str, dict[str, Any]] = {}
+        self._noted: dict[str, str] = {}  # a channel's note made in start(), until it is counted running
         self.stopping = asyncio.Event()  # set first thing when the gateway stops; every retry loop checks it
 
     async def start(self, profile: ChannelProfile) -> Channel:
-        """Builds and starts the profile's channel (not yet counted as running); raises why it cannot."""
-        return await self._start(profile)
+        """Builds and starts the profile's channel (not yet counted as running); raises why it cannot. A note
+        the channel made while starting (`ChannelContext.note`, e.g. the address it listens on) is kept
+        for `running`, which would otherwise replace it."""
+        before = self.status.get(profile.id)
+        channel = await self._start(profile)
+        after = self.status.get(profile.id)
+        if after is not before and after is not None and after["state"] == "running" and after.get("reason"):
+            self._noted[profile.id] = str(after["reason"])
+        return channel
 
     def running(self, profile: ChannelProfile, channel: Channel, *, attempt: int, reason: str | None = None) -> None:
-        """Counts a started channel as running; after a failed attempt, says so with `channel.started`."""
+        """Counts a started channel as running, beside its own note from `start` or else `reason` (the channel's
+        word wins: the dashboard links a web chat's note, its address, as it is); after a failed attempt, says
+        so with `channel.started`."""
         self.channels.append(channel)
-        self.show(profile, "running", reason)
+        self.show(profile, "running", self._noted.pop(profile.id, None) or reason)
         if attempt > 1:
             self.events.emit("channel.started", channel=profile.type, profile=profile.id, attempt=attempt)
 

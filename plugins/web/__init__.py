@@ -21,7 +21,10 @@ Decisions (docs/channels.md, "Web chat", says the same for users):
   HttpOnly, SameSite=Strict session cookie. The named user is the sender id, so `allow_from` and `pairing: true`
   work as on every channel. POSTs and the WebSocket handshake must carry this server's Origin, and POSTs the
   page's own header; a user reaches only their own conversations (`<user>:<n>`) and the shared `room` when
-  `room: true`.
+  `room: true`. Sign out (a POST) ends the session on the server; `switchyard web revoke` removes the session's
+  file from another process, and the running channel closes that session's tabs within a second (it looks).
+- **Bounded**: log entries older than `log_retention_days` are dropped (a `pruned` marker keeps the numbering
+  going), `cache_conversations` logs at most are held in memory, `max_tabs_per_user` WebSockets a user.
 """
 
 from __future__ import annotations

@@ -41,12 +41,14 @@ from gateway.channelkit.web import Listener
 from plugins.web import CHANNEL_TYPE
 from plugins.web.logins import Logins, web_state
 from plugins.web.profile import WebProfileOptions
-from plugins.web.server import Refusal, build_app
+from plugins.web.server import Refusal, Tabs, build_app
 from plugins.web.transcript import USER, Entry, Transcript, is_conversation
 
 log = logging.getLogger("switchyard.web")
 
 TEXT_LIMIT = 64_000  # one bubble; longer answers are split like any channel's (code fences kept whole)
+PRUNE_EVERY_S = 3600.0
+SESSION_CHECK_S = 1.0
 CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NOT_ALLOWED = "You may not use this chat (ask the operator to add you to allow_from, or to approve your pairing)."
 
@@ -78,11 +80,14 @@ class WebChannel:
         state = web_state(context.home, profile.id)
         self.state = state
         self.logins = Logins(state)
-        self.transcript = Transcript(state / "log")
+        self.transcript = Transcript(state / "log", cached=self.options.cache_conversations)
+        self.max_tabs_per_user = self.options.max_tabs_per_user
+        self.tabs = Tabs()
         self.journal = DeliveryJournal(context.home, profile.id)
         self.notes = NoteMessages.kept_for(context.home, profile.id)
         self._sink: Sink | None = None
         self._listener: Listener | None = None
+        self._upkeep: asyncio.Task[None] | None = None
         self.url: str | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -91,6 +96,7 @@ class WebChannel:
         """Serves the page; prints a login link for the profile's user (`chat: http://…/?t=…`) on stderr."""
         self._sink = sink
         self.logins.prune()
+        self.prune()
         try:
             self._listener, self.url = await self._listen(self.options.port)
         except OSError as exc:
@@ -104,10 +110,9 @@ class WebChannel:
         token = self.logins.issue(self.options.user or _login_name(), self.options.link_ttl_sec)
         self.context.events.add_secret(token)
         print(f"chat: {self.url}?t={token}", file=sys.stderr, flush=True)
-        # shown beside the state in `status` and the dashboard (a link there); said once the gateway counts the
-        # channel running, which it records right after start() returns, replacing any note made before
-        asyncio.get_running_loop().call_soon(self.context.note, self.url)
+        self.context.note(self.url)  # beside the state in `status` and the dashboard (a link there)
         log.info("web %s: chat at %s", self.profile_id, self.url)
+        self._upkeep = asyncio.create_task(self._keep_up(), name=f"web:{self.profile_id}:upkeep")
 
     async def _listen(self, port: int) -> tuple[Listener, str]:
         app = build_app(self, self.logins, max_upload_bytes=self.options.max_upload_bytes)
@@ -120,9 +125,37 @@ class WebChannel:
             raise
 
     async def stop(self) -> None:
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+            self._upkeep = None
         if self._listener is not None:
             await self._listener.stop()
             self._listener = None
+
+    def prune(self) -> int:
+        """Drops the log entries older than `log_retention_days` (run at start and every PRUNE_EVERY_S)."""
+        days = self.options.log_retention_days
+        if not days:
+            return 0
+        dropped = self.transcript.prune(now_ms() - int(days * 86_400_000))
+        if dropped:
+            log.info("web %s: dropped %d log entries older than %g days", self.profile_id, dropped, days)
+        return dropped
+
+    async def _keep_up(self) -> None:
+        """The running channel's upkeep: tabs of a session revoked by `switchyard web revoke` (another
+        process: it removes the session's file) closed within a second; the log's retention, hourly."""
+        pruned = time.monotonic()
+        while True:
+            await asyncio.sleep(SESSION_CHECK_S)
+            try:
+                await self.tabs.close_signed_out(lambda session: self.logins.user_of(session) is not None)
+                if time.monotonic() - pruned >= PRUNE_EVERY_S:
+                    pruned = time.monotonic()
+                    self.prune()
+            except Exception as exc:  # the next turn tries again; the chat itself goes on
+                log.warning("web %s: upkeep failed: %s", self.profile_id, exc)
 
     # --- inbound ----------------------------------------------------------------------------
 
@@ -215,6 +248,13 @@ class WebChannel:
         return str(file["name"]), data
 
     # --- outbound ---------------------------------------------------------------------------
+
+    async def typing(self, conversation: str) -> None:
+        """Shows "… is typing" in the conversation's open tabs while a turn runs: the gateway calls this every
+        few seconds until the message is answered, and the page hides it when the answer comes or when no call
+        came for TYPING_SHOWN_MS (chat.js)."""
+        if is_conversation(conversation):
+            self.transcript.signal(conversation, {"kind": "typing"})
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
         conversation = outgoing.conversationId or outgoing.senderId or ""

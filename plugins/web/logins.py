@@ -11,11 +11,13 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 from gateway import Home, atomic_write, safe_name
 
 COOKIE = "switchyard_chat"
 SESSION_TTL_S = 30 * 86400.0
+SESSION_ID_CHARS = 12  # of a session's hash: how `switchyard web sessions` names it
 
 
 def web_state(home: Home, profile_id: str) -> Path:
@@ -77,7 +79,8 @@ class Logins:
         """A new session for `user`; returns the cookie's value."""
         self.sessions.mkdir(parents=True, exist_ok=True)
         session = secrets.token_urlsafe(32)
-        record = {"user": user, "expires": time.time() + SESSION_TTL_S}
+        now = time.time()
+        record = {"user": user, "created": now, "expires": now + SESSION_TTL_S}
         atomic_write(self.sessions / f"{_digest(session)}.json", json.dumps(record).encode(), fsync=True)
         self._known[_digest(session)] = user
         return session
@@ -87,8 +90,11 @@ class Logins:
         if not session or len(session) > 200:
             return None
         digest = _digest(session)
-        if digest in self._known:
-            return self._known[digest]
+        if digest in self._known:  # still there: `switchyard web revoke` (another process) removes the file
+            if (self.sessions / f"{digest}.json").exists():
+                return self._known[digest]
+            del self._known[digest]
+            return None
         try:
             record = json.loads((self.sessions / f"{digest}.json").read_bytes())
         except (OSError, ValueError):
@@ -99,7 +105,44 @@ class Logins:
         return self._known[digest]
 
     def end_session(self, session: str) -> None:
+        """Signs the cookie's session out (the page's Sign out)."""
         digest = _digest(session)
         self._known.pop(digest, None)
         with contextlib.suppress(OSError):
             (self.sessions / f"{digest}.json").unlink()
+
+    def listed(self) -> list[dict[str, object]]:
+        """The sessions not expired, oldest first: `id` (the start of the secret's hash, which names it in
+        `switchyard web revoke`), `user`, `created`, `expires` (epoch seconds)."""
+        found = []
+        for digest, record in _records(self.sessions):
+            if float(record.get("expires", 0)) >= time.time():
+                found.append({"id": digest[:SESSION_ID_CHARS], "user": str(record.get("user")),
+                              "created": float(record.get("created", 0)), "expires": float(record["expires"])})
+        return sorted(found, key=lambda session: float(str(session["created"])))
+
+    def revoke(self, name: str) -> tuple[int, int]:
+        """Ends every session of the user `name`, or the one session whose id is `name`, and drops the user's
+        unused login links; returns how many sessions and links went. The running gateway closes those
+        sessions' open tabs within a second (it looks for their files)."""
+        sessions = links = 0
+        for digest, record in _records(self.sessions):
+            if record.get("user") == name or (len(name) >= SESSION_ID_CHARS and digest.startswith(name)):
+                (self.sessions / f"{digest}.json").unlink(missing_ok=True)
+                sessions += 1
+        for digest, record in _records(self.links):
+            if record.get("user") == name:
+                (self.links / f"{digest}.json").unlink(missing_ok=True)
+                links += 1
+        return sessions, links
+
+
+def _records(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The (digest, record) of each readable `<digest>.json` in `folder`."""
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(path.read_bytes())
+            if isinstance(record, dict):
+                found.append((path.stem, record))
+    return found

@@ -22,5 +22,8 @@ class WebProfileOptions(ChannelOptions):
     room: bool = False  # a shared "room" conversation every user of this profile sees
     max_upload_bytes: int = Field(default=MAX_UPLOAD_BYTES, gt=0)
     max_connections: int = Field(default=64, gt=0)
+    max_tabs_per_user: int = Field(default=8, gt=0)  # open WebSockets (tabs) one user may hold at once
+    log_retention_days: float = Field(default=30, ge=0)  # conversation log entries older are dropped (0: kept)
+    cache_conversations: int = Field(default=256, gt=0)  # conversation logs held in memory (least recent go)
     link_ttl_sec: float = Field(default=86400.0, gt=0)  # how long a login link stays usable (once)
     dashboard_url: str | None = None  # where the page's "dashboard" link points (operators)

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from importlib import resources
 from typing import Any, Protocol
 
@@ -26,6 +27,9 @@ MAX_JSON_BYTES = 64 * 1024
 BODY_TIMEOUT_S = 30.0
 MAX_CONVERSATIONS = 1000  # a user's; each is a file in the home
 USER_KEY = web.RequestKey("user", str)
+SIGNED_OUT = "signed out: open a new chat link to sign in again (`switchyard web link`)"
+SIGNED_OUT_CODE = 4001  # the WebSocket close code of a tab whose session ended
+TOO_MANY_TABS = 4008  # the WebSocket close code of a tab over `max_tabs_per_user` (4000-4999: the app's own)
 
 
 class Refusal(Exception):
@@ -36,6 +40,37 @@ class Refusal(Exception):
         self.status = status
 
 
+class Tabs:
+    """The open WebSockets of one web profile, each with its user and session: counted against
+    `max_tabs_per_user`, and closed at once when their session ends (Sign out, `switchyard web revoke`)."""
+
+    def __init__(self) -> None:
+        self._open: dict[web.WebSocketResponse, tuple[str, str]] = {}
+
+    def count(self, user: str) -> int:
+        return sum(owner == user for owner, _ in self._open.values())
+
+    def add(self, ws: web.WebSocketResponse, user: str, session: str) -> None:
+        self._open[ws] = (user, session)
+
+    def discard(self, ws: web.WebSocketResponse) -> None:
+        self._open.pop(ws, None)
+
+    async def close_signed_out(self, signed_in: Callable[[str], bool]) -> int:
+        """Closes the tabs whose session `signed_in` no longer holds (the page says so); returns how many."""
+        ended = [ws for ws, (_, session) in self._open.items() if not signed_in(session)]
+        for ws in ended:
+            self._open.pop(ws, None)
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await ws.send_json({"kind": "signed_out", "text": SIGNED_OUT})
+            await ws.close(code=SIGNED_OUT_CODE, message=b"signed out")
+        return len(ended)
+
+    async def close_all(self) -> None:
+        for ws in list(self._open):
+            await ws.close(code=1001, message=b"the gateway is stopping")
+
+
 class Chat(Protocol):
     """What the server asks of the channel."""
 
@@ -43,6 +78,8 @@ class Chat(Protocol):
     room: bool
     dashboard_url: str | None
     max_upload_bytes: int
+    max_tabs_per_user: int
+    tabs: Tabs
 
     async def say(self, user: str, conversation: str, text: str, client_id: str) -> Entry: ...
     async def tap(self, user: str, conversation: str, ref: str, button: str) -> Entry: ...
@@ -58,13 +95,12 @@ def may_read(user: str, conversation: str, room: bool) -> bool:
 
 def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Application:
     """The aiohttp application of one web profile."""
-    sockets: set[web.WebSocketResponse] = set()
+    tabs = chat.tabs
     app = web.Application(middlewares=[_guard(logins)], client_max_size=max_upload_bytes + 64 * 1024)
     app.on_response_prepare.append(secure)  # gateway.channelkit.web: the dashboard's headers
 
     async def close_sockets(_app: web.Application) -> None:
-        for ws in list(sockets):
-            await ws.close(code=1001, message=b"the gateway is stopping")
+        await tabs.close_all()
 
     app.on_shutdown.append(close_sockets)
 
@@ -143,9 +179,17 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
         """The conversation's entries after `after`, then each new one as it is appended."""
         conversation = _readable(request, request.query.get("c", ""), chat.room)
         after = int(_number(request.query.get("after")) or 0)
+        user = request[USER_KEY]
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4096)
         await ws.prepare(request)
-        sockets.add(ws)
+        if tabs.count(user) >= chat.max_tabs_per_user:
+            # said over the socket: a browser shows a page nothing of a refused handshake but its failure
+            await ws.send_json({"kind": "refused", "text": f"refused: {user} has as many tabs of this chat open "
+                                                            f"as one person may ({chat.max_tabs_per_user}); "
+                                                            "close one and reload"})
+            await ws.close(code=TOO_MANY_TABS, message=b"too many tabs")
+            return ws
+        tabs.add(ws, user, request.cookies.get(COOKIE, ""))
         updates = chat.transcript.watch(conversation)  # before the replay: nothing falls between the two
         try:
             last = after
@@ -163,14 +207,23 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
                 await asyncio.gather(forward, return_exceptions=True)
         finally:
             chat.transcript.unwatch(conversation, updates)
-            sockets.discard(ws)
+            tabs.discard(ws)
         return ws
+
+    async def sign_out(request: web.Request) -> web.Response:
+        """Ends the cookie's session here (a POST: same origin and the page's header, as every change)."""
+        logins.end_session(request.cookies.get(COOKIE, ""))
+        await tabs.close_signed_out(lambda session: logins.user_of(session) is not None)
+        response = web.json_response({"signedOut": True})
+        response.del_cookie(COOKIE, path="/")
+        return response
 
     app.router.add_get("/", index)
     app.router.add_get("/static/{name}", static)
     app.router.add_get("/api/me", me)
     app.router.add_post("/api/conversations", new_conversation)
     app.router.add_post("/api/send", say)
+    app.router.add_post("/api/logout", sign_out)
     app.router.add_post("/api/tap", tap)
     app.router.add_post("/api/upload", upload)
     app.router.add_get("/files/{conversation}/{ref}", download)
@@ -181,7 +234,10 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
 async def _forward(ws: web.WebSocketResponse, updates: asyncio.Queue[Entry], last: int) -> None:
     while True:
         entry = await updates.get()
-        if entry["seq"] > last:
+        if "seq" not in entry:  # a signal (typing): shown now, never logged
+            with contextlib.suppress(ConnectionError):
+                await ws.send_json(entry)
+        elif entry["seq"] > last:
             last = entry["seq"]
             with contextlib.suppress(ConnectionError):
                 await ws.send_json(shown(entry))

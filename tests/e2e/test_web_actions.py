@@ -33,6 +33,7 @@ TRANSCRIBER = [sys.executable, "-c", f"import sys; data = open(sys.argv[1], 'rb'
                f"print({SPOKEN!r}) if data[:4] == b'{WEBM}' and len(data) > 200 else sys.exit('not webm')", "{file}"]
 REPORT = ("import os, pathlib; p = pathlib.Path(os.environ['SWITCHYARD_WORKSPACE']) / 'report.txt'; "
           "p.write_text('the quarterly numbers'); print(f'here it is [send_file: {p}]')")
+PAINT = "import sys; print('painted it ' + sys.argv[1].strip())"
 # A synthetic microphone: an oscillator, so MediaRecorder records real audio without a device.
 FAKE_MICROPHONE = """
 navigator.mediaDevices.getUserMedia = async () => {
@@ -52,6 +53,9 @@ def start(switchyard: Switchyard, agents: Path, **settings: Any) -> str:
                                                   "stream_interval_sec": 0.3}
     orchestrator["workflows"]["report"] = {"description": "Send the report",
                                            "steps": [{"id": "Make", "command": [sys.executable, "-c", REPORT]}]}
+    orchestrator["workflows"]["colour"] = {"description": "Ask a colour, then paint", "steps": [
+        {"id": "Ask", "input": {"prompt": "Which colour, red or blue?"}},
+        {"id": "Paint", "command": [sys.executable, "-c", PAINT, "{{steps.Ask.output}}"]}]}
     providers = live_agent_providers(agents)
     providers["fake_agent"]["acp_command"] = [sys.executable, str(TOOL_RUNNING_AGENT), "--like", "claude"]
     switchyard.configure({"channels": [{"id": "web", "type": "web", "port": free_port(), "user": "ada"}],
@@ -149,4 +153,20 @@ def test_a_voice_note_recorded_in_the_page_is_transcribed_for_the_agent(
     expect(page.locator("#messages .msg.user a.file")).to_contain_text("voice note: voice.webm")
     expect(page.locator("#messages .msg.agent", has_text=SPOKEN)).to_have_count(1, timeout=WAIT_MS)
     assert [e["channel"] for e in switchyard.events("voice.transcribed")] == ["web"]
+    assert switchyard.stop() == 0
+
+
+def test_an_input_steps_question_shows_in_the_page_and_the_answer_typed_there_continues_the_run(
+        switchyard: Switchyard, agents: Path, chromium: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = open_chat(chromium, start(switchyard, agents))
+    say(page, "start colour")
+    question = page.locator("#messages .msg.agent", has_text="Which colour, red or blue?")
+    expect(question).to_have_count(1, timeout=WAIT_MS)
+    expect(question).to_contain_text("waits for your answer")
+    [run] = [e["job_id"] for e in switchyard.events("job.waiting_input")]
+    say(page, "blue")
+    expect(page.locator("#messages .msg.agent", has_text="painted it blue")).to_have_count(1, timeout=WAIT_MS)
+    wait_until(lambda: run in [e["job_id"] for e in switchyard.events("job.succeeded")], 30)
     assert switchyard.stop() == 0

@@ -132,6 +132,7 @@ def test_a_person_types_and_sees_the_answer_grow_in_one_bubble_markup_staying_te
     page.keyboard.press("Enter")
     expect(page.locator("#messages .msg.user .body")).to_have_text("tell me about the "
                                                                    "<script>window.pwned = 2</script> fox")
+    expect(page.locator("#typing")).to_be_visible(timeout=REPLY_TIMEOUT_S * 1000)  # the turn runs
     streaming = page.locator("#messages .msg.streaming")
     expect(streaming).to_have_count(1, timeout=REPLY_TIMEOUT_S * 1000)  # a preview, growing
     partial_text = streaming.locator(".body").inner_text().strip()
@@ -143,6 +144,7 @@ def test_a_person_types_and_sees_the_answer_grow_in_one_bubble_markup_staying_te
     assert page.locator("#messages strong").all_inner_texts() == ["quick"]
     assert page.locator("#messages script").count() == 0 and page.evaluate("window.pwned") is None
     expect(page.locator("#stop")).to_be_hidden()
+    expect(page.locator("#typing")).to_be_hidden()  # answered: no longer typing
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-chat.png"))
     assert switchyard.stop() == 0

@@ -62,3 +62,26 @@ def test_the_dashboard_links_to_the_chat_and_the_chat_to_the_dashboard(switchyar
     page = open_chat(chromium, printed)
     expect(page.locator("#dashboard")).to_have_attribute("href", f"http://127.0.0.1:{dashboard_port}/")
     assert switchyard.stop() == 0
+
+
+def test_an_agents_ask_shows_its_options_as_buttons_and_the_tap_continues_the_run(
+        switchyard: Switchyard, chromium: Any) -> None:
+    """The embedded default's demo agent asks through the `ask` chat tool; the person taps an option in the page."""
+    from playwright.sync_api import expect
+
+    switchyard.home.root.mkdir(parents=True)
+    switchyard.start()
+    page = open_chat(chromium, str(wait_until(lambda: LINK.findall(switchyard.output()), 20)[-1]))
+    page.fill("#text", "demo please")
+    page.keyboard.press("Enter")
+    question = page.locator("#messages .msg.agent", has_text="Shall I send you a file too?")
+    expect(question.get_by_role("button")).to_have_count(2, timeout=30_000)
+    assert question.get_by_role("button").all_inner_texts() == ["Yes, send it", "No, thanks"]
+    question.get_by_role("button", name="No, thanks").click()
+    expect(question.locator(".answered")).to_have_text("answered: No, thanks")
+    expect(question.locator(".buttons")).to_have_count(0)
+    expect(page.locator("#messages .msg.agent", has_text="demo step ran")).to_have_count(1, timeout=30_000)
+    # the agent got "No, thanks" (an unanswered question, "no answer", would have had it send a file)
+    assert [e["tool"] for e in switchyard.events("chat_tool.called")] == ["conversation_info", "send_message", "ask"]
+    assert page.locator("#messages a.file").count() == 0
+    assert switchyard.stop() == 0

@@ -114,6 +114,9 @@ function show(item, entry) {
 
 function apply(entry) {
   if (entry.kind === "synced") { status(""); state.retry = 500; return; }
+  if (entry.kind === "refused") { state.refused = true; status(entry.text); return; }
+  if (entry.kind === "signed_out") { signedOut(entry.text); return; }
+  if (entry.kind === "typing") { typing(true); return; }
   if (entry.seq <= state.last) return;  // seen already (a replay overlapping what came live)
   state.last = entry.seq;
   const list = $("messages");
@@ -127,13 +130,18 @@ function apply(entry) {
       const link = [...$("conversations").children].find((a) => a.dataset.id === state.conversation);
       if (link && link.textContent === "new conversation" && entry.text) link.textContent = entry.text.slice(0, 60);
     }
-    else if (!entry.note && !entry.draft) state.lastFinal = entry.seq;
+    else if (!entry.note && !entry.draft) { state.lastFinal = entry.seq; typing(false); }
+  } else if (entry.kind === "pruned") {
+    const item = document.createElement("li");
+    item.className = "msg note pruned";
+    item.textContent = "earlier messages of this conversation are no longer kept";
+    list.appendChild(item);
   } else if (entry.kind === "edit") {
     const item = state.shown.get(entry.target);
     if (!item) return;
     render(item.querySelector(".body"), entry.text);
     item.classList.toggle("streaming", Boolean(entry.draft));
-    if (entry.final) { item.classList.remove("note"); state.lastFinal = entry.seq; }
+    if (entry.final) { item.classList.remove("note"); state.lastFinal = entry.seq; typing(false); }
   } else if (entry.kind === "answered") {
     const item = state.shown.get(entry.target);
     if (!item) return;
@@ -147,6 +155,15 @@ function apply(entry) {
   list.scrollTop = list.scrollHeight;
 }
 
+// The gateway says "typing" every 4 s while a turn runs (gateway/app.py TYPING_REFRESH_S): shown until the
+// answer comes, or until no word came for TYPING_SHOWN_MS (the turn ended some other way).
+const TYPING_SHOWN_MS = 6000;
+function typing(on) {
+  clearTimeout(state.typingTimer);
+  $("typing").hidden = !on;
+  if (on) state.typingTimer = setTimeout(() => { $("typing").hidden = true; }, TYPING_SHOWN_MS);
+}
+
 function connect() {
   const conversation = state.conversation;
   const scheme = location.protocol === "https:" ? "wss" : "ws";
@@ -154,7 +171,7 @@ function connect() {
   state.ws = ws;
   ws.onmessage = (event) => apply(JSON.parse(event.data));
   ws.onclose = () => {
-    if (state.ws !== ws) return;  // another conversation was opened
+    if (state.ws !== ws || state.refused) return;  // another conversation was opened, or this tab refused
     status("reconnecting…");
     setTimeout(() => { if (state.ws === ws) connect(); }, state.retry);
     state.retry = Math.min(state.retry * 2, 5000);
@@ -164,7 +181,8 @@ function connect() {
 function open(conversation) {
   if (state.ws) { const old = state.ws; state.ws = null; old.close(); }
   state.conversation = conversation;
-  state.last = 0; state.lastUser = 0; state.lastFinal = 0;
+  state.last = 0; state.lastUser = 0; state.lastFinal = 0; state.refused = false;
+  typing(false);
   state.shown.clear();
   $("messages").replaceChildren();
   for (const link of $("conversations").children) link.classList.toggle("current", link.dataset.id === conversation);
@@ -184,6 +202,13 @@ function listConversations(conversations) {
     link.addEventListener("click", () => open(id));
     nav.appendChild(link);
   }
+}
+
+function signedOut(text) {
+  state.refused = true;  // no reconnecting: the session is gone
+  document.body.classList.add("signed-out");
+  for (const control of document.querySelectorAll("#composer textarea, #composer button, #new, #logout")) control.disabled = true;
+  status(text);
 }
 
 // --- what the user does ---------------------------------------------------------------------------------------
@@ -265,6 +290,10 @@ async function start() {
     if (file) await upload(file, file.name, undefined, caption);
   });
   $("record").addEventListener("click", record);
+  $("logout").addEventListener("click", async () => {
+    await post("/api/logout", {});
+    signedOut("signed out: open a new chat link to sign in again (`switchyard web link`)");
+  });
   $("new").addEventListener("click", async () => {
     const { id } = await post("/api/conversations", {});
     const again = await (await fetch("/api/me", { credentials: "same-origin" })).json();

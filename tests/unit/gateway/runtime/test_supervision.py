@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.api import ChannelContext, PermanentError
+from gateway import hookimpl
+from gateway.api import ChannelContext, PermanentError, Sink
+from gateway.app import Gateway
 from gateway.home import Home
+from gateway.plugin_manager import build_plugin_manager
 from gateway.runtime.outbox import FileOutbox
 from gateway.runtime.supervision import RETRY_MAX_S, ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
 from gateway.telemetry.events import EventLog, read_events
-from gateway.testing import async_wait_until
+from gateway.testing import FakeChannel, async_wait_until
 
 
 def _supervisor(home: Home, written: list[dict[str, Any]]) -> ChannelSupervisor:
@@ -59,3 +62,33 @@ async def test_a_task_a_plugin_runs_through_its_context_is_started_again_after_e
     assert not task.done()
     await context.stop_tasks()
     assert task.cancelled() and not context.tasks
+
+
+class _NotingChannel(FakeChannel):
+    """A channel that notes where it listens while it starts, as the web chat does."""
+
+    def __init__(self, context: ChannelContext):
+        super().__init__("fake", context.profile.id)
+        self.context = context
+
+    async def start(self, sink: Sink) -> None:
+        await super().start(sink)
+        self.context.note("chat at http://127.0.0.1:8787/")
+
+
+class _NotingPlugin:
+    @hookimpl
+    def switchyard_channels(self, profile: ChannelProfile, context: ChannelContext) -> FakeChannel | None:
+        return _NotingChannel(context) if profile.type == "fake" else None
+
+
+async def test_a_note_a_channel_makes_while_it_starts_survives_its_being_counted_running(home: Home) -> None:
+    home.create()
+    settings = Settings.model_validate({"queue": {"fsync": False}, "channels": [{"id": "chat", "type": "fake"}]})
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[_NotingPlugin()]))
+    await gateway.start()
+    try:
+        assert gateway.channel_status["chat"] == {"type": "fake", "state": "running",
+                                                  "reason": "chat at http://127.0.0.1:8787/"}
+    finally:
+        await gateway.stop()

@@ -196,3 +196,127 @@ async def test_an_unpaired_user_is_refused_and_told_the_code_in_their_conversati
         await eve.close()
     finally:
         await rig.stop()
+
+
+async def test_a_user_past_their_tab_limit_is_told_so_and_others_still_get_in(tmp_path: Path) -> None:
+    class TwoTabs(Plain):
+        def profile_options(self) -> dict[str, object]:
+            return {"port": 0, "max_tabs_per_user": 2}
+
+    rig = ChannelRig(TwoTabs(), tmp_path / "home")
+    await rig.start()
+    assert isinstance(rig.channel, WebChannel)
+    ada, bob = Browser(rig.channel, "ada"), Browser(rig.channel, "bob")
+    tabs: list[aiohttp.ClientWebSocketResponse] = []
+    try:
+        for browser in (ada, bob):
+            await browser.sign_in()
+        for _ in "12":
+            tabs.append(await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin}))
+            assert (await tabs[-1].receive_json())["kind"] == "synced"
+        third = await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin})
+        refusal = await third.receive_json()
+        assert refusal["kind"] == "refused" and "as one person may (2)" in refusal["text"]
+        assert (await third.receive()).type == aiohttp.WSMsgType.CLOSE and third.close_code == 4008
+        assert [e["kind"] for e in await bob.read("bob:1")] == []  # bob's own tab: in (read ends at synced)
+        await tabs.pop().close()
+        assert await ada.read("ada:1") == []  # a tab closed makes room for another
+    finally:
+        for tab in tabs:
+            await tab.close()
+        await ada.close()
+        await bob.close()
+        await rig.stop()
+
+
+async def test_the_gateway_prunes_old_entries_and_a_tab_from_before_the_window_gets_what_is_kept(
+        tmp_path: Path) -> None:
+    rig = ChannelRig(Plain(), tmp_path / "home")
+    await rig.start()
+    assert isinstance(rig.channel, WebChannel)
+    for text in ("said long ago", "said again long ago"):
+        rig.channel.transcript.append("ada:1", {"kind": "message", "from": "agent", "text": text, "ts": 1})
+    await rig.channel.send(reply("said today", "ada:1", channel="web"))
+    await rig.stop()
+    restarted = ChannelRig(rig.driver, rig.root)  # the channel prunes as it starts (and hourly while it runs)
+    await restarted.start()
+    assert isinstance(restarted.channel, WebChannel)
+    ada = Browser(restarted.channel, "ada")
+    try:
+        await ada.sign_in()
+        shown = await ada.read("ada:1", after=1)  # this tab saw the first entry, a month ago
+        assert [(e["kind"], e.get("text")) for e in shown] == [("pruned", None), ("message", "said today")]
+    finally:
+        await ada.close()
+        await restarted.stop()
+
+
+async def test_sign_out_needs_the_page_ends_the_session_and_closes_its_tabs_at_once(
+        rig: ChannelRig, ada: Browser) -> None:
+    tab = await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin})
+    assert (await tab.receive_json())["kind"] == "synced"
+    async with ada.session.post(f"{ada.url}/api/logout", json={},
+                                headers={"Origin": "http://evil.example", "X-Switchyard-Chat": "1"}) as response:
+        assert response.status == 403  # another site cannot sign her out
+    async with ada.session.post(f"{ada.url}/api/logout", json={}, headers={"Origin": ada.origin}) as response:
+        assert response.status == 403  # nor a form (no page header)
+    cookie = next(c.value for c in ada.session.cookie_jar if c.key == "switchyard_chat")
+    assert (await ada.post("/api/logout", {}))[0] == 200
+    assert (await tab.receive_json(timeout=2))["kind"] == "signed_out"
+    assert (await tab.receive(timeout=2)).type == aiohttp.WSMsgType.CLOSE and tab.close_code == 4001
+    async with (aiohttp.ClientSession(cookies={"switchyard_chat": cookie}) as stolen,  # the old cookie, kept
+                stolen.get(f"{ada.url}/api/me") as response):
+        assert response.status == 401
+
+
+async def test_a_session_revoked_from_another_process_loses_its_open_tab_within_a_second(
+        rig: ChannelRig, ada: Browser) -> None:
+    assert isinstance(rig.channel, WebChannel)
+    from plugins.web.logins import Logins
+
+    tab = await ada.session.ws_connect(f"{ada.url}/ws?c=ada:1", headers={"Origin": ada.origin})
+    assert (await tab.receive_json())["kind"] == "synced"
+    operator = Logins(rig.channel.state)  # what `switchyard web revoke` opens
+    [session] = operator.listed()
+    assert session["user"] == "ada"
+    operator.issue("ada", 60)  # a link she has not used yet goes too
+    assert operator.revoke("ada") == (1, 1)
+    assert (await tab.receive_json(timeout=3))["kind"] == "signed_out"
+    async with ada.session.get(f"{ada.url}/api/me") as response:
+        assert response.status == 401
+    assert operator.listed() == []
+
+
+async def test_typing_reaches_the_open_tabs_of_that_conversation_only_and_is_not_logged(
+        rig: ChannelRig, ada: Browser) -> None:
+    assert isinstance(rig.channel, WebChannel)
+    tabs = {c: await ada.session.ws_connect(f"{ada.url}/ws?c={c}", headers={"Origin": ada.origin})
+            for c in ("ada:1", "room")}
+    try:
+        for tab in tabs.values():
+            assert (await tab.receive_json())["kind"] == "synced"
+        await rig.channel.typing("ada:1")
+        await rig.channel.send(reply("answered", "room", channel="web"))
+        assert await tabs["ada:1"].receive_json(timeout=2) == {"kind": "typing"}
+        assert (await tabs["room"].receive_json(timeout=2))["text"] == "answered"  # no typing before it
+        assert await ada.read("ada:1") == []  # a tab opened later: nothing to replay
+    finally:
+        for tab in tabs.values():
+            await tab.close()
+
+
+async def test_the_running_channel_prunes_again_without_a_restart(
+        rig: ChannelRig, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(rig.channel, WebChannel)
+    await rig.stop()
+    monkeypatch.setattr("plugins.web.channel.PRUNE_EVERY_S", 0.0)  # hourly, in a running gateway
+    monkeypatch.setattr("plugins.web.channel.SESSION_CHECK_S", 0.05)
+    running = ChannelRig(rig.driver, rig.root)
+    await running.start()
+    try:
+        channel = running.channel
+        assert isinstance(channel, WebChannel)
+        channel.transcript.append("ada:1", {"kind": "message", "from": "agent", "text": "old", "ts": 1})
+        await async_wait_until(lambda: [e["kind"] for e in channel.transcript.entries("ada:1")] == ["pruned"])
+    finally:
+        await running.stop()
