@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from gateway.approvals import describe, operator_answer
+from gateway.audit import OPERATOR, AuditRecord, operator_answer_key
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.series import Minutes
 from gateway.dashboard.server import Server, build_app
 from gateway.dashboard.state import Activity
 from gateway.plugin_manager import call_each
-from gateway.stores import StoreKey
+from gateway.stores import AUDIT, StoreKey
 from gateway.telemetry.events import read_events
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Dashboard:
         served.events.observe(self._observe)
         self._server: Server | None = None
         self._approval_store: Any = None
+        self._audit_log: Any = None  # False: this backend keeps none
         self.url: str | None = None
 
     def _observe(self, event: dict[str, Any]) -> None:
@@ -151,7 +153,29 @@ class Dashboard:
         """Allows or denies a pending tool approval for the turn waiting on it (KeyError for an unknown id);
         `won` is False when it was settled already (then `state` and `by` say how)."""
         done, won = await asyncio.to_thread(operator_answer, self._approvals(), approval_id, verdict, "dashboard")
+        if won:
+            await asyncio.to_thread(self._record_answer, done)
         return {"id": done.id, "won": won, "state": done.state, "allowed": done.allowed(), "by": done.answered_by}
+
+    def _record_answer(self, approval: Any) -> None:
+        """The audit record of an operator's answer from the page, whether or not a turn still waits for it: keyed
+        by the approval (gateway.audit.operator_answer_key), so the waiting turn's own record of it is this one."""
+        verdict = "allowed" if approval.allowed() else "denied"
+        record = AuditRecord.new(by=OPERATOR, where="dashboard", action="approval.answer",
+                                 what=f"{verdict} {approval.title}", key=operator_answer_key(approval.id),
+                                 approval=approval.id, answered_by="dashboard")
+        audit = self._audit()
+        if audit is not None:
+            audit.append(record)
+
+    def _audit(self) -> Any:
+        """The backend's audit log (gateway.stores.AUDIT), opened once; None where no plugin keeps one."""
+        if self._audit_log is None:
+            try:
+                self._audit_log = self._served.backend.store(AUDIT)
+            except KeyError:
+                self._audit_log = False
+        return self._audit_log or None
 
     def _approvals(self) -> Any:
         if self._approval_store is None:
