@@ -38,6 +38,8 @@ SEED_EVENTS = 500
 RUNS_SHOWN = 20
 DEAD_SHOWN = 50
 EVENTS_SHOWN = 30
+AUDIT_SHOWN = 30
+AUDIT_CACHE_S = 5.0  # the audit log is read at most this often (the file backend's is read whole)
 SERIES_SEED_EVENTS = 20_000  # the log's tail the per-minute plots start from (its last ~20 MB at most)
 SAMPLE_S = 20.0  # the queue's depth is sampled this often for its plot (and at each refresh)
 SPEND_DAYS = 7
@@ -87,6 +89,7 @@ class Dashboard:
         self._server: Server | None = None
         self._approval_store: Any = None
         self._audit_log: Any = None  # False: this backend keeps none
+        self._audited: tuple[float, list[dict[str, Any]]] | None = None
         self.url: str | None = None
 
     def _observe(self, event: dict[str, Any]) -> None:
@@ -167,6 +170,7 @@ class Dashboard:
         audit = self._audit()
         if audit is not None:
             audit.append(record)
+            self._audited = None  # the table shows it at the next refresh
 
     def _audit(self) -> Any:
         """The backend's audit log (gateway.stores.AUDIT), opened once; None where no plugin keeps one."""
@@ -200,7 +204,26 @@ class Dashboard:
         queue = self.view.read(DEAD_SHOWN)
         self.minutes.sample_queue(queue["queue"])
         return {**queue, "runs": runs[:RUNS_SHOWN], "approvals": approvals, "schedules": schedules,
-                "spend": self._spent()}
+                "spend": self._spent(), "audit": self._recent_audit()}
+
+    def _recent_audit(self) -> list[dict[str, Any]]:
+        """The last AUDIT_SHOWN audit records, newest first (read at most every AUDIT_CACHE_S; none where the
+        backend keeps no audit log, the last ones read while its database is away)."""
+        now = time.monotonic()
+        if self._audited is not None and now - self._audited[0] < AUDIT_CACHE_S:
+            return self._audited[1]
+        audit = self._audit()
+        if audit is None:
+            return []
+        try:
+            records = audit.records()
+        except Exception as exc:
+            log.debug("dashboard: cannot read the audit log: %s", exc)
+            return self._audited[1] if self._audited is not None else []
+        newest = sorted(records, key=lambda r: (r.at, r.id), reverse=True)[:AUDIT_SHOWN]
+        self._audited = (now, [{"at": r.at, "by": r.by, "where": r.where, "action": r.action, "what": r.what}
+                               for r in newest])
+        return self._audited[1]
 
     def _spent(self) -> dict[str, Any] | None:
         """Spend per day by provider over the last SPEND_DAYS days (in the usage time zone), from the backend's
