@@ -1,6 +1,7 @@
 """Platform groups end to end (`switchyard run` as a process, the Telegram Bot API faked): with `admin:
 ["group:admins"]` on the profile, an administrator of the group chat starts the edit workflow, while a member of
-the same chat typing the same words is refused and no agent starts; the audit names the administrator."""
+the same chat typing the same words is refused and no agent starts; the audit names the administrator. On both
+backends."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from typing import Any
 import pytest
 
 from gateway.testing import wait_until
-from tests.e2e.conftest import Switchyard
+from tests.e2e.conftest import Switchyard, both_backends
 from tests.e2e.fake_thread import FakeThread
 from tests.e2e.test_channels import TELEGRAM_ENV, telegram_profile
 from tests.e2e.test_roles import ORCHESTRATOR, REFUSED, _claude_calls, _settings
 from tests.fakes.clis import FOLDER as FAKE_CLIS
 from tests.fakes.telegram_server import FakeTelegram
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), both_backends]
 
 GROUP = -100500
 ADMIN, MEMBER = 2, 3

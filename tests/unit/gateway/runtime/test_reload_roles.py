@@ -71,3 +71,18 @@ def test_a_reload_that_changes_who_holds_a_role_is_audited_once_per_change(tmp_p
     assert len(audit.records()) == 5 and "granted admin to 42" in {r.what for r in audit.records()}
     write({"roles": {"admin": ["42", "7", "group:admins"]}, "default_role": "guest", "allow_from": ["42"]})
     assert hosts[0].poll() and len(audit.records()) == 5  # who holds which role did not change: nothing recorded
+
+
+def test_two_hosts_on_postgresql_record_a_role_change_once(db: str, tmp_path: Path) -> None:
+    """Each host has its own connection to the database's audit log and reads the same edit: one record."""
+    from gateway.backends.postgres.audit import PgAuditLog
+
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({"channels": [{"id": "tg", "type": "fake", "roles": {"admin": ["42"]}}]}))
+    start = load_settings(path)
+    hosts = [SettingsReload(path, start, lambda new, running: [], audit=PgAuditLog.direct(db)) for _ in range(2)]
+    path.write_text(yaml.safe_dump({"channels": [{"id": "tg", "type": "fake", "roles": {"admin": ["42", "7"]}}]}))
+    for host in hosts:
+        assert host.poll()
+    assert [(r.by, r.action, r.what) for r in PgAuditLog.direct(db).records()] == [
+        ("operator:settings.yaml", "role.granted", "granted admin to 7")]
