@@ -41,6 +41,7 @@ def with_groups(payload: IncomingPayload, groups: Iterable[str]) -> IncomingPayl
 
 class GroupLookup(Generic[K, V]):
     """A platform call answering which groups (V) belong to a key (K: a chat, a workspace), cached CACHE_TTL_S,
+    named in the log by `what` (`{key}` in it is replaced by the key),
     bounded by LOOKUP_TIMEOUT_S; a failure answers None and is logged once until a lookup succeeds again.
     Two messages asking for one key at once share one call."""
 
@@ -68,14 +69,17 @@ class GroupLookup(Generic[K, V]):
             value = await asyncio.wait_for(asyncio.shield(pending), self._timeout_s)
         except Exception as exc:
             if not self._failing:
-                log.warning("%s: cannot look up %s (%s: %s); its senders hold only what their other grants "
-                            "give until it answers", self._what, key, type(exc).__name__, exc)
+                log.warning("cannot look up %s (%s: %s): senders hold only what the rest of their grant gives "
+                            "until it answers", self._named(key), type(exc).__name__, exc or "timed out")
             self._failing = True
             return None
         if self._failing:
-            log.info("%s: the group lookup answers again", self._what)
+            log.info("%s answers again", self._named(key))
         self._failing = False
         return value
+
+    def _named(self, key: K) -> str:
+        return self._what.replace("{key}", str(key))
 
     def _settled(self, key: K, done: asyncio.Future[V]) -> None:
         """Caches what a call answered, even after the message that asked stopped waiting for it."""

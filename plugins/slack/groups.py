@@ -24,7 +24,7 @@ class UserGroups:
         self._web = web
         self._context = context
         self._lookup: GroupLookup[str, dict[str, list[str]]] = GroupLookup(
-            f"slack {context.profile.id}: the user groups of the", self._fetch)
+            f"the slack user groups (profile {context.profile.id})", self._fetch)
 
     async def of(self, user: str) -> list[str]:
         """The groups of `user` (none when the profile names no group, or Slack did not answer in time)."""

@@ -25,7 +25,7 @@ class ChatAdministrators:
         self._bot = bot
         self._context = context
         self._lookup: GroupLookup[int, dict[int, str]] = GroupLookup(
-            f"telegram {context.profile.id}: the administrators of chat", self._fetch)
+            f"the administrators of telegram chat {{key}} (profile {context.profile.id})", self._fetch)
 
     async def of(self, chat_id: int, chat_type: str | None, user_id: int) -> list[str]:
         """The groups of `user_id` writing in `chat_id` (none in a private chat, when the profile names no group,

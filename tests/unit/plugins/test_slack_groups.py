@@ -97,3 +97,17 @@ async def test_a_refused_lookup_keeps_the_message(server: FakeSlack, tmp_path: P
         assert _roles(rig, payload) == ("member",)
     finally:
         await rig.stop()
+
+
+async def test_a_tap_carries_the_tapper_s_groups(server: FakeSlack, tmp_path: Path) -> None:
+    from gateway.testing.rig import BUTTONS, reply
+
+    rig = await _rig(server, tmp_path, {"admin": ["group:ops"]})
+    try:
+        assert rig.channel is not None
+        await rig.channel.send(reply("allow?", CHANNEL, channel="slack", buttons=BUTTONS))
+        await server.tap(server.block_actions(BUTTONS[0]["id"], user="U1", channel=CHANNEL))
+        [tap] = await async_wait_until(rig.incoming)
+        assert tap["button"] == BUTTONS[0]["id"] and tap["senderGroups"] == ["S0OPS", "ops"]
+    finally:
+        await rig.stop()
