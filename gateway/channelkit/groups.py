@@ -22,6 +22,8 @@ LOOKUP_TIMEOUT_S = 2.0
 """The longest a message waits for its platform to say which groups its sender is in."""
 CACHE_TTL_S = 60.0
 """How long an answer is used: a member made (or no longer) an administrator is seen within this long."""
+CACHE_KEYS = 1024
+"""Past this many keys (chats) cached, the expired answers are forgotten."""
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -85,4 +87,7 @@ class GroupLookup(Generic[K, V]):
         """Caches what a call answered, even after the message that asked stopped waiting for it."""
         self._pending.pop(key, None)
         if not done.cancelled() and done.exception() is None:
-            self._cached[key] = (self._clock(), done.result())
+            now = self._clock()
+            self._cached[key] = (now, done.result())
+            if len(self._cached) > CACHE_KEYS:
+                self._cached = {k: v for k, v in self._cached.items() if now - v[0] < self._ttl_s}

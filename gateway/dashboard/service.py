@@ -60,7 +60,8 @@ class Served:
     """Each channel's state, by profile id: the supervisor's, kept up to date as channels change."""
     started_at: str
     backend: Backend
-    """The backend of the gateway's stores: the runs and approvals the page lists are read through it."""
+    """The backend of the gateway's stores: the runs, approvals and audit records the page lists are read through it
+    (and an answer given on the page is recorded in its audit log)."""
     view: QueueView
     """The queue as the backend shows it (the home's folders, or the database)."""
 
