@@ -12,8 +12,9 @@ from gateway.channelkit.groups import names_groups
 
 
 def member_groups(profile: ChannelProfile, who: discord.User | discord.Member) -> list[str]:
-    """The groups of a message's or a tap's author: their roles in the server it came from (none in a DM, or
-    when the profile's `roles:` names no `group:`)."""
-    if not isinstance(who, discord.Member) or not names_groups(profile):
+    """The groups of a message's or a tap's author: their roles in the server it came from (none in a DM, in a
+    server whose GUILD_CREATE has not come yet — discord.py then knows no role of it, and its Member has no guild —
+    or when the profile's `roles:` names no `group:`)."""
+    if not isinstance(who, discord.Member) or who.guild is None or not names_groups(profile):
         return []
     return [found for role in who.roles for found in (str(role.id), f"{who.guild.id}:{role.name}")]

@@ -89,3 +89,15 @@ async def test_no_group_in_roles_puts_no_groups_on_the_payload(server: DiscordFa
         assert "senderGroups" not in payload and _roles(rig, payload) == ("admin",)
     finally:
         await rig.stop()
+
+
+async def test_a_message_from_a_server_the_bot_has_not_seen_yet_still_arrives(
+        server: DiscordFakeServer, tmp_path: Path) -> None:
+    """Without its GUILD_CREATE discord.py knows none of the server's roles: the message goes on without groups."""
+    rig = ChannelRig(Driver(server, {"admin": [f"group:{OPS}"]}), tmp_path / "home")
+    await rig.start()
+    try:
+        payload = await _say(rig, server, "1001", "hello", roles=[OPS])
+        assert payload["message"] == "hello" and "senderGroups" not in payload
+    finally:
+        await rig.stop()
