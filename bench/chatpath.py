@@ -6,10 +6,14 @@ then the same for a five-step run, as a cost per step."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +21,7 @@ from bench.fileops import count_file_calls
 from bench.providers import _bare
 from bench.rig import Rig, bench_settings, payload
 from bench.throughput import throughput
-from gateway.settings import ProviderSettings, Settings
+from gateway.settings import ProviderSettings, Settings, TelemetrySettings
 
 ANSWER_SCRIPT = "cat > /dev/null\necho 'the fixed answer'\n"
 CHAT_ORCHESTRATOR = (
@@ -89,8 +93,53 @@ async def p6(scratch: Path, *, count: int, conversations: int, latency_count: in
         await throughput(scratch / "p6-calls", calls_count, conversations, fsync=True,
                          orchestrator=CHAT_ORCHESTRATOR, settings=settings)
     overhead = statistics.median(latencies) - statistics.median(bare)
-    return {**row, "cpu_ms": round(row["user_ms"] + row["sys_ms"], 3),
+    traced = await _traced(scratch, settings, count, conversations, latency_count)
+    return {**row, "cpu_ms": round(row["user_ms"] + row["sys_ms"], 3), "traced": traced,
             "latency_p50_ms": round(statistics.median(latencies), 3),
             "provider_p50_ms": round(statistics.median(bare), 3), "overhead_p50_ms": round(overhead, 3),
             "latency_cpu_ms": round(latency_cpu, 3), "five_steps": steps,
             "calls": {kind: round(value / calls_count, 2) for kind, value in sorted(counter.items())}}
+
+
+OTLP_SINK = """
+import http.server
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+"""An OTLP/HTTP endpoint that accepts every export and keeps nothing (in its own process: its CPU is not ours)."""
+
+
+@contextlib.contextmanager
+def _otlp_sink() -> Iterator[str]:
+    sink = subprocess.Popen([sys.executable, "-c", OTLP_SINK], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None
+        yield f"http://127.0.0.1:{sink.stdout.readline().strip()}"
+    finally:
+        sink.terminate()
+        sink.wait(10)
+
+
+async def _traced(scratch: Path, settings: Settings, count: int, conversations: int,
+                  latency_count: int) -> dict[str, Any] | None:
+    """The same chat path with `telemetry:` on, every span exported over OTLP/HTTP to a sink in another process:
+    the CPU tracing adds per message (the batch exporter's thread included); None without the otel extra."""
+    try:
+        import opentelemetry.sdk  # noqa: F401  # imported only here, after the runs with telemetry off
+    except ImportError:
+        return None
+    with _otlp_sink() as endpoint:
+        traced = settings.model_copy(update={"telemetry": TelemetrySettings(endpoint=endpoint)})
+        row = await throughput(scratch / "p6-traced", count, conversations, fsync=True,
+                               orchestrator=CHAT_ORCHESTRATOR, settings=traced)
+        latencies, latency_cpu = await _latencies(scratch / "p6-traced-latency", traced, latency_count)
+    return {"rate": row["rate"], "cpu_ms": round(row["user_ms"] + row["sys_ms"], 3),
+            "latency_p50_ms": round(statistics.median(latencies), 3), "latency_cpu_ms": round(latency_cpu, 3)}

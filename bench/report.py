@@ -64,6 +64,13 @@ def render(results: dict[str, Any]) -> str:
                         "<= 5 ms/msg, >= 150 msg/s, latency over the provider's own p50 <= 5 ms)",
                         ["msgs", "convs", "msg/s", "cpu ms", "latency", "provider", "overhead", "fsync", "create",
                          "rename", "write", "misordered", "goal"], rows)
+        if r.get("traced"):
+            t = r["traced"]
+            lines += _table("P6 with telemetry on (every span exported over OTLP/HTTP to a sink in another process): "
+                            "the added gateway CPU per message",
+                            ["msg/s", "cpu ms", "added cpu ms", "latency", "cpu ms 1 at a time", "added 1 at a time"],
+                            [[t["rate"], t["cpu_ms"], round(t["cpu_ms"] - r["cpu_ms"], 3), t["latency_p50_ms"],
+                              t["latency_cpu_ms"], round(t["latency_cpu_ms"] - r["latency_cpu_ms"], 3)]])
         if r.get("five_steps"):
             f = r["five_steps"]
             lines += _table(f"P6 five-step run, one message at a time ({f['messages']} messages; overhead = ms per "

@@ -39,6 +39,7 @@ from gateway.settings import ChannelProfile, Settings, secret_env_names
 from gateway.spool.queue import FileQueue
 from gateway.spool.watch import FolderWatch
 from gateway.stores import AUDIT, AuditLog, Delivery, Runtime, RuntimeParts
+from gateway.telemetry import tracing
 from gateway.telemetry.alerts import Alerts
 from gateway.telemetry.events import EventLog, utc_now_iso
 from gateway.telemetry.logs import apply_log_settings, hide_in_logs
@@ -78,6 +79,9 @@ class Gateway:
         listening = bool(pm.hook.switchyard_event.get_hookimpls())  # else no hook call for each event
         self.events = EventLog(home.events_file, secrets=configured_secrets(settings),
                                observers=[lambda event: pm.hook.switchyard_event(event=event)] if listening else [])
+        self._owns_tracing = tracing.active() is None and settings.telemetry is not None  # else a test's, or off
+        self.tracing = (tracing.install(settings.telemetry, role=role, redact=self.events.redact) if self._owns_tracing
+                        else tracing.active())
         qs = settings.queue
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)  # incoming/ on both
         self.storage = open_backend(home, settings, pm)
@@ -246,6 +250,7 @@ class Gateway:
         """
         deadline = time.monotonic() + SINK_RETRY_S
         failures = 0
+        payload = tracing.intake(payload)  # the message's trace starts here (telemetry on)
         while True:
             try:
                 queued = to_queue(self.queue.fold_edit, payload)
@@ -374,6 +379,8 @@ class Gateway:
         await self.backend.close()
         await asyncio.to_thread(self.storage.close)  # the stores' pool: after the handler, which may still push
         await asyncio.to_thread(self._close_event_sink)  # stores the events still buffered
+        if self.tracing is not None:  # the spans still buffered, sent before the process ends
+            await asyncio.to_thread(tracing.uninstall if self._owns_tracing else self.tracing.provider.force_flush)
         self.events.close()
         (self.home.state / "gateway.json").unlink(missing_ok=True)
 

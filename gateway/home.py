@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import itertools
+import json
 import os
 import re
 import stat
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME_PART = 80
@@ -385,3 +387,20 @@ def queue_depths(home: Home) -> dict[str, int]:
             processing += sum(1 for f in files if f.endswith(".json"))
     depths["processing"] = processing
     return depths
+
+
+def stored_reply(home: Home, message_id: str, since_ms: int) -> dict[str, Any] | None:
+    """The reply to `message_id` in outgoing/ or sent/ stamped at `since_ms` or later, as the home's outbox
+    wrote it (the file and memory backends); a progress note or a streamed answer's draft is not the reply."""
+    for folder in (home.outgoing, home.sent):
+        with os.scandir(folder) as entries:  # closed when a reply returns from inside the loop
+            for entry in entries:
+                if entry.name.endswith(".json") and message_id in entry.name:
+                    try:
+                        reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
+                    except (OSError, ValueError):
+                        continue
+                    if (reply.get("messageId") == message_id and "progressKey" not in reply
+                            and isinstance(reply.get("timestamp"), int) and reply["timestamp"] >= since_ms):
+                        return reply
+    return None

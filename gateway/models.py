@@ -13,6 +13,7 @@ from pydantic_core import PydanticSerializationError
 
 from gateway.storable import made_safe, safe_json, unstorable
 from gateway.telemetry.events import now_ms
+from gateway.telemetry.tracing import current_carrier
 
 INVALID_APOLOGY = "Sorry, I could not take in your message: {reason}"
 _FILE_TAG = re.compile(r"\[file:\s*([^\]]+)\]")
@@ -199,6 +200,7 @@ class OutgoingPayload(_Payload):
             "workflowRunId": incoming.workflowRunId,
             "workflowStepId": incoming.workflowStepId,
         }
+        fields.update(current_carrier())  # the trace its delivery joins (telemetry on)
         fields.update({k: v for k, v in extra.items() if v is not None})
         return cls(**fields)
 

@@ -276,10 +276,30 @@ class AlertSettings(_Strict):
     database_unreachable_sec: float = Field(default=30, ge=0)  # the database unreachable this long is reported
 
 
+class TelemetrySettings(_Strict):
+    """`telemetry:`: OpenTelemetry traces of each message's path (gateway/telemetry/tracing.py); off unless set.
+    Needs the `otel` extra (`pip install -e '.[otel]' in the clone`)."""
+
+    exporter: Literal["otlp", "console"] = "otlp"  # console: each span printed as JSON on stdout
+    endpoint: str = "http://127.0.0.1:4318"  # an OTLP/HTTP collector; `/v1/traces` is appended
+    service_name: str = Field(default="switchyard", min_length=1)
+    content: bool = False  # true: prompts, answers and message text as span attributes (else never)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)  # the share of new traces kept (a carried one follows)
+
+
 class FileSettings(_Strict):
     extra_roots: list[str] = Field(default_factory=list)
     shared_dir: str | None = None  # postgres: a folder every host mounts, for attachments over
                                    # queue.db_files_max_bytes
+
+
+class ChatToolsSettings(_Strict):
+    """The chat tools an agent turn gets (docs/chat-tools.md): on or off, and what one turn may send."""
+
+    enabled: bool = True
+    max_messages: int = Field(default=20, ge=0)  # send_message + send_file calls per turn
+    max_file_bytes: int = Field(default=52_428_800, ge=0)  # the bytes of files one turn may send (all together)
+    ask_timeout_sec: float = Field(default=600, gt=0)  # `ask` returns "no answer" after this
 
 
 class Settings(_Strict):
@@ -296,6 +316,8 @@ class Settings(_Strict):
     usage: UsageSettings = Field(default_factory=UsageSettings)  # the day's time zone and the spending limits
     alerts: AlertSettings | None = None  # the operators' conversation told of failures (off unless set)
     roles: dict[str, RoleSettings] = Field(default_factory=dict)  # the operator's roles (gateway/roles.py)
+    telemetry: TelemetrySettings | None = None  # OpenTelemetry traces (off unless set)
+    chat_tools: ChatToolsSettings = Field(default_factory=ChatToolsSettings)  # the agents' MCP chat tools
     plugins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"  # stderr: one line per record (SWITCHYARD_LOG_FORMAT wins)
 

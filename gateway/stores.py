@@ -49,6 +49,8 @@ __all__ = [
     "EditFolding",
     "EventSink",
     "QueueStore",
+    "ReplyStore",
+    "StorageStatus",
     "StoreFactory",
     "Stores",
 ]
@@ -277,15 +279,44 @@ class BackendUnreachable(Exception):
 
 
 class Duplicate:
-    """What `Backend.wait_for_reply` gives for a message the gateway skipped as a duplicate: its identity
-    (channel, profile, messageId) was answered before it was queued, within `queue.duplicate_window_sec`."""
+    """What a ReplyStore finds for a message the gateway skipped as a duplicate: its identity (channel,
+    profile, messageId) was answered before it was queued, within `queue.duplicate_window_sec`."""
 
     def __repr__(self) -> str:
         return "Duplicate()"
 
 
+class ReplyStore(Protocol):
+    """Where a backend keeps the replies it stored, as `send --wait` looks them up (gateway/cli/backends.py
+    waits): one look each call, no waiting."""
+
+    def find(self, message: IncomingPayload, job: str) -> dict[str, Any] | Duplicate | None:
+        """The reply to `message`, queued as `job` (a reply stored before it was queued is another message's;
+        a progress note or a draft is not the reply), Duplicate once the gateway skipped it as one, else None."""
+
+    def close(self) -> None:
+        """Releases what the looks held open."""
+
+
+@dataclass(frozen=True)
+class StorageStatus:
+    """What a backend's storage holds, as facts without wording: gateway/cli/backends.py words them for
+    `switchyard status`. `database` is None when the state is this home's own (files) or this process's
+    (memory); a backend whose state is a database shared by hosts names it (its DSN masked), and, once
+    its schema is there, the processes attached on every host and the channel owners."""
+
+    queue: dict[str, int]
+    dead_letter_count: int
+    dead_letters: list[DeadLetter]
+    """The newest dead letters, as many as asked for."""
+    database: dict[str, Any] | None = None
+    processes: list[dict[str, Any]] | None = None
+    leases: list[dict[str, Any]] | None = None
+
+
 class Backend(Protocol):
-    """What one storage backend opens for the home and settings it was built with."""
+    """What one storage backend opens for the home and settings it was built with: its stores, its runtime,
+    and facts about its storage. What the CLI shows of a backend is gateway/cli/backends.py's."""
 
     name: str
     home: Home
@@ -295,13 +326,15 @@ class Backend(Protocol):
     is one (a mistyped --home would otherwise read as "nothing here")."""
     failures: tuple[type[BaseException], ...]
     """The errors of its storage that an operator command reports as one line (and exit 2)."""
-
-    def failure_text(self, exc: BaseException) -> str:
-        """One line for an error of `failures`, without a secret."""
+    @property
+    def variables(self) -> tuple[tuple[str, str], ...]:
+        """(settings key, environment variable) of each variable it reads to reach its storage."""
         ...
 
-    def unset_variables(self) -> list[tuple[str, str, str]]:
-        """(settings key, variable, what happens) for each environment variable it needs that is unset."""
+    @property
+    def dsn(self) -> str | None:
+        """The connection string of the database that holds the state (None: no database); it may hold a
+        password, so it is shown only masked (gateway.telemetry.redaction)."""
         ...
 
     def pairing(self, *, command: bool = False) -> Pairing:
@@ -320,19 +353,13 @@ class Backend(Protocol):
         """What `switchyard dead` lists, shows, retries and drops."""
         ...
 
-    def wait_for_reply(self, message: IncomingPayload, job: str,
-                       timeout_s: float) -> dict[str, Any] | Duplicate | None:
-        """The reply to `message`, queued as `job` (a reply stored before it was queued is another message's),
-        Duplicate once the gateway skipped it as one, or None after `timeout_s` (`send --wait`)."""
+    def replies(self) -> ReplyStore:
+        """Where the replies it stored are looked up (`send --wait`)."""
         ...
 
-    def status(self, dead_shown: int) -> dict[str, Any]:
-        """The backend's part of `switchyard status` (queue, dead letters, gateway processes); raises
-        BackendUnreachable."""
-        ...
-
-    def print_headline(self, status: dict[str, Any]) -> None:
-        """Prints the first lines of `status` for a person (whether the gateway runs, and where)."""
+    def status(self, dead_shown: int) -> StorageStatus:
+        """What its storage holds for `switchyard status` (the newest `dead_shown` dead letters); an error of
+        `failures` when the storage cannot be reached."""
         ...
 
     def runtime(self, parts: RuntimeParts) -> Runtime:

@@ -140,6 +140,7 @@ def add_sessions_command(commands: argparse._SubParsersAction) -> None:  # type:
 def cmd_sessions(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """`sessions list` prints every conversation's sessions; `sessions attach` adds a CLI session to one. On the
     postgres backend an unreachable database is one line on stderr and exit 2."""
+    from gateway.cli.backends import failure_text
     from orchestrator.storage.stores import backend_for, open_history, open_sessions
 
     backend = backend_for(home, settings)
@@ -149,7 +150,7 @@ def cmd_sessions(args: argparse.Namespace, home: Home, settings: Settings) -> in
             return _attach(args, settings, sessions, history)
         return _list_sessions(args, sessions)
     except backend.failures as exc:
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
     finally:
         backend.close()
@@ -203,6 +204,7 @@ def _attach(args: argparse.Namespace, settings: Settings, sessions: SessionStore
 def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Lists runs newest first (filtered and cut to `--limit`), or shows one; on the postgres backend an
     unreachable database is one line on stderr and exit 2."""
+    from gateway.cli.backends import failure_text
     from orchestrator.storage.stores import backend_for, open_run_store
 
     backend = backend_for(home, settings)
@@ -215,13 +217,14 @@ def cmd_runs(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     try:
         return _runs(args, store)
     except backend.failures as exc:  # the pool's own warnings said why; this is the one line that stays
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
 
 
 def cmd_schedules(args: argparse.Namespace, home: Home, settings: Settings) -> int:
     """Lists every schedule of every orchestrator with its next and last occurrence and the outcome; on the
     postgres backend an unreachable database is one line on stderr and exit 2."""
+    from gateway.cli.backends import failure_text
     from gateway.cli.tables import print_table
     from orchestrator.schedules.listing import HEADERS, rows_for, table_rows
     from orchestrator.storage.stores import backend_for
@@ -230,7 +233,7 @@ def cmd_schedules(args: argparse.Namespace, home: Home, settings: Settings) -> i
     try:
         rows = rows_for(home, settings, backend)
     except backend.failures as exc:
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
     finally:
         backend.close()

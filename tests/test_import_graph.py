@@ -190,24 +190,19 @@ def _lines(pairs: set[tuple[str, str]]) -> str:
     return "\n".join(f"    {s} -> {' '.join(sorted(t for a, t in pairs if a == s))}" for s in sources)
 
 
-BACKEND_TO_BACKEND = _pairs("""
-    gateway.backends.memory.backend -> gateway.backends.files.backend
-    gateway.backends.memory.runtime -> gateway.backends.files.runtime
-""")  # MemoryStores(FileStores) and MemoryRuntime(FileRuntime): the memory twin inherits the file backend
+BACKEND_TO_BACKEND: set[tuple[str, str]] = set()
 ORCHESTRATOR_TO_BACKEND: set[tuple[str, str]] = set()
 PLUGIN_BEYOND_CONTRACT = _pairs("""
     plugins.heartbeat -> gateway.cli.statuscache
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
-    gateway.backends.files.backend -> gateway.cli.status gateway.runtime.locks
+    gateway.backends.files.backend -> gateway.runtime.locks
     gateway.backends.files.backend -> gateway.runtime.sharing
-    gateway.backends.files.dispatcher -> gateway.runtime.aio gateway.runtime.sending
-    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outbox
+    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outgoing
     gateway.backends.files.runtime -> gateway.runtime.sharing
     gateway.backends.files.runtime -> gateway.runtime.worker
     gateway.backends.memory -> gateway.runtime.locks
-    gateway.backends.memory.backend -> gateway.cli.status
-    gateway.backends.memory.runtime -> gateway.runtime.locks gateway.runtime.sharing
+    gateway.backends.memory.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outgoing
     gateway.backends.memory.runtime -> gateway.runtime.worker
     gateway.backends.postgres.backend -> gateway.runtime.aio gateway.runtime.locks
     gateway.backends.postgres.dashboard -> gateway.dashboard.state
@@ -223,13 +218,12 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.processing -> gateway.runtime.outcome
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
     gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
-    gateway.backends.postgres.status -> gateway.cli.tables
-    gateway.backends.postgres.storage -> gateway.cli.status gateway.runtime.locks
+    gateway.backends.postgres.storage -> gateway.runtime.locks
     gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
     orchestrator.storage.files.usage -> gateway.runtime.locks
     orchestrator.storage.postgres.runs -> gateway.runtime.locks
     orchestrator.storage.postgres.usage -> gateway.runtime.locks
-""")  # each backend builds its own runtime (worker, dispatcher, outbox) and its own CLI presentation
+""")  # each backend builds its own runtime (worker, dispatcher, outbox); postgres registers `db` and `worker`
 
 
 def _in(module: str, package: str) -> bool:

@@ -15,6 +15,7 @@ from gateway.channelkit.buttons import fits, numbered
 from gateway.channelkit.chunking import split_message
 from gateway.home import Home, atomic_write, remove_old_files, safe_name
 from gateway.models import Button, OutgoingPayload
+from gateway.telemetry import tracing
 
 log = logging.getLogger("switchyard.delivery")
 
@@ -127,7 +128,8 @@ async def deliver_parts(
     for part in parts:
         if part.index in sent:
             continue
-        platform_id = await send_part(part)
+        with tracing.span("delivery.part", **{"switchyard.part": part.index}):
+            platform_id = await send_part(part)
         if shared is not None:
             await shared.record(part.index, platform_id)
         else:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli import EXIT_NO_HOME, not_a_home
+from gateway.cli.backends import failure_text
 from gateway.cli.tables import print_table, printable
 from gateway.composition import open_backend
 
@@ -72,7 +73,7 @@ def cmd_audit(args: argparse.Namespace, run: Invocation) -> int:
     try:
         records = backend.store(AUDIT, command=True).records(since=since, by=args.by)
     except backend.failures as exc:
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
     finally:
         backend.close()

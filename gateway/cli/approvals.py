@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.approvals import describe, operator_answer
 from gateway.channelkit.access import duration_text
 from gateway.cli import EXIT_NO_HOME, not_a_home
+from gateway.cli.backends import failure_text
 from gateway.cli.tables import print_table, printable
 from gateway.composition import open_backend
 
@@ -39,7 +40,7 @@ def cmd_approvals(args: argparse.Namespace, run: Invocation) -> int:
             return code
         return _list(store, as_json=getattr(args, "json", False))
     except backend.failures as exc:
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from gateway.cli.backends import unset_variables as backend_variables
 from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.plugin_manager import call_each, check_channel_options, import_plugin, listed_plugins
@@ -94,7 +95,7 @@ def unset_variables(home: Home, settings: Settings, pm: pluggy.PluginManager, *,
     token_env = settings.dashboard.token_env if settings.dashboard.port is not None else None
     if token_env and not os.environ.get(token_env, "").strip():
         missing.append(("dashboard.token_env", token_env, "run would not start"))
-    missing += open_backend(home, settings, pm).unset_variables()
+    missing += backend_variables(open_backend(home, settings, pm))
     return [f"{source}: {key}: the environment variable {name} is not set ({effect})"
             for key, name, effect in missing]
 

@@ -12,6 +12,7 @@ import time
 
 from gateway.channelkit.access import Pairing, PairingCodeExpired, duration_text
 from gateway.cli import EXIT_NO_HOME, Invocation, example_settings_text, next_step, not_a_home
+from gateway.cli.backends import failure_text, wait_for_reply
 from gateway.cli.check import require_valid_home
 from gateway.cli.tables import printable
 from gateway.composition import open_backend
@@ -110,10 +111,13 @@ def cmd_send(args: argparse.Namespace, run: Invocation) -> int:
     print(f"waiting up to {args.wait:g}s for the reply… (Ctrl-C stops waiting; the message stays queued)",
           file=sys.stderr)
     try:
-        reply = backend.wait_for_reply(payload, path.name, args.wait)
+        reply = wait_for_reply(backend.replies(), payload, path.name, args.wait)
     except KeyboardInterrupt:
         print("stopped waiting; the message is still queued", file=sys.stderr)
         return 130
+    except backend.failures as exc:  # the database away while looking: the message is queued all the same
+        print(f"switchyard: {failure_text(backend, exc)}; the message is still queued", file=sys.stderr)
+        return EXIT_DATABASE
     if isinstance(reply, Duplicate):
         print(printable(f"duplicate: message id {payload.messageId} on {payload.profile} was already answered "
                         "(within queue.duplicate_window_sec); it was not processed again. Send it with another "
@@ -140,7 +144,7 @@ def cmd_pair(args: argparse.Namespace, run: Invocation) -> int:
             record_operator(backend, "pairing.approve", f"approved pairing code {args.code.strip().upper()}")
         return code
     except backend.failures as exc:
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
 
 

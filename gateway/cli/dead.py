@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli import EXIT_NO_HOME, not_a_home
+from gateway.cli.backends import failure_text
 from gateway.cli.tables import print_table, printable
 from gateway.composition import open_backend
 
@@ -32,7 +33,7 @@ def cmd_dead(args: argparse.Namespace, run: Invocation) -> int:
     try:
         return _run(args, backend.dead_letters(), backend)
     except backend.failures as exc:
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
 
 

@@ -1,9 +1,10 @@
 """`switchyard status`: what it gathers (gateway process, channels, queue, dead letters, plugin sections)
 and how it shows it (tables for a person, JSON for a script). Exits 3 when the gateway is down.
 
-The backend (gateway/composition.py) gathers the queue, the dead letters and the gateway processes: on
-PostgreSQL from the database (gateway/backends/postgres/status.py: the processes attached on every host and the channel
-owners too; the gateway counts as running when any is live; an unreachable database is one line and exit 2)."""
+The backend (gateway/composition.py) reports what its storage holds (the queue, the dead letters; on a database
+the database, the processes attached on every host and the channel owners too); gateway/cli/backends.py words
+it (on a database the gateway counts as running when any process is live; an unreachable one is one line
+and exit 2)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.cli import EXIT_NO_HOME, EXIT_USAGE, not_a_home
+from gateway.cli.backends import failure_text, print_headline, status_record
 from gateway.cli.statuscache import LazySettings, StatusCache, file_digest
 from gateway.cli.tables import print_table, printable
 from gateway.composition import backend_name, open_backend
@@ -51,12 +53,14 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     backend = open_backend(run.home, settings, pm, name=name)
     if backend.in_home and not_a_home(run.home):  # else a mistyped --home would show an empty queue
         return EXIT_NO_HOME
+    unreachable: tuple[type[BaseException], ...] = (BackendUnreachable, *backend.failures)
     try:
         status = gather_status(run.home, settings, pm, cache, backend)
-    except BackendUnreachable as exc:
+    except unreachable as exc:
+        said = str(exc) if isinstance(exc, BackendUnreachable) else failure_text(backend, exc)
         if args.json:
-            print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": str(exc)}}))
-        print(f"switchyard: {exc}", file=sys.stderr)
+            print(json.dumps({"home": str(run.home.root), "database": {"reachable": False, "error": said}}))
+        print(f"switchyard: {said}", file=sys.stderr)
         return EXIT_DATABASE
     status["settings"] = {"file": str(run.settings_path), "problem": problem,
                           "notes": settings_notes(status["gateway"])}
@@ -64,7 +68,7 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
-        print_status(status, backend)
+        print_status(status)
     if problem is not None:  # shown in full above; the exit code is every command's for invalid settings
         print(f"switchyard: invalid settings: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -131,7 +135,8 @@ def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cach
     """Everything `status` shows: the backend's part (gateway process, queue depths, dead letters; on
     postgres the database and the processes of every host), then the plugin sections (`cache` keeps what
     those derive from configuration files)."""
-    status: dict[str, Any] = {"home": str(home.root), **backend.status(DEAD_LETTERS_SHOWN)}
+    storage = backend.status(DEAD_LETTERS_SHOWN)
+    status: dict[str, Any] = {"home": str(home.root), **status_record(backend, storage, gateway_process(home))}
     for section in call_each(pm, "switchyard_status", home=home, settings=settings, cache=cache):
         status.update(section)
     return status
@@ -176,11 +181,11 @@ def _stale(channel: dict[str, Any]) -> dict[str, Any]:
             "reason": f"gateway not running (last reported {last})"}
 
 
-def print_status(status: dict[str, Any], backend: Backend) -> None:
+def print_status(status: dict[str, Any]) -> None:
     """Prints the status for a person: the backend's headline, then one table per section that has rows."""
     gateway = status["gateway"]
     print(f"home: {status['home']}")
-    backend.print_headline(status)
+    print_headline(status)
     _section(["channel", "type", "state", "detail"],
              [[name, str(info.get("type") or "-"), str(info.get("state")), str(info.get("reason") or "")]
               for name, info in (gateway.get("channels") or {}).items()])

@@ -19,6 +19,7 @@ from gateway.api import Handler, PermanentError
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.payloads import APOLOGY, backoff_seconds
 from gateway.settings import QueueSettings
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog, now_ms
 
 log = logging.getLogger("switchyard.worker")
@@ -121,7 +122,7 @@ async def handled(handler: Handler, message: IncomingPayload, attempts: int, set
     refusals = 0
     while True:
         try:
-            return Done(await handler.handle(message))
+            return Done(await tracing.attempt(message, handler.handle(message), attempt=attempts + 1, job=job_id))
         except OSError as exc:
             if wait_out is None or exc.errno not in STORAGE_ERRNOS:
                 return _failed(message, exc, attempts, settings, job_id)

@@ -15,7 +15,7 @@ spaced by its `edit_interval_sec`, the final answer's included.
 
 A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
 `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
-(gateway/backends/files/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py,
+(gateway/runtime/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py,
 rows.py).
 """
 
@@ -34,6 +34,7 @@ from gateway.channelkit.delivery import SHARED_JOURNAL, SharedJournal
 from gateway.models import OutgoingPayload
 from gateway.runtime.uploads import send_with_files
 from gateway.settings import QueueSettings
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.sending")
@@ -118,6 +119,13 @@ class Conversation(Protocol):
         """Handles a failure of the storage itself; True tries the head again, False ends the drain."""
 
 
+def send_attributes(_: Sender, head: Head) -> dict[str, object]:
+    """The attributes of one delivery attempt's span (gateway/telemetry/tracing.py)."""
+    payload = head.payload
+    return {"switchyard.file": head.name, "switchyard.channel": payload.channel, "switchyard.profile": payload.profile,
+            "switchyard.attempt": head.attempts + 1, "switchyard.files": len(payload.files)}
+
+
 class Sender:
     """Sends heads through their channels, one attempt at a time, and records what became of each."""
 
@@ -197,6 +205,7 @@ class Sender:
         if len(self._edited) > STREAM_MEMORY:
             self._edited = {key: at for key, at in self._edited.items() if now - at < STREAM_IDLE_S}
 
+    @tracing.traced("delivery.send", send_attributes, carrier=lambda _, head: head.payload)
     async def send(self, head: Head) -> float | None:
         """Sends the head once and records the outcome; the delay before its next attempt when it is
         retried, None when it was sent or is dead."""
@@ -231,6 +240,8 @@ class Sender:
             await self.give_up(head, f"delivery failed {attempts} time(s): {exc}", attempts)
             return None
         delay = retry_delay(exc, attempts, self.settings)
+        tracing.note(**{"switchyard.retry_in_s": delay, "switchyard.rate_limited": isinstance(exc, DeliveryError)
+                        and exc.retry_after is not None, "switchyard.error": str(exc)[:500]})
         await head.retry(attempts, str(exc), delay)
         payload = head.payload
         self.events.emit("outgoing.retry", file=head.name, channel=payload.channel, profile=payload.profile,
@@ -249,3 +260,4 @@ class Sender:
         """Logs and emits `outgoing.failed` for a reply its storage now keeps as dead."""
         log.error("undeliverable reply %s is dead: %s", name, reason)
         self.events.emit("outgoing.failed", file=name, reason=reason, attempts=attempts)
+

@@ -25,6 +25,7 @@ from gateway.runtime.sharing import SharedHome
 from gateway.settings import QueueSettings
 from gateway.spool.queue import CLAIM_RETRY_S, Claimed
 from gateway.stores import AnsweredStore, QueueStore
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.worker")
@@ -262,6 +263,7 @@ class Worker:
             return
         self.events.emit("message.claimed", job_id=claimed.name, channel=message.channel, profile=message.profile,
                          conversation=message.conversation, attempt=claimed.attempts + 1)
+        tracing.claimed(message, attempt=claimed.attempts + 1, job=claimed.name)
         self.scheduler.add(claimed.order, ordering_keys(message), _Job(claimed, message))
         if self.receipts is not None:
             self.receipts.claimed(claimed.order, message)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.storable import made_safe, storable
+from gateway.telemetry.tracing import current_ids
 
 if TYPE_CHECKING:  # for annotations only: `status` reads the clock without loading asyncio
     import asyncio
@@ -70,6 +71,8 @@ class EventLog:
         """Writes one event with `ts` and `event` plus the given fields (None values left out)."""
         record = {"ts": utc_now_iso(), "event": event}
         record.update({k: v for k, v in fields.items() if v is not None})
+        if (ids := current_ids()) is not None:  # telemetry on, inside a message's trace
+            record.setdefault("trace_id", ids[0])
         text = json.dumps(record, default=str, ensure_ascii=False)
         if not storable(text):  # a NUL or a lone surrogate (a file's name, an error's text): made safe
             record = made_safe(json.loads(text))

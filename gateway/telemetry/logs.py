@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from gateway.telemetry.tracing import current_ids
+
 if TYPE_CHECKING:  # the CLI configures logging before it needs pydantic
     from gateway.settings import Settings
 
@@ -32,10 +34,12 @@ class OneLineFormatter(logging.Formatter):
         self.secrets: list[str] = []
 
     def format(self, record: logging.LogRecord) -> str:
+        ids = current_ids()  # telemetry on, inside a message's trace: the line names it
         if self.kind == "json":
-            line = json.dumps(self._fields(record), ensure_ascii=False, default=str)
+            fields = self._fields(record)
+            line = json.dumps({**fields, "trace_id": ids[0]} if ids else fields, ensure_ascii=False, default=str)
         else:
-            line = _escape_newlines(super().format(record))
+            line = _escape_newlines(super().format(record)) + (f" trace_id={ids[0]}" if ids else "")
         for secret in self.secrets:
             line = line.replace(secret, "***")
         return line

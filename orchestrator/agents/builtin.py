@@ -1,9 +1,11 @@
-"""The built-in providers: `echo` (answers with its prompt) and `rules` (offline selector and diagnostics)."""
+"""The built-in providers: `echo` (answers with its prompt), `rules` (offline selector and diagnostics) and
+`demo` (the chat tools at work, with no agent CLI installed)."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from gateway.api import BuiltinProvider
@@ -27,9 +29,40 @@ async def rules_provider(prompt: str, request: dict[str, Any]) -> str:
     return prompt
 
 
+async def demo_provider(prompt: str, request: dict[str, Any]) -> str:
+    """Shows a new user the chat tools: reads who it talks to, sends a message, asks whether to send a file and
+    sends it through the turn's MCP server (as an agent CLI would), then answers. Without the tools it says how
+    to get them."""
+    from orchestrator.chattools.client import ToolFailed, connected  # the mcp client: imported when used
+    from orchestrator.chattools.server import ToolEndpoint
+
+    tools = request.get("chatTools")
+    if not isinstance(tools, dict):
+        return f"{prompt}\n(the chat tools are off for this turn: see docs/chat-tools.md)"
+    async with connected(ToolEndpoint(str(tools["url"]), str(tools["token"]))) as chat:
+        info = json.loads(await chat.call("conversation_info"))
+        await chat.call("send_message", text=f"Hello {info.get('sender') or 'there'}: this message comes "
+                                             "from the demo agent's send_message tool, while it works.")
+        answer = await chat.call("ask", question="Shall I send you a file too? (the ask tool)",
+                                 options=[DEMO_YES, "No, thanks"])
+        sent = "not asked for"
+        if answer != "No, thanks":  # "no answer" too: the demo goes on as an agent would
+            report = Path(info["filesFolder"]) / f"demo-{info.get('runId', 'run')}.txt"
+            report.write_text(f"A file the demo agent wrote for run {info.get('runId')}.\n", encoding="utf-8")
+            try:
+                sent = await chat.call("send_file", path=str(report), caption="a file sent with send_file")
+            except ToolFailed as exc:
+                sent = f"not sent: {exc}"
+    return f"{prompt}\n(demo agent: tools {', '.join(DEMO_TOOLS)}; you answered: {answer}; the file: {sent})"
+
+
+DEMO_YES = "Yes, send it"
+DEMO_TOOLS = ("conversation_info", "send_message", "ask", "send_file")
+
+
 def builtin_providers() -> dict[str, BuiltinProvider]:
     """The providers that need no CLI installed."""
-    return {"echo": echo_provider, "rules": rules_provider}
+    return {"echo": echo_provider, "rules": rules_provider, "demo": demo_provider}
 
 
 def select_by_rules(request: dict[str, Any]) -> dict[str, Any]:

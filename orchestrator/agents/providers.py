@@ -7,15 +7,17 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gateway.api import BuiltinProvider, PermanentError
 from gateway.home import Home, atomic_write, safe_name
+from gateway.models import IncomingPayload
 from gateway.runtime.aio import wait_event
 from gateway.settings import ProviderSettings
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.acp.route import AcpRoute
 from orchestrator.agents.clis import PRESETS
@@ -25,6 +27,9 @@ from orchestrator.agents.request import ProviderCall, TurnRequest
 from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since, run_process
+from orchestrator.agents.turnspans import turn_attributes, turn_outcome
+from orchestrator.chattools.names import TOKEN_ENV, URL_ENV
+from orchestrator.chattools.server import ChatToolServer, ToolEndpoint
 from orchestrator.config.models import CONFIG_FILE
 from orchestrator.usage.meter import UsageMeter
 from orchestrator.usage.records import PAYER_KINDS, TokenUsage
@@ -47,10 +52,12 @@ class ProviderRunner:
     def __init__(
         self, home: Home, providers: Mapping[str, ProviderSettings], builtins: Mapping[str, BuiltinProvider],
         *, sessions: SessionStore, events: EventLog | None = None, hidden_env: frozenset[str] = frozenset(),
-        meter: UsageMeter | None = None,
+        meter: UsageMeter | None = None, chat_tools: ChatToolServer | None = None,
     ):
         """`sessions`: the backend's provider sessions; `meter`: counts and limits the turns of calls with a
-        payer (None: nothing is counted)."""
+        payer (None: nothing is counted); `chat_tools`: the MCP server whose tools each turn of a run gets
+        (None: no turn gets them)."""
+        self._chat_tools = chat_tools
         self._home = home
         self._providers = dict(providers)
         self._builtins = dict(builtins)
@@ -83,6 +90,7 @@ class ProviderRunner:
         """The settings.yaml entry of a provider (None for a built-in)."""
         return self._providers.get(name)
 
+    @tracing.traced("agent.turn", turn_attributes, turn_outcome)
     async def run(self, name: str, turn: TurnRequest) -> ProviderResult:
         """Writes the request file (when given), runs the provider; raises ProviderFailed (retryable) or
         PermanentError (unknown provider, or a failure retrying cannot fix). A call with a payer is a turn of
@@ -119,12 +127,34 @@ class ProviderRunner:
         configured = self._providers.get(name)
         if configured is not None or turn.request_file is not None:  # a built-in needs no working directory
             _prepare(turn.cwd, turn.request_file, turn.request)
+        async with self._granted(name, configured, turn) as tools:
+            return await self._run_with(name, configured, replace(turn, tools=tools))
+
+    def _granted(self, name: str, configured: ProviderSettings | None,
+                 turn: TurnRequest) -> AbstractAsyncContextManager[ToolEndpoint | None]:
+        """The chat tools of a workflow step's turn for as long as it runs (docs/chat-tools.md); none for the
+        selector and diagnostics (no run) or an agent with `chat_tools: false`."""
+        message = turn.request.get("message")
+        if (self._chat_tools is None or not turn.chat_tools or turn.conversation is None or turn.run is None
+                or not isinstance(message, dict)):
+            return nullcontext(None)
+        step = turn.request.get("stepId")
+        return self._chat_tools.granted(
+            turn.conversation, turn.session_scope(configured) if configured is not None else None,
+            run_id=turn.run, step_id=step if isinstance(step, str) else None,
+            reply_to=IncomingPayload.model_validate(message), agent=name, prompt=turn.prompt)
+
+    async def _run_with(self, name: str, configured: ProviderSettings | None, turn: TurnRequest) -> ProviderResult:
         if configured is None:
             return _checked(name, await self._run_builtin(self._builtins[name], turn))
         request_env = {"SWITCHYARD_REQUEST": str(turn.request_file)} if turn.request_file is not None else {}
+        if turn.tools is not None:  # a generic argv or a script finds its chat tools here (docs/chat-tools.md)
+            request_env.update({URL_ENV: turn.tools.url, TOKEN_ENV: turn.tools.token})
+            if configured.type is not None and configured.transport != "acp":  # a live session: its mcpServers
+                request_env.update(PRESETS[configured.type].tools_env(endpoint_folder(self._home, name)))
         full_env = self.provider_env(name, configured, {**request_env, **turn.env})
         sandbox = self.sandbox_of(configured, turn, full_env)
-        async with self._turn(turn.turn_scope()) as stop:
+        async with self._turn(turn.turn_scope(), turn.tools) as stop:
             call = ProviderCall.of(name, configured, replace(turn, env=full_env, sandbox=sandbox), stop)
             if call.scope is not None:  # the conversation's current session (`/new`, `/resume N`)
                 call = replace(call, scope=self._sessions.current(call.scope))
@@ -156,13 +186,14 @@ class ProviderRunner:
             return _checked(name, _unless_stopped(name, stop, result), argv[0] if argv else name)
 
     @asynccontextmanager
-    async def _turn(self, scope: str | None) -> AsyncIterator[asyncio.Event]:
+    async def _turn(self, scope: str | None, tools: ToolEndpoint | None = None) -> AsyncIterator[asyncio.Event]:
         """Registers a process-running call in `turns` for as long as it runs; the event it yields is set by
-        `/stop` (the process then is killed), whose wait ends when the call has."""
+        `/stop` (the process then is killed, its chat tools refused at once), whose wait ends when the call has."""
         stop, ended = asyncio.Event(), asyncio.Event()
 
         async def stop_turn() -> None:
             stop.set()
+            self._revoke(tools)
             await wait_event(ended, STOP_WAIT_SEC)
 
         with self.turns.running(scope, stop_turn):
@@ -189,7 +220,7 @@ class ProviderRunner:
         if turn.request_file is not None:
             base = replace(base, readable=(*base.readable, turn.request_file))
         return base.for_provider(provider.type, env, base_url=provider.base_url, network=provider.network,
-                                 readable=provider.sandbox_paths)
+                                 readable=provider.sandbox_paths, also=[turn.tools.url] if turn.tools else [])
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """A subprocess's environment: os.environ without secrets and SWITCHYARD_* internals, plus
@@ -224,7 +255,9 @@ class ProviderRunner:
     async def _run_builtin(self, provider: BuiltinProvider, turn: TurnRequest) -> ProviderResult:
         started = time.monotonic()
         try:
-            answer = await self._stoppable(provider(turn.prompt, turn.request), turn.turn_scope())
+            request = turn.request if turn.tools is None else {
+                **turn.request, "chatTools": {"url": turn.tools.url, "token": turn.tools.token}}
+            answer = await self._stoppable(provider(turn.prompt, request), turn.turn_scope(), turn.tools)
         except TurnStopped:
             raise
         except Exception as exc:
@@ -232,8 +265,13 @@ class ProviderRunner:
         truncated = len(answer) > BUILTIN_MAX_OUTPUT
         return ProviderResult(answer[:BUILTIN_MAX_OUTPUT], "", 0, ms_since(started), False, truncated)
 
-    async def _stoppable(self, answer: Awaitable[str], scope: str | None) -> str:
-        """Awaits a built-in's answer as a turn of `scope`: `/stop` cancels it (TurnStopped)."""
+    def _revoke(self, tools: ToolEndpoint | None) -> None:
+        """A stopped turn sends nothing more: its token acts for nobody from now on."""
+        if tools is not None and self._chat_tools is not None:
+            self._chat_tools.revoke(tools)
+
+    async def _stoppable(self, answer: Awaitable[str], scope: str | None, tools: ToolEndpoint | None = None) -> str:
+        """Awaits a built-in's answer as a turn of `scope`: `/stop` cancels it (TurnStopped) and its chat tools."""
         if scope is None:
             return await answer
         task = asyncio.ensure_future(answer)
@@ -242,6 +280,7 @@ class ProviderRunner:
         async def stop_turn() -> None:
             nonlocal stopped
             stopped = True
+            self._revoke(tools)
             task.cancel()
             await asyncio.wait({task}, timeout=STOP_WAIT_SEC)
 

@@ -8,12 +8,15 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.settings import ProviderSettings
 from orchestrator.agents.live import PermissionAsker, TextSink
 from orchestrator.agents.sandbox import Sandbox
 from orchestrator.usage.records import Payer
+
+if TYPE_CHECKING:
+    from orchestrator.chattools.server import ToolEndpoint
 
 NoteSink = Callable[[str], None]
 """Receives short notes on what a running agent does (the tool it uses, the first line it writes)."""
@@ -42,6 +45,8 @@ class TurnRequest:
     payer: Payer | None = None  # whom the turn is counted against (its limits checked first); None: nobody
     reserved: tuple[str, ...] = ()  # the payer's kinds this turn's caller reserved it for already (UsageMeter.turn)
     sandbox: Sandbox | None = None  # its scope's bubblewrap sandbox (None: unconfined, unless the provider says bwrap)
+    chat_tools: bool = True  # False: the agent says `chat_tools: false` (no MCP chat tools for its turns)
+    tools: ToolEndpoint | None = None  # where the turn reaches its chat tools (set by ProviderRunner, not the caller)
 
     def turn_scope(self) -> str | None:
         """The conversation scope this call registers under in `Turns` (None: `/stop` cannot reach it)."""

@@ -72,13 +72,15 @@ class Sandbox:
     binary: str = BWRAP
 
     def for_provider(self, preset: str | None, env: Mapping[str, str], *, base_url: str | None = None,
-                     network: str | None = None, readable: Sequence[str] = ()) -> Sandbox:
+                     network: str | None = None, readable: Sequence[str] = (), also: Sequence[str] = ()) -> Sandbox:
         """This sandbox for one provider's process: its CLI's config folders bound in (their session history
         replaced by its owner's), its `network` and `sandbox_paths`, and for `model-only` its API hosts (its
-        `base_url`, else the preset's) as the relay's targets. A `command` provider (no preset) reaches none."""
+        `base_url`, else the preset's) as the relay's targets, with the gateway's own endpoints a turn is
+        given (`also`: the chat tools' URL). A `command` provider (no preset) reaches none."""
         home = Path(env["HOME"]) if env.get("HOME") else None
         mounts = list(self.mounts) + (_config_mounts(preset, env, home, self.state) if preset else [])
         hosts = [_host_port(base_url)] if base_url else [_parse_target(t) for t in PRESET_HOSTS.get(preset or "", ())]
+        hosts += [_host_port(url) for url in also if preset]
         network = network or self.network
         return replace(self, home=home, mounts=tuple(mounts), network=network,
                        readable=self.readable + tuple(Path(path) for path in readable),

@@ -118,6 +118,8 @@ class ChatAnswers:
                                  by=f"{message.channel}:{message.senderId or message.sender}")
         if not won or done is None:
             return self._reply(message, settled_text(done or approval)), False
+        if done.extra.get("question"):  # an agent's question (the chat tool `ask`): the answer, not a verdict
+            return self._reply(message, f"Answered: {approval.options[index]['name']}"), True
         if self._access is not None:
             verdict = "allowed" if done.allowed() else "denied"
             self._access.record(message, "approval.answer", f"{verdict} {done.title}", key=done.id,

@@ -33,7 +33,9 @@ from gateway.approvals import (
 )
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.locks import process_instance
+from gateway.telemetry import tracing
 from gateway.telemetry.events import now_ms
+from gateway.telemetry.tracing import CONTENT
 from orchestrator.execution.results import SYSTEM_AGENT
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ LATE_GRACE_S = 60.0  # an approval this long past its expiry is closed by any pr
 SWEEP_S = 60.0  # how often a running process looks for approvals left by processes that are gone
 QUESTION_HINT = "Answer within {within}."
 EXPIRED_TEXT = "⌛ No answer in time: denied. {title}"
+QUESTION_EXPIRED_TEXT = "⌛ No answer in time: {title}"
 RESTARTED_TEXT = ("⚠️ The gateway restarted while your approval was pending, so this request was closed: {title}. "
                   "Your request will be retried.")
 
@@ -56,7 +59,8 @@ RESTARTED_TEXT = ("⚠️ The gateway restarted while your approval was pending,
 def question_text(approval: Approval, within: str) -> str:
     """The question: the title, the detail and how long it waits. The options are the reply's `buttons`, which a
     channel without buttons shows as a numbered list to answer by number (gateway/channelkit/buttons.py)."""
-    lines = [f"🔐 The agent asks to run: {approval.title}"]
+    asked = "❓ " if approval.extra.get("question") else "🔐 The agent asks to run: "
+    lines = [asked + approval.title]
     if approval.detail and approval.detail != approval.title:
         lines.append(approval.detail)
     lines.append(QUESTION_HINT.format(within=within))
@@ -94,16 +98,26 @@ class ApprovalBroker:
 
         return ask
 
+    async def ask_question(self, message: IncomingPayload, request: ToolApproval, timeout_s: float) -> str | None:
+        """An agent's question to `message`'s conversation (the chat tool `ask`): `ask`, worded as a question."""
+        return await self.ask(message, request, timeout_s=timeout_s, question=True)
+
     def wake(self, approval_id: str) -> None:
         """Tells the turn waiting on `approval_id` here (if any) that it was settled."""
         waiting = self._waiting.get(approval_id)
         if waiting is not None:
             waiting.set()
 
-    async def ask(self, message: IncomingPayload, request: ToolApproval, *, timeout_s: float) -> str | None:
+    @tracing.traced("approval.wait", lambda _, __, r, **_k: {CONTENT + "tool": r.title},
+                    lambda chosen: {"switchyard.choice": chosen})
+    async def ask(self, message: IncomingPayload, request: ToolApproval, *, timeout_s: float,
+                  question: bool = False) -> str | None:
         """Stores the approval, sends the question, waits: the chosen option's id, or None when denied
-        without a choice (expired, cancelled)."""
+        without a choice (expired, cancelled). `question`: an agent's question to the chat (the chat tool
+        `ask`, docs/chat-tools.md), worded as one, not as a tool approval."""
         approval = self._new(message, request, timeout_s)
+        if question:
+            approval.extra["question"] = True
         woken = self._waiting[approval.id] = asyncio.Event()
         try:
             await asyncio.to_thread(self.store.request, approval)
@@ -165,7 +179,8 @@ class ApprovalBroker:
     async def _expired(self, approval: Approval, reason: str = "no answer in time") -> None:
         self._events.emit("approval.expired", approval=approval.id, reason=reason,
                           channel=approval.address.get("channel"))
-        await self._send(approval, EXPIRED_TEXT.format(title=approval.title))
+        expired = QUESTION_EXPIRED_TEXT if approval.extra.get("question") else EXPIRED_TEXT
+        await self._send(approval, expired.format(title=approval.title))
 
     def _close(self, approval_id: str, state: str, reason: str) -> None:
         """Settles a pending approval at once (a stopped turn: no await is safe any more)."""

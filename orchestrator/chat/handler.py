@@ -26,6 +26,8 @@ from orchestrator.chat.approvals import ApprovalBroker
 from orchestrator.chat.diagnostics import Diagnostics
 from orchestrator.chat.functions import FunctionRegistry, cancel_text, unknown_run, workflow_listing
 from orchestrator.chat.selector import Decision, Selector, SelectorError
+from orchestrator.chattools.server import ChatToolServer
+from orchestrator.chattools.tools import ChatTools
 from orchestrator.config.cache import ConfigCache
 from orchestrator.config.models import LoadedConfig
 from orchestrator.execution.executor import RunExecutor
@@ -64,16 +66,21 @@ class Orchestrator:
         builtins = {**builtin_providers(), **context.builtin_providers, **(providers or {})}
         self.access = Access(context.settings, context.events, stores.audit)
         self.meter = UsageMeter(stores.usage, context.settings.usage, context.events, roles_of=self.access.roles_of)
+        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events,
+                                        on_asked=self.access.approval_asked,
+                                        on_operator=self.access.operator_answered)
+        self.chat_tools = ChatToolServer(ChatTools(
+            context.home, context.settings.chat_tools, context.outbox, context.events,
+            extra_roots=[context.home.resolve(root) for root in context.settings.files.extra_roots],
+            questions=self.approvals.ask_question, on_ask=self._let_go, history=stores.history.recent))
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
-                                      sessions=stores.sessions, meter=self.meter)
+                                      sessions=stores.sessions, meter=self.meter,
+                                      chat_tools=self.chat_tools if context.settings.chat_tools.enabled else None)
         self._transcriber = Transcriber(context.home, context.settings, self._runner, context.events)
         self._configs = ConfigCache(context.home, context.settings, self._runner.known(), events=context.events,
                                     on_reload=self._config_reloaded)
         self._store = stores.runs
-        self.approvals = ApprovalBroker(stores.approvals, context.outbox, context.events,
-                                        on_asked=self.access.approval_asked,
-                                        on_operator=self.access.operator_answered)
         steps = StepRunner(self._runner, self._store, self._configs.get, context.outbox, self.approvals,
                            on_ask=self._let_go)
         queue = context.settings.queue
@@ -116,6 +123,8 @@ class Orchestrator:
             await self.approvals.close_abandoned()
         except Exception as exc:  # the store unreachable: they expire by their time, answered by nobody
             log.warning("cannot close the approvals a stopped process left pending: %s", exc)
+        if self._context.settings.chat_tools.enabled:
+            await self.chat_tools.start()  # before runs resume: their turns get the tools
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
         self._sweep = asyncio.create_task(self.approvals.keep_sweeping(), name="orchestrator-approvals-sweep")
@@ -128,6 +137,7 @@ class Orchestrator:
         self._context = replace(self._context, settings=settings)
         self._runner.reconfigure(settings.providers, secret_env_names(settings))
         self.meter.reconfigure(settings.usage)
+        self.chat_tools.tools.reconfigure(settings.chat_tools)
         self._transcriber.reconfigure(settings)
         self._answers.reconfigure(settings)
         self.access.reconfigure(settings)
@@ -169,6 +179,7 @@ class Orchestrator:
                 await asyncio.gather(task, return_exceptions=True)
         await self._executor.stop()
         await self._runner.close()  # live agent sessions: no adapter process outlives the handler
+        await self.chat_tools.stop()
         await asyncio.to_thread(self._selector.close)
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:

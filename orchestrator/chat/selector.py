@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.home import Home, atomic_write
 from gateway.models import IncomingPayload
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.clis import unwrap_answer
 from orchestrator.agents.live import TurnStopped
@@ -251,6 +252,8 @@ class Selector:
         except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
             log.warning("could not keep the exchange for the selector's next requests: %s", exc)
 
+    @tracing.traced("selector.turn", lambda _, __, loaded, **_k: {"switchyard.provider":
+                                                                   loaded.config.selector.provider})
     async def decide(self, request: dict[str, Any], loaded: LoadedConfig, *, turn: str | None = None,
                      payer: Payer | None = None, reserved: tuple[str, ...] = ()) -> Decision:
         """Runs the selector on a request as a turn of the conversation `turn` (which `/stop` may stop:

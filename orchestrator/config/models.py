@@ -89,6 +89,9 @@ queues: {inbox_dir: inbox, processed_dir: processed, failed_dir: failed, task_ex
 # {{steps.Step.json.field}} for JSON outputs), or the path of a template file in this workspace.
 agents:
   echo: {provider: echo, prompt: "You said: {{message}}"}
+  # The built-in `demo` agent shows the chat tools (docs/chat-tools.md): through the turn's MCP server it
+  # sends a message and a file before it answers. `chat_tools: false` on an agent takes them away.
+  demo: {provider: demo, prompt: "You said: {{message}}"}
 
 # An agent may also name a `fallback` provider, used instead once its provider's spending limit
 # (settings.yaml usage.limits, per: provider) is reached or its CLI says its usage limit is reached.
@@ -108,7 +111,7 @@ workflows:
   demo:
     description: Run a two-step demo (an agent, then a command)
     steps:
-      - {id: Echo, agent: echo}
+      - {id: Echo, agent: demo}
       - {id: Command, command: ["echo", "demo step ran"]}
   # review:
   #   description: Wait for QA task files, review each one, ask before publishing
@@ -193,6 +196,8 @@ class AgentConfig(_Strict):
     prompt: str = "{{message}}"
     fallback: str | None = Field(default=None, min_length=1)
     """A provider tried instead when this one's spending limit is reached or its CLI says its usage limit is."""
+    chat_tools: bool = True
+    """False: this agent's turns get no MCP chat tools (docs/chat-tools.md)."""
 
 
 class FunctionConfig(_Strict):

@@ -15,6 +15,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.runtime.aio import wait_event
 from gateway.runtime.locks import LockDirectory, Locks, process_name
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.live import TurnStopped
 from orchestrator.execution.claims import IDLE_SEC, Claims, job_lock
@@ -153,6 +154,8 @@ class RunExecutor:
         """Starts executing a run just claimed."""
         self._tasks[run.runId] = asyncio.create_task(self._execute([run]), name=f"run:{run.runId}")
 
+    @tracing.traced("workflow.run", lambda _, live: {"switchyard.run_id": live[0].runId},
+                    carrier=lambda _, live: live[0].message)
     async def _execute(self, live: list[RunState]) -> None:
         """Runs a claimed run's steps; `live[0]` is the run as this process last changed it."""
         run_id = live[0].runId
@@ -230,6 +233,7 @@ class RunExecutor:
                 continue
             try:  # a step no longer in its workflow fails here too (StepFailed, fatal)
                 if self._steps.kind_of(run, step_id) == "input":
+                    tracing.note(**{"switchyard.waits_for_input": step_id})  # its answer resumes it in this trace
                     await self._stored(live, partial(self.life.paused, run, step_id))
                     return True
                 live[0] = await self._stored(live, partial(self.life.step_started, run, step_id,

@@ -13,6 +13,7 @@ from pydantic_core import PydanticSerializationError
 from gateway.models import IncomingPayload
 from gateway.storable import made_safe, storable
 from gateway.telemetry.events import utc_now_iso
+from gateway.telemetry.tracing import trace_id_of
 from orchestrator.runs.jobs import FINISHED, JobInfo, JobState, parse_iso
 
 StepStatus = Literal["pending", "running", "waiting", "completed", "failed"]
@@ -100,6 +101,7 @@ class RunState(BaseModel):
                  for name, step in self.steps.items()]
         conversation = self.conversation
         return {**self.summary(), "createdAt": self.createdAt, "error": self.error, "steps": steps,
+                "traceId": trace_id_of(self.message),  # the trace of the message that started it (telemetry on)
                 "conversation": f"{conversation.channel}/{conversation.conversationId or conversation.senderId}"}
 
     def summary(self) -> dict[str, Any]:

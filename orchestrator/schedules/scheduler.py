@@ -21,6 +21,7 @@ from gateway.models import IncomingPayload, Job
 from gateway.runtime.aio import wait_event
 from gateway.runtime.locks import holder_process, pid_alive, process_name
 from gateway.settings import Settings
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.runs.state import RunState, run_id_for
 from orchestrator.schedules.config import ScheduleConfig
@@ -178,7 +179,8 @@ class Scheduler:
             await _db(self.records.finish, key, moment, "failed", detail=str(exc), now=now)
             self.events.emit("schedule.skipped", schedule=key, occurrence=moment.isoformat(), reason=str(exc))
             return
-        await self.enqueue(message)  # raising leaves the claim unfinished: the next pass enqueues it again
+        with tracing.span("schedule.fire", **{"switchyard.schedule": key}):  # the prompt's trace starts here
+            await self.enqueue(message)  # raising leaves the claim unfinished: the next pass enqueues it again
         await _db(self.records.finish, key, moment, "fired", message_id=message.messageId, now=now)
         self.events.emit("schedule.fired", schedule=key, occurrence=moment.isoformat(), messageId=message.messageId,
                          channel=message.channel, profile=message.profile, conversation=message.conversation,

@@ -116,7 +116,9 @@ def cmd_usage(args: argparse.Namespace, home: Home, settings: Settings) -> int:
             return code
         return _table(records, args, first, today, zone)
     except backend.failures as exc:  # the pool's own warnings said why; this is the one line that stays
-        print(f"switchyard: {backend.failure_text(exc)}", file=sys.stderr)
+        from gateway.cli.backends import failure_text
+
+        print(f"switchyard: {failure_text(backend, exc)}", file=sys.stderr)
         return EXIT_DATABASE
     finally:
         backend.close()

@@ -41,7 +41,7 @@ def test_a_provider_a_plugin_declares_is_known_to_the_orchestrator_check(home: H
     path.parent.mkdir(parents=True)
     path.write_text("selector: {provider: plugged}\n")
     assert home_problems(home, Settings(), build_plugin_manager(), source="s.yaml") == [
-        f"{path}: selector.provider: unknown provider 'plugged'; known: echo, rules"]
+        f"{path}: selector.provider: unknown provider 'plugged'; known: demo, echo, rules"]
     (home.root / "plugged.yaml").write_text("ok: true\n")
     assert home_problems(home, Settings(), build_plugin_manager(extra=[Plugged()]), source="s.yaml") == []
 

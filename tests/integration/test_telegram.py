@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from gateway import ChannelProfile, DeliveryError, OutgoingPayload, PermanentError
-from gateway.backends.files.dispatcher import Dispatcher
 from gateway.channelkit.access import PairingStore
+from gateway.runtime.dispatcher import Dispatcher
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until
 from gateway.testing.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply

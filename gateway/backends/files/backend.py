@@ -6,16 +6,13 @@ so building a plugin manager (as every command does) stays cheap.
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.composition import open_store
 from gateway.hookspecs import hookimpl
 from gateway.spool import deadletters
-from gateway.stores import Duplicate, StoreKey, Stores, StoreT
+from gateway.stores import Duplicate, StorageStatus, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
@@ -53,19 +50,14 @@ class FileStores:
     name = "files"
     in_home = True
     failures: tuple[type[BaseException], ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    dsn = None
 
     def __init__(self, home: Home, settings: Settings, stores: Stores):
         self.home = home
         self.settings = settings
         self._stores = stores
         self._sharing: SharedHome | None = None
-
-    def failure_text(self, exc: BaseException) -> str:
-        return str(exc)
-
-    def unset_variables(self) -> list[tuple[str, str, str]]:
-        """(key, variable, effect) of each variable the backend needs that is unset: none."""
-        return []
 
     def pairing(self, *, command: bool = False) -> Pairing:
         from gateway.channelkit.access import PairingStore
@@ -98,62 +90,14 @@ class FileStores:
     def dead_letters(self) -> FileDeadLetters:
         return FileDeadLetters(self.home)
 
-    def wait_for_reply(self, message: IncomingPayload, job: str,
-                       timeout_s: float) -> dict[str, Any] | Duplicate | None:
-        """Polls outgoing/ and sent/ until a reply to `message` stamped after it was queued appears (a
-        progress note or a streamed answer's draft is not the reply: skipped), or its file `job` has left
-        the queue unanswered because its identity was answered before (a duplicate), or the deadline passes."""
-        from gateway.backends.files.answered import answered_before
+    def replies(self) -> FileReplies:
+        return FileReplies(self.home)
 
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            gone = not self._queued(job)  # looked at first: a message's replies are written before it leaves
-            reply = self._reply_since(message.messageId, message.timestamp)
-            if reply is not None:
-                return reply
-            if gone and answered_before(self.home.state / "answered.jsonl", message, message.timestamp / 1000):
-                return Duplicate()
-            time.sleep(0.05)
-        return None
-
-    def _queued(self, job: str) -> bool:
-        """Whether the payload file `job` waits in incoming/ or is claimed in a processing/ folder."""
-        if (self.home.incoming / job).exists():
-            return True
-        with os.scandir(self.home.processing) as workers:
-            return any(entry.is_dir() and os.path.exists(os.path.join(entry.path, job)) for entry in workers)
-
-    def _reply_since(self, message_id: str, since_ms: int) -> dict[str, Any] | None:
-        """The reply to `message_id` in outgoing/ or sent/ stamped at `since_ms` or later."""
-        for folder in (self.home.outgoing, self.home.sent):
-            with os.scandir(folder) as entries:  # closed when a reply returns from inside the loop
-                for entry in entries:
-                    if entry.name.endswith(".json") and message_id in entry.name:
-                        try:
-                            reply: dict[str, Any] = json.loads(Path(entry.path).read_bytes())
-                        except (OSError, ValueError):
-                            continue
-                        if (reply.get("messageId") == message_id and "progressKey" not in reply
-                                and isinstance(reply.get("timestamp"), int) and reply["timestamp"] >= since_ms):
-                            return reply
-        return None
-
-    def status(self, dead_shown: int) -> dict[str, Any]:
-        from gateway.cli.status import gateway_process
+    def status(self, dead_shown: int) -> StorageStatus:
         from gateway.home import queue_depths
 
-        status: dict[str, Any] = {"queue": queue_depths(self.home), "gateway": gateway_process(self.home)}
         dead = deadletters.list_dead(self.home)
-        status["dead_letter_count"] = len(dead)
-        status["dead_letters"] = [{"file": letter.name, **letter.to_json()} for letter in dead[:dead_shown]]
-        return status
-
-    def print_headline(self, status: dict[str, Any]) -> None:
-        gateway = status["gateway"]
-        if gateway.get("running"):
-            print(f"gateway: running, pid {gateway.get('pid')}, since {gateway.get('started_at', '?')}")
-        else:
-            print("gateway: not running" + (f" (last pid {gateway['pid']})" if gateway.get("pid") else ""))
+        return StorageStatus(queue=queue_depths(self.home), dead_letter_count=len(dead), dead_letters=dead[:dead_shown])
 
     def runtime(self, parts: RuntimeParts) -> FileRuntime:
         from gateway.backends.files.runtime import FileRuntime
@@ -190,3 +134,34 @@ class FileDeadLetters:
 
     def where(self, kind: str) -> str:
         return "outgoing/" if kind == "reply" else "incoming/"
+
+
+class FileReplies:
+    """The replies the file backend stored (outgoing/, then sent/), and the duplicates it skipped."""
+
+    def __init__(self, home: Home):
+        self.home = home
+
+    def find(self, message: IncomingPayload, job: str) -> dict[str, Any] | Duplicate | None:
+        """The reply to `message` stamped after it was queued, or Duplicate once its file `job` has left the
+        queue unanswered because its identity was answered before."""
+        from gateway.backends.files.answered import answered_before
+        from gateway.home import stored_reply
+
+        gone = not self._queued(job)  # looked at first: a message's replies are written before it leaves
+        reply = stored_reply(self.home, message.messageId, message.timestamp)
+        if reply is not None:
+            return reply
+        if gone and answered_before(self.home.state / "answered.jsonl", message, message.timestamp / 1000):
+            return Duplicate()
+        return None
+
+    def _queued(self, job: str) -> bool:
+        """Whether the payload file `job` waits in incoming/ or is claimed in a processing/ folder."""
+        if (self.home.incoming / job).exists():
+            return True
+        with os.scandir(self.home.processing) as workers:
+            return any(entry.is_dir() and os.path.exists(os.path.join(entry.path, job)) for entry in workers)
+
+    def close(self) -> None:
+        """Nothing held open."""

@@ -1,21 +1,19 @@
 """The file backend's runtime (gateway/stores.py): the FileQueue's Worker (with receipts, locks, a shared
-home), the channels started under supervision, and the Dispatcher of queue/outgoing/."""
+home), and the replies as the home's files (gateway/runtime/outgoing.py: the channels started under
+supervision, the Dispatcher of queue/outgoing/)."""
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import suppress
 from typing import Any
 
 from gateway.api import Handler
 from gateway.backends.files.answered import AnsweredIndex
-from gateway.backends.files.dispatcher import Dispatcher
 from gateway.backends.files.latedead import FileLateDeadLetters
-from gateway.channelkit.attachments import extra_file_roots
 from gateway.dashboard.state import FolderView, QueueView
 from gateway.models import IncomingPayload
 from gateway.runtime.locks import LockDirectory, process_name
-from gateway.runtime.outbox import BaseOutbox, FileOutbox
+from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.sharing import SharedHome
 from gateway.runtime.worker import Worker
 from gateway.stores import Delivery, RuntimeParts, Watch
@@ -26,17 +24,15 @@ class FileRuntime:
 
     def __init__(self, parts: RuntimeParts, sharing: SharedHome):
         self.parts = parts
-        home, settings, qs = parts.home, parts.settings, parts.settings.queue
+        home, qs = parts.home, parts.settings.queue
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
-        self.outbox: BaseOutbox = FileOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings),
-                                             fsync=qs.fsync, named_by_message_id=parts.named_by_message_id,
-                                             on_written=parts.on_written)
+        self.outgoing = OutgoingFolder(parts)
+        self.outbox = self.outgoing.outbox
         self.sharing = sharing  # the backend's: its job locks follow the same mode
         self.late_dead = FileLateDeadLetters(home, self.answered, fsync=qs.fsync,
                                              max_payload_bytes=qs.max_payload_bytes)
         self.worker: Worker | None = None
-        self.dispatcher: Dispatcher | None = None
 
     @property
     def home_mode(self) -> str:
@@ -53,29 +49,13 @@ class FileRuntime:
 
     async def start(self, handler: Handler) -> Delivery | None:
         """Starts the channels (a `run`), the worker with its receipts, and the dispatcher."""
-        parts = self.parts
-        home, settings, qs = parts.home, parts.settings, parts.settings.queue
-        if parts.role == "run":
-            await parts.supervisor.start_each(settings.channels, self._started_late)
-        self.worker = self._worker(handler)
-        if parts.role == "run":
-            self.dispatcher = Dispatcher(home, parts.supervisor.channels, parts.events, qs,
-                                         extra_roots=extra_file_roots(home, settings))
-        return self.dispatcher
-
-    def _worker(self, handler: Handler) -> Worker:
-        """The Worker of incoming/, with the home's key locks, shared with other processes on request."""
+        await self.outgoing.start_channels()
         home, qs = self.parts.home, self.parts.settings.queue
-        locks = LockDirectory(home.coordination / "locks",
-                              holder=process_name(), ttl_s=qs.lock_ttl_sec)
-        return Worker(self.parts.queue, handler, self.outbox, self.answered, self.parts.events, qs,
-                      on_start=self.parts.show_typing, locks=locks, sharing=self.sharing,
-                      wants_receipt=self.parts.takes_receipts)
-
-    def _started_late(self, channel: Any) -> None:
-        """A channel that started on a retry gets its replies too."""
-        if self.dispatcher is not None:
-            self.dispatcher.add_channel(channel)
+        locks = LockDirectory(home.coordination / "locks", holder=process_name(), ttl_s=qs.lock_ttl_sec)
+        self.worker = Worker(self.parts.queue, handler, self.outbox, self.answered, self.parts.events, qs,
+                             on_start=self.parts.show_typing, locks=locks, sharing=self.sharing,
+                             wants_receipt=self.parts.takes_receipts)
+        return self.outgoing.start_delivery()
 
     def watch(self, watch: Watch) -> None:
         """Watches the requests of other processes to share the home."""
@@ -103,9 +83,7 @@ class FileRuntime:
                 "processed": worker.processed}
 
     async def prune(self) -> None:
-        if self.dispatcher is not None:
-            with suppress(OSError):
-                self.dispatcher.prune_sent()
+        await self.outgoing.prune()
 
     async def stop(self, grace_s: float) -> None:
         """Finishes or requeues the messages in hand."""

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.backends.files.backend import FileStores
 from gateway.backends.memory.approvals import MemoryApprovals
 from gateway.backends.memory.queue import MemoryDeadLetters
 from gateway.backends.memory.state import MemoryState
 from gateway.backends.memory.stores import MemoryLocks, MemoryPairing
+from gateway.composition import open_store
+from gateway.home import stored_reply
 from gateway.hookspecs import hookimpl
+from gateway.payloads import message_identity
+from gateway.stores import Duplicate, StorageStatus
 
 if TYPE_CHECKING:
     from gateway.backends.memory.audit import MemoryAuditLog
     from gateway.backends.memory.runtime import MemoryRuntime
     from gateway.home import Home
+    from gateway.models import IncomingPayload
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, RuntimeParts, StoreFactory, Stores
+    from gateway.stores import BackendFactory, RuntimeParts, StoreFactory, StoreKey, Stores, StoreT
 
 
 def memory_settings(settings: Settings) -> Settings:
@@ -55,40 +59,81 @@ class MemoryBackendPlugin:
         return MemoryStores(home, settings, stores, self.state)
 
 
-class MemoryStores(FileStores):
-    """The in-memory backend: the state's stores; replies and `wait_for_reply` are the home's files, as
-    on the file backend (no memory outbox)."""
+class MemoryStores:
+    """The in-memory backend (gateway/composition.py's Backend): the state's stores; replies are the home's
+    files, as on the file backend (no memory outbox)."""
 
     name = "memory"
     in_home = False
+    failures: tuple[type[BaseException], ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    dsn = None
 
     def __init__(self, home: Home, settings: Settings, stores: Stores, state: MemoryState):
-        super().__init__(home, settings, stores)
+        self.home = home
+        self.settings = settings
+        self._stores = stores
         self.state = state
 
     def pairing(self, *, command: bool = False) -> MemoryPairing:
         return self.state.pairing.twin()
 
-    def approvals(self, *, command: bool = False) -> MemoryApprovals:  # type: ignore[override]
+    def approvals(self, *, command: bool = False) -> MemoryApprovals:
         return self.state.approvals.twin()
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> MemoryLocks:
         return MemoryLocks(self.state.locks, holder=holder or "memory-command", ttl_s=ttl_s)
 
-    def dead_letters(self) -> MemoryDeadLetters:  # type: ignore[override]
+    def dead_letters(self) -> MemoryDeadLetters:
         return MemoryDeadLetters(self.state.queue)
 
-    def status(self, dead_shown: int) -> dict[str, Any]:
-        from gateway.cli.status import gateway_process
+    def replies(self) -> MemoryReplies:
+        return MemoryReplies(self.home, self.state)
 
+    def status(self, dead_shown: int) -> StorageStatus:
         queue = self.state.queue
         with queue.lock:
             depths = {"incoming": len(queue.incoming), "processing": len(queue.claimed), "failed": len(queue.failed)}
         dead = self.dead_letters().list_dead()
-        return {"queue": depths, "gateway": gateway_process(self.home), "dead_letter_count": len(dead),
-                "dead_letters": [{"file": letter.name, **letter.to_json()} for letter in dead[:dead_shown]]}
+        return StorageStatus(queue=depths, dead_letter_count=len(dead), dead_letters=dead[:dead_shown])
 
     def runtime(self, parts: RuntimeParts) -> MemoryRuntime:
         from gateway.backends.memory.runtime import MemoryRuntime
 
         return MemoryRuntime(parts, self.state)
+
+    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
+        return open_store(self, self._stores, key, **options)
+
+    def close(self) -> None:
+        """Nothing held open: the state lives as long as the test keeps it."""
+
+
+class MemoryReplies:
+    """The replies a host wrote into its home (outgoing/, then sent/), and the duplicates the shared worker
+    skipped."""
+
+    def __init__(self, home: Home, state: MemoryState):
+        self.home = home
+        self.state = state
+
+    def find(self, message: IncomingPayload, job: str) -> dict[str, Any] | Duplicate | None:
+        """The reply to `message` stamped after it was queued, or Duplicate once it has left the queue
+        unanswered because its identity was answered before it was queued."""
+        identity = message_identity(message)
+        queue = self.state.queue
+        with queue.lock:  # looked at first: a message's replies are written before it leaves
+            name = queue.taken_in.get(identity)
+            queued = (self.home.incoming / job).exists() or name is None or name in queue.incoming \
+                or name in queue.claimed
+        reply = stored_reply(self.home, message.messageId, message.timestamp)
+        if reply is not None:
+            return reply
+        with self.state.answered.lock:
+            answered = self.state.answered.seen.get(identity)
+        if not queued and answered is not None and answered < message.timestamp / 1000:
+            return Duplicate()
+        return None
+
+    def close(self) -> None:
+        """Nothing held open."""

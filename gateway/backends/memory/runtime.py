@@ -1,63 +1,73 @@
-"""The in-memory backend's runtime: the file backend's runtime (gateway/backends/files/runtime.py: the Worker, its
-receipts, the channels, the Dispatcher) with the shared in-memory queue, answered index and key locks in
-place of the home's. Each Gateway is one host: what its channels write into its home's incoming/ is taken
-onto the shared queue, oldest first; any host's worker claims it. Replies are written to the home of the
-host that answered (the in-memory backend has no outbox) and delivered by that host's channels.
+"""The in-memory backend's runtime, composed of the shared machinery (gateway/runtime/: the Worker with its
+receipts; the replies as the home's files, gateway/runtime/outgoing.py: the channels and the Dispatcher) on
+the shared in-memory queue, answered index and key locks. Each Gateway is one host: what its channels write
+into its home's incoming/ is taken onto the shared queue, oldest first; any host's worker claims it. Replies
+are written to the home of the host that answered (the in-memory backend has no outbox) and delivered by
+that host's channels.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.api import Handler
-from gateway.backends.files.runtime import FileRuntime
 from gateway.backends.memory.queue import MemoryQueue
 from gateway.backends.memory.stores import MemoryAnswered, MemoryLocks
 from gateway.channelkit.edits import to_queue
+from gateway.dashboard.state import FolderView, QueueView
 from gateway.models import IncomingPayload
 from gateway.payloads import letter_name, message_identity, parse_payload
 from gateway.runtime.locks import process_name
-from gateway.runtime.sharing import SharedHome
+from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.worker import Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gateway.backends.memory.state import MemoryState
-    from gateway.stores import RuntimeParts, Watch
+    from gateway.stores import Delivery, RuntimeParts, Watch
 
 _HOSTS = itertools.count(1)
 
 
-class MemoryRuntime(FileRuntime):
+class MemoryRuntime:
     """One host on a MemoryState (gateway/stores.py's Runtime)."""
 
     def __init__(self, parts: RuntimeParts, state: MemoryState):
-        super().__init__(parts, SharedHome(parts.home.state))
+        self.parts = parts
         qs = parts.settings.queue
         self.host = f"{process_name()}:memory-{next(_HOSTS)}"
         self.memory_queue = MemoryQueue(state.queue, worker=self.host, max_payload_bytes=qs.max_payload_bytes)
         self.memory_answered = MemoryAnswered(state.answered, window_sec=qs.duplicate_window_sec)
         self.memory_locks = MemoryLocks(state.locks, holder=self.host, ttl_s=qs.lock_ttl_sec)
+        self.outgoing = OutgoingFolder(parts)
+        self.outbox = self.outgoing.outbox
+        self.worker: Worker | None = None
         self._watcher: Callable[[], None] | None = None
 
     @property
     def home_mode(self) -> str:
         return "memory"
 
+    def close_events(self) -> None:
+        return None
+
     def open(self) -> None:
         """Joins the shared queue; what hosts that stopped left claimed is back in line."""
         for action in self.memory_queue.open():
             self.parts.events.emit("queue.recovered", reason=action)
 
-    def _worker(self, handler: Handler) -> Worker:
-        """The shared Worker over the shared queue, key locks on from the start (other hosts share it)."""
+    async def start(self, handler: Handler) -> Delivery | None:
+        """Starts the channels (a `run`), the shared Worker over the shared queue with key locks on from the
+        start (other hosts share it), and the dispatcher of this host's replies."""
+        await self.outgoing.start_channels()
         parts = self.parts
-        return Worker(self.memory_queue, handler, self.outbox, self.memory_answered, parts.events,
-                      parts.settings.queue, on_start=parts.show_typing, locks=self.memory_locks,
-                      wants_receipt=parts.takes_receipts)
+        self.worker = Worker(self.memory_queue, handler, self.outbox, self.memory_answered, parts.events,
+                             parts.settings.queue, on_start=parts.show_typing, locks=self.memory_locks,
+                             wants_receipt=parts.takes_receipts)
+        return self.outgoing.start_delivery()
 
     def watch(self, watch: Watch) -> None:
         """No home to share: hosts share the state."""
@@ -73,15 +83,39 @@ class MemoryRuntime(FileRuntime):
         with self.memory_queue.state.lock:
             self.memory_queue.state.watchers.append(self._watcher)
         self._take_in()
-        return super().run()
+        assert self.worker is not None
+        return [asyncio.create_task(self.worker.run(), name="worker"),
+                asyncio.create_task(self.worker.renew_locks(), name="renew-locks")]
 
     def _wake_worker(self) -> None:
+        """Has the worker look at the shared queue (another host queued a message)."""
         if self.worker is not None:
             self.worker.wake()
 
     def wake(self) -> None:
         self._take_in()
-        super().wake()
+        self._wake_worker()
+
+    def stats(self) -> dict[str, Any]:
+        worker = self.worker
+        if worker is None:
+            return {}
+        return {"running": worker.scheduler.running, "pending": worker.scheduler.pending_count,
+                "processed": worker.processed}
+
+    async def prune(self) -> None:
+        await self.outgoing.prune()
+
+    async def stop(self, grace_s: float) -> None:
+        """Finishes or requeues the messages in hand."""
+        if self.worker is not None:
+            await self.worker.stop(grace_s)
+
+    async def release(self) -> None:
+        return None
+
+    def queue_view(self) -> QueueView:
+        return FolderView(self.parts.home)
 
     def _take_in(self) -> None:
         """Moves what this host's channels wrote into incoming/ onto the shared queue, oldest first."""

@@ -12,10 +12,12 @@ import os
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import psycopg
+
 from gateway.backends.postgres.answered import RECORDED
 from gateway.backends.postgres.db import SharedPool
 from gateway.home import Home
-from gateway.models import OutgoingPayload
+from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.outbox import BaseOutbox
 from gateway.runtime.sending import conversation_of
 from gateway.storable import made_safe
@@ -116,23 +118,28 @@ _REPLY_OR_DUPLICATE = (
     "AND a.answered_at < m.enqueued_at) FROM switchyard_messages m WHERE m.name = %(job)s")
 
 
-def find_reply(dsn: str, message_id: str, job: str, timeout_s: float) -> dict[str, Any] | Duplicate | None:
-    """The first reply to the message taken in as `job` (pending, sent or dead), Duplicate once it was
-    stored done as a duplicate, or None after `timeout_s`: `switchyard send --wait` on the postgres backend,
-    where replies never reach outgoing/ or sent/."""
-    import time
+class PgReplies:
+    """The replies in `switchyard_outbox` (pending, sent or dead), as `switchyard send --wait` looks for them on
+    the postgres backend, where replies never reach outgoing/ or sent/: on one connection, opened at the
+    first look."""
 
-    import psycopg
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+        self._conn: psycopg.Connection[Any] | None = None
 
-    deadline = time.monotonic() + timeout_s
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        while True:
-            row = conn.execute(_REPLY_OR_DUPLICATE, {"message_id": message_id, "job": job}).fetchone()
-            if row is not None and row[1] is not None:
-                reply: dict[str, Any] = row[1]
-                return reply
-            if row is not None and row[0] == "done" and row[2]:
-                return Duplicate()
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)
+    def find(self, message: IncomingPayload, job: str) -> dict[str, Any] | Duplicate | None:
+        """The first reply to the message taken in as `job`, Duplicate once it was stored done as a duplicate."""
+        if self._conn is None:
+            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        row = self._conn.execute(_REPLY_OR_DUPLICATE, {"message_id": message.messageId, "job": job}).fetchone()
+        if row is not None and row[1] is not None:
+            reply: dict[str, Any] = row[1]
+            return reply
+        if row is not None and row[0] == "done" and row[2]:
+            return Duplicate()
+        return None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -31,6 +31,7 @@ from gateway.payloads import backoff_seconds, message_identity, parse_payload
 from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
 from gateway.settings import QueueSettings
 from gateway.storable import made_safe
+from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.pg.worker")
@@ -175,6 +176,7 @@ class MessageProcessor:
             return
         self.events.emit("message.claimed", job_id=name, channel=message.channel, profile=message.profile,
                          conversation=message.conversation, attempt=attempts + 1)
+        tracing.claimed(message, attempt=attempts + 1, job=name)
         if self.files is not None and message.file_paths():
             from gateway.backends.postgres.files import FileConflict
 

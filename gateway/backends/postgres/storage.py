@@ -3,26 +3,24 @@ the database the variable `queue.dsn_env` names, shared by the processes of ever
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from gateway.backends.postgres.db import SharedPool, dsn_from_settings
 from gateway.composition import open_store
 from gateway.runtime.locks import process_instance
-from gateway.stores import Duplicate, StoreKey, Stores, StoreT
-from gateway.telemetry.redaction import database_error
+from gateway.stores import StorageStatus, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
     from gateway.backends.postgres.approvals import PgApprovals
     from gateway.backends.postgres.deadletters import DeadStore
     from gateway.backends.postgres.locks import PgLocks
+    from gateway.backends.postgres.outbox import PgReplies
     from gateway.backends.postgres.pairing import PgPairingStore
     from gateway.backends.postgres.runtime import PostgresRuntime
     from gateway.home import Home
-    from gateway.models import IncomingPayload
     from gateway.settings import Settings
     from gateway.stores import RuntimeParts
 
@@ -55,12 +53,9 @@ class PgStorage:
         if "pool" in self.__dict__:
             self.pool.close()
 
-    def failure_text(self, exc: BaseException) -> str:
-        return database_error(exc, self.dsn)
-
-    def unset_variables(self) -> list[tuple[str, str, str]]:
-        variable = self.settings.queue.dsn_env
-        return [] if os.environ.get(variable, "").strip() else [("queue.dsn_env", variable, "run would not start")]
+    @property
+    def variables(self) -> tuple[tuple[str, str], ...]:
+        return (("queue.dsn_env", self.settings.queue.dsn_env),)
 
     def pairing(self, *, command: bool = False) -> PgPairingStore:
         from gateway.backends.postgres.pairing import PgPairingStore
@@ -82,37 +77,18 @@ class PgStorage:
 
         return DeadStore(self.dsn, self.home)
 
-    def wait_for_reply(self, message: IncomingPayload, job: str,
-                       timeout_s: float) -> dict[str, Any] | Duplicate | None:
+    def replies(self) -> PgReplies:
         """Replies stay in the database, never in outgoing/."""
-        from gateway.backends.postgres.outbox import find_reply
+        from gateway.backends.postgres.outbox import PgReplies
 
-        return find_reply(self.dsn, message.messageId, job, timeout_s)
+        return PgReplies(self.dsn)
 
-    def status(self, dead_shown: int) -> dict[str, Any]:
-        """The database, its queue and dead letters, and the processes attached on every host (the gateway
-        counts as running when any is live); raises DatabaseUnreachable."""
+    def status(self, dead_shown: int) -> StorageStatus:
+        """The database, its queue and dead letters, the processes attached on every host and the channel
+        owners, on a connection of its own; raises psycopg.Error."""
         from gateway.backends.postgres.status import gather
-        from gateway.cli.status import gateway_process
 
-        status: dict[str, Any] = {"backend": "postgres"}
-        status.update(gather(self.settings.queue, self.dsn, dead_shown=dead_shown, home=self.home))
-        status.setdefault("queue", {})
-        status.setdefault("dead_letter_count", 0)
-        status.setdefault("dead_letters", [])
-        local = gateway_process(self.home)
-        live = [p for p in status.get("processes", []) if not p["stale"]]
-        status["gateway"] = {**local, "running": bool(live), "local": local.get("running", False),
-                             "processes_live": len(live)}
-        return status
-
-    def print_headline(self, status: dict[str, Any]) -> None:
-        from gateway.backends.postgres.status import print_database
-
-        gateway = status["gateway"]
-        print(f"gateway: {gateway['processes_live']} live process(es) attached to the database"
-              if gateway.get("running") else "gateway: no live process attached to the database")
-        print_database(status)
+        return gather(self.settings.queue, self.dsn, dead_shown=dead_shown, home=self.home)
 
     def runtime(self, parts: RuntimeParts) -> PostgresRuntime:
         from gateway.backends.postgres.runtime import PostgresRuntime

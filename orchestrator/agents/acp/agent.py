@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -138,9 +138,11 @@ class AgentProcess:
         sessions = capabilities.session_capabilities if capabilities is not None else None
         self.can_close = sessions is not None and sessions.close is not None
 
-    async def new_session(self, cwd: Path, model: str | None = None) -> str:
-        """A new session working in `cwd`, on `model` when one is configured; returns its id."""
-        reply = await self._raw("session/new", {"cwd": str(cwd), "mcpServers": []}, START_TIMEOUT_SEC)
+    async def new_session(self, cwd: Path, model: str | None = None,
+                          mcp_servers: Sequence[Mapping[str, Any]] = ()) -> str:
+        """A new session working in `cwd`, on `model` when one is configured, with `mcp_servers` (ACP
+        `McpServer` objects: the chat tools); returns its id."""
+        reply = await self._raw("session/new", {"cwd": str(cwd), "mcpServers": list(mcp_servers)}, START_TIMEOUT_SEC)
         if not isinstance(reply.get("sessionId"), str):
             raise AdapterError(f"`{self.argv[0]}` answered session/new without a sessionId", self.stderr_tail())
         session_id = str(reply["sessionId"])
@@ -148,14 +150,15 @@ class AgentProcess:
         await self._use_model(session_id, reply, model)
         return session_id
 
-    async def load_session(self, session_id: str, cwd: Path, *, replay_after: bool, model: str | None = None) -> None:
+    async def load_session(self, session_id: str, cwd: Path, *, replay_after: bool, model: str | None = None,
+                           mcp_servers: Sequence[Mapping[str, Any]] = ()) -> None:
         """Loads a session this adapter (or an earlier process) created, on `model` when one is configured;
         raises on failure. With `replay_after` (gemini) it waits for the history replay that follows the
         response."""
         replayed = self._loaded[session_id] = asyncio.Event()
         try:
-            reply = await self._raw("session/load", {"sessionId": session_id, "cwd": str(cwd), "mcpServers": []},
-                                    START_TIMEOUT_SEC)
+            reply = await self._raw("session/load", {"sessionId": session_id, "cwd": str(cwd),
+                                                     "mcpServers": list(mcp_servers)}, START_TIMEOUT_SEC)
             self.opened.add(session_id)
             if replay_after:
                 with contextlib.suppress(TimeoutError):

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from gateway.storable import made_safe
 from gateway.telemetry.events import EventLog
@@ -23,10 +24,11 @@ from orchestrator.agents.acp.agent import AdapterError, AgentProcess
 from orchestrator.agents.acp.pool import AcpPool, Live
 from orchestrator.agents.acp.specs import AdapterSpec, spec_of
 from orchestrator.agents.acp.turn import Turn
-from orchestrator.agents.live import TurnStopped
+from orchestrator.agents.live import PermissionAsker, ToolApproval, TurnStopped
 from orchestrator.agents.request import ProviderCall
 from orchestrator.agents.sessions import SessionStore
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult, ms_since
+from orchestrator.chattools.names import SERVER_NAME, TOOL_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,8 @@ class LiveSessions:
     async def _prompt(self, call: ProviderCall, live: Live, text: str) -> Turn:
         """One prompt, which `/stop` (the call's `stop` event) ends."""
         provider = call.provider
-        turn = Turn(on_text=call.turn.on_text, ask=call.turn.ask, permissions=provider.permissions)
+        ask = chat_tools_allowed(call.turn.ask) if call.turn.tools is not None else call.turn.ask
+        turn = Turn(on_text=call.turn.on_text, ask=ask, permissions=provider.permissions)
         ended = asyncio.Event()
 
         async def stop() -> None:
@@ -147,14 +150,14 @@ class LiveSessions:
             if loaded is not None:
                 return loaded, ""
         seed = transcript(record.turns) if record is not None else ""
-        return await agent.new_session(call.turn.cwd, call.provider.model), seed
+        return await agent.new_session(call.turn.cwd, call.provider.model, mcp_servers(call)), seed
 
     async def _load(self, call: ProviderCall, agent: AgentProcess, session_id: str,
                     spec: AdapterSpec) -> str | None:
         """Loads a stored session; None (and an event) when the adapter cannot."""
         try:
             await agent.load_session(session_id, call.turn.cwd, replay_after=spec.replay_after_load,
-                                     model=call.provider.model)
+                                     model=call.provider.model, mcp_servers=mcp_servers(call))
         except AdapterError:
             raise
         except Exception as exc:
@@ -176,6 +179,41 @@ class LiveSessions:
 
 class _Lost(ProviderFailed):
     """The agent was gone before the turn did anything: the turn runs again in a fresh process."""
+
+
+def mcp_servers(call: ProviderCall) -> list[dict[str, Any]]:
+    """The ACP `mcpServers` of a session opened for `call`: its chat tools (docs/chat-tools.md), whose token
+    names the session's scope, so later turns in the same session reach them too; none without."""
+    tools = call.turn.tools
+    if tools is None:
+        return []
+    headers = [{"name": name, "value": value} for name, value in tools.headers.items()]
+    return [{"type": "http", "name": SERVER_NAME, "url": tools.url, "headers": headers}]
+
+
+def chat_tools_allowed(ask: PermissionAsker | None) -> PermissionAsker:
+    """An asker that allows the calls of the chat tools at once (they are the gateway's own, confined to the
+    conversation and bounded per turn) and asks `ask` about every other tool (None: denied, as before).
+
+    Each adapter asks its own way (tests/fakes/clis/MCP.md): claude-agent-acp titles the call
+    `mcp__switchyard__send_message`, gemini `send_message (switchyard MCP Server)`, codex-acp "Approve MCP tool
+    call" with `"server_name": "switchyard"` in its request."""
+
+    async def asking(approval: ToolApproval) -> str | None:
+        if _is_chat_tool(approval):
+            return next((o.id for o in approval.options if o.kind == "allow_once"),
+                        next((o.id for o in approval.options if o.kind.startswith("allow")), None))
+        return await ask(approval) if ask is not None else None
+
+    return asking
+
+
+def _is_chat_tool(approval: ToolApproval) -> bool:
+    title = approval.title
+    return (any(title == f"mcp__{SERVER_NAME}__{tool}" or title == f"{tool} ({SERVER_NAME} MCP Server)"
+                for tool in TOOL_NAMES)
+            or (title == "Approve MCP tool call" and f'"server_name": "{SERVER_NAME}"' in approval.detail
+                and '"codex_approval_kind": "mcp_tool_call"' in approval.detail))
 
 
 def transcript(turns: list[dict[str, str]]) -> str:

@@ -76,8 +76,11 @@ class Preset:
     login_exit_codes: ClassVar[frozenset[int]] = frozenset()
     refusal_exit_codes: ClassVar[frozenset[int]] = frozenset()
 
-    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
-        """The full argv; the prompt always goes to stdin."""
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None,
+             tools: str | None = None) -> list[str]:
+        """The full argv; the prompt always goes to stdin. `tools`: the URL of the turn's chat tools (an MCP
+        server over Streamable HTTP whose token is in SWITCHYARD_CHAT_TOOLS_TOKEN), for a CLI that takes
+        MCP servers on its command line (docs/chat-tools.md); None: no chat tools."""
         raise NotImplementedError
 
     def stdin(self, prompt: str, session: Session | None) -> str:
@@ -122,6 +125,11 @@ class Preset:
     def superseded(self, session_id: str, env: Mapping[str, str]) -> None:
         """Called once a later session, recorded in its place, holds all of `session_id`'s turns (a fork):
         a CLI whose sessions are files of their own removes that one. Nothing by default."""
+
+    def tools_env(self, folder: Path) -> dict[str, str]:
+        """The variables that give the CLI the chat tools when its command line cannot (gemini: a settings file
+        written under `folder`, this provider's private folder); none by default (the argv's `tools` does)."""
+        return {}
 
     def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
         """The variables that point the CLI at `settings.base_url` with `key` (its own key variable), writing

@@ -12,6 +12,7 @@ from the fork alone: checked with its parent deleted).
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ from orchestrator.agents.clis.base import (
     json_lines,
     json_object,
 )
+from orchestrator.chattools.names import SERVER_NAME, TOKEN_ENV, TOOL_NAMES
 from orchestrator.usage.records import TokenUsage
 
 EDIT_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep")
@@ -55,7 +57,8 @@ class Claude(Preset):
     session_in_use_markers = ("is already in use",)
     partial_args = ("--include-partial-messages",)  # text deltas as `stream_event` lines (CLIS.md)
 
-    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None,
+             tools: str | None = None) -> list[str]:
         argv = [binary, "-p", "--output-format", "stream-json", "--verbose"]
         if settings.model:
             argv += ["--model", settings.model]
@@ -70,7 +73,7 @@ class Claude(Preset):
             argv += ["--resume", session.id, "--fork-session", "--session-id", str(uuid.uuid4())]
         elif session.id:
             argv += ["--session-id", session.id]
-        return argv + settings.extra_args
+        return argv + settings.extra_args + (mcp_args(tools) if tools else [])
 
     def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
         """claude reads both from its environment (Messages API, `x-api-key`); it writes no config for it."""
@@ -168,6 +171,15 @@ def _partial(event: Any) -> StreamEvent:
     if event.get("type") == "content_block_delta" and isinstance(delta, dict) and delta.get("type") == "text_delta":
         return StreamEvent(text=str(delta.get("text") or ""))
     return StreamEvent()
+
+
+def mcp_args(url: str) -> list[str]:
+    """The chat tools for `claude -p` (tests/fakes/clis/MCP.md): the server as `--mcp-config` JSON, its token
+    read from the environment (`${VAR}` in headers is expanded by claude), and its tools allowed, since
+    `--permission-mode dontAsk` denies every tool not allowed (`--tools ""` removes built-in tools only)."""
+    server = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"}}
+    return ["--mcp-config", json.dumps({"mcpServers": {SERVER_NAME: server}}),
+            "--allowedTools", *(f"mcp__{SERVER_NAME}__{tool}" for tool in TOOL_NAMES)]
 
 
 def _blocks(event: dict[str, Any]) -> list[dict[str, Any]]:

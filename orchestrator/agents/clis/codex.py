@@ -17,6 +17,7 @@ from orchestrator.agents.clis.base import (
     json_object,
 )
 from orchestrator.agents.clis.endpoint import write_private
+from orchestrator.chattools.names import SERVER_NAME, TOKEN_ENV
 from orchestrator.usage.records import TokenUsage
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -37,13 +38,15 @@ class Codex(Preset):
     too_large_markers = ("context_length_exceeded", "context window", "argument list too long")
     unknown_session_markers = ("no rollout found for thread id",)
 
-    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None,
+             tools: str | None = None) -> list[str]:
         sandbox = "workspace-write" if mode == "edit" else "read-only"
         argv = [binary, "exec", "--json", "--color", "never", "--skip-git-repo-check", "--sandbox", sandbox]
         if settings.model:
             argv += ["--model", settings.model]
         if session is None:
             argv.append("--ephemeral")
+        argv += mcp_args(tools) if tools else []
         argv += settings.extra_args
         if session is not None and session.resume and session.id:
             argv += ["resume", session.id]
@@ -116,6 +119,19 @@ def _added(total: TokenUsage | None, usage: object) -> TokenUsage | None:
 
 def _sum(first: int | None, second: int | None) -> int | None:
     return None if first is None and second is None else (first or 0) + (second or 0)
+
+
+MCP_CALL_TIMEOUT_SEC = 3600  # above chat_tools.ask_timeout_sec as users set it; the server answers first
+
+
+def mcp_args(url: str) -> list[str]:
+    """The chat tools for `codex exec` (tests/fakes/clis/MCP.md): the server as `-c mcp_servers.…` overrides, the
+    token read from the variable `bearer_token_env_var` names, and its tools approved: `codex exec` never asks,
+    so a tool that needs approval fails ("requires approval, but approval policy is never")."""
+    prefix = f"mcp_servers.{SERVER_NAME}"
+    return ["-c", f"{prefix}.url={json.dumps(url)}", "-c", f"{prefix}.bearer_token_env_var={json.dumps(TOKEN_ENV)}",
+            "-c", f'{prefix}.default_tools_approval_mode="approve"',
+            "-c", f"{prefix}.tool_timeout_sec={MCP_CALL_TIMEOUT_SEC}"]  # `ask` waits for a person (60 s default)
 
 
 def _codex_config(base_url: str, with_key: bool) -> str:

@@ -18,6 +18,7 @@ from orchestrator.agents.clis.base import (
     json_object,
 )
 from orchestrator.agents.clis.endpoint import write_private
+from orchestrator.chattools.names import SERVER_NAME, TOKEN_ENV, URL_ENV
 from orchestrator.usage.records import TokenUsage
 
 AUTH_EXIT = 41
@@ -44,7 +45,8 @@ class Gemini(Preset):
     login_exit_codes = frozenset({AUTH_EXIT})
     refusal_exit_codes = frozenset({UNTRUSTED_EXIT})
 
-    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None,
+             tools: str | None = None) -> list[str]:
         approval = "auto_edit" if mode == "edit" else "default"  # headless default: asking means denied
         argv = [binary, "--output-format", "stream-json", "--skip-trust", "--approval-mode", approval]
         if settings.model:
@@ -52,6 +54,17 @@ class Gemini(Preset):
         if session is not None and session.id:
             argv += ["--resume", session.id] if session.resume else ["--session-id", session.id]
         return [*argv, *settings.extra_args, "--prompt", ""]
+
+    def tools_env(self, folder: Path) -> dict[str, str]:
+        """gemini takes MCP servers only from settings files: the chat tools go into a system-defaults file (the
+        lowest layer, under the user's own settings, whose `mcpServers` it merges), URL and token as `$VAR`
+        that gemini expands from its environment, `trust: true` so it does not ask (headless asking denies).
+        gemini skips a file with a folder above it writable by others (such as /tmp), and this replaces any
+        system defaults file of the machine for these calls (tests/fakes/clis/MCP.md)."""
+        path = folder / "gemini-system-defaults.json"
+        server = {"httpUrl": f"${URL_ENV}", "headers": {"Authorization": f"Bearer ${TOKEN_ENV}"}, "trust": True}
+        write_private(path, json.dumps({"mcpServers": {SERVER_NAME: server}}, indent=2) + "\n")
+        return {"GEMINI_CLI_SYSTEM_DEFAULTS_PATH": str(path)}
 
     def endpoint_env(self, settings: ProviderSettings, key: str | None, folder: Path) -> dict[str, str]:
         """GOOGLE_GEMINI_BASE_URL alone makes gemini pick its "gateway" auth, which it then rejects (exit 41):

@@ -21,7 +21,8 @@ class Ollama(Preset):
     first_output_sec = 120.0  # loading a model into memory can take a while before the first token
     too_large_markers = ("argument list too long",)
 
-    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None) -> list[str]:
+    def argv(self, binary: str, settings: ProviderSettings, *, mode: str, session: Session | None,
+             tools: str | None = None) -> list[str]:
         return [binary, "run", settings.model or DEFAULT_MODEL, "--nowordwrap", "--hidethinking", "--verbose",
                 *settings.extra_args]
 

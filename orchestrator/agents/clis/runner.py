@@ -159,7 +159,8 @@ class AgentCliRunner:
         preset, provider, turn, stop = cli.preset, call.provider, call.turn, call.stop
         if stop.is_set():
             raise TurnStopped(f"{preset.binary}: stopped before it started")
-        argv = preset.argv(cli.binary, provider, mode=call.mode, session=session)
+        argv = preset.argv(cli.binary, provider, mode=call.mode, session=session,
+                           tools=turn.tools.url if turn.tools is not None else None)
         if turn.on_text is not None:
             argv += preset.partial_args
         watch = _Watch(preset, turn.on_note, stop, turn.on_text)

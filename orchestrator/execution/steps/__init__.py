@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gateway.api import Outbox
 from gateway.settings import SettingsError
+from gateway.telemetry import tracing
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.config.models import LoadedConfig, StepConfig
 from orchestrator.execution.steps.base import Progress, StepFailed, StepJob, StepOutcome
@@ -87,6 +88,7 @@ class StepRunner:
         except SettingsError:
             return RetryPolicy()
 
+    @tracing.traced("run.step", lambda _, run, step, *__: {"switchyard.run_id": run.runId, "switchyard.step": step})
     async def run(
         self, run: RunState, step_id: str, progress: Progress, extra_env: dict[str, str] | None = None
     ) -> StepOutcome:

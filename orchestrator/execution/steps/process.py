@@ -77,7 +77,8 @@ class BodyRunner:
             previews = self._previews(job, body.agent or agent.provider)
             turn = TurnRequest(prompt, cwd, request=request, request_file=request_file, env=env,
                                conversation=conversation, run=job.run.runId, on_note=notes, on_text=previews,
-                               ask=self._asker(job), payer=Payer.of(job.run.payload()), sandbox=sandbox)
+                               ask=self._asker(job), payer=Payer.of(job.run.payload()), sandbox=sandbox,
+                               chat_tools=agent.chat_tools)
             try:
                 try:
                     return await self._runner.run(agent.provider, turn)

@@ -106,3 +106,13 @@ def test_send_wait_takes_no_reply_stored_before_its_message(tmp_path: Path, pg_d
     result = switchyard(home, pg_dsn, "send", "hello", "--message-id", "m-waited", "--wait", "0.5")
     assert (result.returncode, result.stdout) == (1, ""), result.stderr
     assert "no reply within" in result.stderr
+
+
+def test_send_wait_with_the_database_away_is_one_line_exit_2_and_the_message_stays_queued(tmp_path: Path) -> None:
+    home = pg_home(tmp_path)
+    dsn = "postgresql://someone:hunter2@127.0.0.1:1/none?connect_timeout=2"
+    result = switchyard(home, dsn, "send", "hello", "--message-id", "m-away", "--wait", "5")
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "hunter2" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("switchyard: cannot use the database")
+    assert "the message is still queued" in result.stderr
+    assert [path.name for path in (home / "queue" / "incoming").glob("*.json")], "the message was not kept"

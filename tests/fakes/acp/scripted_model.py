@@ -6,7 +6,10 @@ Directives in the last user text of a request (all optional):
 - `[run=CMD]` answers with a shell tool call running CMD (when the request offers a shell tool and the last
   message is not already that tool's result; the model's answer after the result quotes its output); codex's
   call asks to leave the sandbox (`require_escalated`, as a real model does to write), `[sandboxed=CMD]` does not;
-- `[recall=WORD]` answers whether WORD appears in the earlier messages of the request (the session's memory).
+- `[recall=WORD]` answers whether WORD appears in the earlier messages of the request (the session's memory);
+- `[mcp=TOOL:KEY=VALUE]` answers with a call of the offered tool named TOOL or ending in `_TOOL` (an MCP tool as
+  the CLI names it: claude `mcp__switchyard__send_message`, gemini and codex their own spelling) with the one
+  string argument KEY=VALUE (none when `:…` is left out), then, given its result, quotes it like `[run=]`.
 
 Every request is kept in `calls` with its start and end time (`time.monotonic()`), so a caller in the same
 process can tell the model's own time from the agent's.
@@ -61,6 +64,7 @@ class Turn:
     delay: float
     tool: tuple[str, str] | None  # (tool name, command)
     escalated: bool = True
+    arguments: dict[str, str] | None = None  # an MCP tool's own arguments (`[mcp=]`) instead of a shell command
 
 
 class ScriptedModel(FakeServer):
@@ -106,6 +110,14 @@ def plan(call: Call, user_texts: list[str], tool_result: str | None, tools: list
     delay = float(_directive(prompt, "delay") or 0)
     command = _directive(prompt, "run") or _directive(prompt, "sandboxed")
     shell = next((name for name in SHELL_TOOLS if name in tools), None)
+    mcp = _directive(prompt, "mcp")
+    if mcp and tool_result is None:
+        wanted, _, argument = mcp.partition(":")
+        offered = next((name for name in tools if name == wanted or name.endswith("_" + wanted)), None)
+        if offered is not None:
+            key, _, value = argument.partition("=")
+            call.tool_call = f"{offered}: {argument}"
+            return Turn("", 0, delay, (offered, ""), arguments={key: value} if key else {})
     if command and tool_result is None and shell:
         call.tool_call = f"{shell}: {command}"
         return Turn("", 0, delay, (shell, command), escalated=_directive(prompt, "sandboxed") is None)
@@ -170,7 +182,8 @@ async def _anthropic(request: web.Request, call: Call) -> web.StreamResponse:
     stop = "tool_use" if turn.tool else "end_turn"
     if turn.tool:
         block = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": turn.tool[0],
-                 "input": {"command": turn.tool[1], "description": "scripted tool call"}}
+                 "input": turn.arguments if turn.arguments is not None else
+                 {"command": turn.tool[1], "description": "scripted tool call"}}
     if not call.body.get("stream"):
         content = [block] if turn.tool else [{"type": "text", "text": turn.text}]
         return web.json_response({**message, "stop_reason": stop, "content": content})
@@ -202,7 +215,10 @@ async def _responses(request: web.Request, call: Call) -> web.StreamResponse:
     outputs = [i for i in since_user if i.get("type") == "function_call_output"]  # codex may add items after it
     result = str(outputs[-1].get("output")) if outputs else None
     tools = [str(t.get("name")) for t in call.body.get("tools") or [] if t.get("name")]
-    turn = plan(call, texts, result, tools)
+    namespaces = {f"{t['name']}__{inner.get('name')}": (str(t["name"]), str(inner.get("name")))
+                  for t in call.body.get("tools") or [] if t.get("type") == "namespace"
+                  for inner in t.get("tools") or []}  # codex offers MCP tools as a namespace of functions
+    turn = plan(call, texts, result, tools + list(namespaces))
     response_id = f"resp_{uuid.uuid4().hex[:24]}"
     usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
@@ -210,10 +226,13 @@ async def _responses(request: web.Request, call: Call) -> web.StreamResponse:
         name, command = turn.tool
         # codex's default session mode is read-only: a real model asks to leave the sandbox for a write
         escalated = {"sandbox_permissions": "require_escalated", "justification": "scripted tool call"}
-        arguments = json.dumps({"cmd": command, **(escalated if turn.escalated else {})} if name == "exec_command" else
+        arguments = json.dumps(turn.arguments if turn.arguments is not None else
+                               {"cmd": command, **(escalated if turn.escalated else {})} if name == "exec_command" else
                                {"command": ["bash", "-lc", command]} if name == "shell" else {"command": command})
         item: dict[str, Any] = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:20]}", "status": "completed",
                                 "call_id": f"call_{uuid.uuid4().hex[:20]}", "name": name, "arguments": arguments}
+        if name in namespaces:
+            item.update(namespace=namespaces[name][0], name=namespaces[name][1])
         deltas: list[tuple[str | None, Any]] = []
     else:
         item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "role": "assistant", "status": "completed",
@@ -250,8 +269,9 @@ async def _gemini(request: web.Request, call: Call) -> web.StreamResponse:
     tools = [str(d.get("name")) for t in call.body.get("tools") or [] for d in t.get("functionDeclarations") or []]
     turn = plan(call, texts, result, tools)
     if turn.tool:
-        answers = [_gemini_answer([{"functionCall": {"name": turn.tool[0], "args": {
-            "command": turn.tool[1], "description": "scripted tool call"}}}], call)]
+        args = turn.arguments if turn.arguments is not None else {
+            "command": turn.tool[1], "description": "scripted tool call"}
+        answers = [_gemini_answer([{"functionCall": {"name": turn.tool[0], "args": args}}], call)]
     else:
         answers = [_gemini_answer([{"text": piece}], call, last=i == turn.chunks - 1)
                    for i, piece in enumerate(_pieces(turn.text, turn.chunks))]

@@ -235,7 +235,8 @@ def test_ids_written_as_numbers_are_the_text_a_channel_reports(
     assert tg.allow_from == ["42", "-1001234567890"]
     assert AccessPolicy(Home(tmp_path), tg).check("42", "Ada").allowed
     assert may_answer(tg, "42", None) and not may_answer(tg, "43", None)
-    assert load_orchestrator_config(workspace, {"rules", "echo"}).schedules["digest"].deliver.conversationId == "42"
+    loaded = load_orchestrator_config(workspace, {"rules", "echo", "demo"})
+    assert loaded.schedules["digest"].deliver.conversationId == "42"
 
 
 COMMAND_AS_STRING = """\

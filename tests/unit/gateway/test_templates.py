@@ -101,7 +101,7 @@ def test_the_orchestrator_template_loads_after_uncommenting_any_example(tmp_path
         path = tmp_path / "orchestrator.yaml"
         path.write_text(text)
         try:
-            parse_orchestrator_config(parse_yaml_file(path), str(path), {"echo", "rules"})
+            parse_orchestrator_config(parse_yaml_file(path), str(path), {"echo", "rules", "demo"})
         except Exception as exc:
             raise AssertionError(f"orchestrator.yaml with {label} uncommented: {exc}") from exc
 

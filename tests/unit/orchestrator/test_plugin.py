@@ -48,7 +48,7 @@ def test_switchyard_handler_given_no_backend_refuses_rather_than_open_stores_of_
 
 async def test_switchyard_providers_declares_echo_and_rules() -> None:
     [providers] = _manager().hook.switchyard_providers()
-    assert set(providers) == {"echo", "rules"}
+    assert set(providers) == {"echo", "rules", "demo"}
     assert await providers["echo"]("hi", {}) == "hi"
 
 
@@ -123,7 +123,7 @@ def test_switchyard_check_names_the_file_and_key_of_each_problem(home: Home) -> 
     settings = Settings.model_validate(TWO_ORCHESTRATORS)
     [problems] = _manager().hook.switchyard_check(home=home, settings=settings, providers=[])
     assert problems == [f"{path}: workflows.w.steps.0.agent: unknown agent 'b'; agents: a",
-                        f"{path}: agents.a.provider: unknown provider 'plugged'; known: echo, rules"]
+                        f"{path}: agents.a.provider: unknown provider 'plugged'; known: demo, echo, rules"]
     path.write_text("agents: {a: {provider: plugged}}\n")
     assert _manager().hook.switchyard_check(home=home, settings=settings, providers=["plugged"]) == [[]]
 

@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 from gateway.backends.files.backend import FileStores
-from gateway.backends.files.dispatcher import Dispatcher
+from gateway.cli.backends import wait_for_reply
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.runtime.dispatcher import Dispatcher
 from gateway.runtime.outbox import FileOutbox
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.telemetry.events import EventLog, read_events
@@ -150,7 +151,7 @@ def test_send_wait_shows_the_answer_not_a_draft(home: Home) -> None:
     outbox.write(draft("The quick"))
     outbox.write(final("The quick brown fox."))
     backend = FileStores(home, Settings(), stores=None)  # type: ignore[arg-type]
-    reply = backend.wait_for_reply(make_incoming("asked", messageId="m1", timestamp=0), "gone.json", 1.0)
+    reply = wait_for_reply(backend.replies(), make_incoming("asked", messageId="m1", timestamp=0), "gone.json", 1.0)
     assert reply is not None and reply["message"] == "The quick brown fox."
 
 

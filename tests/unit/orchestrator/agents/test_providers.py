@@ -112,7 +112,7 @@ async def test_non_zero_exit_raises_provider_failed_with_stderr(
 
 
 async def test_unknown_provider_is_permanent(home: Home, tmp_path: Path) -> None:
-    with pytest.raises(PermanentError, match="unknown provider 'ghost'; known: echo, rules"):
+    with pytest.raises(PermanentError, match="unknown provider 'ghost'; known: demo, echo, rules"):
         await _runner(home).run("ghost", TurnRequest("x", tmp_path, request_file=tmp_path / "r.json"))
 
 

@@ -150,7 +150,7 @@ async def test_cancel_run_of_an_unreadable_run_is_an_unknown_id(tmp_path: Path) 
     folder = store.made(store.folder("r-broken"))
     (folder / "state.json").write_text('{"runId": "r-broken", "message": 7}')
     assert store.quarantine("r-broken", "its state.json is not a run") is not None
-    loaded = LoadedConfig("o", tmp_path, default_orchestrator_config({"rules", "echo"}))
+    loaded = LoadedConfig("o", tmp_path, default_orchestrator_config({"rules", "echo", "demo"}))
     registry = FunctionRegistry(builtin_functions(loaded, store, None, dict))  # type: ignore[arg-type]
     answer = await registry.invoke("cancel_run", {"runId": "r-broken"}, make_message("cancel r-broken"))
     assert answer == "no workflow run 'r-broken' found"

@@ -20,7 +20,7 @@ from orchestrator.config.models import (
     write_default_orchestrator,
 )
 
-BUILTINS = {"echo", "rules"}
+BUILTINS = {"echo", "rules", "demo"}  # orchestrator.agents.builtin.builtin_providers()
 
 
 def test_missing_file_means_the_embedded_default(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_unknown_agent_is_named(write_config: Callable[[str], Path]) -> None:
 
 def test_unknown_provider_is_named_with_the_known_ones(write_config: Callable[[str], Path]) -> None:
     message = _load(write_config, "agents: {a: {provider: claude}}\n")
-    assert "agents.a.provider: unknown provider 'claude'; known: echo, rules" in message
+    assert "agents.a.provider: unknown provider 'claude'; known: demo, echo, rules" in message
 
 
 def test_unknown_selector_provider(write_config: Callable[[str], Path]) -> None:
@@ -152,8 +152,8 @@ def test_every_orchestrator_is_loaded_and_each_problem_named_on_its_own_line(hom
     loaded, problems = load_every_config(home, settings, BUILTINS)
     assert [config.orchestrator_id for config in loaded] == ["main"]
     assert problems == [f"{path}: agents.a.promt: unknown key; did you mean `prompt`?",
-                        f"{path}: selector.provider: unknown provider 'ghost'; known: echo, rules"]
+                        f"{path}: selector.provider: unknown provider 'ghost'; known: demo, echo, rules"]
     path.write_text("selector: {provider: ghost}\nrules: {default_workflow: nope}\n")
     assert load_every_config(home, settings, BUILTINS)[1] == [
         f"{path}: rules.default_workflow: unknown workflow 'nope'; workflows: (none)",
-        f"{path}: selector.provider: unknown provider 'ghost'; known: echo, rules"]
+        f"{path}: selector.provider: unknown provider 'ghost'; known: demo, echo, rules"]

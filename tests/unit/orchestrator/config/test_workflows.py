@@ -11,7 +11,7 @@ import yaml
 from gateway.settings import SettingsError
 from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML, load_orchestrator_config, parse_orchestrator_config
 
-BUILTINS = {"echo", "rules"}
+BUILTINS = {"echo", "rules", "demo"}
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 

@@ -21,7 +21,7 @@ from orchestrator.runs.state import run_id_for
 
 @pytest.fixture
 def loaded(workspace: Path) -> LoadedConfig:
-    return LoadedConfig("main", workspace, default_orchestrator_config({"echo", "rules"}))
+    return LoadedConfig("main", workspace, default_orchestrator_config({"echo", "rules", "demo"}))
 
 
 def _partition(workspace: Path, name: str, age_days: float) -> Path:

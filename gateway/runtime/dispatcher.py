@@ -1,4 +1,5 @@
-"""Delivers `queue/outgoing/` through the channel that owns each payload; sent files go to `sent/`."""
+"""Delivers `queue/outgoing/` through the channel that owns each payload; sent files go to `sent/` (the
+replies of the file and memory backends: gateway/runtime/outgoing.py)."""
 
 from __future__ import annotations
 

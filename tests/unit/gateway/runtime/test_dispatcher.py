@@ -8,10 +8,10 @@ import os
 import time
 
 from gateway.api import DeliveryError, PermanentError
-from gateway.backends.files.dispatcher import Dispatcher
 from gateway.channelkit.attachments import AttachmentPolicy, attachment_folder, read_attachment
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.runtime.dispatcher import Dispatcher
 from gateway.runtime.outbox import FileOutbox
 from gateway.settings import QueueSettings
 from gateway.telemetry.events import EventLog, read_events
