@@ -38,7 +38,7 @@ from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSup
 from gateway.settings import ChannelProfile, Settings, secret_env_names
 from gateway.spool.queue import FileQueue
 from gateway.spool.watch import FolderWatch
-from gateway.stores import Delivery, Runtime, RuntimeParts
+from gateway.stores import AUDIT, AuditLog, Delivery, Runtime, RuntimeParts
 from gateway.telemetry import tracing
 from gateway.telemetry.alerts import Alerts
 from gateway.telemetry.events import EventLog, utc_now_iso
@@ -116,7 +116,7 @@ class Gateway:
         self._request_stop = request_stop
         self.contexts: dict[str, ChannelContext] = {}  # each started channel's, by profile id
         self.reload = None if settings_file is None else SettingsReload(
-            settings_file, settings, run_checks(home, pm, settings_file), self.events)
+            settings_file, settings, run_checks(home, pm, settings_file), self.events, audit=self._audit_log())
 
     # --- start ------------------------------------------------------------------------------
 
@@ -157,6 +157,13 @@ class Gateway:
     def worker(self) -> Any:
         """The file backend's Worker (None on postgres or before start)."""
         return getattr(self.backend, "worker", None)
+
+    def _audit_log(self) -> AuditLog | None:
+        """The backend's audit log (a settings reload records role changes in it); None where none is kept."""
+        try:
+            return self.storage.store(AUDIT)
+        except KeyError:
+            return None
 
     def _takes_receipts(self, message: IncomingPayload) -> bool:
         """Whether the channel a message came from is a chat that wants "queued" receipts."""

@@ -3,8 +3,8 @@ gateway and the orchestrator; the checks that use them before anything starts ar
 
 A sender's roles come only from settings.yaml (a profile's `roles:`, else its `default_role:`), never from a
 message: nothing a chat user sends can raise their own role. A platform group is named `group:<id>` in a
-profile's `roles:` and matches the ids a channel puts in the payload's `senderGroups` (no built-in channel
-fills it yet: Telegram chat administrators, Slack user groups and Discord roles are not looked up).
+profile's `roles:` and matches the ids a channel puts in the payload's `senderGroups` (Telegram chat
+administrators, Discord roles and Slack user groups: gateway/channelkit/groups.py and each plugin's groups.py).
 """
 
 from __future__ import annotations

@@ -41,6 +41,9 @@ def sections(state: dict[str, Any]) -> str:
                  _approvals(state.get("approvals", []))),
         _section(f"Dead letters ({state['dead_total']})", "dead-letters", _dead_letters(state["dead_letters"])),
         _section("Recent runs", "runs", _runs(state["runs"])),
+        _section("Audit log", "audit", _table(["when", "by", "where", "action", "what"], [
+            [a["at"], a["by"], a["where"], a["action"], a["what"]] for a in state.get("audit", [])],
+            empty="no privileged action recorded")),
         _section("Schedules", "schedules", _table(["schedule", "when", "deliver to", "next", "last", "outcome"], [
             [s["schedule"], s["when"], s["deliver"], s["next"] or "disabled", s["last"] or "never",
              (s["outcome"] or "—") + (f": {s['detail']}" if s.get("detail") else "")]

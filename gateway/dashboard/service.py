@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from gateway.approvals import describe, operator_answer
+from gateway.audit import OPERATOR, AuditRecord, operator_answer_key
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.series import Minutes
 from gateway.dashboard.server import Server, build_app
 from gateway.dashboard.state import Activity
 from gateway.plugin_manager import call_each
-from gateway.stores import StoreKey
+from gateway.stores import AUDIT, StoreKey
 from gateway.telemetry.events import read_events
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ SEED_EVENTS = 500
 RUNS_SHOWN = 20
 DEAD_SHOWN = 50
 EVENTS_SHOWN = 30
+AUDIT_SHOWN = 30
+AUDIT_CACHE_S = 5.0  # the audit log is read at most this often (the file backend's is read whole)
 SERIES_SEED_EVENTS = 20_000  # the log's tail the per-minute plots start from (its last ~20 MB at most)
 SAMPLE_S = 20.0  # the queue's depth is sampled this often for its plot (and at each refresh)
 SPEND_DAYS = 7
@@ -57,7 +60,8 @@ class Served:
     """Each channel's state, by profile id: the supervisor's, kept up to date as channels change."""
     started_at: str
     backend: Backend
-    """The backend of the gateway's stores: the runs and approvals the page lists are read through it."""
+    """The backend of the gateway's stores: the runs, approvals and audit records the page lists are read through it
+    (and an answer given on the page is recorded in its audit log)."""
     view: QueueView
     """The queue as the backend shows it (the home's folders, or the database)."""
 
@@ -85,6 +89,8 @@ class Dashboard:
         served.events.observe(self._observe)
         self._server: Server | None = None
         self._approval_store: Any = None
+        self._audit_log: Any = None  # False: this backend keeps none
+        self._audited: tuple[float, list[dict[str, Any]]] | None = None
         self.url: str | None = None
 
     def _observe(self, event: dict[str, Any]) -> None:
@@ -151,7 +157,30 @@ class Dashboard:
         """Allows or denies a pending tool approval for the turn waiting on it (KeyError for an unknown id);
         `won` is False when it was settled already (then `state` and `by` say how)."""
         done, won = await asyncio.to_thread(operator_answer, self._approvals(), approval_id, verdict, "dashboard")
+        if won:
+            await asyncio.to_thread(self._record_answer, done)
         return {"id": done.id, "won": won, "state": done.state, "allowed": done.allowed(), "by": done.answered_by}
+
+    def _record_answer(self, approval: Any) -> None:
+        """The audit record of an operator's answer from the page, whether or not a turn still waits for it: keyed
+        by the approval (gateway.audit.operator_answer_key), so the waiting turn's own record of it is this one."""
+        verdict = "allowed" if approval.allowed() else "denied"
+        record = AuditRecord.new(by=OPERATOR, where="dashboard", action="approval.answer",
+                                 what=f"{verdict} {approval.title}", key=operator_answer_key(approval.id),
+                                 approval=approval.id, answered_by="dashboard")
+        audit = self._audit()
+        if audit is not None:
+            audit.append(record)
+            self._audited = None  # the table shows it at the next refresh
+
+    def _audit(self) -> Any:
+        """The backend's audit log (gateway.stores.AUDIT), opened once; None where no plugin keeps one."""
+        if self._audit_log is None:
+            try:
+                self._audit_log = self._served.backend.store(AUDIT)
+            except KeyError:
+                self._audit_log = False
+        return self._audit_log or None
 
     def _approvals(self) -> Any:
         if self._approval_store is None:
@@ -176,7 +205,26 @@ class Dashboard:
         queue = self.view.read(DEAD_SHOWN)
         self.minutes.sample_queue(queue["queue"])
         return {**queue, "runs": runs[:RUNS_SHOWN], "approvals": approvals, "schedules": schedules,
-                "spend": self._spent()}
+                "spend": self._spent(), "audit": self._recent_audit()}
+
+    def _recent_audit(self) -> list[dict[str, Any]]:
+        """The last AUDIT_SHOWN audit records, newest first (read at most every AUDIT_CACHE_S; none where the
+        backend keeps no audit log, the last ones read while its database is away)."""
+        now = time.monotonic()
+        if self._audited is not None and now - self._audited[0] < AUDIT_CACHE_S:
+            return self._audited[1]
+        audit = self._audit()
+        if audit is None:
+            return []
+        try:
+            records = audit.records()
+        except Exception as exc:
+            log.debug("dashboard: cannot read the audit log: %s", exc)
+            return self._audited[1] if self._audited is not None else []
+        newest = sorted(records, key=lambda r: (r.at, r.id), reverse=True)[:AUDIT_SHOWN]
+        self._audited = (now, [{"at": r.at, "by": r.by, "where": r.where, "action": r.action, "what": r.what}
+                               for r in newest])
+        return self._audited[1]
 
     def _spent(self) -> dict[str, Any] | None:
         """Spend per day by provider over the last SPEND_DAYS days (in the usage time zone), from the backend's

@@ -8,6 +8,9 @@ until a restart.
 An edit that does not pass the checks `switchyard run` makes before it starts is not used: the last valid
 settings stay, and the log and `status` say why. The gateway records what it read (the file's sha256) in
 its status file, so `status` and `dead retry` can tell that it runs older settings than the file.
+A reload that changes who holds which role (a profile's `roles:` lists, its `default_role:`) appends one audit
+record per change (`role.granted` / `role.revoked`, by `operator:settings.yaml`), keyed by the change and the
+file's digest: every host of a PostgreSQL backend reads the same edit and records it once.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from gateway.audit import AuditRecord
 from gateway.cli.statuscache import file_digest
 from gateway.home import Home
 from gateway.settings import ChannelProfile, Settings, SettingsError, load_settings
@@ -28,12 +32,16 @@ from gateway.telemetry.events import EventLog, utc_now_iso
 if TYPE_CHECKING:
     import pluggy
 
+    from gateway.stores import AuditLog
+
 log = logging.getLogger("switchyard")
 
 SETTINGS_CHECK_S = 2.0  # how often settings.yaml is looked at for an edit
 RELOADED = ("providers", "usage", "transcribe", "roles")  # the top-level sections applied while running
 ACCESS_KEYS = ("allow_from", "roles", "default_role", "approvers")  # a profile's keys applied while running
 NOT_READ = ""  # the digest of no version: the first look always reads the file
+SETTINGS_OPERATOR = "operator:settings.yaml"  # `by` of an audit record of a role changed by editing the file
+EVERYONE_ELSE = "(everyone else admitted)"  # `who` of a `default_role:` change, as `switchyard roles` names them
 
 Validate = Callable[[Settings, Settings], list[str]]
 """The problems of new settings (the first) that the running ones (the second) do not have."""
@@ -61,8 +69,10 @@ def run_checks(home: Home, pm: pluggy.PluginManager, source: Path) -> Validate:
 class SettingsReload:
     """Looks at settings.yaml for edits; keeps the settings the gateway runs and what `status` says of them."""
 
-    def __init__(self, path: Path, running: Settings, validate: Validate, events: EventLog | None = None):
+    def __init__(self, path: Path, running: Settings, validate: Validate, events: EventLog | None = None,
+                 audit: AuditLog | None = None):
         self.path = path
+        self._audit = audit
         self.running = running
         self._validate = validate
         self._events = events
@@ -137,8 +147,20 @@ class SettingsReload:
             log.warning("%s: these changes need a restart of the gateway to apply: %s", self.path, "; ".join(restart))
         if self._events is not None and (applied or restart != self.restart_needed):
             self._events.emit("settings.reloaded", file=str(self.path), applied=applied, restart_needed=restart)
+        self._record_roles(self.running, merged, digest)
         self.digest, self.problem, self.read_at = digest, None, utc_now_iso()
         self.running, self.restart_needed = merged, restart
+
+    def _record_roles(self, before: Settings, after: Settings, digest: str | None) -> None:
+        """Appends the audit record of each role granted or revoked by this version of the file (a failing audit
+        log is logged: the settings still apply)."""
+        if self._audit is None:
+            return
+        for record in role_changes(before, after, digest or ""):
+            try:
+                self._audit.append(record)
+            except Exception as exc:
+                log.warning("%s: the role change %r is not in the audit log: %s", self.path, record.what, exc)
 
 
 def reloaded(running: Settings, new: Settings) -> Settings:
@@ -160,6 +182,33 @@ def _with_access(profile: ChannelProfile, fresh: ChannelProfile | None) -> Chann
         return profile
     data = {key: value for key, value in profile.model_dump().items() if key not in ACCESS_KEYS}
     return ChannelProfile.model_validate({**data, **_access(fresh)})
+
+
+def role_holders(settings: Settings) -> set[tuple[str, str, str]]:
+    """(profile, role, who) of every role a profile gives: its `roles:` members (sender ids, `group:<id>`) and
+    EVERYONE_ELSE for its `default_role:` when it names one."""
+    held = set()
+    for profile in settings.channels:
+        for role, members in (profile.option("roles") or {}).items():
+            held |= {(profile.id, str(role), str(member)) for member in members}
+        if profile.option("default_role"):
+            held.add((profile.id, str(profile.option("default_role")), EVERYONE_ELSE))
+    return held
+
+
+def role_changes(before: Settings, after: Settings, digest: str) -> list[AuditRecord]:
+    """One audit record per role granted or revoked from `before` to `after`, in a stable order; its id comes
+    from the change and `digest` (the file version that made it), so several hosts reading that version keep
+    one record, and the same grant made again by a later edit is a record of its own."""
+    old, new = role_holders(before), role_holders(after)
+    changes = [("role.revoked", held) for held in sorted(old - new)] + [("role.granted", held) for held in
+                                                                          sorted(new - old)]
+    return [AuditRecord.new(by=SETTINGS_OPERATOR, where=profile, action=action,
+                            what=f"{'revoked' if action == 'role.revoked' else 'granted'} {role} "
+                                 f"{'from' if action == 'role.revoked' else 'to'} {who}",
+                            key=f"{digest}/{profile}/{role}/{who}", profile=profile, role=role, who=who,
+                            settings_sha256=digest)
+            for action, (profile, role, who) in changes]
 
 
 def changed_sections(before: Settings, after: Settings) -> list[str]:

@@ -1,5 +1,5 @@
 """Turns Discord messages, and taps on the buttons of replies, into incoming payloads: who may talk,
-attachments, and threads → workflow runs."""
+attachments, threads → workflow runs, and the sender's roles as platform groups (plugins/discord/groups.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ from gateway import (
     now_ms,
     with_audio,
 )
+from gateway.channelkit.groups import with_groups
 from plugins.discord import CHANNEL_TYPE
+from plugins.discord.groups import member_groups
 
 log = logging.getLogger("switchyard.discord")
 
@@ -90,6 +92,7 @@ class Intake:
             "message": label, "timestamp": int(interaction.created_at.timestamp() * 1000),
             "messageId": f"tap:{interaction.id}", "conversationId": str(interaction.channel_id),
             "button": custom_id})
+        payload = with_groups(payload, member_groups(self._context.profile, interaction.user))
         try:
             await sink(payload)
         except Exception:
@@ -187,11 +190,12 @@ class Intake:
         if not text:
             log.debug("discord message %s has neither text nor files; ignored", message.id)
             return None
-        return with_audio(IncomingPayload(
+        payload = with_audio(IncomingPayload(
             channel=CHANNEL_TYPE, channelProfileId=self._profile_id, sender=message.author.display_name,
             senderId=str(message.author.id), message=text, timestamp=int(message.created_at.timestamp() * 1000),
             messageId=str(message.id), conversationId=str(message.channel.id), files=[str(p) for p in files],
             workflowRunId=run_id), audio)
+        return with_groups(payload, member_groups(self._context.profile, message.author))
 
     async def _download(self, message: discord.Message) -> tuple[list[Path], list[str], list[dict[str, Any]]]:
         """Saves each attachment under files/; a failed download becomes a note in the text. The third list

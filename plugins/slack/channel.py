@@ -31,6 +31,7 @@ from gateway import (
     with_audio,
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
+from gateway.channelkit.groups import with_groups
 from plugins.slack.blocks import answered_blocks, button_blocks
 from plugins.slack.config import CHANNEL_TYPE, SlackConfig
 from plugins.slack.inbound import (
@@ -46,6 +47,7 @@ from plugins.slack.profile import SlackProfileOptions
 
 if TYPE_CHECKING:
     from plugins.slack.client import SlackApi
+    from plugins.slack.groups import UserGroups
     from plugins.slack.transport import HttpTransport, SocketTransport
 
 log = logging.getLogger("switchyard.slack")
@@ -85,6 +87,7 @@ class SlackChannel:
         self._threads = RunThreads(context.home, config.profile_id)
         self._notes = NoteMessages.kept_for(context.home, config.profile_id)
         self._api: SlackApi | None = None
+        self._groups: UserGroups | None = None
         self._bot = BotIdentity(user_id="")
         self._sink: Sink | None = None
         self._intake: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -107,6 +110,9 @@ class SlackChannel:
         from plugins.slack.transport import HttpTransport, SocketTransport, build_app
         self._api = SlackApi(bot_token, self.config.api_base_url, token_env=self.config.bot_token_env)
         self._bot = await self._api.login()
+        from plugins.slack.groups import UserGroups
+
+        self._groups = UserGroups(self._api.web, self.context)
         app = build_app(self._api.web, self._receive, self._receive, None if socket_mode else second)
         if socket_mode:
             self.transport = SocketTransport(app, second, token_env=self.config.app_token_env, name=self.profile_id)
@@ -186,7 +192,7 @@ class SlackChannel:
             messageId=f"{message.ts}:e{message.edited_ts}" if message.edited_ts else message.ts,
             editOf=message.ts if message.edited_ts else None,
             conversationId=message.conversation, files=files, workflowRunId=run_id)
-        payload = with_audio(payload, audio)
+        payload = with_groups(with_audio(payload, audio), await self._groups_of(message.user))
         self._latest[message.conversation] = (message.channel, message.ts)
         try:
             await self._sink(payload)
@@ -217,6 +223,7 @@ class SlackChannel:
             "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": sender, "senderId": tap.user,
             "message": tap.label, "timestamp": now_ms(), "messageId": f"tap:{tap.trigger_id}",
             "conversationId": tap.conversation, "button": tap.button})
+        payload = with_groups(payload, await self._groups_of(tap.user))
         try:
             await self._sink(payload)
         except Exception:  # acknowledged already: Slack will not send the tap again
@@ -228,6 +235,10 @@ class SlackChannel:
                                          answered_blocks(tap.blocks, tap.label, tap.user))
             except Exception as exc:
                 log.info("slack %s: marking a tapped message answered failed: %s", self.profile_id, exc)
+
+    async def _groups_of(self, user: str) -> list[str]:
+        """The user groups of a sender (plugins/slack/groups.py; none before login)."""
+        return [] if self._groups is None else await self._groups.of(user)
 
     async def _tell_quietly(self, tap: SlackTap, text: str) -> None:
         """Tells the tapper something in an ephemeral message only they see (failures logged)."""

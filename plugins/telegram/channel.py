@@ -100,7 +100,9 @@ class TelegramChannel:
         self._log_filter = TokenFilter(self._token)
         self._log_filter.install()  # before building: the Bot logs its URL, token included, at DEBUG
         app = _build_application(self.options, self._token)
-        self._inbound = InboundMessages(self.context, self.threads, sink)
+        from plugins.telegram.groups import ChatAdministrators
+
+        self._inbound = InboundMessages(self.context, self.threads, sink, ChatAdministrators(app.bot, self.context))
         from telegram import Update
         from telegram.ext import TypeHandler
 

@@ -1,5 +1,5 @@
 """Turns a person's Telegram message, or tap on a reply's button, into an incoming payload: access,
-attachments, run thread."""
+attachments, run thread, and the sender's platform groups (plugins/telegram/groups.py)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,14 @@ from gateway import (
     now_ms,
     with_audio,
 )
+from gateway.channelkit.groups import with_groups
 from plugins.telegram.options import CHANNEL_TYPE
 from plugins.telegram.refs import conversation_id, message_ref
 
 if TYPE_CHECKING:
     from telegram import Bot, CallbackQuery, Message
+
+    from plugins.telegram.groups import ChatAdministrators
 
 log = logging.getLogger("switchyard.telegram")
 
@@ -44,12 +47,18 @@ def _edit_ref(message: Message) -> str:
 class InboundMessages:
     """Admits or refuses each message, downloads its files and hands the payload to the sink."""
 
-    def __init__(self, context: ChannelContext, threads: RunThreads, sink: Sink):
+    def __init__(self, context: ChannelContext, threads: RunThreads, sink: Sink,
+                 admins: ChatAdministrators | None = None):
         self.context = context
         self.profile_id = context.profile.id
         self.access = context.access
         self.threads = threads
         self.sink = sink
+        self.admins = admins
+
+    async def _groups(self, chat_id: int, chat_type: str | None, user_id: int) -> list[str]:
+        """The sender's platform groups in this chat (none without a lookup)."""
+        return [] if self.admins is None else await self.admins.of(chat_id, chat_type, user_id)
 
     async def handle(self, bot: Bot, message: Message, *, edited: bool = False) -> Path | None:
         """Enqueues one message (`edited`: an edit of one, whose messageId names the edit's time, so a
@@ -68,6 +77,7 @@ class InboundMessages:
         if not decision.allowed:
             self._refuse(message, conversation, sender_id, sender, decision)
             return None
+        groups = await self._groups(message.chat_id, message.chat.type, user.id)
         notes = [await self._download(bot, conversation, *attachment) for attachment in attachments]
         reply = message.reply_to_message
         payload = IncomingPayload(
@@ -80,7 +90,8 @@ class InboundMessages:
             workflowRunId=self.threads.run_for(message_ref(message.chat_id, reply.message_id))
             if reply is not None else None,
         )
-        return await self.sink(with_audio(payload, _audio(message, attachments, [path for _, path in notes])))
+        payload = with_audio(payload, _audio(message, attachments, [path for _, path in notes]))
+        return await self.sink(with_groups(payload, groups))
 
     async def tap(self, query: CallbackQuery) -> Path | None:
         """Enqueues a tap on a reply's button as a payload with `button` (its callback_data) and the
@@ -104,6 +115,8 @@ class InboundMessages:
             "channel": CHANNEL_TYPE, "channelProfileId": self.profile_id, "sender": sender, "senderId": sender_id,
             "message": label, "timestamp": now_ms(), "messageId": f"{message.chat.id}:cb{query.id}",
             "conversationId": conversation, "button": query.data})
+        payload = with_groups(payload, await self._groups(message.chat.id, getattr(message.chat, "type", None),
+                                                          user.id))
         try:
             path = await self.sink(payload)
         except Exception:

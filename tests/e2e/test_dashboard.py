@@ -206,3 +206,8 @@ def test_pending_tool_approvals_are_listed_and_answered_once_over_http(switchyar
     stored = store.get("dash01")
     assert stored is not None and stored.choice == "no"
     assert fetch(url + "api/state").json()["approvals"] == []
+    # no turn here waits for it (its owner is another process): the operator's answer is audited all the same, once
+    audit = switchyard.cli("audit", "--json", "--by", "operator")
+    assert audit.returncode == 0, audit.stderr
+    assert [(r["action"], r["where"], r["what"]) for r in json.loads(audit.stdout)] == [
+        ("approval.answer", "dashboard", f"denied {HOSTILE}")]

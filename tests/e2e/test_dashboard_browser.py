@@ -72,3 +72,40 @@ def test_the_page_renders_the_state_and_its_retry_button_brings_a_dead_letter_ba
     wait_until(lambda: any(e.get("conversation") == HOSTILE for e in switchyard.events("job.succeeded")), 20)
     wait_until(lambda: any("answered" in reply["message"] for reply in switchyard.replies(sent["messageId"])), 20)
     expect(page.locator("#notice")).to_contain_text("retried")
+
+
+def test_an_answer_given_on_the_page_shows_in_its_audit_table_as_text(
+        switchyard: Switchyard, browser_page: object) -> None:
+    """Denying a tool approval on the page (no turn waits for it: its owner is another process) is an audit record,
+    listed newest first with who, where, what and when; the tool call's hostile title stays text."""
+    import time
+
+    from playwright.sync_api import Page, expect
+
+    from gateway.approvals import Approval, FileApprovals, conversation_scope
+
+    page: Page = browser_page  # type: ignore[assignment]
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    url = start_with_dashboard(switchyard)
+    assert switchyard.cli("usage", "reset", "--by", "sender", "--all").returncode == 0  # an older record
+    now = time.time()
+    FileApprovals(switchyard.home).request(Approval(
+        id="brow01", scope=conversation_scope("console", "console", "desk"), title=HOSTILE,
+        options=[{"id": "ok", "name": "Allow once", "kind": "allow_once"},
+                 {"id": "no", "name": "Reject", "kind": "reject_once"}],
+        address={"channel": "console", "conversationId": "desk", "messageId": "m1"}, owner="elsewhere:1:1",
+        created_at=now, expires_at=now + 600))
+
+    page.goto(url)
+    audit = page.locator("#audit")
+    expect(audit.locator("tbody tr")).to_have_count(1)
+    expect(audit).to_contain_text("usage.reset")
+    page.locator('#approvals button.approval[data-verdict="deny"]').click()
+    expect(audit.locator("tbody tr")).to_have_count(2, timeout=20_000)
+    newest = audit.locator("tbody tr").first
+    expect(newest).to_contain_text("approval.answer")
+    expect(newest).to_contain_text("operator")
+    expect(newest).to_contain_text("dashboard")
+    expect(newest).to_contain_text(f"denied {HOSTILE}")  # shown as the text it is
+    assert page.locator("img").count() == 0 and page.evaluate("window.pwned") is None and dialogs == []

@@ -1,6 +1,7 @@
 """A fake of the Discord REST API and gateway, just enough for discord.py 2.x to log in, chat, edit and upload,
 and to show buttons (message components) whose taps arrive as INTERACTION_CREATE and are answered on the
-interaction callback endpoint."""
+interaction callback endpoint. A guild's roles come with its GUILD_CREATE, and a guild message carries its
+author's partial `member` (role ids included), as the gateway sends them: reading roles costs no REST call."""
 
 from __future__ import annotations
 
@@ -60,6 +61,14 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     # discord.py reads a body as JSON only when the content type is exactly `application/json`.
     return web.Response(body=json.dumps(data).encode(), status=status,
                         headers={**(headers or {}), "Content-Type": "application/json"})
+
+
+def _role(role_id: str, name: str, position: int) -> dict[str, Any]:
+    """A role object as GUILD_CREATE lists it (https://discord.com/developers/docs/topics/permissions#role-object)."""
+    return {"id": role_id, "name": name, "color": 0, "colors": {"primary_color": 0, "secondary_color": None,
+                                                                 "tertiary_color": None},
+            "hoist": False, "icon": None, "unicode_emoji": None, "position": position, "permissions": "0",
+            "managed": False, "mentionable": False, "flags": 0}
 
 
 def _buttons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,9 +187,10 @@ class DiscordFakeServer(FakeServer):
     async def message_create(self, channel_id: str, author: dict[str, Any], content: str, *,
                              files: Sequence[tuple[str, bytes]] = (), guild_id: str | None = None,
                              reply_to: str | None = None, mentions: Sequence[dict[str, Any]] = (),
-                             voice: tuple[bytes, float] | None = None) -> str:
+                             voice: tuple[bytes, float] | None = None, roles: Sequence[str] | None = None) -> str:
         """Delivers a MESSAGE_CREATE as if `author` wrote `content` in `channel_id`; returns its id. `voice`
-        (OGG/Opus bytes, seconds) makes it a voice message, as Discord's apps send one."""
+        (OGG/Opus bytes, seconds) makes it a voice message, as Discord's apps send one; `roles` (with `guild_id`)
+        are the role ids of the author's `member` object, which Discord adds to a guild message."""
         message = self._message(channel_id, author, content, files=files, reply_to=reply_to)
         if voice is not None:
             attachment_id = self.snowflake()
@@ -193,6 +203,9 @@ class DiscordFakeServer(FakeServer):
         message["mentions"] = list(mentions)
         if guild_id is not None:
             message["guild_id"] = guild_id
+            if roles is not None:
+                message["member"] = {"roles": list(roles), "joined_at": datetime.now(UTC).isoformat(),
+                                     "deaf": False, "mute": False, "flags": 0, "premium_since": None, "nick": None}
         self.written.append(message)
         await self.dispatch("MESSAGE_CREATE", message)
         return str(message["id"])
@@ -222,8 +235,10 @@ class DiscordFakeServer(FakeServer):
                 "authorizing_integration_owners": {"1": user["id"]}, "context": 1,
                 "attachment_size_limit": 10_485_760}
 
-    async def guild_create(self, guild_id: str, channel_id: str, thread_id: str) -> None:
-        """Makes a guild with one text channel and one active thread in it known to the bot."""
+    async def guild_create(self, guild_id: str, channel_id: str, thread_id: str,
+                           roles: dict[str, str] | None = None) -> None:
+        """Makes a guild with one text channel and one active thread in it known to the bot, with its @everyone
+        role (whose id is the guild's) and `roles` (id -> name)."""
         channel = {"id": channel_id, "type": 0, "name": "general", "position": 0, "guild_id": guild_id,
                    "permission_overwrites": [], "nsfw": False, "parent_id": None}
         thread = {"id": thread_id, "type": 11, "name": "a thread", "guild_id": guild_id,
@@ -232,7 +247,9 @@ class DiscordFakeServer(FakeServer):
                                       "archive_timestamp": datetime.now(UTC).isoformat()}}
         await self.dispatch("GUILD_CREATE", {
             "id": guild_id, "name": "guild", "icon": None, "owner_id": OWNER_ID, "unavailable": False,
-            "member_count": 2, "large": False, "features": [], "roles": [], "emojis": [], "stickers": [],
+            "member_count": 2, "large": False, "features": [], "emojis": [], "stickers": [],
+            "roles": [_role(guild_id, "@everyone", 0)] + [_role(role_id, name, position) for position, (role_id, name)
+                                                          in enumerate((roles or {}).items(), start=1)],
             "members": [], "voice_states": [], "presences": [], "channels": [channel], "threads": [thread],
             "stage_instances": [], "guild_scheduled_events": [], "soundboard_sounds": [],
             "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0,

@@ -1,9 +1,10 @@
 """A fake Slack: the Web API methods the plugin calls, Socket Mode, signed HTTP events, file up/downloads.
 
 Records what the bot sent (text, files with their bytes, channel, thread, the buttons of its actions
-blocks), its edits and reactions, and injects message events and button taps (block_actions) either
-through the Socket Mode WebSocket (waiting for the envelope's ack) or as signed POSTs to the bot's
-HTTP events URL (a tap as the form field `payload`, as Slack posts interactions).
+blocks), its edits and reactions, answers `usergroups.list` from the user groups a test names (their members
+only with `include_users`, as https://api.slack.com/methods/usergroups.list documents), and injects message
+events and button taps (block_actions) either through the Socket Mode WebSocket (waiting for the envelope's
+ack) or as signed POSTs to the bot's HTTP events URL (a tap as the form field `payload`, as Slack posts interactions).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class FakeSlack(FakeServer):
         self._fail_after = 0
         self._fail_times = 0
         self._refusals: list[str] = []
+        self.usergroups: list[dict[str, Any]] = []  # as usergroups.list answers them (`users` included)
+        self.usergroups_error: str | None = None  # e.g. "missing_scope": usergroups.list answers ok: false
         super().__init__()
 
     def setup_routes(self, app: web.Application) -> None:
@@ -250,6 +253,23 @@ class FakeSlack(FakeServer):
 
     def _m_apps_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"url": self.url.replace("http://", "ws://") + "/link"}
+
+    def add_usergroup(self, group_id: str, handle: str, users: list[str]) -> None:
+        """A user group of the workspace with these members, with the fields usergroups.list gives one."""
+        self.usergroups.append({
+            "id": group_id, "team_id": "T1", "is_usergroup": True, "is_subteam": True, "name": handle.title(),
+            "description": "", "handle": handle, "is_external": False, "date_create": 1_700_000_000,
+            "date_update": 1_700_000_000, "date_delete": 0, "auto_type": None, "auto_provision": False,
+            "enterprise_subteam_id": "", "created_by": "U0ADMIN", "updated_by": "U0ADMIN", "deleted_by": None,
+            "prefs": {"channels": [], "groups": []}, "users": list(users), "user_count": len(users),
+            "channel_count": 0})
+
+    def _m_usergroups_list(self, params: dict[str, Any]) -> dict[str, Any] | web.Response:
+        if self.usergroups_error is not None:
+            return _ok_false(self.usergroups_error)
+        with_users = str(params.get("include_users", "")).lower() in ("1", "true")
+        return {"usergroups": [group if with_users else {k: v for k, v in group.items() if k != "users"}
+                               for group in self.usergroups]}
 
     def _m_users_info(self, params: dict[str, Any]) -> dict[str, Any]:
         user = str(params.get("user"))

@@ -2,7 +2,9 @@
 
 Endpoints `POST /bot{token}/{method}` (form or multipart, values as strings) for getMe,
 deleteWebhook, setWebhook, getUpdates (long poll), sendMessage (with an inline keyboard), sendDocument,
-editMessageText, editMessageReplyMarkup, answerCallbackQuery, sendChatAction and getFile, plus
+editMessageText, editMessageReplyMarkup, answerCallbackQuery, sendChatAction, getFile and
+getChatAdministrators (the administrators a test names per chat, as ChatMemberOwner/ChatMemberAdministrator
+objects with every field the Bot API always sends; a private chat answers 400 as the real API does), plus
 `GET /file/bot{token}/{path}` for downloads; taps on inline keyboards arrive as callback_query updates.
 While a webhook is set, updates are POSTed to it (with the secret-token header) and getUpdates answers
 409, as the real API does; so does a getUpdates while another one is still waiting (a second poller of
@@ -97,6 +99,9 @@ class FakeTelegram(FakeServer):
         self._hold_after: int | None = None
         self.release_held = asyncio.Event()
         self.held = 0  # sends waiting on release_held now
+        self.administrators: dict[str, dict[int, str]] = {}  # chat -> user id -> "creator" | "administrator"
+        self.fail_admins = 0  # getChatAdministrators calls answered with HTTP 500
+        self.hang_admins = asyncio.Event()  # while set, getChatAdministrators never answers (a stalled API)
         super().__init__()
 
     def setup_routes(self, app: web.Application) -> None:
@@ -331,6 +336,20 @@ class FakeTelegram(FakeServer):
         self.actions.append((str(params["chat_id"]), str(params["action"]), int(topic) if topic else None))
         return _ok(True)
 
+    async def _m_getChatAdministrators(self, params: dict[str, Any]) -> web.Response:
+        """The chat's administrators, the owner first, as https://core.telegram.org/bots/api#getchatadministrators
+        answers: ChatMemberOwner (`creator`) and ChatMemberAdministrator objects; no bots are named here."""
+        chat = str(params["chat_id"])
+        if self.hang_admins.is_set():
+            await asyncio.Event().wait()
+        if self.fail_admins > 0:
+            self.fail_admins -= 1
+            return _error(500, "Internal Server Error")
+        if int(chat) > 0:
+            return _error(400, "Bad Request: there are no administrators in the private chat")
+        admins = sorted(self.administrators.get(chat, {}).items(), key=lambda item: item[1] != "creator")
+        return _ok([_chat_member(user_id, status) for user_id, status in admins])
+
     async def _m_getFile(self, params: dict[str, Any]) -> web.Response:
         file_id = str(params["file_id"])
         if file_id not in self.files:
@@ -380,6 +399,18 @@ class FakeTelegram(FakeServer):
 def _has_button(message: dict[str, Any], data: str) -> bool:
     rows = (message.get("reply_markup") or {}).get("inline_keyboard") or []
     return any(button.get("callback_data") == data for row in rows for button in row)
+
+
+def _chat_member(user_id: int, status: str) -> dict[str, Any]:
+    """A ChatMemberOwner or ChatMemberAdministrator with the fields the Bot API always sends."""
+    user = {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"}
+    if status == "creator":
+        return {"status": "creator", "user": user, "is_anonymous": False}
+    rights = ("can_manage_chat", "can_delete_messages", "can_manage_video_chats", "can_restrict_members",
+              "can_promote_members", "can_change_info", "can_invite_users", "can_post_stories", "can_edit_stories",
+              "can_delete_stories")
+    return {"status": "administrator", "user": user, "can_be_edited": False, "is_anonymous": False,
+            **{right: right != "can_promote_members" for right in rights}}
 
 
 def _chat(chat: int) -> dict[str, Any]:
