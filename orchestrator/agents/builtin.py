@@ -12,6 +12,7 @@ from gateway.api import BuiltinProvider
 from gateway.runtime.keys import STATUS_WORDS
 
 HELP_WORDS = frozenset({"help", "/help"})
+NO_TOOLS = frozenset({"echo", "rules"})  # built-ins that never call the chat tools: their turns are granted none
 DIAGNOSE_WORDS = frozenset({"diagnose", "/diagnose"})
 
 

@@ -20,6 +20,7 @@ from gateway.settings import ProviderSettings
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.acp.route import AcpRoute
+from orchestrator.agents.builtin import NO_TOOLS
 from orchestrator.agents.clis import PRESETS
 from orchestrator.agents.clis.runner import AgentCliRunner, ProviderRefused, cannot_start
 from orchestrator.agents.live import Turns, TurnStopped
@@ -133,10 +134,11 @@ class ProviderRunner:
     def _granted(self, name: str, configured: ProviderSettings | None,
                  turn: TurnRequest) -> AbstractAsyncContextManager[ToolEndpoint | None]:
         """The chat tools of a workflow step's turn for as long as it runs (docs/chat-tools.md); none for the
-        selector and diagnostics (no run) or an agent with `chat_tools: false`."""
+        selector and diagnostics (no run), an agent with `chat_tools: false`, or the built-ins that never
+        call them (`echo`, `rules`: their turns need not wait for a server still starting)."""
         message = turn.request.get("message")
         if (self._chat_tools is None or not turn.chat_tools or turn.conversation is None or turn.run is None
-                or not isinstance(message, dict)):
+                or not isinstance(message, dict) or (configured is None and name in NO_TOOLS)):
             return nullcontext(None)
         step = turn.request.get("stepId")
         return self._chat_tools.granted(

@@ -124,7 +124,7 @@ class Orchestrator:
         except Exception as exc:  # the store unreachable: they expire by their time, answered by nobody
             log.warning("cannot close the approvals a stopped process left pending: %s", exc)
         if self._context.settings.chat_tools.enabled:
-            await self.chat_tools.start()  # before runs resume: their turns get the tools
+            self.chat_tools.start_soon()  # runs resumed below wait for it in their turns' grants
         await self._executor.start()
         self._watch = asyncio.create_task(self._watch_configs(), name="orchestrator-config-watch")
         self._sweep = asyncio.create_task(self.approvals.keep_sweeping(), name="orchestrator-approvals-sweep")

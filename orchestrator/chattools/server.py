@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,6 +24,8 @@ from orchestrator.chattools.tools import ChatTools
 if TYPE_CHECKING:
     import uvicorn
 
+log = logging.getLogger("switchyard.chattools")
+READY_WAIT_S = 30.0  # how long a turn waits for a server still starting before it runs without tools
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,31 @@ class ChatToolServer:
         self._port = port
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()  # set when started, or when starting failed
         self.url: str | None = None
+
+    def start_soon(self) -> None:
+        """Starts listening in the background, so the gateway's first answers do not wait for mcp and uvicorn
+        to import (0.5 s of a 1.0 s start to the first reply, measured); a turn granted tools meanwhile waits
+        for it (`granted`). A server that cannot start is logged and its turns run without tools."""
+        self._starting = asyncio.create_task(self._start_logged(), name="chat-tools-start")
+
+    async def _start_logged(self) -> None:
+        try:
+            await self.start()
+        except Exception as exc:  # a port refused, a broken install: the agents still answer, without tools
+            log.warning("the chat tools server did not start (%s): agent turns run without chat tools", exc)
+        finally:
+            self._ready.set()
 
     async def start(self) -> None:
         """Listens on the loopback interface (a free port unless one is given)."""
-        from orchestrator.chattools.app import serving  # mcp and uvicorn: ~0.6 s to import, paid only here
-
-        self._server = serving(self.tools, self.grant_of, name=SERVER_NAME, path=PATH, host=self._host,
+        # mcp and uvicorn take ~0.6 s to import, paid only here, in a thread: the event loop goes on meanwhile
+        app = await asyncio.to_thread(importlib.import_module, "orchestrator.chattools.app")
+        self._server = app.serving(self.tools, self.grant_of, name=SERVER_NAME, path=PATH, host=self._host,
                                port=self._port)
-        self._task = asyncio.create_task(self._server.serve(), name="chat-tools-server")
+        self._task = asyncio.create_task(self._serve(self._server), name="chat-tools-server")
         while not self._server.started:
             if self._task.done():
                 self._task.result()
@@ -64,9 +84,17 @@ class ChatToolServer:
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://{self._host}:{port}{PATH}"
 
+    async def _serve(self, server: uvicorn.Server) -> None:
+        try:
+            await server.serve()
+        except SystemExit as exc:  # uvicorn's way of saying it could not listen: it must not end the gateway
+            raise RuntimeError(f"cannot listen on {self._host}:{self._port} (logged above)") from exc
+
     async def stop(self) -> None:
         """Stops listening; calls still open get a few seconds to end (app.GRACE_SEC; the handler stops its
         turns first)."""
+        if self._starting is not None and not self._starting.done():
+            await asyncio.gather(self._starting, return_exceptions=True)  # then stopped as a started one
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             await asyncio.gather(self._task, return_exceptions=True)
@@ -76,6 +104,9 @@ class ChatToolServer:
     async def granted(self, conversation: str, scope: str | None, *, run_id: str, step_id: str | None,
                       reply_to: IncomingPayload, agent: str, prompt: str = "") -> AsyncIterator[ToolEndpoint | None]:
         """The endpoint one turn reaches its tools at, for as long as the turn runs (None: not serving)."""
+        if self._starting is not None and not self._ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), READY_WAIT_S)
         if self.url is None:
             yield None
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,51 @@ async def test_the_selector_and_an_agent_with_chat_tools_false_get_no_tools(
     await runner.run("agent", TurnRequest("pick one", tmp_path, request={"allowedActions": []}))  # the selector
     assert seen[0] is not None and seen[0]["url"] == server.url
     assert seen[1:] == [None, None]
+
+
+async def test_a_turn_granted_while_the_server_starts_waits_for_it_and_echo_waits_for_nothing(
+    home: Home, tmp_path: Path, outbox: FakeOutbox, events: EventLog,
+) -> None:
+    """`start_soon` does not hold up the gateway's start: a turn that gets tools while the server is still
+    starting waits for it and gets a working endpoint; a built-in that never calls the tools gets none."""
+    served = ChatToolServer(ChatTools(home, ChatToolsSettings(), outbox, events))
+    seen: list[Any] = []
+
+    async def agent(prompt: str, request: dict[str, Any]) -> str:
+        seen.append(request.get("chatTools"))
+        return "ok"
+
+    runner = ProviderRunner(home, {}, {"agent": agent, "echo": agent}, sessions=file_sessions(home),
+                            chat_tools=served)
+    served.start_soon()
+    try:
+        await runner.run("echo", _step(tmp_path))
+        await runner.run("agent", _step(tmp_path))
+    finally:
+        await served.stop()
+    assert seen[0] is None, "echo was granted tools (and made to wait for the server)"
+    assert seen[1] is not None and seen[1]["url"].startswith("http://127.0.0.1:")
+
+
+async def test_a_server_that_cannot_start_leaves_turns_without_tools(
+    home: Home, tmp_path: Path, outbox: FakeOutbox, events: EventLog, caplog: pytest.LogCaptureFixture,
+) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    served = ChatToolServer(ChatTools(home, ChatToolsSettings(), outbox, events), port=taken.getsockname()[1])
+    seen: list[Any] = []
+
+    async def agent(prompt: str, request: dict[str, Any]) -> str:
+        seen.append(request.get("chatTools"))
+        return "ok"
+
+    runner = ProviderRunner(home, {}, {"agent": agent}, sessions=file_sessions(home), chat_tools=served)
+    served.start_soon()
+    try:
+        assert (await runner.run("agent", _step(tmp_path))).stdout == "ok"
+    finally:
+        await served.stop()
+        taken.close()
+    assert seen == [None]
+    assert "the chat tools server did not start" in caplog.text
