@@ -220,5 +220,5 @@ def test_check_names_every_bad_schedule_in_one_pass(home: Home, capsys: pytest.C
         f"{path}: schedules.both: give exactly one of `cron` and `every_sec`",
         f"{path}: schedules.digest.workflow: unknown workflow 'digest'; workflows: chat",
         f"{path}: schedules.ping.deliver.profile: no channel profile 'telegram-main' in settings.yaml; profiles: "
-        "console",
+        "console, web",  # the embedded default's profiles
         "4 problems found"]
