@@ -103,6 +103,8 @@ agents:
 #   {id, for_each: {items: <template or list> | glob: <pattern>, parallel: 1}, do: <agent/command>}
 #   {id, input: {prompt: <question>}}              (pauses until the conversation answers)
 # plus `on_failure: retry|fatal`. Paths and globs resolve against this workspace.
+# Who may start a workflow (docs/roles.md): `allow: [admin, reviewer]` on it names the roles; without it, any
+# sender with `workflow.start` may, and one with a `mode: edit` agent needs `workflow.start_edit` (admin).
 workflows:
   chat:
     description: Reply to a chat message
