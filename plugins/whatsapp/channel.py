@@ -28,6 +28,7 @@ from gateway import (
 )
 from gateway.api import ConfigurationError
 from plugins.whatsapp.cloud_api import CloudApi, GraphError
+from plugins.whatsapp.media import media_kind
 from plugins.whatsapp.webhook import InboundMessage, WebhookServer, parse_messages
 
 log = logging.getLogger("switchyard.whatsapp")
@@ -247,7 +248,8 @@ class WhatsAppChannel:
     # --- outbound -----------------------------------------------------------------------------
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
-        """Delivers a reply part by part (text chunks, then documents), quoting the original message."""
+        """Delivers a reply part by part (text chunks, then each file as image, audio, video or document by its
+        type, plugins.whatsapp.media), quoting the original message."""
         to = outgoing.conversationId or outgoing.senderId
         if not to:
             raise DeliveryError("the outgoing payload names no WhatsApp recipient (conversationId)")
@@ -260,7 +262,8 @@ class WhatsAppChannel:
             if part.file is not None:
                 data = await self.context.read_attachment(outgoing, part.file)
                 media_id = await api.upload_media(part.file.name, data)
-                wamid = await api.send_document(to, media_id, part.file.name, reply_to=reply_to)
+                kind = media_kind(part.file.name, len(data))
+                wamid = await api.send_media(to, kind, media_id, part.file.name, reply_to=reply_to)
             elif part.buttons:
                 wamid = await api.send_buttons(to, part.text or "", part.buttons, reply_to=reply_to)
             else:
