@@ -12,10 +12,14 @@ from typing import Any
 
 import pytest
 
+from gateway import hookimpl
+from gateway.api import HandlerContext
+from gateway.app import Gateway
 from gateway.channelkit.attachments import attachment_folder
+from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.settings import ChatToolsSettings, Settings
+from gateway.settings import ChatToolsSettings, QueueSettings, Settings
 from gateway.testing import make_incoming, read_json_files
 from gateway.testing.conformance import ChannelDriver, ChannelRig, send_like_the_dispatcher
 from orchestrator.chattools.client import ToolFailed, connected
@@ -224,3 +228,36 @@ async def test_a_png_reaches_whatsapp_as_an_image(whatsapp: FakeWhatsApp, tooled
     await tooled.send_file(tooled.file("logs.zip", ZIP))
     assert [m["type"] for m in whatsapp.recorded.messages] == ["image", "audio", "document"]
     assert [(s.filename, s.data) for s in whatsapp.recorded.sent][0] == ("chart.png", image)
+
+
+class _LimitsSeen:
+    """A handler plugin that remembers the file limits the gateway gave it."""
+
+    def __init__(self) -> None:
+        self.limits: dict[str, int] | None = None
+
+    @hookimpl
+    def switchyard_handler(self, context: HandlerContext) -> Any:
+        self.limits = dict(context.file_limits)
+        return _Idle()
+
+
+class _Idle:
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def handle(self, message: object) -> list[object]:
+        return []
+
+
+async def test_switchyard_file_limits_of_every_channel_reach_the_handler(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.create()
+    seen = _LimitsSeen()
+    settings = Settings(queue=QueueSettings(fsync=False))
+    gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[seen]))
+    await gateway.start()
+    await gateway.stop()
+    assert seen.limits == {"telegram": 50 * MIB, "discord": 10 * MIB, "slack": 1024 * MIB, "whatsapp": 100 * MIB}
+
