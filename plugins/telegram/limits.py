@@ -45,14 +45,15 @@ def telegram_parts(outgoing: OutgoingPayload) -> list[Part]:
 
 def captioned(outgoing: OutgoingPayload, parts: list[Part]) -> list[Part]:
     """One file with a short text and no buttons (a chat tool's `send_file` with its caption) is one message:
-    the file with the text as its caption. Not for a streamed answer, whose first text part replaces its
-    preview (gateway.channelkit.notes.replacing_preview)."""
+    the file with the text as its caption. The part keeps the file's index, so a delivery journaled before
+    (its text sent, its file not) sends the file, never skips it. Not for a streamed answer, whose first text
+    part replaces its preview (gateway.channelkit.notes.replacing_preview)."""
     texts = [part for part in parts if part.file is None]
     files = [part for part in parts if part.file is not None]
     if (outgoing.stream_key is not None or len(files) != 1 or len(texts) != 1 or texts[0].buttons
             or utf16_len(texts[0].text or "") > CAPTION_LIMIT):
         return parts
-    return [Part(0, text=texts[0].text, file=files[0].file)]
+    return [Part(files[0].index, text=texts[0].text, file=files[0].file)]
 
 
 def retry_seconds(exc: RetryAfter) -> float:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import mimetypes
 
+from gateway import OutgoingPayload, Part
+
 MIB = 1 << 20
 FILE_LIMIT = 100 * MIB
 """The largest file sent at all (a document); the chat tool refuses a larger one before sending."""
@@ -21,6 +23,7 @@ KINDS: dict[str, tuple[frozenset[str], int]] = {
     "video": (frozenset({"video/mp4", "video/3gpp"}), 16 * MIB),
 }
 """Media kinds other than document: the MIME types each takes and its size limit."""
+CAPTION_LIMIT = 1024  # characters of an image's, video's or document's caption
 
 
 def mime_of(filename: str) -> str:
@@ -35,3 +38,16 @@ def media_kind(filename: str, size: int) -> str:
         if mime in types and size <= limit:
             return kind
     return "document"
+
+
+def captioned(outgoing: OutgoingPayload, parts: list[Part]) -> list[Part]:
+    """One file with a short text and no buttons (a chat tool's `send_file` with its caption) is one message, the
+    text the file's caption, unless the file is audio (an audio message takes no caption). The part keeps the
+    file's index, so a delivery journaled before (its text sent, its file not) sends the file, never skips it."""
+    texts = [part for part in parts if part.file is None]
+    files = [part for part in parts if part.file is not None]
+    if (outgoing.stream_key is not None or len(files) != 1 or len(texts) != 1 or texts[0].buttons
+            or len(texts[0].text or "") > CAPTION_LIMIT or files[0].file is None
+            or mime_of(files[0].file.name) in KINDS["audio"][0]):
+        return parts
+    return [Part(files[0].index, text=texts[0].text, file=files[0].file)]

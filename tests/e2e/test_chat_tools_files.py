@@ -223,11 +223,18 @@ async def test_a_png_reaches_discord_as_an_attachment(discord: DiscordFakeServer
 async def test_a_png_reaches_whatsapp_as_an_image(whatsapp: FakeWhatsApp, tooled_for: Any) -> None:
     tooled = await tooled_for(WhatsAppDriver(whatsapp))
     image = png()
-    await tooled.send_file(tooled.file("chart.png", image))
-    await tooled.send_file(tooled.file("song.mp3", MP3))
+    await tooled.send_file(tooled.file("chart.png", image), caption="the chart")
+    await tooled.send_file(tooled.file("song.mp3", MP3), caption="a song")
     await tooled.send_file(tooled.file("logs.zip", ZIP))
-    assert [m["type"] for m in whatsapp.recorded.messages] == ["image", "audio", "document"]
-    assert [(s.filename, s.data) for s in whatsapp.recorded.sent][0] == ("chart.png", image)
+    assert [_shown(message) for message in whatsapp.recorded.messages] == [
+        ("image", "the chart"), ("text", "a song"), ("audio", None), ("document", None)]  # audio takes no caption
+    assert (whatsapp.recorded.sent[0].filename, whatsapp.recorded.sent[0].data) == ("chart.png", image)
+
+
+def _shown(message: dict[str, Any]) -> tuple[str, str | None]:
+    """A Cloud API message body's type and what it reads: a text's body, a media message's caption."""
+    kind = str(message["type"])
+    return kind, message["text"]["body"] if kind == "text" else message[kind].get("caption")
 
 
 class _LimitsSeen:
