@@ -28,7 +28,7 @@ from gateway import (
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from gateway.channelkit.backoff import delay as backoff_delay
-from plugins.telegram.files import Upload, send_upload
+from plugins.telegram.files import Upload, send_upload, too_large
 from plugins.telegram.inbound import InboundMessages
 from plugins.telegram.limits import TEXT_LIMIT, refused_for_good, retry_seconds, telegram_parts, utf16_len
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
@@ -266,6 +266,10 @@ class TelegramChannel:
         async def send_part(part: Part) -> str:
             quoted = reply_to if part.index == first else None
             data = await self.context.read_attachment(outgoing, part.file) if part.file is not None else None
+            if part.file is not None and data is not None and (note := too_large(part.file.name, data)):
+                self.context.events.emit("outgoing.file_refused", reason=note, path=str(part.file), stage="delivery",
+                                         channel=CHANNEL_TYPE, conversation=outgoing.conversationId)
+                part, data = Part(part.index, text=f"{part.text}\n{note}" if part.text else note), None
             return await self._send_part(bot, target, part, data, quoted, outgoing.workflowRunId)
 
         async def edit(ref: str, text: str) -> bool:

@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from plugins.telegram.limits import PHOTO_LIMIT, PHOTO_RATIO_LIMIT, PHOTO_SIDES_LIMIT
+from plugins.telegram.limits import FILE_LIMIT, MIB, PHOTO_LIMIT, PHOTO_RATIO_LIMIT, PHOTO_SIDES_LIMIT
 
 if TYPE_CHECKING:
     from telegram import Bot, Message, ReplyParameters
@@ -36,6 +36,9 @@ REFUSED_MEDIA = ("photo_", "image_process_failed", "voice_messages_forbidden", "
 """Lower-cased words of a BadRequest refusing the file as that kind of media (not the chat, not the caption)."""
 
 
+TOO_LARGE_NOTE = "[file not sent: {name} is {size:.1f} MB; Telegram takes files of up to {limit} MB]"
+
+
 @dataclass(frozen=True)
 class Upload:
     """One file to send: its name, bytes and the caption under it."""
@@ -43,6 +46,14 @@ class Upload:
     name: str
     data: bytes
     caption: str | None = None
+
+
+def too_large(name: str, data: bytes) -> str | None:
+    """The note that replaces a file over the Bot API's 50 MB (a reply's `[send_file:]` tag; the chat tool
+    refuses one before sending): Telegram would refuse it on every retry, and the rest of the reply goes."""
+    if len(data) <= FILE_LIMIT:
+        return None
+    return TOO_LARGE_NOTE.format(name=name, size=len(data) / MIB, limit=FILE_LIMIT // MIB)
 
 
 def kind_of(name: str, data: bytes) -> str:

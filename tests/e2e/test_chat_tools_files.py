@@ -20,8 +20,9 @@ from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChatToolsSettings, QueueSettings, Settings
+from gateway.telemetry.events import read_events
 from gateway.testing import make_incoming, read_json_files
-from gateway.testing.conformance import ChannelDriver, ChannelRig, send_like_the_dispatcher
+from gateway.testing.conformance import ChannelDriver, ChannelRig, reply, send_like_the_dispatcher
 from orchestrator.chattools.client import ToolFailed, connected
 from orchestrator.chattools.server import ChatToolServer
 from orchestrator.chattools.tools import ChatTools
@@ -199,6 +200,21 @@ async def test_a_file_over_the_limit_is_a_tool_error_and_nothing_is_sent(
     with pytest.raises(ToolFailed, match="telegram takes files of up to 50 MB"):
         await tooled.send_file(tooled.file("big.bin", size=60 * MIB))
     assert telegram.sent == [] and list(tooled.home.outgoing.glob("*.json")) == []
+
+
+async def test_a_reply_naming_a_file_over_50_mb_says_so_and_sends_the_rest(
+    telegram: FakeTelegram, tooled_for: Any,
+) -> None:
+    """A `[send_file:]` of a final answer is not checked by the tool: the channel puts a note in its place rather
+    than have Telegram refuse the upload on every retry."""
+    tooled = await tooled_for(TelegramDriver(telegram))
+    big = tooled.file("big.bin", size=51 * MIB)
+    await send_like_the_dispatcher(tooled.rig.channel, reply("the answer", "1001", channel="telegram",
+                                                             files=[str(big)]))
+    assert [(s.method, s.text) for s in telegram.sent] == [
+        ("sendMessage", "the answer\n[file not sent: big.bin is 51.0 MB; Telegram takes files of up to 50 MB]")]
+    assert [e["path"] for e in read_events(tooled.home.events_file) if e["event"] == "outgoing.file_refused"] == [
+        str(big)]
 
 
 async def test_a_png_reaches_slack_as_a_file_upload(slack: FakeSlack, tooled_for: Any) -> None:

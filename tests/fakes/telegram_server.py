@@ -4,7 +4,8 @@ Endpoints `POST /bot{token}/{method}` (form or multipart, values as strings) for
 deleteWebhook, setWebhook, getUpdates (long poll), sendMessage (with an inline keyboard), sendDocument,
 sendPhoto, sendAudio, sendVoice and sendVideo (each with its caption; recorded with the method, answered with
 the Message the Bot API documents: `document`, `photo` (an array of PhotoSize), `audio`, `voice`, `video`;
-a photo the API cannot take answers 400 `PHOTO_INVALID_DIMENSIONS`, see `refuse_photos`),
+a photo the API cannot take answers 400 `PHOTO_INVALID_DIMENSIONS`, see `refuse_photos`; an upload over 50 MB
+413 Request Entity Too Large),
 editMessageText, editMessageReplyMarkup, answerCallbackQuery, sendChatAction, getFile and
 getChatAdministrators (the administrators a test names per chat, as ChatMemberOwner/ChatMemberAdministrator
 objects with every field the Bot API always sends; a private chat answers 400 as the real API does), plus
@@ -38,6 +39,7 @@ BOT_USER = {"id": BOT_ID, "is_bot": True, "first_name": "Switchyard", "username"
 MEDIA_METHODS = {"sendDocument": "document", "sendPhoto": "photo", "sendAudio": "audio", "sendVoice": "voice",
                  "sendVideo": "video"}  # the method, and the field of its upload and of the Message answered
 SEND_METHODS = ("sendMessage", *MEDIA_METHODS, "editMessageText")  # the calls rate limits and failures hit
+UPLOAD_LIMIT = 50 * 1024 * 1024  # "Bots can currently send files of any type of up to 50 MB in size"
 NOT_FOUND = "Bad Request: message to edit not found"
 NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are "
                 "exactly the same as a current content and reply markup of the message")
@@ -357,6 +359,9 @@ class FakeTelegram(FakeServer):
 
     def _media(self, method: str, params: dict[str, Any]) -> web.Response:
         upload = params[MEDIA_METHODS[method]]
+        if upload.file.seek(0, 2) > UPLOAD_LIMIT:  # the Bot API server refuses the request: 413, no message
+            return _error(413, "Request Entity Too Large")
+        upload.file.seek(0)
         caption = str(params["caption"]) if params.get("caption") else None
         return self._record(params, filename=upload.filename, data=upload.file.read(), method=method, caption=caption)
 
