@@ -307,3 +307,6 @@ class HandlerContext:
     enqueue: Sink | None = None
     """Posts a message through the gateway's intake, as a channel's sink does (scheduled prompts); None in a
     process that takes no messages in (a postgres `worker`)."""
+    file_limits: dict[str, int] = field(default_factory=dict)
+    """The largest file (bytes) each channel type takes from a bot, as its plugin declares it (the hook
+    `switchyard_file_limits`); a type not named has no limit of its own."""

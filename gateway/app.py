@@ -184,11 +184,17 @@ class Gateway:
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
                                  builtin_providers=providers, dead_letter=self._dead_letter, backend=self.storage,
-                                 enqueue=self._sink if self.role == "run" else None)
+                                 enqueue=self._sink if self.role == "run" else None,
+                                 file_limits=self._file_limits())
         handler = self.pm.hook.switchyard_handler(context=context)
         if handler is None:
             raise RuntimeError("no plugin provides a handler (is the orchestrator plugin installed?)")
         return handler  # type: ignore[no-any-return]
+
+    def _file_limits(self) -> dict[str, int]:
+        """Every plugin's `switchyard_file_limits`, joined: the largest file per channel type."""
+        return {kind: size for limits in call_each(self.pm, "switchyard_file_limits", events=self.events)
+                for kind, size in limits.items()}
 
     def _dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter through the backend, with the `job.failed.final` a dead message has."""

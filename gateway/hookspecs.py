@@ -71,6 +71,15 @@ def switchyard_reply_named_by_message_id() -> list[str]:  # type: ignore[empty-b
 
 
 @hookspec
+def switchyard_file_limits() -> dict[str, int]:  # type: ignore[empty-body]
+    """Declares, per channel type this plugin builds, the largest file (in bytes) a bot may send there; the
+    chat tools' `send_file` refuses a larger one with a tool error before anything is sent. A type not named
+    has no limit of its own. Holds whether or not a profile of the type runs (a `switchyard worker` without
+    channels). All implementations are called; the dicts are joined.
+    """
+
+
+@hookspec
 def switchyard_channel_options() -> dict[str, type[BaseModel]]:  # type: ignore[empty-body]
     """Declares, per channel type this plugin builds, the pydantic model of its profile's type-specific keys.
 

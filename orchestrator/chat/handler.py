@@ -72,7 +72,8 @@ class Orchestrator:
         self.chat_tools = ChatToolServer(ChatTools(
             context.home, context.settings.chat_tools, context.outbox, context.events,
             extra_roots=[context.home.resolve(root) for root in context.settings.files.extra_roots],
-            questions=self.approvals.ask_question, on_ask=self._let_go, history=stores.history.recent))
+            questions=self.approvals.ask_question, on_ask=self._let_go, history=stores.history.recent,
+            file_limits=context.file_limits))
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=stores.sessions, meter=self.meter,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gateway.api import Outbox
@@ -30,13 +30,6 @@ from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chattools.grants import Grant, TurnBinding
 
 MIB = 1 << 20
-FILE_LIMITS = {
-    "telegram": 50 * MIB,  # Bot API: bots send files of up to 50 MB (core.telegram.org/bots/api#sending-files)
-    "discord": 10 * MIB,  # the upload limit of a server without boosts
-    "slack": 1024 * MIB,  # files.uploadV2: up to 1 GB
-    "whatsapp": 100 * MIB,  # Cloud API: documents up to 100 MB
-}
-"""The largest file each platform takes from a bot; a channel type not listed has no limit of its own."""
 NO_ANSWER = "no answer"
 SENT_KEY_PREFIX = "chat_tool:"  # the `runState` of a message a chat tool sent: its key, never a run's state
 DEFAULT_OPTIONS = ("Yes", "No")
@@ -57,10 +50,13 @@ class ChatTools:
     def __init__(self, home: Home, settings: ChatToolsSettings, outbox: Outbox, events: EventLog, *,
                  extra_roots: Sequence[str | os.PathLike[str]] = (), questions: Questions | None = None,
                  on_ask: Callable[[str], None] | None = None,
-                 history: Callable[[str], list[dict[str, str]]] | None = None):
+                 history: Callable[[str], list[dict[str, str]]] | None = None,
+                 file_limits: Mapping[str, int] | None = None):
         """`questions`: how `ask` reaches the chat (None: `ask` is refused); `on_ask(run_id)`: told when a run
         asks, so the messages waiting on that run let its answer through (the executor's `let_go`);
-        `history(scope)`: the conversation's recent exchanges, within their 4 KB (ConversationHistory.recent)."""
+        `history(scope)`: the conversation's recent exchanges, within their 4 KB (ConversationHistory.recent);
+        `file_limits`: the largest file per channel type, as its plugin declares it (HandlerContext.file_limits)."""
+        self._file_limits = dict(file_limits or {})
         self._history = history
         self._questions = questions
         self._on_ask = on_ask
@@ -94,10 +90,10 @@ class ChatTools:
                 size = os.fstat(handle.fileno()).st_size
         except AttachmentRefused as exc:
             raise self._refused(grant, "send_file", str(exc)) from None
-        limit = FILE_LIMITS.get(turn.reply_to.channel)
+        limit = self._file_limits.get(turn.reply_to.channel)
         if limit is not None and size > limit:
             raise self._refused(grant, "send_file", f"{path} is {size / MIB:.1f} MB; {turn.reply_to.channel} "
-                                                    f"takes files of up to {limit // MIB} MB")
+                                                    f"takes files of up to {limit / MIB:g} MB")
         if turn.file_bytes + size > self._settings.max_file_bytes:
             raise self._refused(grant, "send_file", f"this turn may send {self._settings.max_file_bytes} bytes "
                                                     f"of files; {turn.file_bytes} are sent already")

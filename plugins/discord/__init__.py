@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from gateway import Channel, ChannelContext, ChannelProfile
 
 CHANNEL_TYPE = "discord"
+FILE_LIMIT = 10 * (1 << 20)
+"""The attachments of one message, in bytes, on a server without boosts (Discord's default since 2024: "10 MB";
+a boosted server takes 50 or 100 MB, but a bot cannot rely on a boost, so the default is the limit). A larger
+file is refused by the chat tool before sending."""
 
 
 @hookimpl
@@ -42,3 +46,9 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Cha
     from plugins.discord.channel import DiscordChannel  # imports discord.py, or raises naming the extra
 
     return DiscordChannel(profile, context)
+
+
+@hookimpl
+def switchyard_file_limits() -> dict[str, int]:
+    """The upload limit of a server without boosts (FILE_LIMIT)."""
+    return {CHANNEL_TYPE: FILE_LIMIT}

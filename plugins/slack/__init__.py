@@ -36,3 +36,11 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Sla
     from plugins.slack.channel import SlackChannel
 
     return SlackChannel(SlackConfig.from_profile(profile), context)
+
+
+@hookimpl
+def switchyard_file_limits() -> dict[str, int]:
+    """Slack's upload limit (plugins.slack.config.FILE_LIMIT)."""
+    from plugins.slack.config import FILE_LIMIT
+
+    return {CHANNEL_TYPE: FILE_LIMIT}

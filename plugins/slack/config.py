@@ -10,6 +10,9 @@ if TYPE_CHECKING:
     from gateway import ChannelProfile
 
 CHANNEL_TYPE = "slack"
+FILE_LIMIT = 1 << 30
+"""Slack's limit on one uploaded file, 1 GB (files.getUploadURLExternal / files.completeUploadExternal, which
+slack_sdk's files_upload_v2 calls); the chat tool refuses a larger file before sending."""
 MAX_TEXT_LIMIT = 40_000  # Slack truncates chat.postMessage text beyond 40,000 characters
 MODES = ("socket", "http")
 

@@ -36,3 +36,11 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Tel
     from plugins.telegram.channel import TelegramChannel
 
     return TelegramChannel(TelegramOptions.from_profile(profile), context)
+
+
+@hookimpl
+def switchyard_file_limits() -> dict[str, int]:
+    """The Bot API's 50 MB upload limit (plugins.telegram.limits.FILE_LIMIT)."""
+    from plugins.telegram.limits import FILE_LIMIT
+
+    return {CHANNEL_TYPE: FILE_LIMIT}

@@ -28,6 +28,7 @@ from gateway import (
 )
 from gateway.api import INTAKE_FAILED_REPLY, ConfigurationError
 from gateway.channelkit.backoff import delay as backoff_delay
+from plugins.telegram.files import Upload, send_upload, too_large
 from plugins.telegram.inbound import InboundMessages
 from plugins.telegram.limits import TEXT_LIMIT, refused_for_good, retry_seconds, telegram_parts, utf16_len
 from plugins.telegram.options import CHANNEL_TYPE, TelegramOptions
@@ -265,6 +266,10 @@ class TelegramChannel:
         async def send_part(part: Part) -> str:
             quoted = reply_to if part.index == first else None
             data = await self.context.read_attachment(outgoing, part.file) if part.file is not None else None
+            if part.file is not None and data is not None and (note := too_large(part.file.name, data)):
+                self.context.events.emit("outgoing.file_refused", reason=note, path=str(part.file), stage="delivery",
+                                         channel=CHANNEL_TYPE, conversation=outgoing.conversationId)
+                part, data = Part(part.index, text=f"{part.text}\n{note}" if part.text else note), None
             return await self._send_part(bot, target, part, data, quoted, outgoing.workflowRunId)
 
         async def edit(ref: str, text: str) -> bool:
@@ -351,14 +356,14 @@ class TelegramChannel:
 
     async def _post(self, bot: Bot, chat: int | str, topic: int | None, part: Part, data: bytes | None,
                     reply_to: int | None) -> Message:
-        """One Bot API call: sendDocument for a file (its bytes in `data`), sendMessage (plain text, with
-        the part's buttons as an inline keyboard, one per row) otherwise."""
+        """One Bot API call: a file (its bytes in `data`) natively by its type with its caption
+        (plugins.telegram.files), sendMessage (plain text, with the part's buttons as an inline keyboard, one
+        per row) otherwise."""
         from telegram import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 
         quote = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
         if part.file is not None and data is not None:
-            return await bot.send_document(chat, document=data, filename=part.file.name,
-                                           message_thread_id=topic, reply_parameters=quote)
+            return await send_upload(bot, chat, Upload(part.file.name, data, part.text), topic=topic, quote=quote)
         keyboard = InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.id)] for b in part.buttons])
         return await bot.send_message(chat, part.text or "", message_thread_id=topic, reply_parameters=quote,
                                       reply_markup=keyboard if part.buttons else None)

@@ -54,3 +54,12 @@ def switchyard_channels(profile: ChannelProfile, context: ChannelContext) -> Wha
     from plugins.whatsapp.channel import WhatsAppChannel
 
     return WhatsAppChannel(profile, context)
+
+
+@hookimpl
+def switchyard_file_limits() -> dict[str, int]:
+    """The largest media the Cloud API takes, a document's (plugins.whatsapp.media.FILE_LIMIT); smaller limits
+    per type send a larger image, audio or video as a document."""
+    from plugins.whatsapp.media import FILE_LIMIT
+
+    return {CHANNEL_TYPE: FILE_LIMIT}

@@ -28,6 +28,7 @@ from gateway import (
 )
 from gateway.api import ConfigurationError
 from plugins.whatsapp.cloud_api import CloudApi, GraphError
+from plugins.whatsapp.media import captioned, media_kind
 from plugins.whatsapp.webhook import InboundMessage, WebhookServer, parse_messages
 
 log = logging.getLogger("switchyard.whatsapp")
@@ -247,20 +248,30 @@ class WhatsAppChannel:
     # --- outbound -----------------------------------------------------------------------------
 
     async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord:
-        """Delivers a reply part by part (text chunks, then documents), quoting the original message."""
+        """Delivers a reply part by part (text chunks, then each file as image, audio, video or document by its
+        type, plugins.whatsapp.media; one file and a short text is one message, the text its caption), quoting the
+        original message."""
         to = outgoing.conversationId or outgoing.senderId
         if not to:
             raise DeliveryError("the outgoing payload names no WhatsApp recipient (conversationId)")
         quote = outgoing.messageId if outgoing.messageId.startswith("wamid.") else None
         api = self._started_api()
 
+        parts = reply_parts(outgoing, TEXT_LIMIT, shows_buttons=True)
+        if not shows_buttons_of(parts):
+            parts = reply_parts(outgoing, TEXT_LIMIT)
+        parts = captioned(outgoing, parts)
+        first = parts[0].index if parts else -1
+
         async def send_part(part: Part) -> str:
             """Sends one part; returns its wamid."""
-            reply_to = quote if part.index == 0 else None
+            reply_to = quote if part.index == first else None
             if part.file is not None:
                 data = await self.context.read_attachment(outgoing, part.file)
                 media_id = await api.upload_media(part.file.name, data)
-                wamid = await api.send_document(to, media_id, part.file.name, reply_to=reply_to)
+                kind = media_kind(part.file.name, len(data))
+                wamid = await api.send_media(to, kind, media_id, part.file.name, caption=part.text or "",
+                                             reply_to=reply_to)
             elif part.buttons:
                 wamid = await api.send_buttons(to, part.text or "", part.buttons, reply_to=reply_to)
             else:
@@ -269,9 +280,6 @@ class WhatsAppChannel:
                 self.threads.remember(wamid, outgoing.workflowRunId)
             return wamid
 
-        parts = reply_parts(outgoing, TEXT_LIMIT, shows_buttons=True)
-        if not shows_buttons_of(parts):
-            parts = reply_parts(outgoing, TEXT_LIMIT)
         return await deliver_parts(outgoing, parts, send_part, self.journal)
 
     async def typing(self, conversation: str) -> None:

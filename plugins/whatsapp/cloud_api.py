@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import math
-import mimetypes
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ import aiohttp
 
 from gateway import Button, DeliveryError, PermanentError
 from gateway.channelkit.backoff import delay as backoff_delay
+from plugins.whatsapp.media import mime_of
 
 log = logging.getLogger("switchyard.whatsapp")
 
@@ -102,13 +102,20 @@ class CloudApi:
         return await self._send_message(to, "interactive", {"type": "button", "body": {"text": text},
                                                             "action": action}, reply_to)
 
-    async def send_document(self, to: str, media_id: str, filename: str, *, reply_to: str | None = None) -> str:
-        """Sends an uploaded file as a document message; returns its wamid."""
-        return await self._send_message(to, "document", {"id": media_id, "filename": filename}, reply_to)
+    async def send_media(self, to: str, kind: str, media_id: str, filename: str, *, caption: str = "",
+                         reply_to: str | None = None) -> str:
+        """Sends an uploaded file as an `image`, `audio`, `video` or `document` message (plugins.whatsapp.media);
+        a document keeps its file name; every kind but audio takes a caption. Returns its wamid."""
+        body: dict[str, Any] = {"id": media_id}
+        if kind == "document":
+            body["filename"] = filename
+        if caption and kind != "audio":
+            body["caption"] = caption
+        return await self._send_message(to, kind, body, reply_to)
 
     async def upload_media(self, filename: str, data: bytes) -> str:
         """Uploads a file's bytes (read through the gateway) for this phone number; returns the media id."""
-        mime = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        mime = mime_of(filename)
 
         def form() -> aiohttp.FormData:
             """A fresh multipart body (aiohttp consumes one per request)."""

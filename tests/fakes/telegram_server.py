@@ -2,6 +2,10 @@
 
 Endpoints `POST /bot{token}/{method}` (form or multipart, values as strings) for getMe,
 deleteWebhook, setWebhook, getUpdates (long poll), sendMessage (with an inline keyboard), sendDocument,
+sendPhoto, sendAudio, sendVoice and sendVideo (each with its caption; recorded with the method, answered with
+the Message the Bot API documents: `document`, `photo` (an array of PhotoSize), `audio`, `voice`, `video`;
+a photo the API cannot take answers 400 `PHOTO_INVALID_DIMENSIONS`, see `refuse_photos`; an upload over 50 MB
+413 Request Entity Too Large),
 editMessageText, editMessageReplyMarkup, answerCallbackQuery, sendChatAction, getFile and
 getChatAdministrators (the administrators a test names per chat, as ChatMemberOwner/ChatMemberAdministrator
 objects with every field the Bot API always sends; a private chat answers 400 as the real API does), plus
@@ -32,7 +36,10 @@ TOKEN = "424242:FAKE-bot-token-never-real"
 BOT_ID = 424242
 BOT_USER = {"id": BOT_ID, "is_bot": True, "first_name": "Switchyard", "username": "switchyard_test_bot",
             "can_join_groups": True, "can_read_all_group_messages": False, "supports_inline_queries": False}
-SEND_METHODS = ("sendMessage", "sendDocument", "editMessageText")  # the calls rate limits and failures hit
+MEDIA_METHODS = {"sendDocument": "document", "sendPhoto": "photo", "sendAudio": "audio", "sendVoice": "voice",
+                 "sendVideo": "video"}  # the method, and the field of its upload and of the Message answered
+SEND_METHODS = ("sendMessage", *MEDIA_METHODS, "editMessageText")  # the calls rate limits and failures hit
+UPLOAD_LIMIT = 50 * 1024 * 1024  # "Bots can currently send files of any type of up to 50 MB in size"
 NOT_FOUND = "Bad Request: message to edit not found"
 NOT_MODIFIED = ("Bad Request: message is not modified: specified new message content and reply markup are "
                 "exactly the same as a current content and reply markup of the message")
@@ -50,6 +57,8 @@ class Sent:
     reply_to: int | None = None
     topic: int | None = None
     buttons: list[tuple[str, str]] = field(default_factory=list)  # (callback_data, text) of its inline keyboard
+    method: str = "sendMessage"
+    caption: str | None = None
 
 
 @dataclass
@@ -102,6 +111,7 @@ class FakeTelegram(FakeServer):
         self.administrators: dict[str, dict[int, str]] = {}  # chat -> user id -> "creator" | "administrator"
         self.fail_admins = 0  # getChatAdministrators calls answered with HTTP 500
         self.hang_admins = asyncio.Event()  # while set, getChatAdministrators never answers (a stalled API)
+        self.photos_refused = 0  # the next sendPhoto calls answered 400 PHOTO_INVALID_DIMENSIONS
         super().__init__()
 
     def setup_routes(self, app: web.Application) -> None:
@@ -121,6 +131,11 @@ class FakeTelegram(FakeServer):
     def refuse_next(self, status: int = 403, description: str = "Forbidden: bot was blocked by the user") -> None:
         """Answers the next send with this refusal (by default the 403 of a bot the user blocked)."""
         self._refuse = (status, description)
+
+    def refuse_photos(self, times: int = 1) -> None:
+        """Answers the next `times` sendPhoto calls 400 "Bad Request: PHOTO_INVALID_DIMENSIONS", as the Bot API
+        answers a photo it will not show (too long, too wide)."""
+        self.photos_refused = times
 
     def hold_sends_after(self, count: int) -> None:
         """Lets `count` more sends through, then holds each later one until `release_held` is set
@@ -325,8 +340,30 @@ class FakeTelegram(FakeServer):
         return _ok(True)
 
     async def _m_sendDocument(self, params: dict[str, Any]) -> web.Response:
-        upload = params["document"]
-        return self._record(params, filename=upload.filename, data=upload.file.read())
+        return self._media("sendDocument", params)
+
+    async def _m_sendPhoto(self, params: dict[str, Any]) -> web.Response:
+        if self.photos_refused > 0:
+            self.photos_refused -= 1
+            return _error(400, "Bad Request: PHOTO_INVALID_DIMENSIONS")
+        return self._media("sendPhoto", params)
+
+    async def _m_sendAudio(self, params: dict[str, Any]) -> web.Response:
+        return self._media("sendAudio", params)
+
+    async def _m_sendVoice(self, params: dict[str, Any]) -> web.Response:
+        return self._media("sendVoice", params)
+
+    async def _m_sendVideo(self, params: dict[str, Any]) -> web.Response:
+        return self._media("sendVideo", params)
+
+    def _media(self, method: str, params: dict[str, Any]) -> web.Response:
+        upload = params[MEDIA_METHODS[method]]
+        if upload.file.seek(0, 2) > UPLOAD_LIMIT:  # the Bot API server refuses the request: 413, no message
+            return _error(413, "Request Entity Too Large")
+        upload.file.seek(0)
+        caption = str(params["caption"]) if params.get("caption") else None
+        return self._record(params, filename=upload.filename, data=upload.file.read(), method=method, caption=caption)
 
     async def _m_sendChatAction(self, params: dict[str, Any]) -> web.Response:
         if self.fail_actions > 0:
@@ -380,8 +417,7 @@ class FakeTelegram(FakeServer):
         if sent.text is not None:
             message["text"] = sent.text
         else:
-            message["document"] = {**self._store(sent.filename or "file", sent.data or b""),
-                                   "file_name": sent.filename}
+            message.update(self._media_fields(sent))
         if topic is not None:
             message.update(message_thread_id=topic, is_topic_message=True)
         if markup:
@@ -389,6 +425,21 @@ class FakeTelegram(FakeServer):
         self._messages[(chat, sent.message_id)] = message
         self.changed.set()
         return _ok(message)
+
+    def _media_fields(self, sent: Sent) -> dict[str, Any]:
+        """The Message fields of a sent file, as the Bot API's Document, PhotoSize array, Audio, Voice, Video."""
+        stored = self._store(sent.filename or "file", sent.data or b"")
+        kind = MEDIA_METHODS.get(sent.method, "document")
+        fields: dict[str, Any] = {"caption": sent.caption} if sent.caption else {}
+        if kind == "photo":
+            fields["photo"] = [{**stored, "width": 90, "height": 90}, {**stored, "width": 320, "height": 320}]
+        elif kind == "video":
+            fields["video"] = {**stored, "width": 320, "height": 240, "duration": 1, "file_name": sent.filename}
+        elif kind in ("audio", "voice"):
+            fields[kind] = {**stored, "duration": 1, **({"file_name": sent.filename} if kind == "audio" else {})}
+        else:
+            fields["document"] = {**stored, "file_name": sent.filename}
+        return fields
 
     def _store(self, name: str, data: bytes) -> dict[str, Any]:
         file_id = f"f{next(self._next_file)}"

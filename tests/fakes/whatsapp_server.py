@@ -1,5 +1,8 @@
-"""A fake WhatsApp Cloud API: the Graph endpoints the plugin calls (text, documents, interactive reply
-buttons checked against Meta's limits), and signed webhooks it can post (messages, button replies)."""
+"""A fake WhatsApp Cloud API: the Graph endpoints the plugin calls (text; media messages of type image, audio,
+video and document, each checked against the uploaded media's MIME type and Meta's size for that type as
+https://developers.facebook.com/docs/whatsapp/cloud-api/reference/media#supported-media-types lists them, else
+400 (#131009) Parameter value is not valid; interactive reply buttons checked against Meta's limits), and signed
+webhooks it can post (messages, button replies). Each accepted message body is in `recorded.messages`."""
 
 from __future__ import annotations
 
@@ -17,6 +20,15 @@ from plugins.whatsapp.webhook import SIGNATURE_HEADER, signature
 from tests.fakes.base import FakeServer
 
 API_VERSION = "v21.0"
+
+MIB = 1 << 20
+MEDIA_TYPES: dict[str, tuple[frozenset[str], int]] = {
+    "image": (frozenset({"image/jpeg", "image/png"}), 5 * MIB),
+    "audio": (frozenset({"audio/aac", "audio/amr", "audio/mpeg", "audio/mp4", "audio/x-m4a", "audio/ogg"}), 16 * MIB),
+    "video": (frozenset({"video/mp4", "video/3gpp"}), 16 * MIB),
+}
+"""The Cloud API's media message types other than document: the MIME types each takes and its size."""
+DOCUMENT_LIMIT = 100 * MIB
 
 REFUSALS = {
     131047: ("(#131047) Re-engagement message", "Message failed to send because more than 24 hours have passed "
@@ -202,12 +214,15 @@ class FakeWhatsApp(FakeServer):
             if interactive.get("type") != "button" or not fits or not 0 < len(text) <= 1024:
                 return None  # Meta: (#131009) Parameter value is not valid
             return SentItem(conversation=body["to"], text=text, reply_to=reply_to, buttons=buttons)
-        if body.get("type") == "document":
-            upload = self.media.get(body["document"].get("id", ""))
-            if upload is None:
+        kind = str(body.get("type"))
+        if kind == "document" or kind in MEDIA_TYPES:
+            upload = self.media.get(body[kind].get("id", ""))
+            types, limit = MEDIA_TYPES.get(kind, (None, DOCUMENT_LIMIT))
+            if upload is None or (types is not None and upload.mime_type not in types) or len(upload.data) > limit:
                 return None
-            name = body["document"].get("filename") or upload.filename
-            return SentItem(conversation=body["to"], filename=name, data=upload.data, reply_to=reply_to)
+            name = body[kind].get("filename") or upload.filename
+            return SentItem(conversation=body["to"], text=body[kind].get("caption"), filename=name, data=upload.data,
+                            reply_to=reply_to)
         return None
 
     # --- the webhook side (Meta → the plugin) ------------------------------------------------

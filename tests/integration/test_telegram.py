@@ -84,7 +84,7 @@ class TelegramDriver(ChannelDriver):
                                                       first_name="Switchyard", is_bot=True))
 
     def sent(self) -> list[SentItem]:
-        return [SentItem(conversation=s.chat, text=s.text, filename=s.filename, data=s.data,
+        return [SentItem(conversation=s.chat, text=s.text or s.caption, filename=s.filename, data=s.data,
                          reply_to=str(s.reply_to) if s.reply_to else None, buttons=s.buttons)
                 for s in self.server.sent]
 
@@ -580,8 +580,8 @@ async def test_the_users_own_attachment_is_uploaded_at_delivery(rig: ChannelRig,
     (saved,) = (await async_wait_until(rig.incoming))[0]["files"]
     name = _drop_outgoing(rig, "your notes back", [saved])
     await _delivered(rig, _dispatch(rig), name)
-    assert [(s.text, s.filename, s.data) for s in server.sent] == [
-        ("your notes back", None, None), (None, Path(saved).name, b"mine")]
+    assert [(s.method, s.caption, s.filename, s.data) for s in server.sent] == [  # one message: the text its caption
+        ("sendDocument", "your notes back", Path(saved).name, b"mine")]
 
 
 async def test_edits_of_a_stream_are_spaced_as_the_bot_faq_asks_private_and_group(rig: ChannelRig) -> None:

@@ -39,7 +39,8 @@ def events(home: Home) -> EventLog:
 @pytest.fixture
 async def server(home: Home, events: EventLog) -> AsyncIterator[ChatToolServer]:
     outbox = FileOutbox(home, events, fsync=False)
-    served = ChatToolServer(ChatTools(home, ChatToolsSettings(max_messages=3), outbox, events))
+    served = ChatToolServer(ChatTools(home, ChatToolsSettings(max_messages=3), outbox, events,
+                                      file_limits={"telegram": 50 * 1024 * 1024}))  # as the telegram plugin declares
     await served.start()
     yield served
     await served.stop()
