@@ -118,3 +118,12 @@ async def test_a_bad_time_or_both_text_and_prompt_is_a_tool_error(running: Runni
         await remind(running, when="2001-01-01T00:00:00", text="x")
     with pytest.raises(ToolFailed, match="exactly one of `text`"):
         await remind(running, when="in 1h", text="x", prompt="y")
+
+
+async def test_a_prompt_reminder_is_answered_by_the_conversation_s_workflow(running: Running) -> None:
+    await remind(running, when="in 1s", prompt="what is due today")
+    answered = await async_wait_until(lambda: [p for p in running.channel.sent if "what is due today" in p.message
+                                               and p.agent != "reminder"], 15)
+    assert answered[0].conversationId == "room" and answered[0].sender == "schedule"
+    fired = running.named("schedule.fired")
+    assert len(fired) == 1 and fired[0]["conversation"] == "room"
