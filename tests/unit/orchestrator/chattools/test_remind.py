@@ -74,6 +74,9 @@ async def test_a_token_sets_reminders_only_in_its_own_conversation_and_lists_sho
     listed = await running.reply_containing("Reminders of this conversation")
     assert listed.conversationId == "room" and "1. once at" in listed.message and "for the room" in listed.message
     assert "summarise" not in listed.message and "2." not in listed.message
+    await running.channel.inject("/reminders cancel 1", conversationId="other", senderId="bob", sender="Bob")
+    await running.reply_containing("Cancelled reminder 1: prompt: summarise the week")
+    assert [r.text for r in store.all()] == ["for the room"]  # the other conversation's 1 was its own
 
 
 async def test_a_cancelled_reminder_never_fires(running: Running, home: Home) -> None:
