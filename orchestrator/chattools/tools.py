@@ -143,8 +143,9 @@ class ChatTools:
         if bool(text.strip()) == bool(prompt.strip()):
             raise self._refused(grant, "remind", "give exactly one of `text` (sent as it is) and `prompt` "
                                                  "(answered by the conversation's workflow)")
+        now = datetime.now(UTC)  # also its creation time: occurrences count from it, so `at` is after it
         try:
-            cron, at = parse_when(when, datetime.now(UTC))
+            cron, at = parse_when(when, now)
         except ValueError as exc:
             raise self._refused(grant, "remind", str(exc)) from None
         store = self._reminders
@@ -161,7 +162,7 @@ class ChatTools:
         message = turn.reply_to
         reminder = Reminder(id=digest, conversation=grant.conversation, profile=message.profile,
                             conversationId=message.conversation, cron=cron, at=at, text=text.strip(),
-                            prompt=prompt.strip())
+                            prompt=prompt.strip(), created_at=now)
         await asyncio.to_thread(store.add, reminder)
         if self._on_reminder is not None:
             self._on_reminder()

@@ -93,7 +93,10 @@ def parse_when(when: str, now: datetime) -> tuple[str | None, datetime | None]:
     text = when.strip()
     found = _IN.match(text.lower())
     if found:
-        return None, now + timedelta(seconds=float(found.group(1)) * _UNIT_S[found.group(2)[0]])
+        delay = float(found.group(1)) * _UNIT_S[found.group(2)[0]]
+        if delay <= 0:
+            raise ValueError(f"{when!r} is now, not later")
+        return None, now + timedelta(seconds=delay)
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

@@ -24,7 +24,8 @@ def test_when_is_read_as_a_delay_an_iso_time_or_cron(when: str, expected: tuple[
 
 
 @pytest.mark.parametrize(("when", "reason"), [("tomorrow", "not a time"), ("in 2 fortnights", "not a time"),
-                                              ("2026-12-01T00:00:00Z", "in the past"), ("* * *", "not a time")])
+                                              ("2026-12-01T00:00:00Z", "in the past"), ("* * *", "not a time"),
+                                              ("in 0s", "is now")])
 def test_anything_else_is_refused_with_what_is_accepted(when: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         parse_when(when, NOW)
