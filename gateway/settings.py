@@ -300,6 +300,7 @@ class ChatToolsSettings(_Strict):
     max_messages: int = Field(default=20, ge=0)  # send_message + send_file calls per turn
     max_file_bytes: int = Field(default=52_428_800, ge=0)  # the bytes of files one turn may send (all together)
     ask_timeout_sec: float = Field(default=600, gt=0)  # `ask` returns "no answer" after this
+    max_reminders: int = Field(default=20, ge=0)  # `remind`: how many reminders one conversation may hold
 
 
 class Settings(_Strict):

@@ -36,6 +36,7 @@ from orchestrator.execution.steps import StepRunner
 from orchestrator.execution.taskqueue import ensure_queue_dirs
 from orchestrator.runs.state import RunState, belongs_to, conversation_key
 from orchestrator.schedules.config import ScheduleConfig
+from orchestrator.schedules.listing import REMINDERS_COMMAND, reminders_answer
 from orchestrator.schedules.scheduler import Scheduler, scheduled_workflow
 from orchestrator.storage.stores import OrchestratorStores
 from orchestrator.usage.meter import LimitReached, UsageMeter
@@ -73,7 +74,8 @@ class Orchestrator:
             context.home, context.settings.chat_tools, context.outbox, context.events,
             extra_roots=[context.home.resolve(root) for root in context.settings.files.extra_roots],
             questions=self.approvals.ask_question, on_ask=self._let_go, history=stores.history.recent,
-            file_limits=context.file_limits))
+            file_limits=context.file_limits, reminders=stores.reminders, on_reminder=self._reminder_set))
+        self._reminders = stores.reminders
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,
                                       hidden_env=secret_env_names(context.settings),
                                       sessions=stores.sessions, meter=self.meter,
@@ -101,7 +103,7 @@ class Orchestrator:
         records = stores.schedules if context.enqueue is not None else None
         self.scheduler = None if records is None or context.enqueue is None else Scheduler(
             records=records, schedules=self._schedules, enqueue=context.enqueue, settings=context.settings,
-            events=context.events, load_run=self._store.load)
+            events=context.events, load_run=self._store.load, reminders=stores.reminders, outbox=context.outbox)
 
     def _let_go(self, run_id: str) -> None:
         """A step of the run asked its conversation to approve a tool call: a number answering it must not
@@ -146,6 +148,11 @@ class Orchestrator:
 
     def _config_reloaded(self) -> None:
         """An orchestrator.yaml was reloaded: its schedules may have changed."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
+
+    def _reminder_set(self) -> None:
+        """A turn set a reminder: the scheduler's next pass reads it now (it may be due in seconds)."""
         if self.scheduler is not None:
             self.scheduler.wake()
 
@@ -216,6 +223,10 @@ class Orchestrator:
             return [reply(message, workflow_listing(self._load(message)), agent=SYSTEM_AGENT)]
         if command == "/usage":
             return [reply(message, await self._usage(message), agent=SYSTEM_AGENT)]
+        if command == REMINDERS_COMMAND:  # this conversation's reminders only (orchestrator/schedules/listing.py)
+            text = await asyncio.to_thread(reminders_answer, self._reminders, f"conv:{conversation_key(message)}",
+                                           message.message)
+            return [reply(message, text, agent=SYSTEM_AGENT)]
         if command in SESSION_COMMANDS:  # ordered with the conversation's messages (gateway.runtime.keys)
             scope = f"conv:{conversation_key(message)}"
             text = await asyncio.to_thread(self._conversations.answer, command, message.message, scope)

@@ -18,7 +18,7 @@ from orchestrator.chattools.tools import ChatTools, ToolRefused
 
 GRACE_SEC = 5  # a call still open at stop (an `ask` of a turn not stopped yet) does not hold the gateway longer
 INSTRUCTIONS = ("Tools of the chat conversation this turn answers: send_message and send_file reach the user now, "
-                "before your final answer; conversation_info says who you talk to.")
+                "before your final answer; conversation_info says who you talk to; remind sets a reminder.")
 
 
 def _quiet_sdk() -> None:
@@ -61,6 +61,13 @@ def _app(tools: ChatTools, grant_of: Callable[[str], Grant | None], name: str, p
                           "nobody answered in time.")
     async def ask(question: str, ctx: Context, options: list[str] | None = None) -> str:
         return await _answered(tools.ask(grant(ctx), question, options or ()))
+
+    @mcp.tool(description="Set a reminder in this conversation. `when`: 'in 2h' (s, m, h, d, w), an ISO time "
+                          "(UTC unless it names an offset) or a cron expression ('0 9 * * 1-5', UTC) for a "
+                          "recurring one. Give `text` to have it sent as it is, or `prompt` to have it answered "
+                          "then as a message of the conversation. The users list and cancel them with /reminders.")
+    async def remind(when: str, ctx: Context, text: str = "", prompt: str = "") -> str:
+        return await _answered(tools.remind(grant(ctx), when, text, prompt))
 
     @mcp.tool(description="Who is talking to you: sender, channel, conversation, the current run, and the "
                           "folder where a file you write can be sent from.")

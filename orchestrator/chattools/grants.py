@@ -27,6 +27,7 @@ class TurnBinding:
     prompt_key: str = ""  # tells apart the turns of one step (for_each items): part of each message's dedup key
     messages: int = 0
     file_bytes: int = 0
+    reminders: int = 0  # `remind` calls: part of each reminder's id, so a retried turn does not set it twice
 
 
 @dataclass

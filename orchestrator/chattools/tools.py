@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.api import Outbox
@@ -28,6 +29,7 @@ from gateway.settings import ChatToolsSettings
 from gateway.telemetry.events import EventLog, now_ms
 from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chattools.grants import Grant, TurnBinding
+from orchestrator.schedules.reminders import Reminder, ReminderStore, of_conversation, parse_when
 
 MIB = 1 << 20
 NO_ANSWER = "no answer"
@@ -51,12 +53,17 @@ class ChatTools:
                  extra_roots: Sequence[str | os.PathLike[str]] = (), questions: Questions | None = None,
                  on_ask: Callable[[str], None] | None = None,
                  history: Callable[[str], list[dict[str, str]]] | None = None,
-                 file_limits: Mapping[str, int] | None = None):
+                 file_limits: Mapping[str, int] | None = None,
+                 reminders: ReminderStore | None = None, on_reminder: Callable[[], None] | None = None):
         """`questions`: how `ask` reaches the chat (None: `ask` is refused); `on_ask(run_id)`: told when a run
         asks, so the messages waiting on that run let its answer through (the executor's `let_go`);
         `history(scope)`: the conversation's recent exchanges, within their 4 KB (ConversationHistory.recent);
-        `file_limits`: the largest file per channel type, as its plugin declares it (HandlerContext.file_limits)."""
+        `file_limits`: the largest file per channel type, as its plugin declares it (HandlerContext.file_limits);
+        `reminders`: where `remind` stores (None: refused), `on_reminder()`: told when one is set (the Scheduler's
+        `wake`)."""
         self._file_limits = dict(file_limits or {})
+        self._reminders = reminders
+        self._on_reminder = on_reminder
         self._history = history
         self._questions = questions
         self._on_ask = on_ask
@@ -121,6 +128,42 @@ class ChatTools:
                                        self._settings.ask_timeout_sec)
         answer = next((o.name for o in offered if o.id == chosen), NO_ANSWER)
         return self._done(grant, "ask", answer)
+
+    async def remind(self, grant: Grant, when: str, text: str = "", prompt: str = "") -> str:
+        """Sets a reminder in the token's conversation (never one named by the agent): `text` is sent as it is,
+        `prompt` is posted for the conversation's workflow to answer; `when` is "in 2h", an ISO time or cron.
+        At most `chat_tools.max_reminders` per conversation."""
+        turn = self._turn(grant, "remind")
+        if self._reminders is None:
+            raise self._refused(grant, "remind", "reminders are not available here (the backend keeps none)")
+        if bool(text.strip()) == bool(prompt.strip()):
+            raise self._refused(grant, "remind", "give exactly one of `text` (sent as it is) and `prompt` "
+                                                 "(answered by the conversation's workflow)")
+        now = datetime.now(UTC)  # also its creation time: occurrences count from it, so `at` is after it
+        try:
+            cron, at = parse_when(when, now)
+        except ValueError as exc:
+            raise self._refused(grant, "remind", str(exc)) from None
+        store = self._reminders
+        held = await asyncio.to_thread(of_conversation, store, grant.conversation)
+        turn.reminders += 1
+        digest = hashlib.sha256(f"{turn.run_id}\0{turn.step_id}\0{turn.prompt_key}\0{turn.reminders}\0{when}"
+                                f"\0{text}\0{prompt}".encode()).hexdigest()[:12]
+        if any(reminder.id == digest for reminder in held):
+            return self._done(grant, "remind", "set before the gateway restarted, not set again")
+        limit = self._settings.max_reminders
+        if len(held) >= limit:
+            raise self._refused(grant, "remind", f"this conversation holds {len(held)} reminders, the most it "
+                                                 f"may ({limit}); cancel one with /reminders cancel N")
+        message = turn.reply_to
+        reminder = Reminder(id=digest, conversation=grant.conversation, profile=message.profile,
+                            conversationId=message.conversation, cron=cron, at=at, text=text.strip(),
+                            prompt=prompt.strip(), created_at=now)
+        await asyncio.to_thread(store.add, reminder)
+        if self._on_reminder is not None:
+            self._on_reminder()
+        return self._done(grant, "remind", f"reminder set: {reminder.when} ({len(held) + 1} of at most {limit} "
+                                           "in this conversation; /reminders lists them)")
 
     def conversation_info(self, grant: Grant) -> dict[str, Any]:
         """Who the turn talks to and where: sender, channel, profile, conversation, run, the message (cut to

@@ -16,16 +16,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from gateway.api import Outbox
 from gateway.home import safe_name
-from gateway.models import IncomingPayload, Job
+from gateway.models import IncomingPayload, Job, OutgoingPayload
 from gateway.runtime.aio import wait_event
 from gateway.runtime.locks import holder_process, pid_alive, process_name
 from gateway.settings import Settings
 from gateway.telemetry import tracing
-from gateway.telemetry.events import EventLog
+from gateway.telemetry.events import EventLog, now_ms
 from orchestrator.runs.state import RunState, run_id_for
 from orchestrator.schedules.config import ScheduleConfig
 from orchestrator.schedules.records import Fire, ScheduleRecords
+from orchestrator.schedules.reminders import SENDER as REMINDER_SENDER
+from orchestrator.schedules.reminders import ReminderSchedule, ReminderStore, reminder_id
 from orchestrator.schedules.times import next_after, occurrences, plan
 
 log = logging.getLogger("switchyard.schedules")
@@ -52,10 +55,11 @@ def schedule_message(key: str, schedule: ScheduleConfig, occurrence: datetime, s
     if profile is None:
         raise LookupError(f"deliver.profile {schedule.deliver.profile!r} is not a configured channel profile")
     stamp = int(occurrence.timestamp() * 1000)
+    text = schedule.text if isinstance(schedule, ReminderSchedule) else ""
     message_id = f"schedule-{safe_name(key)}-{stamp}"
     return IncomingPayload.model_validate({
         "channel": profile.type, "channelProfileId": profile.id, "sender": SENDER, "senderId": f"{SENDER}:{key}",
-        "message": schedule.prompt or schedule.workflow or "", "timestamp": stamp, "messageId": message_id,
+        "message": schedule.prompt or schedule.workflow or text, "timestamp": stamp, "messageId": message_id,
         "conversationId": schedule.deliver.conversationId,
         "job": Job(job_id=message_id) if schedule.workflow is not None else None,
         "schedule": {"id": key, "occurrence": occurrence.isoformat(), "workflow": schedule.workflow},
@@ -70,12 +74,17 @@ def scheduled_workflow(message: IncomingPayload) -> str | None:
 
 
 class Scheduler:
-    """Fires the schedules `schedules()` returns (keyed `<orchestrator>/<schedule>`) through `enqueue`."""
+    """Fires the schedules `schedules()` returns (keyed `<orchestrator>/<schedule>`) through `enqueue`, and the
+    reminders stored in `reminders` (keyed `reminder:<id>`): a prompt through `enqueue`, a text through `outbox`."""
 
     def __init__(self, *, records: ScheduleRecords, schedules: Callable[[], Mapping[str, ScheduleConfig]],
                  enqueue: Callable[[IncomingPayload], Awaitable[Any]], settings: Settings, events: EventLog,
                  load_run: Callable[[str], RunState | None], holder: str | None = None,
-                 clock: Callable[[], datetime] = utc_now, alive: Callable[[int], bool] = pid_alive):
+                 clock: Callable[[], datetime] = utc_now, alive: Callable[[int], bool] = pid_alive,
+                 reminders: ReminderStore | None = None, outbox: Outbox | None = None):
+        self.reminders = reminders
+        self.outbox = outbox
+        self._reminded: dict[str, ReminderSchedule] = {}  # as the last pass read them (wait_s needs no store call)
         self.records = records
         self.schedules = schedules
         self.enqueue = enqueue
@@ -109,23 +118,37 @@ class Scheduler:
     def wait_s(self) -> float:
         """How long until the next occurrence of any schedule (at most POLL_S)."""
         now = self.clock()
-        soonest = min((next_after(s, now) for s in self.schedules().values() if s.enabled), default=None)
+        every = [*self.schedules().values(), *self._reminded.values()]
+        soonest = min((next_after(s, now) for s in every if s.enabled), default=None)
         wait = POLL_S if soonest is None else (soonest - now).total_seconds()
         return min(POLL_S, max(0.05, wait))
 
     async def tick(self, now: datetime | None = None) -> None:
         """One pass over every schedule: takes over abandoned claims, then claims and fires what is due."""
         now = now or self.clock()
-        for key, schedule in self.schedules().items():
+        if self.reminders is not None:
+            self._reminded = await self._read_reminders()
+        for key, schedule in {**self.schedules(), **self._reminded}.items():
             if schedule.enabled:
                 await self._pass(key, schedule, now)
+
+    async def _read_reminders(self) -> dict[str, ReminderSchedule]:
+        assert self.reminders is not None
+        found: dict[str, ReminderSchedule] = {}
+        for reminder in await _db(self.reminders.all):
+            try:
+                found[reminder.key] = reminder.schedule()
+            except ValueError as exc:  # a hand-edited or older record: named, left alone
+                log.warning("reminder %s cannot be scheduled: %s", reminder.id, exc)
+        return found
 
     async def _pass(self, key: str, schedule: ScheduleConfig, now: datetime) -> None:
         for fire in await _db(self.records.unfinished, key):
             if self._abandoned(fire, now) and await _db(self.records.take_over, key, fire.occurrence, fire.holder,
                                                         self.holder, now):
                 await self._fire(key, schedule, fire.occurrence, now, recovered=True)
-        since = await _db(self.records.since, key, now)
+        first_seen = schedule.created_at if isinstance(schedule, ReminderSchedule) and schedule.created_at else now
+        since = await _db(self.records.since, key, min(first_seen, now))
         latest = await _db(self.records.latest, key, 1)
         after = max(since, latest[0].occurrence) if latest else since
         chosen = plan(schedule, occurrences(schedule, after, now), now)
@@ -140,6 +163,16 @@ class Scheduler:
                 await self._skip(key, moment, f"overlap: run {going} of an earlier occurrence is still going", now)
             else:
                 await self._fire(key, schedule, moment, now)
+        if isinstance(schedule, ReminderSchedule) and schedule.at is not None:
+            await self._forget_fired(key, schedule.at)
+
+    async def _forget_fired(self, key: str, at: datetime) -> None:
+        """A one-off reminder whose occurrence ended (here or on another host) is removed."""
+        latest = await _db(self.records.latest, key, 1)
+        found = reminder_id(key)
+        if self.reminders is not None and found and latest and latest[0].occurrence >= at and latest[0].outcome:
+            await _db(self.reminders.remove, found)
+            self._reminded.pop(key, None)
 
     def _abandoned(self, fire: Fire, now: datetime) -> bool:
         """A claim left unfinished: this process's own (its enqueue failed), one of a dead process on this host,
@@ -179,12 +212,33 @@ class Scheduler:
             await _db(self.records.finish, key, moment, "failed", detail=str(exc), now=now)
             self.events.emit("schedule.skipped", schedule=key, occurrence=moment.isoformat(), reason=str(exc))
             return
+        if isinstance(schedule, ReminderSchedule):
+            found = reminder_id(key)
+            if self.reminders is None or found is None or await _db(self.reminders.get, found) is None:
+                await self._skip(key, moment, "cancelled", now)  # cancelled after this pass read it
+                return
         with tracing.span("schedule.fire", **{"switchyard.schedule": key}):  # the prompt's trace starts here
-            await self.enqueue(message)  # raising leaves the claim unfinished: the next pass enqueues it again
+            if isinstance(schedule, ReminderSchedule) and schedule.text:
+                await self._send(message, schedule.text)
+            else:
+                await self.enqueue(message)  # raising leaves the claim unfinished: the next pass enqueues it again
         await _db(self.records.finish, key, moment, "fired", message_id=message.messageId, now=now)
         self.events.emit("schedule.fired", schedule=key, occurrence=moment.isoformat(), messageId=message.messageId,
                          channel=message.channel, profile=message.profile, conversation=message.conversation,
                          late_s=round((now - moment).total_seconds(), 3), recovered=recovered or None)
+
+
+    async def _send(self, message: IncomingPayload, text: str) -> None:
+        """A text reminder's message, written to the outbox once: a claim taken over after a crash finds the
+        copy its first holder wrote (its `workflowRunId` and `runState` are what Outbox.holds_result looks up)."""
+        if self.outbox is None:
+            raise RuntimeError("no outbox to send a reminder through")
+        reply = OutgoingPayload.reply_to(message, "", agent=REMINDER_SENDER, timestamp=now_ms(),
+                                         workflowRunId=message.messageId)
+        payload = reply.model_copy(update={"message": text, "runState": "reminder"})
+        if not await _db(self.outbox.holds_result, message.messageId, "reminder", channel=payload.channel,
+                         message_id=message.messageId):
+            await _db(self.outbox.write, payload)
 
 
 async def _db(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:

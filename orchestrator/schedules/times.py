@@ -12,17 +12,23 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from orchestrator.schedules.config import ScheduleConfig
+from orchestrator.schedules.reminders import ReminderSchedule
 
 ON_TIME_S = 60.0
 """An occurrence fired within this long after its time is on time; later, it was missed (downtime) and
 `catch_up` decides."""
+NEVER = datetime.max.replace(tzinfo=UTC)
+"""The next occurrence of a one-off reminder whose time has passed: none."""
 MAX_DUE = 1000
 """At most this many past occurrences are looked at in one pass (`catch_up: all` after a long downtime
 fires the newest MAX_DUE; the older ones are skipped)."""
 
 
 def next_after(schedule: ScheduleConfig, after: datetime) -> datetime:
-    """The schedule's first occurrence strictly after `after` (an aware time), in UTC."""
+    """The schedule's first occurrence strictly after `after` (an aware time), in UTC (NEVER for a one-off
+    reminder past its time)."""
+    if isinstance(schedule, ReminderSchedule) and schedule.at is not None:
+        return schedule.at if schedule.at > after else NEVER
     if schedule.every_sec is not None:
         step = schedule.every_sec
         count = math.floor(after.timestamp() / step) + 1

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from orchestrator.runs.base import RunStoreBase
     from orchestrator.runs.state import RunState
     from orchestrator.schedules.records import ScheduleRecords
+    from orchestrator.schedules.reminders import ReminderStore
+    from orchestrator.storage.files.reminders import FileReminders
     from orchestrator.storage.files.runs import RunStore
     from orchestrator.storage.files.schedules import FileScheduleRecords
     from orchestrator.storage.files.usage import FileUsageRecords
@@ -47,6 +49,7 @@ SESSIONS: StoreKey[SessionStore] = StoreKey("sessions")
 HISTORY: StoreKey[ConversationHistory] = StoreKey("history")
 SCHEDULES: StoreKey[ScheduleRecords] = StoreKey("schedules")
 USAGE: StoreKey[UsageRecords] = StoreKey("usage")
+REMINDERS: StoreKey[ReminderStore] = StoreKey("reminders")
 """The orchestrator's stores, by the names its plugins declare them under (`switchyard_stores`)."""
 
 
@@ -159,6 +162,8 @@ class OrchestratorStores:
     """None where no plugin declares schedule records for the backend (no prompt is scheduled)."""
     audit: AuditLog | None = None
     """The audit log of privileged actions (gateway.stores.AUDIT); None where no plugin declares it."""
+    reminders: ReminderStore | None = None
+    """The reminders made in chat (orchestrator/schedules/reminders.py); None where no plugin declares them."""
 
 
 def open_stores(backend: Backend) -> OrchestratorStores:
@@ -167,7 +172,8 @@ def open_stores(backend: Backend) -> OrchestratorStores:
         runs=open_run_store(backend), sessions=open_sessions(backend), history=open_history(backend),
         approvals=backend.approvals(), pairing=backend.pairing(),
         locks=backend.locks(ttl_s=backend.settings.queue.lock_ttl_sec),
-        usage=open_usage(backend), schedules=open_schedules(backend), audit=_declared(backend, AUDIT))
+        usage=open_usage(backend), schedules=open_schedules(backend), audit=_declared(backend, AUDIT),
+        reminders=open_reminders(backend))
 
 
 def backend_for(home: Home, settings: Settings) -> Backend:
@@ -197,6 +203,11 @@ def open_schedules(backend: Backend) -> ScheduleRecords | None:
     return _declared(backend, SCHEDULES)
 
 
+def open_reminders(backend: Backend) -> ReminderStore | None:
+    """The backend's reminders (orchestrator/schedules/reminders.py), or None where no plugin declares them."""
+    return _declared(backend, REMINDERS)
+
+
 def open_usage(backend: Backend) -> UsageRecords | None:
     """The backend's usage totals (orchestrator/usage/records.py), or None where no plugin declares them."""
     return _declared(backend, USAGE)
@@ -213,7 +224,8 @@ def _declared(backend: Backend, key: StoreKey[StoreT]) -> StoreT | None:
 def file_stores() -> dict[str, dict[str, StoreFactory]]:
     """The orchestrator's stores on the file backend: folders under runs/ and files in state/."""
     return {RUNS.name: {"files": _runs}, SESSIONS.name: {"files": _sessions}, HISTORY.name: {"files": _history},
-            SCHEDULES.name: {"files": _schedules}, USAGE.name: {"files": _usage}}
+            SCHEDULES.name: {"files": _schedules}, USAGE.name: {"files": _usage},
+            REMINDERS.name: {"files": _reminders}}
 
 
 def _usage(backend: Backend, *, holder: str | None = None) -> FileUsageRecords:
@@ -226,6 +238,12 @@ def _schedules(backend: Backend) -> FileScheduleRecords:
     from orchestrator.storage.files.schedules import FileScheduleRecords
 
     return FileScheduleRecords(backend.home, fsync=backend.settings.queue.fsync)
+
+
+def _reminders(backend: Backend) -> FileReminders:
+    from orchestrator.storage.files.reminders import FileReminders
+
+    return FileReminders(backend.home, fsync=backend.settings.queue.fsync)
 
 
 def _runs(backend: Backend, *, fsync: bool) -> RunStore:

@@ -41,8 +41,9 @@ from gateway.stores import Backend as StorageBackend
 from gateway.telemetry.events import EventLog, read_events
 from orchestrator.agents.sessions import ConversationHistory, SessionStore
 from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords
+from orchestrator.schedules.reminders import MemoryReminders, ReminderStore
 from orchestrator.storage.memory import MemoryRecords, MemoryRunStore, RunsState
-from orchestrator.storage.stores import HISTORY, RUNS, SCHEDULES, SESSIONS, USAGE, RunRecords
+from orchestrator.storage.stores import HISTORY, REMINDERS, RUNS, SCHEDULES, SESSIONS, USAGE, RunRecords
 from orchestrator.usage.records import MemoryUsageRecords, Spent, UsageRecords
 
 SETTINGS = Settings(queue=QueueSettings(fsync=False))
@@ -164,6 +165,10 @@ class Backend:
         """A handle on the backend's schedule records (each call: another process or host on the same state)."""
         return self.opened().store(SCHEDULES)
 
+    def reminders(self) -> ReminderStore:
+        """A handle on the backend's reminders (each call: another process or host on the same state)."""
+        return self.opened().store(REMINDERS)
+
     def usage(self, holder: str | None = None) -> UsageRecords:
         """A handle on the backend's usage totals (each call: another process or host on the same state), whose
         reservations `holder` makes (`<host>:<pid>:…`; None: this process; the memory backend has none)."""
@@ -192,6 +197,7 @@ class MemoryBackend(Backend):
         self.runs_state = RunsState()
         self.record_states: dict[str, MemoryRecords] = {}
         self.schedule_state = MemoryScheduleRecords()
+        self.reminder_state = MemoryReminders()
         self.usage_state = MemoryUsageRecords()
 
     def queue(self, worker: str) -> QueueStore:
@@ -214,6 +220,9 @@ class MemoryBackend(Backend):
 
     def schedules(self) -> ScheduleRecords:
         return self.schedule_state.twin()
+
+    def reminders(self) -> ReminderStore:
+        return self.reminder_state.twin()
 
     def usage(self, holder: str | None = None) -> UsageRecords:
         return self.usage_state.twin()

@@ -36,10 +36,13 @@ from gateway.spool.queue import FileQueue
 from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, EventSink, QueueStore
 from orchestrator.agents.sessions import FileRecords, Records
 from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords
+from orchestrator.schedules.reminders import MemoryReminders, ReminderStore
+from orchestrator.storage.files.reminders import FileReminders
 from orchestrator.storage.files.runs import RunStore
 from orchestrator.storage.files.schedules import FileScheduleRecords
 from orchestrator.storage.files.usage import FileUsageRecords
 from orchestrator.storage.memory import MemoryRecords, MemoryRunStore
+from orchestrator.storage.postgres.reminders import PgReminders
 from orchestrator.storage.postgres.runs import PgRunStore
 from orchestrator.storage.postgres.schedules import PgScheduleRecords
 from orchestrator.storage.postgres.sessions import PgRecords
@@ -60,6 +63,7 @@ IMPLEMENTATIONS: list[tuple[type, list[type]]] = [
     (Records, [MemoryRecords, FileRecords, PgRecords]),
     (ScheduleRecords, [MemoryScheduleRecords, FileScheduleRecords, PgScheduleRecords]),
     (UsageRecords, [MemoryUsageRecords, FileUsageRecords, PgUsageRecords]),
+    (ReminderStore, [MemoryReminders, FileReminders, PgReminders]),
 ]
 
 

@@ -84,6 +84,24 @@ async def test_a_refused_call_is_a_tool_error_the_real_cli_hands_the_model(
     assert "outside the folders this conversation may receive files from" in answer.message
 
 
+@pytest.mark.parametrize("cli", sorted(MODELS))
+async def test_the_real_cli_sets_a_reminder_in_its_own_conversation(
+    secure_home: Home, events: EventLog, start: Callable[[HandlerContext], Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox, cli: str,
+) -> None:
+    """The preset lets the CLI call `remind` (claude's --allowedTools, codex's approval mode, gemini's trust):
+    the reminder is stored in the conversation of the turn, and the model reads the tool's answer."""
+    from orchestrator.storage.files.reminders import FileReminders
+
+    isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
+    async with ScriptedModel() as model:
+        orchestrator = await start(_context(secure_home, events, outbox, _provider(cli, model)))
+        [answer] = await orchestrator.handle(make_message("[mcp=remind:when=in 2h|text=stand up]"))
+    assert "reminder set: once at" in answer.message, answer.message
+    [stored] = FileReminders(secure_home).all()
+    assert (stored.text, stored.conversationId, stored.conversation) == ("stand up", "c1", "conv:console/console/c1")
+
+
 @pytest.mark.parametrize("like", ["claude", "codex", "gemini"])
 async def test_a_live_acp_session_gets_the_chat_tools_in_its_mcp_servers_turn_after_turn(
     make_context: Callable[..., HandlerContext], write_config: Callable[[str], Path],

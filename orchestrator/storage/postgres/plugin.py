@@ -23,9 +23,10 @@ def switchyard_migrations() -> dict[str, list[str]]:
 
 @hookimpl
 def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
-    """Declares the postgres runs, sessions, history, schedules and usage."""
+    """Declares the postgres runs, sessions, history, schedules, usage and reminders."""
     return {"runs": {"postgres": _runs}, "sessions": {"postgres": _sessions}, "history": {"postgres": _history},
-            "schedules": {"postgres": _schedules}, "usage": {"postgres": _usage}}
+            "schedules": {"postgres": _schedules}, "usage": {"postgres": _usage},
+            "reminders": {"postgres": _reminders}}
 
 
 def _usage(backend: PgStorage, *, holder: str | None = None) -> Any:
@@ -38,6 +39,12 @@ def _schedules(backend: PgStorage) -> Any:
     from orchestrator.storage.postgres.schedules import PgScheduleRecords
 
     return PgScheduleRecords(backend.dsn, backend.pool)
+
+
+def _reminders(backend: PgStorage) -> Any:
+    from orchestrator.storage.postgres.reminders import PgReminders
+
+    return PgReminders(backend.dsn, backend.pool)
 
 
 def _runs(backend: PgStorage, *, fsync: bool) -> Any:

@@ -9,7 +9,8 @@ Directives in the last user text of a request (all optional):
 - `[recall=WORD]` answers whether WORD appears in the earlier messages of the request (the session's memory);
 - `[mcp=TOOL:KEY=VALUE]` answers with a call of the offered tool named TOOL or ending in `_TOOL` (an MCP tool as
   the CLI names it: claude `mcp__switchyard__send_message`, gemini and codex their own spelling) with the one
-  string argument KEY=VALUE (none when `:…` is left out), then, given its result, quotes it like `[run=]`.
+  string argument KEY=VALUE (none when `:…` is left out; several as `K1=V1|K2=V2`), then, given its result,
+  quotes it like `[run=]`.
 
 Every request is kept in `calls` with its start and end time (`time.monotonic()`), so a caller in the same
 process can tell the model's own time from the agent's.
@@ -115,9 +116,9 @@ def plan(call: Call, user_texts: list[str], tool_result: str | None, tools: list
         wanted, _, argument = mcp.partition(":")
         offered = next((name for name in tools if name == wanted or name.endswith("_" + wanted)), None)
         if offered is not None:
-            key, _, value = argument.partition("=")
+            pairs = [part.partition("=") for part in argument.split("|")] if argument else []
             call.tool_call = f"{offered}: {argument}"
-            return Turn("", 0, delay, (offered, ""), arguments={key: value} if key else {})
+            return Turn("", 0, delay, (offered, ""), arguments={key: value for key, _, value in pairs if key})
     if command and tool_result is None and shell:
         call.tool_call = f"{shell}: {command}"
         return Turn("", 0, delay, (shell, command), escalated=_directive(prompt, "sandboxed") is None)
