@@ -24,7 +24,8 @@ from orchestrator.runs.state import RunState, belongs_to, conversation_key
 FUNCTION_MAX_OUTPUT = 65536
 COMMANDS_HELP = ("Commands: /status (this conversation's run), /stop (stop what runs now: the agent's answer "
                  "and the run; /cancel does the same), /usage (what you spent, and your limits), /help (this list), "
-                 "/new (a fresh agent session), /sessions (this conversation's), /resume N (back to one).")
+                 "/new (a fresh agent session), /sessions (this conversation's), /resume N (back to one), "
+                 "/reminders (this conversation's; /reminders cancel N).")
 
 
 class FunctionRefused(Exception):
