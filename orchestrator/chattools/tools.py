@@ -54,14 +54,16 @@ class ChatTools:
                  on_ask: Callable[[str], None] | None = None,
                  history: Callable[[str], list[dict[str, str]]] | None = None,
                  file_limits: Mapping[str, int] | None = None,
-                 reminders: ReminderStore | None = None, on_reminder: Callable[[], None] | None = None):
+                 reminders: ReminderStore | None = None, on_reminder: Callable[[], None] | None = None,
+                 roles_of: Callable[[IncomingPayload], Sequence[str]] | None = None):
         """`questions`: how `ask` reaches the chat (None: `ask` is refused); `on_ask(run_id)`: told when a run
         asks, so the messages waiting on that run let its answer through (the executor's `let_go`);
         `history(scope)`: the conversation's recent exchanges, within their 4 KB (ConversationHistory.recent);
         `file_limits`: the largest file per channel type, as its plugin declares it (HandlerContext.file_limits);
         `reminders`: where `remind` stores (None: refused), `on_reminder()`: told when one is set (the Scheduler's
-        `wake`)."""
+        `wake`); `roles_of(message)`: the roles its sender holds (docs/roles.md), which `conversation_info` names."""
         self._file_limits = dict(file_limits or {})
+        self._roles_of = roles_of
         self._reminders = reminders
         self._on_reminder = on_reminder
         self._history = history
@@ -166,15 +168,17 @@ class ChatTools:
                                            "in this conversation; /reminders lists them)")
 
     def conversation_info(self, grant: Grant) -> dict[str, Any]:
-        """Who the turn talks to and where: sender, channel, profile, conversation, run, the message (cut to
-        4 KB), the recent exchanges (4 KB in all), and `filesFolder`: the conversation's own folder, where a
-        file written can be sent."""
+        """Who the turn talks to and where: sender and their roles, channel, profile, conversation, run, the
+        message (cut to 4 KB), the recent exchanges (4 KB in all), and `filesFolder`: the conversation's own
+        folder, where a file written can be sent."""
         turn = self._turn(grant, "conversation_info")
         message = turn.reply_to
         probe = self._reply(turn, "", files=[])
         folder = attachment_folder(self._home, probe.profile, reply_conversation(probe))
         folder.mkdir(parents=True, exist_ok=True)
-        info = {"sender": message.sender, "senderId": message.senderId or None, "channel": message.channel,
+        roles = list(self._roles_of(message)) if self._roles_of is not None else None
+        info = {"sender": message.sender, "senderId": message.senderId or None, "roles": roles,
+                "channel": message.channel,
                 "profile": message.profile, "conversationId": message.conversationId or None,
                 "runId": turn.run_id, "stepId": turn.step_id, "message": message.message[:4096],
                 "filesFolder": str(folder),

@@ -175,3 +175,26 @@ async def test_conversation_info_gives_the_turns_conversation_and_its_recent_exc
     assert info["recentExchanges"] == histories["conv:console/console/A"]
     assert info["sender"] == "Ada" and info["channel"] == "console" and info["runId"] == "r1"
     assert Path(info["filesFolder"]) == attachment_folder(home, "console", "A")
+
+
+async def test_conversation_info_names_the_roles_the_sender_holds(home: Home, events: EventLog) -> None:
+    """The roles come from settings.yaml (gateway/roles.py), through the handler's `roles_of`."""
+    from gateway.roles import RoleBook
+    from gateway.settings import Settings
+
+    settings = Settings.model_validate({"channels": [
+        {"id": "tg", "type": "telegram", "token_env": "T", "roles": {"admin": ["ada"]}, "default_role": "guest"}]})
+    book = RoleBook(settings)
+    served = ChatToolServer(ChatTools(home, ChatToolsSettings(), FileOutbox(home, events, fsync=False), events,
+                                      roles_of=lambda message: book.grant_of(message).roles))
+    await served.start()
+    found = []
+    try:
+        for sender in ("ada", "bob"):
+            message = make_incoming("hi", channel="telegram", channelProfileId="tg", conversationId="c1",
+                                    senderId=sender, messageId=f"m-{sender}")
+            async with _granted(served, message) as endpoint, connected(endpoint) as chat:
+                found.append(json.loads(await chat.call("conversation_info"))["roles"])
+    finally:
+        await served.stop()
+    assert found == [["admin"], ["guest"]]
