@@ -69,7 +69,9 @@ class Reminder(BaseModel):
     @property
     def when(self) -> str:
         """When it fires, as listed."""
-        return f"{self.cron} ({self.timezone})" if self.cron else f"once at {self.at.isoformat() if self.at else '?'}"
+        if self.cron:
+            return f"{self.cron} ({self.timezone})"
+        return f"once at {self.at.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S UTC') if self.at else '?'}"
 
     def schedule(self) -> ReminderSchedule:
         """What the Scheduler fires; a missed occurrence (downtime) still fires once (`catch_up: last`)."""
