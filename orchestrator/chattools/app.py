@@ -13,7 +13,7 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from orchestrator.chattools.grants import Grant
+from orchestrator.chattools.grants import ToolGrant
 from orchestrator.chattools.tools import ChatTools, ToolRefused
 
 GRACE_SEC = 5  # a call still open at stop (an `ask` of a turn not stopped yet) does not hold the gateway longer
@@ -26,7 +26,7 @@ def _quiet_sdk() -> None:
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
 
 
-def serving(tools: ChatTools, grant_of: Callable[[str], Grant | None], *, name: str, path: str, host: str,
+def serving(tools: ChatTools, grant_of: Callable[[str], ToolGrant | None], *, name: str, path: str, host: str,
             port: int) -> uvicorn.Server:
     """A uvicorn server of the chat tools' app at `path`, not yet started; `grant_of(authorization header)` finds
     the grant a call acts for."""
@@ -36,10 +36,10 @@ def serving(tools: ChatTools, grant_of: Callable[[str], Grant | None], *, name: 
     return _QuietServer(config)
 
 
-def _app(tools: ChatTools, grant_of: Callable[[str], Grant | None], name: str, path: str) -> Any:
+def _app(tools: ChatTools, grant_of: Callable[[str], ToolGrant | None], name: str, path: str) -> Any:
     mcp: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    def grant(ctx: Context) -> Grant:
+    def grant(ctx: Context) -> ToolGrant:
         found = grant_of((ctx.headers or {}).get("authorization") or "")
         if found is None:
             raise ToolError("no valid chat tools token: these tools work only inside a Switchyard turn")

@@ -31,7 +31,7 @@ class TurnBinding:
 
 
 @dataclass
-class Grant:
+class ToolGrant:
     """One token: the conversation scope it was issued for, and the turn it is bound to (None: none runs)."""
 
     token: str
@@ -40,18 +40,18 @@ class Grant:
     turns: int = field(default=0)
 
 
-class Grants:
+class ToolGrants:
     """The tokens this process issued, by token and by session scope."""
 
     def __init__(self) -> None:
-        self._by_token: dict[str, Grant] = {}
-        self._by_scope: dict[str, Grant] = {}
+        self._by_token: dict[str, ToolGrant] = {}
+        self._by_scope: dict[str, ToolGrant] = {}
 
-    def bind(self, conversation: str, scope: str | None, binding: TurnBinding) -> Grant:
+    def bind(self, conversation: str, scope: str | None, binding: TurnBinding) -> ToolGrant:
         """Binds the scope's token (issued now when it has none; a fresh one for no scope) to a turn."""
         grant = self._by_scope.get(scope) if scope is not None else None
         if grant is None or grant.conversation != conversation:
-            grant = Grant(secrets.token_urlsafe(32), conversation)
+            grant = ToolGrant(secrets.token_urlsafe(32), conversation)
             self._by_token[grant.token] = grant
             if scope is not None:
                 self._by_scope[scope] = grant
@@ -59,13 +59,13 @@ class Grants:
         grant.turns += 1
         return grant
 
-    def unbind(self, grant: Grant, scope: str | None, binding: TurnBinding) -> None:
+    def unbind(self, grant: ToolGrant, scope: str | None, binding: TurnBinding) -> None:
         """The turn ended (answered, failed or stopped): the token acts for nobody until the next turn."""
         if grant.bound is binding:
             grant.bound = None
         if scope is None:
             self._by_token.pop(grant.token, None)
 
-    def get(self, token: str) -> Grant | None:
+    def get(self, token: str) -> ToolGrant | None:
         """The grant of a token this process issued, or None."""
         return self._by_token.get(token)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.models import IncomingPayload
-from orchestrator.chattools.grants import Grant, Grants, TurnBinding
+from orchestrator.chattools.grants import ToolGrant, ToolGrants, TurnBinding
 from orchestrator.chattools.names import PATH, SERVER_NAME
 from orchestrator.chattools.tools import ChatTools
 
@@ -46,7 +46,7 @@ class ChatToolServer:
 
     def __init__(self, tools: ChatTools, *, host: str = "127.0.0.1", port: int = 0):
         self.tools = tools
-        self.grants = Grants()
+        self.grants = ToolGrants()
         self._host = host
         self._port = port
         self._server: uvicorn.Server | None = None
@@ -123,7 +123,7 @@ class ChatToolServer:
         if grant is not None:
             grant.bound = None
 
-    def grant_of(self, authorization: str) -> Grant | None:
+    def grant_of(self, authorization: str) -> ToolGrant | None:
         """The grant an `Authorization: Bearer <token>` header names, or None."""
         token = authorization[len("Bearer "):] if authorization.startswith("Bearer ") else ""
         return self.grants.get(token) if token else None

@@ -28,7 +28,7 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import ChatToolsSettings
 from gateway.telemetry.events import EventLog, now_ms
 from orchestrator.agents.live import ApprovalOption, ToolApproval
-from orchestrator.chattools.grants import Grant, TurnBinding
+from orchestrator.chattools.grants import ToolGrant, TurnBinding
 from orchestrator.schedules.reminders import Reminder, ReminderStore, of_conversation, parse_when
 
 MIB = 1 << 20
@@ -79,7 +79,7 @@ class ChatTools:
         """Takes the `chat_tools:` section of settings.yaml reloaded while running."""
         self._settings = settings
 
-    async def send_message(self, grant: Grant, text: str) -> str:
+    async def send_message(self, grant: ToolGrant, text: str) -> str:
         """Posts `text` into the turn's conversation now."""
         turn = self._turn(grant, "send_message")
         if not text.strip():
@@ -90,7 +90,7 @@ class ChatTools:
             return self._done(grant, "send_message", f"sent before the gateway restarted, not sent again {counted}")
         return self._done(grant, "send_message", f"sent {counted}")
 
-    async def send_file(self, grant: Grant, path: str, caption: str = "") -> str:
+    async def send_file(self, grant: ToolGrant, path: str, caption: str = "") -> str:
         """Sends a file of the conversation's own (its attachments, its runs' folders, `files.extra_roots`)."""
         turn = self._turn(grant, "send_file")
         probe = self._reply(turn, caption, files=[path])
@@ -113,7 +113,7 @@ class ChatTools:
                                                   "restarted, not sent again")
         return self._done(grant, "send_file", f"sent {os.path.basename(path)} ({size} bytes)")
 
-    async def ask(self, grant: Grant, question: str, options: Sequence[str] = ()) -> str:
+    async def ask(self, grant: ToolGrant, question: str, options: Sequence[str] = ()) -> str:
         """Puts `question` to the conversation with `options` as one-tap buttons (a numbered list where a channel
         has none; Yes/No when none are given) and waits for the answer: the option chosen, or "no answer"
         after `chat_tools.ask_timeout_sec`. Only senders allowed in the conversation may answer."""
@@ -131,7 +131,7 @@ class ChatTools:
         answer = next((o.name for o in offered if o.id == chosen), NO_ANSWER)
         return self._done(grant, "ask", answer)
 
-    async def remind(self, grant: Grant, when: str, text: str = "", prompt: str = "") -> str:
+    async def remind(self, grant: ToolGrant, when: str, text: str = "", prompt: str = "") -> str:
         """Sets a reminder in the token's conversation (never one named by the agent): `text` is sent as it is,
         `prompt` is posted for the conversation's workflow to answer; `when` is "in 2h", an ISO time or cron.
         At most `chat_tools.max_reminders` per conversation."""
@@ -167,7 +167,7 @@ class ChatTools:
         return self._done(grant, "remind", f"reminder set: {reminder.when} ({len(held) + 1} of at most {limit} "
                                            "in this conversation; /reminders lists them)")
 
-    def conversation_info(self, grant: Grant) -> dict[str, Any]:
+    def conversation_info(self, grant: ToolGrant) -> dict[str, Any]:
         """Who the turn talks to and where: sender and their roles, channel, profile, conversation, run, the
         message (cut to 4 KB), the recent exchanges (4 KB in all), and `filesFolder`: the conversation's own
         folder, where a file written can be sent."""
@@ -186,12 +186,12 @@ class ChatTools:
         self._done(grant, "conversation_info", "ok")
         return {key: value for key, value in info.items() if value is not None}
 
-    def _turn(self, grant: Grant, tool: str) -> TurnBinding:
+    def _turn(self, grant: ToolGrant, tool: str) -> TurnBinding:
         if grant.bound is None:
             raise self._refused(grant, tool, "no turn of this conversation is running (it ended or was stopped)")
         return grant.bound
 
-    def _count_message(self, grant: Grant, tool: str, turn: TurnBinding) -> None:
+    def _count_message(self, grant: ToolGrant, tool: str, turn: TurnBinding) -> None:
         if turn.messages >= self._settings.max_messages:
             raise self._refused(grant, tool, f"this turn may send at most {self._settings.max_messages} messages")
         turn.messages += 1
@@ -219,15 +219,15 @@ class ChatTools:
         await asyncio.to_thread(self._outbox.write, payload.model_copy(update={"runState": key}))
         return True
 
-    def _done(self, grant: Grant, tool: str, result: str) -> str:
+    def _done(self, grant: ToolGrant, tool: str, result: str) -> str:
         self._emit(grant, tool, "ok", result)
         return result
 
-    def _refused(self, grant: Grant, tool: str, reason: str) -> ToolRefused:
+    def _refused(self, grant: ToolGrant, tool: str, reason: str) -> ToolRefused:
         self._emit(grant, tool, "refused", reason)
         return ToolRefused(reason)
 
-    def _emit(self, grant: Grant, tool: str, result: str, detail: str) -> None:
+    def _emit(self, grant: ToolGrant, tool: str, result: str, detail: str) -> None:
         run = grant.bound.run_id if grant.bound is not None else None
         self._events.emit("chat_tool.called", tool=tool, conversation=grant.conversation, run=run,
                           result=result, reason=detail)
