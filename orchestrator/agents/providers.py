@@ -158,8 +158,9 @@ class ProviderRunner:
         sandbox = self.sandbox_of(configured, turn, full_env)
         async with self._turn(turn.turn_scope(), turn.tools) as stop:
             call = ProviderCall.of(name, configured, replace(turn, env=full_env, sandbox=sandbox), stop)
-            if call.scope is not None:  # the conversation's current session (`/new`, `/resume N`)
-                call = replace(call, scope=self._sessions.current(call.scope))
+            if call.scope is not None and configured.type is not None:  # a preset continues a session: the
+                # conversation's current one (`/new`, `/resume N`); a generic argv keeps none, so reads nothing
+                call = replace(call, scope=await asyncio.to_thread(self._sessions.current, call.scope))
             if configured.type is None:
                 return await _run_argv(call)
             if configured.transport == "acp":
