@@ -107,7 +107,9 @@ async def main():
     await plugin.channel.inject("hello", conversationId="room")
     await async_wait_until(lambda: plugin.channel.sent)
     await gateway.stop()
-    loaded = sorted(name for name in sys.modules if name.startswith("opentelemetry"))
+    # the SDK and its exporters: what records and sends; `opentelemetry-api` alone is mcp's own dependency (the
+    # chat tools' server imports it), and without an SDK its spans are no-ops that record nothing
+    loaded = sorted(name for name in sys.modules if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")))
     print("LOADED", len(loaded), file=sys.stderr)
 
 asyncio.run(main())
@@ -115,7 +117,7 @@ asyncio.run(main())
 
 
 @pytest.mark.parametrize("telemetry", ["off", "on"])
-def test_without_telemetry_nothing_of_opentelemetry_is_imported(tmp_path: Path, telemetry: str) -> None:
+def test_without_telemetry_no_opentelemetry_sdk_is_imported(tmp_path: Path, telemetry: str) -> None:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(OPENTELEMETRY_LOADED), str(tmp_path / "home"),
                            telemetry], capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr[-2000:]
