@@ -67,8 +67,10 @@ def test_a_burst_of_messages_is_the_peak_of_its_minute_and_events_read_as_lines(
     page.goto(url)
     bars = page.locator("#plot-messages g.in rect")
     expect(bars.first).to_be_attached()
-    expect(page.locator(f'#plot-messages g.in rect[data-minute="{peak_minute}"]')).to_have_attribute(
-        "data-value", str(peak))
+    peak_bar = page.locator(f'#plot-messages g.in rect[data-minute="{peak_minute}"]')
+    expect(peak_bar).to_be_attached()
+    shown_peak = int(peak_bar.get_attribute("data-value") or 0)  # a heartbeat (every 3 s) may have come since
+    assert peak <= shown_peak <= peak + 25
     shown = {bar.get_attribute("data-minute"): int(bar.get_attribute("data-value") or 0) for bar in bars.all()}
     assert max(shown, key=lambda minute: shown[minute]) == peak_minute
     assert all(value < peak for minute, value in shown.items() if minute != peak_minute)
@@ -79,9 +81,12 @@ def test_a_burst_of_messages_is_the_peak_of_its_minute_and_events_read_as_lines(
     box = page.locator(f'#plot-messages g.in rect[data-minute="{peak_minute}"]').bounding_box()
     assert box is not None
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # the value under the pointer
-    expect(page.locator("#plot-messages .reading")).to_have_text(f" {peak_minute} in {peak}")
+    expect(page.locator("#plot-messages .reading")).to_have_text(f" {peak_minute} in {shown_peak}")
     plots = page.request.get(f"{url}api/glance")  # what the script fetches every 30 s
-    assert plots.ok and f'data-minute="{peak_minute}" data-value="{peak}"' in plots.text()
+    assert plots.ok
+    # the heartbeat beats every 3 s: by now its minute may have counted a message or two more than the page showed
+    fetched = re.search(rf'data-minute="{peak_minute}" data-value="(\d+)"', plots.text())
+    assert fetched is not None and shown_peak <= int(fetched.group(1)) <= peak + 25
 
     key = page.locator("#events tbody tr details.json").first.get_attribute("data-key")
     line = page.locator("#events tbody tr", has=page.locator(f'details[data-key="{key}"]'))
