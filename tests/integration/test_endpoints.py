@@ -92,7 +92,9 @@ async def test_a_provider_without_the_endpoint_settings_gets_no_private_home(
     assert answer.message == "echo: hello"
     [call] = fake_clis.calls(cli)
     assert not {"CODEX_HOME", "GEMINI_CLI_HOME", "ANTHROPIC_BASE_URL"} & set(call["env_keys"])
-    assert not (home.root / "providers").exists()
+    written = [path.name for path in (home.root / "providers").rglob("*") if path.is_file()]
+    # gemini -p takes the chat tools' MCP server from a system-defaults file (docs/chat-tools.md): no home of its own
+    assert written == (["gemini-system-defaults.json"] if cli == "gemini" else [])
 
 
 async def test_codex_with_only_a_base_url_calls_it_without_a_key(
