@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.api import Handler, Outbox
 from gateway.channelkit.edits import edited_bytes
@@ -140,6 +140,16 @@ class Worker:
     def wake(self) -> None:
         """Tells the loop that something changed (a new file, a finished job)."""
         self._wakeup.set()
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """Its loop and the renewal of its key locks, started (a runtime's `run`)."""
+        return [asyncio.create_task(self.run(), name="worker"),
+                asyncio.create_task(self.renew_locks(), name="renew-locks")]
+
+    def stats(self) -> dict[str, Any]:
+        """What a runtime's `stats` reports of it: messages running, waiting for their key, processed."""
+        return {"running": self.scheduler.running, "pending": self.scheduler.pending_count,
+                "processed": self.processed}
 
     async def run(self) -> None:
         """Runs until `stop()`: claims whatever may start, then sleeps until woken or a backoff ends."""

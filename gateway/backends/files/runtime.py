@@ -68,19 +68,14 @@ class FileRuntime:
 
     def run(self) -> list[asyncio.Task[None]]:
         assert self.worker is not None
-        return [asyncio.create_task(self.worker.run(), name="worker"),
-                asyncio.create_task(self.worker.renew_locks(), name="renew-locks")]
+        return self.worker.tasks()
 
     def wake(self) -> None:
         if self.worker is not None:
             self.worker.wake()
 
     def stats(self) -> dict[str, Any]:
-        worker = self.worker
-        if worker is None:
-            return {}
-        return {"running": worker.scheduler.running, "pending": worker.scheduler.pending_count,
-                "processed": worker.processed}
+        return {} if self.worker is None else self.worker.stats()
 
     async def prune(self) -> None:
         await self.outgoing.prune()

@@ -84,8 +84,7 @@ class MemoryRuntime:
             self.memory_queue.state.watchers.append(self._watcher)
         self._take_in()
         assert self.worker is not None
-        return [asyncio.create_task(self.worker.run(), name="worker"),
-                asyncio.create_task(self.worker.renew_locks(), name="renew-locks")]
+        return self.worker.tasks()
 
     def _wake_worker(self) -> None:
         """Has the worker look at the shared queue (another host queued a message)."""
@@ -97,11 +96,7 @@ class MemoryRuntime:
         self._wake_worker()
 
     def stats(self) -> dict[str, Any]:
-        worker = self.worker
-        if worker is None:
-            return {}
-        return {"running": worker.scheduler.running, "pending": worker.scheduler.pending_count,
-                "processed": worker.processed}
+        return {} if self.worker is None else self.worker.stats()
 
     async def prune(self) -> None:
         await self.outgoing.prune()
