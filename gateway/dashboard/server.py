@@ -40,84 +40,99 @@ class Source(Protocol):
 def build_app(source: Source, settings: DashboardSettings, token: str | None, *,
               body_timeout_s: float = BODY_TIMEOUT_S) -> web.Application:
     """The aiohttp application; with a `token`, every request must carry it."""
+    routes = Routes(source, refresh_ms=int(settings.refresh_sec * 1000), body_timeout_s=body_timeout_s)
     app = web.Application(middlewares=[_guard(settings, token)], client_max_size=MAX_BODY_BYTES)
     app.on_response_prepare.append(secure)  # gateway.channelkit.web
-    refresh_ms = int(settings.refresh_sec * 1000)
+    app.router.add_get("/", routes.index)
+    app.router.add_get("/api/sections", routes.sections)
+    app.router.add_get("/api/glance", routes.glance)
+    app.router.add_get("/api/state", routes.state)
+    app.router.add_get("/metrics", routes.metrics)
+    app.router.add_post("/api/dead-letters/retry", routes.retry)
+    app.router.add_post("/api/approvals/answer", routes.answer)
+    app.router.add_get("/static/{name}", routes.static)
+    return app
 
-    async def index(request: web.Request) -> web.Response:  # the plots take a while to draw: off the loop
-        html = await asyncio.to_thread(page.page, await source.state(), refresh_ms=refresh_ms)
-        return web.Response(text=source.redact(html), content_type="text/html")
 
-    async def sections(request: web.Request) -> web.Response:
-        return web.Response(text=source.redact(page.sections(await source.state())), content_type="text/html")
+class Routes:
+    """The dashboard's handlers, over what it shows (`source`)."""
 
-    async def glance(request: web.Request) -> web.Response:
-        html = await asyncio.to_thread(page.glance, await source.glance())
-        return web.Response(text=source.redact(html), content_type="text/html")
+    def __init__(self, source: Source, *, refresh_ms: int, body_timeout_s: float):
+        self.source = source
+        self.refresh_ms = refresh_ms
+        self.body_timeout_s = body_timeout_s
 
-    async def state(request: web.Request) -> web.Response:
-        text = json.dumps(await source.state(), default=str, ensure_ascii=False)
-        return web.Response(text=source.redact(text), content_type="application/json")
+    async def index(self, request: web.Request) -> web.Response:  # the plots take a while to draw: off the loop
+        html = await asyncio.to_thread(page.page, await self.source.state(), refresh_ms=self.refresh_ms)
+        return web.Response(text=self.source.redact(html), content_type="text/html")
 
-    async def metrics(request: web.Request) -> web.Response:
-        response = web.Response(body=await source.metrics())
+    async def sections(self, request: web.Request) -> web.Response:
+        html = page.sections(await self.source.state())
+        return web.Response(text=self.source.redact(html), content_type="text/html")
+
+    async def glance(self, request: web.Request) -> web.Response:
+        html = await asyncio.to_thread(page.glance, await self.source.glance())
+        return web.Response(text=self.source.redact(html), content_type="text/html")
+
+    async def state(self, request: web.Request) -> web.Response:
+        text = json.dumps(await self.source.state(), default=str, ensure_ascii=False)
+        return web.Response(text=self.source.redact(text), content_type="application/json")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        response = web.Response(body=await self.source.metrics())
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
-    async def retry(request: web.Request) -> web.Response:
-        if request.content_type != "application/json":  # a cross-site form cannot send JSON
-            return web.json_response({"error": "send a JSON body"}, status=415)
-        try:
-            async with asyncio.timeout(body_timeout_s):
-                body = await request.json()
-            names = [str(name) for name in body["names"]]
-        except TimeoutError:
-            return web.json_response({"error": "the body did not arrive in time"}, status=408)
-        except (ValueError, KeyError, TypeError):
+    async def retry(self, request: web.Request) -> web.Response:
+        body = await self._body(request, 'expected {"names": [...]}', ("names",))
+        if isinstance(body, web.Response):
+            return body
+        if not isinstance(body["names"], list):
             return web.json_response({"error": 'expected {"names": [...]}'}, status=400)
         try:
-            retried = await source.retry(names)
+            retried = await self.source.retry([str(name) for name in body["names"]])
         except KeyError as exc:
-            return web.json_response({"error": source.redact(f"not a dead letter: {exc.args[0]}")}, status=404)
+            return web.json_response({"error": self.source.redact(f"not a dead letter: {exc.args[0]}")}, status=404)
         return web.json_response({"retried": retried})
 
-    async def answer(request: web.Request) -> web.Response:
-        if request.content_type != "application/json":  # a cross-site form cannot send JSON
-            return web.json_response({"error": "send a JSON body"}, status=415)
-        try:
-            async with asyncio.timeout(body_timeout_s):
-                body = await request.json()
-            approval_id, verdict = str(body["id"]), str(body["verdict"])
-        except TimeoutError:
-            return web.json_response({"error": "the body did not arrive in time"}, status=408)
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": 'expected {"id": ..., "verdict": "allow" or "deny"}'}, status=400)
+    async def answer(self, request: web.Request) -> web.Response:
+        body = await self._body(request, 'expected {"id": ..., "verdict": "allow" or "deny"}', ("id", "verdict"))
+        if isinstance(body, web.Response):
+            return body
+        approval_id, verdict = str(body["id"]), str(body["verdict"])
         if verdict not in ("allow", "deny"):
             return web.json_response({"error": 'verdict: "allow" or "deny"'}, status=400)
         try:
-            result = await source.answer(approval_id, verdict)
+            result = await self.source.answer(approval_id, verdict)
         except KeyError:
-            return web.json_response({"error": source.redact(f"no approval {approval_id}")}, status=404)
+            return web.json_response({"error": self.source.redact(f"no approval {approval_id}")}, status=404)
         except ValueError as exc:
-            return web.json_response({"error": source.redact(str(exc))}, status=400)
+            return web.json_response({"error": self.source.redact(str(exc))}, status=400)
         return web.json_response(result, status=200 if result["won"] else 409)
 
-    async def static(request: web.Request) -> web.Response:
+    async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if name not in STATIC_TYPES:
             raise web.HTTPNotFound()
         text = resources.files("gateway.dashboard").joinpath(f"static/{name}").read_text("utf-8")
         return web.Response(text=text, content_type=STATIC_TYPES[name])
 
-    app.router.add_get("/", index)
-    app.router.add_get("/api/sections", sections)
-    app.router.add_get("/api/glance", glance)
-    app.router.add_get("/api/state", state)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_post("/api/dead-letters/retry", retry)
-    app.router.add_post("/api/approvals/answer", answer)
-    app.router.add_get("/static/{name}", static)
-    return app
+    async def _body(self, request: web.Request, expected: str,
+                    fields: tuple[str, ...]) -> dict[str, Any] | web.Response:
+        """The request's JSON object holding `fields`, or the refusal to answer with (a cross-site form cannot
+        send JSON; a body that does not arrive in time is not waited for)."""
+        if request.content_type != "application/json":
+            return web.json_response({"error": "send a JSON body"}, status=415)
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await request.json()
+        except TimeoutError:
+            return web.json_response({"error": "the body did not arrive in time"}, status=408)
+        except ValueError:
+            return web.json_response({"error": expected}, status=400)
+        if not isinstance(body, dict) or any(field not in body for field in fields):
+            return web.json_response({"error": expected}, status=400)
+        return body
 
 
 def _guard(settings: DashboardSettings, token: str | None) -> Any:

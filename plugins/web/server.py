@@ -95,79 +95,99 @@ def may_read(user: str, conversation: str, room: bool) -> bool:
 
 def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Application:
     """The aiohttp application of one web profile."""
-    tabs = chat.tabs
+    routes = Routes(chat, logins, max_upload_bytes)
     app = web.Application(middlewares=[_guard(logins)], client_max_size=max_upload_bytes + 64 * 1024)
     app.on_response_prepare.append(secure)  # gateway.channelkit.web: the dashboard's headers
+    app.on_shutdown.append(routes.close_sockets)
+    app.router.add_get("/", routes.index)
+    app.router.add_get("/static/{name}", routes.static)
+    app.router.add_get("/api/me", routes.me)
+    app.router.add_post("/api/conversations", routes.new_conversation)
+    app.router.add_post("/api/send", routes.say)
+    app.router.add_post("/api/logout", routes.sign_out)
+    app.router.add_post("/api/tap", routes.tap)
+    app.router.add_post("/api/upload", routes.upload)
+    app.router.add_get("/files/{conversation}/{ref}", routes.download)
+    app.router.add_get("/ws", routes.live)
+    return app
 
-    async def close_sockets(_app: web.Application) -> None:
-        await tabs.close_all()
 
-    app.on_shutdown.append(close_sockets)
+class Routes:
+    """The handlers of one web profile's routes, over its channel (`chat`) and its logins."""
 
-    async def index(request: web.Request) -> web.Response:
+    def __init__(self, chat: Chat, logins: Logins, max_upload_bytes: int):
+        self.chat = chat
+        self.tabs = chat.tabs
+        self.logins = logins
+        self.max_upload_bytes = max_upload_bytes
+
+    async def close_sockets(self, _app: web.Application) -> None:
+        await self.tabs.close_all()
+
+    async def index(self, request: web.Request) -> web.Response:
         text = resources.files("plugins.web").joinpath("static/chat.html").read_text("utf-8")
         return web.Response(text=text, content_type="text/html")
 
-    async def static(request: web.Request) -> web.Response:
+    async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if name not in STATIC:
             raise web.HTTPNotFound()
         text = resources.files("plugins.web").joinpath(f"static/{name}").read_text("utf-8")
         return web.Response(text=text, content_type=STATIC[name])
 
-    async def me(request: web.Request) -> web.Response:
+    async def me(self, request: web.Request) -> web.Response:
         user = request[USER_KEY]
-        conversations = chat.transcript.conversations_of(user) or [chat.transcript.new_conversation(user)]
-        listed = [{"id": c, "title": chat.transcript.title(c)} for c in conversations]
-        if chat.room:
+        conversations = self.chat.transcript.conversations_of(user) or [self.chat.transcript.new_conversation(user)]
+        listed = [{"id": c, "title": self.chat.transcript.title(c)} for c in conversations]
+        if self.chat.room:
             listed.insert(0, {"id": ROOM, "title": "room (shared)"})
-        return web.json_response({"user": user, "conversations": listed, "dashboard": chat.dashboard_url,
-                                  "maxUploadBytes": chat.max_upload_bytes})
+        return web.json_response({"user": user, "conversations": listed, "dashboard": self.chat.dashboard_url,
+                                  "maxUploadBytes": self.chat.max_upload_bytes})
 
-    async def new_conversation(request: web.Request) -> web.Response:
+    async def new_conversation(self, request: web.Request) -> web.Response:
         user = request[USER_KEY]
-        if len(chat.transcript.conversations_of(user)) >= MAX_CONVERSATIONS:
+        if len(self.chat.transcript.conversations_of(user)) >= MAX_CONVERSATIONS:
             return web.json_response({"error": f"at most {MAX_CONVERSATIONS} conversations a user"}, status=409)
-        return web.json_response({"id": chat.transcript.new_conversation(user)})
+        return web.json_response({"id": self.chat.transcript.new_conversation(user)})
 
-    async def say(request: web.Request) -> web.Response:
+    async def say(self, request: web.Request) -> web.Response:
         body = await _json(request)
-        conversation = _readable(request, str(body.get("conversation", "")), chat.room)
+        conversation = _readable(request, str(body.get("conversation", "")), self.chat.room)
         text, client_id = str(body.get("text", "")), str(body.get("id", ""))
         if not text.strip():
             return web.json_response({"error": "an empty message"}, status=400)
-        return web.json_response(await _acting(chat.say(request[USER_KEY], conversation, text, client_id)))
+        return web.json_response(await _acting(self.chat.say(request[USER_KEY], conversation, text, client_id)))
 
-    async def tap(request: web.Request) -> web.Response:
+    async def tap(self, request: web.Request) -> web.Response:
         body = await _json(request)
-        conversation = _readable(request, str(body.get("conversation", "")), chat.room)
-        action = chat.tap(request[USER_KEY], conversation, str(body.get("ref", "")), str(body.get("button", "")))
+        conversation = _readable(request, str(body.get("conversation", "")), self.chat.room)
+        action = self.chat.tap(request[USER_KEY], conversation, str(body.get("ref", "")), str(body.get("button", "")))
         return web.json_response(await _acting(action))
 
-    async def upload(request: web.Request) -> web.Response:
-        conversation = _readable(request, request.query.get("c", ""), chat.room)
+    async def upload(self, request: web.Request) -> web.Response:
+        conversation = _readable(request, request.query.get("c", ""), self.chat.room)
         try:
             async with asyncio.timeout(BODY_TIMEOUT_S):
                 form = await request.post()
         except TimeoutError:
             return web.json_response({"error": "the file did not arrive in time"}, status=408)
         except web.HTTPRequestEntityTooLarge:
-            return web.json_response({"error": f"a file may have at most {max_upload_bytes} bytes"}, status=413)
+            return web.json_response({"error": f"a file may have at most {self.max_upload_bytes} bytes"}, status=413)
         field = form.get("file")
         if not isinstance(field, web.FileField):
             return web.json_response({"error": "send the file as the form field `file`"}, status=400)
-        data = field.file.read(max_upload_bytes + 1)
-        if len(data) > max_upload_bytes:
-            return web.json_response({"error": f"a file may have at most {max_upload_bytes} bytes"}, status=413)
+        data = field.file.read(self.max_upload_bytes + 1)
+        if len(data) > self.max_upload_bytes:
+            return web.json_response({"error": f"a file may have at most {self.max_upload_bytes} bytes"}, status=413)
         seconds = _number(form.get("seconds"))
-        action = chat.upload(request[USER_KEY], conversation, field.filename or "file", data,
+        action = self.chat.upload(request[USER_KEY], conversation, field.filename or "file", data,
                              field.content_type or "application/octet-stream", seconds, str(form.get("id", "")),
                              str(form.get("text", ""))[:MAX_JSON_BYTES])
         return web.json_response(await _acting(action))
 
-    async def download(request: web.Request) -> web.StreamResponse:
-        conversation = _readable(request, request.match_info["conversation"], chat.room)
-        found = await chat.file_of(conversation, request.match_info["ref"])
+    async def download(self, request: web.Request) -> web.StreamResponse:
+        conversation = _readable(request, request.match_info["conversation"], self.chat.room)
+        found = await self.chat.file_of(conversation, request.match_info["ref"])
         if found is None:
             raise web.HTTPNotFound()
         name, data = found
@@ -175,25 +195,25 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
         response.headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{_quoted(name)}"
         return response
 
-    async def live(request: web.Request) -> web.StreamResponse:
+    async def live(self, request: web.Request) -> web.StreamResponse:
         """The conversation's entries after `after`, then each new one as it is appended."""
-        conversation = _readable(request, request.query.get("c", ""), chat.room)
+        conversation = _readable(request, request.query.get("c", ""), self.chat.room)
         after = int(_number(request.query.get("after")) or 0)
         user = request[USER_KEY]
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4096)
         await ws.prepare(request)
-        if tabs.count(user) >= chat.max_tabs_per_user:
+        if self.tabs.count(user) >= self.chat.max_tabs_per_user:
             # said over the socket: a browser shows a page nothing of a refused handshake but its failure
             await ws.send_json({"kind": "refused", "text": f"refused: {user} has as many tabs of this chat open "
-                                                            f"as one person may ({chat.max_tabs_per_user}); "
+                                                            f"as one person may ({self.chat.max_tabs_per_user}); "
                                                             "close one and reload"})
             await ws.close(code=TOO_MANY_TABS, message=b"too many tabs")
             return ws
-        tabs.add(ws, user, request.cookies.get(COOKIE, ""))
-        updates = chat.transcript.watch(conversation)  # before the replay: nothing falls between the two
+        self.tabs.add(ws, user, request.cookies.get(COOKIE, ""))
+        updates = self.chat.transcript.watch(conversation)  # before the replay: nothing falls between the two
         try:
             last = after
-            for entry in chat.transcript.entries(conversation, after):
+            for entry in self.chat.transcript.entries(conversation, after):
                 await ws.send_json(shown(entry))
                 last = entry["seq"]
             await ws.send_json({"kind": "synced", "seq": last})
@@ -206,29 +226,17 @@ def build_app(chat: Chat, logins: Logins, *, max_upload_bytes: int) -> web.Appli
                 forward.cancel()
                 await asyncio.gather(forward, return_exceptions=True)
         finally:
-            chat.transcript.unwatch(conversation, updates)
-            tabs.discard(ws)
+            self.chat.transcript.unwatch(conversation, updates)
+            self.tabs.discard(ws)
         return ws
 
-    async def sign_out(request: web.Request) -> web.Response:
+    async def sign_out(self, request: web.Request) -> web.Response:
         """Ends the cookie's session here (a POST: same origin and the page's header, as every change)."""
-        logins.end_session(request.cookies.get(COOKIE, ""))
-        await tabs.close_signed_out(lambda session: logins.user_of(session) is not None)
+        self.logins.end_session(request.cookies.get(COOKIE, ""))
+        await self.tabs.close_signed_out(lambda session: self.logins.user_of(session) is not None)
         response = web.json_response({"signedOut": True})
         response.del_cookie(COOKIE, path="/")
         return response
-
-    app.router.add_get("/", index)
-    app.router.add_get("/static/{name}", static)
-    app.router.add_get("/api/me", me)
-    app.router.add_post("/api/conversations", new_conversation)
-    app.router.add_post("/api/send", say)
-    app.router.add_post("/api/logout", sign_out)
-    app.router.add_post("/api/tap", tap)
-    app.router.add_post("/api/upload", upload)
-    app.router.add_get("/files/{conversation}/{ref}", download)
-    app.router.add_get("/ws", live)
-    return app
 
 
 async def _forward(ws: web.WebSocketResponse, updates: asyncio.Queue[Entry], last: int) -> None:
