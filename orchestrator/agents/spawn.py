@@ -238,21 +238,14 @@ async def run_process(
     alive = asyncio.Event()
     waiter = asyncio.ensure_future(_exited(proc))
     tasks: list[asyncio.Task[Any]] = [
-        asyncio.ensure_future(_pump(proc.stdout, out, watcher, alive)),
-        asyncio.ensure_future(_pump(proc.stderr, err)),
-        asyncio.ensure_future(_feed(proc.stdin, stdin or b"")), waiter,
-    ]
+        asyncio.ensure_future(_pump(proc.stdout, out, watcher, alive)), asyncio.ensure_future(_pump(proc.stderr, err)),
+        asyncio.ensure_future(_feed(proc.stdin, stdin or b"")), waiter]
     stalled = False
     stopper = asyncio.ensure_future((stop or asyncio.Event()).wait())
     stopped = stop.is_set if stop is not None else lambda: False
     try:
         if first_output_sec is not None and first_output_sec < timeout_sec:
-            signal_of_life = asyncio.ensure_future(alive.wait())
-            try:
-                await asyncio.wait({waiter, signal_of_life, stopper}, timeout=first_output_sec,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                signal_of_life.cancel()
+            await _first_sign(waiter, alive, stopper, within_s=first_output_sec)
             stalled = not waiter.done() and not alive.is_set() and not stopped()
         if not stalled and not stopped():
             await asyncio.wait({waiter, stopper}, timeout=max(0.0, timeout_sec - (time.monotonic() - started)),
@@ -273,6 +266,16 @@ async def run_process(
     duration = ms_since(started)
     await _end_run(proc, waiter, token)
     return ProviderResult(out.text(), err.text(), proc.returncode, duration, timed_out, out.truncated, stalled)
+
+
+async def _first_sign(waiter: asyncio.Future[Any], alive: asyncio.Event, stopper: asyncio.Future[Any], *,
+                      within_s: float) -> None:
+    """Waits until the process exits, shows a sign of work (`alive`) or is stopped: at most `within_s`."""
+    signal_of_life = asyncio.ensure_future(alive.wait())
+    try:
+        await asyncio.wait({waiter, signal_of_life, stopper}, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signal_of_life.cancel()
 
 
 async def _end_run(proc: asyncio.subprocess.Process, waiter: asyncio.Future[None], token: str) -> None:
