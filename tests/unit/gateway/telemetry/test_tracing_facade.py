@@ -142,7 +142,8 @@ def test_a_trace_not_sampled_is_not_exported_and_its_message_says_so_downstream(
         assert flags & 1 == 0  # not sampled, and so says the traceparent: the worker follows
         with messagespans.attempt(installed, stamped, 1, "job"):
             pass
-        with messagespans.attempt(installed, make_incoming("a dropped file"), 1, "job"):  # a derived trace follows the ratio too
+        dropped = make_incoming("a dropped file")  # a derived trace follows the ratio too
+        with messagespans.attempt(installed, dropped, 1, "job"):
             pass
         assert memory.get_finished_spans() == ()
     finally:
