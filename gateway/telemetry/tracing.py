@@ -21,57 +21,38 @@ composition root) installs one `Tracing` for its process: like logging's handler
 context, a tracer is process-wide, so no constructor has to carry it. Attributes never hold a prompt, an
 answer or a message's text unless `telemetry.content: true`: any attribute named `switchyard.content.*` is
 dropped before it reaches a span otherwise.
+
+This module is the off path and the call sites; the SDK's set-up is gateway/telemetry/sdk.py, the context a
+payload carries gateway/telemetry/carrier.py, the spans of a message's path gateway/telemetry/messagespans.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gateway.telemetry import messagespans
+from gateway.telemetry.carrier import P, Payload, derived_ids, fields_of
+from gateway.telemetry.sdk import CONTENT, Attributes, Noted, Tracing
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
     from opentelemetry.sdk.trace.export import SpanExporter
-    from opentelemetry.trace import Span
 
-    from gateway.settings import TelemetrySettings
+    from gateway.config.telemetry import TelemetrySettings
+
+__all__ = [
+    "CONTENT", "NO_SPAN", "Noted", "Payload", "Tracing", "active", "attempt", "carried_span", "claimed",
+    "current_carrier", "current_ids", "install", "intake", "note", "span", "trace_id_of", "traced", "uninstall",
+]
 
 log = logging.getLogger("switchyard.tracing")
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-Attributes = Mapping[str, Any]
-
-
-class Payload(Protocol):
-    """An incoming payload as traces read it (gateway.models.IncomingPayload, which imports this module)."""
-
-    channel: str
-    messageId: str  # noqa: N815 - the payload's own field name
-    message: str
-    timestamp: int
-
-    @property
-    def model_extra(self) -> dict[str, Any] | None: ...
-
-    @property
-    def profile(self) -> str: ...
-
-    def model_copy(self: P, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> P: ...
-
-
-P = TypeVar("P", bound=Payload)
-
-CONTENT = "switchyard.content."
-"""The prefix of attributes that hold what people or agents wrote: kept only with `telemetry.content: true`."""
-DAY_MS = 86_400_000
-STATE_KEY = "switchyard"
-"""Our entry in `tracestate`: the message's intake time (epoch ms)."""
 
 
 class _NoSpan:
@@ -89,194 +70,6 @@ class _NoSpan:
 
 NO_SPAN = _NoSpan()
 _installed: Tracing | None = None
-
-
-class Noted:
-    """A live span as call sites see it: `note(**attributes)` adds attributes (content ones filtered)."""
-
-    def __init__(self, span: Span, tracing: Tracing):
-        self.span = span
-        self._tracing = tracing
-
-    def note(self, **attributes: Any) -> None:
-        """Adds attributes to the span (`switchyard.content.*` only with `telemetry.content: true`)."""
-        self.span.set_attributes(self._tracing.allowed(attributes))
-
-
-class Tracing:
-    """The process's tracer: an SDK TracerProvider with one exporter (OTLP/HTTP, the console, or a test's)."""
-
-    def __init__(self, settings: TelemetrySettings, *, role: str = "run", exporter: SpanExporter | None = None,
-                 redact: Callable[[str], str] | None = None):
-        from opentelemetry.propagators.textmap import DefaultGetter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        self.settings = settings
-        self._redact = redact or (lambda text: text)  # the gateway's secrets masked, as in events and logs
-        resource = Resource.create({"service.name": settings.service_name, "switchyard.role": role})
-        self.provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
-        if exporter is not None:  # a test's in-memory exporter: each span as it ends
-            self.provider.add_span_processor(SimpleSpanProcessor(exporter))
-        else:
-            self.provider.add_span_processor(BatchSpanProcessor(_exporter(settings)))
-        self.tracer = self.provider.get_tracer("switchyard")
-        self._propagator = TraceContextTextMapPropagator()
-        self._getter = DefaultGetter()
-
-    def allowed(self, attributes: Attributes) -> dict[str, Any]:
-        """The attributes a span may hold: no None, content only when `telemetry.content` allows it, every
-        secret masked."""
-        return {key: self._redact(value) if isinstance(value, str) else value for key, value in attributes.items()
-                if value is not None and (self.settings.content or not key.startswith(CONTENT))}
-
-    @contextlib.contextmanager
-    def span(self, name: str, attributes: Attributes, parent: Context | None = None,
-             start_ns: int | None = None) -> Iterator[Noted]:
-        """A span made current for the block, a child of the current one (or of `parent`). An exception
-        marks it failed with its type and text, secrets masked (no traceback: it may quote what was written)."""
-        with self.tracer.start_as_current_span(name, context=parent, attributes=self.allowed(attributes),
-                                               start_time=start_ns, record_exception=False,
-                                               set_status_on_exception=False) as span:
-            try:
-                yield Noted(span, self)
-            except BaseException as exc:
-                from opentelemetry.trace import Status, StatusCode
-
-                why = self._redact(f"{type(exc).__name__}: {exc}")[:500]
-                span.set_status(Status(StatusCode.ERROR, why))
-                raise
-
-    def carried(self, carrier: Any) -> Context | None:
-        """The context a payload (a model, or its dict) carries in `traceparent`/`tracestate`; for one that
-        carries none (a file another program dropped), the trace its identity names (`derived_ids`), so its
-        claim, every attempt and its run on any host still make one trace. None for neither."""
-        from opentelemetry import trace
-
-        fields = fields_of(carrier)
-        if isinstance(fields.get("traceparent"), str):
-            context = self._propagator.extract({key: fields[key] for key in ("traceparent", "tracestate")
-                                                if isinstance(fields.get(key), str)})
-            if trace.get_current_span(context).get_span_context().is_valid:
-                return context
-        ids = derived_ids(fields)
-        if ids is None:
-            return None
-        trace_id, span_id = ids
-        keep = (trace_id & (2**64 - 1)) < round(self.settings.sample_ratio * 2**64)  # as TraceIdRatioBased decides
-        parent = trace.SpanContext(trace_id, span_id, is_remote=True,
-                                   trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED if keep else 0))
-        return trace.set_span_in_context(trace.NonRecordingSpan(parent))
-
-    def inject(self, span: Span, queued_ms: int | None = None) -> dict[str, str]:
-        """`traceparent` (and `tracestate` with the intake time) naming `span` as the parent."""
-        from opentelemetry import trace
-
-        fields: dict[str, str] = {}
-        self._propagator.inject(fields, trace.set_span_in_context(span))
-        if queued_ms is not None:
-            fields["tracestate"] = f"{STATE_KEY}={queued_ms}"
-        return fields
-
-    def intake(self, payload: P) -> P:
-        """Starts the message's trace (a child of the current span: a schedule's fire) and returns the
-        payload carrying it; a payload that carries one already keeps it."""
-        if isinstance((payload.model_extra or {}).get("traceparent"), str):
-            return payload
-        now_ns = time.time_ns()
-        attributes = {"switchyard.channel": payload.channel, "switchyard.profile": payload.profile,
-                      "switchyard.message_id": payload.messageId, CONTENT + "message": payload.message}
-        span = self.tracer.start_span("message.intake", attributes=self.allowed(attributes), start_time=now_ns)
-        try:
-            return payload.model_copy(update=self.inject(span, now_ns // 1_000_000))
-        finally:
-            span.end()
-
-    @contextlib.contextmanager
-    def attempt(self, message: Payload, attempt: int, job: str) -> Iterator[Noted]:
-        """The span of one attempt at a message, in its carried trace; the first one also records the wait
-        from intake to now (its queue time)."""
-        extra = message.model_extra or {}
-        parent = self.carried(message)
-        now_ns = time.time_ns()
-        queued_ms = _queued_ms(extra.get("tracestate"))
-        if queued_ms is None and 0 < now_ns // 1_000_000 - message.timestamp < DAY_MS:  # its sender's clock
-            queued_ms = message.timestamp
-        base: dict[str, Any] = {"switchyard.job": job, "switchyard.attempt": attempt,
-                                "switchyard.channel": message.channel}
-        if attempt == 1 and parent is not None and queued_ms is not None:
-            waited = self.tracer.start_span("message.wait", context=parent, start_time=queued_ms * 1_000_000,
-                                            attributes={**base, "switchyard.queue_ms": now_ns // 1_000_000 - queued_ms})
-            waited.end(end_time=max(now_ns, queued_ms * 1_000_000))
-        with self.span("message.attempt", base, parent=parent, start_ns=now_ns) as span:
-            yield span
-
-    def claimed(self, message: Payload, attempt: int, job: str) -> None:
-        """Marks the moment a worker took the message (a span of no length in its trace)."""
-        parent = self.carried(message)
-        span = self.tracer.start_span("message.claim", context=parent, attributes={
-            "switchyard.job": job, "switchyard.attempt": attempt})
-        span.end()
-
-    def current_ids(self) -> tuple[str, str] | None:
-        """(trace id, span id) of the current span, as hex; None outside any span."""
-        from opentelemetry import trace
-
-        context = trace.get_current_span().get_span_context()
-        return (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
-
-    def current_carrier(self) -> dict[str, str]:
-        """`traceparent` of the current span (for a payload written now); empty outside any span."""
-        from opentelemetry import trace
-
-        span = trace.get_current_span()
-        return self.inject(span) if span.get_span_context().is_valid else {}
-
-    def shutdown(self) -> None:
-        """Sends what is still buffered, then stops the exporter."""
-        self.provider.shutdown()
-
-
-def _exporter(settings: TelemetrySettings) -> SpanExporter:
-    if settings.exporter == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        return ConsoleSpanExporter()
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter(endpoint=settings.endpoint.rstrip("/") + "/v1/traces")
-
-
-def fields_of(carrier: Any) -> dict[str, Any]:
-    """What a payload carries for traces: its extra keys (`traceparent`, `tracestate`) and its identity."""
-    if carrier is None:
-        return {}
-    if isinstance(carrier, Mapping):
-        return {**carrier, "profile": carrier.get("channelProfileId") or carrier.get("channel")}
-    return {**(carrier.model_extra or {}), "channel": carrier.channel, "profile": carrier.profile,
-            "messageId": carrier.messageId}
-
-
-def derived_ids(fields: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(trace id, parent span id) named by a message's identity (channel, profile, messageId), for a message that
-    carries no trace context; None without an identity."""
-    if not isinstance(fields.get("channel"), str) or not isinstance(fields.get("messageId"), str):
-        return None
-    digest = hashlib.sha256(f"{fields['channel']}/{fields.get('profile')}/{fields['messageId']}".encode()).digest()
-    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
-
-
-def _queued_ms(tracestate: Any) -> int | None:
-    if not isinstance(tracestate, str):
-        return None
-    for entry in tracestate.split(","):
-        key, _, value = entry.strip().partition("=")
-        if key == STATE_KEY and value.isdigit():
-            return int(value)
-    return None
 
 
 # --- the process's tracer ------------------------------------------------------------------
@@ -331,14 +124,14 @@ def carried_span(name: str, carrier: Any,
 def intake(payload: P) -> P:
     """The payload carrying its new trace (see Tracing.intake); unchanged while telemetry is off."""
     tracing = _installed
-    return payload if tracing is None else tracing.intake(payload)
+    return payload if tracing is None else messagespans.intake(tracing, payload)
 
 
 def claimed(message: Payload, *, attempt: int, job: str) -> None:
     """Marks the claim of a message by a worker (see Tracing.claimed)."""
     tracing = _installed
     if tracing is not None:
-        tracing.claimed(message, attempt, job)
+        messagespans.claimed(tracing, message, attempt, job)
 
 
 async def attempt(message: Payload, work: Awaitable[T], *, attempt: int, job: str) -> T:
@@ -346,7 +139,7 @@ async def attempt(message: Payload, work: Awaitable[T], *, attempt: int, job: st
     tracing = _installed
     if tracing is None:
         return await work
-    with tracing.attempt(message, attempt, job):
+    with messagespans.attempt(tracing, message, attempt, job):
         return await work
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from gateway.settings import TelemetrySettings  # noqa: E402
-from gateway.telemetry import tracing  # noqa: E402
+from gateway.telemetry import messagespans, tracing  # noqa: E402
 from gateway.telemetry.events import EventLog, read_events  # noqa: E402
 from gateway.telemetry.logs import OneLineFormatter  # noqa: E402
 from gateway.testing import make_incoming  # noqa: E402
@@ -59,7 +59,7 @@ def test_intake_stamps_w3c_trace_context_that_an_attempt_continues(spans) -> Non
     assert tracing.trace_id_of(stamped.model_dump()) == trace_id
     installed = tracing.active()
     assert installed is not None
-    with installed.attempt(stamped, 1, "job"):
+    with messagespans.attempt(installed, stamped, 1, "job"):
         assert (tracing.current_ids() or ("",))[0] == trace_id
     assert {s.name for s in spans.get_finished_spans()} == {"message.intake", "message.wait", "message.attempt"}
 
@@ -140,9 +140,10 @@ def test_a_trace_not_sampled_is_not_exported_and_its_message_says_so_downstream(
         stamped = tracing.intake(make_incoming("hello"))
         flags = int((stamped.model_extra or {})["traceparent"].rsplit("-", 1)[1], 16)
         assert flags & 1 == 0  # not sampled, and so says the traceparent: the worker follows
-        with installed.attempt(stamped, 1, "job"):
+        with messagespans.attempt(installed, stamped, 1, "job"):
             pass
-        with installed.attempt(make_incoming("a dropped file"), 1, "job"):  # a derived trace follows the ratio too
+        dropped = make_incoming("a dropped file")  # a derived trace follows the ratio too
+        with messagespans.attempt(installed, dropped, 1, "job"):
             pass
         assert memory.get_finished_spans() == ()
     finally:
