@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.settings import Settings
     from orchestrator.agents.sessions import ConversationHistory, SessionStore
-    from orchestrator.config.models import LoadedConfig
+    from orchestrator.config.loading import LoadedConfig
     from orchestrator.runs.base import RunStoreBase
 
 RUNS_LIMIT = 20
@@ -334,7 +334,8 @@ def load_for_tools(home: Home, settings: Settings, orchestrator_id: str | None) 
 
     from gateway.settings import SettingsError, parse_yaml_file, validation_problems
     from orchestrator.agents.builtin import builtin_providers
-    from orchestrator.config.models import CONFIG_FILE, LoadedConfig, OrchestratorConfig, default_orchestrator_config
+    from orchestrator.config.loading import LoadedConfig, default_orchestrator_config
+    from orchestrator.config.models import CONFIG_FILE, OrchestratorConfig
 
     chosen = orchestrator_id or settings.default_orchestrator
     ref = settings.orchestrators.get(chosen)
