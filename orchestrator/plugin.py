@@ -1,7 +1,7 @@
 """The orchestrator as a built-in plugin: the handler, the built-in providers, init files, checks, status.
 
 Its modules are imported inside the hooks, so building a plugin manager (as `switchyard status` does)
-does not import the whole orchestrator. Its subcommands are declared in orchestrator/cli.py.
+does not import the whole orchestrator. Its subcommands are declared in orchestrator/cli/.
 """
 
 from __future__ import annotations
