@@ -17,7 +17,6 @@ from orchestrator.runs.state import RunState, run_id_for
 from orchestrator.storage.files.runs import RunStore
 from tests.fakes.orchestrator import make_message
 
-
 MESSAGE = make_message("go")
 
 
