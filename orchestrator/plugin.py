@@ -1,7 +1,7 @@
 """The orchestrator as a built-in plugin: the handler, the built-in providers, init files, checks, status.
 
 Its modules are imported inside the hooks, so building a plugin manager (as `switchyard status` does)
-does not import the whole orchestrator. Its subcommands are declared in orchestrator/cli.py.
+does not import the whole orchestrator. Its subcommands are declared in orchestrator/cli/.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def switchyard_providers() -> dict[str, BuiltinProvider]:
 @hookimpl
 def switchyard_init(home: Home, settings: Settings) -> list[str]:
     """Writes the default orchestrator.yaml into each orchestrator workspace that has none."""
-    from orchestrator.config.models import CONFIG_FILE, write_default_orchestrator
+    from orchestrator.config.default import write_default_orchestrator
+    from orchestrator.config.models import CONFIG_FILE
 
     written = []
     for ref in settings.orchestrators.values():
@@ -72,7 +73,8 @@ def switchyard_check(home: Home, settings: Settings, providers: list[str]) -> li
     from orchestrator.agents.doctor import unset_keys
     from orchestrator.agents.transcribe import transcribe_problems
     from orchestrator.config.check import allow_problems
-    from orchestrator.config.models import CONFIG_FILE, load_every_config
+    from orchestrator.config.loading import load_every_config
+    from orchestrator.config.models import CONFIG_FILE
 
     known = set(settings.providers) | set(builtin_providers()) | set(providers)
     source = str(home.settings_file)
@@ -89,7 +91,8 @@ def switchyard_check_warnings(home: Home, settings: Settings, providers: list[st
     not there."""
     from orchestrator.agents.builtin import builtin_providers
     from orchestrator.config.check import file_warnings, template_warnings, workspace_warnings
-    from orchestrator.config.models import CONFIG_FILE, load_every_config
+    from orchestrator.config.loading import load_every_config
+    from orchestrator.config.models import CONFIG_FILE
 
     loaded, _ = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()) | set(providers))
     return list(file_warnings(home, settings)) + [

@@ -13,7 +13,7 @@ from gateway.settings import ProviderSettings, Settings, secret_env_names
 from orchestrator.agents.builtin import builtin_providers
 from orchestrator.agents.clis import PRESETS
 from orchestrator.agents.pathcheck import not_found, provider_line
-from orchestrator.config.models import load_every_config
+from orchestrator.config.loading import load_every_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gateway.stores import AuditLog
     from gateway.telemetry.events import EventLog
     from orchestrator.chat.selector import Decision
-    from orchestrator.config.models import LoadedConfig
+    from orchestrator.config.loading import LoadedConfig
     from orchestrator.runs.state import RunState
 
 log = logging.getLogger("switchyard.orchestrator.access")

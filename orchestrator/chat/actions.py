@@ -24,7 +24,8 @@ from orchestrator.chat.functions import (
     unknown_run,
 )
 from orchestrator.chat.selector import Decision
-from orchestrator.config.models import LoadedConfig, WorkflowConfig
+from orchestrator.config.loading import LoadedConfig
+from orchestrator.config.models import WorkflowConfig
 from orchestrator.execution.executor import RunExecutor
 from orchestrator.execution.results import SYSTEM_AGENT, prompt_reply, result_reply, result_text
 from orchestrator.runs.base import RunStoreBase

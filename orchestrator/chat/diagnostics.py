@@ -14,7 +14,7 @@ from gateway.telemetry.events import read_events
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.spawn import ProviderFailed
-from orchestrator.config.models import LoadedConfig, read_template
+from orchestrator.config.loading import LoadedConfig, read_template
 from orchestrator.execution.templates import render
 from orchestrator.runs.state import RunState, conversation_key
 from orchestrator.usage.meter import LimitReached

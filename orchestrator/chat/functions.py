@@ -16,7 +16,8 @@ from gateway.api import FunctionSpec
 from gateway.models import IncomingPayload
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.spawn import ProviderFailed
-from orchestrator.config.models import FunctionConfig, LoadedConfig
+from orchestrator.config.loading import LoadedConfig
+from orchestrator.config.models import FunctionConfig
 from orchestrator.execution.executor import RunExecutor
 from orchestrator.runs.base import RunStoreBase
 from orchestrator.runs.state import RunState, belongs_to, conversation_key

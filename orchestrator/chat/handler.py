@@ -29,7 +29,7 @@ from orchestrator.chat.selector import Decision, Selector, SelectorError
 from orchestrator.chattools.server import ChatToolServer
 from orchestrator.chattools.tools import ChatTools
 from orchestrator.config.cache import ConfigCache
-from orchestrator.config.models import LoadedConfig
+from orchestrator.config.loading import LoadedConfig
 from orchestrator.execution.executor import RunExecutor
 from orchestrator.execution.results import SYSTEM_AGENT
 from orchestrator.execution.steps import StepRunner

@@ -25,7 +25,7 @@ from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.sessions import ConversationHistory
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
-from orchestrator.config.models import LoadedConfig, read_template
+from orchestrator.config.loading import LoadedConfig, read_template
 from orchestrator.execution.templates import render
 from orchestrator.runs.state import conversation_key
 from orchestrator.usage.records import Payer

@@ -1,1 +1,2 @@
-"""orchestrator.yaml: its models, workflows, the per-orchestrator cache, what `check` warns of."""
+"""orchestrator.yaml: its models, workflows, the embedded default, loading it, the per-orchestrator cache, what `check`
+warns of."""

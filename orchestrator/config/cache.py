@@ -10,7 +10,8 @@ from pathlib import Path
 from gateway.home import Home
 from gateway.settings import Settings, SettingsError
 from gateway.telemetry.events import EventLog
-from orchestrator.config.models import CONFIG_FILE, LoadedConfig, load_orchestrator_config
+from orchestrator.config.loading import LoadedConfig, load_orchestrator_config
+from orchestrator.config.models import CONFIG_FILE
 
 log = logging.getLogger("switchyard.orchestrator")
 

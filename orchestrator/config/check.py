@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.config.models import CONFIG_FILE, read_template
+from orchestrator.config.loading import read_template
+from orchestrator.config.models import CONFIG_FILE
 from orchestrator.execution.templates import placeholders
 
 if TYPE_CHECKING:

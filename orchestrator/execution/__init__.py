@@ -1,2 +1,2 @@
-"""Running workflows: the executor, its claims, each state change with its events and coordination files, results
-delivered once, step kinds, prompt templates."""
+"""Running workflows: the executor, its claims, its watchdog, each state change with its events and coordination
+files, results delivered once, step kinds, prompt templates."""

@@ -1,4 +1,6 @@
-"""The background run executor: claims the oldest eligible job, runs its steps, resumes after a crash."""
+"""The background run executor: claims the oldest eligible job and runs its steps, writing each change through a
+store outage; it is started, stopped, cancelled and answered here (orchestrator.execution.watchdog recovers and
+watches)."""
 
 from __future__ import annotations
 
@@ -24,15 +26,13 @@ from orchestrator.execution.lifecycle import Lifecycle
 from orchestrator.execution.results import Delivery
 from orchestrator.execution.steps import StepFailed, StepOutcome, StepRunner, handoff_env
 from orchestrator.execution.steps.base import Progress
-from orchestrator.runs.base import JOB_LOCK_PREFIX, RunStoreBase
-from orchestrator.runs.retention import RUNS_RETENTION_DAYS, apply_retention
+from orchestrator.execution.watchdog import WATCH_SEC, Watchdog
+from orchestrator.runs.base import RunStoreBase
+from orchestrator.runs.retention import RUNS_RETENTION_DAYS
 from orchestrator.runs.state import RunState, conversation_key
 
 log = logging.getLogger("switchyard.orchestrator.executor")
 
-WATCH_SEC = 0.25
-RECLAIM_SEC = 15.0
-RETENTION_SEC = 3600.0
 CANCEL_WAIT_SEC = 10.0
 STORE_RETRY_SEC = (0.2, 5.0)  # first and longest wait before writing a run's state again while its store is away
 T = TypeVar("T")
@@ -57,14 +57,12 @@ class RunExecutor:
                  runs_retention_days: float = RUNS_RETENTION_DAYS, locks: Locks | None = None,
                  dead_letter: LateDeadLetter | None = None):
         """`dead_letter`: the gateway's, for the answered message of a refused run (results.py Delivery)."""
-        self._home = home
-        self._runs_retention_days = runs_retention_days
         self._store = store
         self._steps = steps
         self._max_parallel = max_parallel
         owner = process_name()
         self._locks = locks or LockDirectory(home.coordination / "locks", holder=owner, ttl_s=lock_ttl_sec)
-        self.coordination = Coordination(home)  # an index and mirrors: recover() rebuilds it
+        self.coordination = Coordination(home)  # an index and mirrors: the watchdog's recover() rebuilds it
         self.delivery = Delivery(store, outbox, home, here=self._here, dead_letter=dead_letter)
         self.life = Lifecycle(store=store, steps=steps, events=events, coordination=self.coordination,
                               delivery=self.delivery, owner=owner)
@@ -75,14 +73,15 @@ class RunExecutor:
         self._stopping = False  # no run is claimed once `stop` began
         self._wake = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
-        self._renewed_at = time.monotonic()  # the job locks held here were last renewed (or taken) then
-        self._lapsed: set[str] = set()  # runs whose lock a renewal found held by another, or by nobody
+        self._watchdog = Watchdog(home=home, store=store, locks=self._locks, claims=self._claims,
+                                  coordination=self.coordination, life=self.life, tasks=self._tasks,
+                                  cancelled=self._cancelled, wake=self.wake, runs_retention_days=runs_retention_days)
 
     async def start(self) -> None:
         """Recovers what a previous process left (interrupted runs, undelivered results), then drains."""
-        self.recover()
+        self._watchdog.recover()
         self._background = [asyncio.create_task(self._loop(), name="run-executor"),
-                            asyncio.create_task(self._watch(), name="run-watchdog")]
+                            asyncio.create_task(self._watchdog.watch(), name="run-watchdog")]
 
     async def stop(self) -> None:
         """Stops claiming; interrupted runs go back to `queued` and resume at the next start."""
@@ -189,7 +188,7 @@ class RunExecutor:
                 log.exception("cannot record that run %s failed; it is requeued once its lock lapses", run_id)
         finally:
             self._cancelled.pop(run_id, None)
-            self._lapsed.discard(run_id)
+            self._watchdog.forget(run_id)
             self._tasks.pop(run_id, None)  # first: a run no task executes is an orphan the watchdog reclaims
             self._release(run_id)
             if not settled or not self._freed():
@@ -255,7 +254,7 @@ class RunExecutor:
         failures = 0
         while True:
             try:
-                if self._store.shared and self._taken_over(live[0]):
+                if self._store.shared and self._watchdog.taken_over(live[0]):
                     raise RunTakenOver(live[0].runId)
                 return write()
             except Exception as exc:
@@ -272,123 +271,6 @@ class RunExecutor:
             changes: dict[str, Any] = dict(fields)
             live[0] = self._store.update_step(live[0], step_id, **changes)
         return save
-
-    # --- recovery, watchdog, retention -----------------------------------------------------------
-
-    def recover(self) -> None:
-        """Requeues runs whose process died, settles interrupted failures, re-sends undelivered results."""
-        self._store.tidy()
-        for run_id, reason in self._store.unreadable():  # a corrupt state ends failed_final, its bytes kept
-            with self._claims.locked(run_id) as held:
-                if held:
-                    self._claims.end_unclaimable(run_id, reason)
-        for run in self._store.needing_recovery():
-            try:
-                with self._claims.locked(run.runId) as held:
-                    current = self._store.load(run.runId) if held else None
-                    if current is not None:
-                        self.life.recover(current)
-            except Exception as exc:  # that run's trouble, never the others'
-                self._claims.failed(run.runId, exc)
-        unfinished = self._store.unfinished()
-        self._store.restore_active(unfinished)
-        queued = {run.runId for run in unfinished if run.state == "queued"}
-        for task in self.coordination.pending():
-            if task["id"] not in queued:
-                self.coordination.dequeue(str(task["id"]))
-        self._reclaim_orphans()
-
-    def _reclaim_orphans(self) -> None:
-        """Requeues runs marked running whose executing process is gone (its lock went stale)."""
-        running = self._store.running_ids()
-        if running is None:
-            running = [str(entry.get("task_id")) for entry in self.coordination.active()]
-        for run_id in running:
-            if run_id in self._tasks:
-                continue
-            with self._claims.locked(run_id) as held:
-                run = self._store.load(run_id) if held else None
-                if run is not None and run.state == "running":
-                    self.life.interrupted(run, "recovered: the process running it is gone")
-                elif held:
-                    self.coordination.deactivate(run_id)
-        self.wake()
-
-    async def _watch(self) -> None:
-        """Acts on cancel requests from other processes, renews locks, reclaims orphans, applies retention."""
-        renewed = reclaimed = time.monotonic()
-        cleaned = 0.0
-        reclaim_sec = min(RECLAIM_SEC, self._locks.ttl_s) if self._store.shared else RECLAIM_SEC
-        while True:
-            await asyncio.sleep(WATCH_SEC)
-            try:
-                self._cancel_requested()
-            except Exception:
-                log.exception("cannot read cancel requests; trying again shortly")
-            now = time.monotonic()
-            if now - renewed > self._locks.ttl_s / 3:
-                renewed = now
-                self._renew(now)
-            if now - reclaimed > reclaim_sec:
-                reclaimed = now
-                try:
-                    self._reclaim_orphans()
-                except Exception:
-                    log.exception("cannot look for orphaned runs; trying again shortly")
-            if now - cleaned > RETENTION_SEC or not cleaned:
-                cleaned = now
-                await self._clean()
-
-    def _renew(self, now: float) -> None:
-        """Renews the locks of the runs executing or held here; `_renewed_at` says when that last worked."""
-        wanted = [job_lock(run_id) for run_id in [*self._tasks, *self._claims.reserved]]
-        try:
-            held = set(self._locks.renew(wanted))
-        except Exception as exc:
-            log.warning("cannot renew the locks of the runs executing here (%s: %s); trying again shortly",
-                        type(exc).__name__, exc)
-            return
-        self._lapsed.update(resource.removeprefix(JOB_LOCK_PREFIX) for resource in wanted if resource not in held)
-        self._renewed_at = now
-
-    def _taken_over(self, live: RunState) -> bool:
-        """Whether another process took the run over (its lock expired unrenewed while the store was away).
-        Asked before a write only when the locks may have lapsed: the lock taken again (still ours, or free),
-        the stored run must still be this execution's (claimed by this owner at this start)."""
-        if live.runId not in self._lapsed and time.monotonic() - self._renewed_at < self._locks.ttl_s / 2:
-            return False
-        if not self._locks.acquire(job_lock(live.runId)):
-            return True
-        stored = self._store.load(live.runId)
-        if stored is None:
-            return True
-        this_execution = (stored.job.owner, stored.job.started_at) == (live.job.owner, live.job.started_at)
-        if not this_execution and stored.updatedAt != live.updatedAt:  # written since, by another
-            return True
-        self._lapsed.discard(live.runId)
-        return False
-
-    def _cancel_requested(self) -> None:
-        """Cancels the runs executing or held in hand here that another process asked to cancel."""
-        asked = [run_id for run_id in self._tasks if run_id not in self._cancelled] + self._claims.in_hand()
-        for run_id in self._store.cancel_requests(asked):
-            task = self._tasks.get(run_id)
-            if task is not None:
-                self._cancelled[run_id] = False  # asked from another process: the result tells the user
-                task.cancel()
-            else:
-                self._claims.cancel_in_hand(run_id)
-
-    async def _clean(self) -> None:
-        try:
-            report = await asyncio.to_thread(apply_retention, self._home, self._store, self.coordination,
-                                             self._runs_retention_days,
-                                             shared_locks=self._locks if self._store.shared else None)
-        except OSError as exc:
-            log.warning("coordination retention failed: %s", exc)
-            return
-        if any(report.values()):
-            log.info("coordination retention: %s", report)
 
     # --- control ------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from gateway.home import safe_name
-from orchestrator.config.models import LoadedConfig
+from orchestrator.config.loading import LoadedConfig
 
 ARCHIVE_DIR = "archive"
 

@@ -23,7 +23,7 @@ def configured(home: Home, settings: Settings) -> dict[str, ScheduleConfig]:
     """Every orchestrator's schedules, keyed `<orchestrator>/<schedule>` (those of a file that does not validate
     are left out: `switchyard check` names its problem)."""
     from orchestrator.agents.builtin import builtin_providers
-    from orchestrator.config.models import load_every_config
+    from orchestrator.config.loading import load_every_config
 
     loaded, _ = load_every_config(home, settings, set(settings.providers) | set(builtin_providers()))
     return {f"{each.orchestrator_id}/{name}": schedule for each in loaded

@@ -17,7 +17,7 @@ import yaml
 from gateway.config.yamlfile import load_yaml
 from gateway.home import Home
 from gateway.testing import wait_until
-from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML
 from tests.contract.crashhost import read_log
 from tests.process import SwitchyardProcess, clean_environment
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gateway.testing import wait_until
-from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML
 from tests.e2e.conftest import ORCHESTRATOR, Switchyard
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from gateway.cli.check import home_problems, require_valid_home
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import Settings, SettingsError
-from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML, write_default_orchestrator
+from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML, write_default_orchestrator
 from tests.process import SWITCHYARD, clean_environment
 
 

@@ -511,7 +511,7 @@ def test_no_channel_token_reaches_a_provider_or_anything_under_the_home(tmp_path
     home.settings_file.write_text(yaml.safe_dump(settings))
     workspace = home.orchestrators / "main"
     workspace.mkdir(parents=True)
-    from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
+    from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML
     (workspace / "orchestrator.yaml").write_text(DEFAULT_ORCHESTRATOR_YAML.replace("provider: echo", "provider: dump"))
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env.update(SEC_TG=TOKENS["SEC_TG"], SWITCHYARD_INTERNAL_PROBE="internal", PYTHONPATH=str(REPO))

@@ -9,7 +9,8 @@ from gateway.api import Outbox
 from gateway.settings import SettingsError
 from gateway.telemetry import tracing
 from orchestrator.agents.providers import ProviderRunner
-from orchestrator.config.models import LoadedConfig, StepConfig
+from orchestrator.config.loading import LoadedConfig
+from orchestrator.config.models import StepConfig
 from orchestrator.execution.steps.base import Progress, StepFailed, StepJob, StepOutcome
 from orchestrator.execution.steps.foreach import ForEach
 from orchestrator.execution.steps.process import BodyRunner

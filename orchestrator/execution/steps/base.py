@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.agents.spawn import ProviderResult
-from orchestrator.config.models import LoadedConfig, StepConfig
+from orchestrator.config.loading import LoadedConfig
+from orchestrator.config.models import StepConfig
 from orchestrator.runs.jobs import FailureCategory
 from orchestrator.runs.state import RunState
 

@@ -18,7 +18,8 @@ from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.sandbox import Sandbox
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.agents.streaming import TextPreviews
-from orchestrator.config.models import CONFIG_FILE, AgentConfig, read_template
+from orchestrator.config.loading import read_template
+from orchestrator.config.models import CONFIG_FILE, AgentConfig
 from orchestrator.config.workflows import StepBody
 from orchestrator.execution.steps.base import StepFailed, StepJob
 from orchestrator.execution.steps.values import step_request

@@ -34,7 +34,8 @@ from orchestrator.agents.sessions import (
     SessionStore,
 )
 from orchestrator.chat.selector import Selector
-from orchestrator.config.models import LoadedConfig, OrchestratorConfig
+from orchestrator.config.loading import LoadedConfig
+from orchestrator.config.models import OrchestratorConfig
 from orchestrator.storage.postgres.sessions import PgRecords, PgSessionStore
 from tests.backends.postgres.test_workers import PgProcess
 from tests.fakes.clis import FakeClis

@@ -223,7 +223,7 @@ def test_ids_written_as_numbers_are_the_text_a_channel_reports(
     """`allow_from: [42]` (a Telegram id as YAML reads it) was refused: "Input should be a valid string"."""
     from gateway.cli import main
     from orchestrator.chat.answers import may_answer
-    from orchestrator.config.models import load_orchestrator_config
+    from orchestrator.config.loading import load_orchestrator_config
 
     monkeypatch.setenv("SY_TEST_NUMERIC_TOKEN", "1:x")
     (tmp_path / "settings.yaml").write_text(NUMERIC_IDS)

@@ -11,7 +11,8 @@ import pytest
 
 from gateway.plugin_manager import build_plugin_manager, check_channel_options
 from gateway.settings import load_settings, parse_yaml_file
-from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML, parse_orchestrator_config
+from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.config.loading import parse_orchestrator_config
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATES = sorted({(REPO / name).resolve() for name in ("gateway/templates/settings.example.yaml",

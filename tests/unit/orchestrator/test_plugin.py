@@ -19,7 +19,7 @@ from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.settings import Settings
 from orchestrator import Orchestrator
-from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML
 from orchestrator.runs.state import Conversation, RunState, StepState
 from orchestrator.storage.files.runs import RunStore
 from tests.fakes.orchestrator import make_message

@@ -19,7 +19,7 @@ from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.stores import AUDIT
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.chat.handler import Orchestrator
-from orchestrator.config.models import write_default_orchestrator
+from orchestrator.config.default import write_default_orchestrator
 from tests.fakes.channels import FakeChannelPlugin
 from tests.unit.orchestrator.chat.test_approvals import TOOL
 

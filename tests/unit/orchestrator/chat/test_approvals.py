@@ -26,7 +26,7 @@ from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chat.handler import Orchestrator
-from orchestrator.config.models import write_default_orchestrator
+from orchestrator.config.default import write_default_orchestrator
 from tests.fakes.channels import FakeChannelPlugin
 
 TOOL = ToolApproval(title="Run: make deploy", detail="deploys the site to production",

@@ -141,7 +141,7 @@ async def test_cancel_run_of_an_unreadable_run_is_an_unknown_id(tmp_path: Path) 
     instead of failing the asking message (which the queue would retry in vain)."""
     from gateway.home import Home
     from orchestrator.chat.functions import FunctionRegistry, builtin_functions
-    from orchestrator.config.models import LoadedConfig, default_orchestrator_config
+    from orchestrator.config.loading import LoadedConfig, default_orchestrator_config
     from orchestrator.storage.files.runs import RunStore
 
     home = Home(tmp_path / "h")

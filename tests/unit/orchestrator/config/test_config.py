@@ -13,12 +13,8 @@ from gateway.home import Home
 from gateway.settings import Settings, SettingsError
 from gateway.telemetry.events import EventLog, read_events
 from orchestrator.config.cache import ConfigCache
-from orchestrator.config.models import (
-    DEFAULT_ORCHESTRATOR_YAML,
-    load_every_config,
-    load_orchestrator_config,
-    write_default_orchestrator,
-)
+from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML, write_default_orchestrator
+from orchestrator.config.loading import load_every_config, load_orchestrator_config
 
 BUILTINS = {"echo", "rules", "demo"}  # orchestrator.agents.builtin.builtin_providers()
 

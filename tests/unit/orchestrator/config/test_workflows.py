@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from gateway.settings import SettingsError
-from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML, load_orchestrator_config, parse_orchestrator_config
+from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML
+from orchestrator.config.loading import load_orchestrator_config, parse_orchestrator_config
 
 BUILTINS = {"echo", "rules", "demo"}
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"

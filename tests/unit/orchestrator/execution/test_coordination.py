@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import orchestrator.execution.coordination
-import orchestrator.execution.executor
+import orchestrator.execution.watchdog
 from gateway.home import Home
 from gateway.runtime.locks import LockDirectory
 from gateway.testing import async_wait_until
@@ -205,7 +205,7 @@ async def test_an_expired_run_lock_is_reclaimed_and_the_run_resumes(
 async def test_a_live_lock_is_respected_until_it_expires(
     home: Home, write_config: Callable[[str], Path], flow: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(orchestrator.execution.executor, "RECLAIM_SEC", 0.1)
+    monkeypatch.setattr(orchestrator.execution.watchdog, "RECLAIM_SEC", 0.1)
     run_id = _orphan(home, ORPHAN_CONFIG, write_config, expires=datetime.now(UTC) + timedelta(seconds=60),
                      pid=os.getpid())
     f = await flow(ORPHAN_CONFIG)

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.home import Home
-from orchestrator.config.models import LoadedConfig, default_orchestrator_config
+from orchestrator.config.loading import LoadedConfig, default_orchestrator_config
 from orchestrator.execution.taskqueue import archive_processed, clean_processed, ensure_queue_dirs, write_task
 from orchestrator.runs.state import run_id_for
 

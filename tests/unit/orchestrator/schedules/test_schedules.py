@@ -183,7 +183,7 @@ def _home_with_schedules(home: Home) -> Settings:
     import yaml
 
     from gateway.config.yamlfile import load_yaml
-    from orchestrator.config.models import DEFAULT_ORCHESTRATOR_YAML
+    from orchestrator.config.default import DEFAULT_ORCHESTRATOR_YAML
     from orchestrator.storage.files.schedules import FileScheduleRecords
 
     home.settings_file.write_text(yaml.safe_dump({"channels": [{"id": "ops", "type": "console"}]}))
