@@ -84,8 +84,8 @@ class Gateway:
                         else tracing.active())
         qs = settings.queue
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)  # incoming/ on both
-        self.storage = open_backend(home, settings, pm)
-        self.pairing = self.storage.pairing()  # every channel's `context.access` shares it
+        self.backend = open_backend(home, settings, pm)
+        self.pairing = self.backend.pairing()  # every channel's `context.access` shares it
         self.supervisor = ChannelSupervisor(self._start_channel, self.events, on_change=self._write_status,
                                             spawn=self._spawn, retry_s=(CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S))
         self.channel_status: dict[str, dict[str, Any]] = self.supervisor.status
@@ -94,12 +94,12 @@ class Gateway:
         self.dispatcher: Delivery | None = None
         named = {t for types in call_each(pm, "switchyard_reply_named_by_message_id", events=self.events)
                  for t in types}
-        self.backend: Runtime = self.storage.runtime(RuntimeParts(
+        self.runtime: Runtime = self.backend.runtime(RuntimeParts(
             home=home, settings=settings, events=self.events, queue=self.queue, role=role,
             supervisor=self.supervisor, show_typing=self._show_typing, takes_receipts=self._takes_receipts,
             receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written))
-        self._close_event_sink: Callable[[], None] = self.backend.close_events
-        self.outbox = self.backend.outbox
+        self._close_event_sink: Callable[[], None] = self.runtime.close_events
+        self.outbox = self.runtime.outbox
         self.alerts = Alerts.configured(settings, self.outbox, self.events)  # `alerts:`, else None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -112,7 +112,7 @@ class Gateway:
             from gateway.dashboard.service import Dashboard, Served
             self.dashboard = Dashboard(Served(  # raises SettingsError when its token is unset
                 home=home, settings=settings, events=self.events, pm=pm, channel_status=self.channel_status,
-                started_at=self.started_at, backend=self.storage, view=self.backend.queue_view()))
+                started_at=self.started_at, backend=self.backend, view=self.runtime.queue_view()))
         self._request_stop = request_stop
         self.contexts: dict[str, ChannelContext] = {}  # each started channel's, by profile id
         self.reload = None if settings_file is None else SettingsReload(
@@ -129,18 +129,18 @@ class Gateway:
                 log.warning("wrote the default %s (there was none)", path)
         for action in self.queue.open():
             self.events.emit("queue.recovered", reason=action)
-        self.backend.open()
+        self.runtime.open()
         self.handler = self._build_handler()
         await self.handler.start()
-        self.dispatcher = await self.backend.start(self.handler)
+        self.dispatcher = await self.runtime.start(self.handler)
         self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
         if self.dispatcher is not None:
             self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
-        self.backend.watch(self._watch)
+        self.runtime.watch(self._watch)
         self.queue.rescan()
         if self.dispatcher is not None:
             self.dispatcher.rescan()
-        self._tasks.extend(self.backend.run())
+        self._tasks.extend(self.runtime.run())
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
         if self.alerts is not None:
             self._tasks.append(asyncio.create_task(self.alerts.run(), name="alerts"))
@@ -149,19 +149,19 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self.reload.watch(self._apply_settings, self._write_status),
                                                    name="settings-watch"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
-                         watch=self._watches[0].mode, home=self.backend.home_mode)
+                         watch=self._watches[0].mode, home=self.runtime.home_mode)
         if self.dashboard is not None and await self.dashboard.start():
             self._write_status()
 
     @property
     def worker(self) -> Any:
         """The file backend's Worker (None on postgres or before start)."""
-        return getattr(self.backend, "worker", None)
+        return getattr(self.runtime, "worker", None)
 
     def _audit_log(self) -> AuditLog | None:
         """The backend's audit log (a settings reload records role changes in it); None where none is kept."""
         try:
-            return self.storage.store(AUDIT)
+            return self.backend.store(AUDIT)
         except KeyError:
             return None
 
@@ -183,7 +183,7 @@ class Gateway:
             providers.update(declared)
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
-                                 builtin_providers=providers, dead_letter=self._dead_letter, backend=self.storage,
+                                 builtin_providers=providers, dead_letter=self._dead_letter, backend=self.backend,
                                  enqueue=self._sink if self.role == "run" else None,
                                  file_limits=self._file_limits())
         handler = self.pm.hook.switchyard_handler(context=context)
@@ -198,7 +198,7 @@ class Gateway:
 
     def _dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter through the backend, with the `job.failed.final` a dead message has."""
-        name = self.backend.dead_letter(message, reason, errors)
+        name = self.runtime.dead_letter(message, reason, errors)
         if name is not None:
             self.events.emit("job.failed.final", job_id=name, state="failed_final", kind="message",
                              channel=message.channel, profile=message.profile, conversation=message.conversation,
@@ -276,7 +276,7 @@ class Gateway:
 
     def _on_incoming(self, name: str) -> None:
         self.queue.notice(name)
-        self.backend.wake()
+        self.runtime.wake()
 
     def _on_written(self, name: str, payload: OutgoingPayload) -> None:
         """Hands a reply the outbox just wrote to the dispatcher, on the loop's thread (a plugin may
@@ -294,7 +294,7 @@ class Gateway:
 
     def _rescan_incoming(self) -> None:
         self.queue.rescan()
-        self.backend.wake()
+        self.runtime.wake()
 
     def _show_typing(self, message: IncomingPayload) -> Callable[[], None] | None:
         """Shows the channel's typing indicator until the message is answered; returns the stopper."""
@@ -312,12 +312,12 @@ class Gateway:
 
     def queue_stats(self) -> dict[str, Any]:
         """Queue depths and worker figures (for diagnostics, `queue_stats` and `status`)."""
-        return {**queue_depths(self.home), **self.backend.stats()}
+        return {**queue_depths(self.home), **self.runtime.stats()}
 
     async def _maintenance(self) -> None:
         while True:
             self._write_status()
-            await self.backend.prune()
+            await self.runtime.prune()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
     def _apply_settings(self, settings: Settings) -> None:
@@ -358,7 +358,7 @@ class Gateway:
         incoming_watch, other_watches = self._watches[:1], self._watches[1:]
         for watch in incoming_watch:
             watch.stop()
-        await self._bounded({"worker": self.backend.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
+        await self._bounded({"worker": self.runtime.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
         if self.handler is not None:
             await self._bounded({"handler": self.handler.stop()}, STOP_TAIL_S)
         if self.dispatcher is not None:
@@ -368,7 +368,7 @@ class Gateway:
             watch.stop()
         await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
         await self._bounded({f"tasks:{p}": c.stop_tasks() for p, c in self.contexts.items() if c.tasks}, STOP_TAIL_S)
-        await self._bounded({"leases": self.backend.release()}, STOP_TAIL_S)
+        await self._bounded({"leases": self.runtime.release()}, STOP_TAIL_S)
         if self.dashboard is not None:
             await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)
         self._loop = None  # no reply handed to the stopped dispatcher
@@ -382,8 +382,8 @@ class Gateway:
         self.events.emit("gateway.stopped", pid=os.getpid())
         self.queue.close()
         self.outbox.close()
-        await self.backend.close()
-        await asyncio.to_thread(self.storage.close)  # the stores' pool: after the handler, which may still push
+        await self.runtime.close()
+        await asyncio.to_thread(self.backend.close)  # the stores' pool: after the handler, which may still push
         await asyncio.to_thread(self._close_event_sink)  # stores the events still buffered
         if self.tracing is not None:  # the spans still buffered, sent before the process ends
             await asyncio.to_thread(tracing.uninstall if self._owns_tracing else self.tracing.provider.force_flush)
