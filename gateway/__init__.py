@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from gateway.channelkit.notes import NoteMessages, clip_note, deliver_note, replacing_preview
     from gateway.home import Home, atomic_write, safe_name
     from gateway.models import Button, IncomingPayload, Job, OutgoingPayload, split_send_file_tags
+    from gateway.scope import ConversationScope
     from gateway.settings import ChannelOptions, ChannelProfile, ProviderSettings, Settings, SettingsError
     from gateway.telemetry.events import EventLog, now_ms, utc_now_iso
     from gateway.telemetry.logs import divert_log_lines
@@ -61,6 +62,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "gateway.home": ("Home", "atomic_write", "safe_name"),
     "gateway.telemetry.logs": ("divert_log_lines",),
     "gateway.models": ("Button", "IncomingPayload", "Job", "OutgoingPayload", "split_send_file_tags"),
+    "gateway.scope": ("ConversationScope",),
     "gateway.channelkit.notes": ("NoteMessages", "clip_note", "deliver_note", "replacing_preview"),
     "gateway.settings": ("ChannelOptions", "ChannelProfile", "ProviderSettings", "Settings", "SettingsError"),
 }
@@ -75,7 +77,7 @@ __all__ = [  # the same names as _SOURCES, written out for type checkers and lin
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
     "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso", "ChannelOptions",
-    "audio_note", "is_audio", "with_audio", "divert_log_lines",
+    "audio_note", "is_audio", "with_audio", "divert_log_lines", "ConversationScope",
 ]
 
 

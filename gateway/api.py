@@ -9,11 +9,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.channelkit.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.seams import Channel as Channel
+from gateway.seams import DeliveryRecord as DeliveryRecord
+from gateway.seams import Handler as Handler
+from gateway.seams import PermanentError as PermanentError
+from gateway.seams import Sink as Sink
 from gateway.settings import ChannelProfile, Settings
 from gateway.telemetry.events import EventLog
 
@@ -22,11 +27,9 @@ if TYPE_CHECKING:
 
     from gateway.channelkit.access import AccessPolicy
     from gateway.channelkit.pairing import Pairing
+    from gateway.stores import Backend
 
 log = logging.getLogger("switchyard")
-
-Sink = Callable[[IncomingPayload], Awaitable[Path]]
-"""Enqueues an incoming payload atomically (tmp + rename into `queue/incoming/`); returns its path."""
 
 BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
 """An in-process provider: `async (prompt, request) -> answer` (from the `switchyard_providers` hook)."""
@@ -45,18 +48,6 @@ INTAKE_FAILED_REPLY = ("Sorry, I could not take in your message: the gateway cou
 (the gateway already retried the write for a minute), sent directly, not through the outbox."""
 
 
-class PermanentError(Exception):
-    """A failure that retrying cannot fix: the message goes to `failed/` at once with this reason.
-
-    `reply`, when given, is what the sender is told instead of the generic apology (say what went
-    wrong and how it is fixed).
-    """
-
-    def __init__(self, message: str, *, reply: str | None = None):
-        super().__init__(message)
-        self.reply = reply
-
-
 class ConfigurationError(PermanentError, RuntimeError):
     """A setting, environment variable or library a plugin needs is missing: retrying cannot help."""
 
@@ -67,52 +58,6 @@ class DeliveryError(Exception):
     def __init__(self, message: str, *, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
-
-
-@dataclass
-class DeliveryRecord:
-    """What a channel reports after sending: the platform's message ids of each chunk sent."""
-
-    platform_ids: list[str] = field(default_factory=list)
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class Channel(Protocol):
-    """A running connection to one chat platform profile, returned by `switchyard_channels`.
-
-    Optional class attributes, read with `getattr` (not protocol members, so older plugins still match):
-    `takes_receipts` (default True) and `reply_named_by_message_id` (default False): when True, replies
-    to this channel type are written as `outgoing/<messageId>.json` (spec 002's heartbeat name; a later
-    reply to the same message replaces an earlier one) instead of `<channel>_<messageId>_<timestamp>.json`,
-    for a probe that waits for one answer under a name it knows. Declare that name with the hook
-    `switchyard_reply_named_by_message_id` instead: it holds while no profile of the type runs.
-    """
-
-    name: str
-    profile_id: str
-    edits_progress: bool = False
-    """Whether `send` shows progress notes (payloads with the same `progressKey` in one conversation)
-    as one message edited in place; False: each note is posted as an ordinary message. Core code
-    reads it with `getattr(channel, "edits_progress", False)`, as plugins may predate it. Such a channel
-    also gets the drafts of a streamed answer (notes with `draft: true`) and edits the preview into the
-    answer naming it (`streamKey`, see gateway.channelkit.notes.replacing_preview); a channel without it gets the answer
-    only. Its optional class attribute `edit_interval_sec` (default 0) is the least time between two edits
-    of one stream, the platform's limit (read with `getattr` too); a method `edit_interval_for(conversation)`,
-    where present, gives it per chat instead."""
-    shows_buttons: bool = False
-    """Whether `send` shows a reply's `buttons` as platform buttons (a tap then comes back as a payload
-    with `button`); False: they are a numbered list in the text. Read with `getattr(channel,
-    "shows_buttons", False)`, as plugins may predate it."""
-
-    async def start(self, sink: Sink) -> None:
-        """Connects and starts turning platform messages into incoming payloads via `sink`."""
-
-    async def send(self, outgoing: OutgoingPayload) -> DeliveryRecord | None:
-        """Delivers one outgoing payload; raises DeliveryError to have it retried."""
-
-    async def stop(self) -> None:
-        """Disconnects; called once at shutdown."""
 
 
 class Outbox(Protocol):
@@ -272,23 +217,6 @@ class FunctionSpec:
     call: Callable[[dict[str, Any]], Awaitable[str] | str]
 
 
-class Handler(Protocol):
-    """What the worker calls for each claimed message (the orchestrator implements it).
-
-    A handler may also have `reload_settings(settings: Settings) -> None`, which the gateway calls with
-    the settings.yaml sections reloaded while it runs (gateway/runtime/reload.py); it is looked up with
-    getattr, as a handler may predate it."""
-
-    async def start(self) -> None:
-        """Starts background work (e.g. the run executor)."""
-
-    async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
-        """Answers one message; raises to have it retried, PermanentError to dead-letter it."""
-
-    async def stop(self) -> None:
-        """Stops background work, leaving persisted state resumable."""
-
-
 @dataclass
 class HandlerContext:
     """What the gateway gives the handler it builds: home, settings, events, outbox, queue figures."""
@@ -301,7 +229,7 @@ class HandlerContext:
     functions: list[FunctionSpec] = field(default_factory=list)
     builtin_providers: dict[str, BuiltinProvider] = field(default_factory=dict)
     dead_letter: LateDeadLetter | None = None
-    backend: Any = None
+    backend: Backend | None = None
     """The storage backend the gateway composed (gateway/composition.py), whose stores the handler opens;
     the gateway always gives it (None only where a test builds a handler on stores of its own)."""
     enqueue: Sink | None = None

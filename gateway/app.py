@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -25,25 +25,28 @@ from gateway.api import (
     HandlerContext,
     PermanentError,
 )
-from gateway.channelkit.backoff import delay as backoff_delay
-from gateway.channelkit.edits import to_queue
 from gateway.composition import open_backend
 from gateway.home import Home, atomic_write, queue_depths
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
 from gateway.runtime.containment import supervise_children
+from gateway.runtime.intake import Intake
 from gateway.runtime.receipts import takes_receipts
 from gateway.runtime.reload import SettingsReload, run_checks
 from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
+from gateway.runtime.worker import Worker
 from gateway.settings import ChannelProfile, Settings, secret_env_names
 from gateway.spool.queue import FileQueue
-from gateway.spool.watch import FolderWatch
+from gateway.spool.watch import FolderWatch, OnName, OnRescan
 from gateway.stores import AUDIT, AuditLog, Delivery, Runtime, RuntimeParts
 from gateway.telemetry import tracing
 from gateway.telemetry.alerts import Alerts
 from gateway.telemetry.events import EventLog, utc_now_iso
 from gateway.telemetry.logs import apply_log_settings, hide_in_logs
 from gateway.telemetry.redaction import dsn_passwords
+
+if TYPE_CHECKING:
+    from gateway.dashboard.service import Dashboard
 
 log = logging.getLogger("switchyard")
 
@@ -52,7 +55,6 @@ STOP_TAIL_S = 5.0  # how long stop waits for a step past its own grace (a handle
 CHANNEL_RETRY_INITIAL_S = RETRY_INITIAL_S  # a failed channel's restarts (gateway/runtime/supervision.py)
 CHANNEL_RETRY_MAX_S = RETRY_MAX_S
 TYPING_REFRESH_S = 4.0
-SINK_RETRY_S = 60.0  # how long a channel's message is retried into a refusing disk before it errs
 MAINTENANCE_INTERVAL_S = 60.0
 
 
@@ -84,8 +86,8 @@ class Gateway:
                         else tracing.active())
         qs = settings.queue
         self.queue = FileQueue(home, fsync=qs.fsync, max_payload_bytes=qs.max_payload_bytes)  # incoming/ on both
-        self.storage = open_backend(home, settings, pm)
-        self.pairing = self.storage.pairing()  # every channel's `context.access` shares it
+        self.backend = open_backend(home, settings, pm)
+        self.pairing = self.backend.pairing()  # every channel's `context.access` shares it
         self.supervisor = ChannelSupervisor(self._start_channel, self.events, on_change=self._write_status,
                                             spawn=self._spawn, retry_s=(CHANNEL_RETRY_INITIAL_S, CHANNEL_RETRY_MAX_S))
         self.channel_status: dict[str, dict[str, Any]] = self.supervisor.status
@@ -94,12 +96,13 @@ class Gateway:
         self.dispatcher: Delivery | None = None
         named = {t for types in call_each(pm, "switchyard_reply_named_by_message_id", events=self.events)
                  for t in types}
-        self.backend: Runtime = self.storage.runtime(RuntimeParts(
+        self.runtime: Runtime = self.backend.runtime(RuntimeParts(
             home=home, settings=settings, events=self.events, queue=self.queue, role=role,
             supervisor=self.supervisor, show_typing=self._show_typing, takes_receipts=self._takes_receipts,
             receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written))
-        self._close_event_sink: Callable[[], None] = self.backend.close_events
-        self.outbox = self.backend.outbox
+        self.intake = Intake(home, self.queue, self.events, wake=self.runtime.wake)  # channels' sink, incoming/ notices
+        self._close_event_sink: Callable[[], None] = self.runtime.close_events
+        self.outbox = self.runtime.outbox
         self.alerts = Alerts.configured(settings, self.outbox, self.events)  # `alerts:`, else None
         self._watches: list[FolderWatch] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -107,12 +110,12 @@ class Gateway:
         self._stopping = self.supervisor.stopping  # set first thing in stop(); every retry loop checks it
         self.unfinished: list[str] = []  # what stop() gave up waiting for (the process must not wait on it)
         self.started_at = utc_now_iso()
-        self.dashboard: Any = None
+        self.dashboard: Dashboard | None = None
         if settings.dashboard.port is not None:  # loads aiohttp and prometheus-client only when it is on
             from gateway.dashboard.service import Dashboard, Served
             self.dashboard = Dashboard(Served(  # raises SettingsError when its token is unset
                 home=home, settings=settings, events=self.events, pm=pm, channel_status=self.channel_status,
-                started_at=self.started_at, backend=self.storage, view=self.backend.queue_view()))
+                started_at=self.started_at, backend=self.backend, view=self.runtime.queue_view()))
         self._request_stop = request_stop
         self.contexts: dict[str, ChannelContext] = {}  # each started channel's, by profile id
         self.reload = None if settings_file is None else SettingsReload(
@@ -129,18 +132,18 @@ class Gateway:
                 log.warning("wrote the default %s (there was none)", path)
         for action in self.queue.open():
             self.events.emit("queue.recovered", reason=action)
-        self.backend.open()
+        self.runtime.open()
         self.handler = self._build_handler()
         await self.handler.start()
-        self.dispatcher = await self.backend.start(self.handler)
-        self._watch(self.home.incoming, self._on_incoming, self._rescan_incoming)
+        self.dispatcher = await self.runtime.start(self.handler)
+        self._watch(self.home.incoming, self.intake.notice, self.intake.rescan)
         if self.dispatcher is not None:
             self._watch(self.home.outgoing, self.dispatcher.notice, self.dispatcher.rescan)
-        self.backend.watch(self._watch)
+        self.runtime.watch(self._watch)
         self.queue.rescan()
         if self.dispatcher is not None:
             self.dispatcher.rescan()
-        self._tasks.extend(self.backend.run())
+        self._tasks.extend(self.runtime.run())
         self._tasks.append(asyncio.create_task(self._maintenance(), name="maintenance"))
         if self.alerts is not None:
             self._tasks.append(asyncio.create_task(self.alerts.run(), name="alerts"))
@@ -149,19 +152,20 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self.reload.watch(self._apply_settings, self._write_status),
                                                    name="settings-watch"))
         self.events.emit("gateway.started", pid=os.getpid(), channels=[c.profile_id for c in self.channels],
-                         watch=self._watches[0].mode, home=self.backend.home_mode)
+                         watch=self._watches[0].mode, home=self.runtime.home_mode)
         if self.dashboard is not None and await self.dashboard.start():
             self._write_status()
 
     @property
-    def worker(self) -> Any:
-        """The file backend's Worker (None on postgres or before start)."""
-        return getattr(self.backend, "worker", None)
+    def worker(self) -> Worker | None:
+        """The file (or memory) runtime's Worker (None on postgres or before start)."""
+        worker = getattr(self.runtime, "worker", None)
+        return worker if isinstance(worker, Worker) else None
 
     def _audit_log(self) -> AuditLog | None:
         """The backend's audit log (a settings reload records role changes in it); None where none is kept."""
         try:
-            return self.storage.store(AUDIT)
+            return self.backend.store(AUDIT)
         except KeyError:
             return None
 
@@ -183,8 +187,8 @@ class Gateway:
             providers.update(declared)
         context = HandlerContext(home=self.home, settings=self.settings, events=self.events,
                                  outbox=self.outbox, queue_stats=self.queue_stats, functions=functions,
-                                 builtin_providers=providers, dead_letter=self._dead_letter, backend=self.storage,
-                                 enqueue=self._sink if self.role == "run" else None,
+                                 builtin_providers=providers, dead_letter=self._dead_letter, backend=self.backend,
+                                 enqueue=self.intake.sink if self.role == "run" else None,
                                  file_limits=self._file_limits())
         handler = self.pm.hook.switchyard_handler(context=context)
         if handler is None:
@@ -198,7 +202,7 @@ class Gateway:
 
     def _dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter through the backend, with the `job.failed.final` a dead message has."""
-        name = self.backend.dead_letter(message, reason, errors)
+        name = self.runtime.dead_letter(message, reason, errors)
         if name is not None:
             self.events.emit("job.failed.final", job_id=name, state="failed_final", kind="message",
                              channel=message.channel, profile=message.profile, conversation=message.conversation,
@@ -220,7 +224,7 @@ class Gateway:
                                  f"(available: {', '.join(known)})")
         if getattr(channel, "reply_named_by_message_id", False):  # before its first message is sent
             self.outbox.named_by_message_id.add(profile.type)
-        await channel.start(self._sink)
+        await channel.start(self.intake.sink)
         return channel  # type: ignore[no-any-return]
 
     def _channel_reported(self, profile: ChannelProfile, state: str, note: str | None) -> None:
@@ -240,43 +244,12 @@ class Gateway:
         """Runs `work` in the background until it ends or the gateway stops."""
         self._tasks.append(asyncio.create_task(work, name=name))
 
-    def _watch(self, folder: Path, on_name: Any, on_rescan: Any) -> None:
+    def _watch(self, folder: Path, on_name: OnName, on_rescan: OnRescan) -> None:
         watch = FolderWatch(folder, on_name, on_rescan, poll_ms=self.settings.queue.poll_ms)
         watch.start(force_polling=os.environ.get("SWITCHYARD_FORCE_POLLING") == "1")
         self._watches.append(watch)
 
     # --- wiring -----------------------------------------------------------------------------
-
-    async def _sink(self, payload: IncomingPayload) -> Path:
-        """Enqueues a channel's incoming payload (the `sink` every channel is started with).
-
-        While the file system refuses the write (a full disk), it retries with backoff for up to
-        SINK_RETRY_S, so a platform message already acknowledged is not lost to a short outage;
-        then it raises, and the channel leaves the message unacknowledged where it can.
-        """
-        deadline = time.monotonic() + SINK_RETRY_S
-        failures = 0
-        payload = tracing.intake(payload)  # the message's trace starts here (telemetry on)
-        while True:
-            try:
-                queued = to_queue(self.queue.fold_edit, payload)
-                if queued is None:  # an edit, and its original still waits: edited in place
-                    return self.home.incoming
-                path = self.queue.enqueue(queued.to_json(), hint=f"{queued.channel}-{queued.messageId}")
-                break
-            except OSError as exc:
-                failures += 1
-                if failures == 1:
-                    self.events.emit("queue.error", channel=payload.channel, reason=f"cannot enqueue: {exc}")
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(backoff_delay(failures, 0.2, 5.0))
-        self._on_incoming(path.name)
-        return path
-
-    def _on_incoming(self, name: str) -> None:
-        self.queue.notice(name)
-        self.backend.wake()
 
     def _on_written(self, name: str, payload: OutgoingPayload) -> None:
         """Hands a reply the outbox just wrote to the dispatcher, on the loop's thread (a plugin may
@@ -291,10 +264,6 @@ class Gateway:
             self.dispatcher.schedule(name, payload)
         elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.dispatcher.schedule, name, payload)
-
-    def _rescan_incoming(self) -> None:
-        self.queue.rescan()
-        self.backend.wake()
 
     def _show_typing(self, message: IncomingPayload) -> Callable[[], None] | None:
         """Shows the channel's typing indicator until the message is answered; returns the stopper."""
@@ -312,12 +281,12 @@ class Gateway:
 
     def queue_stats(self) -> dict[str, Any]:
         """Queue depths and worker figures (for diagnostics, `queue_stats` and `status`)."""
-        return {**queue_depths(self.home), **self.backend.stats()}
+        return {**queue_depths(self.home), **self.runtime.stats()}
 
     async def _maintenance(self) -> None:
         while True:
             self._write_status()
-            await self.backend.prune()
+            await self.runtime.prune()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
 
     def _apply_settings(self, settings: Settings) -> None:
@@ -358,7 +327,7 @@ class Gateway:
         incoming_watch, other_watches = self._watches[:1], self._watches[1:]
         for watch in incoming_watch:
             watch.stop()
-        await self._bounded({"worker": self.backend.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
+        await self._bounded({"worker": self.runtime.stop(SHUTDOWN_GRACE_S)}, SHUTDOWN_GRACE_S + STOP_TAIL_S)
         if self.handler is not None:
             await self._bounded({"handler": self.handler.stop()}, STOP_TAIL_S)
         if self.dispatcher is not None:
@@ -368,7 +337,7 @@ class Gateway:
             watch.stop()
         await self._bounded({f"channel:{c.profile_id}": c.stop() for c in self.channels}, STOP_TAIL_S)
         await self._bounded({f"tasks:{p}": c.stop_tasks() for p, c in self.contexts.items() if c.tasks}, STOP_TAIL_S)
-        await self._bounded({"leases": self.backend.release()}, STOP_TAIL_S)
+        await self._bounded({"leases": self.runtime.release()}, STOP_TAIL_S)
         if self.dashboard is not None:
             await self._bounded({"dashboard": self.dashboard.stop()}, STOP_TAIL_S)
         self._loop = None  # no reply handed to the stopped dispatcher
@@ -382,8 +351,8 @@ class Gateway:
         self.events.emit("gateway.stopped", pid=os.getpid())
         self.queue.close()
         self.outbox.close()
-        await self.backend.close()
-        await asyncio.to_thread(self.storage.close)  # the stores' pool: after the handler, which may still push
+        await self.runtime.close()
+        await asyncio.to_thread(self.backend.close)  # the stores' pool: after the handler, which may still push
         await asyncio.to_thread(self._close_event_sink)  # stores the events still buffered
         if self.tracing is not None:  # the spans still buffered, sent before the process ends
             await asyncio.to_thread(tracing.uninstall if self._owns_tracing else self.tracing.provider.force_flush)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.home import atomic_write
 from gateway.runtime.locks import holder_process, pid_alive
+from gateway.scope import ConversationScope
 
 if TYPE_CHECKING:
     from gateway.home import Home
@@ -54,11 +55,6 @@ def parse_button(button: str) -> tuple[str, int] | None:
     """(approval id, option index) of an approval button's id; None for any other id."""
     found = _BUTTON.match(button)
     return (found.group(1), int(found.group(2))) if found else None
-
-
-def conversation_scope(channel: str, profile: str, conversation: str) -> str:
-    """The conversation's scope, as ordering keys and live turns name it: `conv:<channel>/<profile>/<conv>`."""
-    return f"conv:{channel}/{profile}/{conversation}"
 
 
 def owner_gone(owner: str, me: str) -> bool:
@@ -211,8 +207,14 @@ def operator_answer(store: Any, approval_id: str, verdict: str, by: str) -> tupl
 def describe(approval: Approval, now: float | None = None) -> dict[str, Any]:
     """What a listing shows of an approval (CLI, dashboard): id, conversation, title, options, age, expiry."""
     now = time.time() if now is None else now
-    return {"id": approval.id, "state": approval.state, "conversation": approval.scope.removeprefix("conv:"),
+    return {"id": approval.id, "state": approval.state, "conversation": _conversation(approval.scope),
             "title": approval.title, "detail": approval.detail,
             "options": ", ".join(option["name"] for option in approval.options),
             "age_s": round(now - approval.created_at, 1), "expires_in_s": round(approval.expires_at - now, 1),
             "owner": approval.owner}
+
+
+def _conversation(scope: str) -> str:
+    """How a listing names the conversation of an approval's scope (`<channel>/<profile>/<conversation>`)."""
+    parsed = ConversationScope.parse(scope)
+    return scope if parsed is None else parsed.path

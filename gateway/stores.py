@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     import asyncio
     from datetime import datetime
 
-    from gateway.api import Channel, Handler
     from gateway.approvals import Approval
     from gateway.audit import AuditRecord
     from gateway.channelkit.pairing import Pairing
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from gateway.runtime.locks import Locks
     from gateway.runtime.outbox import BaseOutbox
     from gateway.runtime.supervision import ChannelSupervisor
+    from gateway.seams import Channel, Handler
     from gateway.settings import Settings
     from gateway.spool.deadletters import DeadLetter, Kind
     from gateway.spool.queue import Claimed, FileQueue

@@ -12,6 +12,7 @@ from typing import Generic, TypeVar
 
 from gateway.models import IncomingPayload
 from gateway.runtime.locks import Locks
+from gateway.scope import ConversationScope
 
 log = logging.getLogger("switchyard.keys")
 
@@ -64,10 +65,11 @@ def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
     read-only command (`is_read_only`) holds the control key in place of the conversation key too, and
     keeps the key of a run it names. Control messages of one conversation still run one at a time, in order.
     """
-    where = f"{message.channel}/{message.profile}/{message.conversation}"
+    scope = ConversationScope.of(message)
+    control = f"ctl:{scope.path}"
     if is_control(message):
-        return (f"ctl:{where}",)
-    conversation = f"ctl:{where}" if is_read_only(message) else f"conv:{where}"
+        return (control,)
+    conversation = control if is_read_only(message) else scope.key  # the conversation's key is its scope
     if message.workflowRunId:
         return (f"run:{message.workflowRunId}", conversation)
     return (conversation,)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.home import atomic_write
+from gateway.scope import ConversationScope
 from gateway.storable import safe_json
 from gateway.telemetry.events import utc_now_iso
 from orchestrator.agents.clis import Session
@@ -171,7 +172,7 @@ class SessionStore:
     def current(self, scope: str) -> str:
         """The session scope a call of `scope` continues now: a conversation's current session (its own scope
         for session 1, and for a conversation never switched), a run's scope as it is."""
-        if not scope.startswith("conv:"):
+        if ConversationScope.parse(scope) is None:
             return scope
         return session_scope(scope, int(self.records.read((scope,)).get("current", 1)))
 
@@ -248,7 +249,7 @@ class SessionStore:
             scope = str(record.get("scope", ""))
             if isinstance(record.get("sessions"), list):
                 found[scope] = _infos(record)
-            elif scope.startswith("conv:") and SESSION_MARK not in scope:
+            elif ConversationScope.parse(scope) is not None and SESSION_MARK not in scope:
                 unnumbered.add(scope)
         for scope in unnumbered - found.keys():
             found[scope] = _infos(_first_index(scope, None))

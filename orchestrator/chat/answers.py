@@ -11,7 +11,8 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from gateway.approvals import ANSWERED, BUTTON_PREFIX, EXPIRED, Approval, conversation_scope, parse_button
+from gateway.approvals import ANSWERED, BUTTON_PREFIX, EXPIRED, Approval, parse_button
+from gateway.scope import ConversationScope
 from orchestrator.chat.actions import reply
 from orchestrator.execution.results import SYSTEM_AGENT
 
@@ -92,7 +93,7 @@ class ChatAnswers:
         number = _NUMBER.match(message.message)
         if number is None:
             return None
-        scope = conversation_scope(message.channel, message.profile, message.conversation)
+        scope = ConversationScope.of(message).key
         pending = [a for a in await asyncio.to_thread(self._broker.store.pending) if a.scope == scope]
         return (pending[-1].id, int(number.group(1)) - 1) if pending else None
 
@@ -103,7 +104,7 @@ class ChatAnswers:
         approval = store.get(approval_id) if approval_id else None
         if approval is None:
             return self._reply(message, UNKNOWN), False
-        if approval.scope != conversation_scope(message.channel, message.profile, message.conversation):
+        if approval.scope != ConversationScope.of(message).key:
             return self._reply(message, ELSEWHERE), False
         admitted = may_answer(self._settings.profile(message.profile), message.senderId, self._pairing)
         if not admitted or (self._access is not None and not self._access.may_answer_approvals(message)):

@@ -27,12 +27,12 @@ from gateway.approvals import (
     OPERATOR,
     Approval,
     button_id,
-    conversation_scope,
     new_id,
     owner_gone,
 )
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.locks import process_instance
+from gateway.scope import ConversationScope
 from gateway.telemetry import tracing
 from gateway.telemetry.events import now_ms
 from gateway.telemetry.tracing import CONTENT
@@ -138,7 +138,7 @@ class ApprovalBroker:
     def _new(self, message: IncomingPayload, request: ToolApproval, timeout_s: float) -> Approval:
         now = time.time()
         address = {name: getattr(message, name) for name in ADDRESS_FIELDS if getattr(message, name)}
-        return Approval(id=new_id(), scope=conversation_scope(message.channel, message.profile, message.conversation),
+        return Approval(id=new_id(), scope=ConversationScope.of(message).key,
                         address=address, title=request.title, detail=request.detail,
                         options=[{"id": o.id, "name": o.name, "kind": o.kind} for o in request.options],
                         owner=self.owner, created_at=now, expires_at=now + timeout_s,

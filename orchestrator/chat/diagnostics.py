@@ -10,13 +10,14 @@ from typing import Any
 
 from gateway.home import Home
 from gateway.models import IncomingPayload
+from gateway.scope import ConversationScope
 from gateway.telemetry.events import read_events
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.request import TurnRequest
 from orchestrator.agents.spawn import ProviderFailed
 from orchestrator.config.loading import LoadedConfig, read_template
 from orchestrator.execution.templates import render
-from orchestrator.runs.state import RunState, conversation_key
+from orchestrator.runs.state import RunState
 from orchestrator.usage.meter import LimitReached
 from orchestrator.usage.records import Payer
 
@@ -139,7 +140,7 @@ class Diagnostics:
         try:
             result = await self._runner.run(settings.provider, TurnRequest(
                 prompt, loaded.workspace, request=request, request_file=request_file, mode="answer",
-                stopped_by=f"conv:{conversation_key(message)}", payer=payer))
+                stopped_by=ConversationScope.of(message).key, payer=payer))
         except ProviderFailed as exc:
             return f"The diagnostics agent failed: {exc}"
         except LimitReached as exc:

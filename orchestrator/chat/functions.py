@@ -14,13 +14,14 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from gateway.api import FunctionSpec
 from gateway.models import IncomingPayload
+from gateway.scope import ConversationScope
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.agents.spawn import ProviderFailed
 from orchestrator.config.loading import LoadedConfig
 from orchestrator.config.models import FunctionConfig
 from orchestrator.execution.executor import RunExecutor
 from orchestrator.runs.base import RunStoreBase
-from orchestrator.runs.state import RunState, belongs_to, conversation_key
+from orchestrator.runs.state import RunState, belongs_to
 
 FUNCTION_MAX_OUTPUT = 65536
 COMMANDS_HELP = ("Commands: /status (this conversation's run), /stop (stop what runs now: the agent's answer "
@@ -185,7 +186,7 @@ def config_functions(loaded: LoadedConfig, runner: ProviderRunner) -> list[Asked
 
 def _command_call(name: str, function: FunctionConfig, loaded: LoadedConfig, runner: ProviderRunner) -> AskedCall:
     async def call(arguments: dict[str, Any], message: IncomingPayload | None) -> str:
-        turn = f"conv:{conversation_key(message)}" if message is not None else None
+        turn = ConversationScope.of(message).key if message is not None else None
         try:
             result = await runner.run_command(
                 name, function.command, stdin=json.dumps(arguments), cwd=loaded.workspace,

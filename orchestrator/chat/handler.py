@@ -11,6 +11,7 @@ from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.channelkit.edits import EDITED_PREFIX
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.keys import CONTROL_COMMANDS, STATUS_WORDS, command_word
+from gateway.scope import ConversationScope
 from gateway.settings import Settings, SettingsError, secret_env_names
 from orchestrator.agents.acp.orphans import reap_orphans
 from orchestrator.agents.builtin import builtin_providers
@@ -34,7 +35,7 @@ from orchestrator.execution.executor import RunExecutor
 from orchestrator.execution.results import SYSTEM_AGENT
 from orchestrator.execution.steps import StepRunner
 from orchestrator.execution.taskqueue import ensure_queue_dirs
-from orchestrator.runs.state import RunState, belongs_to, conversation_key
+from orchestrator.runs.state import RunState, belongs_to
 from orchestrator.schedules.config import ScheduleConfig
 from orchestrator.schedules.listing import REMINDERS_COMMAND, reminders_answer
 from orchestrator.schedules.scheduler import Scheduler, scheduled_workflow
@@ -199,10 +200,10 @@ class Orchestrator:
             workflow = scheduled_workflow(message) or self._profile_workflow(message, loaded)
             return [self._actions.start_job(message, message.job, loaded, workflow)]
         try:
-            message = await self._transcriber.transcribed(message, turn=f"conv:{conversation_key(message)}")
+            message = await self._transcriber.transcribed(message, turn=ConversationScope.of(message).key)
         except TurnStopped:  # `/stop` during the transcription: its reply says so; this message is done
             return []
-        with self.access.handling(message, f"conv:{conversation_key(message)}"):
+        with self.access.handling(message, ConversationScope.of(message).key):
             return await self._answer(message)
 
     async def _answer(self, message: IncomingPayload) -> list[OutgoingPayload]:
@@ -225,11 +226,11 @@ class Orchestrator:
         if command == "/usage":
             return [reply(message, await self._usage(message), agent=SYSTEM_AGENT)]
         if command == REMINDERS_COMMAND:  # this conversation's reminders only (orchestrator/schedules/listing.py)
-            text = await asyncio.to_thread(reminders_answer, self._reminders, f"conv:{conversation_key(message)}",
+            text = await asyncio.to_thread(reminders_answer, self._reminders, ConversationScope.of(message).key,
                                            message.message)
             return [reply(message, text, agent=SYSTEM_AGENT)]
         if command in SESSION_COMMANDS:  # ordered with the conversation's messages (gateway.runtime.keys)
-            scope = f"conv:{conversation_key(message)}"
+            scope = ConversationScope.of(message).key
             text = await asyncio.to_thread(self._conversations.answer, command, message.message, scope)
             return [reply(message, text, agent=SYSTEM_AGENT)]
         if message.editOf:  # an edit of a message already taken: the agent sees it is one
@@ -290,7 +291,7 @@ class Orchestrator:
         stops the conversation's running turns, then cancels its run, and says what was stopped — the one
         answer about it: a run cancelled here for its own conversation sends no result of its own (`told`).
         None when the host executing the run cancelled it, whose result is then that answer."""
-        scope = f"conv:{conversation_key(message)}"
+        scope = ConversationScope.of(message).key
         run = self._actions.current_run(message)  # read before the stop, which may end it
         others = self.access.others_in(message, scope, run)
         refusal = self.access.stop_refusal(message, others)
@@ -347,13 +348,13 @@ class Orchestrator:
         async with self.meter.turn(payer, kinds=BEFORE_SELECTOR, reserve=selector_turn):
             request = self._selector.build_request(message, loaded, functions.describe(),
                                                    active.summary() if active else None)
-            return await self._selector.decide(request, loaded, turn=f"conv:{conversation_key(message)}",
+            return await self._selector.decide(request, loaded, turn=ConversationScope.of(message).key,
                                                payer=payer, reserved=BEFORE_SELECTOR if selector_turn else ())
 
     def _count(self, message: IncomingPayload) -> None:
         """Counts an answered message in its conversation's current session (what `/sessions` lists)."""
         try:
-            self._conversations.count(f"conv:{conversation_key(message)}", message.message)
+            self._conversations.count(ConversationScope.of(message).key, message.message)
         except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
             log.warning("could not count the message in its conversation's session: %s", exc)
 

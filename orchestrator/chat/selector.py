@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.home import Home, atomic_write
 from gateway.models import IncomingPayload
+from gateway.scope import ConversationScope
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.clis import unwrap_answer
@@ -27,7 +28,6 @@ from orchestrator.agents.sessions import ConversationHistory
 from orchestrator.agents.spawn import ProviderFailed, ProviderResult
 from orchestrator.config.loading import LoadedConfig, read_template
 from orchestrator.execution.templates import render
-from orchestrator.runs.state import conversation_key
 from orchestrator.usage.records import Payer
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ class Selector:
         config = loaded.config
         extra = {}
         if not self._runner.in_process(config.selector.provider):
-            extra["recentExchanges"] = self._history.recent(f"conv:{conversation_key(message)}")
+            extra["recentExchanges"] = self._history.recent(ConversationScope.of(message).key)
         return {
             "requestId": self.new_request_id(),
             "orchestratorId": loaded.orchestrator_id,
@@ -248,7 +248,7 @@ class Selector:
         if self._runner.in_process(loaded.config.selector.provider):
             return
         try:
-            self._history.add(f"conv:{conversation_key(message)}", message.message, answer)
+            self._history.add(ConversationScope.of(message).key, message.message, answer)
         except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
             log.warning("could not keep the exchange for the selector's next requests: %s", exc)
 

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.home import Home
+    from gateway.scope import ConversationScope
     from gateway.settings import Settings
-    from orchestrator.agents.sessions import ConversationHistory, SessionStore
+    from orchestrator.agents.sessions import ConversationHistory, SessionInfo, SessionStore
 
 EXIT_DATABASE = 2  # the postgres backend's database is unreachable (as `status`, `dead`, `db`)
 
@@ -60,14 +61,14 @@ def _list_sessions(args: argparse.Namespace, sessions: SessionStore) -> int:
 
     from gateway.cli.tables import print_table
 
-    found = {scope: infos for scope, infos in sessions.conversations().items()
-             if args.profile is None or scope.removeprefix("conv:").split("/")[1:2] == [args.profile]}
+    found = {scope: infos for scope, infos in _conversations(sessions).items()
+             if args.profile is None or scope.profile == args.profile}
     if args.json:
-        print(json.dumps({scope.removeprefix("conv:"): [asdict(info) for info in infos]
-                          for scope, infos in found.items()}, indent=2))
+        print(json.dumps({scope.path: [asdict(info) for info in infos] for scope, infos in found.items()},
+                         indent=2))
     elif found:
         print_table(["conversation", "session", "started", "turns", "first words", "attached"],
-                    [[scope.removeprefix("conv:"), f"{info.number}{' (current)' if info.current else ''}",
+                    [[scope.path, f"{info.number}{' (current)' if info.current else ''}",
                       info.started or "-", str(info.turns), info.first_words or "-", info.attached or "-"]
                      for scope, infos in found.items() for info in infos])
     else:
@@ -75,8 +76,17 @@ def _list_sessions(args: argparse.Namespace, sessions: SessionStore) -> int:
     return 0
 
 
+def _conversations(sessions: SessionStore) -> dict[ConversationScope, list[SessionInfo]]:
+    """Every conversation with a session, by its scope (what `switchyard sessions` lists)."""
+    from gateway.scope import ConversationScope
+
+    return {conversation: infos for scope, infos in sessions.conversations().items()
+            if (conversation := ConversationScope.parse(scope)) is not None}
+
+
 def _attach(args: argparse.Namespace, settings: Settings, sessions: SessionStore,
             history: ConversationHistory) -> int:
+    from gateway.scope import ConversationScope
     from orchestrator.agents.conversations import ConversationSessions
 
     profile = settings.profile(args.profile)
@@ -93,8 +103,8 @@ def _attach(args: argparse.Namespace, settings: Settings, sessions: SessionStore
               f"(preset providers with `session: conversation`: {known})", file=sys.stderr)
         return 1
     key = f"{name}@acp" if provider.transport == "acp" else str(name)
-    scope = f"conv:{profile.type}/{profile.id}/{args.conversation}"
-    number = ConversationSessions(sessions, history).attach(scope, key, args.session_id)
-    print(f"attached {provider.type} session {args.session_id} to {scope.removeprefix('conv:')} as session "
+    scope = ConversationScope(profile.type, profile.id, args.conversation)
+    number = ConversationSessions(sessions, history).attach(scope.key, key, args.session_id)
+    print(f"attached {provider.type} session {args.session_id} to {scope.path} as session "
           f"{number} (now its current one); /resume in the chat switches back to an earlier one")
     return 0

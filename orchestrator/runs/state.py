@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from gateway.models import IncomingPayload
+from gateway.scope import ConversationScope
 from gateway.storable import made_safe, storable
 from gateway.telemetry.events import utc_now_iso
 from gateway.telemetry.tracing import trace_id_of
@@ -118,15 +119,15 @@ def run_id_for(message: IncomingPayload) -> str:
 
 
 def conversation_key(message: IncomingPayload) -> str:
-    """The key of a conversation in the active-run association."""
-    return f"{message.channel}/{message.profile}/{message.conversation}"
+    """The key of a conversation in the active-run association: its scope's path (gateway.scope)."""
+    return ConversationScope.of(message).path
 
 
 def stored_conversation_key(message: dict[str, Any]) -> str:
     """`conversation_key` of a run's stored message, without validating it."""
     channel = str(message.get("channel") or "")
     conversation = message.get("conversationId") or message.get("senderId") or message.get("sender") or ""
-    return f"{channel}/{message.get('channelProfileId') or channel}/{conversation}"
+    return ConversationScope(channel, str(message.get("channelProfileId") or channel), str(conversation)).path
 
 
 def belongs_to(run: RunState, message: IncomingPayload) -> bool:

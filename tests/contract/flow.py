@@ -205,7 +205,7 @@ class Flow:
         process = SwitchyardProcess(first.home.root, env, log=self.root / f"{name}.log")
         await asyncio.to_thread(process.start)
         self.processes.append(process)
-        await async_wait_until(lambda: first.backend.home_mode == "shared", 20)
+        await async_wait_until(lambda: first.runtime.home_mode == "shared", 20)
 
     def calls(self) -> list[Call]:
         """Every handler call of every host, the process hosts' included."""

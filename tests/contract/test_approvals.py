@@ -7,13 +7,14 @@ from __future__ import annotations
 import threading
 import time
 
-from gateway.approvals import ABANDONED, ANSWERED, EXPIRED, Approval, conversation_scope, new_id
+from gateway.approvals import ABANDONED, ANSWERED, EXPIRED, Approval, new_id
+from gateway.scope import ConversationScope
 from tests.contract.backends import Backend
 
 
 def _approval(title: str = "Run: rm -rf build", *, conversation: str = "c1", ttl_s: float = 600) -> Approval:
     now = time.time()
-    return Approval(id=new_id(), scope=conversation_scope("console", "console", conversation),
+    return Approval(id=new_id(), scope=ConversationScope("console", "console", conversation).key,
                     address={"channel": "console", "conversationId": conversation, "messageId": "m1"},
                     title=title, detail="deletes the build folder",
                     options=[{"id": "allow", "name": "Allow once", "kind": "allow_once"},

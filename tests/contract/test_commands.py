@@ -196,7 +196,7 @@ async def test_stop_answers_once_and_status_then_names_the_conversations_last_ru
     texts = [r.message for r in chat.sent()]
     assert texts == [f"Stopped. Cancelled run {run_id} (workflow chat).", "answered: and now this"], \
         "the stopped run answered a second time"
-    stored = open_run_store(chat.gateway.storage).load(run_id)
+    stored = open_run_store(chat.gateway.backend).load(run_id)
     assert stored is not None and (stored.state, stored.delivery) == ("cancelled", "told")
 
     await chat.say("/status", "m-status")

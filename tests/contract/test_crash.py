@@ -119,7 +119,7 @@ class ThreadHost:
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"host-{plugin.name}", daemon=True)
         self.thread.start()
         self.gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin, memory]))
-        backend = self.gateway.backend
+        backend = self.gateway.runtime
         halt = plugin.halt
         if halt.step == "reply_stored":
             stop_after(backend.outbox, "write", "reply_stored", halt)
@@ -176,7 +176,7 @@ class MemoryHosts:
         """Drops the blocked host as the OS ends a dead process: the shared state forgets its queue handle (its
         claims are then any host's to put back; its key locks wait out their TTL), and the lock on its spool
         folder in the home is let go (what it holds there is recovered by the next start)."""
-        host.gateway.backend.memory_queue.close()  # type: ignore[attr-defined]
+        host.gateway.runtime.memory_queue.close()  # type: ignore[attr-defined]
         host.gateway.queue.close()
 
     def stop(self, host: ThreadHost) -> None:

@@ -80,7 +80,7 @@ async def test_a_message_failing_every_attempt_is_a_dead_letter_with_its_bytes_a
     await async_wait_until(lambda: len(flow.sent("room-x")) >= 2)
     assert flow.texts("room-x") == [APOLOGY.format(preview="x1", attempts=3), "x2 part 1/1"]
     assert len(flow.script.of("x1")) == 3  # max_attempts
-    dead = host.gateway.storage.dead_letters()
+    dead = host.gateway.backend.dead_letters()
     letters = dead.list_dead()
     assert len(letters) == 1 and letters[0].kind == "message"
     _, data = dead.show(letters[0].name)
@@ -137,7 +137,7 @@ async def test_an_answered_message_whose_work_failed_later_is_a_dead_letter_that
     late = host.plugin.context.dead_letter  # what a run does when its work fails for good after the answer
     name = await async_wait_until(lambda: late(sent, "the run failed", ["boom"]))  # None while still queued
     assert late(sent, "the run failed", ["boom"]) == name, "dead-lettering it again is not one letter"
-    dead = host.gateway.storage.dead_letters()
+    dead = host.gateway.backend.dead_letters()
     assert [letter.name for letter in dead.list_dead()] == [name]
     letter, data = dead.show(name)
     assert letter.reason == "the run failed" and data == sent.to_json()

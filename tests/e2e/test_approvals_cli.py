@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from gateway.approvals import ANSWERED, Approval, conversation_scope
+from gateway.approvals import ANSWERED, Approval
+from gateway.scope import ConversationScope
 from tests.e2e.conftest import PgSwitchyard, Switchyard, both_backends
 
 OPTIONS = [{"id": "allow-1", "name": "Allow once", "kind": "allow_once"},
@@ -28,7 +29,7 @@ def _store(switchyard: Switchyard) -> object:
 def _pending(store: object, approval_id: str, title: str) -> None:
     now = time.time()
     store.request(Approval(  # type: ignore[attr-defined]
-        id=approval_id, scope=conversation_scope("console", "console", "desk"), title=title, options=OPTIONS,
+        id=approval_id, scope=ConversationScope("console", "console", "desk").key, title=title, options=OPTIONS,
         address={"channel": "console", "conversationId": "desk", "messageId": "m1"}, owner="host:1:1",
         created_at=now, expires_at=now + 600))
 

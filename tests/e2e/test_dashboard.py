@@ -178,12 +178,13 @@ def test_a_port_in_use_is_reported_and_the_gateway_runs_on_without_a_dashboard(s
 def test_pending_tool_approvals_are_listed_and_answered_once_over_http(switchyard: Switchyard) -> None:
     import time
 
-    from gateway.approvals import Approval, FileApprovals, conversation_scope
+    from gateway.approvals import Approval, FileApprovals
+    from gateway.scope import ConversationScope
 
     url = start_with_dashboard(switchyard)
     now = time.time()
     store = FileApprovals(switchyard.home)
-    store.request(Approval(id="dash01", scope=conversation_scope("console", "console", "desk"), title=HOSTILE,
+    store.request(Approval(id="dash01", scope=ConversationScope("console", "console", "desk").key, title=HOSTILE,
                            options=[{"id": "ok", "name": "Allow once", "kind": "allow_once"},
                                     {"id": "no", "name": "Reject", "kind": "reject_once"}],
                            address={"channel": "console", "conversationId": "desk", "messageId": "m1"},

@@ -82,7 +82,8 @@ def test_an_answer_given_on_the_page_shows_in_its_audit_table_as_text(
 
     from playwright.sync_api import Page, expect
 
-    from gateway.approvals import Approval, FileApprovals, conversation_scope
+    from gateway.approvals import Approval, FileApprovals
+    from gateway.scope import ConversationScope
 
     page: Page = browser_page  # type: ignore[assignment]
     dialogs: list[str] = []
@@ -91,7 +92,7 @@ def test_an_answer_given_on_the_page_shows_in_its_audit_table_as_text(
     assert switchyard.cli("usage", "reset", "--by", "sender", "--all").returncode == 0  # an older record
     now = time.time()
     FileApprovals(switchyard.home).request(Approval(
-        id="brow01", scope=conversation_scope("console", "console", "desk"), title=HOSTILE,
+        id="brow01", scope=ConversationScope("console", "console", "desk").key, title=HOSTILE,
         options=[{"id": "ok", "name": "Allow once", "kind": "allow_once"},
                  {"id": "no", "name": "Reject", "kind": "reject_once"}],
         address={"channel": "console", "conversationId": "desk", "messageId": "m1"}, owner="elsewhere:1:1",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.api import Outbox, PermanentError
 from gateway.channelkit.attachments import attachment_folder
 from gateway.home import safe_name
+from gateway.scope import ConversationScope
 from orchestrator.agents.clis.runner import ProviderExhausted
 from orchestrator.agents.progress import ProgressNotes
 from orchestrator.agents.providers import ProviderRunner
@@ -25,7 +26,6 @@ from orchestrator.execution.steps.base import StepFailed, StepJob
 from orchestrator.execution.steps.values import step_request
 from orchestrator.execution.templates import render
 from orchestrator.runs.base import RunStoreBase
-from orchestrator.runs.state import conversation_key
 from orchestrator.usage.meter import LimitReached
 from orchestrator.usage.records import Payer
 from orchestrator.workspaces import OwnWorkspaces, owner_of
@@ -60,7 +60,7 @@ class BodyRunner:
     ) -> ProviderResult:
         """Runs the body once; raises StepFailed (retryable, or fatal when the step says so), or TurnStopped
         when `/stop` stopped it."""
-        conversation = f"conv:{conversation_key(job.run.payload())}"  # also what `/stop` stops it by
+        conversation = ConversationScope.of(job.run.payload()).key  # also what `/stop` stops it by
         try:
             cwd, sandbox = await self._place(job, env)
             if body.command is not None:

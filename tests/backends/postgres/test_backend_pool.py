@@ -83,7 +83,7 @@ async def test_a_stopped_gateway_leaves_no_connection_of_its_backend_open(
     gateway = Gateway(home, settings, build_plugin_manager(settings))
     await gateway.start()
     try:
-        assert gateway.storage.pairing().read() == {"pending": {}, "approved": {}}  # the backend's pool in use
+        assert gateway.backend.pairing().read() == {"pending": {}, "approved": {}}  # the backend's pool in use
         assert _connections(db, name) >= 2  # processing's own pools, and the backend's
     finally:
         await gateway.stop()

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from gateway.approvals import Approval, button_id, conversation_scope, owner_gone, parse_button
+from gateway.approvals import Approval, button_id, owner_gone, parse_button
 from gateway.runtime.locks import process_instance
+from gateway.scope import ConversationScope
 
 
 def test_button_ids_round_trip_and_fit_the_platforms_limit() -> None:
@@ -42,7 +43,7 @@ def test_an_owner_is_gone_when_its_pid_ended_or_is_now_this_process_but_another_
 def test_an_operators_verdict_picks_the_one_time_option_of_its_kind(kinds: list[str], allow: str,
                                                                     deny: str | None) -> None:
     now = time.time()
-    approval = Approval(id="a1", scope=conversation_scope("console", "console", "c1"), address={}, title="t",
+    approval = Approval(id="a1", scope=ConversationScope("console", "console", "c1").key, address={}, title="t",
                         options=[{"id": f"o{i}", "name": kind, "kind": kind} for i, kind in enumerate(kinds)],
                         owner="h:1:1", created_at=now, expires_at=now + 60)
     assert approval.choice_for("allow") == allow

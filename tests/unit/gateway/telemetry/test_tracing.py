@@ -152,7 +152,7 @@ async def test_a_chat_message_is_one_trace_of_every_step_each_under_its_parent(
     assert first.status.status_code.name == "UNSET" or first.status.status_code.name == "ERROR"
 
     run_row = gateway.pm.hook.switchyard_recent_runs(limit=5, home=home, settings=gateway.settings,
-                                                     backend=gateway.storage)
+                                                     backend=gateway.backend)
     trace_id = f"{intake.context.trace_id:032x}"
     assert [r["traceId"] for found in run_row for r in found] == [trace_id]  # what the dashboard links
     claimed = [e for e in read_events(home.events_file) if e["event"] == "message.claimed"]

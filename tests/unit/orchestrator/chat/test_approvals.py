@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from gateway.app import Gateway
-from gateway.approvals import ABANDONED, PENDING, Approval, FileApprovals, conversation_scope, operator_answer
+from gateway.approvals import ABANDONED, PENDING, Approval, FileApprovals, operator_answer
 from gateway.channelkit.buttons import numbered
 from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
+from gateway.scope import ConversationScope
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.agents.live import ApprovalOption, ToolApproval
@@ -163,7 +164,7 @@ async def test_a_restart_closes_what_a_gone_process_left_pending(home: Home) -> 
 
     now = time.time()
     address = {"channel": "fake", "channelProfileId": "f1", "conversationId": "room", "messageId": "m-turn"}
-    base = dict(scope=conversation_scope("fake", "f1", "room"), address=address, title="Run: make deploy",
+    base = dict(scope=ConversationScope("fake", "f1", "room").key, address=address, title="Run: make deploy",
                 options=[{"id": "allow-1", "name": "Allow once", "kind": "allow_once"}],
                 created_at=now, expires_at=now + 600)
     store = FileApprovals(home)
@@ -220,7 +221,7 @@ async def test_a_running_gateway_closes_what_another_hosts_dead_process_left_onc
     try:
         now = time.time()
         FileApprovals(home).request(Approval(
-            id="lost", owner="other-host:1:1", scope=conversation_scope("fake", "f1", "room"), title="Run: ls",
+            id="lost", owner="other-host:1:1", scope=ConversationScope("fake", "f1", "room").key, title="Run: ls",
             address={"channel": "fake", "channelProfileId": "f1", "conversationId": "room", "messageId": "m-x"},
             options=[{"id": "a", "name": "Allow once", "kind": "allow_once"}], created_at=now, expires_at=now))
         await running.reply_containing("No answer in time: denied. Run: ls")
