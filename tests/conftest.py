@@ -31,7 +31,7 @@ from hypothesis import settings
 
 from gateway.api import HandlerContext
 from gateway.home import Home
-from gateway.settings import ProviderSettings, QueueSettings, Settings
+from gateway.settings import ChatToolsSettings, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
 from tests.fakes.orchestrator import FakeOutbox, Flow, ScriptedSelector
@@ -167,11 +167,15 @@ def events(home: Home) -> Iterator[EventLog]:
 
 
 @pytest.fixture
-def make_context(home: Home, events: EventLog, outbox: FakeOutbox) -> Callable[..., HandlerContext]:
-    """Builds a HandlerContext with the given settings.yaml providers."""
+def make_context(home: Home, events: EventLog, outbox: FakeOutbox,
+                 request: pytest.FixtureRequest) -> Callable[..., HandlerContext]:
+    """Builds a HandlerContext with the given settings.yaml providers. A `unit` test's has the chat tools off:
+    their HTTP server took a fifth of a second to stop after every test, and tests/unit/orchestrator/chattools
+    (and tests/integration, tests/e2e) start them on purpose."""
+    tools = ChatToolsSettings(enabled=request.node.get_closest_marker("unit") is None)
 
     def build(providers: dict[str, ProviderSettings] | None = None, **extra: Any) -> HandlerContext:
-        settings = Settings(providers=providers or {}, queue=QueueSettings(fsync=False))
+        settings = Settings(providers=providers or {}, queue=QueueSettings(fsync=False), chat_tools=tools)
         return HandlerContext(home=home, settings=settings, events=events, outbox=outbox,
                               queue_stats=lambda: {"incoming": 2, "processing": 1}, **extra)
 
