@@ -31,7 +31,7 @@ from hypothesis import settings
 
 from gateway.api import HandlerContext
 from gateway.home import Home
-from gateway.settings import ProviderSettings, QueueSettings, Settings
+from gateway.settings import ChatToolsSettings, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
 from tests.fakes.orchestrator import FakeOutbox, Flow, ScriptedSelector
@@ -58,6 +58,21 @@ FOLDER_MARKERS = {  # a folder under tests/ -> the marker of every test in it
     ("e2e",): pytest.mark.e2e,
     ("faults",): pytest.mark.faults,
 }
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m unit` alone, the folders FOLDER_MARKERS gives another marker are not imported at all: none of
+    their tests could be selected (a folder's marker is every test's in it), and importing them took a tenth of
+    the fast loop. Any other selection collects everything."""
+    if str(config.getoption("markexpr", "")).strip() != "unit":
+        return None
+    try:
+        parts = collection_path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    if any(parts[:len(folder)] == folder for folder, marker in FOLDER_MARKERS.items() if marker.name != "unit"):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -152,11 +167,15 @@ def events(home: Home) -> Iterator[EventLog]:
 
 
 @pytest.fixture
-def make_context(home: Home, events: EventLog, outbox: FakeOutbox) -> Callable[..., HandlerContext]:
-    """Builds a HandlerContext with the given settings.yaml providers."""
+def make_context(home: Home, events: EventLog, outbox: FakeOutbox,
+                 request: pytest.FixtureRequest) -> Callable[..., HandlerContext]:
+    """Builds a HandlerContext with the given settings.yaml providers. A `unit` test's has the chat tools off:
+    their HTTP server took a fifth of a second to stop after every test, and tests/unit/orchestrator/chattools
+    (and tests/integration, tests/e2e) start them on purpose."""
+    tools = ChatToolsSettings(enabled=request.node.get_closest_marker("unit") is None)
 
     def build(providers: dict[str, ProviderSettings] | None = None, **extra: Any) -> HandlerContext:
-        settings = Settings(providers=providers or {}, queue=QueueSettings(fsync=False))
+        settings = Settings(providers=providers or {}, queue=QueueSettings(fsync=False), chat_tools=tools)
         return HandlerContext(home=home, settings=settings, events=events, outbox=outbox,
                               queue_stats=lambda: {"incoming": 2, "processing": 1}, **extra)
 
