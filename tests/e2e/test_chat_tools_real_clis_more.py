@@ -164,7 +164,8 @@ async def test_the_real_cli_asks_and_goes_on_with_the_option_tapped(
         try:
             final = await async_wait_until(lambda: [m for m in chat() if m.startswith("the tool said")], timeout_s=30)
         except AssertionError as exc:
-            raise AssertionError(f"the chat got {chat()}, the model answered {[c.answer for c in model.calls]}") from exc
+            answers = [c.answer for c in model.calls]
+            raise AssertionError(f"the chat got {chat()}, the model answered {answers}") from exc
     [seen] = answered(model, TOOL_RESULT[cli.removeprefix("acp-")])
     assert final[0] == seen.answer, (final, seen.answer)
     assert not answered(model, "no answer"), [c.answer for c in model.calls]
