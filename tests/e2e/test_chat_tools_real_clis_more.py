@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,7 +24,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.settings import ChannelProfile, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
-from gateway.testing import async_wait_until
+from gateway.testing import async_wait_until, wait_until
 from gateway.testing.rig import ChannelRig, send_like_the_dispatcher
 from tests.e2e import test_chat_tools_real_clis as base
 from tests.e2e.conftest import Switchyard
@@ -34,6 +36,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.integration.test_real_endpoints import real_cli
 from tests.integration.test_telegram import TOKEN_ENV as TELEGRAM_TOKEN_ENV
 from tests.integration.test_telegram import TelegramDriver
+from tests.process import pid_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 secure_home = base.secure_home  # the fixture: a home gemini reads its settings file in
@@ -186,7 +189,7 @@ def _reminded(switchyard: Switchyard) -> list[dict[str, Any]]:
     return [r for r in switchyard.replies() if r["message"] == REMINDER_TEXT and r.get("conversationId") == "ops"]
 
 
-def _isolated(switchyard: Switchyard, tmp_path: Path) -> None:
+def _isolated(switchyard: Switchyard, tmp_path: Path) -> Path:
     """The gateway's environment as isolate_real_cli makes a test's: a HOME of its own, the fake key, none of
     the user's agent variables."""
     user_home = tmp_path / "user-home"
@@ -194,37 +197,69 @@ def _isolated(switchyard: Switchyard, tmp_path: Path) -> None:
     for name in AGENT_VARIABLES:
         switchyard.env.pop(name, None)
     switchyard.env.update(HOME=str(user_home), **{KEY: "sk-real-claude"})
+    return user_home
 
 
-async def test_a_reminder_the_real_claude_sets_fires_once_after_a_kill_9(switchyard: Switchyard,
-                                                                         tmp_path: Path) -> None:
-    """`switchyard run` as a process, its agent the real claude -p: claude calls `remind("in 3s", text)`; once
-    its turn has answered (the reminder stored, not due yet) the gateway is killed with SIGKILL; restarted, it
-    fires the reminder: its text reaches the conversation once, and the one-off is removed."""
+@pytest.mark.parametrize("kill_at", ["answered", "mid-turn"])
+async def test_a_reminder_the_real_claude_sets_fires_once_after_a_kill_9(switchyard: Switchyard, tmp_path: Path,
+                                                                         kill_at: str) -> None:
+    """`switchyard run` as a process, its agent the real claude -p: claude calls `remind("in 3s", text)`; the
+    gateway is killed with SIGKILL before it is due, once the turn has answered (`answered`) or as soon as the
+    reminder is stored, claude still running (`mid-turn`: the restarted gateway retries the turn, the real claude
+    calls `remind` again and is told it was set before). Restarted, the gateway fires it: its text reaches the
+    conversation once, and the one-off is removed."""
     real_cli("claude")
     async with ScriptedModel() as model:
         orchestrator = {**yaml.safe_load(REMOTE_AGENT_CONFIG)}
         channels = [{"id": "beat", "type": "heartbeat", "interval_sec": 3600}]
         switchyard.configure({"providers": {"remote": _remote_claude(model)}, "channels": channels}, orchestrator)
-        _isolated(switchyard, tmp_path)
+        user_home = _isolated(switchyard, tmp_path)
         await asyncio.to_thread(switchyard.start)
         switchyard.send(f"[mcp=remind:when={REMINDER_DELAY}|text={REMINDER_TEXT}]", messageId="r1",
                         channel="heartbeat", channelProfileId="beat", conversationId="ops")
-        answer = await async_wait_until(
-            lambda: [r for r in switchyard.replies("r1") if "the tool said" in r["message"]], timeout_s=90)
+        if kill_at == "mid-turn":
+            await async_wait_until(lambda: list((switchyard.home.state / "reminders").glob("*.json")), 90, 0.01)
+        answer = [] if kill_at == "mid-turn" else await async_wait_until(lambda: _answered(switchyard), 90)
         await asyncio.to_thread(switchyard.kill)
-        assert "reminder set: once at" in answer[0]["message"], answer
+        await asyncio.to_thread(_end_orphans, user_home)  # a claude the killed gateway ran goes on by itself
         assert not _reminded(switchyard), "fired before the kill: the delay is too short for this machine"
         rows = await asyncio.to_thread(_reminder_rows, switchyard)
         assert [row["deliver"] for row in rows] == ["beat/ops"]
         await asyncio.to_thread(switchyard.start)
+        answer = answer or await async_wait_until(lambda: _answered(switchyard), 90)
         await async_wait_until(lambda: _reminded(switchyard), timeout_s=60)
         await async_wait_until(lambda: not _reminder_rows(switchyard), timeout_s=30)  # a fired one-off goes
         assert len(_reminded(switchyard)) == 1, _reminded(switchyard)
         fired = [e for e in switchyard.events("schedule.fired") if e["schedule"] == rows[0]["schedule"]]
         assert len(fired) == 1, fired
-    assert any(c.tool_call == f"mcp__switchyard__remind: when={REMINDER_DELAY}|text={REMINDER_TEXT}"
-               for c in model.calls)
+    said = {"answered": "reminder set: once at", "mid-turn": "set before the gateway restarted, not set again"}
+    assert said[kill_at] in answer[0]["message"], answer
+    calls = [c for c in model.calls if c.tool_call == f"mcp__switchyard__remind: when={REMINDER_DELAY}|text="
+             f"{REMINDER_TEXT}"]
+    assert len(calls) == {"answered": 1, "mid-turn": 2}[kill_at], [c.summary() for c in model.calls]
+
+
+def _answered(switchyard: Switchyard) -> list[dict[str, Any]]:
+    return [r for r in switchyard.replies("r1") if "the tool said" in r["message"]]
+
+
+def _end_orphans(user_home: Path) -> None:
+    """SIGKILLs what the killed gateway started that still runs (the processes whose HOME is the test's) and
+    waits until they are gone."""
+    needle = f"HOME={user_home}".encode()
+
+    def ours() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and needle in entry.joinpath("environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+        return [pid for pid in found if pid_alive(pid)]
+
+    for pid in ours():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not ours(), 10)
 
 
 def _reminder_rows(switchyard: Switchyard) -> list[dict[str, Any]]:
