@@ -16,6 +16,7 @@ import pytest
 
 from gateway.api import HandlerContext
 from gateway.home import Home
+from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
@@ -44,6 +45,12 @@ def _context(home: Home, events: EventLog, outbox: FakeOutbox, provider: Provide
     return HandlerContext(home=home, settings=settings, events=events, outbox=outbox, queue_stats=lambda: {})
 
 
+def not_notes(outbox: FakeOutbox) -> list[OutgoingPayload]:
+    """What the turn wrote but its progress notes ("⏳ using …", written while a step runs past
+    `progress_after_sec`, 8 s, which a loaded machine reaches)."""
+    return [p for p in outbox.payloads if not (p.model_extra or {}).get("progressKey")]
+
+
 @pytest.fixture
 def secure_home(home: Home) -> Iterator[Home]:
     """The test's home in a folder no other user may write above (gemini's rule for its settings files): under
@@ -64,8 +71,9 @@ async def test_the_real_cli_sends_a_message_through_the_chat_tools_before_its_an
     async with ScriptedModel() as model:
         orchestrator = await start(_context(secure_home, events, outbox, one_shot_provider(cli, model)))
         [answer] = await orchestrator.handle(make_message(f"[mcp=send_message:text=hello from {cli}]"))
-    assert [p.message for p in outbox.payloads] == [f"hello from {cli}"]
-    assert outbox.payloads[0].conversationId == "c1" and outbox.payloads[0].agent == "remote"
+    sent = not_notes(outbox)
+    assert [p.message for p in sent] == [f"hello from {cli}"]
+    assert sent[0].conversationId == "c1" and sent[0].agent == "remote"
     assert "sent (message 1 of at most 20 this turn)" in answer.message  # the model read the tool's result
     named = {"gemini": "mcp_switchyard_send_message"}.get(cli, "mcp__switchyard__send_message")  # MCP.md
     assert any(call.tool_call == f"{named}: text=hello from {cli}" for call in model.calls)
@@ -80,7 +88,7 @@ async def test_a_refused_call_is_a_tool_error_the_real_cli_hands_the_model(
     async with ScriptedModel() as model:
         orchestrator = await start(_context(secure_home, events, outbox, one_shot_provider(cli, model)))
         [answer] = await orchestrator.handle(make_message("[mcp=send_file:path=/etc/passwd]"))
-    assert outbox.payloads == []
+    assert not_notes(outbox) == []
     assert "outside the folders this conversation may receive files from" in answer.message
 
 
