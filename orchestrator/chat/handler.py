@@ -76,6 +76,7 @@ class Orchestrator:
             extra_roots=[context.home.resolve(root) for root in context.settings.files.extra_roots],
             questions=self.approvals.ask_question, on_ask=self._let_go, history=stores.history.recent,
             file_limits=context.file_limits, reminders=stores.reminders, on_reminder=self._reminder_set,
+            schedules=stores.schedules,
             roles_of=lambda message: self.access.grant(message).roles))
         self._reminders = stores.reminders
         self._runner = ProviderRunner(context.home, context.settings.providers, builtins, events=context.events,

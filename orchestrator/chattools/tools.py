@@ -29,7 +29,8 @@ from gateway.settings import ChatToolsSettings
 from gateway.telemetry.events import EventLog, now_ms
 from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chattools.grants import ToolGrant, TurnBinding
-from orchestrator.schedules.reminders import Reminder, ReminderStore, of_conversation, parse_when
+from orchestrator.schedules.records import ScheduleRecords
+from orchestrator.schedules.reminders import KEY_PREFIX, Reminder, ReminderStore, of_conversation, parse_when
 
 MIB = 1 << 20
 NO_ANSWER = "no answer"
@@ -55,17 +56,21 @@ class ChatTools:
                  history: Callable[[str], list[dict[str, str]]] | None = None,
                  file_limits: Mapping[str, int] | None = None,
                  reminders: ReminderStore | None = None, on_reminder: Callable[[], None] | None = None,
+                 schedules: ScheduleRecords | None = None,
                  roles_of: Callable[[IncomingPayload], Sequence[str]] | None = None):
         """`questions`: how `ask` reaches the chat (None: `ask` is refused); `on_ask(run_id)`: told when a run
         asks, so the messages waiting on that run let its answer through (the executor's `let_go`);
         `history(scope)`: the conversation's recent exchanges, within their 4 KB (ConversationHistory.recent);
         `file_limits`: the largest file per channel type, as its plugin declares it (HandlerContext.file_limits);
         `reminders`: where `remind` stores (None: refused), `on_reminder()`: told when one is set (the Scheduler's
-        `wake`); `roles_of(message)`: the roles its sender holds (docs/roles.md), which `conversation_info` names."""
+        `wake`); `schedules`: where reminders' occurrences are claimed (a one-off that fired is removed from
+        `reminders`; its claim is what tells a turn retried after a crash not to set it again);
+        `roles_of(message)`: the roles its sender holds (docs/roles.md), which `conversation_info` names."""
         self._file_limits = dict(file_limits or {})
         self._roles_of = roles_of
         self._reminders = reminders
         self._on_reminder = on_reminder
+        self._schedules = schedules
         self._history = history
         self._questions = questions
         self._on_ask = on_ask
@@ -151,7 +156,9 @@ class ChatTools:
         turn.reminders += 1
         digest = hashlib.sha256(f"{turn.run_id}\0{turn.step_id}\0{turn.prompt_key}\0{turn.reminders}\0{when}"
                                 f"\0{text}\0{prompt}".encode()).hexdigest()[:12]
-        if any(reminder.id == digest for reminder in held):
+        fired = [] if self._schedules is None else await asyncio.to_thread(
+            self._schedules.latest, f"{KEY_PREFIX}{digest}", 1)  # a one-off that fired is no longer held
+        if fired or any(reminder.id == digest for reminder in held):
             return self._done(grant, "remind", "set before the gateway restarted, not set again")
         limit = self._settings.max_reminders
         if len(held) >= limit:

@@ -16,6 +16,7 @@ import pytest
 
 from gateway.api import HandlerContext
 from gateway.home import Home
+from gateway.models import OutgoingPayload
 from gateway.settings import ChannelProfile, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
@@ -30,7 +31,7 @@ MODELS = {"claude": None, "codex": "gpt-5.4", "gemini": "gemini-fake"}  # codex 
 # not know; gemini skips a settings file below a folder others may write (/tmp), so its home is made elsewhere
 
 
-def _provider(cli: str, model: ScriptedModel) -> ProviderSettings:
+def one_shot_provider(cli: str, model: ScriptedModel) -> ProviderSettings:
     return ProviderSettings(type=cli, binary=real_cli(cli), base_url=model.url + API_PREFIX[cli],
                             api_key_env=KEY_VARIABLE, model=MODELS[cli], timeout_sec=90, first_output_sec=60)
 
@@ -42,6 +43,12 @@ def _context(home: Home, events: EventLog, outbox: FakeOutbox, provider: Provide
     (workspace / "orchestrator.yaml").write_text(REMOTE_AGENT_CONFIG)
     settings = Settings(providers={"remote": provider}, queue=QueueSettings(fsync=False))
     return HandlerContext(home=home, settings=settings, events=events, outbox=outbox, queue_stats=lambda: {})
+
+
+def not_notes(outbox: FakeOutbox) -> list[OutgoingPayload]:
+    """What the turn wrote but its progress notes ("⏳ using …", written while a step runs past
+    `progress_after_sec`, 8 s, which a loaded machine reaches)."""
+    return [p for p in outbox.payloads if not (p.model_extra or {}).get("progressKey")]
 
 
 @pytest.fixture
@@ -62,10 +69,11 @@ async def test_the_real_cli_sends_a_message_through_the_chat_tools_before_its_an
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
     async with ScriptedModel() as model:
-        orchestrator = await start(_context(secure_home, events, outbox, _provider(cli, model)))
+        orchestrator = await start(_context(secure_home, events, outbox, one_shot_provider(cli, model)))
         [answer] = await orchestrator.handle(make_message(f"[mcp=send_message:text=hello from {cli}]"))
-    assert [p.message for p in outbox.payloads] == [f"hello from {cli}"]
-    assert outbox.payloads[0].conversationId == "c1" and outbox.payloads[0].agent == "remote"
+    sent = not_notes(outbox)
+    assert [p.message for p in sent] == [f"hello from {cli}"]
+    assert sent[0].conversationId == "c1" and sent[0].agent == "remote"
     assert "sent (message 1 of at most 20 this turn)" in answer.message  # the model read the tool's result
     named = {"gemini": "mcp_switchyard_send_message"}.get(cli, "mcp__switchyard__send_message")  # MCP.md
     assert any(call.tool_call == f"{named}: text=hello from {cli}" for call in model.calls)
@@ -78,9 +86,9 @@ async def test_a_refused_call_is_a_tool_error_the_real_cli_hands_the_model(
 ) -> None:
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
     async with ScriptedModel() as model:
-        orchestrator = await start(_context(secure_home, events, outbox, _provider(cli, model)))
+        orchestrator = await start(_context(secure_home, events, outbox, one_shot_provider(cli, model)))
         [answer] = await orchestrator.handle(make_message("[mcp=send_file:path=/etc/passwd]"))
-    assert outbox.payloads == []
+    assert not_notes(outbox) == []
     assert "outside the folders this conversation may receive files from" in answer.message
 
 
@@ -95,7 +103,7 @@ async def test_the_real_cli_sets_a_reminder_in_its_own_conversation(
 
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, f"sk-real-{cli}")
     async with ScriptedModel() as model:
-        orchestrator = await start(_context(secure_home, events, outbox, _provider(cli, model)))
+        orchestrator = await start(_context(secure_home, events, outbox, one_shot_provider(cli, model)))
         [answer] = await orchestrator.handle(make_message("[mcp=remind:when=in 2h|text=stand up]"))
     assert "reminder set: once at" in answer.message, answer.message
     [stored] = FileReminders(secure_home).all()
@@ -129,7 +137,7 @@ async def test_the_real_claude_asks_and_a_tap_returns_the_answer_to_it(
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-claude")
     write_config(REMOTE_AGENT_CONFIG)
     async with ScriptedModel() as model:
-        settings = Settings(providers={"remote": _provider("claude", model)}, queue=QueueSettings(fsync=False),
+        settings = Settings(providers={"remote": one_shot_provider("claude", model)}, queue=QueueSettings(fsync=False),
                             channels=[ChannelProfile(id="console", type="console")])
         context = HandlerContext(home=home, settings=settings, events=events, outbox=outbox,
                                  queue_stats=lambda: {})
@@ -156,7 +164,7 @@ async def test_a_sandboxed_real_claude_reaches_its_chat_tools_through_the_model_
         pytest.skip("needs bubblewrap (apt-get install bubblewrap)")
     isolate_real_cli(tmp_path, monkeypatch, KEY_VARIABLE, "sk-real-claude")
     async with ScriptedModel() as model:
-        provider = _provider("claude", model).model_copy(update={"sandbox": "bwrap", "network": "model-only"})
+        provider = one_shot_provider("claude", model).model_copy(update={"sandbox": "bwrap", "network": "model-only"})
         orchestrator = await start(_context(secure_home, events, outbox, provider))
         [answer] = await orchestrator.handle(make_message("[mcp=send_message:text=hello from the sandbox]"))
     assert [p.message for p in outbox.payloads] == ["hello from the sandbox"], answer.message

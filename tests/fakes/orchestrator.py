@@ -63,7 +63,8 @@ class FakeOutbox:
         return Path(f"/fake/outgoing/{len(self.payloads)}.json")
 
     def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
-        return any(p.workflowRunId == run_id and p.runState == run_state for p in self.payloads)
+        # a payload without a runState (a progress note of the same run) holds no result: no AttributeError
+        return any(p.workflowRunId == run_id and getattr(p, "runState", None) == run_state for p in self.payloads)
 
 
 _ids = itertools.count(1)

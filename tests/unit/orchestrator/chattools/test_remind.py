@@ -130,3 +130,16 @@ async def test_a_prompt_reminder_is_answered_by_the_conversation_s_workflow(runn
     assert answered[0].conversationId == "room" and answered[0].sender == "schedule"
     fired = running.named("schedule.fired")
     assert len(fired) == 1 and fired[0]["conversation"] == "room"
+
+
+async def test_a_retried_turn_does_not_set_again_a_one_off_that_fired_meanwhile(running: Running,
+                                                                                home: Home) -> None:
+    """A turn killed after `remind` is retried after the restart and calls it again; when the one-off fired (and
+    was removed) before that call, the occurrence claimed under its key says it was set: not set again (seen
+    with the real claude, tests/e2e/test_chat_tools_real_clis_more.py, where it fired a second time)."""
+    assert (await remind(running, when="in 1s", text="only once")).startswith("reminder set")
+    await async_wait_until(lambda: texts(running, "only once") and not FileReminders(home).all(), 10)
+    again = await remind(running, when="in 1s", text="only once")  # the same turn's same call, retried
+    assert again == "set before the gateway restarted, not set again"
+    assert FileReminders(home).all() == []
+    assert await remind(running, when="in 1s", text="another one")  # a different call is set
