@@ -24,10 +24,11 @@ def test_three_send_messages_then_the_answer_arrive_in_order_once_each(switchyar
     switchyard.configure({"providers": providers}, orchestrator)
     switchyard.start()
     switchyard.send("the plan", messageId="t1")
-    replies = switchyard.reply_to("t1", count=4)
+    wait_until(lambda: "final answer to the plan" in [r["message"] for r in switchyard.replies("t1")], 60)
     wait_until(lambda: len(switchyard.events("chat_tool.called")) == 3)
-    assert [r["message"] for r in switchyard.replies("t1")] == [
-        "progress 1", "progress 2", "progress 3", "final answer to the plan"]
+    # on a busy machine the run may also be acknowledged ("Started run …") or noted ("⏳ …"): those aside
+    replies = [r for r in switchyard.replies("t1") if r["message"].startswith(("progress", "final"))]
+    assert [r["message"] for r in replies] == ["progress 1", "progress 2", "progress 3", "final answer to the plan"]
     assert len({r["workflowRunId"] for r in replies}) == 1
 
 
