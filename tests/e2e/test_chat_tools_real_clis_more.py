@@ -1,8 +1,9 @@
 """The REAL agent CLIs with the chat tools, beyond a message (tests/e2e/test_chat_tools_real_clis.py): a PNG of
-the run's own workspace reaches the Telegram fake as one photo with its caption; a question `ask`s the chat, a
-tap answers it and the agent goes on with the answer; a reminder set by the real claude fires once after the
-gateway was killed with SIGKILL. The model is the scripted fake on 127.0.0.1 (tests/fakes/acp/scripted_model.py);
-what each CLI does is recorded in tests/fakes/clis/MCP.md. Skipped where a CLI is not installed."""
+the run's own workspace reaches the Telegram fake as one photo with its caption; a question `ask`s the chat (with
+Yes/No, or with the options the model gave as a list), a tap answers it and the agent goes on with the answer; a
+reminder set by the real claude fires once after the gateway was killed with SIGKILL. The model is the scripted
+fake on 127.0.0.1 (tests/fakes/acp/scripted_model.py); what each CLI does is recorded in tests/fakes/clis/MCP.md.
+Skipped where a CLI is not installed."""
 
 from __future__ import annotations
 
@@ -126,10 +127,16 @@ async def test_the_real_cli_sends_a_png_of_its_workspace_as_one_telegram_photo(
     assert any("sent chart.png" in p.message for p in answers), answers  # the model read the tool's result
 
 
-TOOL_RESULT = {"claude": '"{\\"result\\":\\"No\\"}"', "codex": 'Output:\n{"result":"No"}',
-               "gemini": '{"output": "<untrusted_context>\\nNo\\n</untrusted_context>"}'}
-"""How each CLI hands the model the result "No" of `ask` (tests/fakes/clis/MCP.md), as the scripted model quotes
-it back: claude the JSON text, codex after its own `Wall time: … Output:` lines, gemini inside untrusted_context."""
+TOOL_RESULT = {"claude": '"{\\"result\\":\\"ANSWER\\"}"', "codex": 'Output:\n{"result":"ANSWER"}',
+               "gemini": '{"output": "<untrusted_context>\\nANSWER\\n</untrusted_context>"}'}
+"""How each CLI hands the model the result ANSWER of `ask` (tests/fakes/clis/MCP.md), as the scripted model
+quotes it back: claude the JSON text, codex after its own `Wall time: … Output:` lines, gemini inside
+untrusted_context."""
+
+
+def quoted(cli: str, answer: str) -> str:
+    """What the scripted model quotes of the CLI's tool result `answer` of `ask`."""
+    return TOOL_RESULT[cli.removeprefix("acp-")].replace("ANSWER", answer)
 
 
 def answered(model: ScriptedModel, result: str) -> list[Call]:
@@ -169,10 +176,63 @@ async def test_the_real_cli_asks_and_goes_on_with_the_option_tapped(
         except AssertionError as exc:
             answers = [c.answer for c in model.calls]
             raise AssertionError(f"the chat got {chat()}, the model answered {answers}") from exc
-    [seen] = answered(model, TOOL_RESULT[cli.removeprefix("acp-")])
+    [seen] = answered(model, quoted(cli, "No"))
     assert final[0] == seen.answer, (final, seen.answer)
     assert not answered(model, "no answer"), [c.answer for c in model.calls]
     assert any(c.tool_call and c.tool_call.split(":")[0].endswith("ask") for c in model.calls)
+
+
+COLOURS = ["red", "green", "blue"]
+
+
+@pytest.fixture
+def tool_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """(tool, arguments) of each call the chat tools' MCP server receives, as the CLI sent them (before the SDK
+    validates them)."""
+    from mcp.server.mcpserver import MCPServer
+
+    received: list[tuple[str, dict[str, Any]]] = []
+    real = MCPServer.call_tool
+
+    async def recorded(self: MCPServer, name: str, arguments: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        received.append((name, dict(arguments)))
+        return await real(self, name, arguments, *args, **kwargs)
+
+    monkeypatch.setattr(MCPServer, "call_tool", recorded)
+    return received
+
+
+@pytest.mark.parametrize("cli", ONE_SHOT + ACP)
+async def test_the_real_cli_asks_with_options_and_goes_on_with_the_one_tapped(
+    secure_home: Home, events: EventLog, start: Callable[[HandlerContext], Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, outbox: FakeOutbox, tool_calls: list[tuple[str, dict[str, Any]]], cli: str,
+) -> None:
+    """The model calls `ask` with a list of three options; the CLI passes the list to the server as a list
+    (MCP.md); the question reaches the conversation with those three buttons; "green" is tapped, the CLI hands
+    the model "green" in the tool result, and the model's final text (quoting it) reaches the chat."""
+    isolate_real_cli(tmp_path, monkeypatch, KEY, f"sk-real-{cli}")
+    asked = f"[mcp=ask:question=Which colour, {cli}?|options:={json.dumps(COLOURS)}]"
+    async with ScriptedModel() as model:
+        orchestrator = await start(context(secure_home, events, outbox, provider(cli, model), REMOTE_AGENT_CONFIG,
+                                           ChannelProfile(id="console", type="console")))
+        turn = asyncio.create_task(orchestrator.handle(make_message(asked)))
+        try:
+            [question] = await async_wait_until(lambda: [p for p in outbox.payloads if p.buttons], timeout_s=90)
+            assert question.message.startswith(f"❓ Which colour, {cli}?")
+            assert [b.label for b in question.buttons] == COLOURS
+            [tapped] = await orchestrator.handle(make_message("green", button=question.buttons[1].id))
+            assert tapped.message == "Answered: green"
+            replies = await asyncio.wait_for(turn, 90)
+        finally:
+            turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await turn
+        final = await async_wait_until(lambda: [p.message for p in [*replies, *outbox.payloads] if not p.draft
+                                                and p.message.startswith("the tool said")], timeout_s=30)
+    assert [arguments for name, arguments in tool_calls if name == "ask"] == [
+        {"question": f"Which colour, {cli}?", "options": COLOURS}]  # a list, as the model gave it
+    [seen] = answered(model, quoted(cli, "green"))
+    assert final[0] == seen.answer, (final, seen.answer)
 
 
 REMINDER_TEXT = "stretch your legs"

@@ -9,8 +9,10 @@ Directives in the last user text of a request (all optional):
 - `[recall=WORD]` answers whether WORD appears in the earlier messages of the request (the session's memory);
 - `[mcp=TOOL:KEY=VALUE]` answers with a call of the offered tool named TOOL or ending in `_TOOL` (an MCP tool as
   the CLI names it: claude `mcp__switchyard__send_message`, gemini and codex their own spelling) with the one
-  string argument KEY=VALUE (none when `:…` is left out; several as `K1=V1|K2=V2`), then, given its result,
-  quotes it like `[run=]`.
+  string argument KEY=VALUE (none when `:…` is left out; several as `K1=V1|K2=V2`; `KEY:=JSON` gives KEY any
+  JSON value, `options:=["red","green"]`, whose own `[…]` may nest in the directive, but not a `|`), then, given
+  its result, quotes it like `[run=]`. Each API carries the arguments as JSON (claude's `input`, codex's
+  `arguments` string, gemini's `args`), so a list reaches the CLI as a list.
 
 Every request is kept in `calls` with its start and end time (`time.monotonic()`), so a caller in the same
 process can tell the model's own time from the agent's.
@@ -30,7 +32,7 @@ from aiohttp import web
 
 from tests.fakes.base import FakeServer
 
-DIRECTIVE = re.compile(r"\[[a-z]+=[^\]]*\]")
+DIRECTIVE_START = re.compile(r"\[([a-z]+)=")
 SHELL_TOOLS = ("Bash", "run_shell_command", "shell_command", "exec_command", "shell")
 
 
@@ -65,7 +67,7 @@ class Turn:
     delay: float
     tool: tuple[str, str] | None  # (tool name, command)
     escalated: bool = True
-    arguments: dict[str, str] | None = None  # an MCP tool's own arguments (`[mcp=]`) instead of a shell command
+    arguments: dict[str, Any] | None = None  # an MCP tool's own arguments (`[mcp=]`) instead of a shell command
 
 
 class ScriptedModel(FakeServer):
@@ -116,26 +118,59 @@ def plan(call: Call, user_texts: list[str], tool_result: str | None, tools: list
         wanted, _, argument = mcp.partition(":")
         offered = next((name for name in tools if name == wanted or name.endswith("_" + wanted)), None)
         if offered is not None:
-            pairs = [part.partition("=") for part in argument.split("|")] if argument else []
             call.tool_call = f"{offered}: {argument}"
-            return Turn("", 0, delay, (offered, ""), arguments={key: value for key, _, value in pairs if key})
+            return Turn("", 0, delay, (offered, ""), arguments=_arguments(argument))
     if command and tool_result is None and shell:
         call.tool_call = f"{shell}: {command}"
         return Turn("", 0, delay, (shell, command), escalated=_directive(prompt, "sandboxed") is None)
     if tool_result is not None:
         text = f"the tool said: {tool_result.strip()[:400]}"
     elif (word := _directive(prompt, "recall")) is not None:
-        seen = DIRECTIVE.sub("", " ".join(user_texts))
+        seen = _without_directives(" ".join(user_texts))
         text = f"recall {word}: {'yes' if word in seen else 'no'} ({len(user_texts)} user texts seen)"
     else:
-        text = "answer to: " + DIRECTIVE.sub("", prompt).strip()[:80]
+        text = "answer to: " + _without_directives(prompt).strip()[:80]
     call.answer = text
     return Turn(text, max(chunks, 1), delay, None)
 
 
+def _directives(prompt: str) -> list[tuple[str, str, int, int]]:
+    """(name, value, start, end) of each `[name=value]` in the prompt, in order; a value may hold balanced
+    `[…]` of its own (a JSON list), never read as a directive; a `[` never closed ends nothing."""
+    found: list[tuple[str, str, int, int]] = []
+    for match in DIRECTIVE_START.finditer(prompt):
+        if found and match.start() < found[-1][3]:
+            continue
+        depth, at = 1, match.end()
+        while at < len(prompt) and depth:
+            depth += {"[": 1, "]": -1}.get(prompt[at], 0)
+            at += 1
+        if depth == 0:
+            found.append((match.group(1), prompt[match.end():at - 1], match.start(), at))
+    return found
+
+
 def _directive(prompt: str, name: str) -> str | None:
-    found = re.findall(rf"\[{name}=([^\]]*)\]", prompt)
-    return found[-1] if found else None
+    values = [value for found, value, _, _ in _directives(prompt) if found == name]
+    return values[-1] if values else None
+
+
+def _without_directives(text: str) -> str:
+    for _, _, start, end in reversed(_directives(text)):
+        text = text[:start] + text[end:]
+    return text
+
+
+def _arguments(argument: str) -> dict[str, Any]:
+    """`K1=V1|K2:=JSON` as a tool call's arguments: a string, or the JSON value given."""
+    arguments: dict[str, Any] = {}
+    for part in argument.split("|") if argument else []:
+        key, _, value = part.partition("=")
+        if key.endswith(":"):
+            arguments[key[:-1]] = json.loads(value)
+        elif key:
+            arguments[key] = value
+    return arguments
 
 
 def _pieces(text: str, count: int) -> list[str]:
