@@ -15,10 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from gateway import app
+from gateway.app import Gateway
+from gateway.home import Home
+from gateway.plugin_manager import build_plugin_manager
 from gateway.runtime import orphans
 from gateway.runtime.containment import TOKEN_VAR
 from gateway.telemetry.events import EventLog, read_events
-from gateway.testing import wait_until
+from gateway.settings import QueueSettings, Settings
+from gateway.testing import async_wait_until, wait_until
 from tests.process import pid_alive
 
 # A gateway process as far as tokens go: it claims its home, starts a run the way spawn does (its own session,
@@ -124,6 +129,22 @@ def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path, gr
     assert [orphan.group for orphan in orphans.sweep(home)] == [run.pid]
     assert run.wait(timeout=5) == -signal.SIGKILL
     run.stdout.close()
+
+
+async def test_a_running_gateway_ends_what_a_sibling_process_of_its_home_left_when_it_died(
+        home: Home, tmp_path: Path, groups: Started, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` and `worker` on one home: the one that lives ends what the other left, at its next maintenance."""
+    monkeypatch.setattr(app, "MAINTENANCE_INTERVAL_S", 0.05)
+    settings = Settings(queue=QueueSettings(fsync=False))
+    gateway = Gateway(home, settings, build_plugin_manager(settings))
+    await gateway.start()
+    try:
+        shell, child = _left_by_a_dead_gateway(home.root, tmp_path, groups)
+        await async_wait_until(lambda: not pid_alive(shell) and not pid_alive(child), 10)
+    finally:
+        await gateway.stop()
+    [ended] = [e for e in read_events(home.events_file) if e["event"] == "process.orphan_ended"]
+    assert ended["pid"] == shell, ended
 
 
 def _exited_pid() -> int:
