@@ -1,6 +1,6 @@
 """An agent CLI runs in a session of its own (so /stop can end its group), so a gateway killed with SIGKILL
 mid-turn leaves it running; the next `switchyard run` on the home ends it before it retries the turn, and the
-turn is answered once."""
+turn is answered once (both queue backends)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from gateway.testing import wait_until
-from tests.e2e.conftest import Switchyard
+from tests.e2e.conftest import Switchyard, both_backends
 from tests.process import pid_alive
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, both_backends]
 
 ENDED_WITHIN_S = 10.0
 

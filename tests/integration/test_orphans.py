@@ -21,8 +21,8 @@ from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.runtime import orphans
 from gateway.runtime.containment import TOKEN_VAR
-from gateway.telemetry.events import EventLog, read_events
 from gateway.settings import QueueSettings, Settings
+from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until, wait_until
 from tests.process import pid_alive
 
