@@ -60,8 +60,10 @@ class Owner:
         return cls(parts[0], parts[1], int(parts[2]), parts[3])
 
     def gone(self) -> bool:
-        """Whether the owner no longer runs (its pid free, or held by a process started at another time)."""
-        return start_time(self.pid) != self.started
+        """Whether the owner no longer runs: its pid free, held by a process started at another time, or a zombie
+        (dead, its parent has not reaped it yet)."""
+        fields = _stat_fields(self.pid)
+        return fields is None or fields[19].decode() != self.started or fields[0] == b"Z"
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,17 @@ def home_id(root: Path) -> str:
 
 def start_time(pid: int) -> str | None:
     """A process's start time in clock ticks since boot (/proc/<pid>/stat field 22); None when it is gone."""
+    fields = _stat_fields(pid)
+    return None if fields is None else fields[19].decode()
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/<pid>/stat's fields from the state on (field 3): the name before it may hold spaces."""
     try:
-        stat = (PROC / str(pid) / "stat").read_bytes()
-        return stat.rsplit(b")", 1)[1].split()[19].decode()
+        fields = (PROC / str(pid) / "stat").read_bytes().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    return fields if len(fields) > 19 else None
 
 
 def pid_namespace() -> str:
@@ -162,11 +170,8 @@ def _alive_in(groups: list[int]) -> set[int]:
     to reap it; this process reaps nothing it did not start itself)."""
     alive: set[int] = set()
     for pid in _pids():
-        try:
-            fields = (PROC / str(pid) / "stat").read_bytes().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != b"Z" and int(fields[2]) in groups:
+        fields = _stat_fields(pid)
+        if fields is not None and fields[0] != b"Z" and int(fields[2]) in groups:
             alive.add(int(fields[2]))
     return alive
 

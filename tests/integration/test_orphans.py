@@ -131,6 +131,21 @@ def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path, gr
     run.stdout.close()
 
 
+def test_a_gateway_process_that_died_but_is_not_reaped_yet_is_gone(tmp_path: Path, groups: Started) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    owner = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
+    try:
+        wait_until(lambda: not pid_alive(owner.pid), 10)
+        dead = orphans.Owner(orphans.home_id(home), orphans.pid_namespace(), owner.pid,
+                             orphans.start_time(owner.pid) or "?").label()
+        run = subprocess.Popen(["sleep", "60"], env={TOKEN_VAR: f"{dead}:{uuid.uuid4().hex}"}, start_new_session=True)
+        groups.append(run)
+        assert [orphan.group for orphan in orphans.sweep(home)] == [run.pid]
+    finally:
+        owner.wait()
+
+
 async def test_a_running_gateway_ends_what_a_sibling_process_of_its_home_left_when_it_died(
         home: Home, tmp_path: Path, groups: Started, monkeypatch: pytest.MonkeyPatch) -> None:
     """`run` and `worker` on one home: the one that lives ends what the other left, at its next maintenance."""
