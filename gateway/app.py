@@ -29,6 +29,7 @@ from gateway.composition import open_backend
 from gateway.home import Home, atomic_write, queue_depths
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
+from gateway.runtime import orphans
 from gateway.runtime.containment import supervise_children
 from gateway.runtime.intake import Intake
 from gateway.runtime.receipts import takes_receipts
@@ -127,6 +128,7 @@ class Gateway:
         """Recovers the queue, starts the handler, then the backend's channels, processing and delivery."""
         self._loop = asyncio.get_running_loop()
         self.events.write_per_turn(self._loop)
+        await asyncio.to_thread(orphans.sweep, self.home.root, self.events)  # before any turn is retried
         for paths in call_each(self.pm, "switchyard_init", events=self.events, home=self.home, settings=self.settings):
             for path in paths:  # e.g. the default orchestrator.yaml of a workspace that had none: say so
                 log.warning("wrote the default %s (there was none)", path)
@@ -288,6 +290,7 @@ class Gateway:
             self._write_status()
             await self.runtime.prune()
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            await asyncio.to_thread(orphans.sweep, self.home.root, self.events)  # a sibling process died since
 
     def _apply_settings(self, settings: Settings) -> None:
         """Hands settings reloaded while running to the handler and to each running channel's context."""
@@ -386,6 +389,7 @@ async def _keep_typing(typing: Callable[[str], Awaitable[None]], conversation: s
 async def run_gateway(gateway: Gateway, stop: asyncio.Event) -> None:
     """Runs a gateway until `stop` is set (a signal in the CLI, or its `request_stop`); it supervises its children."""
     supervise_children()
+    orphans.claim(gateway.home.root)  # the runs' tokens name this process, for the sweep of a next one
     await gateway.start()
     try:
         await stop.wait()

@@ -4,7 +4,8 @@ A run's processes are its process group plus every process carrying the run's to
 environment. The gateway makes itself a child subreaper (Linux), so a process that leaves the
 group with setsid() and is orphaned is re-parented to the gateway instead of init, and can be
 found among the gateway's descendants. Not contained: a process that scrubs its environment and
-also leaves the group (or is re-parented elsewhere, as when the subreaper could not be set).
+also leaves the group (or is re-parented elsewhere, as when the subreaper could not be set). What a gateway
+killed with SIGKILL left running is ended by the next one of its home (gateway/runtime/orphans.py).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import os
 import signal
 import sys
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from gateway.runtime.orphans import TOKEN_VAR, new_token
+
 log = logging.getLogger("switchyard.containment")
 
-TOKEN_VAR = "SWITCHYARD_PROC_TOKEN"
 PR_SET_CHILD_SUBREAPER = 36
 REAP_WAIT_S = 2.0
 REAP_POLL_S = 0.01
@@ -106,8 +107,9 @@ class _PidfdWatcher(asyncio.AbstractChildWatcher):
 
 
 def tagged(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    """A run's environment with a fresh token every process it starts inherits, and the token."""
-    token = uuid.uuid4().hex
+    """A run's environment with a fresh token every process it starts inherits, and the token (it names the
+    gateway process that claimed a home: gateway/runtime/orphans.py)."""
+    token = new_token()
     return {**env, TOKEN_VAR: token}, token
 
 

@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.settings import ChannelProfile, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
-from gateway.testing import async_wait_until, wait_until
+from gateway.testing import async_wait_until
 from gateway.testing.rig import ChannelRig, send_like_the_dispatcher
 from tests.e2e import test_chat_tools_real_clis as base
 from tests.e2e.conftest import Switchyard
@@ -260,7 +260,17 @@ def _isolated(switchyard: Switchyard, tmp_path: Path) -> Path:
     return user_home
 
 
+@pytest.fixture
+def no_claude_left(tmp_path: Path) -> Iterator[None]:
+    """Whatever a failed test left running with the test's HOME (a claude the restart did not end) is killed."""
+    yield
+    for pid in _running_with_home(tmp_path / "user-home"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("kill_at", ["answered", "mid-turn"])
+@pytest.mark.usefixtures("no_claude_left")
 async def test_a_reminder_the_real_claude_sets_fires_once_after_a_kill_9(switchyard: Switchyard, tmp_path: Path,
                                                                          kill_at: str) -> None:
     """`switchyard run` as a process, its agent the real claude -p: claude calls `remind("in 3s", text)`; the
@@ -281,11 +291,13 @@ async def test_a_reminder_the_real_claude_sets_fires_once_after_a_kill_9(switchy
             await async_wait_until(lambda: list((switchyard.home.state / "reminders").glob("*.json")), 90, 0.01)
         answer = [] if kill_at == "mid-turn" else await async_wait_until(lambda: _answered(switchyard), 90)
         await asyncio.to_thread(switchyard.kill)
-        await asyncio.to_thread(_end_orphans, user_home)  # a claude the killed gateway ran goes on by itself
+        left = _running_with_home(user_home)  # a claude the killed gateway ran goes on by itself
+        assert left or kill_at == "answered", "claude ended with its gateway: the kill came too late"
         assert not _reminded(switchyard), "fired before the kill: the delay is too short for this machine"
         rows = await asyncio.to_thread(_reminder_rows, switchyard)
         assert [row["deliver"] for row in rows] == ["beat/ops"]
         await asyncio.to_thread(switchyard.start)
+        assert not any(pid_alive(pid) for pid in left), "the restarted gateway did not end it"  # before it started
         answer = answer or await async_wait_until(lambda: _answered(switchyard), 90)
         await async_wait_until(lambda: _reminded(switchyard), timeout_s=60)
         await async_wait_until(lambda: not _reminder_rows(switchyard), timeout_s=30)  # a fired one-off goes
@@ -303,23 +315,15 @@ def _answered(switchyard: Switchyard) -> list[dict[str, Any]]:
     return [r for r in switchyard.replies("r1") if "the tool said" in r["message"]]
 
 
-def _end_orphans(user_home: Path) -> None:
-    """SIGKILLs what the killed gateway started that still runs (the processes whose HOME is the test's) and
-    waits until they are gone."""
+def _running_with_home(user_home: Path) -> list[int]:
+    """The processes whose HOME is the test's own (what the gateway started: it has that HOME) still running."""
     needle = f"HOME={user_home}".encode()
-
-    def ours() -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            with contextlib.suppress(OSError):
-                if entry.name.isdigit() and needle in entry.joinpath("environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-        return [pid for pid in found if pid_alive(pid)]
-
-    for pid in ours():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not ours(), 10)
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and needle in entry.joinpath("environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+    return [pid for pid in found if pid_alive(pid)]
 
 
 def _reminder_rows(switchyard: Switchyard) -> list[dict[str, Any]]:
