@@ -61,7 +61,7 @@ class AnsweredStore(Protocol):
     """Which messages were answered within the duplicate window (gateway/backends/files/answered.py AnsweredIndex): a
     message recorded is `contains` until the window passes or it is forgotten (a late dead letter), for
     every handle on the store. PostgreSQL: gateway/backends/postgres/answered.py PgAnswered over
-    `switchyard_answered`, whose statements processing.py, outbox.py and latedead.py fold into their own."""
+    `switchyard_answered`, whose statements answering.py, outbox.py and latedead.py fold into their own."""
 
     def contains(self, message: IncomingPayload) -> bool:
         """True when `message` (by channel, profile and messageId) was answered within the window."""
@@ -133,16 +133,12 @@ class EventSink(Protocol):
 
 @runtime_checkable
 class QueueStore(Protocol):
-    """The inbound queue (gateway/spool/queue.py FileQueue): takes payloads in, gives them out oldest first
+    """The inbound queue (gateway/spool/queue.py FileQueue, gateway/backends/memory/queue.py MemoryQueue,
+    gateway/backends/postgres/queue.py PgQueue): takes payloads in, gives them out oldest first
     (skipping, in place, those whose ordering keys the caller does not admit), returns a failed one to its
     place in line, completes it, or dead-letters it with its bytes intact. Several handles may share one
-    queue (processes on one home); what a handle that stopped had claimed is given back by
-    `recover_dead_workers` on another, in its place.
-
-    The PostgreSQL queue (gateway/backends/postgres/intake.py, keyjobs.py, processing.py) does not satisfy this
-    protocol:
-    a message is stored on intake and run by Procrastinate jobs locked per key, so claiming, retrying and
-    dead-lettering are SQL inside its processing, not operations of a queue object.
+    queue (processes on one home, or hosts on one database); what a handle that stopped had claimed is given
+    back by `recover_dead_workers` on another, in its place. gateway/runtime/worker.py's Worker runs on each.
     """
 
     def open(self) -> list[str]:
@@ -193,6 +189,17 @@ class QueueStore(Protocol):
 
     def take_vanished(self) -> list[tuple[int, str]]:
         """Orders of indexed payloads that were gone when claimed (taken by another handle)."""
+
+    def take_claim_errors(self) -> list[str]:
+        """The reasons of the claims that failed since the last call (a file that cannot be moved)."""
+
+    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
+        """Replaces the bytes of a payload this handle claimed (an edit folded into it before it started)."""
+
+    def start(self, claimed: Claimed) -> bytes | None:
+        """Marks a claimed payload started (an edit no longer folds into it); its bytes as they are now, or
+        None when it is no longer this handle's (given back as a stopped handle's: another runs it).
+        ValueError (why) when it cannot be run here: it is then dead."""
 
 
 @runtime_checkable

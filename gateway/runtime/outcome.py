@@ -1,10 +1,9 @@
 """What became of a handled message: done, retried after a backoff, or dead with an apology.
 
-The rule is written once here and every backend only stores what it decides: the worker of the file
-queue (gateway/runtime/worker.py) and the postgres task (gateway/backends/postgres/processing.py) call `handled` (or
-`failed`,
-`dead`) and then write the outcome to their own storage, announcing it with the outcome's events when
-their storage allows (before a retry is stored, and after it; once a dead letter is stored).
+The rule is written once here and every backend only stores what it decides: the Worker
+(gateway/runtime/worker.py, on every backend's queue) calls `handled` (or `failed`, `dead`) and then writes
+the outcome to its queue's storage, announcing it with the outcome's events when that storage allows
+(before a retry is stored, and after it; once a dead letter is stored).
 """
 
 from __future__ import annotations

@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from gateway.api import Handler, Outbox
 from gateway.channelkit.edits import edited_bytes
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.payloads import backoff_seconds, parse_payload
+from gateway.payloads import parse_payload
 from gateway.runtime.aio import finish_or_cancel, wait_event
+from gateway.runtime.claims import ClaimErrors, quarantine, storage_pause
 from gateway.runtime.keys import KeyScheduler, ordering_keys
 from gateway.runtime.locks import Locks
-from gateway.runtime.outcome import Dead, Done, Retry, handled
+from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
 from gateway.runtime.receipts import Receipts
 from gateway.runtime.sharing import SharedHome
 from gateway.settings import QueueSettings
 from gateway.spool.queue import CLAIM_RETRY_S, Claimed
+from gateway.storable import made_safe
 from gateway.stores import AnsweredStore, QueueStore
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
@@ -32,19 +33,11 @@ log = logging.getLogger("switchyard.worker")
 
 MAX_PENDING = 10_000
 LOCK_RETRY_S = 0.05
-CLAIM_REPORT_S = 60.0
+T = TypeVar("T")
 
-
-class WorkerQueue(QueueStore, Protocol):
-    """The queue a Worker claims from: a QueueStore that also reports why claims failed."""
-
-    def take_claim_errors(self) -> list[str]:
-        """The reasons of the claims that failed since the last call (a file that cannot be moved)."""
-        ...
-
-    def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
-        """Replaces the bytes of a payload this handle claimed (an edit folded into it before it started)."""
-        ...
+StoreAnswer = Callable[[Claimed, IncomingPayload, list[OutgoingPayload]], bool]
+"""Stores a message's replies, its answer and its completion in one step (True: stored; False: it was done
+already); without one the Worker writes each reply, records the answer and completes it in turn."""
 
 
 @dataclass
@@ -58,12 +51,15 @@ class Worker:
     """Claims messages in order and runs them through the handler, one at a time per ordering key.
 
     Any QueueStore and AnsweredStore: the file backend's (gateway/backends/files/runtime.py) or the in-memory one's
-    (gateway/backends/memory/runtime.py). Without `sharing` but with `locks`, key locks are on from the start
-    (hosts sharing one queue). `wants_receipt(message)`: whether the message's channel takes "queued" receipts."""
+    (gateway/backends/memory/runtime.py) or PostgreSQL's (gateway/backends/postgres/backend.py). Without `sharing`
+    but with `locks`, key locks are on from the start (hosts sharing one queue). `wants_receipt(message)`: whether
+    the message's channel takes "queued" receipts. `storage_errors`: what the queue's storage raises while it
+    cannot be written (waited out with backoff, the message kept with its keys); any other error of a message's
+    bookkeeping is that message's failure (dead-lettered with it), never the queue's."""
 
     def __init__(
         self,
-        queue: WorkerQueue,
+        queue: QueueStore,
         handler: Handler,
         outbox: Outbox,
         answered: AnsweredStore,
@@ -74,6 +70,8 @@ class Worker:
         locks: Locks | None = None,
         sharing: SharedHome | None = None,
         wants_receipt: Callable[[IncomingPayload], bool] | None = None,
+        store_answer: StoreAnswer | None = None,
+        storage_errors: tuple[type[BaseException], ...] = (OSError,),
     ):
         self.queue = queue
         self.handler = handler
@@ -88,8 +86,10 @@ class Worker:
         self._waiting_logged = False
         self._blocked: set[str] = set()  # keys another process holds, found in this claim pass
         self._contended = False  # a file was left in incoming/ because another process holds its key
-        self._last_claim_error = ("", 0.0)
+        self._claim_errors = ClaimErrors(events)
         self._on_start = on_start
+        self._store_answer = store_answer
+        self._storage_errors = storage_errors
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -105,9 +105,12 @@ class Worker:
             return
         while True:
             await asyncio.sleep(self._locks.ttl_s / 3)
-            self._locks.renew(self.scheduler.locked_keys())
-            if self.scheduler.locks is not None:  # a backstop: a dead process's stale locks swept by others
-                self._recover_dead_workers()
+            try:
+                self._locks.renew(self.scheduler.locked_keys())
+                if self.scheduler.locks is not None:  # a backstop: a dead process's stale locks swept by others
+                    self._recover_dead_workers()
+            except self._storage_errors as exc:  # tried again at the next renewal
+                log.warning("cannot renew the key locks: %s", exc)
 
     def request_share(self) -> None:
         """Tells the loop that another process may have asked to share the home (see SharedHome)."""
@@ -160,12 +163,12 @@ class Worker:
                 continue
             try:
                 self._claim_and_start()
+                timeout = self.queue.next_due_in()
             except Exception as exc:  # never let the loop die: log, report, look again shortly
                 log.exception("claiming failed")
                 self.events.emit("queue.error", reason=f"claiming failed: {type(exc).__name__}: {exc}")
                 await asyncio.sleep(CLAIM_RETRY_S)
                 continue
-            timeout = self.queue.next_due_in()
             if self.scheduler.contended or self._contended or self._share_requested:  # held elsewhere: look again
                 timeout = min(timeout or LOCK_RETRY_S, LOCK_RETRY_S)
             await wait_event(self._wakeup, timeout)
@@ -183,7 +186,7 @@ class Worker:
             self.scheduler.release_hold(order)
         if shared:
             self.scheduler.release_idle()  # keys reserved for a file that vanished or proved invalid
-        self._report_claim_errors(self.queue.take_claim_errors())
+        self._claim_errors.report(self.queue.take_claim_errors())
         self._start_ready()
 
     def _claim(self, shared: bool) -> Claimed | None:
@@ -226,17 +229,6 @@ class Worker:
         for action in self.queue.recover_dead_workers():
             self.events.emit("queue.recovered", reason=action)
 
-    def _report_claim_errors(self, errors: list[str]) -> None:
-        """Logs and emits claim failures: a new reason at once, the same one at most once a minute."""
-        if not errors:
-            return
-        now = time.monotonic()
-        if errors[0] == self._last_claim_error[0] and now - self._last_claim_error[1] < CLAIM_REPORT_S:
-            return
-        self._last_claim_error = (errors[0], now)
-        log.error("%s (%d claim failure(s); retrying)", errors[0], len(errors))
-        self.events.emit("queue.error", reason=errors[0], failures=len(errors))
-
     def fold_pending(self, edit: IncomingPayload) -> bool:
         """Puts an edit's text into its original when this worker claimed it and it has not started (it waits
         behind its conversation): the claimed bytes are rewritten where they are, so a restart keeps the edit.
@@ -251,20 +243,20 @@ class Worker:
         return False
 
     def _wants_more(self) -> bool:
-        # Claims happen only while a slot is free; since ready messages were just started, every
-        # pending one is blocked by a busy key, so looking further ahead keeps a slow key from
-        # delaying independent ones. MAX_PENDING bounds the memory this may take.
+        # Claims happen only while a slot is free; every pending one is blocked by a busy key, so looking
+        # further ahead keeps a slow key from delaying independent ones (MAX_PENDING bounds the memory).
         return (not self._stopping and self.scheduler.running < self.settings.max_concurrency
                 and self.scheduler.pending_count < MAX_PENDING)
 
     def _accept(self, claimed: Claimed) -> None:
         if claimed.invalid is not None:  # a FIFO, a link, a directory...: quarantined unread
-            self._quarantine(claimed, claimed.invalid)
+            quarantine(self.queue, self.outbox, self.events, claimed, claimed.invalid)
             return
         try:
             message = parse_payload(claimed.data, self.settings.max_payload_bytes)
         except ValueError as exc:
-            self._quarantine(claimed, str(exc), exc.apology() if isinstance(exc, UnstorableText) else None)
+            quarantine(self.queue, self.outbox, self.events, claimed, str(exc),
+                       exc.apology() if isinstance(exc, UnstorableText) else None)
             return
         if self.scheduler.locks is not None and not self._admit(ordering_keys(message)):
             # replaced in incoming/ between its reading and its claim by a file of other keys,
@@ -277,25 +269,6 @@ class Worker:
         self.scheduler.add(claimed.order, ordering_keys(message), _Job(claimed, message))
         if self.receipts is not None:
             self.receipts.claimed(claimed.order, message)
-
-    def _quarantine(self, claimed: Claimed, reason: str, apology: OutgoingPayload | None = None) -> None:
-        """Moves an invalid file to failed/ (then writes `apology`, if any); if failed/ refuses it, puts it
-        back to try again later."""
-        claimed.errors.append(reason)
-        try:
-            target = self.queue.dead_letter(claimed, reason)
-        except OSError as exc:
-            self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot quarantine an invalid file: {exc}")
-            with contextlib.suppress(OSError):  # else it stays in processing/ and returns at the next start
-                self.queue.release(claimed, CLAIM_RETRY_S)
-            return
-        log.error("invalid payload %s moved to failed/%s: %s", claimed.name, target.name, reason)
-        self.events.emit("message.invalid", job_id=claimed.name, reason=reason, file=target.name)
-        if apology is not None:
-            try:
-                self.outbox.write(apology)
-            except OSError as exc:  # the dead letter holds the reason; the sender is not told this time
-                self.events.emit("queue.error", job_id=claimed.name, reason=f"cannot write the apology: {exc}")
 
     def _start_ready(self) -> None:
         for keys, job in self.scheduler.ready():
@@ -319,6 +292,14 @@ class Worker:
             if job.claimed.path.exists():
                 self._requeue_uncounted(job.claimed)
             raise
+        except self._storage_errors as exc:  # a read failed before it started (the answered index): back in line
+            log.warning("cannot start %s (back in line): %s", job.claimed.name, exc)
+            await self._durably(job, "return the message", functools.partial(self.queue.release, job.claimed,
+                                                                             CLAIM_RETRY_S))
+        except Exception as exc:  # the storage refused its bookkeeping: its failure, not the queue's
+            log.error("%s: its bookkeeping failed", job.claimed.name, exc_info=exc)
+            reason = f"the storage refused its bookkeeping: {type(exc).__name__}: {exc}".strip()
+            await self._dead_letter(job, dead(job.message, made_safe(reason), job.claimed.attempts + 1))
 
     async def _run_job(self, job: _Job) -> None:
         claimed, message = job.claimed, job.message
@@ -327,6 +308,16 @@ class Worker:
             self.events.emit("message.duplicate", job_id=claimed.name, channel=message.channel,
                              conversation=message.conversation, messageId=message.messageId)
             return
+        try:
+            data = await self._durably(job, "start the message", functools.partial(self.queue.start, claimed))
+        except ValueError as exc:  # it cannot run here (an attachment that cannot be written back)
+            await self._dead_letter(job, dead(message, str(exc), claimed.attempts + 1))
+            return
+        if data is None:
+            return  # given back as a stopped handle's: another process runs it now
+        if data != claimed.data:  # an edit folded into it since it was claimed
+            claimed.data, message = data, parse_payload(data, self.settings.max_payload_bytes)
+            job.message = message
         job.started = time.monotonic()
         finished = self._on_start(message) if self._on_start is not None else None
         try:
@@ -345,30 +336,28 @@ class Worker:
     async def _wait_out(self, job: _Job, exc: OSError, refusals: int) -> None:
         await self._storage_pause(job, f"process the message: {exc}", refusals)
 
-    async def _durably(self, job: _Job, what: str, action: Callable[[], object]) -> None:
+    async def _durably(self, job: _Job, what: str, action: Callable[[], T]) -> T:
         """Runs a write into the queue, retrying it with backoff while the file system refuses it
         (disk full, folder not writable): the message stays claimed and keeps its keys, so nothing
         is lost and nothing overtakes it; each refusal is a `queue.error` event."""
         failures = 0
         while True:
             try:
-                action()
-                return
-            except OSError as exc:
+                return action()
+            except self._storage_errors as exc:
                 failures += 1
                 await self._storage_pause(job, f"{what}: {exc}", failures)
 
     async def _storage_pause(self, job: _Job, problem: str, failures: int) -> None:
-        delay = backoff_seconds(failures, self.settings)
-        if failures == 1:
-            log.error("cannot %s (retrying every %.1fs at most until it works)", problem,
-                      self.settings.backoff_max_ms / 1000)
-        self.events.emit("queue.error", job_id=job.claimed.name, channel=job.message.channel,
-                         conversation=job.message.conversation, reason=f"cannot {problem}",
-                         retry_ms=int(delay * 1000), failures=failures)
-        await asyncio.sleep(delay)
+        await storage_pause(self.events, self.settings, job.claimed.name, job.message, problem, failures)
 
     async def _deliver(self, job: _Job, done: Done) -> None:
+        if self._store_answer is not None:
+            if await self._durably(job, "store the answer", functools.partial(
+                    self._store_answer, job.claimed, job.message, done.replies)):
+                self.processed += 1
+                done.announce(self.events, job.claimed.name, job.message, time.monotonic() - job.started)
+            return
         for reply in done.replies:
             await self._durably(job, "write the reply", functools.partial(self.outbox.write, reply))
         await self._durably(job, "record the answer", functools.partial(self.answered.record, job.message))

@@ -91,10 +91,7 @@ class FileQueue:
     # --- life cycle -------------------------------------------------------------------------
 
     def open(self) -> list[str]:
-        """Creates the folders, takes this worker's lock and recovers what dead workers left behind.
-
-        Returns a line for each recovery action taken.
-        """
+        """Creates the folders, takes this worker's lock and recovers what dead workers left behind (a line each)."""
         self.home.create()
         self._attempts_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = take_folder_lock(self.worker_dir)
@@ -374,6 +371,9 @@ class FileQueue:
     def rewrite_claimed(self, claimed: Claimed, data: bytes) -> None:
         """Replaces a claimed file's bytes where it is (an edit folded into it before it started)."""
         atomic_write(claimed.path, data, fsync=self.fsync)
+
+    def start(self, claimed: Claimed) -> bytes:
+        return claimed.data  # as claimed: an edit folds into a claimed file through the worker (`pending_edits`)
 
     def holds_worker_lock(self) -> bool:
         """Whether this handle is open (its processing/ folder is its own)."""

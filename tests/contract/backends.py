@@ -1,6 +1,6 @@
 """One harness per backend for the contract tests: each gives the stores of gateway/stores.py and
 orchestrator/storage/stores.py, several handles on one shared state (two "hosts", or a process and the one that
-starts after it), and says where a backend has no such store (the test then skips with that reason).
+starts after it); where the memory backend has no such store (an outbox) the test skips with the reason.
 
 A store the composition's Backend opens (gateway.stores.Backend: pairing, approvals, locks, dead letters, and
 the orchestrator's runs, sessions, history, schedules and usage through `store`) is opened as `switchyard run`
@@ -52,16 +52,7 @@ PG_DSN_ENV = "SWITCHYARD_CONTRACT_DSN"
 REPLY_TEMPLATE = (b'{"channel": "console", "message": "TEXT", "timestamp": 1, "messageId": "m1", '
                   b'"conversationId": "c1"}')
 
-NO_PG_QUEUE = ("the postgres queue is not a QueueStore: messages are rows run by Procrastinate jobs locked per "
-               "key (gateway/backends/postgres/intake.py, keyjobs.py, processing.py); claim, retry and dead letter are "
-               "SQL inside "
-               "its processing, with no queue object to hand a test; its guarantees at the behaviour level "
-               "(FIFO through retries, dedupe, dead letters, two hosts) run on postgres in test_flow.py")
-
 NO_MEMORY_OUTBOX = "the in-memory backend has no outbox: its dead letters are messages only"
-
-PG_LACKS = {"queue": NO_PG_QUEUE}
-"""The stores the postgres backend has no object for, by the name a test module gives in its PG_LACKS."""
 
 
 class Backend:
@@ -88,6 +79,7 @@ class Backend:
             backend.close()
 
     def queue(self, worker: str) -> QueueStore:
+        """A handle on the backend's queue named `worker` (another process, or the next one to start)."""
         raise NotImplementedError
 
     def dead_letters(self) -> DeadLetterStore:
@@ -294,22 +286,23 @@ class PostgresBackend(Backend):
 
     def __init__(self, dsn: str, home: Home):
         self.dsn = dsn
+        self.pools: list[Any] = []
         queue = SETTINGS.queue.model_copy(update={"backend": "postgres", "dsn_env": PG_DSN_ENV})
         super().__init__(home, SETTINGS.model_copy(update={"queue": queue}))
 
     def queue(self, worker: str) -> QueueStore:
-        pytest.skip(NO_PG_QUEUE)
+        """gateway/backends/postgres/queue.py's PgQueue as the handle `worker` (its holder name) on its own pool."""
+        from gateway.backends.postgres.db import SharedPool
+        from gateway.backends.postgres.queue import PgQueue
 
-    def make_dead(self, data: bytes, reason: str, conversation: str, hint: str = "dead") -> str:
-        """A dead row as gateway/backends/postgres/processing.py leaves it: the original bytes in `payload`,
-        state dead."""
-        from tests.backends.postgres.helpers import insert_message
+        pool = SharedPool(self.dsn)
+        self.pools.append(pool)
+        return PgQueue(pool, holder=worker, lease_s=self.settings.queue.lease_sec)
 
-        with psycopg.connect(self.dsn) as conn:
-            insert_message(conn, f"m-{hint}.json", data, state="dead", reason=reason, attempts=3)
-            conn.execute("UPDATE switchyard_messages SET updated_at = clock_timestamp() WHERE name = %s",
-                         (f"m-{hint}.json",))
-        return f"m-{hint}.json"
+    def close(self) -> None:
+        super().close()
+        for pool in self.pools:
+            pool.close()
 
     def make_dead_reply(self, text: str, reason: str) -> str:
         """As gateway/backends/postgres/dispatcher.py leaves it: the outbox row in state dead with its reason."""
@@ -342,7 +335,7 @@ class PostgresBackend(Backend):
                                                                  conversation_of(reply), reply.to_json().decode()))
 
     def reply_stored(self, job: str, message: IncomingPayload, reply: OutgoingPayload) -> None:
-        """As processing.py leaves a message it answered (its row done) and PgOutbox the reply (a row)."""
+        """As PgAnswering leaves a message it answered (its row done) and PgOutbox the reply (a row)."""
         from tests.backends.postgres.helpers import insert_message
 
         with psycopg.connect(self.dsn) as conn:

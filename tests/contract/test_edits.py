@@ -45,9 +45,9 @@ class Line:
 
             self.pool = ConnectionPool(backend.dsn, min_size=2, max_size=4, open=True)  # type: ignore[attr-defined]
             self.folding: EditFolding = PgEdits(self.pool)
-        else:
-            self.claimer: QueueStore = backend.queue("claimer")
-            self.claimer.open()
+        self.claimer: QueueStore = backend.queue("claimer")
+        self.claimer.open()
+        if self.pool is None:
             folder = backend.queue("folder")
             folder.open()
             assert isinstance(folder, EditFolding)
@@ -70,21 +70,12 @@ class Line:
 
     def claim_payload(self) -> dict[str, Any] | None:
         """The oldest waiting message, now taken; None when none could be taken."""
-        if self.pool is not None:  # the worker's own start statement (gateway/backends/postgres/processing.py)
-            from gateway.backends.postgres.processing import ANSWERED_OR_START
-
-            with self.pool.connection() as conn:
-                row = conn.execute("SELECT id FROM switchyard_messages WHERE state = 'queued' ORDER BY id LIMIT 1"
-                                   ).fetchone()
-                if row is None:
-                    return None
-                started = conn.execute(ANSWERED_OR_START, {"identity": "x", "id": row[0], "window": 0.0}).fetchone()
-            return None if started is None or started[1] is None else dict(json.loads(bytes(started[1])))
         claimed = self.claimer.claim()
         if claimed is None:
             return None
+        data = self.claimer.start(claimed)  # as the Worker starts it: what it runs from then on
         self.claimer.complete(claimed)
-        return dict(json.loads(claimed.data))
+        return None if data is None else dict(json.loads(data))
 
     def close(self) -> None:
         if self.pool is not None:

@@ -13,8 +13,6 @@ from gateway.stores import QueueStore
 from gateway.testing import wait_until
 from tests.contract.backends import Backend
 
-PG_LACKS = "queue"  # the postgres queue has no QueueStore (tests/contract/backends.py says why)
-
 
 def message(key: str, n: int) -> bytes:
     return json.dumps({"key": key, "n": n}).encode()

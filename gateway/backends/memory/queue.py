@@ -138,6 +138,10 @@ class MemoryQueue:
             if held is not None:
                 held[1].data = bytes(data)
 
+    def start(self, claimed: Claimed) -> bytes:
+        """Its bytes as claimed: an edit folds into a claimed payload through the worker (`pending_edits`)."""
+        return claimed.data
+
     def rescan(self) -> None:
         """Nothing to index: every handle reads the shared line."""
 

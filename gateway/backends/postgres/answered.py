@@ -4,7 +4,7 @@ last answered; rows older than the duplicate window are deleted by gateway/backe
 
 `PgAnswered` is the answered index of gateway.stores.AnsweredStore over that table. The statements that
 answer a message together with other writes, in one transaction or one statement (the worker's store of a
-message done, gateway/backends/postgres/processing.py and outbox.py; a late dead letter, latedead.py), are
+message done, gateway/backends/postgres/answering.py and outbox.py; a late dead letter, latedead.py), are
 built from the same pieces: RECORD (or its tail RECORDED), IN_WINDOW, FORGET.
 """
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import psycopg
 
-from gateway.backends.postgres.keyjobs import defer_query
 from gateway.home import Home
 from gateway.spool import deadletters
 from gateway.spool.deadletters import DeadLetter, Kind
@@ -144,7 +143,7 @@ class DeadStore:
 
 
 def _put_back(conn: psycopg.Connection[Any], name: str, kind: Kind) -> bool:
-    """Queues one dead message again with its jobs, or makes one dead reply pending; False if it was
+    """Queues one dead message again in its place, or makes one dead reply pending; False if it was
     no longer dead (retried by another operator meanwhile: the row lock makes that exact)."""
     if kind == "reply":
         row = conn.execute("UPDATE switchyard_outbox SET state = 'pending', attempts = 0, "
@@ -152,9 +151,6 @@ def _put_back(conn: psycopg.Connection[Any], name: str, kind: Kind) -> bool:
                            "RETURNING id", (name,)).fetchone()
         return row is not None
     row = conn.execute("UPDATE switchyard_messages SET state = 'queued', attempts = 0, errors = '[]', "
-                       "gate_open = false, reason = NULL, updated_at = now() "
-                       "WHERE name = %s AND state = 'dead' RETURNING id, keys", (name,)).fetchone()
-    if row is None:
-        return False
-    conn.execute(*defer_query(int(row[0]), list(row[1])))
-    return True
+                       "holder = NULL, due_at = now(), reason = NULL, updated_at = now() "
+                       "WHERE name = %s AND state = 'dead' RETURNING id", (name,)).fetchone()
+    return row is not None

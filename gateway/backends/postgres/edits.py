@@ -1,10 +1,10 @@
 """Folding an edit into its waiting original row (gateway.stores.EditFolding on PostgreSQL).
 
 The row is changed by `UPDATE ... WHERE state = 'queued' AND payload = <as read>`: a worker starts a row by
-`UPDATE ... SET state = 'running' WHERE state = 'queued'` (gateway/backends/postgres/processing.py, which runs the
-payload
-that statement returns), so of the two statements the second to reach the row sees the first's result: the
-edit is folded before the start, or finds the row taken and is stored as a message of its own.
+`UPDATE ... SET state = 'running' WHERE state = 'queued'` (gateway/backends/postgres/queue.py PgQueue.start, whose
+Worker runs the payload that statement returns; a row claimed but not started is still 'queued'), so of the
+two statements the second to reach the row sees the first's result: the edit is folded before the start, or
+finds the row taken and is stored as a message of its own.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""Taking in: each file of `queue/incoming/` becomes a `switchyard_messages` row and its jobs, then is removed.
+"""Taking in: each file of `queue/incoming/` becomes a `switchyard_messages` row, then is removed.
 
 Channels keep writing into incoming/ (a local, durable spool that works while the database is
 down); files are taken in one at a time in claim order (gateway.spool.order.order_of), each in one
-transaction with its jobs, and unlinked only after it committed. A crash in between leaves the
+transaction, and unlinked only after it committed. A crash in between leaves the
 file claimed; the next start returns it to incoming/ and takes it in again: the same name with the
 same bytes is only unlinked, the same name with other bytes is stored under a new name. Files that
 must never be read (a FIFO, a link, an oversized one) are quarantined to failed/ here, as the file
 backend does, and so is one the database refuses (only a lost connection means the database is away:
-gateway.backends.postgres.errors); an unparsable payload is stored, keyless, and dead-lettered by the worker with
+gateway.backends.postgres.errors); an unparsable payload is stored, keyless, and dead-lettered by the Worker with
 its reason.
 A message's attachments under the home's files/ are stored with it (gateway.backends.postgres.files), for a worker
 on another host; one too large to carry is stored dead, and its sender told why.
@@ -23,7 +23,6 @@ from typing import Any
 
 from gateway.backends.postgres.edits import PgEdits
 from gateway.backends.postgres.errors import database_away, worth_waiting
-from gateway.backends.postgres.keyjobs import defer_jobs_of, defer_query
 from gateway.backends.postgres.outbox import PgOutbox
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.channelkit.edits import to_queue
@@ -46,13 +45,13 @@ INSERT = ("INSERT INTO switchyard_messages (name, payload, channel, profile, con
 class Intake:
     """Moves incoming/ into the database, oldest first; pauses with backoff while the database is away.
 
-    A message without attachments is one statement (the row and its jobs) on the async pool. One with
+    A message without attachments is one statement on the async pool. One with
     attachments is one transaction on a sync connection in a thread (the row, its attachments by
-    gateway.backends.postgres.files.store, its jobs), so the event loop never waits on reading the files.
+    gateway.backends.postgres.files.store), so the event loop never waits on reading the files.
     """
 
     def __init__(self, queue: FileQueue, pool: Any, events: EventLog, *, home: Home, settings: Settings,
-                 outbox: PgOutbox, async_pool: Any, on_database: Any = None):
+                 outbox: PgOutbox, async_pool: Any, on_database: Any = None, on_taken: Any = None):
         self.queue = queue
         self.pool = pool  # a psycopg_pool.ConnectionPool (sync)
         self.async_pool = async_pool  # an AsyncConnectionPool in autocommit (postgres/pools.py)
@@ -62,6 +61,7 @@ class Intake:
         self.outbox = outbox
         self.edits = PgEdits(pool)
         self.on_database = on_database  # called with (ok: bool, reason: str | None)
+        self.on_taken = on_taken  # called when a message was stored (the worker looks)
         self.taken = 0
         self._wakeup = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -129,7 +129,7 @@ class Intake:
             log.warning("no apology for %s: %s", target.name, error)
 
     async def take_in(self, claimed: Claimed) -> None:
-        """Stores one claimed file with its jobs (or quarantines it), then removes it from the spool."""
+        """Stores one claimed file (or quarantines it), then removes it from the spool."""
         limit = self.queue.max_payload_bytes
         if claimed.invalid is not None or len(claimed.data) > limit:
             reason = claimed.invalid or f"payload larger than queue.max_payload_bytes ({limit} bytes)"
@@ -156,6 +156,8 @@ class Intake:
             refused = await asyncio.to_thread(self._store, claimed.name, data, message)
         self.queue.complete(claimed)
         self.taken += 1
+        if self.on_taken is not None:
+            self.on_taken()
         if refused is not None and message is not None:
             log.error("dead letter: %s: %s", claimed.name, refused)
             self.events.emit("job.failed.final", job_id=claimed.name, state="failed_final", kind="message",
@@ -163,24 +165,23 @@ class Intake:
                              failure_reason=refused, attempts=0)
 
     async def _store_plain(self, name: str, data: bytes, message: IncomingPayload | None) -> bool:
-        """A message without attachments, stored with its jobs in one statement on the event loop (the
+        """A message without attachments, stored in one statement on the event loop (the
         async pool is in autocommit: one transaction, one round trip, no thread). False when it has
         attachments, or its name was stored before (the same bytes after a crash before the unlink, or
         another file under a taken name): `_store` then does what each case needs."""
         if message is not None and message.file_paths():
             return False
-        keys, fields = _fields(message)
-        defer, params = defer_jobs_of("m.id", keys)
+        _, fields = _fields(message)
         async with self.async_pool.connection() as conn:
-            cursor = await conn.execute(f"WITH m AS ({INSERT}) SELECT {defer} FROM m", [name, data, *fields, *params])
+            cursor = await conn.execute(INSERT, [name, data, *fields])
             return await cursor.fetchone() is not None
 
     def _store(self, name: str, data: bytes, message: IncomingPayload | None) -> str | None:
-        """One transaction: the row, its attachments, its jobs. Returns why it was refused (an attachment
+        """One transaction: the row and its attachments. Returns why it was refused (an attachment
         too large to carry: stored dead, with the sender told), else None."""
         from gateway.backends.postgres import files
 
-        keys, fields = _fields(message)
+        _, fields = _fields(message)
         with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             message_id = _insert(cursor, name, data, fields)
             if message_id is None:
@@ -198,7 +199,6 @@ class Intake:
                         timestamp=now_ms()))
                     self.outbox.insert_sync(cursor, apology)
                     return reason
-            cursor.execute(*defer_query(message_id, keys))
         return None
 
 

@@ -18,7 +18,7 @@ from psycopg.errors import LockNotAvailable
 
 from gateway.backends.postgres import answered
 from gateway.backends.postgres.db import SharedPool
-from gateway.backends.postgres.processing import KEPT_ERRORS
+from gateway.backends.postgres.queue import KEPT_ERRORS
 from gateway.models import IncomingPayload
 from gateway.payloads import letter_name, message_identity
 from gateway.runtime.keys import ordering_keys

@@ -82,12 +82,3 @@ def message_pool(dsn: str, *, min_size: int, max_size: int, **kwargs: Any) -> As
     """An unopened autocommit pool, checked cheaply (above)."""
     return AsyncConnectionPool(dsn, min_size=min_size, max_size=max_size, open=False, configure=set_autocommit,
                                check=check_if_signalled, **kwargs)
-
-
-def procrastinate_pool(**kwargs: Any) -> AsyncConnectionPool:
-    """`pool_factory` for procrastinate.PsycopgConnector: its pool in autocommit with the cheap check (each
-    of its queries is one statement calling one of its functions), instead of `check_connection` and a
-    transaction around every fetch and finish (four round trips where one does)."""
-    kwargs["check"] = check_if_signalled
-    kwargs["configure"] = set_autocommit
-    return AsyncConnectionPool(**kwargs)

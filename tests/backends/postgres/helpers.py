@@ -12,8 +12,6 @@ from typing import Any
 
 import psycopg
 
-from gateway.backends.postgres.keyjobs import defer_query
-
 
 def pg_home(root: Path, extra: str = "") -> Path:
     """A home whose settings select the postgres backend (DSN in SWITCHYARD_DSN)."""
@@ -41,7 +39,7 @@ def payload(message_id: str, conversation: str = "c1", **extra: Any) -> bytes:
 def insert_message(conn: psycopg.Connection[Any], name: str, data: bytes, *, state: str = "queued",
                    keys: tuple[str, ...] = ("conv:console/console/c1",), reason: str | None = None,
                    attempts: int = 0) -> int:
-    """One switchyard_messages row (no jobs: a test defers them when it needs them)."""
+    """One switchyard_messages row, waiting for any worker when `state` is queued."""
     row = conn.execute(
         "INSERT INTO switchyard_messages (name, payload, channel, profile, conversation, keys, state, attempts, "
         "errors, reason, gate_open) VALUES (%s, %s, 'console', 'console', 'c1', %s, %s, %s, %s, %s, %s) RETURNING id",
@@ -70,11 +68,4 @@ def rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return conn.execute(sql, params).fetchall()
 
 
-def jobs_of(conn: psycopg.Connection[Any], message_id: int) -> list[tuple[str, str]]:
-    """(role, lock) of the Procrastinate jobs deferred for one message."""
-    return [(role, lock) for role, lock in conn.execute(
-        "SELECT args->>'role', coalesce(lock, '') FROM procrastinate_jobs WHERE (args->>'message_id')::bigint = %s "
-        "ORDER BY id", (message_id,))]
-
-
-__all__ = ["defer_query", "insert_message", "insert_reply", "jobs_of", "payload", "pg_home", "rows", "switchyard"]
+__all__ = ["insert_message", "insert_reply", "payload", "pg_home", "rows", "switchyard"]

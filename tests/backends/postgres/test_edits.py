@@ -5,10 +5,6 @@ as its own message with `editOf`."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,92 +50,39 @@ async def test_an_edit_of_a_waiting_row_replaces_it_and_one_of_an_answered_row_f
     assert handler.texts[-1] == ("c-00001:e1", "hello one, edited", "c-00001")
 
 
-async def test_an_edit_folded_between_the_workers_read_and_its_start_is_what_runs(
-    rig_factory: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
-) -> None:
-    """A row stored without its identity (before migration 0080) is read, then started with `UPDATE … WHERE
-    state = 'queued'`: an edit folded in between is what the worker runs (the start statement returns the
-    payload it started), never the text read before."""
+async def test_an_edit_folded_after_the_claim_is_what_the_start_gives(pg_dsn: str) -> None:
+    """A row claimed (its holder set) is still queued: an edit folds into it, and the start, `UPDATE … WHERE
+    state = 'queued'`, returns the payload as it is then; once started, an edit no longer folds."""
+    from psycopg_pool import ConnectionPool
+
+    from gateway.backends.postgres import schema
+    from gateway.backends.postgres.db import SharedPool
     from gateway.backends.postgres.edits import PgEdits
-    from gateway.backends.postgres.processing import MessageProcessor
+    from gateway.backends.postgres.queue import PgQueue
 
-    monkeypatch.setattr("gateway.backends.postgres.intake.message_identity", lambda message: None)  # as before 0080
+    schema.migrate(pg_dsn)
     original = message(1, "c", text="helo")
-    start = MessageProcessor._answered_or_start
-    folded: list[bool] = []
-
-    async def edit_then_start(self: MessageProcessor, message_id: int, msg: IncomingPayload) -> Any:
-        if msg.messageId == original.messageId and not folded:
-            from psycopg_pool import ConnectionPool
-
-            with ConnectionPool(rig.dsn, min_size=1, max_size=1) as pool:
-                folded.append(PgEdits(pool).fold_edit(edit_of(original, "hello")))
-        return await start(self, message_id, msg)
-
-    monkeypatch.setattr(MessageProcessor, "_answered_or_start", edit_then_start)
-    handler = TextHandler()
-    rig = await rig_factory(handler)
-    rig.drop(original)
-    await rig.until(lambda: rig.replies())
-    assert folded == [True] and handler.texts == [("c-00001", "hello", None)]
-
-
-class _HeldOpen:
-    """A pool of one connection whose transaction stays open when it is given back (committed by the test)."""
-
-    def __init__(self, conn: psycopg.Connection[Any]):
-        self.conn = conn
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        yield self.conn
-
-
-async def test_an_edit_committed_while_the_worker_starts_its_row_is_what_runs(
-    rig_factory: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
-) -> None:
-    """A row stored with its identity is read, checked and started in one statement; an edit whose fold holds
-    the row until that statement waits on it is committed first, and the worker runs the edited text (the
-    start returns the payload it started), never the text the statement read."""
-    from gateway.backends.postgres.edits import PgEdits
-    from gateway.backends.postgres.processing import READ_AND_START, MessageProcessor
-
-    original = message(1, "c", text="helo")
-    process = MessageProcessor._process
-    held: list[psycopg.Connection[Any]] = []
-    waiters: list[int] = []
-
-    def commit_once_the_start_waits(conn: psycopg.Connection[Any]) -> None:
-        with psycopg.connect(rig.dsn, autocommit=True) as watcher:
-            deadline = time.monotonic() + 20
-            while not waiters and time.monotonic() < deadline:
-                waiters.extend(pid for (pid,) in watcher.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                    (READ_AND_START.split("%")[0] + "%",)))  # as sent: its placeholders are $1, $2
-        conn.commit()
-        conn.close()
-
-    async def edit_held_then_process(self: MessageProcessor, message_id: int) -> None:
-        if not held:
-            conn = psycopg.connect(rig.dsn)  # its transaction holds the edited row until committed
-            held.append(conn)
-            assert PgEdits(_HeldOpen(conn)).fold_edit(edit_of(original, "hello"))
-            threading.Thread(target=commit_once_the_start_waits, args=(conn,)).start()
-        await process(self, message_id)
-
-    monkeypatch.setattr(MessageProcessor, "_process", edit_held_then_process)
-    handler = TextHandler()
-    rig = await rig_factory(handler)
-    rig.drop(original)
-    await rig.until(lambda: rig.replies())
-    assert waiters, "the worker's start never waited on the row the edit held"
-    assert handler.texts == [("c-00001", "hello", None)]
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("INSERT INTO switchyard_messages (name, payload, channel, profile, conversation, keys) "
+                     "VALUES ('0000001.json', %s, 'console', 'console', 'c', '{}')", (original.to_json(),))
+    shared = SharedPool(pg_dsn)
+    queue = PgQueue(shared, holder="h1", lease_s=15)
+    with ConnectionPool(pg_dsn, min_size=1, max_size=2, open=True) as pool:
+        queue.open()
+        claimed = queue.claim()
+        assert claimed is not None and b"helo" in claimed.data
+        assert PgEdits(pool).fold_edit(edit_of(original, "hello")) is True
+        started = queue.start(claimed)
+        assert started is not None and IncomingPayload.model_validate_json(started).message == "hello"
+        assert PgEdits(pool).fold_edit(edit_of(original, "hello again", 2)) is False, "started: not folded"
+        queue.close()
+    shared.close()
 
 
 async def test_a_message_waiting_for_its_conversation_stays_queued_and_takes_its_edit(rig_factory: Any) -> None:  # noqa: F811
-    """A message naming a run holds two keys: its process job (the run's key) looks at it while the gate job
-    still waits for its busy conversation. Looking does not start it: the row stays queued, so an edit sent
-    meanwhile is folded in and what runs is the edited text, once."""
+    """A message naming a run holds two keys: the worker claims it while its conversation is busy (it waits
+    behind it there). Claiming does not start it: the row stays queued, so an edit sent meanwhile is folded
+    in and what runs is the edited text, once."""
     release = asyncio.Event()
     handler = HeldHandler(release=release)
     rig = await rig_factory(handler, max_concurrency=4)
@@ -147,10 +90,8 @@ async def test_a_message_waiting_for_its_conversation_stays_queued_and_takes_its
     await rig.until(lambda: handler.running == 1)
     waiting = message(2, "a", text="helo", workflowRunId="r1")
     rig.drop(waiting)
-    tried = ("SELECT count(*) FROM procrastinate_jobs j JOIN switchyard_messages m "
-             "ON m.id = (j.args->>'message_id')::bigint WHERE m.name = '0000002.json' "
-             "AND j.args->>'role' = 'process' AND j.attempts > 0")
-    await rig.until(lambda: rig.rows(tried) == [(1,)])  # its process job ran, and parked
+    claimed = "SELECT holder IS NOT NULL FROM switchyard_messages WHERE name = '0000002.json'"
+    await rig.until(lambda: rig.rows(claimed) == [(True,)])  # claimed, waiting behind its conversation
     assert rig.rows("SELECT state FROM switchyard_messages WHERE name = '0000002.json'") == [("queued",)]
     rig.drop(edit_of(waiting, "hello"))
     text = "SELECT convert_from(payload, 'UTF8')::jsonb->>'message' FROM switchyard_messages WHERE name = %s"

@@ -59,25 +59,6 @@ def test_an_unreachable_database_is_one_line_without_the_password(pg_home: Path)
     assert "Traceback" not in result.stderr
 
 
-def test_a_message_of_two_keys_is_two_jobs_deferred_with_it(pg_dsn: str) -> None:
-    from gateway.backends.postgres.keyjobs import defer_query, job_locks
-
-    assert job_locks(("conv:a/b/c",)) == [("process", "conv:a/b/c")]
-    assert job_locks(("run:r-1", "conv:a/b/c")) == [("gate", "conv:a/b/c"), ("process", "run:r-1")]
-    # a read-only command naming a run (gateway.runtime.keys): its control key gates as a conversation key does
-    assert job_locks(("run:r-1", "ctl:a/b/c")) == [("gate", "ctl:a/b/c"), ("process", "run:r-1")]
-    schema.migrate(pg_dsn)
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(*defer_query(7, ("run:r-1", "conv:a/b/c")))
-        conn.rollback()  # the jobs go with the transaction that stores the message
-        assert conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone() == (0,)
-        conn.execute(*defer_query(7, ("run:r-1", "conv:a/b/c")))
-        conn.commit()
-        jobs = conn.execute("SELECT lock, args->>'role', args->>'message_id' FROM procrastinate_jobs "
-                            "ORDER BY id").fetchall()
-    assert jobs == [("conv:a/b/c", "gate", "7"), ("run:r-1", "process", "7")]
-
-
 def test_switchyard_migrations_bring_the_orchestrators_own_tables(pg_dsn: str) -> None:
     """The orchestrator ships its tables' migrations beside its stores (orchestrator/storage/postgres/migrations/) and
     declares them; `migrate` applies them with the gateway's, in name order, under the same names as before."""
