@@ -13,7 +13,6 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.runtime.keys import CONTROL_COMMANDS, STATUS_WORDS, command_word
 from gateway.scope import ConversationScope
 from gateway.settings import Settings, SettingsError, secret_env_names
-from orchestrator.agents.acp.orphans import reap_orphans
 from orchestrator.agents.builtin import builtin_providers
 from orchestrator.agents.conversations import SESSION_COMMANDS, ConversationSessions
 from orchestrator.agents.doctor import missing_providers
@@ -123,8 +122,6 @@ class Orchestrator:
         for problem in missing_providers(self._context.home, self._context.settings):
             log.warning("%s: messages that need it will fail", problem)
             self._context.events.emit("provider.missing", reason=problem)
-        if reaped := await asyncio.to_thread(reap_orphans, self._context.home.root):
-            log.warning("stopped %d live agent(s) a killed gateway of this home left running", reaped)
         try:  # before runs resume: their turns ask again
             await self.approvals.close_abandoned()
         except Exception as exc:  # the store unreachable: they expire by their time, answered by nobody

@@ -1,8 +1,10 @@
 """A gateway killed with SIGKILL leaves its warm ACP agents running (claude-agent-acp and codex-acp never exit when
-their stdin closes); the next `switchyard run` on the home stops them before it starts answering."""
+their stdin closes); each carries a token naming its gateway process (gateway/runtime/orphans.py), so the next
+`switchyard run` on the home ends them before it starts answering, and says so."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,8 @@ def test_the_agents_of_a_killed_gateway_are_stopped_at_the_next_start(switchyard
     assert pid_alive(agent), "like claude-agent-acp, the fake agent outlives its gateway"
     switchyard.start()
     wait_until(lambda: not pid_alive(agent), 10)
+    [ended] = wait_until(lambda: switchyard.events("process.orphan_ended"), 10)  # written once the group is ended
+    assert ended["pid"] == agent and ended["program"] == sys.executable, ended
     second = switchyard.send("hello again", conversationId="c1")
     switchyard.reply_to(second["messageId"], timeout=30)  # a new agent (the session loaded or seeded)
     switchyard.stop()

@@ -1,6 +1,6 @@
 """gateway/runtime/orphans.py with real processes: what a gateway process that died left running on its home is
-ended by the sweep (its whole process group), and nothing else is: not a process whose gateway runs, not another
-home's."""
+ended by the sweep (its whole process group: a run, or a warm ACP adapter), and nothing else is: not a process
+whose gateway runs, not another home's."""
 
 from __future__ import annotations
 
@@ -26,18 +26,23 @@ from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until, wait_until
 from tests.process import pid_alive
 
-# A gateway process as far as tokens go: it claims its home, starts a run the way spawn does (its own session,
-# the run's tagged environment: a shell whose child sleeps), prints the shell's pid and exits without ending it.
+# A gateway process as far as tokens go: it claims its home, starts a process in its own session with the
+# environment a run (spawn) or an ACP adapter (acp/specs.py) gets, a shell whose child sleeps, prints the shell's
+# pid and exits without ending it.
 DEAD_GATEWAY = """
 import subprocess, sys
 from pathlib import Path
 from gateway.runtime import containment, orphans
+from gateway.settings import ProviderSettings
+from orchestrator.agents.acp.specs import adapter_env
 orphans.claim(Path(sys.argv[1]))
-env, _ = containment.tagged({"PATH": "/usr/bin:/bin"})
+env = {environment}
 run = subprocess.Popen(["sh", "-c", "sleep 60 & echo $! > " + sys.argv[2] + "; wait"], env=env,
                        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print(run.pid, flush=True)
 """
+RUN_ENV = 'containment.tagged({"PATH": "/usr/bin:/bin"})[0]'
+ADAPTER_ENV = 'adapter_env(ProviderSettings(type="codex", transport="acp"), {"PATH": "/usr/bin:/bin"})'
 
 
 Started = list["int | subprocess.Popen[bytes]"]
@@ -55,10 +60,12 @@ def groups() -> Iterator[Started]:
             leader.wait()
 
 
-def _left_by_a_dead_gateway(home: Path, tmp_path: Path, groups: Started) -> tuple[int, int]:
+def _left_by_a_dead_gateway(home: Path, tmp_path: Path, groups: Started,
+                            environment: str = RUN_ENV) -> tuple[int, int]:
     """The shell and its sleeping child that a gateway process of `home` started and left running when it exited."""
     child_file = tmp_path / f"child-{uuid.uuid4().hex}"
-    gateway = subprocess.run([sys.executable, "-c", DEAD_GATEWAY, str(home), str(child_file)], capture_output=True,
+    script = DEAD_GATEWAY.format(environment=environment)
+    gateway = subprocess.run([sys.executable, "-c", script, str(home), str(child_file)], capture_output=True,
                              text=True, check=True, timeout=30)
     shell = int(gateway.stdout)
     groups.append(shell)
@@ -92,6 +99,14 @@ def test_the_sweep_ends_the_group_a_dead_gateway_left_and_says_so(tmp_path: Path
     assert event["pid"] == shell and event["program"] == "sh", event
     assert TOKEN_VAR not in str(event) and "PATH" not in str(event), "no environment in the event"
     assert orphans.sweep(home) == [], "nothing is left for a second sweep"
+
+
+def test_the_acp_adapter_a_dead_gateway_left_is_ended_too(tmp_path: Path, groups: Started) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    shell, child = _left_by_a_dead_gateway(home, tmp_path, groups, ADAPTER_ENV)
+    assert [orphan.group for orphan in orphans.sweep(home)] == [shell]
+    wait_until(lambda: not pid_alive(shell) and not pid_alive(child), 5)
 
 
 def test_a_run_whose_gateway_process_lives_is_left_alone(tmp_path: Path, groups: Started) -> None:

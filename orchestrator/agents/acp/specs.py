@@ -7,10 +7,9 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from gateway.runtime.orphans import TOKEN_VAR, new_token
 from gateway.settings import ProviderSettings
-from orchestrator.agents.acp.orphans import MARK, mark_of
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,9 @@ def adapter_argv(provider: ProviderSettings) -> list[str]:
 def adapter_env(provider: ProviderSettings, env: Mapping[str, str]) -> dict[str, str]:
     """The whole environment of the adapter: what the one-shot preset gets (`env`: the gateway's environment
     without any `*_env` secret, the provider's `env` and its endpoint variables), the quiet switches, and
-    for claude the model and the Claude Code the one-shot preset runs; the gateway's mark (acp/orphans.py)."""
+    for claude the model and the Claude Code the one-shot preset runs; and a token of the adapter's own
+    (gateway/runtime/orphans.py): it names this gateway process, so a next one ends the adapter if this one is
+    killed, and it is no run's, so no run's end (containment.end_run) stops the adapter, which outlives its turns."""
     spec = spec_of(provider)
     extra: dict[str, str] = {}
     if spec.preset == "claude":
@@ -83,8 +84,7 @@ def adapter_env(provider: ProviderSettings, env: Mapping[str, str]) -> dict[str,
         claude = shutil.which(provider.binary or "claude", path=env.get("PATH", os.defpath))
         if claude is not None and "CLAUDE_CODE_EXECUTABLE" not in env:
             extra["CLAUDE_CODE_EXECUTABLE"] = claude
-    if "SWITCHYARD_HOME" in env:  # found and stopped at the next start if this gateway is killed
-        extra[MARK] = mark_of(Path(env["SWITCHYARD_HOME"]))
+    extra[TOKEN_VAR] = new_token()  # replaces any inherited one
     merged = {**spec.quiet_env, **env, **extra}
     for name in spec.drop_env:
         merged.pop(name, None)
