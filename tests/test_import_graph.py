@@ -204,7 +204,7 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.memory -> gateway.runtime.locks
     gateway.backends.memory.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outgoing
     gateway.backends.memory.runtime -> gateway.runtime.worker
-    gateway.backends.postgres.backend -> gateway.runtime.aio gateway.runtime.locks gateway.runtime.worker
+    gateway.backends.postgres.processing -> gateway.runtime.aio gateway.runtime.locks gateway.runtime.worker
     gateway.backends.postgres.dashboard -> gateway.dashboard.state
     gateway.backends.postgres.dbcommand -> gateway.cli
     gateway.backends.postgres.dispatcher -> gateway.runtime.aio gateway.runtime.sending
@@ -218,7 +218,7 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.queue -> gateway.runtime.locks
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
     gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
-    gateway.backends.postgres.storage -> gateway.runtime.locks
+    gateway.backends.postgres.backend -> gateway.runtime.locks
     gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
     orchestrator.storage.files.usage -> gateway.runtime.locks
     orchestrator.storage.postgres.runs -> gateway.runtime.locks

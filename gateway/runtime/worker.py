@@ -51,7 +51,7 @@ class Worker:
     """Claims messages in order and runs them through the handler, one at a time per ordering key.
 
     Any QueueStore and AnsweredStore: the file backend's (gateway/backends/files/runtime.py) or the in-memory one's
-    (gateway/backends/memory/runtime.py) or PostgreSQL's (gateway/backends/postgres/backend.py). Without `sharing`
+    (gateway/backends/memory/runtime.py) or PostgreSQL's (gateway/backends/postgres/processing.py). Without `sharing`
     but with `locks`, key locks are on from the start (hosts sharing one queue). `wants_receipt(message)`: whether
     the message's channel takes "queued" receipts. `storage_errors`: what the queue's storage raises while it
     cannot be written (waited out with backoff, the message kept with its keys); any other error of a message's

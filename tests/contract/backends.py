@@ -176,7 +176,7 @@ class Backend:
         raise NotImplementedError
 
 
-class MemoryBackend(Backend):
+class MemoryHarness(Backend):
     """The in-memory backend (gateway/backends/memory/backend.py) on one MemoryState; the orchestrator's
     stores, which no plugin declares on it, on states of their own."""
 
@@ -234,7 +234,7 @@ class MemoryBackend(Backend):
         return log, stored
 
 
-class FilesBackend(Backend):
+class FilesHarness(Backend):
     name = "files"
 
     def __init__(self, home: Home):
@@ -279,7 +279,7 @@ class FilesBackend(Backend):
         return log, stored
 
 
-class PostgresBackend(Backend):
+class PostgresHarness(Backend):
     """The postgres backend on the database at `dsn`, which the variable `PG_DSN_ENV` names to it."""
 
     name = "postgres"

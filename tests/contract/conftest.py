@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.home import Home
-from tests.contract.backends import PG_DSN_ENV, Backend, FilesBackend, MemoryBackend, PostgresBackend
+from tests.contract.backends import PG_DSN_ENV, Backend, FilesHarness, MemoryHarness, PostgresHarness
 
 
 @pytest.fixture(params=["memory", "files", "postgres"])
@@ -19,12 +19,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     home.create()
     backend: Backend
     if request.param == "memory":
-        backend = MemoryBackend(home)
+        backend = MemoryHarness(home)
     elif request.param == "files":
-        backend = FilesBackend(home)
+        backend = FilesHarness(home)
     else:
         dsn = request.getfixturevalue("db")
         request.getfixturevalue("monkeypatch").setenv(PG_DSN_ENV, dsn)
-        backend = PostgresBackend(dsn, home)
+        backend = PostgresHarness(dsn, home)
     yield backend
     backend.close()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 @hookimpl
 def switchyard_backends() -> dict[str, BackendFactory]:
     """Declares the file backend."""
-    return {"files": FileStores}
+    return {"files": FileBackend}
 
 
 @hookimpl
@@ -38,13 +38,13 @@ def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
     return {"audit": {"files": _audit}}
 
 
-def _audit(backend: FileStores, *, command: bool = False) -> Any:
+def _audit(backend: FileBackend, *, command: bool = False) -> Any:
     from gateway.backends.files.audit import FileAuditLog
 
     return FileAuditLog(backend.home.state / "audit.jsonl", fsync=backend.settings.queue.fsync)
 
 
-class FileStores:
+class FileBackend:
     """The file backend (gateway/composition.py's Backend): queue/, state/ and coordination/ of the home."""
 
     name = "files"

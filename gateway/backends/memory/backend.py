@@ -52,14 +52,14 @@ class MemoryBackendPlugin:
         """Declares the in-memory audit log (gateway.stores.AUDIT) on the plugin's state."""
         return {"audit": {"memory": self._audit}}
 
-    def _audit(self, backend: MemoryStores, *, command: bool = False) -> MemoryAuditLog:
+    def _audit(self, backend: MemoryBackend, *, command: bool = False) -> MemoryAuditLog:
         return self.state.audit.twin()
 
-    def _open(self, home: Home, settings: Settings, stores: Stores) -> MemoryStores:
-        return MemoryStores(home, settings, stores, self.state)
+    def _open(self, home: Home, settings: Settings, stores: Stores) -> MemoryBackend:
+        return MemoryBackend(home, settings, stores, self.state)
 
 
-class MemoryStores:
+class MemoryBackend:
     """The in-memory backend (gateway/composition.py's Backend): the state's stores; replies are the home's
     files, as on the file backend (no memory outbox)."""
 

@@ -34,7 +34,7 @@ SHARED_POOL_WAIT_S = 2.0
 class SharedPool:
     """The synchronous connection pool (a psycopg_pool.ConnectionPool) the stores of one backend share:
     the stores the event loop calls synchronously (the outbox's pushes, runs, sessions, pairing, locks)
-    take their connections here instead of each keeping its own. gateway/backends/postgres/storage.py's PgStorage owns
+    take their connections here instead of each keeping its own. PostgresBackend (postgres/backend.py) owns
     one and closes it with the backend; a store built without one (tests) makes its own, whose
     connections close when the store is let go (nothing else holds it).
 

@@ -10,7 +10,7 @@
 
 Dead letters, queued and running messages, pending replies and leases are never touched. Deleting is
 idempotent, so two hosts pruning at once do no harm, only double work: each process calls
-`prune_alone` at most once every PRUNE_INTERVAL_S (gateway.backends.postgres.backend), and it skips its turn while
+`prune_alone` at most once every PRUNE_INTERVAL_S (gateway.backends.postgres.processing), and it skips its turn while
 another process of the same schema is pruning (a transaction-level advisory try-lock).
 """
 

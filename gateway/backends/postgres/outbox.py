@@ -106,7 +106,7 @@ class PgOutbox(BaseOutbox):
         return row is not None
 
     def close(self) -> None:
-        """Nothing to release: the pool is its backend's, closed with it (gateway/backends/postgres/storage.py)."""
+        """Nothing to release: the pool is its backend's, closed with it (gateway/backends/postgres/backend.py)."""
 
 
 # The message taken in as `job`: its state, its first reply stored after it was taken in (not a progress note or

@@ -1,7 +1,7 @@
 """Declares the PostgreSQL backend (`queue.backend: postgres`) to the composition (gateway/composition.py).
 
 It stands outside gateway/backends/postgres/ and imports nothing of it, nor psycopg: the factory imports
-gateway/backends/postgres/storage.py when the backend is chosen, so the file backend never loads either.
+gateway/backends/postgres/backend.py when the backend is chosen, so the file backend never loads either.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from gateway.backends.postgres.storage import PgStorage
+    from gateway.backends.postgres.backend import PostgresBackend
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.stores import BackendFactory, StoreFactory, Stores
 
 
-def _postgres(home: Home, settings: Settings, stores: Stores) -> PgStorage:
-    from gateway.backends.postgres.storage import PgStorage
+def _postgres(home: Home, settings: Settings, stores: Stores) -> PostgresBackend:
+    from gateway.backends.postgres.backend import PostgresBackend
 
-    return PgStorage(home, settings, stores)
+    return PostgresBackend(home, settings, stores)
 
 
 @hookimpl
@@ -35,7 +35,7 @@ def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
     return {"audit": {"postgres": _audit}}
 
 
-def _audit(backend: PgStorage, *, command: bool = False) -> Any:
+def _audit(backend: PostgresBackend, *, command: bool = False) -> Any:
     from gateway.backends.postgres.audit import PgAuditLog
 
     return PgAuditLog.direct(backend.dsn) if command else PgAuditLog.pooled(backend.dsn, backend.pool)

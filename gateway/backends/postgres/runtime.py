@@ -7,12 +7,12 @@ import asyncio
 from typing import Any
 
 from gateway.api import Handler
-from gateway.backends.postgres.backend import PgBackend
 from gateway.backends.postgres.dashboard import PgQueueView
 from gateway.backends.postgres.db import SharedPool
 from gateway.backends.postgres.events import attach_event_sink
 from gateway.backends.postgres.latedead import PgLateDeadLetters
 from gateway.backends.postgres.outbound import PgOutbound
+from gateway.backends.postgres.processing import PgProcessing
 from gateway.backends.postgres.receipts import PgReceipts
 from gateway.channelkit.attachments import extra_file_roots
 from gateway.dashboard.state import QueueView
@@ -22,7 +22,7 @@ from gateway.stores import Delivery, RuntimeParts, Watch
 
 
 class PostgresRuntime:
-    """PgBackend takes in and processes; in a `run`, PgOutbound runs the channels under their leases and
+    """PgProcessing takes in and processes; in a `run`, PgOutbound runs the channels under their leases and
     delivers from the database, and PgReceipts tells the senders of its profiles that wait behind their
     conversation."""
 
@@ -31,9 +31,9 @@ class PostgresRuntime:
     def __init__(self, parts: RuntimeParts, dsn: str, pool: SharedPool):
         self.parts = parts
         self.dsn = dsn
-        self.pool = pool  # its backend's (gateway/backends/postgres/storage.py), closed with it
+        self.pool = pool  # its backend's (gateway/backends/postgres/backend.py), closed with it
         self.close_events = attach_event_sink(parts.events, dsn)  # every event also into switchyard_events
-        self.pg = PgBackend(parts.home, parts.settings, parts.events, role=parts.role,
+        self.pg = PgProcessing(parts.home, parts.settings, parts.events, role=parts.role,
                             extra_roots=extra_file_roots(parts.home, parts.settings), pool=pool,
                             named_by_message_id=parts.named_by_message_id)
         self.outbox: BaseOutbox = self.pg.outbox

@@ -2,7 +2,7 @@
 (reachable, schema current), queue depths, the processes attached on every host, the owner of each channel
 lease, dead letters.
 
-Imported by gateway/backends/postgres/storage.py when the postgres backend is chosen.
+Imported by gateway/backends/postgres/backend.py when the postgres backend is chosen.
 """
 
 from __future__ import annotations

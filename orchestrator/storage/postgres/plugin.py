@@ -1,5 +1,5 @@
 """Declares the orchestrator's stores on the PostgreSQL backend (`switchyard_stores`): runs, provider
-sessions, conversation history, schedules and usage totals in the database of gateway/backends/postgres/storage.py.
+sessions, conversation history, schedules and usage totals in the database of gateway/backends/postgres/backend.py.
 It stands outside
 orchestrator/storage/postgres/ and imports nothing of it, nor psycopg: each factory imports its store when opened."""
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from gateway.backends.postgres.storage import PgStorage
+    from gateway.backends.postgres.backend import PostgresBackend
     from gateway.stores import StoreFactory
 
 
@@ -29,38 +29,38 @@ def switchyard_stores() -> dict[str, dict[str, StoreFactory]]:
             "reminders": {"postgres": _reminders}}
 
 
-def _usage(backend: PgStorage, *, holder: str | None = None) -> Any:
+def _usage(backend: PostgresBackend, *, holder: str | None = None) -> Any:
     from orchestrator.storage.postgres.usage import PgUsageRecords
 
     return PgUsageRecords(backend.dsn, backend.pool, holder=holder)
 
 
-def _schedules(backend: PgStorage) -> Any:
+def _schedules(backend: PostgresBackend) -> Any:
     from orchestrator.storage.postgres.schedules import PgScheduleRecords
 
     return PgScheduleRecords(backend.dsn, backend.pool)
 
 
-def _reminders(backend: PgStorage) -> Any:
+def _reminders(backend: PostgresBackend) -> Any:
     from orchestrator.storage.postgres.reminders import PgReminders
 
     return PgReminders(backend.dsn, backend.pool)
 
 
-def _runs(backend: PgStorage, *, fsync: bool) -> Any:
+def _runs(backend: PostgresBackend, *, fsync: bool) -> Any:
     from orchestrator.storage.postgres.runs import PgRunStore
 
     return PgRunStore(backend.home, backend.dsn, fsync=fsync, pool=backend.pool,
                       live_sec=backend.settings.queue.lease_sec)
 
 
-def _sessions(backend: PgStorage) -> Any:
+def _sessions(backend: PostgresBackend) -> Any:
     from orchestrator.storage.postgres.sessions import PgSessionStore
 
     return PgSessionStore(backend.dsn, backend.pool)
 
 
-def _history(backend: PgStorage) -> Any:
+def _history(backend: PostgresBackend) -> Any:
     from orchestrator.agents.sessions import ConversationHistory
     from orchestrator.storage.postgres.sessions import PgRecords
 

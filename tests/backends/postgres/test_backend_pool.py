@@ -1,4 +1,4 @@
-"""The postgres backend owns the pool its stores share (gateway/backends/postgres/storage.py,
+"""The postgres backend owns the pool its stores share (gateway/backends/postgres/backend.py,
 gateway/backends/postgres/db.py SharedPool):
 every store one backend opens, opened once or twice, takes its connections from that one pool, which
 closes with the backend; a store built alone (as tests build them) has a pool of its own, kept by no one

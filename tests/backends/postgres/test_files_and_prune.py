@@ -189,14 +189,14 @@ def test_prune_removes_the_shared_copies_of_finished_messages_only(
 
 
 def _backend(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, EventLog]:
-    from gateway.backends.postgres.backend import PgBackend
+    from gateway.backends.postgres.processing import PgProcessing
 
     schema.migrate(pg_dsn)
     monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
     home = Home(tmp_path / "home")
     home.create()
     events = EventLog(home.events_file)
-    return PgBackend(home, _settings(events_retention_days=2), events, role="worker", extra_roots=[]), events
+    return PgProcessing(home, _settings(events_retention_days=2), events, role="worker", extra_roots=[]), events
 
 
 def _old_event(pg_dsn: str) -> None:

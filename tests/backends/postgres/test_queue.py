@@ -1,5 +1,5 @@
 """The postgres backend's queue in process, with a scripted handler: order, keys, retries, dead letters,
-duplicates, and taking in from incoming/ (PgBackend over a real PostgreSQL; SWITCHYARD_TEST_DSN)."""
+duplicates, and taking in from incoming/ (PgProcessing over a real PostgreSQL; SWITCHYARD_TEST_DSN)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class ScriptedHandler:
 
 
 class Rig:
-    """One PgBackend on a temporary home, fed by files dropped into incoming/."""
+    """One PgProcessing on a temporary home, fed by files dropped into incoming/."""
 
     def __init__(self, root: Path, dsn: str, handler: ScriptedHandler, **queue: Any):
         self.home = Home(root)
@@ -90,10 +90,10 @@ class Rig:
         self.dropped = 0
 
     async def start(self) -> None:
-        from gateway.backends.postgres.backend import PgBackend
+        from gateway.backends.postgres.processing import PgProcessing
 
         self.queue.open()
-        self.backend = PgBackend(self.home, self.settings, self.events, role="worker", extra_roots=[])
+        self.backend = PgProcessing(self.home, self.settings, self.events, role="worker", extra_roots=[])
         await self.backend.start(self.handler, self.queue)
 
     def drop(self, payload: IncomingPayload | bytes, name: str | None = None, *, mtime_ns: int | None = None) -> bytes:

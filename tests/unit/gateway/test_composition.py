@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway import hookimpl
-from gateway.backends.files.backend import FileStores
+from gateway.backends.files.backend import FileBackend
 from gateway.channelkit.access import AccessPolicy, PairingStore
 from gateway.composition import open_backend, open_store
 from gateway.home import Home
@@ -20,7 +20,7 @@ from orchestrator.storage.files.runs import RunStore
 from orchestrator.storage.stores import open_history, open_run_store, open_sessions
 
 
-class ThirdBackend(FileStores):
+class ThirdBackend(FileBackend):
     """A backend declared by a plugin: the file backend's stores under another name."""
 
     name = "third"

@@ -8,7 +8,7 @@ import io
 import time
 from typing import Any
 
-from gateway.backends.files.backend import FileStores
+from gateway.backends.files.backend import FileBackend
 from gateway.cli.backends import wait_for_reply
 from gateway.home import Home
 from gateway.models import OutgoingPayload
@@ -150,7 +150,7 @@ def test_send_wait_shows_the_answer_not_a_draft(home: Home) -> None:
     outbox = FileOutbox(home, EventLog(home.events_file), fsync=False)
     outbox.write(draft("The quick"))
     outbox.write(final("The quick brown fox."))
-    backend = FileStores(home, Settings(), stores=None)  # type: ignore[arg-type]
+    backend = FileBackend(home, Settings(), stores=None)  # type: ignore[arg-type]
     reply = wait_for_reply(backend.replies(), make_incoming("asked", messageId="m1", timestamp=0), "gone.json", 1.0)
     assert reply is not None and reply["message"] == "The quick brown fox."
 
