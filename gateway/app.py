@@ -25,6 +25,7 @@ from gateway.api import (
     HandlerContext,
     PermanentError,
 )
+from gateway.backends import Delivery, Runtime, RuntimeParts
 from gateway.composition import open_backend
 from gateway.home import Home, atomic_write, queue_depths
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -39,7 +40,7 @@ from gateway.runtime.worker import Worker
 from gateway.settings import ChannelProfile, Settings, secret_env_names
 from gateway.spool.queue import FileQueue
 from gateway.spool.watch import FolderWatch, OnName, OnRescan
-from gateway.stores import AUDIT, AuditLog, Delivery, Runtime, RuntimeParts
+from gateway.stores import AUDIT, AuditLog
 from gateway.telemetry import tracing
 from gateway.telemetry.alerts import Alerts
 from gateway.telemetry.events import EventLog, utc_now_iso

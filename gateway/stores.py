@@ -13,29 +13,24 @@ The Backend that opens them is at the end: gateway/composition.py chooses it, pl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
-    import asyncio
     from datetime import datetime
 
     from gateway.approvals import Approval
     from gateway.audit import AuditRecord
+    from gateway.backends import Runtime, RuntimeParts
     from gateway.channelkit.pairing import Pairing
-    from gateway.dashboard.state import QueueView
     from gateway.home import Home
-    from gateway.models import IncomingPayload, OutgoingPayload
+    from gateway.models import IncomingPayload
     from gateway.runtime.locks import Locks
-    from gateway.runtime.outbox import BaseOutbox
-    from gateway.runtime.supervision import ChannelSupervisor
-    from gateway.seams import Channel, Handler
     from gateway.settings import Settings
     from gateway.spool.deadletters import DeadLetter, Kind
-    from gateway.spool.queue import Claimed, FileQueue
-    from gateway.telemetry.events import EventLog
+    from gateway.spool.queue import Claimed
 
 __all__ = [
     "AnsweredStore",
@@ -370,8 +365,8 @@ class Backend(Protocol):
         ...
 
     def runtime(self, parts: RuntimeParts) -> Runtime:
-        """The processing and delivery half of a gateway (gateway/stores.py's Runtime) built from `parts`
-        (gateway.stores.RuntimeParts)."""
+        """The processing and delivery half of a gateway (gateway.backends.Runtime) built from `parts`
+        (gateway.backends.RuntimeParts)."""
         ...
 
     def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
@@ -382,68 +377,3 @@ class Backend(Protocol):
     def close(self) -> None:
         """Releases what the backend holds open for its stores (a database's pool); after its runtime's."""
         ...
-
-
-# --- the runtime a backend builds (Backend.runtime): what the Gateway hands it and the steps it runs on it,
-# in this order: open, start (channels, processing, delivery), watch, run, wake, stats, prune, stop, release,
-# close; queue_view is what the dashboard reads, dead_letter what the handler calls for a message answered
-# before its work failed permanently (files: gateway/backends/files/runtime.py; postgres: .../postgres/runtime.py)
-
-Watch = Callable[[Path, Any, Any], None]
-
-
-@dataclass
-class RuntimeParts:
-    """What a Gateway gives its backend's runtime: no Gateway, only what the runtime uses of it."""
-
-    home: Home
-    settings: Settings
-    events: EventLog
-    queue: FileQueue  # incoming/, on both backends
-    role: str  # "run" (channels and processing) or "worker" (processing only)
-    supervisor: ChannelSupervisor
-    show_typing: Callable[[IncomingPayload], Callable[[], None] | None]
-    """Shows the typing indicator of a message's channel until it is answered; returns the stopper."""
-    takes_receipts: Callable[[IncomingPayload], bool]
-    """Whether the channel a message came from wants "queued" receipts."""
-    receipt_profiles: Callable[[], list[str]]
-    """The profile ids of the running channels that want "queued" receipts."""
-    named_by_message_id: Collection[str]
-    """The channel types whose replies are `<messageId>.json` (`switchyard_reply_named_by_message_id`)."""
-    on_written: Callable[[str, OutgoingPayload], None]
-    """Told of each reply the outbox writes as a file, to hand it to the delivery without a re-read."""
-
-
-class Delivery(Protocol):
-    """What the Gateway hands replies to: the file Dispatcher or PgDelivery."""
-
-    def notice(self, name: str) -> None: ...
-    def rescan(self) -> None: ...
-    def schedule(self, name: str, payload: OutgoingPayload) -> None: ...
-    def channel_for_incoming(self, message: IncomingPayload) -> Channel | None: ...
-    async def stop(self, grace_s: float) -> None: ...
-
-
-class Runtime(Protocol):
-    """The steps the Gateway runs on its backend's runtime, in this order."""
-
-    outbox: BaseOutbox
-
-    @property
-    def home_mode(self) -> str:
-        """How the home is used, shown in `gateway.started` (the file backend: solo or shared)."""
-        ...
-
-    def close_events(self) -> None: ...
-    def open(self) -> None: ...
-    async def start(self, handler: Handler) -> Delivery | None: ...
-    def watch(self, watch: Watch) -> None: ...
-    def run(self) -> list[asyncio.Task[None]]: ...
-    def wake(self) -> None: ...
-    def stats(self) -> dict[str, Any]: ...
-    async def prune(self) -> None: ...
-    async def stop(self, grace_s: float) -> None: ...
-    async def release(self) -> None: ...
-    async def close(self) -> None: ...
-    def queue_view(self) -> QueueView: ...
-    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None: ...

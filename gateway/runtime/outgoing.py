@@ -13,7 +13,7 @@ from gateway.runtime.outbox import BaseOutbox, FileOutbox
 
 if TYPE_CHECKING:
     from gateway.api import Channel
-    from gateway.stores import RuntimeParts
+    from gateway.backends import RuntimeParts
 
 
 class OutgoingFolder:

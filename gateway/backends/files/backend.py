@@ -16,6 +16,7 @@ from gateway.stores import Duplicate, StorageStatus, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
+    from gateway.backends import RuntimeParts
     from gateway.backends.files.runtime import FileRuntime
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from gateway.runtime.locks import Locks
     from gateway.runtime.sharing import SharedHome
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, RuntimeParts, StoreFactory
+    from gateway.stores import BackendFactory, StoreFactory
 
 
 @hookimpl

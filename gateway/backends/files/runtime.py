@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from gateway.api import Handler
+from gateway.backends import Delivery, RuntimeParts, Watch
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.backends.files.latedead import FileLateDeadLetters
 from gateway.dashboard.state import FolderView, QueueView
@@ -16,7 +17,6 @@ from gateway.runtime.locks import LockDirectory, process_name
 from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.sharing import SharedHome
 from gateway.runtime.worker import Worker
-from gateway.stores import Delivery, RuntimeParts, Watch
 
 
 class FileRuntime:

@@ -23,12 +23,13 @@ from gateway.payloads import message_identity
 from gateway.stores import Duplicate, StorageStatus
 
 if TYPE_CHECKING:
+    from gateway.backends import RuntimeParts
     from gateway.backends.memory.audit import MemoryAuditLog
     from gateway.backends.memory.runtime import MemoryRuntime
     from gateway.home import Home
     from gateway.models import IncomingPayload
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, RuntimeParts, StoreFactory, StoreKey, Stores, StoreT
+    from gateway.stores import BackendFactory, StoreFactory, StoreKey, Stores, StoreT
 
 
 def memory_settings(settings: Settings) -> Settings:

@@ -26,14 +26,14 @@ from gateway.runtime.worker import Worker
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from gateway.backends import Delivery, RuntimeParts, Watch
     from gateway.backends.memory.state import MemoryState
-    from gateway.stores import Delivery, RuntimeParts, Watch
 
 _HOSTS = itertools.count(1)
 
 
 class MemoryRuntime:
-    """One host on a MemoryState (gateway/stores.py's Runtime)."""
+    """One host on a MemoryState (gateway.backends.Runtime)."""
 
     def __init__(self, parts: RuntimeParts, state: MemoryState):
         self.parts = parts

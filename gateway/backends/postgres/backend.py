@@ -14,6 +14,7 @@ from gateway.runtime.locks import process_instance
 from gateway.stores import StorageStatus, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
+    from gateway.backends import RuntimeParts
     from gateway.backends.postgres.approvals import PgApprovals
     from gateway.backends.postgres.deadletters import DeadStore
     from gateway.backends.postgres.locks import PgLocks
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from gateway.backends.postgres.runtime import PostgresRuntime
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import RuntimeParts
 
 
 class PostgresBackend:
