@@ -77,3 +77,21 @@ def test_switchyard_migrations_refuse_a_name_two_plugins_ship(pg_dsn: str, monke
                         lambda: ["gateway.backends.postgres", "gateway.backends.postgres"])
     with pytest.raises(ValueError, match=r"two plugins ship the migration 0001_core\.sql"):
         schema.migrate(pg_dsn)
+
+
+def test_the_queue_claims_migration_puts_back_what_an_earlier_version_was_running(pg_dsn: str) -> None:
+    """A message an earlier version left 'running' (as a Procrastinate job, with no holder) would hold its
+    conversation for ever under the queue claimed by SQL: migration 0100 puts it back in its place."""
+    schema.migrate(pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:  # the database as the version before 0100 left it
+        conn.execute("DROP INDEX switchyard_messages_open_idx")
+        conn.execute("ALTER TABLE switchyard_messages DROP COLUMN holder, DROP COLUMN due_at")
+        conn.execute("DELETE FROM switchyard_migrations WHERE name = '0100_queue_claims.sql'")
+        for name, state in (("was-running", "running"), ("was-waiting", "queued"), ("was-done", "done")):
+            conn.execute("INSERT INTO switchyard_messages (name, payload, channel, profile, conversation, keys, state) "
+                         "VALUES (%s, '{}', 'console', 'console', 'c1', ARRAY['conv:console/console/c1'], %s)",
+                         (name, state))
+    assert schema.migrate(pg_dsn) == ["0100_queue_claims.sql"]
+    with psycopg.connect(pg_dsn) as conn:
+        states = dict(conn.execute("SELECT name, state FROM switchyard_messages WHERE name LIKE 'was-%'").fetchall())
+    assert states == {"was-running": "queued", "was-waiting": "queued", "was-done": "done"}
