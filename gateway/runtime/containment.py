@@ -20,9 +20,9 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 
 from gateway.runtime.orphans import TOKEN_VAR, new_token
+from gateway.runtime.procfs import ProcStat, proc_stat
 
 log = logging.getLogger("switchyard.containment")
 
@@ -113,15 +113,6 @@ def tagged(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
     return {**env, TOKEN_VAR: token}, token
 
 
-@dataclass(frozen=True)
-class _Proc:
-    pid: int
-    ppid: int
-    pgrp: int
-    started: int
-    zombie: bool
-
-
 async def end_run(leader: int, token: str) -> None:
     """Kills the run's process group and every descendant carrying its token, and reaps the ones
     re-parented to us. Call it once the leader itself has been reaped (asyncio owns its exit status)."""
@@ -153,7 +144,7 @@ def _has_children() -> bool:
     return True
 
 
-def _kill_and_reap(proc: _Proc) -> None:
+def _kill_and_reap(proc: ProcStat) -> None:
     if not proc.zombie:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(proc.pid, signal.SIGKILL)
@@ -170,12 +161,12 @@ def _carries(pid: int, marker: bytes) -> bool:
         return False
 
 
-def _descendants(root: int) -> Iterator[_Proc]:
+def _descendants(root: int) -> Iterator[ProcStat]:
     """Every live or zombie descendant of `root`, through /proc/<pid>/task/<tid>/children."""
     stack = _children(root)
     while stack:
         pid = stack.pop()
-        proc = _stat(pid)
+        proc = proc_stat(pid)
         if proc is not None:
             yield proc
             stack.extend(_children(pid))
@@ -194,12 +185,3 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def _stat(pid: int) -> _Proc | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return _Proc(pid, int(fields[1]), int(fields[2]), int(fields[19]), fields[0] == b"Z")

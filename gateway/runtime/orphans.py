@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gateway.runtime.procfs import pids, proc_stat
+
 if TYPE_CHECKING:
     from gateway.telemetry.events import EventLog
 
@@ -62,8 +64,8 @@ class Owner:
     def gone(self) -> bool:
         """Whether the owner no longer runs: its pid free, held by a process started at another time, or a zombie
         (dead, its parent has not reaped it yet)."""
-        fields = _stat_fields(self.pid)
-        return fields is None or fields[19].decode() != self.started or fields[0] == b"Z"
+        stat = proc_stat(self.pid)
+        return stat is None or str(stat.started) != self.started or stat.zombie
 
 
 @dataclass(frozen=True)
@@ -84,17 +86,8 @@ def home_id(root: Path) -> str:
 
 def start_time(pid: int) -> str | None:
     """A process's start time in clock ticks since boot (/proc/<pid>/stat field 22); None when it is gone."""
-    fields = _stat_fields(pid)
-    return None if fields is None else fields[19].decode()
-
-
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """/proc/<pid>/stat's fields from the state on (field 3): the name before it may hold spaces."""
-    try:
-        fields = (PROC / str(pid) / "stat").read_bytes().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields if len(fields) > 19 else None
+    stat = proc_stat(pid)
+    return None if stat is None else str(stat.started)
 
 
 def pid_namespace() -> str:
@@ -136,7 +129,7 @@ def find(root: Path) -> list[Orphan]:
     wanted, namespace, uid = home_id(root), pid_namespace(), os.getuid()
     own = {os.getpid(), os.getpgrp()}
     groups: dict[int, Orphan] = {}
-    for pid in _pids():
+    for pid in pids():
         token = _token_of(pid, uid)
         owner = None if token is None else Owner.of_token(token)
         if owner is None or owner.home != wanted or owner.namespace != namespace or not owner.gone():
@@ -169,18 +162,11 @@ def _alive_in(groups: list[int]) -> set[int]:
     """Which of `groups` still have a live member (a zombie is not: it waits for its parent, init or a subreaper,
     to reap it; this process reaps nothing it did not start itself)."""
     alive: set[int] = set()
-    for pid in _pids():
-        fields = _stat_fields(pid)
-        if fields is not None and fields[0] != b"Z" and int(fields[2]) in groups:
-            alive.add(int(fields[2]))
+    for pid in pids():
+        stat = proc_stat(pid)
+        if stat is not None and not stat.zombie and stat.pgrp in groups:
+            alive.add(stat.pgrp)
     return alive
-
-
-def _pids() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir(PROC) if name.isdigit()]
-    except OSError:
-        return []
 
 
 def _token_of(pid: int, uid: int) -> str | None:
