@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
 from typing import Any
 
 from aiohttp import web
@@ -31,6 +32,15 @@ ACCEPT_ERROR = "socket.accept() out of system resource"  # asyncio's, when the p
 async def secure(request: web.Request, response: web.StreamResponse) -> None:
     """An `on_response_prepare` signal: the security headers on every answer (pages, errors, redirects)."""
     response.headers.update(SECURITY_HEADERS)
+
+
+def static_file(package: str, name: str, types: Mapping[str, str]) -> web.Response:
+    """A page's own file `static/<name>` of `package`, as the content type `types` gives it; any other name is
+    404 (nothing outside the listed files is served)."""
+    if name not in types:
+        raise web.HTTPNotFound()
+    text = resources.files(package).joinpath(f"static/{name}").read_text("utf-8")
+    return web.Response(text=text, content_type=types[name])
 
 
 def same_origin(request: web.Request) -> bool:

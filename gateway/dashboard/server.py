@@ -7,13 +7,12 @@ import asyncio
 import hmac
 import json
 import logging
-from importlib import resources
 from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.channelkit.web import HEADER_TIMEOUT_S, Handler, Listener, refused, secure
+from gateway.channelkit.web import HEADER_TIMEOUT_S, Handler, Listener, refused, secure, static_file
 from gateway.dashboard import page
 from gateway.settings import DashboardSettings, is_loopback
 
@@ -111,11 +110,7 @@ class Routes:
         return web.json_response(result, status=200 if result["won"] else 409)
 
     async def static(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if name not in STATIC_TYPES:
-            raise web.HTTPNotFound()
-        text = resources.files("gateway.dashboard").joinpath(f"static/{name}").read_text("utf-8")
-        return web.Response(text=text, content_type=STATIC_TYPES[name])
+        return static_file("gateway.dashboard", request.match_info["name"], STATIC_TYPES)
 
     async def _body(self, request: web.Request, expected: str,
                     fields: tuple[str, ...]) -> dict[str, Any] | web.Response:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
-from gateway.channelkit.web import Handler, refused, same_origin, secure
+from gateway.channelkit.web import Handler, refused, same_origin, secure, static_file
 from plugins.web.logins import COOKIE, SESSION_TTL_S, Logins
 from plugins.web.transcript import ROOM, Entry, Transcript, is_conversation, owner_of
 
@@ -129,11 +129,7 @@ class Routes:
         return web.Response(text=text, content_type="text/html")
 
     async def static(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if name not in STATIC:
-            raise web.HTTPNotFound()
-        text = resources.files("plugins.web").joinpath(f"static/{name}").read_text("utf-8")
-        return web.Response(text=text, content_type=STATIC[name])
+        return static_file("plugins.web", request.match_info["name"], STATIC)
 
     async def me(self, request: web.Request) -> web.Response:
         user = request[USER_KEY]
