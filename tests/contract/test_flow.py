@@ -108,6 +108,10 @@ async def test_two_hosts_on_one_backend_never_handle_a_message_twice(flow: Flow)
     first = await flow.host(max_concurrency=2, duplicate_window_sec=0)
     await flow.host(max_concurrency=2, duplicate_window_sec=0)
     rooms = [f"room-{n}" for n in range(3)]
+    # each room's first message waits until both hosts have taken one: a host holds at most two of the three,
+    # so the other host must take the third, whichever host is quicker to look (one host alone fails the test)
+    for first_of_room in ("h00", "h01", "h02"):
+        flow.script.gate[first_of_room] = lambda: len({call.host for call in flow.calls()}) == 2
     sent: dict[str, list[str]] = defaultdict(list)
     for seq in range(30):
         room = rooms[seq % len(rooms)]

@@ -236,8 +236,8 @@ async def test_the_real_cli_asks_with_options_and_goes_on_with_the_one_tapped(
 
 
 REMINDER_TEXT = "stretch your legs"
-REMINDER_DELAY = "in 3s"  # the rest of claude's turn after the call (one more model request) and the kill took
-# 0.36 s here (2026-12-02): the reminder is due well after the kill, and the restart may come before or after it
+REMINDER_DELAY = "in 3s"  # the kill comes as the reminder is stored (mid-turn: claude held at its next model
+# request): the reminder is due well after the kill, and the restart may come before or after it
 
 
 def _remote_claude(model: ScriptedModel) -> dict[str, Any]:
@@ -284,6 +284,8 @@ async def test_a_reminder_the_real_claude_sets_fires_once_after_a_kill_9(switchy
         channels = [{"id": "beat", "type": "heartbeat", "interval_sec": 3600}]
         switchyard.configure({"providers": {"remote": _remote_claude(model)}, "channels": channels}, orchestrator)
         user_home = _isolated(switchyard, tmp_path)
+        if kill_at == "mid-turn":
+            model.hold_tool_results()  # claude's request after the tool call waits: it is mid-turn at the kill
         await asyncio.to_thread(switchyard.start)
         switchyard.send(f"[mcp=remind:when={REMINDER_DELAY}|text={REMINDER_TEXT}]", messageId="r1",
                         channel="heartbeat", channelProfileId="beat", conversationId="ops")
@@ -298,6 +300,7 @@ async def test_a_reminder_the_real_claude_sets_fires_once_after_a_kill_9(switchy
         assert [row["deliver"] for row in rows] == ["beat/ops"]
         await asyncio.to_thread(switchyard.start)
         assert not any(pid_alive(pid) for pid in left), "the restarted gateway did not end it"  # before it started
+        model.release()  # the retried turn's claude gets its answer after the tool call
         answer = answer or await async_wait_until(lambda: _answered(switchyard), 90)
         await async_wait_until(lambda: _reminded(switchyard), timeout_s=60)
         await async_wait_until(lambda: not _reminder_rows(switchyard), timeout_s=30)  # a fired one-off goes

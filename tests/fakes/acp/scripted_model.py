@@ -15,7 +15,8 @@ Directives in the last user text of a request (all optional):
   `arguments` string, gemini's `args`), so a list reaches the CLI as a list.
 
 Every request is kept in `calls` with its start and end time (`time.monotonic()`), so a caller in the same
-process can tell the model's own time from the agent's.
+process can tell the model's own time from the agent's. `hold_tool_results()` makes every request that carries a
+tool's result wait until `release()`: an agent held mid-turn, after its tool call, for as long as a test needs.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tests.fakes.base import FakeServer
 
 DIRECTIVE_START = re.compile(r"\[([a-z]+)=")
 SHELL_TOOLS = ("Bash", "run_shell_command", "shell_command", "exec_command", "shell")
+RELEASED = web.AppKey("released", asyncio.Event)
 
 
 @dataclass
@@ -76,6 +78,14 @@ class ScriptedModel(FakeServer):
     def __init__(self) -> None:
         self.calls: list[Call] = []
         super().__init__()
+        self.app[RELEASED] = asyncio.Event()
+        self.app[RELEASED].set()
+
+    def hold_tool_results(self) -> None:
+        self.app[RELEASED].clear()
+
+    def release(self) -> None:
+        self.app[RELEASED].set()
 
     def setup_routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/{tail:.*}", self._route)
@@ -193,6 +203,12 @@ async def _sse(request: web.Request, events: list[tuple[str | None, Any]], delay
     return response
 
 
+async def _held(request: web.Request, tool_result: str | None) -> None:
+    """Waits, when the request carries a tool's result, for as long as the test holds those (`hold_tool_results`)."""
+    if tool_result is not None:
+        await request.app[RELEASED].wait()
+
+
 def _texts_of(content: Any) -> list[str]:
     """The non-empty text blocks of a message's content."""
     if isinstance(content, str):
@@ -211,6 +227,7 @@ async def _anthropic(request: web.Request, call: Call) -> web.StreamResponse:
     texts = [t for m in messages for t in _texts_of(m.get("content"))]
     result = json.dumps(results[0].get("content")) if results else None
     tools = [str(t.get("name")) for t in call.body.get("tools") or []]
+    await _held(request, result)
     turn = plan(call, texts, result, tools)
     usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
     message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
@@ -254,6 +271,7 @@ async def _responses(request: web.Request, call: Call) -> web.StreamResponse:
     namespaces = {f"{t['name']}__{inner.get('name')}": (str(t["name"]), str(inner.get("name")))
                   for t in call.body.get("tools") or [] if t.get("type") == "namespace"
                   for inner in t.get("tools") or []}  # codex offers MCP tools as a namespace of functions
+    await _held(request, result)
     turn = plan(call, texts, result, tools + list(namespaces))
     response_id = f"resp_{uuid.uuid4().hex[:24]}"
     usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
@@ -303,6 +321,7 @@ async def _gemini(request: web.Request, call: Call) -> web.StreamResponse:
     responses = [p["functionResponse"] for p in last_parts if "functionResponse" in p]
     result = json.dumps(responses[0].get("response")) if responses else None
     tools = [str(d.get("name")) for t in call.body.get("tools") or [] for d in t.get("functionDeclarations") or []]
+    await _held(request, result)
     turn = plan(call, texts, result, tools)
     if turn.tool:
         args = turn.arguments if turn.arguments is not None else {
