@@ -14,9 +14,9 @@ from bench.fileops import count_file_calls
 from bench.floor import floor_rate
 from bench.plugin import REPLY_TEXT, NullHandlerPlugin
 from bench.rig import LIGHT_ORCHESTRATOR, Rig, bench_settings, order_problems, payload
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.models import OutgoingPayload
-from gateway.runtime.locks import LockDirectory
 from gateway.settings import Settings
 from gateway.spool.queue import FileQueue
 

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from gateway.disk.locks import holder_process, pid_alive
 from gateway.home import atomic_write
-from gateway.runtime.locks import holder_process, pid_alive
 from gateway.scope import ConversationScope
 
 if TYPE_CHECKING:

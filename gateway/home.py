@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from gateway.disk.locks import FOLDER_LOCK_ATTEMPTS, FOLDER_LOCK_PAUSE_S, lock_if_unheld, take_folder_lock
+from gateway.disk.names import safe_name
 from gateway.disk.reads import NotRegularFile, is_within, read_file
 from gateway.disk.sweep import STALE_TMP_S, remove_old_files, remove_stale_tmp, scan_mtimes
 from gateway.disk.writes import SPARE_PREFIX, SpareFiles, atomic_write, fsync_dir, write_all
@@ -25,21 +25,11 @@ __all__ = [
     "take_folder_lock", "write_all",
 ]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_MAX_NAME_PART = 80
-
 
 def resolve_home(cli_home: str | os.PathLike[str] | None = None) -> Path:
     """Chooses the home: `--home`, else `$SWITCHYARD_HOME`, else `~/.switchyard`."""
     chosen = cli_home or os.environ.get("SWITCHYARD_HOME") or Path.home() / ".switchyard"
     return Path(chosen).expanduser().resolve()
-
-
-def safe_name(part: str) -> str:
-    """Makes an id usable as one file-name component: no separators, no dots at the start."""
-    cleaned = _UNSAFE.sub("_", part).lstrip(".")[:_MAX_NAME_PART]
-    return cleaned or "_"
-
 
 
 @dataclass(frozen=True)

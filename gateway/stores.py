@@ -3,12 +3,11 @@ use it. Each protocol is the set of methods the file and PostgreSQL implementati
 tests/contract/ checks the rules written here once against every backend; gateway/backends/memory/ is the
 in-memory backend (every store on a shared state: two handles are two hosts).
 
-Pairing and Locks are defined beside their file stores (gateway/channelkit/pairing.py, gateway/runtime/locks.py). Only
-annotations name other modules' types, so importing this one stays light (`switchyard status` imports it
-and must not load pydantic or the queue). The
-orchestrator's stores (runs, sessions and conversation history) are in orchestrator/storage/stores.py, so the
-gateway never names orchestrator types.
-The Backend that opens them is at the end: gateway/composition.py chooses it, plugins declare it.
+Pairing is defined beside its file store (gateway/channelkit/pairing.py); Locks' file implementation is
+gateway/disk/locks.py LockDirectory. Only annotations name other modules' types, so importing this one stays
+light (`switchyard status` imports it and must not load pydantic or the queue). The orchestrator's stores (runs,
+sessions and conversation history) are in orchestrator/storage/stores.py, so the gateway never names
+orchestrator types. The Backend that opens them is at the end: gateway/composition.py chooses it, plugins declare it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.models import IncomingPayload
-    from gateway.runtime.locks import Locks
     from gateway.settings import Settings
     from gateway.spool.deadletters import DeadLetter, Kind
     from gateway.spool.queue import Claimed
@@ -43,6 +41,7 @@ __all__ = [
     "Duplicate",
     "EditFolding",
     "EventSink",
+    "Locks",
     "QueueStore",
     "ReplyStore",
     "StorageStatus",
@@ -239,6 +238,23 @@ class Approvals(Protocol):
         """Settles a pending approval as `state` (answered with `choice` by `by`, or closed for `reason`):
         (the approval as stored now, True); one already settled is left as it is: (it, False); an unknown
         id: (None, False). Of two callers at once, on any hosts, exactly one gets True."""
+
+
+class Locks(Protocol):
+    """TTL locks, one holder per resource: LockDirectory (files) or the postgres backend's (`Backend.locks`)."""
+
+    holder: str
+    ttl_s: float
+
+    @property
+    def reclaimed(self) -> int:
+        """Stale locks taken over (their holder may have died mid-work)."""
+
+    def acquire(self, resource: str) -> bool: ...
+    def release(self, resource: str) -> None: ...
+    def renew(self, resources: list[str]) -> list[str]:
+        """Moves the expiry of held locks forward; returns those still held (a lock lost meanwhile is not)."""
+    def clean_expired(self) -> list[str]: ...
 
 
 @runtime_checkable

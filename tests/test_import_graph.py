@@ -196,33 +196,23 @@ PLUGIN_BEYOND_CONTRACT = _pairs("""
     plugins.heartbeat -> gateway.cli.statuscache
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
-    gateway.backends.files.backend -> gateway.runtime.locks
     gateway.backends.files.backend -> gateway.runtime.sharing
-    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outgoing
+    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.outgoing
     gateway.backends.files.runtime -> gateway.runtime.sharing
     gateway.backends.files.runtime -> gateway.runtime.worker
-    gateway.backends.memory -> gateway.runtime.locks
-    gateway.backends.memory.runtime -> gateway.dashboard.state gateway.runtime.locks gateway.runtime.outgoing
+    gateway.backends.memory.runtime -> gateway.dashboard.state gateway.runtime.outgoing
     gateway.backends.memory.runtime -> gateway.runtime.worker
-    gateway.backends.postgres.processing -> gateway.runtime.aio gateway.runtime.locks gateway.runtime.worker
+    gateway.backends.postgres.processing -> gateway.runtime.aio gateway.runtime.worker
     gateway.backends.postgres.dashboard -> gateway.dashboard.state
     gateway.backends.postgres.dbcommand -> gateway.cli
     gateway.backends.postgres.dispatcher -> gateway.runtime.aio gateway.runtime.sending
-    gateway.backends.postgres.events -> gateway.runtime.locks
     gateway.backends.postgres.intake -> gateway.runtime.aio gateway.runtime.keys
     gateway.backends.postgres.latedead -> gateway.runtime.keys
-    gateway.backends.postgres.leases -> gateway.runtime.locks
-    gateway.backends.postgres.locks -> gateway.runtime.locks
     gateway.backends.postgres.outbound -> gateway.runtime.aio gateway.runtime.supervision
     gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
-    gateway.backends.postgres.queue -> gateway.runtime.locks
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
     gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
-    gateway.backends.postgres.backend -> gateway.runtime.locks
     gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
-    orchestrator.storage.files.usage -> gateway.runtime.locks
-    orchestrator.storage.postgres.runs -> gateway.runtime.locks
-    orchestrator.storage.postgres.usage -> gateway.runtime.locks
 """)  # each backend builds its own runtime (worker, dispatcher, outbox); postgres registers `db` and `worker`
 
 
@@ -302,9 +292,10 @@ def test_the_layering_rules_see_a_breach() -> None:
     assert not plugin_beyond_contract("plugins.slack.channel", "plugins.slack.blocks")
     assert not plugin_beyond_contract("plugins.slack.channel", "gateway.channelkit.chunking")
     assert not plugin_beyond_contract("plugins.slack.channel", "gateway.testing.conformance")
-    assert backend_reaches_machinery("orchestrator.storage.files.usage", "gateway.runtime.locks")
+    assert backend_reaches_machinery("orchestrator.storage.files.usage", "gateway.runtime.keys")
     assert backend_reaches_machinery("gateway.backends.memory", "gateway.cli")
     assert not backend_reaches_machinery("gateway.backends.files.runtime", "gateway.spool.queue")
+    assert not backend_reaches_machinery("gateway.backends.postgres.locks", "gateway.disk.locks")
     assert _pairs("a.b -> c d\n  a.b -> e") == {("a.b", "c"), ("a.b", "d"), ("a.b", "e")}
 
 

@@ -8,16 +8,23 @@ import logging
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from gateway.models import IncomingPayload
-from gateway.runtime.locks import Locks
 from gateway.scope import ConversationScope
 
 log = logging.getLogger("switchyard.keys")
 
 T = TypeVar("T")
 Order = tuple[int, str]
+
+
+class KeyLocks(Protocol):
+    """What the scheduler uses of gateway.stores.Locks (any Locks is one). Named here, not imported: this module
+    sits under gateway.channelkit.edits, which gateway.stores' annotations reach, so importing it would be a cycle."""
+
+    def acquire(self, resource: str) -> bool: ...
+    def release(self, resource: str) -> None: ...
 
 
 CONTROL_COMMANDS = frozenset({"/stop", "/cancel"})
@@ -97,7 +104,7 @@ class KeyScheduler(Generic[T]):
     message.
     """
 
-    def __init__(self, max_concurrency: int, locks: Locks | None = None):
+    def __init__(self, max_concurrency: int, locks: KeyLocks | None = None):
         self.max_concurrency = max_concurrency
         self.locks = locks
         self.running = 0
@@ -247,7 +254,7 @@ class KeyScheduler(Generic[T]):
         if key in self._locked and key not in self._busy and key not in self._queues:
             self._unlock(key)
 
-    def lock_running(self, locks: Locks) -> bool:
+    def lock_running(self, locks: KeyLocks) -> bool:
         """Starts using cross-process locks: takes those of every key running or with messages claimed
         here (all or none), so another process can take none of them while this one still has a
         message of it, and a key's messages stay in order across processes."""

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from gateway.runtime.locks import Locks, pid_alive
+from gateway.disk.locks import pid_alive
+from gateway.stores import Locks
 
 
 class SharedHome:
@@ -103,7 +104,7 @@ class SharedHome:
 
 
 class SoloLocks:
-    """Locks (gateway.runtime.locks) that are lock files only when other processes may take them.
+    """Locks (gateway.stores.Locks) that are lock files only when other processes may take them.
 
     While this process is alone on its home (`SharedHome` "solo"), nobody else can take a lock, so one
     taken is only remembered: a run's job lock cost a file created and deleted per chat message. Before

@@ -18,14 +18,13 @@ from gateway.payloads import parse_payload
 from gateway.runtime.aio import finish_or_cancel, wait_event
 from gateway.runtime.claims import ClaimErrors, quarantine, storage_pause
 from gateway.runtime.keys import KeyScheduler, ordering_keys
-from gateway.runtime.locks import Locks
 from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
 from gateway.runtime.receipts import Receipts
 from gateway.runtime.sharing import SharedHome
 from gateway.settings import QueueSettings
 from gateway.spool.queue import CLAIM_RETRY_S, Claimed
 from gateway.storable import made_safe
-from gateway.stores import AnsweredStore, QueueStore
+from gateway.stores import AnsweredStore, Locks, QueueStore
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 

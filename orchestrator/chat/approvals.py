@@ -30,8 +30,8 @@ from gateway.approvals import (
     new_id,
     owner_gone,
 )
+from gateway.disk.locks import process_instance
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.locks import process_instance
 from gateway.scope import ConversationScope
 from gateway.telemetry import tracing
 from gateway.telemetry.events import now_ms

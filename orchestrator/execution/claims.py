@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from gateway.runtime.locks import Locks
+from gateway.stores import Locks
 from orchestrator.execution.coordination import Coordination
 from orchestrator.execution.lifecycle import Lifecycle
 from orchestrator.runs.base import JOB_LOCK_PREFIX, RunStoreBase

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
 
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home, atomic_write, safe_name
-from gateway.runtime.locks import LockDirectory
 from gateway.storable import made_safe, storable
 from gateway.telemetry.events import utc_now_iso
 from orchestrator.runs.jobs import parse_iso

@@ -13,10 +13,11 @@ from typing import Any, TypeVar
 
 from gateway.api import LateDeadLetter, Outbox
 from gateway.channelkit.backoff import delay as backoff_delay
+from gateway.disk.locks import LockDirectory, process_name
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.runtime.aio import wait_event
-from gateway.runtime.locks import LockDirectory, Locks, process_name
+from gateway.stores import Locks
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 from orchestrator.agents.live import TurnStopped

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from gateway.home import Home
-from gateway.runtime.locks import Locks
+from gateway.stores import Locks
 from orchestrator.execution.claims import Claims, job_lock
 from orchestrator.execution.coordination import Coordination
 from orchestrator.execution.lifecycle import Lifecycle

@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.disk.locks import pid_alive
 from gateway.home import Home, safe_name
-from gateway.runtime.locks import pid_alive
 from orchestrator.runs.jobs import JobState, check_transition
 from orchestrator.runs.listing import select_runs
 from orchestrator.runs.state import RunState, stored_conversation_key

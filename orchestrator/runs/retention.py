@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.home import Home, remove_old_files, remove_stale_tmp, safe_name
-from gateway.runtime.locks import Locks
 from gateway.settings import Settings
+from gateway.stores import Locks
 from orchestrator.execution.coordination import ARCHIVE_AFTER_DAYS, CHECKPOINT_RETENTION_DAYS, Coordination
 from orchestrator.runs.base import REMOVING_PREFIX, RunStoreBase
 from orchestrator.runs.state import RunState

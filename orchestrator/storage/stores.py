@@ -28,9 +28,8 @@ from gateway.stores import AUDIT, StoreKey
 if TYPE_CHECKING:
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
-    from gateway.runtime.locks import Locks
     from gateway.settings import Settings
-    from gateway.stores import Approvals, AuditLog, Backend, StoreFactory, StoreT
+    from gateway.stores import Approvals, AuditLog, Backend, Locks, StoreFactory, StoreT
     from orchestrator.agents.sessions import ConversationHistory, SessionStore
     from orchestrator.runs.base import RunStoreBase
     from orchestrator.runs.state import RunState

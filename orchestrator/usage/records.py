@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import date
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from gateway.runtime.locks import holder_process, pid_alive
+from gateway.disk.locks import holder_process, pid_alive
 
 if TYPE_CHECKING:
     from gateway.models import IncomingPayload
@@ -170,9 +170,8 @@ class UsageRecords(Ledger, Protocol):
 
 
 def holder_gone(holder: str) -> bool:
-    """Whether a reservation's holder (`<host>:<pid>[:...]`, gateway.runtime.locks.process_instance) is a process of
-    this
-    machine that no longer exists; of another machine's nothing is known (it expires)."""
+    """Whether a reservation's holder (`<host>:<pid>[:...]`, gateway.disk.locks.process_instance) is a process
+    of this machine that no longer exists; of another machine's nothing is known (it expires)."""
     host, pid = holder_process(holder)
     return host == socket.gethostname() and pid is not None and not pid_alive(pid)
 

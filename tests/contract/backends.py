@@ -30,13 +30,12 @@ from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.locks import Locks
 from gateway.runtime.outbox import FileOutbox, outgoing_name
 from gateway.runtime.sending import conversation_of
 from gateway.settings import QueueSettings, Settings
 from gateway.spool.deadletters import move_to_failed
 from gateway.spool.queue import FileQueue
-from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, QueueStore
+from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, Locks, QueueStore
 from gateway.stores import Backend as StorageBackend
 from gateway.telemetry.events import EventLog, read_events
 from orchestrator.agents.sessions import ConversationHistory, SessionStore

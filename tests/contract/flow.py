@@ -171,7 +171,7 @@ class Flow:
 
     async def host(self, **queue: Any) -> Host | None:
         """A started Gateway on this backend's state. A second one on postgres is a `worker` (processing only,
-        as `switchyard worker` scales out): hosts in one process share a lease holder (gateway.runtime.locks
+        as `switchyard worker` scales out): hosts in one process share a lease holder (gateway.disk.locks
         process_instance), so two `run`s here would both own the channel and both deliver each reply."""
         name = f"host{len(self.hosts) + 1}"
         role = "worker" if self.kind == "postgres" and self.hosts else "run"

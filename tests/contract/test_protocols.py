@@ -31,9 +31,9 @@ from gateway.backends.postgres.pairing import PgPairingStore
 from gateway.channelkit.access import PairingStore
 from gateway.channelkit.delivery import DeliveryJournal
 from gateway.channelkit.pairing import Pairing
-from gateway.runtime.locks import LockDirectory, Locks
+from gateway.disk.locks import LockDirectory
 from gateway.spool.queue import FileQueue
-from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, EventSink, QueueStore
+from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, EventSink, Locks, QueueStore
 from orchestrator.agents.sessions import FileRecords, Records
 from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords
 from orchestrator.schedules.reminders import MemoryReminders, ReminderStore

@@ -12,8 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from gateway.disk.locks import LockDirectory
 from gateway.runtime.keys import KeyScheduler
-from gateway.runtime.locks import LockDirectory
 from gateway.runtime.sharing import SharedHome, SoloLocks
 from gateway.testing import wait_until
 from tests.faults.harness import FAST_ORCHESTRATOR, REPO, GatewayRun, message

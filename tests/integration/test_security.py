@@ -25,10 +25,10 @@ from gateway.api import ChannelContext, FunctionSpec, HandlerContext
 from gateway.app import Gateway
 from gateway.channelkit.attachments import attachment_folder
 from gateway.channelkit.delivery import DeliveryJournal, delivery_key
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.locks import LockDirectory
 from gateway.runtime.outbox import FileOutbox, outgoing_name
 from gateway.settings import ChannelProfile, FileSettings, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog

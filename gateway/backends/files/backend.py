@@ -21,10 +21,9 @@ if TYPE_CHECKING:
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.models import IncomingPayload
-    from gateway.runtime.locks import Locks
     from gateway.runtime.sharing import SharedHome
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, StoreFactory
+    from gateway.stores import BackendFactory, Locks, StoreFactory
 
 
 @hookimpl
@@ -81,7 +80,7 @@ class FileBackend:
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
         """Lock files in coordination/locks/, kept only in memory while this process is alone on the home."""
-        from gateway.runtime.locks import LockDirectory, process_name
+        from gateway.disk.locks import LockDirectory, process_name
         from gateway.runtime.sharing import SoloLocks
 
         files = LockDirectory(self.home.coordination / "locks",

@@ -12,8 +12,8 @@ from gateway.backends import Delivery, RuntimeParts, Watch
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.backends.files.latedead import FileLateDeadLetters
 from gateway.dashboard.state import FolderView, QueueView
+from gateway.disk.locks import LockDirectory, process_name
 from gateway.models import IncomingPayload
-from gateway.runtime.locks import LockDirectory, process_name
 from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.sharing import SharedHome
 from gateway.runtime.worker import Worker

@@ -25,13 +25,13 @@ __all__ = ["AnsweredState", "LocksState", "MemoryAnswered", "MemoryApprovals", "
 if TYPE_CHECKING:  # mypy checks that each memory store satisfies its protocol
     from gateway.approvals import FileApprovals
     from gateway.channelkit.pairing import Pairing
-    from gateway.runtime.locks import Locks
     from gateway.stores import (
         AnsweredStore,
         Approvals,
         DeadLetterStore,
         DeliveryJournalStore,
         EventSink,
+        Locks,
         QueueStore,
     )
 

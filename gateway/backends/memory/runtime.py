@@ -17,9 +17,9 @@ from gateway.backends.memory.queue import MemoryQueue
 from gateway.backends.memory.stores import MemoryAnswered, MemoryLocks
 from gateway.channelkit.edits import to_queue
 from gateway.dashboard.state import FolderView, QueueView
+from gateway.disk.locks import process_name
 from gateway.models import IncomingPayload
 from gateway.payloads import letter_name, message_identity, parse_payload
-from gateway.runtime.locks import process_name
 from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.worker import Worker
 

@@ -121,7 +121,7 @@ class LocksState:
 
 
 class MemoryLocks:
-    """TTL locks (gateway.runtime.locks.Locks): one holder per resource; an expired lock is free to take over.
+    """TTL locks (gateway.stores.Locks): one holder per resource; an expired lock is free to take over.
     (No process can die under an in-memory lock, so unlike files no dead holder is looked up.)"""
 
     def __init__(self, state: LocksState, *, holder: str, ttl_s: float = 60.0):

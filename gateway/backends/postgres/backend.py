@@ -10,7 +10,7 @@ import psycopg
 
 from gateway.backends.postgres.db import SharedPool, dsn_from_settings
 from gateway.composition import open_store
-from gateway.runtime.locks import process_instance
+from gateway.disk.locks import process_instance
 from gateway.stores import StorageStatus, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from gateway.backends.postgres.errors import database_away
-from gateway.runtime.locks import process_instance
+from gateway.disk.locks import process_instance
 from gateway.telemetry.events import EventLog, utc_now_iso
 from gateway.telemetry.redaction import database_error
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any
 
-from gateway.runtime.locks import process_instance
+from gateway.disk.locks import process_instance
 
 log = logging.getLogger("switchyard.pg.leases")
 

@@ -13,7 +13,7 @@ import socket
 from typing import Any
 
 from gateway.backends.postgres.db import SharedPool
-from gateway.runtime.locks import holder_process, pid_alive
+from gateway.disk.locks import holder_process, pid_alive
 
 # Whether it was taken, and who held it before (and whether that hold had not expired): a lock held by
 # another is answered in the same round trip, with who holds it (a process of this host may be gone).

@@ -32,10 +32,10 @@ from gateway.backends.postgres.locks import PgLocks
 from gateway.backends.postgres.outbox import PgOutbox
 from gateway.backends.postgres.pools import message_pool, sync_message_pool
 from gateway.backends.postgres.queue import POLL_S, PgQueue
+from gateway.disk.locks import process_instance
 from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.runtime.aio import wait_event
-from gateway.runtime.locks import process_instance
 from gateway.runtime.worker import Worker
 from gateway.settings import Settings, SettingsError
 from gateway.spool.queue import FileQueue

@@ -34,9 +34,9 @@ import psycopg
 from gateway.backends.postgres.db import SharedPool
 from gateway.backends.postgres.errors import database_away
 from gateway.backends.postgres.intake import INSERT
+from gateway.disk.locks import holder_process, pid_alive
 from gateway.home import Home
 from gateway.payloads import parse_payload
-from gateway.runtime.locks import holder_process, pid_alive
 from gateway.settings import Settings
 from gateway.spool.queue import Claimed
 from gateway.storable import made_safe

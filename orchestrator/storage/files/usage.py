@@ -34,8 +34,8 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+from gateway.disk.locks import process_instance
 from gateway.home import Home, atomic_write
-from gateway.runtime.locks import process_instance
 from orchestrator.usage.records import Admit, Spent, holder_gone, new_token, ordered
 
 log = logging.getLogger("switchyard.orchestrator.usage")

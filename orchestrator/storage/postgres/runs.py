@@ -24,8 +24,8 @@ from pydantic_core import PydanticSerializationError
 
 from gateway.backends.postgres.db import SharedPool
 from gateway.backends.postgres.errors import database_away
+from gateway.disk.locks import process_instance
 from gateway.home import Home, safe_name
-from gateway.runtime.locks import process_instance
 from gateway.storable import safe_json, storable
 from gateway.telemetry.events import utc_now_iso
 from orchestrator.runs.base import JOB_LOCK_PREFIX, RunStoreBase

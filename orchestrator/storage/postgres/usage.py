@@ -21,7 +21,7 @@ from datetime import date
 from typing import Any
 
 from gateway.backends.postgres.db import SharedPool
-from gateway.runtime.locks import process_instance
+from gateway.disk.locks import process_instance
 from orchestrator.usage.records import Admit, Spent, holder_gone, new_token, ordered
 
 ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"

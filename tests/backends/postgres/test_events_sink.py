@@ -14,7 +14,7 @@ import pytest
 
 from gateway.backends.postgres import schema
 from gateway.backends.postgres.events import EventSink, attach_event_sink
-from gateway.runtime.locks import process_instance
+from gateway.disk.locks import process_instance
 from gateway.telemetry.events import EventLog
 
 

@@ -168,7 +168,7 @@ def test_the_claims_leave_out_runs_another_live_process_holds(db: str, tmp_path:
     claims (its lock would only be refused); it is again once that process goes quiet, and a run this
     process holds, or one held by a holder the table does not list, is offered as before."""
     from gateway.backends.postgres.locks import PgLocks
-    from gateway.runtime.locks import process_instance
+    from gateway.disk.locks import process_instance
     from orchestrator.execution.claims import job_lock
     from orchestrator.storage.postgres.runs import PgRunStore
 

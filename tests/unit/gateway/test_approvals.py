@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gateway.approvals import Approval, button_id, owner_gone, parse_button
-from gateway.runtime.locks import process_instance
+from gateway.disk.locks import process_instance
 from gateway.scope import ConversationScope
 
 

@@ -11,9 +11,9 @@ from gateway import hookimpl
 from gateway.backends.files.backend import FileBackend
 from gateway.channelkit.access import AccessPolicy, PairingStore
 from gateway.composition import open_backend, open_store
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.locks import LockDirectory
 from gateway.settings import ChannelProfile, QueueSettings, Settings, SettingsError, UnknownBackend
 from gateway.stores import StoreKey, Stores
 from orchestrator.storage.files.runs import RunStore

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.disk.locks import LockDirectory
 from gateway.runtime.keys import KeyScheduler, command_word, ordering_keys
-from gateway.runtime.locks import LockDirectory
 from gateway.testing import make_incoming
 
 

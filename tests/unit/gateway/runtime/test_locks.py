@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gateway.disk.locks import LockDirectory
 from gateway.runtime.keys import KeyScheduler
-from gateway.runtime.locks import LockDirectory
 
 
 def test_a_held_lock_is_refused_to_another_holder(tmp_path: Path) -> None:

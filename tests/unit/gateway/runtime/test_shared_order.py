@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.runtime.locks import LockDirectory
 from gateway.settings import QueueSettings
 from gateway.testing import async_wait_until, drop_incoming, make_incoming
 from tests.unit.gateway.runtime.test_worker import Harness, ScriptedHandler

@@ -14,10 +14,10 @@ import pytest
 
 from gateway.api import PermanentError
 from gateway.backends.files.answered import AnsweredIndex
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.payloads import backoff_seconds
-from gateway.runtime.locks import LockDirectory
 from gateway.runtime.outbox import FileOutbox
 from gateway.runtime.worker import Worker
 from gateway.settings import QueueSettings

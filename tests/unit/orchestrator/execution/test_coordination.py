@@ -17,8 +17,8 @@ import pytest
 
 import orchestrator.execution.coordination
 import orchestrator.execution.watchdog
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home
-from gateway.runtime.locks import LockDirectory
 from gateway.testing import async_wait_until
 from orchestrator.execution.claims import job_lock
 from orchestrator.execution.coordination import Coordination

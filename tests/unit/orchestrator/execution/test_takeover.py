@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home
-from gateway.runtime.locks import LockDirectory
 from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until
 from orchestrator.execution.claims import job_lock

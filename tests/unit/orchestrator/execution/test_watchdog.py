@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+from gateway.disk.locks import LockDirectory
 from gateway.home import Home
-from gateway.runtime.locks import LockDirectory
 from orchestrator.execution.claims import job_lock
 from orchestrator.execution.watchdog import Watchdog
 from orchestrator.runs.state import RunState, run_id_for
