@@ -25,9 +25,9 @@ from gateway.telemetry.events import EventLog
 if TYPE_CHECKING:
     import asyncio
 
+    from gateway.backends import Backend
     from gateway.channelkit.access import AccessPolicy
     from gateway.channelkit.pairing import Pairing
-    from gateway.stores import Backend
 
 log = logging.getLogger("switchyard")
 

@@ -31,6 +31,7 @@ from gateway.home import Home, atomic_write, queue_depths
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.plugin_manager import call_each
 from gateway.runtime import orphans
+from gateway.runtime.composed import ComposedRuntime
 from gateway.runtime.containment import supervise_children
 from gateway.runtime.intake import Intake
 from gateway.runtime.receipts import takes_receipts
@@ -98,10 +99,11 @@ class Gateway:
         self.dispatcher: Delivery | None = None
         named = {t for types in call_each(pm, "switchyard_reply_named_by_message_id", events=self.events)
                  for t in types}
-        self.runtime: Runtime = self.backend.runtime(RuntimeParts(
+        parts = RuntimeParts(
             home=home, settings=settings, events=self.events, queue=self.queue, role=role,
             supervisor=self.supervisor, show_typing=self._show_typing, takes_receipts=self._takes_receipts,
-            receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written))
+            receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written)
+        self.runtime: Runtime = self.backend.runtime(parts, functools.partial(ComposedRuntime, parts))
         self.intake = Intake(home, self.queue, self.events, wake=self.runtime.wake)  # channels' sink, incoming/ notices
         self._close_event_sink: Callable[[], None] = self.runtime.close_events
         self.outbox = self.runtime.outbox

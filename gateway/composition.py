@@ -18,9 +18,10 @@ from gateway.plugin_manager import call_each, plugin_manager_for
 if TYPE_CHECKING:
     import pluggy
 
+    from gateway.backends import Backend, BackendFactory
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import Backend, BackendFactory, StoreKey, Stores, StoreT
+    from gateway.stores import StoreKey, Stores, StoreT
 
 BACKEND_PLUGINS: tuple[str, ...] = ("gateway.backends.files.backend", "gateway.backends.postgres.plugin",
                                     "orchestrator.plugin",

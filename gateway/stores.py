@@ -7,7 +7,8 @@ Pairing is defined beside its file store (gateway/channelkit/pairing.py); Locks'
 gateway/disk/locks.py LockDirectory. Only annotations name other modules' types, so importing this one stays
 light (`switchyard status` imports it and must not load pydantic or the queue). The orchestrator's stores (runs,
 sessions and conversation history) are in orchestrator/storage/stores.py, so the gateway never names
-orchestrator types. The Backend that opens them is at the end: gateway/composition.py chooses it, plugins declare it.
+orchestrator types. The Backend that opens them is gateway/backends/__init__.py's: gateway/composition.py chooses
+it, plugins declare it.
 """
 
 from __future__ import annotations
@@ -22,19 +23,13 @@ if TYPE_CHECKING:
 
     from gateway.approvals import Approval
     from gateway.audit import AuditRecord
-    from gateway.backends import Runtime, RuntimeParts
-    from gateway.channelkit.pairing import Pairing
-    from gateway.home import Home
     from gateway.models import IncomingPayload
-    from gateway.settings import Settings
     from gateway.spool.deadletters import DeadLetter, Kind
     from gateway.spool.queue import Claimed
 
 __all__ = [
     "AnsweredStore",
     "Approvals",
-    "Backend",
-    "BackendFactory",
     "BackendUnreachable",
     "DeadLetterStore",
     "DeliveryJournalStore",
@@ -44,7 +39,6 @@ __all__ = [
     "Locks",
     "QueueStore",
     "ReplyStore",
-    "StorageStatus",
     "StoreFactory",
     "Stores",
 ]
@@ -286,7 +280,6 @@ class StoreKey(Generic[StoreT]):
 AUDIT: StoreKey[AuditLog] = StoreKey("audit")
 """The audit log, declared by each backend's plugin for its backend."""
 
-BackendFactory = Callable[["Home", "Settings", "Stores"], "Backend"]
 StoreFactory = Callable[..., object]
 Stores = dict[str, dict[str, StoreFactory]]
 """store name -> backend name -> factory `(backend, **options) -> store`."""
@@ -314,82 +307,3 @@ class ReplyStore(Protocol):
 
     def close(self) -> None:
         """Releases what the looks held open."""
-
-
-@dataclass(frozen=True)
-class StorageStatus:
-    """What a backend's storage holds, as facts without wording: gateway/cli/backends.py words them for
-    `switchyard status`. `database` is None when the state is this home's own (files) or this process's
-    (memory); a backend whose state is a database shared by hosts names it (its DSN masked), and, once
-    its schema is there, the processes attached on every host and the channel owners."""
-
-    queue: dict[str, int]
-    dead_letter_count: int
-    dead_letters: list[DeadLetter]
-    """The newest dead letters, as many as asked for."""
-    database: dict[str, Any] | None = None
-    processes: list[dict[str, Any]] | None = None
-    leases: list[dict[str, Any]] | None = None
-
-
-class Backend(Protocol):
-    """What one storage backend opens for the home and settings it was built with: its stores, its runtime,
-    and facts about its storage. What the CLI shows of a backend is gateway/cli/backends.py's."""
-
-    name: str
-    home: Home
-    settings: Settings
-    in_home: bool
-    """True when the state is the home's own folders: an operator command then first checks that the home
-    is one (a mistyped --home would otherwise read as "nothing here")."""
-    failures: tuple[type[BaseException], ...]
-    """The errors of its storage that an operator command reports as one line (and exit 2)."""
-    @property
-    def variables(self) -> tuple[tuple[str, str], ...]:
-        """(settings key, environment variable) of each variable it reads to reach its storage."""
-        ...
-
-    @property
-    def dsn(self) -> str | None:
-        """The connection string of the database that holds the state (None: no database); it may hold a
-        password, so it is shown only masked (gateway.telemetry.redaction)."""
-        ...
-
-    def pairing(self, *, command: bool = False) -> Pairing:
-        """Pairing codes and approvals (`command`: for a one-shot CLI command, not a gateway process)."""
-        ...
-
-    def approvals(self, *, command: bool = False) -> Approvals:
-        """Tool approvals asked in chat (`command`: for a one-shot CLI command, not a gateway process)."""
-        ...
-
-    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
-        """The coordination locks, held by `holder` (this process when None)."""
-        ...
-
-    def dead_letters(self) -> DeadLetterStore:
-        """What `switchyard dead` lists, shows, retries and drops."""
-        ...
-
-    def replies(self) -> ReplyStore:
-        """Where the replies it stored are looked up (`send --wait`)."""
-        ...
-
-    def status(self, dead_shown: int) -> StorageStatus:
-        """What its storage holds for `switchyard status` (the newest `dead_shown` dead letters); an error of
-        `failures` when the storage cannot be reached."""
-        ...
-
-    def runtime(self, parts: RuntimeParts) -> Runtime:
-        """The processing and delivery half of a gateway (gateway.backends.Runtime) built from `parts`
-        (gateway.backends.RuntimeParts)."""
-        ...
-
-    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
-        """The store a plugin declared for this backend under `key.name` (`switchyard_stores`), opened with
-        `options`; KeyError when no plugin declares it here."""
-        ...
-
-    def close(self) -> None:
-        """Releases what the backend holds open for its stores (a database's pool); after its runtime's."""
-        ...

@@ -16,10 +16,11 @@ from gateway import hookimpl
 
 if TYPE_CHECKING:
     from gateway.api import BuiltinProvider, HandlerContext
+    from gateway.backends import Backend
     from gateway.cli.statuscache import StatusCache
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import Backend, StoreFactory
+    from gateway.stores import StoreFactory
     from orchestrator.chat.handler import Orchestrator
 
 

@@ -1,11 +1,14 @@
 """The storage backends: files (the default), postgres (many hosts), memory (tests). Each supplies stores
 (gateway/stores.py) and never policy; none imports another.
 
-Here: the runtime a backend builds (`Backend.runtime`), what the Gateway hands it and the steps it runs on it,
-in this order: open, start (channels, processing, delivery), watch, run, wake, stats, prune, stop, release,
-close; queue_view is what the dashboard reads, dead_letter what the handler calls for a message answered
-before its work failed permanently (files: gateway/backends/files/runtime.py; memory: .../memory/runtime.py;
-postgres: .../postgres/runtime.py). Only annotations name other modules' types, so importing a backend's
+Here: the Backend (what one opens for a home: its stores, its runtime, facts about its storage), and the
+runtime a backend builds (`Backend.runtime`), what the Gateway hands it and the steps it runs on it, in this
+order: open, start (channels, processing, delivery), watch, run, wake, stats, prune, stop, release, close;
+queue_view is what the dashboard reads, dead_letter what the handler calls for a message answered before its
+work failed permanently. A backend whose replies are the home's files (files, memory) supplies only its
+`Processing` (the stores the Worker runs on and the steps only it knows: gateway/backends/files/processing.py,
+.../memory/processing.py) and `compose` makes the runtime of it (gateway/runtime/composed.py); postgres builds
+its own (.../postgres/runtime.py). Only annotations name other modules' types, so importing a backend's
 package stays light."""
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from gateway.channelkit.pairing import Pairing
     from gateway.dashboard.state import QueueView
     from gateway.home import Home
     from gateway.models import IncomingPayload, OutgoingPayload
@@ -25,10 +29,23 @@ if TYPE_CHECKING:
     from gateway.runtime.supervision import ChannelSupervisor
     from gateway.seams import Channel, Handler
     from gateway.settings import Settings
+    from gateway.spool.deadletters import DeadLetter
     from gateway.spool.queue import FileQueue
+    from gateway.stores import (
+        AnsweredStore,
+        Approvals,
+        DeadLetterStore,
+        Locks,
+        QueueStore,
+        ReplyStore,
+        StoreKey,
+        Stores,
+        StoreT,
+    )
     from gateway.telemetry.events import EventLog
 
-__all__ = ["Delivery", "Runtime", "RuntimeParts", "Watch"]
+__all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "Runtime", "RuntimeParts",
+           "StorageStatus", "Watch"]
 
 Watch = Callable[[Path, Any, Any], None]
 
@@ -88,3 +105,141 @@ class Runtime(Protocol):
     async def close(self) -> None: ...
     def queue_view(self) -> QueueView: ...
     def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None: ...
+
+
+class HomeSharing(Protocol):
+    """Whether other processes share the home (the file backend's SharedHome): the Worker takes key locks once
+    it is shared, and takes those of what it runs before it lets another process in."""
+
+    @property
+    def mode(self) -> str:
+        """"waiting" (for the lone process to share), "solo" or "shared"."""
+        ...
+
+    def poll(self) -> bool: ...
+    def requested(self) -> bool: ...
+    def share(self) -> bool: ...
+
+
+class Processing(Protocol):
+    """What a backend whose replies are the home's files gives the composed runtime: the stores the Worker
+    runs on, and the steps of its own around them (each a no-op where it has none)."""
+
+    @property
+    def queue(self) -> QueueStore: ...
+    @property
+    def answered(self) -> AnsweredStore: ...
+    @property
+    def locks(self) -> Locks: ...
+    @property
+    def sharing(self) -> HomeSharing | None:
+        """The home's sharing (the file backend) or None: key locks on from the start (hosts share the queue)."""
+        ...
+
+    @property
+    def home_mode(self) -> str: ...
+
+    def open(self) -> None:
+        """Before the handler starts: its stores opened, what an earlier process left claimed put back."""
+        ...
+
+    def watch(self, watch: Watch, share_requested: Callable[[], None]) -> None:
+        """Watches what it must (the file backend: other processes asking to share the home)."""
+        ...
+
+    def attach(self, wake: Callable[[], None]) -> None:
+        """From `run`: `wake` is called (from any thread) when another host queued a message."""
+        ...
+
+    def take_in(self) -> None:
+        """Moves what the channels wrote into incoming/ onto its queue (the file backend's queue is incoming/)."""
+        ...
+
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None: ...
+    def close(self) -> None: ...
+
+
+Compose = Callable[[Processing], Runtime]
+"""Makes the runtime of a backend's Processing (given to `Backend.runtime` by the composition)."""
+
+
+@dataclass(frozen=True)
+class StorageStatus:
+    """What a backend's storage holds, as facts without wording: gateway/cli/backends.py words them for
+    `switchyard status`. `database` is None when the state is this home's own (files) or this process's
+    (memory); a backend whose state is a database shared by hosts names it (its DSN masked), and, once
+    its schema is there, the processes attached on every host and the channel owners."""
+
+    queue: dict[str, int]
+    dead_letter_count: int
+    dead_letters: list[DeadLetter]
+    """The newest dead letters, as many as asked for."""
+    database: dict[str, Any] | None = None
+    processes: list[dict[str, Any]] | None = None
+    leases: list[dict[str, Any]] | None = None
+
+
+class Backend(Protocol):
+    """What one storage backend opens for the home and settings it was built with: its stores, its runtime,
+    and facts about its storage. What the CLI shows of a backend is gateway/cli/backends.py's."""
+
+    name: str
+    home: Home
+    settings: Settings
+    in_home: bool
+    """True when the state is the home's own folders: an operator command then first checks that the home
+    is one (a mistyped --home would otherwise read as "nothing here")."""
+    failures: tuple[type[BaseException], ...]
+    """The errors of its storage that an operator command reports as one line (and exit 2)."""
+    @property
+    def variables(self) -> tuple[tuple[str, str], ...]:
+        """(settings key, environment variable) of each variable it reads to reach its storage."""
+        ...
+
+    @property
+    def dsn(self) -> str | None:
+        """The connection string of the database that holds the state (None: no database); it may hold a
+        password, so it is shown only masked (gateway.telemetry.redaction)."""
+        ...
+
+    def pairing(self, *, command: bool = False) -> Pairing:
+        """Pairing codes and approvals (`command`: for a one-shot CLI command, not a gateway process)."""
+        ...
+
+    def approvals(self, *, command: bool = False) -> Approvals:
+        """Tool approvals asked in chat (`command`: for a one-shot CLI command, not a gateway process)."""
+        ...
+
+    def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
+        """The coordination locks, held by `holder` (this process when None)."""
+        ...
+
+    def dead_letters(self) -> DeadLetterStore:
+        """What `switchyard dead` lists, shows, retries and drops."""
+        ...
+
+    def replies(self) -> ReplyStore:
+        """Where the replies it stored are looked up (`send --wait`)."""
+        ...
+
+    def status(self, dead_shown: int) -> StorageStatus:
+        """What its storage holds for `switchyard status` (the newest `dead_shown` dead letters); an error of
+        `failures` when the storage cannot be reached."""
+        ...
+
+    def runtime(self, parts: RuntimeParts, compose: Compose) -> Runtime:
+        """The processing and delivery half of a gateway (gateway.backends.Runtime) built from `parts`
+        (gateway.backends.RuntimeParts); `compose` makes it of the backend's Processing."""
+        ...
+
+    def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
+        """The store a plugin declared for this backend under `key.name` (`switchyard_stores`), opened with
+        `options`; KeyError when no plugin declares it here."""
+        ...
+
+    def close(self) -> None:
+        """Releases what the backend holds open for its stores (a database's pool); after its runtime's."""
+        ...
+
+
+BackendFactory = Callable[["Home", "Settings", "Stores"], Backend]

@@ -18,8 +18,8 @@ from gateway.cli.tables import print_table, printable
 from gateway.composition import open_backend
 
 if TYPE_CHECKING:
+    from gateway.backends import Backend
     from gateway.cli import Invocation
-    from gateway.stores import Backend
 
 log = logging.getLogger("switchyard.cli")
 EXIT_DATABASE = 2

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from gateway.cli.tables import print_table
 
 if TYPE_CHECKING:
+    from gateway.backends import Backend, StorageStatus
     from gateway.models import IncomingPayload
-    from gateway.stores import Backend, Duplicate, ReplyStore, StorageStatus
+    from gateway.stores import Duplicate, ReplyStore
 
 REPLY_LOOK_INTERVAL_S = 0.05
 

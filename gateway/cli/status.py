@@ -28,9 +28,9 @@ from gateway.stores import BackendUnreachable
 if TYPE_CHECKING:
     import pluggy
 
+    from gateway.backends import Backend
     from gateway.cli import Invocation
     from gateway.settings import Settings
-    from gateway.stores import Backend
 
 EXIT_DATABASE = 2  # the PostgreSQL backend's database is unreachable (as `switchyard db`)
 EXIT_NOT_RUNNING = 3  # as `systemctl status` and LSB init scripts say "program is not running"

@@ -26,10 +26,10 @@ from gateway.telemetry.events import read_events
 if TYPE_CHECKING:
     import pluggy
 
+    from gateway.backends import Backend
     from gateway.dashboard.state import QueueView
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import Backend
     from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.dashboard")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.api import Handler, Outbox
 from gateway.channelkit.edits import edited_bytes
@@ -20,13 +20,15 @@ from gateway.runtime.claims import ClaimErrors, quarantine, storage_pause
 from gateway.runtime.keys import KeyScheduler, ordering_keys
 from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
 from gateway.runtime.receipts import Receipts
-from gateway.runtime.sharing import SharedHome
 from gateway.settings import QueueSettings
 from gateway.spool.queue import CLAIM_RETRY_S, Claimed
 from gateway.storable import made_safe
 from gateway.stores import AnsweredStore, Locks, QueueStore
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
+
+if TYPE_CHECKING:
+    from gateway.backends import HomeSharing
 
 log = logging.getLogger("switchyard.worker")
 
@@ -49,12 +51,11 @@ class _Job:
 class Worker:
     """Claims messages in order and runs them through the handler, one at a time per ordering key.
 
-    Any QueueStore and AnsweredStore: the file backend's (gateway/backends/files/runtime.py) or the in-memory one's
-    (gateway/backends/memory/runtime.py) or PostgreSQL's (gateway/backends/postgres/processing.py). Without `sharing`
-    but with `locks`, key locks are on from the start (hosts sharing one queue). `wants_receipt(message)`: whether
-    the message's channel takes "queued" receipts. `storage_errors`: what the queue's storage raises while it
-    cannot be written (waited out with backoff, the message kept with its keys); any other error of a message's
-    bookkeeping is that message's failure (dead-lettered with it), never the queue's."""
+    Any QueueStore and AnsweredStore: the file or in-memory backend's (gateway/runtime/composed.py), PostgreSQL's
+    (gateway/backends/postgres/processing.py). Without `sharing` but with `locks`, key locks are on from the start
+    (hosts sharing one queue). `wants_receipt(message)`: whether the message's channel takes "queued" receipts.
+    `storage_errors`: what the queue's storage raises while it cannot be written (waited out with backoff, the
+    message kept with its keys); any other error of its bookkeeping is that message's failure, never the queue's."""
 
     def __init__(
         self,
@@ -67,7 +68,7 @@ class Worker:
         *,
         on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
         locks: Locks | None = None,
-        sharing: SharedHome | None = None,
+        sharing: HomeSharing | None = None,
         wants_receipt: Callable[[IncomingPayload], bool] | None = None,
         store_answer: StoreAnswer | None = None,
         storage_errors: tuple[type[BaseException], ...] = (OSError,),
@@ -112,7 +113,7 @@ class Worker:
                 log.warning("cannot renew the key locks: %s", exc)
 
     def request_share(self) -> None:
-        """Tells the loop that another process may have asked to share the home (see SharedHome)."""
+        """Tells the loop that another process may have asked to share the home (gateway.backends.HomeSharing)."""
         self._share_requested = True
         self.wake()
 

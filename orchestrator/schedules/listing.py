@@ -11,9 +11,9 @@ from orchestrator.schedules.reminders import Reminder, ReminderStore, of_convers
 from orchestrator.schedules.times import NEVER, next_after
 
 if TYPE_CHECKING:
+    from gateway.backends import Backend
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import Backend
     from orchestrator.schedules.records import ScheduleRecords
 
 HEADERS = ["schedule", "when", "deliver to", "next", "last", "outcome"]

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from gateway.stores import AUDIT, StoreKey
 
 if TYPE_CHECKING:
+    from gateway.backends import Backend
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import Approvals, AuditLog, Backend, Locks, StoreFactory, StoreT
+    from gateway.stores import Approvals, AuditLog, Locks, StoreFactory, StoreT
     from orchestrator.agents.sessions import ConversationHistory, SessionStore
     from orchestrator.runs.base import RunStoreBase
     from orchestrator.runs.state import RunState

@@ -2,7 +2,7 @@
 orchestrator/storage/stores.py, several handles on one shared state (two "hosts", or a process and the one that
 starts after it); where the memory backend has no such store (an outbox) the test skips with the reason.
 
-A store the composition's Backend opens (gateway.stores.Backend: pairing, approvals, locks, dead letters, and
+A store the composition's Backend opens (gateway.backends.Backend: pairing, approvals, locks, dead letters, and
 the orchestrator's runs, sessions, history, schedules and usage through `store`) is opened as `switchyard run`
 opens it: gateway.composition.open_backend on a plugin manager as gateway/app.py builds one, a new Backend
 per handle (another process), closed after the test. The stores a runtime builds for itself (queue, answered
@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from gateway.backends import Backend as StorageBackend
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.backends.memory import MemoryAnswered, MemoryEventSink, MemoryJournal, MemoryQueue
 from gateway.backends.memory.backend import MemoryBackendPlugin, memory_settings
@@ -36,7 +37,6 @@ from gateway.settings import QueueSettings, Settings
 from gateway.spool.deadletters import move_to_failed
 from gateway.spool.queue import FileQueue
 from gateway.stores import AnsweredStore, Approvals, DeadLetterStore, DeliveryJournalStore, Locks, QueueStore
-from gateway.stores import Backend as StorageBackend
 from gateway.telemetry.events import EventLog, read_events
 from orchestrator.agents.sessions import ConversationHistory, SessionStore
 from orchestrator.schedules.records import MemoryScheduleRecords, ScheduleRecords

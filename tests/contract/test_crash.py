@@ -124,7 +124,7 @@ class ThreadHost:
         if halt.step == "reply_stored":
             stop_after(backend.outbox, "write", "reply_stored", halt)
         if halt.step == "answer_recorded":
-            stop_after(backend.memory_answered, "record", "answer_recorded", halt)  # type: ignore[attr-defined]
+            stop_after(backend.processing.answered, "record", "answer_recorded", halt)  # type: ignore[attr-defined]
         if halt.step == "in_store":  # the runtime completes the spool's file once it is on the shared line
             stop_after(self.gateway.queue, "complete", "in_store", halt, before=True)
         self.run(self.gateway.start())
@@ -176,7 +176,7 @@ class MemoryHosts:
         """Drops the blocked host as the OS ends a dead process: the shared state forgets its queue handle (its
         claims are then any host's to put back; its key locks wait out their TTL), and the lock on its spool
         folder in the home is let go (what it holds there is recovered by the next start)."""
-        host.gateway.runtime.memory_queue.close()  # type: ignore[attr-defined]
+        host.gateway.runtime.processing.queue.close()  # type: ignore[attr-defined]
         host.gateway.queue.close()
 
     def stop(self, host: ThreadHost) -> None:

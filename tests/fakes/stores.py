@@ -7,10 +7,10 @@ import asyncio
 from typing import Any
 
 from gateway.api import HandlerContext
+from gateway.backends import Backend
 from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.settings import Settings
-from gateway.stores import Backend
 from orchestrator.agents.sessions import ConversationHistory, SessionStore
 from orchestrator.chat.handler import Orchestrator
 from orchestrator.storage.stores import open_history, open_sessions, open_stores

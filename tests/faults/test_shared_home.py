@@ -12,9 +12,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from gateway.backends.files.sharing import SharedHome, SoloLocks
 from gateway.disk.locks import LockDirectory
 from gateway.runtime.keys import KeyScheduler
-from gateway.runtime.sharing import SharedHome, SoloLocks
 from gateway.testing import wait_until
 from tests.faults.harness import FAST_ORCHESTRATOR, REPO, GatewayRun, message
 
@@ -93,7 +93,7 @@ def test_two_processes_run_randomly_assigned_conversations_each_in_written_order
 CHILD = """
 import sys
 from pathlib import Path
-from gateway.runtime.sharing import SharedHome, SoloLocks
+from gateway.backends.files.sharing import SharedHome, SoloLocks
 home = SharedHome(Path(sys.argv[1]))
 home.open()
 print(home.mode, flush=True)

@@ -9,21 +9,21 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from gateway.backends import StorageStatus
 from gateway.composition import open_store
 from gateway.hookspecs import hookimpl
 from gateway.spool import deadletters
-from gateway.stores import Duplicate, StorageStatus, StoreKey, Stores, StoreT
+from gateway.stores import Duplicate, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
-    from gateway.backends import RuntimeParts
-    from gateway.backends.files.runtime import FileRuntime
+    from gateway.backends import BackendFactory, Compose, Runtime, RuntimeParts
+    from gateway.backends.files.sharing import SharedHome
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.models import IncomingPayload
-    from gateway.runtime.sharing import SharedHome
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, Locks, StoreFactory
+    from gateway.stores import Locks, StoreFactory
 
 
 @hookimpl
@@ -73,15 +73,15 @@ class FileBackend:
     def sharing(self) -> SharedHome:
         """Whether other processes share the home: one per backend, for its worker and its job locks."""
         if self._sharing is None:
-            from gateway.runtime.sharing import SharedHome
+            from gateway.backends.files.sharing import SharedHome
 
             self._sharing = SharedHome(self.home.state)
         return self._sharing
 
     def locks(self, *, holder: str | None = None, ttl_s: float = 60.0) -> Locks:
         """Lock files in coordination/locks/, kept only in memory while this process is alone on the home."""
+        from gateway.backends.files.sharing import SoloLocks
         from gateway.disk.locks import LockDirectory, process_name
-        from gateway.runtime.sharing import SoloLocks
 
         files = LockDirectory(self.home.coordination / "locks",
                               holder=holder or process_name(), ttl_s=ttl_s)
@@ -99,10 +99,11 @@ class FileBackend:
         dead = deadletters.list_dead(self.home)
         return StorageStatus(queue=queue_depths(self.home), dead_letter_count=len(dead), dead_letters=dead[:dead_shown])
 
-    def runtime(self, parts: RuntimeParts) -> FileRuntime:
-        from gateway.backends.files.runtime import FileRuntime
+    def runtime(self, parts: RuntimeParts, compose: Compose) -> Runtime:
+        """The composed runtime on the home's folders (gateway/backends/files/processing.py)."""
+        from gateway.backends.files.processing import FileProcessing
 
-        return FileRuntime(parts, self.sharing)
+        return compose(FileProcessing(parts, self.sharing))
 
     def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
         return open_store(self, self._stores, key, **options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gateway.backends import StorageStatus
 from gateway.backends.memory.approvals import MemoryApprovals
 from gateway.backends.memory.queue import MemoryDeadLetters
 from gateway.backends.memory.state import MemoryState
@@ -20,16 +21,15 @@ from gateway.composition import open_store
 from gateway.home import stored_reply
 from gateway.hookspecs import hookimpl
 from gateway.payloads import message_identity
-from gateway.stores import Duplicate, StorageStatus
+from gateway.stores import Duplicate
 
 if TYPE_CHECKING:
-    from gateway.backends import RuntimeParts
+    from gateway.backends import BackendFactory, Compose, Runtime, RuntimeParts
     from gateway.backends.memory.audit import MemoryAuditLog
-    from gateway.backends.memory.runtime import MemoryRuntime
     from gateway.home import Home
     from gateway.models import IncomingPayload
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, StoreFactory, StoreKey, Stores, StoreT
+    from gateway.stores import StoreFactory, StoreKey, Stores, StoreT
 
 
 def memory_settings(settings: Settings) -> Settings:
@@ -98,10 +98,11 @@ class MemoryBackend:
         dead = self.dead_letters().list_dead()
         return StorageStatus(queue=depths, dead_letter_count=len(dead), dead_letters=dead[:dead_shown])
 
-    def runtime(self, parts: RuntimeParts) -> MemoryRuntime:
-        from gateway.backends.memory.runtime import MemoryRuntime
+    def runtime(self, parts: RuntimeParts, compose: Compose) -> Runtime:
+        """The composed runtime of one host on the shared state (gateway/backends/memory/processing.py)."""
+        from gateway.backends.memory.processing import MemoryProcessing
 
-        return MemoryRuntime(parts, self.state)
+        return compose(MemoryProcessing(parts, self.state))
 
     def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
         return open_store(self, self._stores, key, **options)

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from gateway.backends import StorageStatus
 from gateway.backends.postgres.db import SharedPool, dsn_from_settings
 from gateway.composition import open_store
 from gateway.disk.locks import process_instance
-from gateway.stores import StorageStatus, StoreKey, Stores, StoreT
+from gateway.stores import StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
-    from gateway.backends import RuntimeParts
+    from gateway.backends import Compose, RuntimeParts
     from gateway.backends.postgres.approvals import PgApprovals
     from gateway.backends.postgres.deadletters import DeadStore
     from gateway.backends.postgres.locks import PgLocks
@@ -90,7 +91,8 @@ class PostgresBackend:
 
         return gather(self.settings.queue, self.dsn, dead_shown=dead_shown, home=self.home)
 
-    def runtime(self, parts: RuntimeParts) -> PostgresRuntime:
+    def runtime(self, parts: RuntimeParts, compose: Compose) -> PostgresRuntime:
+        """Its own runtime (intake, processing and delivery on the database): `compose` is not used."""
         from gateway.backends.postgres.runtime import PostgresRuntime
 
         return PostgresRuntime(parts, self.dsn, self.pool)

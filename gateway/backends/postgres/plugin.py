@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 from gateway.hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from gateway.backends import BackendFactory
     from gateway.backends.postgres.backend import PostgresBackend
     from gateway.home import Home
     from gateway.settings import Settings
-    from gateway.stores import BackendFactory, StoreFactory, Stores
+    from gateway.stores import StoreFactory, Stores
 
 
 def _postgres(home: Home, settings: Settings, stores: Stores) -> PostgresBackend:

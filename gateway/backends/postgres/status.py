@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 
+from gateway.backends import StorageStatus
 from gateway.backends.postgres import schema
 from gateway.backends.postgres.deadletters import DeadStore
 from gateway.home import Home
 from gateway.settings import QueueSettings
-from gateway.stores import StorageStatus
 from gateway.telemetry.redaction import redacted_dsn
 
 CONNECT_TIMEOUT_S = 5
