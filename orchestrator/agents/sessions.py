@@ -81,10 +81,12 @@ class FileRecords:
     def update(self, key: tuple[str, ...], change: Change, *, durable: bool = True) -> None:
         """Not `durable`: the new record is synced before its rename, the folder after it is not (a crash may
         bring back the record before this change, whole: one fsync, not two)."""
-        record = change(self.read(key))
-        self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.folder / _file_name(*key), safe_json(record), fsync=self._fsync,  # an answer's NUL
-                     sync_folder=durable)
+        path, data = self.folder / _file_name(*key), safe_json(change(self.read(key)))  # an answer's NUL
+        try:
+            atomic_write(path, data, fsync=self._fsync, sync_folder=durable)
+        except FileNotFoundError:  # the folder's first record (a mkdir each time was a call per chat message)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data, fsync=self._fsync, sync_folder=durable)
 
     def every(self) -> Iterator[Record]:
         for path in sorted(self.folder.glob("*.json")):  # not history/, a folder of its own
