@@ -14,12 +14,15 @@ SPARE_PREFIX = ".spare."  # names of SpareFiles: `.spare.<pid>-<n>.tmp`
 _tmp_ids = itertools.count()
 
 
-def atomic_write(path: Path, data: bytes, *, fsync: bool = True, spares: SpareFiles | None = None) -> None:
+def atomic_write(path: Path, data: bytes, *, fsync: bool = True, spares: SpareFiles | None = None,
+                 sync_folder: bool = True) -> None:
     """Writes `data` to `path` through `<path>.<pid>-<n>.tmp` and a rename, so readers never see half
     a file; the temporary name is the writer's own, so two processes (or threads) writing the same
     file at once never rename each other's half-written file, and the last rename wins.
 
     With `spares` (of the same folder), a file created ahead of time serves as the temporary file.
+    With `fsync` but not `sync_folder`, the new contents are on disk before the rename but the rename
+    itself may be lost in a crash: `path` is then its previous version, whole (one fsync, not two).
     """
     target = os.fspath(path)  # plain strings: this runs several times per message
     spare = spares.take() if spares is not None and data else None  # (an empty write would keep its old mtime)
@@ -41,7 +44,7 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True, spares: SpareFi
             raise
         atomic_write(path, data, fsync=fsync)  # the spare was swept away meanwhile: write afresh
         return
-    if fsync:
+    if fsync and sync_folder:
         fsync_dir(os.path.dirname(target) or ".")
 
 

@@ -212,7 +212,7 @@ class _NoRecords:
     def read(self, key: tuple[str, ...]) -> Record:
         return {}
 
-    def update(self, key: tuple[str, ...], change: Change) -> None:
+    def update(self, key: tuple[str, ...], change: Change, *, durable: bool = True) -> None:
         return None
 
     def every(self) -> Iterator[Record]:

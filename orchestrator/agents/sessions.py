@@ -51,8 +51,10 @@ class Records(Protocol):
     def read(self, key: tuple[str, ...]) -> Record:
         """The record stored under `key`, {} when there is none."""
 
-    def update(self, key: tuple[str, ...], change: Change) -> None:
-        """Stores `change(current record)` under `key`."""
+    def update(self, key: tuple[str, ...], change: Change, *, durable: bool = True) -> None:
+        """Stores `change(current record)` under `key`. With `durable` False the change is one whose loss in a
+        crash is harmless (a turn counted): a store may then keep it less firmly, as long as a crash leaves the
+        record either changed or as it was before, never lost."""
 
     def every(self) -> Iterator[Record]:
         """Every record stored (each names its own scope), in no particular order: for the operator's listing."""
@@ -76,10 +78,15 @@ class FileRecords:
             return {}
         return value if isinstance(value, dict) else {}
 
-    def update(self, key: tuple[str, ...], change: Change) -> None:
-        record = change(self.read(key))
-        self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.folder / _file_name(*key), safe_json(record), fsync=self._fsync)  # an answer's NUL
+    def update(self, key: tuple[str, ...], change: Change, *, durable: bool = True) -> None:
+        """Not `durable`: the new record is synced before its rename, the folder after it is not (a crash may
+        bring back the record before this change, whole: one fsync, not two)."""
+        path, data = self.folder / _file_name(*key), safe_json(change(self.read(key)))  # an answer's NUL
+        try:
+            atomic_write(path, data, fsync=self._fsync, sync_folder=durable)
+        except FileNotFoundError:  # the folder's first record (a mkdir each time was a call per chat message)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data, fsync=self._fsync, sync_folder=durable)
 
     def every(self) -> Iterator[Record]:
         for path in sorted(self.folder.glob("*.json")):  # not history/, a folder of its own
@@ -217,7 +224,14 @@ class SessionStore:
         return found
 
     def count_turn(self, scope: str, words: str, seed: Record | None = None) -> None:
-        """Counts one answered message in the conversation's current session (the first one's words kept)."""
+        """Counts one answered message in the conversation's current session (the first one's words kept).
+
+        The count is what `/sessions` and `switchyard sessions list` show to tell sessions apart; nothing
+        decides by it. So it is written less firmly than `/new`, `/resume` and `attach` (`durable=False`):
+        a crash may lose the last counts, and leaves the index as it was before them, its `current` and its
+        sessions whole. Not without any sync: the same record holds `current`, and a record renamed in before
+        its contents reached the disk could come back empty after a power cut, which would lose every session
+        of the conversation, not one count."""
 
         def change(index: Record) -> Record:
             index = index or _first_index(scope, seed)
@@ -228,7 +242,7 @@ class SessionStore:
                     entry["lastAt"] = utc_now_iso()
             return index
 
-        self.records.update((scope,), change)
+        self.records.update((scope,), change, durable=False)
 
     def attach(self, scope: str, key: str, session_id: str, seed: Record | None = None) -> int:
         """Adds a CLI session started elsewhere (at a terminal) as the conversation's next session, continued

@@ -69,6 +69,11 @@ class ChatToolServer:
         finally:
             self._ready.set()
 
+    async def started(self) -> None:
+        """Waits until a server started with `start_soon` listens, or failed to start (at once without one)."""
+        if self._starting is not None:
+            await self._ready.wait()
+
     async def start(self) -> None:
         """Listens on the loopback interface (a free port unless one is given)."""
         # mcp and uvicorn take ~0.6 s to import, paid only here, in a thread: the event loop goes on meanwhile

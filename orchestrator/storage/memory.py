@@ -187,7 +187,7 @@ class MemoryRecords:
         with self._lock:
             return copy.deepcopy(self._records.get(tuple(key), {}))
 
-    def update(self, key: tuple[str, ...], change: Change) -> None:
+    def update(self, key: tuple[str, ...], change: Change, *, durable: bool = True) -> None:
         with self._lock:
             current = copy.deepcopy(self._records.get(tuple(key), {}))
             self._records[tuple(key)] = made_safe(change(current))

@@ -37,9 +37,9 @@ class PgRecords:
                                (self._kind, list(key))).fetchone()
         return dict(row[0]) if row and isinstance(row[0], dict) else {}
 
-    def update(self, key: tuple[str, ...], change: Change) -> None:
+    def update(self, key: tuple[str, ...], change: Change, *, durable: bool = True) -> None:
         """Reads, changes and writes the record in one transaction, the row locked: two hosts adding to
-        one record at once both keep their change."""
+        one record at once both keep their change. Every change commits durably (`durable` is the files')."""
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("INSERT INTO switchyard_memory (kind, key, record) VALUES (%s, %s, '{}') "
                          "ON CONFLICT DO NOTHING", (self._kind, list(key)))

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
+import pytest
+
+from gateway.disk import writes
 from orchestrator.agents.conversations import ConversationSessions
 from orchestrator.agents.sessions import ConversationHistory, FileRecords, SessionStore
 from orchestrator.storage.memory import MemoryRecords
@@ -100,3 +104,30 @@ def test_a_home_of_the_previous_version_keeps_its_session_as_session_1(tmp_path:
     chat.answer("/resume", "/resume 1", CHAT)
     resumed = sessions.session("claude", sessions.current(CHAT), assigns_ids=True)
     assert (resumed.id, resumed.resume) == ("the-old-claude-session", True)
+
+
+def test_a_count_is_synced_without_its_folder_and_the_session_commands_with_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn counted is one fsync of the index (its contents, never an empty file after a power cut), not two:
+    a crash may bring back the index before the count; `/new` and `/resume` sync the folder too."""
+    folder_syncs: list[str] = []
+    real_fsync_dir = writes.fsync_dir
+    monkeypatch.setattr(writes, "fsync_dir", lambda folder: (folder_syncs.append(folder), real_fsync_dir(folder)))
+    syncs = 0  # every os.fsync: of a file, or of a folder (fsync_dir)
+    real_fsync = os.fsync
+
+    def counted_fsync(fd: int) -> None:
+        nonlocal syncs
+        syncs += 1
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counted_fsync)
+    sessions = SessionStore(FileRecords(tmp_path / "sessions", fsync=True))
+    chat = ConversationSessions(sessions, ConversationHistory(FileRecords(tmp_path / "history", fsync=False)))
+    chat.answer("/new", "/new", CHAT)
+    assert (syncs, len(folder_syncs)) == (2, 1), "/new is written durably: the index, then its folder"
+    chat.count(CHAT, "what is the weather")
+    assert (syncs, len(folder_syncs)) == (3, 1), "a count syncs the index's contents, not its folder"
+    chat.answer("/resume", "/resume 1", CHAT)
+    assert (syncs, len(folder_syncs)) == (5, 2)
+    assert [(info.number, info.turns) for info in sessions.listing(CHAT)] == [(1, 0), (2, 1)]

@@ -138,3 +138,19 @@ async def test_a_server_that_cannot_start_leaves_turns_without_tools(
         taken.close()
     assert seen == [None]
     assert "the chat tools server did not start" in caplog.text
+
+
+async def test_started_returns_once_a_server_started_in_the_background_listens(
+    home: Home, outbox: FakeOutbox, events: EventLog,
+) -> None:
+    """What the bench's rig waits for before it times anything: at once for a server never started, else until
+    the one `start_soon` began listens."""
+    served = ChatToolServer(ChatTools(home, ChatToolsSettings(), outbox, events))
+    await asyncio.wait_for(served.started(), 1)
+    assert served.url is None
+    served.start_soon()
+    try:
+        await served.started()
+        assert served.url is not None and served.url.startswith("http://127.0.0.1:")
+    finally:
+        await served.stop()
