@@ -21,6 +21,7 @@ from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.chat.handler import Orchestrator
 from orchestrator.config.default import write_default_orchestrator
 from tests.fakes.channels import FakeChannelPlugin
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 from tests.unit.orchestrator.chat.test_approvals import TOOL
 
 
@@ -30,7 +31,8 @@ class Gated:
     def __init__(self, home: Home):
         self.home = home
         profile = ChannelProfile(id="f1", type="fake", allow_from=["ada", "eve"], roles={"guest": ["eve"]})
-        self.settings = Settings(queue=QueueSettings(fsync=False, poll_ms=20), channels=[profile])
+        self.settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                                 queue=QueueSettings(fsync=False, poll_ms=20), channels=[profile])
         self.plugin = FakeChannelPlugin()
         write_default_orchestrator(home.resolve("orchestrators/main"))
         self.gateway = Gateway(home, self.settings, build_plugin_manager(self.settings, extra=[self.plugin]))

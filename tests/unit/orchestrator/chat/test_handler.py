@@ -18,7 +18,7 @@ from orchestrator import Orchestrator
 from orchestrator.runs.jobs import iso
 from orchestrator.runs.state import Conversation, RunState, StepState, conversation_key
 from orchestrator.storage.files.runs import RunStore
-from tests.fakes.orchestrator import FakeOutbox, ScriptedSelector, make_message
+from tests.fakes.orchestrator import NO_CHAT_TOOLS, FakeOutbox, ScriptedSelector, make_message
 
 NO_RUN = "no active workflow run found for this conversation"
 CONFIG = """
@@ -190,7 +190,7 @@ async def test_channel_profile_selects_its_orchestrator(
     home: Home, events: EventLog, outbox: FakeOutbox, start: Callable[..., Any]
 ) -> None:
     settings = Settings(
-        queue=QueueSettings(fsync=False),
+        queue=QueueSettings(fsync=False), chat_tools=NO_CHAT_TOOLS,
         orchestrators={"main": OrchestratorRef(workspace="orchestrators/main"),
                        "ops": OrchestratorRef(workspace="ops-ws")},
         channels=[ChannelProfile(id="pager", type="console", orchestrator="ops")],
