@@ -82,10 +82,11 @@ async def test_a_guest_may_not_answer_a_member_may_and_both_are_audited_once(gat
 
 
 async def test_an_operators_answer_from_the_dashboard_or_the_cli_is_one_audit_record(gated: Gated) -> None:
+    assert isinstance(gated.gateway.handler, Orchestrator)
+    gated.gateway.handler.approvals._poll_s = 0.05  # the turn reads the store for it every 2 s in a gateway
     turn = gated.ask()
     [question] = await async_wait_until(lambda: [p for p in gated.channel.sent if p.buttons])
     approval_id = question.buttons[0].id.split(":")[1]
-    assert isinstance(gated.gateway.handler, Orchestrator)
     store = gated.gateway.handler.approvals.store
     done, won = operator_answer(store, approval_id, "allow", by="dashboard")
     assert won

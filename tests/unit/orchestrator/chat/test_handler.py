@@ -176,6 +176,13 @@ async def test_an_orchestrator_yaml_that_never_validated_is_a_permanent_error(
         await orchestrator.handle(make_message("hello"))
 
 
+@pytest.fixture
+def quick_config_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each orchestrator.yaml is looked at every 50 ms, not every 2 s (set before the orchestrator starts)."""
+    monkeypatch.setattr("orchestrator.chat.handler.CONFIG_CHECK_SEC", 0.05)
+
+
+@pytest.mark.usefixtures("quick_config_checks")
 async def test_a_broken_edit_is_reported_at_once_and_the_last_valid_orchestrator_yaml_answers(
     orchestrator: Orchestrator, write_config: Callable[[str], Path], events: EventLog,
 ) -> None:
