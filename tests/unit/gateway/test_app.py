@@ -29,7 +29,7 @@ async def running(home: Home, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
     monkeypatch.setenv("FAKE_TOKEN", "s3cr3t-t0ken")
     plugin = FakeChannelPlugin()
     settings = Settings(
-        queue=QueueSettings(fsync=False),
+        queue=QueueSettings(fsync=False), chat_tools=NO_CHAT_TOOLS,
         channels=[ChannelProfile(id="f1", type="fake", token_env="FAKE_TOKEN"),
                   ChannelProfile(id="broken", type="fake", fail=True, token_env="FAKE_TOKEN")],
     )
