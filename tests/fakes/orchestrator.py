@@ -1,4 +1,4 @@
-"""Helpers shared by orchestrator tests: a fake outbox, a polling wait, message factory."""
+"""Helpers shared by orchestrator tests: a fake outbox, a polling wait, message factory, settings without chat tools."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ import pytest
 
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.settings import ProviderSettings
+from gateway.settings import ChatToolsSettings, ProviderSettings
 from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
 from orchestrator.runs.state import RunState
 from orchestrator.storage.files.runs import RunStore
+
+NO_CHAT_TOOLS = ChatToolsSettings(enabled=False)
+"""`Settings(chat_tools=…)` of a unit test's gateway or orchestrator whose turns need no chat tools: their HTTP
+server takes a fifth of a second to stop (uvicorn's shutdown ticks), after every such test."""
 
 REMOTE_AGENT_CONFIG = """
 selector: {provider: rules}

@@ -21,6 +21,7 @@ from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.telemetry.events import read_events
 from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
 from tests.fakes.channels import FakeChannelPlugin
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ async def running(home: Home, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
     monkeypatch.setenv("FAKE_TOKEN", "s3cr3t-t0ken")
     plugin = FakeChannelPlugin()
     settings = Settings(
-        queue=QueueSettings(fsync=False),
+        queue=QueueSettings(fsync=False), chat_tools=NO_CHAT_TOOLS,
         channels=[ChannelProfile(id="f1", type="fake", token_env="FAKE_TOKEN"),
                   ChannelProfile(id="broken", type="fake", fail=True, token_env="FAKE_TOKEN")],
     )
@@ -48,7 +49,8 @@ async def test_a_channel_message_is_answered_through_the_same_channel(running) -
 
 
 async def test_a_stopped_gateway_leaves_no_spare_files(home: Home) -> None:
-    settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="f1", type="fake")])
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="f1", type="fake")])
     plugin = FakeChannelPlugin()
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
     await gateway.start()
@@ -84,7 +86,8 @@ async def test_status_file_lists_the_channels(running, home: Home) -> None:
 async def test_polling_fallback_still_processes_dropped_files(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWITCHYARD_FORCE_POLLING", "1")
     plugin = FakeChannelPlugin()
-    settings = Settings(queue=QueueSettings(fsync=False, poll_ms=20), channels=[ChannelProfile(id="f1", type="fake")])
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        queue=QueueSettings(fsync=False, poll_ms=20), channels=[ChannelProfile(id="f1", type="fake")])
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
     await gateway.start()
     try:
@@ -117,7 +120,8 @@ class GatedHandler:
 async def test_typing_is_repeated_while_processing_and_stops_after(home: Home, monkeypatch) -> None:
     monkeypatch.setattr("gateway.app.TYPING_REFRESH_S", 0.01)
     channels, handler = FakeChannelPlugin(), GatedHandler()
-    settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="f1", type="fake")])
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="f1", type="fake")])
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[channels, handler]))
     await gateway.start()
     try:
@@ -155,7 +159,8 @@ async def test_a_channel_whose_platform_is_down_at_start_is_retried_and_gets_its
     monkeypatch.setattr("gateway.app.CHANNEL_RETRY_INITIAL_S", 0.01)
     plugin = FakeChannelPlugin()
     plugin.outages["late"] = 2
-    settings = Settings(queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="late", type="fake")])
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        queue=QueueSettings(fsync=False), channels=[ChannelProfile(id="late", type="fake")])
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
     await gateway.start()
     try:
@@ -184,7 +189,7 @@ class _ReportingChannels:
 
 async def test_a_channel_that_ends_by_itself_stops_the_gateway_only_when_no_other_channel_runs(home: Home) -> None:
     plugin = _ReportingChannels()
-    settings = Settings(queue=QueueSettings(fsync=False),
+    settings = Settings(chat_tools=NO_CHAT_TOOLS, queue=QueueSettings(fsync=False),
                         channels=[ChannelProfile(id="a", type="fake"), ChannelProfile(id="b", type="fake")])
     stop = asyncio.Event()
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]), request_stop=stop.set)
@@ -222,7 +227,7 @@ class RecordingGatedHandler(GatedHandler):
 
 async def test_a_file_dropped_after_a_clock_step_back_does_not_overtake_its_conversation(home: Home) -> None:
     handler = RecordingGatedHandler()
-    settings = Settings(queue=QueueSettings(fsync=False))
+    settings = Settings(chat_tools=NO_CHAT_TOOLS, queue=QueueSettings(fsync=False))
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[handler]))
     await gateway.start()
     try:

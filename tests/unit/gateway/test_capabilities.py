@@ -13,6 +13,7 @@ from gateway.home import Home
 from gateway.plugin_manager import build_plugin_manager
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, drop_incoming, make_incoming
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 
 ROOT = Path(__file__).resolve().parents[3]
 CHANNEL_WORDS = {"inbox", "heartbeat"}
@@ -41,7 +42,7 @@ class Plugin:
 
 
 async def test_a_channel_declaring_reply_named_by_message_id_gets_message_id_reply_files(home: Home) -> None:
-    settings = Settings(queue=QueueSettings(fsync=False),
+    settings = Settings(chat_tools=NO_CHAT_TOOLS, queue=QueueSettings(fsync=False),
                         channels=[ChannelProfile(id="p1", type="probe"), ChannelProfile(id="f1", type="fake")])
     plugin = Plugin()
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[plugin]))
@@ -67,7 +68,7 @@ class ProbeTypePlugin:
 
 
 async def test_switchyard_reply_named_by_message_id_holds_while_no_profile_of_the_type_runs(home: Home) -> None:
-    settings = Settings(queue=QueueSettings(fsync=False))
+    settings = Settings(chat_tools=NO_CHAT_TOOLS, queue=QueueSettings(fsync=False))
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[ProbeTypePlugin()]))
     await gateway.start()
     try:

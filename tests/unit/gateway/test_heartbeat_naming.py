@@ -14,6 +14,7 @@ from gateway.settings import QueueSettings, Settings
 from gateway.spool.queue import FileQueue
 from gateway.testing import async_wait_until, make_incoming
 from plugins.heartbeat import CHANNEL_TYPE, CHECK_FUNCTION, OK
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 
 
 def _send(home: Home, text: str, **fields: str) -> None:
@@ -23,7 +24,8 @@ def _send(home: Home, text: str, **fields: str) -> None:
 
 
 async def test_a_heartbeat_answer_is_named_by_its_message_id_while_no_heartbeat_profile_runs(home: Home) -> None:
-    settings = Settings(queue=QueueSettings(fsync=False))  # no channel profile at all: no heartbeat one
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        queue=QueueSettings(fsync=False))  # no channel profile at all: no heartbeat one
     gateway = Gateway(home, settings, build_plugin_manager(settings))  # the installed plugins: heartbeat's too
     await gateway.start()
     try:

@@ -84,7 +84,8 @@ class _NotingPlugin:
 
 async def test_a_note_a_channel_makes_while_it_starts_survives_its_being_counted_running(home: Home) -> None:
     home.create()
-    settings = Settings.model_validate({"queue": {"fsync": False}, "channels": [{"id": "chat", "type": "fake"}]})
+    settings = Settings.model_validate({"queue": {"fsync": False}, "chat_tools": {"enabled": False},
+                                        "channels": [{"id": "chat", "type": "fake"}]})
     gateway = Gateway(home, settings, build_plugin_manager(settings, extra=[_NotingPlugin()]))
     await gateway.start()
     try:

@@ -29,6 +29,7 @@ from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until, make_incoming
 from orchestrator import Orchestrator
 from orchestrator.agents.spawn import KILL_GRACE_SEC, ProviderResult, run_process
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 
 PROMPTLY_S = 2.0  # a stopped turn ends within this; killing only the leader makes it wait KILL_GRACE_SEC
 assert PROMPTLY_S < KILL_GRACE_SEC
@@ -147,7 +148,8 @@ async def orchestrator(home: Home, tmp_path: Path, events: EventLog, write_confi
                        start: Callable[[HandlerContext], Awaitable[Orchestrator]]) -> Orchestrator:
     """An Orchestrator whose selector is the shell with a child (it writes the pids to tmp_path/pids)."""
     write_config(CONFIG)
-    settings = Settings(providers={"slow": ProviderSettings(command=_group_with_a_child(tmp_path / "pids"))},
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        providers={"slow": ProviderSettings(command=_group_with_a_child(tmp_path / "pids"))},
                         queue=QueueSettings(fsync=False))
     return await start(HandlerContext(home=home, settings=settings, events=events,
                                       outbox=FileOutbox(home, events, fsync=False), queue_stats=dict))

@@ -23,7 +23,7 @@ from orchestrator import Orchestrator
 from orchestrator.runs.state import run_id_for
 from orchestrator.storage.files.runs import RunStore
 from tests.fakes.clis import FakeClis
-from tests.fakes.orchestrator import FakeOutbox, ScriptedSelector, make_message
+from tests.fakes.orchestrator import NO_CHAT_TOOLS, FakeOutbox, ScriptedSelector, make_message
 
 CONFIG = """
     selector: {provider: SELECTOR}
@@ -72,7 +72,8 @@ def build(home: Home, events: EventLog, outbox: FakeOutbox, write_config: Callab
         write_config(CONFIG.replace("SELECTOR", chooser))
         providers = {"coder": ProviderSettings(type="claude", mode="edit", binary=fake_clis.path("claude")),
                      "sel": selector.provider}
-        settings = Settings(providers=providers, channels=[PROFILE], queue=QueueSettings(fsync=False))
+        settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                            providers=providers, channels=[PROFILE], queue=QueueSettings(fsync=False))
         context = HandlerContext(home=home, settings=settings, events=events, outbox=outbox,
                                  queue_stats=lambda: {}, builtin_providers={"slow": slow})
         orchestrator: Orchestrator = await start(context)

@@ -21,6 +21,7 @@ from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.chat.handler import Orchestrator
 from orchestrator.config.default import write_default_orchestrator
 from tests.fakes.channels import FakeChannelPlugin
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 from tests.unit.orchestrator.chat.test_approvals import TOOL
 
 
@@ -30,7 +31,8 @@ class Gated:
     def __init__(self, home: Home):
         self.home = home
         profile = ChannelProfile(id="f1", type="fake", allow_from=["ada", "eve"], roles={"guest": ["eve"]})
-        self.settings = Settings(queue=QueueSettings(fsync=False, poll_ms=20), channels=[profile])
+        self.settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                                 queue=QueueSettings(fsync=False, poll_ms=20), channels=[profile])
         self.plugin = FakeChannelPlugin()
         write_default_orchestrator(home.resolve("orchestrators/main"))
         self.gateway = Gateway(home, self.settings, build_plugin_manager(self.settings, extra=[self.plugin]))
@@ -80,10 +82,11 @@ async def test_a_guest_may_not_answer_a_member_may_and_both_are_audited_once(gat
 
 
 async def test_an_operators_answer_from_the_dashboard_or_the_cli_is_one_audit_record(gated: Gated) -> None:
+    assert isinstance(gated.gateway.handler, Orchestrator)
+    gated.gateway.handler.approvals._poll_s = 0.05  # the turn reads the store for it every 2 s in a gateway
     turn = gated.ask()
     [question] = await async_wait_until(lambda: [p for p in gated.channel.sent if p.buttons])
     approval_id = question.buttons[0].id.split(":")[1]
-    assert isinstance(gated.gateway.handler, Orchestrator)
     store = gated.gateway.handler.approvals.store
     done, won = operator_answer(store, approval_id, "allow", by="dashboard")
     assert won

@@ -23,12 +23,13 @@ from gateway.home import Home
 from gateway.models import OutgoingPayload
 from gateway.plugin_manager import build_plugin_manager
 from gateway.scope import ConversationScope
-from gateway.settings import ChannelProfile, QueueSettings, Settings
+from gateway.settings import ChannelProfile, ChatToolsSettings, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.agents.live import ApprovalOption, ToolApproval
 from orchestrator.chat.handler import Orchestrator
 from orchestrator.config.default import write_default_orchestrator
 from tests.fakes.channels import FakeChannelPlugin
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 
 TOOL = ToolApproval(title="Run: make deploy", detail="deploys the site to production",
                     options=(ApprovalOption("allow-1", "Allow once", "allow_once"),
@@ -37,11 +38,13 @@ TOOL = ToolApproval(title="Run: make deploy", detail="deploys the site to produc
 
 
 class Running:
-    """A started gateway with one `fake` profile (ada and bob may talk; only ada may approve)."""
+    """A started gateway with one `fake` profile (ada and bob may talk; only ada may approve), serving the chat
+    tools when a test asks for them."""
 
-    def __init__(self, home: Home, *, approvers: list[str] | None = None):
+    def __init__(self, home: Home, *, approvers: list[str] | None = None, chat_tools: bool = False):
         options: dict[str, Any] = {} if approvers is None else {"approvers": approvers}
         self.settings = Settings(queue=QueueSettings(fsync=False, poll_ms=20),
+                                 chat_tools=ChatToolsSettings() if chat_tools else NO_CHAT_TOOLS,
                                  channels=[ChannelProfile(id="f1", type="fake", allow_from=["ada", "bob"], **options)])
         self.plugin = FakeChannelPlugin()
         write_default_orchestrator(home.resolve("orchestrators/main"))

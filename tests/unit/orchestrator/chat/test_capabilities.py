@@ -21,7 +21,7 @@ from gateway.testing import async_wait_until
 from orchestrator.agents.builtin import select_by_rules
 from plugins import heartbeat
 from plugins.heartbeat.channel import HeartbeatChannel
-from tests.fakes.orchestrator import FakeOutbox, Flow, ScriptedSelector
+from tests.fakes.orchestrator import NO_CHAT_TOOLS, FakeOutbox, Flow, ScriptedSelector
 
 CONFIG = """
     selector: {provider: sel}
@@ -41,7 +41,8 @@ TICKETS = ChannelProfile.model_validate({"id": "desk", "type": "tickets", "workf
 def _context(home: Home, events: EventLog, outbox: FakeOutbox, selector: ScriptedSelector | None = None,
              functions: list[FunctionSpec] | None = None) -> HandlerContext:
     providers = {"sel": selector.provider} if selector is not None else {}
-    settings = Settings(queue=QueueSettings(fsync=False), providers=providers, channels=[TICKETS])
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        queue=QueueSettings(fsync=False), providers=providers, channels=[TICKETS])
     return HandlerContext(home=home, settings=settings, events=events, outbox=outbox, queue_stats=dict,
                           functions=functions or [])
 
@@ -114,7 +115,7 @@ async def test_the_heartbeat_probe_asks_for_its_check_and_gets_heartbeat_ok(
     start: Callable[..., Any],
 ) -> None:
     profile = ChannelProfile.model_validate({"id": "beat", "type": "heartbeat", "interval_sec": 3600})
-    settings = Settings(queue=QueueSettings(fsync=False), channels=[profile])
+    settings = Settings(chat_tools=NO_CHAT_TOOLS, queue=QueueSettings(fsync=False), channels=[profile])
     channel = HeartbeatChannel(profile, ChannelContext(home=home, settings=settings, profile=profile,
                                                        events=events, outbox=outbox))
     probes: list[IncomingPayload] = []

@@ -18,7 +18,7 @@ from orchestrator import Orchestrator
 from orchestrator.runs.jobs import iso
 from orchestrator.runs.state import Conversation, RunState, StepState, conversation_key
 from orchestrator.storage.files.runs import RunStore
-from tests.fakes.orchestrator import FakeOutbox, ScriptedSelector, make_message
+from tests.fakes.orchestrator import NO_CHAT_TOOLS, FakeOutbox, ScriptedSelector, make_message
 
 NO_RUN = "no active workflow run found for this conversation"
 CONFIG = """
@@ -176,6 +176,13 @@ async def test_an_orchestrator_yaml_that_never_validated_is_a_permanent_error(
         await orchestrator.handle(make_message("hello"))
 
 
+@pytest.fixture
+def quick_config_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each orchestrator.yaml is looked at every 50 ms, not every 2 s (set before the orchestrator starts)."""
+    monkeypatch.setattr("orchestrator.chat.handler.CONFIG_CHECK_SEC", 0.05)
+
+
+@pytest.mark.usefixtures("quick_config_checks")
 async def test_a_broken_edit_is_reported_at_once_and_the_last_valid_orchestrator_yaml_answers(
     orchestrator: Orchestrator, write_config: Callable[[str], Path], events: EventLog,
 ) -> None:
@@ -190,7 +197,7 @@ async def test_channel_profile_selects_its_orchestrator(
     home: Home, events: EventLog, outbox: FakeOutbox, start: Callable[..., Any]
 ) -> None:
     settings = Settings(
-        queue=QueueSettings(fsync=False),
+        queue=QueueSettings(fsync=False), chat_tools=NO_CHAT_TOOLS,
         orchestrators={"main": OrchestratorRef(workspace="orchestrators/main"),
                        "ops": OrchestratorRef(workspace="ops-ws")},
         channels=[ChannelProfile(id="pager", type="console", orchestrator="ops")],

@@ -13,7 +13,7 @@ from gateway.home import Home
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from orchestrator.storage.files.runs import RunStore
-from tests.fakes.orchestrator import FakeOutbox, Flow, ScriptedSelector
+from tests.fakes.orchestrator import NO_CHAT_TOOLS, FakeOutbox, Flow, ScriptedSelector
 
 CONFIG = """
     selector: {provider: sel}
@@ -31,7 +31,8 @@ JOB = {"job_id": "j-1-fix-abc", "state": "queued", "repo": "app", "branch": "mai
 async def _flow(home: Home, events: EventLog, outbox: FakeOutbox, selector: ScriptedSelector,
                 write_config: Callable[[str], Path], start: Callable[..., Any], workflow: str) -> Flow:
     write_config(CONFIG)
-    settings = Settings(queue=QueueSettings(fsync=False), providers={"sel": selector.provider},
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        queue=QueueSettings(fsync=False), providers={"sel": selector.provider},
                         channels=[ChannelProfile.model_validate({"id": "prompts", "type": "inbox",
                                                                  "workflow": workflow})])
     context = HandlerContext(home=home, settings=settings, events=events, outbox=outbox, queue_stats=dict)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(30)
 
 @pytest.fixture
 async def running(home: Home) -> AsyncIterator[Running]:
-    gateway = Running(home, approvers=["ada"])  # ada and bob may talk, only ada may answer
+    gateway = Running(home, approvers=["ada"], chat_tools=True)  # ada and bob may talk, only ada may answer
     await gateway.gateway.start()
     yield gateway
     await gateway.gateway.stop()

@@ -22,7 +22,7 @@ ROOM, OTHER = "conv:fake/f1/room", "conv:fake/f1/other"
 
 @pytest.fixture
 async def running(home: Home) -> AsyncIterator[Running]:
-    gateway = Running(home)
+    gateway = Running(home, chat_tools=True)
     await gateway.gateway.start()
     yield gateway
     await gateway.gateway.stop()

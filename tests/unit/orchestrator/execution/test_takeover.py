@@ -24,6 +24,7 @@ from tests.fakes.orchestrator import FakeOutbox, make_message
 
 pytestmark = pytest.mark.timeout(30)
 TTL_SEC = 2.0  # the job locks' life: `taken_over` is asked once no renewal worked for half of it
+LAPSING_TTL_SEC = 1.0  # the first process's, whose lock the test waits to see lapse
 
 
 class AwayLocks(LockDirectory):
@@ -62,10 +63,10 @@ class Process:
     """One gateway process's executor on the home's run store, shared as a database is (`shared`); its job locks
     are held as `holder`."""
 
-    def __init__(self, home: Home, holder: str, output: str) -> None:
+    def __init__(self, home: Home, holder: str, output: str, ttl_s: float) -> None:
         self.store = RunStore(home, fsync=False)
         self.store.shared = True
-        self.locks = AwayLocks(home.coordination / "locks", holder=holder, ttl_s=TTL_SEC)
+        self.locks = AwayLocks(home.coordination / "locks", holder=holder, ttl_s=ttl_s)
         self.steps = OneStep(output)
         self.outbox = FakeOutbox()
         self.executor = RunExecutor(home=home, store=self.store, steps=self.steps,  # type: ignore[arg-type]
@@ -74,7 +75,7 @@ class Process:
 
 
 @pytest.fixture
-async def processes(home: Home) -> AsyncIterator[Callable[[str, str], Process]]:
+async def processes(home: Home) -> AsyncIterator[Callable[..., Process]]:
     started: list[Process] = []
 
     async def stop_all() -> None:
@@ -83,8 +84,8 @@ async def processes(home: Home) -> AsyncIterator[Callable[[str, str], Process]]:
             with contextlib.suppress(Exception):
                 await process.executor.stop()
 
-    def make(holder: str, output: str) -> Process:
-        process = Process(home, holder, output)
+    def make(holder: str, output: str, ttl_s: float = TTL_SEC) -> Process:
+        process = Process(home, holder, output, ttl_s)
         started.append(process)
         return process
 
@@ -101,9 +102,9 @@ def _run() -> RunState:
 
 
 async def test_a_run_taken_over_while_its_lock_lapsed_is_not_written_by_its_first_execution(
-    home: Home, processes: Callable[[str, str], Process],
+    home: Home, processes: Callable[..., Process],
 ) -> None:
-    first = processes("first:1", "first's output")
+    first = processes("first:1", "first's output", LAPSING_TTL_SEC)
     await first.executor.start()
     run = first.executor.begin(_run(), "conv:console/console/c1")
     await asyncio.wait_for(first.steps.started.wait(), 10)  # its step runs: the claim and the step's start written

@@ -22,6 +22,7 @@ from gateway.telemetry.events import EventLog
 from gateway.testing import make_incoming
 from orchestrator import Orchestrator
 from orchestrator.usage.records import Payer, Spent
+from tests.fakes.orchestrator import NO_CHAT_TOOLS
 
 DECISION = json.dumps({"action": "command_invoke", "function": "list_workflows", "arguments": {}})
 LIMIT_REPLY = "You have reached the daily limit of 1 turn per sender: 1 turn used; it resets at "
@@ -74,7 +75,8 @@ async def orchestrator(home: Home, selectors: Selectors, events: EventLog, write
     """An Orchestrator whose senders may take one turn a day."""
     write_config(CONFIG)
     usage = UsageSettings.model_validate({"limits": [{"per": "sender", "day": {"turns": 1}}]})
-    settings = Settings(providers=selectors.settings(), usage=usage, queue=QueueSettings(fsync=False))
+    settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                        providers=selectors.settings(), usage=usage, queue=QueueSettings(fsync=False))
     return await start(HandlerContext(home=home, settings=settings, events=events, queue_stats=dict,
                                       outbox=FileOutbox(home, events, fsync=False),
                                       builtin_providers=selectors.builtins()))

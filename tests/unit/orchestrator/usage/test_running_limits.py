@@ -17,7 +17,7 @@ from gateway.home import Home
 from gateway.settings import ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from orchestrator import Orchestrator
-from tests.fakes.orchestrator import FakeOutbox, ScriptedSelector, make_message
+from tests.fakes.orchestrator import NO_CHAT_TOOLS, FakeOutbox, ScriptedSelector, make_message
 
 CONFIG = """
 selector: {{provider: {selector}}}
@@ -45,7 +45,8 @@ def build(home: Home, events: EventLog, outbox: FakeOutbox, write_config: Callab
                       builtins: dict[str, BuiltinProvider] | None = None) -> Orchestrator:
         write_config(CONFIG.format(selector=selector, agent=agent))
         usage = UsageSettings.model_validate({"limits": [{"per": "sender", "day": {"turns": turns}}]})
-        settings = Settings(providers=providers or {}, usage=usage, queue=QueueSettings(fsync=False))
+        settings = Settings(chat_tools=NO_CHAT_TOOLS,
+                            providers=providers or {}, usage=usage, queue=QueueSettings(fsync=False))
         context = HandlerContext(home=home, settings=settings, events=events, outbox=outbox, queue_stats=dict,
                                  builtin_providers=builtins or {})
         return await start(context)  # type: ignore[no-any-return]
