@@ -202,13 +202,13 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.files.runtime -> gateway.runtime.worker
     gateway.backends.memory.runtime -> gateway.dashboard.state gateway.runtime.outgoing
     gateway.backends.memory.runtime -> gateway.runtime.worker
-    gateway.backends.postgres.processing -> gateway.runtime.aio gateway.runtime.worker
+    gateway.backends.postgres.processing -> gateway.runtime.worker
     gateway.backends.postgres.dashboard -> gateway.dashboard.state
     gateway.backends.postgres.dbcommand -> gateway.cli
-    gateway.backends.postgres.dispatcher -> gateway.runtime.aio gateway.runtime.sending
-    gateway.backends.postgres.intake -> gateway.runtime.aio gateway.runtime.keys
+    gateway.backends.postgres.dispatcher -> gateway.runtime.sending
+    gateway.backends.postgres.intake -> gateway.runtime.keys
     gateway.backends.postgres.latedead -> gateway.runtime.keys
-    gateway.backends.postgres.outbound -> gateway.runtime.aio gateway.runtime.supervision
+    gateway.backends.postgres.outbound -> gateway.runtime.supervision
     gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
     gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
+from gateway.aio import wait_event
 from gateway.api import LateDeadLetter, Outbox
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.disk.locks import LockDirectory, process_name
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.runtime.aio import wait_event
 from gateway.stores import Locks
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
