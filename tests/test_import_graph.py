@@ -206,8 +206,6 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.dashboard -> gateway.dashboard.state
     gateway.backends.postgres.dbcommand -> gateway.cli
     gateway.backends.postgres.dispatcher -> gateway.runtime.sending
-    gateway.backends.postgres.intake -> gateway.runtime.keys
-    gateway.backends.postgres.latedead -> gateway.runtime.keys
     gateway.backends.postgres.outbound -> gateway.runtime.supervision
     gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
     gateway.backends.postgres.receipts -> gateway.runtime.receipts

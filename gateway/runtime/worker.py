@@ -15,9 +15,9 @@ from gateway.aio import finish_or_cancel, wait_event
 from gateway.api import Handler, Outbox
 from gateway.channelkit.edits import edited_bytes
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.payloads import parse_payload
+from gateway.payloads import ordering_keys, parse_payload
 from gateway.runtime.claims import ClaimErrors, quarantine, storage_pause
-from gateway.runtime.keys import KeyScheduler, ordering_keys
+from gateway.runtime.keys import KeyScheduler
 from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
 from gateway.runtime.receipts import Receipts
 from gateway.runtime.sharing import SharedHome
