@@ -197,19 +197,18 @@ PLUGIN_BEYOND_CONTRACT = _pairs("""
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.files.backend -> gateway.runtime.sharing
-    gateway.backends.files.runtime -> gateway.dashboard.state gateway.runtime.outgoing
+    gateway.backends.files.runtime -> gateway.runtime.outgoing
     gateway.backends.files.runtime -> gateway.runtime.sharing
     gateway.backends.files.runtime -> gateway.runtime.worker
-    gateway.backends.memory.runtime -> gateway.dashboard.state gateway.runtime.outgoing
+    gateway.backends.memory.runtime -> gateway.runtime.outgoing
     gateway.backends.memory.runtime -> gateway.runtime.worker
     gateway.backends.postgres.processing -> gateway.runtime.worker
-    gateway.backends.postgres.dashboard -> gateway.dashboard.state
     gateway.backends.postgres.dbcommand -> gateway.cli
     gateway.backends.postgres.dispatcher -> gateway.runtime.sending
     gateway.backends.postgres.outbound -> gateway.runtime.supervision
     gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
-    gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
+    gateway.backends.postgres.runtime -> gateway.runtime.outbox
     gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
 """)  # each backend builds its own runtime (worker, dispatcher, outbox); postgres registers `db` and `worker`
 

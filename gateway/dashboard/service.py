@@ -26,7 +26,7 @@ from gateway.telemetry.events import read_events
 if TYPE_CHECKING:
     import pluggy
 
-    from gateway.dashboard.state import QueueView
+    from gateway.backends import QueueView
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.stores import Backend

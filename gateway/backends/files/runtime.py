@@ -8,15 +8,15 @@ import asyncio
 from typing import Any
 
 from gateway.api import Handler
-from gateway.backends import Delivery, RuntimeParts, Watch
+from gateway.backends import Delivery, QueueView, RuntimeParts, Watch
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.backends.files.latedead import FileLateDeadLetters
-from gateway.dashboard.state import FolderView, QueueView
 from gateway.disk.locks import LockDirectory, process_name
 from gateway.models import IncomingPayload
 from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.sharing import SharedHome
 from gateway.runtime.worker import Worker
+from gateway.spool.folders import FolderView
 
 
 class FileRuntime:

@@ -13,15 +13,16 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from gateway.api import Handler
+from gateway.backends import QueueView
 from gateway.backends.memory.queue import MemoryQueue
 from gateway.backends.memory.stores import MemoryAnswered, MemoryLocks
 from gateway.channelkit.edits import to_queue
-from gateway.dashboard.state import FolderView, QueueView
 from gateway.disk.locks import process_name
 from gateway.models import IncomingPayload
 from gateway.payloads import letter_name, message_identity, parse_payload
 from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.worker import Worker
+from gateway.spool.folders import FolderView
 
 if TYPE_CHECKING:
     from collections.abc import Callable
