@@ -1,6 +1,6 @@
-"""The rules for one incoming message that both backends share: reading a payload file's bytes (or
-refusing them with a reason), the wait before its next attempt, and the apology its sender gets when it
-is dead-lettered."""
+"""The rules for one incoming message that every backend shares: reading a payload file's bytes (or
+refusing them with a reason), the ordering keys it holds while it is processed (and the commands that
+decide them), the wait before its next attempt, and the apology its sender gets when it is dead-lettered."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import safe_name
 from gateway.models import IncomingPayload, UnstorableText
+from gateway.scope import ConversationScope
 from gateway.settings import QueueSettings
 from gateway.storable import unstorable
 
@@ -76,3 +77,58 @@ def letter_name(message: IncomingPayload) -> str:
     characters, so ids such as `chat:1` and `chat/1` would share a name; a digest of the identity tells them apart."""
     digest = hashlib.sha256(message_identity(message).encode()).hexdigest()[:12]
     return f"answered-{safe_name(message.profile)}-{safe_name(message.messageId)}-{digest}.json"
+
+
+CONTROL_COMMANDS = frozenset({"/stop", "/cancel"})
+"""The commands that act on what runs now, so they must not wait behind it."""
+
+READ_ONLY_COMMANDS = frozenset({"/status", "/progress", "/help", "/usage"})
+"""The commands answered at once by built-in rules, reading only: they ask about what runs now, so they
+must not wait behind it either."""
+
+STATUS_WORDS = frozenset({"status", "progress", "/status", "/progress"})
+"""A whole message asking a run's progress; the bare words are a status command only with a
+`workflowRunId` (DESIGN.md: without one, `status` goes to the selector, and may answer a question)."""
+
+
+def command_word(text: str) -> str:
+    """A message's slash command, lower-cased and without the `@botname` Telegram adds in groups
+    (`/Stop@my_bot now` → `/stop`); "" for a message that is no command."""
+    stripped = text.lstrip()
+    if not stripped.startswith("/"):
+        return ""
+    return stripped.split(maxsplit=1)[0].split("@", 1)[0].lower()
+
+
+def is_control(message: IncomingPayload) -> bool:
+    """A message that controls its conversation's running turn (`/stop`, `/cancel`, a tapped button)."""
+    return message.job is None and (message.button is not None
+                                    or command_word(message.message) in CONTROL_COMMANDS)
+
+
+def is_read_only(message: IncomingPayload) -> bool:
+    """A command the orchestrator answers at once without a provider, changing nothing (`/status`,
+    `/progress`, `/help`, `/usage`; `status` or `progress` naming a run), recognised as it recognises them."""
+    if message.job is not None:
+        return False
+    if command_word(message.message) in READ_ONLY_COMMANDS:
+        return True
+    return bool(message.workflowRunId) and message.message.strip().lower() in STATUS_WORDS
+
+
+def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
+    """The keys a message holds while it is processed: its run (if any) and its conversation.
+
+    A control message (`is_control`) holds its conversation's control key instead, so it runs beside
+    the conversation's running message (that is what it stops or answers) rather than after it; a
+    read-only command (`is_read_only`) holds the control key in place of the conversation key too, and
+    keeps the key of a run it names. Control messages of one conversation still run one at a time, in order.
+    """
+    scope = ConversationScope.of(message)
+    control = f"ctl:{scope.path}"
+    if is_control(message):
+        return (control,)
+    conversation = control if is_read_only(message) else scope.key  # the conversation's key is its scope
+    if message.workflowRunId:
+        return (f"run:{message.workflowRunId}", conversation)
+    return (conversation,)

@@ -196,16 +196,13 @@ PLUGIN_BEYOND_CONTRACT = _pairs("""
     plugins.heartbeat -> gateway.cli.statuscache
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
-    gateway.backends.postgres.processing -> gateway.runtime.aio gateway.runtime.worker
-    gateway.backends.postgres.dashboard -> gateway.dashboard.state
+    gateway.backends.postgres.processing -> gateway.runtime.worker
     gateway.backends.postgres.dbcommand -> gateway.cli
-    gateway.backends.postgres.dispatcher -> gateway.runtime.aio gateway.runtime.sending
-    gateway.backends.postgres.intake -> gateway.runtime.aio gateway.runtime.keys
-    gateway.backends.postgres.latedead -> gateway.runtime.keys
-    gateway.backends.postgres.outbound -> gateway.runtime.aio gateway.runtime.supervision
+    gateway.backends.postgres.dispatcher -> gateway.runtime.sending
+    gateway.backends.postgres.outbound -> gateway.runtime.supervision
     gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
     gateway.backends.postgres.receipts -> gateway.runtime.receipts
-    gateway.backends.postgres.runtime -> gateway.dashboard.state gateway.runtime.outbox
+    gateway.backends.postgres.runtime -> gateway.runtime.outbox
     gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
 """)  # postgres builds its own runtime (worker, dispatcher, outbox); it registers `db` and `worker`
 

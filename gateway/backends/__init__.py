@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     import asyncio
 
     from gateway.channelkit.pairing import Pairing
-    from gateway.dashboard.state import QueueView
     from gateway.home import Home
     from gateway.models import IncomingPayload, OutgoingPayload
     from gateway.runtime.outbox import BaseOutbox
@@ -44,8 +43,8 @@ if TYPE_CHECKING:
     )
     from gateway.telemetry.events import EventLog
 
-__all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "Runtime", "RuntimeParts",
-           "StorageStatus", "Watch"]
+__all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "QueueView", "Runtime",
+           "RuntimeParts", "StorageStatus", "Watch"]
 
 Watch = Callable[[Path, Any, Any], None]
 
@@ -80,6 +79,20 @@ class Delivery(Protocol):
     def schedule(self, name: str, payload: OutgoingPayload) -> None: ...
     def channel_for_incoming(self, message: IncomingPayload) -> Channel | None: ...
     async def stop(self, grace_s: float) -> None: ...
+
+
+class QueueView(Protocol):
+    """The queue as the dashboard reads it (on a worker thread) and its retry button (gateway/spool/folders.py
+    FolderView, gateway/backends/postgres/dashboard.py PgQueueView).
+
+    `live()` answers `queue` (rows of folder, depth, oldest_age_s) and either `processing` (the names
+    in processing/) or `in_flight` (the messages running, as gateway.dashboard.state.Activity.in_flight lists
+    them); `read` adds `dead_letters` (the first `shown`), `dead_total`, and whatever else the backend shows.
+    """
+
+    def live(self) -> dict[str, Any]: ...
+    def read(self, shown: int) -> dict[str, Any]: ...
+    def retry(self, names: list[str]) -> list[str]: ...
 
 
 class Runtime(Protocol):

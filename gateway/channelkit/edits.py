@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from gateway.models import IncomingPayload
-from gateway.runtime.keys import ordering_keys
+from gateway.payloads import ordering_keys
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,7 +62,7 @@ def to_queue(fold_edit: Callable[[IncomingPayload], bool], payload: IncomingPayl
 
 
 def _keys_of(body: dict[str, object]) -> tuple[str, ...] | None:
-    """The ordering keys of a payload's fields (gateway.runtime.keys), None when they are no payload."""
+    """The ordering keys of a payload's fields (gateway.payloads), None when they are no payload."""
     try:
         return ordering_keys(IncomingPayload.model_validate(body))
     except ValidationError:

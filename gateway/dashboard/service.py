@@ -26,8 +26,7 @@ from gateway.telemetry.events import read_events
 if TYPE_CHECKING:
     import pluggy
 
-    from gateway.backends import Backend
-    from gateway.dashboard.state import QueueView
+    from gateway.backends import Backend, QueueView
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.telemetry.events import EventLog

@@ -1,21 +1,17 @@
-"""What the dashboard shows: recent activity kept from the event stream, and the queue as its backend
-keeps it (FolderView reads the home's folders; gateway/backends/postgres/dashboard.py the database)."""
+"""What the dashboard shows: recent activity kept from the event stream (the queue is its backend's
+gateway.backends.QueueView: gateway/spool/folders.py reads the home's folders, gateway/backends/postgres/dashboard.py
+the database)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, Protocol
-
-from gateway.home import Home
-from gateway.spool import deadletters
+from typing import Any
 
 EVENT_HISTORY = 200
 HEARTBEAT_HISTORY = 120
-QUEUE_FOLDERS = ("incoming", "processing", "outgoing", "failed")
 SETTLED = ("job.succeeded", "job.failed.final", "job.requeued", "message.duplicate")
 
 
@@ -103,77 +99,3 @@ class Activity:
         with self._lock:
             return dict(self.profiles.get(profile) or {"last_inbound": None, "last_outbound": None,
                                                        "retries": 0, "rate_limited": 0})
-
-
-class QueueView(Protocol):
-    """The queue as the dashboard reads it (on a worker thread) and the retry button.
-
-    `live()` answers `queue` (rows of folder, depth, oldest_age_s) and either `processing` (the names
-    in processing/) or `in_flight` (the messages running, as Activity.in_flight lists them); `read`
-    adds `dead_letters` (the first `shown`), `dead_total`, and whatever else the backend shows.
-    """
-
-    def live(self) -> dict[str, Any]: ...
-    def read(self, shown: int) -> dict[str, Any]: ...
-    def retry(self, names: list[str]) -> list[str]: ...
-
-
-class FolderView:
-    """The file backend's queue: the home's folders and the dead letters in failed/."""
-
-    def __init__(self, home: Home):
-        self.home = home
-
-    def live(self) -> dict[str, Any]:
-        queue, processing = queue_folders(self.home)
-        return {"queue": queue, "processing": processing}
-
-    def read(self, shown: int) -> dict[str, Any]:
-        letters = deadletters.list_dead(self.home, read_payloads=False)  # each refresh: metadata only
-        return {**self.live(), "dead_total": len(letters),
-                "dead_letters": [{k: v for k, v in letter.to_json().items() if k != "path"}
-                                 for letter in letters[:shown]]}
-
-    def retry(self, names: list[str]) -> list[str]:
-        """Puts dead letters back into the queue (KeyError naming any that is not one)."""
-        return deadletters.retry(self.home, names)
-
-
-def queue_folders(home: Home) -> tuple[list[dict[str, Any]], set[str]]:
-    """Depth and age of the oldest file of each queue folder (plus `sent/`'s depth), and the names of
-    the files in `processing/`."""
-    now = time.time()
-    folders = []
-    processing: set[str] = set()
-    for name in QUEUE_FOLDERS:
-        root = getattr(home, name)
-        entries = _payload_entries(root, recursive=name == "processing")
-        if name == "processing":
-            processing = {entry.name for entry in entries}
-        mtimes = [mtime for mtime in (_mtime(entry) for entry in entries) if mtime is not None]
-        folders.append({"folder": name, "depth": len(entries),
-                        "oldest_age_s": round(now - min(mtimes), 1) if mtimes else None})
-    folders.append({"folder": "sent", "depth": len(_payload_entries(home.sent, recursive=False)),
-                    "oldest_age_s": None})
-    return folders, processing
-
-
-def _payload_entries(folder: str | os.PathLike[str], *, recursive: bool) -> list[os.DirEntry[str]]:
-    found: list[os.DirEntry[str]] = []
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if recursive and entry.is_dir(follow_symlinks=False):
-                    found.extend(_payload_entries(entry.path, recursive=False))
-                elif entry.name.endswith(".json") and not entry.name.endswith(".error.json"):
-                    found.append(entry)
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    return found
-
-
-def _mtime(entry: os.DirEntry[str]) -> float | None:
-    try:
-        return entry.stat(follow_symlinks=False).st_mtime
-    except OSError:
-        return None

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gateway.dashboard.state import FolderView, QueueView
 from gateway.runtime.outgoing import OutgoingFolder
 from gateway.runtime.worker import Worker
+from gateway.spool.folders import FolderView
 
 if TYPE_CHECKING:
     from gateway.api import Handler
-    from gateway.backends import Delivery, Processing, RuntimeParts, Watch
+    from gateway.backends import Delivery, Processing, QueueView, RuntimeParts, Watch
     from gateway.models import IncomingPayload
 
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gateway.aio import finish_or_cancel
 from gateway.api import Channel
 from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.aio import finish_or_cancel
 from gateway.runtime.sending import Sender, conversation_of
 from gateway.settings import QueueSettings
 from gateway.spool.deadletters import move_to_failed

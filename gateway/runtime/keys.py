@@ -1,4 +1,5 @@
-"""Ordering keys and the key scheduler: one message at a time per key, claim order within a key."""
+"""The key scheduler: one message at a time per ordering key (gateway.payloads.ordering_keys), claim order within
+a key."""
 
 from __future__ import annotations
 
@@ -10,9 +11,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from gateway.models import IncomingPayload
-from gateway.scope import ConversationScope
-
 log = logging.getLogger("switchyard.keys")
 
 T = TypeVar("T")
@@ -20,66 +18,10 @@ Order = tuple[int, str]
 
 
 class KeyLocks(Protocol):
-    """What the scheduler uses of gateway.stores.Locks (any Locks is one). Named here, not imported: this module
-    sits under gateway.channelkit.edits, which gateway.stores' annotations reach, so importing it would be a cycle."""
+    """What the scheduler uses of gateway.stores.Locks (any Locks is one): the two calls it makes."""
 
     def acquire(self, resource: str) -> bool: ...
     def release(self, resource: str) -> None: ...
-
-
-CONTROL_COMMANDS = frozenset({"/stop", "/cancel"})
-"""The commands that act on what runs now, so they must not wait behind it."""
-
-READ_ONLY_COMMANDS = frozenset({"/status", "/progress", "/help", "/usage"})
-"""The commands answered at once by built-in rules, reading only: they ask about what runs now, so they
-must not wait behind it either."""
-
-STATUS_WORDS = frozenset({"status", "progress", "/status", "/progress"})
-"""A whole message asking a run's progress; the bare words are a status command only with a
-`workflowRunId` (DESIGN.md: without one, `status` goes to the selector, and may answer a question)."""
-
-
-def command_word(text: str) -> str:
-    """A message's slash command, lower-cased and without the `@botname` Telegram adds in groups
-    (`/Stop@my_bot now` → `/stop`); "" for a message that is no command."""
-    stripped = text.lstrip()
-    if not stripped.startswith("/"):
-        return ""
-    return stripped.split(maxsplit=1)[0].split("@", 1)[0].lower()
-
-
-def is_control(message: IncomingPayload) -> bool:
-    """A message that controls its conversation's running turn (`/stop`, `/cancel`, a tapped button)."""
-    return message.job is None and (message.button is not None
-                                    or command_word(message.message) in CONTROL_COMMANDS)
-
-
-def is_read_only(message: IncomingPayload) -> bool:
-    """A command the orchestrator answers at once without a provider, changing nothing (`/status`,
-    `/progress`, `/help`, `/usage`; `status` or `progress` naming a run), recognised as it recognises them."""
-    if message.job is not None:
-        return False
-    if command_word(message.message) in READ_ONLY_COMMANDS:
-        return True
-    return bool(message.workflowRunId) and message.message.strip().lower() in STATUS_WORDS
-
-
-def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
-    """The keys a message holds while it is processed: its run (if any) and its conversation.
-
-    A control message (`is_control`) holds its conversation's control key instead, so it runs beside
-    the conversation's running message (that is what it stops or answers) rather than after it; a
-    read-only command (`is_read_only`) holds the control key in place of the conversation key too, and
-    keeps the key of a run it names. Control messages of one conversation still run one at a time, in order.
-    """
-    scope = ConversationScope.of(message)
-    control = f"ctl:{scope.path}"
-    if is_control(message):
-        return (control,)
-    conversation = control if is_read_only(message) else scope.key  # the conversation's key is its scope
-    if message.workflowRunId:
-        return (f"run:{message.workflowRunId}", conversation)
-    return (conversation,)
 
 
 @dataclass(eq=False)

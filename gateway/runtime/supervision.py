@@ -14,10 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from gateway.aio import wait_event
 from gateway.channelkit.backoff import RETRY_INITIAL_S as RETRY_INITIAL_S
 from gateway.channelkit.backoff import RETRY_MAX_S as RETRY_MAX_S
 from gateway.channelkit.backoff import delay as backoff_delay
-from gateway.runtime.aio import wait_event
 from gateway.seams import Channel, PermanentError
 from gateway.settings import ChannelProfile
 from gateway.telemetry.events import EventLog

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gateway.aio import finish_or_cancel, wait_event
 from gateway.api import Handler, Outbox
 from gateway.channelkit.edits import edited_bytes
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.payloads import parse_payload
-from gateway.runtime.aio import finish_or_cancel, wait_event
+from gateway.payloads import ordering_keys, parse_payload
 from gateway.runtime.claims import ClaimErrors, quarantine, storage_pause
-from gateway.runtime.keys import KeyScheduler, ordering_keys
+from gateway.runtime.keys import KeyScheduler
 from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
 from gateway.runtime.receipts import Receipts
 from gateway.settings import QueueSettings

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.api import BuiltinProvider
-from gateway.runtime.keys import STATUS_WORDS
+from gateway.payloads import STATUS_WORDS
 
 HELP_WORDS = frozenset({"help", "/help"})
 NO_TOOLS = frozenset({"echo", "rules"})  # built-ins that never call the chat tools: their turns are granted none

@@ -12,10 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gateway.aio import wait_event
 from gateway.api import BuiltinProvider, PermanentError
 from gateway.home import Home, atomic_write, safe_name
 from gateway.models import IncomingPayload
-from gateway.runtime.aio import wait_event
 from gateway.settings import ProviderSettings
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog

@@ -11,7 +11,7 @@ from jsonschema.exceptions import best_match
 from gateway.api import FunctionSpec, PermanentError
 from gateway.home import safe_name
 from gateway.models import IncomingPayload, Job, OutgoingPayload
-from gateway.runtime.keys import STATUS_WORDS
+from gateway.payloads import STATUS_WORDS
 from gateway.telemetry.events import now_ms
 from orchestrator.agents.providers import ProviderRunner
 from orchestrator.chat.diagnostics import Diagnostics
@@ -252,7 +252,7 @@ class Actions:
         """(the run a command about what runs now is about, the conversation's last run): the run named,
         else the conversation's active run, else its newest run while unfinished — a run its starting
         message still waits for is not the active run yet (RunExecutor.begin), and a command runs beside
-        that message (gateway.runtime.keys). The last run is looked up only when there is no current one."""
+        that message (gateway.payloads). The last run is looked up only when there is no current one."""
         run = self.resolve_run(message)
         if run is not None or message.workflowRunId:
             return run, None

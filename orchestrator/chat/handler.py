@@ -10,7 +10,7 @@ from dataclasses import replace
 from gateway.api import BuiltinProvider, HandlerContext, PermanentError
 from gateway.channelkit.edits import EDITED_PREFIX
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.keys import CONTROL_COMMANDS, STATUS_WORDS, command_word
+from gateway.payloads import CONTROL_COMMANDS, STATUS_WORDS, command_word
 from gateway.scope import ConversationScope
 from gateway.settings import Settings, SettingsError, secret_env_names
 from orchestrator.agents.builtin import builtin_providers
@@ -227,7 +227,7 @@ class Orchestrator:
             text = await asyncio.to_thread(reminders_answer, self._reminders, ConversationScope.of(message).key,
                                            message.message)
             return [reply(message, text, agent=SYSTEM_AGENT)]
-        if command in SESSION_COMMANDS:  # ordered with the conversation's messages (gateway.runtime.keys)
+        if command in SESSION_COMMANDS:  # ordered with the conversation's messages (gateway.payloads)
             scope = ConversationScope.of(message).key
             text = await asyncio.to_thread(self._conversations.answer, command, message.message, scope)
             return [reply(message, text, agent=SYSTEM_AGENT)]
@@ -285,7 +285,7 @@ class Orchestrator:
             raise PermanentError(f"orchestrator {orchestrator_id!r} is misconfigured: {exc}") from exc
 
     async def _stop(self, message: IncomingPayload) -> OutgoingPayload | None:
-        """`/stop` and `/cancel` (which arrive beside the conversation's running message: gateway.runtime.keys):
+        """`/stop` and `/cancel` (which arrive beside the conversation's running message: gateway.payloads):
         stops the conversation's running turns, then cancels its run, and says what was stopped — the one
         answer about it: a run cancelled here for its own conversation sends no result of its own (`told`).
         None when the host executing the run cancelled it, whose result is then that answer."""

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
+from gateway.aio import wait_event
 from gateway.api import LateDeadLetter, Outbox
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.disk.locks import LockDirectory, process_name
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.runtime.aio import wait_event
 from gateway.stores import Locks
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
@@ -106,7 +106,7 @@ class RunExecutor:
         fsynced write before the result is the reply, or `outlived` makes it durable and active before
         an ack. The conversation's next message comes only after that reply, so it never needs the
         active run of a run that ended meanwhile; the commands that run beside it (`/status`, `/stop`:
-        gateway.runtime.keys) find the run as the conversation's newest unfinished one (Actions.current_and_last).
+        gateway.payloads) find the run as the conversation's newest unfinished one (Actions.current_and_last).
         Other runs are durable and active at once."""
         reserved = waits and self._store.shared and self._claims.reserve(run.runId)
         run = self._store.create(run, None if waits else key, durable=not waits)

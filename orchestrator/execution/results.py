@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.aio import wait_event
 from gateway.api import LateDeadLetter, Outbox
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.aio import wait_event
 from gateway.telemetry.events import now_ms, utc_now_iso
 from orchestrator.agents.streaming import stream_key
 from orchestrator.runs.base import RunStoreBase

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from gateway.aio import wait_event
 from gateway.api import Outbox
 from gateway.disk.locks import holder_process, pid_alive, process_name
 from gateway.home import safe_name
 from gateway.models import IncomingPayload, Job, OutgoingPayload
-from gateway.runtime.aio import wait_event
 from gateway.settings import Settings
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog, now_ms

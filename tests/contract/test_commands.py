@@ -6,7 +6,7 @@ with the file backend's stores on its home (OrchestratorOnMemory).
 
 
 - `/status`, `/help` and `/usage` are answered before that message ends (they hold the conversation's
-  control key, gateway.runtime.keys), `/status` showing the running run; a plain message still waits behind it,
+  control key, gateway.payloads), `/status` showing the running run; a plain message still waits behind it,
   with its "queued behind" receipt;
 - `/stop` answers once: its reply, and no "was cancelled" result after it; `/status` later keeps its
   fixed sentence and names the conversation's last run on a line of its own."""

@@ -152,7 +152,7 @@ async def test_an_answered_message_whose_work_failed_later_is_a_dead_letter_that
 
 
 async def test_a_control_message_runs_beside_its_conversations_running_message_and_others_wait(flow: Flow) -> None:
-    """`/stop` (gateway.runtime.keys: its own ordering key) is handled while its conversation's message still runs,
+    """`/stop` (gateway.payloads: its own ordering key) is handled while its conversation's message still runs,
     which may end only once `/stop` was answered; the message sent before `/stop` still waits its turn."""
     host = await flow.host()
     script = flow.script

@@ -80,7 +80,7 @@ async def test_another_senders_edit_of_a_waiting_message_is_answered_as_its_own_
 
 
 async def test_a_waiting_message_edited_into_a_command_is_not_folded_and_the_command_runs_beside(flow: Flow) -> None:
-    """A read-only command holds the control key (gateway.runtime.keys): folded into a message that waits under its
+    """A read-only command holds the control key (gateway.payloads): folded into a message that waits under its
     conversation's key it would wait behind the running message, and a command edited into a message would run
     beside it. Such an edit is a message of its own; the original keeps its place and its text."""
     host = await flow.host()

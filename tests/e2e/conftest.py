@@ -220,8 +220,7 @@ class PgSwitchyard(Switchyard):
 
     def plant_dead_letter(self, name: str, data: bytes) -> None:
         """A dead `switchyard_messages` row with these bytes (its ordering keys as the intake computes them)."""
-        from gateway.payloads import parse_payload
-        from gateway.runtime.keys import ordering_keys
+        from gateway.payloads import ordering_keys, parse_payload
 
         try:
             message = parse_payload(data, 1 << 20)

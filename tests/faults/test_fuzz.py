@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
-from gateway.payloads import parse_payload
-from gateway.runtime.keys import KeyScheduler, ordering_keys
+from gateway.payloads import ordering_keys, parse_payload
+from gateway.runtime.keys import KeyScheduler
 from gateway.runtime.outbox import FileOutbox, outgoing_name
 from gateway.runtime.worker import Worker
 from gateway.settings import QueueSettings

@@ -17,9 +17,9 @@ import psycopg
 from gateway.backends.postgres import status
 from gateway.backends.postgres.db import SharedPool
 from gateway.backends.postgres.deadletters import DeadStore
-from gateway.dashboard.state import queue_folders
 from gateway.home import Home
 from gateway.settings import QueueSettings
+from gateway.spool.folders import queue_folders
 from gateway.telemetry.redaction import database_error
 
 _RUNNING = """

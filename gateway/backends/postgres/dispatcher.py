@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.aio import finish_or_cancel, wait_event
 from gateway.api import Channel
 from gateway.backends.postgres.errors import database_away
 from gateway.backends.postgres.leases import Leases, channel_lease
@@ -31,7 +32,6 @@ from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.aio import finish_or_cancel, wait_event
 from gateway.runtime.sending import Sender
 from gateway.settings import QueueSettings
 from gateway.telemetry.events import EventLog

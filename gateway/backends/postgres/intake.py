@@ -21,6 +21,7 @@ import logging
 from pathlib import PurePath
 from typing import Any
 
+from gateway.aio import wait_event
 from gateway.backends.postgres.edits import PgEdits
 from gateway.backends.postgres.errors import database_away, worth_waiting
 from gateway.backends.postgres.outbox import PgOutbox
@@ -28,9 +29,7 @@ from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.channelkit.edits import to_queue
 from gateway.home import Home
 from gateway.models import INVALID_APOLOGY, IncomingPayload, OutgoingPayload
-from gateway.payloads import message_identity, parse_payload
-from gateway.runtime.aio import wait_event
-from gateway.runtime.keys import ordering_keys
+from gateway.payloads import message_identity, ordering_keys, parse_payload
 from gateway.settings import Settings
 from gateway.spool.queue import CLAIM_RETRY_S, Claimed, FileQueue
 from gateway.storable import made_safe

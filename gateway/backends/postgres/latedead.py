@@ -20,8 +20,7 @@ from gateway.backends.postgres import answered
 from gateway.backends.postgres.db import SharedPool
 from gateway.backends.postgres.queue import KEPT_ERRORS
 from gateway.models import IncomingPayload
-from gateway.payloads import letter_name, message_identity
-from gateway.runtime.keys import ordering_keys
+from gateway.payloads import letter_name, message_identity, ordering_keys
 from gateway.storable import made_safe
 
 _CANDIDATES = ("SELECT id, payload FROM switchyard_messages WHERE channel = %s AND profile = %s "

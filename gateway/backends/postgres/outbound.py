@@ -13,6 +13,7 @@ import asyncio
 import logging
 from contextlib import suppress
 
+from gateway.aio import wait_event
 from gateway.api import Channel
 from gateway.backends.postgres.db import dsn_from_settings
 from gateway.backends.postgres.dispatcher import PgDelivery
@@ -21,7 +22,6 @@ from gateway.backends.postgres.leases import Leases, channel_lease
 from gateway.channelkit.attachments import extra_file_roots
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home
-from gateway.runtime.aio import wait_event
 from gateway.runtime.supervision import ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
 from gateway.telemetry.events import EventLog

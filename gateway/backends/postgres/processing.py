@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from gateway.aio import wait_event
 from gateway.api import Handler
 from gateway.backends.postgres import schema
 from gateway.backends.postgres.answered import PgAnswered
@@ -35,7 +36,6 @@ from gateway.backends.postgres.queue import POLL_S, PgQueue
 from gateway.disk.locks import process_instance
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.runtime.aio import wait_event
 from gateway.runtime.worker import Worker
 from gateway.settings import Settings, SettingsError
 from gateway.spool.queue import FileQueue

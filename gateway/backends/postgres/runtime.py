@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from gateway.api import Handler
-from gateway.backends import Delivery, RuntimeParts, Watch
+from gateway.backends import Delivery, QueueView, RuntimeParts, Watch
 from gateway.backends.postgres.dashboard import PgQueueView
 from gateway.backends.postgres.db import SharedPool
 from gateway.backends.postgres.events import attach_event_sink
@@ -16,7 +16,6 @@ from gateway.backends.postgres.outbound import PgOutbound
 from gateway.backends.postgres.processing import PgProcessing
 from gateway.backends.postgres.receipts import PgReceipts
 from gateway.channelkit.attachments import extra_file_roots
-from gateway.dashboard.state import QueueView
 from gateway.models import IncomingPayload
 from gateway.runtime.outbox import BaseOutbox
 

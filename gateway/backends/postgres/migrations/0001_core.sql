@@ -10,7 +10,7 @@ CREATE TABLE switchyard_messages (
     channel text NOT NULL DEFAULT '',         -- '' for a payload that does not parse
     profile text NOT NULL DEFAULT '',
     conversation text NOT NULL DEFAULT '',
-    keys text[] NOT NULL DEFAULT '{}',        -- ordering keys (gateway.runtime.keys.ordering_keys)
+    keys text[] NOT NULL DEFAULT '{}',        -- ordering keys (gateway.payloads.ordering_keys)
     state text NOT NULL DEFAULT 'queued'
         CHECK (state IN ('queued', 'running', 'done', 'dead')),
     attempts integer NOT NULL DEFAULT 0,      -- failed attempts so far

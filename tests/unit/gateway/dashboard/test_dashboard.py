@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,10 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.dashboard import dashboard_token
 from gateway.dashboard.metrics import Metrics
 from gateway.dashboard.page import sections
-from gateway.dashboard.state import Activity, FolderView
-from gateway.home import Home
+from gateway.dashboard.state import Activity
 from gateway.settings import DashboardSettings, SettingsError, load_settings
-from gateway.spool.deadletters import list_dead, move_to_failed
 
 HOSTILE = '<img src=x onerror=alert(1)>"\'&'
 
@@ -127,24 +123,3 @@ def test_usage_metrics_count_cost_tokens_and_turns_by_provider_and_a_configured_
     assert value[("switchyard_usage_turns_total", "other", None)] == 50
     assert value[("switchyard_usage_limit_reached_total", None, None)] == 1
     assert {s.labels.get("profile") for s in samples} == {"tg", "other", None}
-
-
-def test_a_refresh_lists_dead_letters_from_their_reports_and_reads_none_of_their_payloads(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
-    home.create()
-    big = json.dumps({"channel": "console", "message": "x" * 200_000, "conversationId": "in-the-payload"}).encode()
-    for n, conversation in enumerate(["c-0", "c-1", None]):  # None: a report written before it named one
-        path = home.processing / f"m{n}.json"
-        path.write_bytes(big)
-        move_to_failed(home, path, fsync=False, reason=f"failed {n}", attempts=3,
-                       **({"conversation": conversation} if conversation else {}))
-    payloads = sorted(p for p in home.failed.iterdir() if not p.name.endswith(".error.json"))
-    for payload in payloads:
-        os.utime(payload, (1, payload.stat().st_mtime))  # an access time a read would move (relatime)
-
-    seen = FolderView(home).read(50)
-    assert seen["dead_total"] == 3
-    assert {d["name"]: d["conversation"] for d in seen["dead_letters"]} == {
-        "m0.json": "c-0", "m1.json": "c-1", "m2.json": None}
-    assert [p.stat().st_atime for p in payloads] == [1, 1, 1]  # no payload was read
-    assert {d.name: d.conversation for d in list_dead(home)}["m2.json"] == "in-the-payload"  # `dead list` reads it

@@ -130,7 +130,7 @@ async def test_status_shows_the_run_its_conversations_waiting_message_started(
     home: Home, orchestrator: Orchestrator
 ) -> None:
     """A run whose starting message still waits for it is not the conversation's active run yet
-    (RunExecutor.begin); `/status`, which runs beside that message (gateway.runtime.keys), shows it all the same."""
+    (RunExecutor.begin); `/status`, which runs beside that message (gateway.payloads), shows it all the same."""
     run = _store_run(home, "r-a", "c1", active=False)  # as RunExecutor.begin(waits=True) stores it
     assert RunStore(home).active_for("console/console/c1") is None and run.state == "running"
     [answer] = await orchestrator.handle(make_message("/status", conversationId="c1"))

@@ -1,10 +1,10 @@
-"""gateway/runtime/aio.py: waiting for an event never swallows a cancellation (stop() must always return)."""
+"""gateway/aio.py: waiting for an event never swallows a cancellation (stop() must always return)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.runtime.aio import finish_or_cancel, wait_event
+from gateway.aio import finish_or_cancel, wait_event
 
 
 async def _keep_waiting(event: asyncio.Event) -> None:
