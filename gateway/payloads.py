@@ -1,21 +1,27 @@
 """The rules for one incoming message that every backend shares: reading a payload file's bytes (or
 refusing them with a reason), the ordering keys it holds while it is processed (and the commands that
-decide them), the wait before its next attempt, and the apology its sender gets when it is dead-lettered."""
+decide them), the wait before its next attempt, the apology its sender gets when it is dead-lettered, and the
+"queued" receipt it gets while it waits behind others of its conversation."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import safe_name
-from gateway.models import IncomingPayload, UnstorableText
+from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.scope import ConversationScope
 from gateway.settings import QueueSettings
 from gateway.storable import unstorable
+from gateway.telemetry.events import now_ms
+
+if TYPE_CHECKING:
+    from gateway.telemetry.events import EventLog
 
 APOLOGY = (
     "Sorry, I could not process your message (\"{preview}\") after {attempts} attempt(s). "
@@ -132,3 +138,23 @@ def ordering_keys(message: IncomingPayload) -> tuple[str, ...]:
     if message.workflowRunId:
         return (f"run:{message.workflowRunId}", conversation)
     return (conversation,)
+
+
+RECEIPT_AGENT = "switchyard"
+
+
+def receipt_text(ahead: int) -> str:
+    """What a waiting sender reads."""
+    return f"queued behind {ahead} message{'s' if ahead != 1 else ''} of this conversation; I'll answer in turn"
+
+
+def receipt_for(message: IncomingPayload, ahead: int) -> OutgoingPayload:
+    """The receipt telling the sender of `message` that `ahead` messages of its conversation come first."""
+    return OutgoingPayload.reply_to(message, receipt_text(ahead), agent=RECEIPT_AGENT, timestamp=now_ms(),
+                                    receipt=True).model_copy(update={"files": []})
+
+
+def receipt_sent(events: EventLog, message: IncomingPayload, ahead: int) -> None:
+    """Records a receipt written for `message`."""
+    events.emit("message.queued_receipt", channel=message.channel, conversation=message.conversation,
+                messageId=message.messageId, ahead=ahead)

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway", "orchestrator", "plugins")
 BACKEND_CHOICE = "gateway/composition.py"  # the one module that reads queue.backend
 PG_PACKAGES = ("gateway/backends/postgres/", "orchestrator/storage/postgres/")
-PG_REGISTRATIONS = ("gateway/backends/postgres/plugin.py", "orchestrator/storage/postgres/plugin.py")
+PG_REGISTRATIONS = ("gateway/backends/postgres/plugin.py", "orchestrator/storage/postgres/plugin.py",
+                    "gateway/cli/postgres.py")  # the backend's commands, `db` and `worker`
 # (they import pg code inside factories)
 
 
@@ -197,14 +198,11 @@ PLUGIN_BEYOND_CONTRACT = _pairs("""
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.processing -> gateway.runtime.worker
-    gateway.backends.postgres.dbcommand -> gateway.cli
     gateway.backends.postgres.dispatcher -> gateway.runtime.sending
     gateway.backends.postgres.outbound -> gateway.runtime.supervision
     gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
-    gateway.backends.postgres.receipts -> gateway.runtime.receipts
     gateway.backends.postgres.runtime -> gateway.runtime.outbox
-    gateway.backends.postgres.worker_command -> gateway.cli gateway.cli.commands
-""")  # postgres builds its own runtime (worker, dispatcher, outbox); it registers `db` and `worker`
+""")  # postgres builds its own runtime (worker, dispatcher, outbox, receipts)
 
 
 def _in(module: str, package: str) -> bool:

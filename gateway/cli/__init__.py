@@ -189,7 +189,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("dead", "dead letters: messages and replies that failed for good (list, show, retry, drop)",
             "gateway.cli.dead:cmd_dead", _dead_arguments),
     Command("db", "the PostgreSQL backend's schema (queue.backend: postgres): migrate, check",
-            "gateway.backends.postgres.dbcommand:cmd_db", _db_arguments),
+            "gateway.cli.postgres:cmd_db", _db_arguments),
     Command("roles", "who has which role on each channel profile, and what each role may do",
             "gateway.cli.access:cmd_roles", _status_arguments),
     Command("audit", "privileged actions (approvals, edit workflows, commands, stops, pairing, dead letters, "
@@ -197,7 +197,7 @@ COMMANDS: tuple[Command, ...] = (
             _audit_arguments),
     Command("worker", "process messages from the PostgreSQL queue only: no channels, no delivery "
                       "(queue.backend: postgres; run any number, on any hosts)",
-            "gateway.backends.postgres.worker_command:cmd_worker"),
+            "gateway.cli.postgres:cmd_worker"),
 )
 
 

@@ -7,35 +7,18 @@ import logging
 from collections.abc import Callable
 
 from gateway.api import Outbox
-from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.telemetry.events import EventLog, now_ms
+from gateway.models import IncomingPayload
+from gateway.payloads import receipt_for, receipt_sent
+from gateway.telemetry.events import EventLog
 
 log = logging.getLogger("switchyard.receipts")
 
 Order = tuple[int, str]
-RECEIPT_AGENT = "switchyard"
-
-
-def receipt_text(ahead: int) -> str:
-    """What a waiting sender reads."""
-    return f"queued behind {ahead} message{'s' if ahead != 1 else ''} of this conversation; I'll answer in turn"
 
 
 def takes_receipts(channel: object) -> bool:
     """Whether a channel is a chat that wants "queued" receipts (a probe or a job queue says no)."""
     return bool(getattr(channel, "takes_receipts", True))
-
-
-def receipt_for(message: IncomingPayload, ahead: int) -> OutgoingPayload:
-    """The receipt telling the sender of `message` that `ahead` messages of its conversation come first."""
-    return OutgoingPayload.reply_to(message, receipt_text(ahead), agent=RECEIPT_AGENT, timestamp=now_ms(),
-                                    receipt=True).model_copy(update={"files": []})
-
-
-def receipt_sent(events: EventLog, message: IncomingPayload, ahead: int) -> None:
-    """Records a receipt written for `message`."""
-    events.emit("message.queued_receipt", channel=message.channel, conversation=message.conversation,
-                messageId=message.messageId, ahead=ahead)
 
 
 class Receipts:

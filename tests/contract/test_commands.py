@@ -27,8 +27,8 @@ from gateway.app import Gateway
 from gateway.backends.memory.backend import MemoryBackendPlugin, memory_settings
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.payloads import receipt_text
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.receipts import receipt_text
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.testing import FakeChannel, async_wait_until, make_incoming
 from orchestrator.runs.state import run_id_for

@@ -22,8 +22,7 @@ from typing import Any
 
 from gateway.backends.postgres.outbox import PgOutbox
 from gateway.models import IncomingPayload
-from gateway.payloads import parse_payload
-from gateway.runtime.receipts import receipt_for, receipt_sent
+from gateway.payloads import parse_payload, receipt_for, receipt_sent
 from gateway.settings import QueueSettings
 from gateway.telemetry.events import EventLog
 

@@ -1,4 +1,6 @@
-"""`switchyard db migrate|check`: the PostgreSQL schema, from the DSN in the variable `queue.dsn_env` names."""
+"""The PostgreSQL backend's commands (queue.backend: postgres): `switchyard db migrate|check`, the schema, from
+the DSN in the variable `queue.dsn_env` names; `switchyard worker`, a process that only processes messages from
+the PostgreSQL queue (no channels, no delivery). The backend is imported only when one runs."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from gateway.backends.postgres.db import dsn_from_settings
 from gateway.telemetry.redaction import database_error
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ def cmd_db(args: argparse.Namespace, run: Invocation) -> int:
     import psycopg
 
     from gateway.backends.postgres import schema
+    from gateway.backends.postgres.db import dsn_from_settings
 
     dsn = dsn_from_settings(run.settings.queue)
     try:
@@ -36,3 +38,16 @@ def cmd_db(args: argparse.Namespace, run: Invocation) -> int:
     except psycopg.Error as exc:
         print(f"switchyard: {database_error(exc, dsn)}", file=sys.stderr)
     return EXIT_PROBLEM
+
+
+def cmd_worker(args: argparse.Namespace, run: Invocation) -> int:
+    """Runs the processing half of `switchyard run`; refuses (exit 2) on the file backend."""
+    from gateway.composition import backend_name
+
+    if backend_name(run.settings) != "postgres":
+        print("switchyard: `switchyard worker` needs queue.backend: postgres (with the file backend, "
+              "`switchyard run` processes the queue; run more of them on the same home instead)", file=sys.stderr)
+        return EXIT_PROBLEM
+    from gateway.cli.commands import cmd_run
+
+    return cmd_run(args, run, role="worker")
