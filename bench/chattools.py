@@ -35,7 +35,7 @@ def _figures(samples: list[float]) -> dict[str, float]:
 
 async def _measure(calls: int) -> dict[str, Any]:
     from gateway.home import Home
-    from gateway.runtime.outbox import FileOutbox
+    from gateway.outbox import FileOutbox
     from gateway.settings import ChatToolsSettings
     from gateway.telemetry.events import EventLog
     from gateway.testing import make_incoming

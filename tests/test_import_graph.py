@@ -200,8 +200,6 @@ BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.processing -> gateway.runtime.worker
     gateway.backends.postgres.dispatcher -> gateway.runtime.sending
     gateway.backends.postgres.outbound -> gateway.runtime.supervision
-    gateway.backends.postgres.outbox -> gateway.runtime.outbox gateway.runtime.sending
-    gateway.backends.postgres.runtime -> gateway.runtime.outbox
 """)  # postgres builds its own runtime (worker, dispatcher, outbox, receipts)
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.models import IncomingPayload, OutgoingPayload
-    from gateway.runtime.outbox import BaseOutbox
+    from gateway.outbox import BaseOutbox
     from gateway.runtime.supervision import ChannelSupervisor
     from gateway.seams import Channel, Handler
     from gateway.settings import Settings

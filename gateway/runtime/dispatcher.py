@@ -22,7 +22,8 @@ from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home, remove_old_files, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.sending import Sender, conversation_of
+from gateway.outbox import conversation_of
+from gateway.runtime.sending import Sender
 from gateway.settings import QueueSettings
 from gateway.spool.deadletters import move_to_failed
 from gateway.telemetry.events import EventLog

@@ -8,8 +8,8 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from gateway.channelkit.attachments import extra_file_roots
+from gateway.outbox import BaseOutbox, FileOutbox
 from gateway.runtime.dispatcher import Dispatcher
-from gateway.runtime.outbox import BaseOutbox, FileOutbox
 
 if TYPE_CHECKING:
     from gateway.api import Channel

@@ -32,6 +32,7 @@ from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.channelkit.delivery import SHARED_JOURNAL, SharedJournal
 from gateway.models import OutgoingPayload
+from gateway.outbox import conversation_of
 from gateway.runtime.uploads import send_with_files
 from gateway.settings import QueueSettings
 from gateway.telemetry import tracing
@@ -42,11 +43,6 @@ log = logging.getLogger("switchyard.sending")
 MAX_PARALLEL_DELIVERIES = 16
 STREAM_MEMORY = 1000  # streams whose last edit time is kept; beyond it those idle for STREAM_IDLE_S go
 STREAM_IDLE_S = 60.0
-
-
-def conversation_of(reply: OutgoingPayload) -> str:
-    """The conversation a reply is delivered in order with: its conversationId, else its sender."""
-    return reply.conversationId or reply.senderId or reply.sender
 
 
 def edit_interval(channel: Channel, conversation: str) -> float:

@@ -17,8 +17,8 @@ from gateway.channelkit.access import PairingStore
 from gateway.channelkit.edits import to_queue
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.outbox import FileOutbox
 from gateway.settings import ChannelProfile, FileSettings, Settings
 from gateway.spool.queue import FileQueue
 from gateway.telemetry.events import EventLog, now_ms

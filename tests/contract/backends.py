@@ -30,9 +30,8 @@ from gateway.channelkit.delivery import DeliveryJournal
 from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.outbox import FileOutbox, conversation_of, outgoing_name
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.outbox import FileOutbox, outgoing_name
-from gateway.runtime.sending import conversation_of
 from gateway.settings import QueueSettings, Settings
 from gateway.spool.deadletters import move_to_failed
 from gateway.spool.queue import FileQueue

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from gateway.backends.files.answered import AnsweredIndex
-from gateway.runtime.outbox import FileOutbox
+from gateway.outbox import FileOutbox
 from gateway.spool.queue import FileQueue
 from tests.contract.crashhost import CrashHost, Stop, stop_after
 

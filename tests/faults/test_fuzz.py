@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
+from gateway.outbox import FileOutbox, outgoing_name
 from gateway.payloads import ordering_keys, parse_payload
 from gateway.runtime.keys import KeyScheduler
-from gateway.runtime.outbox import FileOutbox, outgoing_name
 from gateway.runtime.worker import Worker
 from gateway.settings import QueueSettings
 from gateway.spool.queue import FileQueue

@@ -28,8 +28,8 @@ from gateway.channelkit.delivery import DeliveryJournal, delivery_key
 from gateway.disk.locks import LockDirectory
 from gateway.home import Home, safe_name
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.outbox import FileOutbox, outgoing_name
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.outbox import FileOutbox, outgoing_name
 from gateway.settings import ChannelProfile, FileSettings, ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from gateway.testing import FakeChannel, async_wait_until, make_incoming, wait_until

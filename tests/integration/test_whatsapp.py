@@ -21,8 +21,8 @@ from gateway import (
     PermanentError,
     Settings,
 )
+from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.outbox import FileOutbox
 from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until
 from gateway.testing.conformance import ChannelConformance, ChannelDriver, ChannelRig, SentItem, reply

@@ -2,7 +2,7 @@
 
 The delivery side (the owner of each channel profile) reads that table; this module only inserts.
 Names, attachment checks and the heartbeat's `<messageId>.json` naming are every outbox's
-(gateway.runtime.outbox.BaseOutbox).
+(gateway.outbox.BaseOutbox).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from gateway.backends.postgres.answered import RECORDED
 from gateway.backends.postgres.db import SharedPool
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.outbox import BaseOutbox
-from gateway.runtime.sending import conversation_of
+from gateway.outbox import BaseOutbox, conversation_of
 from gateway.storable import made_safe
 from gateway.stores import Duplicate
 from gateway.telemetry.events import EventLog

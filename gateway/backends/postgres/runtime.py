@@ -17,7 +17,7 @@ from gateway.backends.postgres.processing import PgProcessing
 from gateway.backends.postgres.receipts import PgReceipts
 from gateway.channelkit.attachments import extra_file_roots
 from gateway.models import IncomingPayload
-from gateway.runtime.outbox import BaseOutbox
+from gateway.outbox import BaseOutbox
 
 
 class PostgresRuntime:

@@ -83,7 +83,7 @@ def outbox_ready(outbox: PgOutbox, count: int) -> list[OutgoingPayload]:
 
 def test_a_written_reply_is_a_row_named_as_a_file_would_be_with_refused_attachments_named_in_its_text(
         outbox: PgOutbox, pg_dsn: str, tmp_path: Path) -> None:
-    """The checks every outbox makes (gateway.runtime.outbox.BaseOutbox): an attachment outside the allowed roots
+    """The checks every outbox makes (gateway.outbox.BaseOutbox): an attachment outside the allowed roots
     is dropped and named; `write` returns the row's name, never a path to a file that does not exist."""
     outside = tmp_path / "secret.txt"
     outside.write_text("no")

@@ -15,8 +15,8 @@ from gateway.api import ChannelContext, FunctionSpec, Handler, HandlerContext
 from gateway.app import Gateway
 from gateway.cli import main
 from gateway.home import Home
+from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager, call_each
-from gateway.runtime.outbox import FileOutbox
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until

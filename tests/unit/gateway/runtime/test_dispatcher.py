@@ -11,8 +11,8 @@ from gateway.api import DeliveryError, PermanentError
 from gateway.channelkit.attachments import AttachmentPolicy, attachment_folder, read_attachment
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.outbox import FileOutbox
 from gateway.runtime.dispatcher import Dispatcher
-from gateway.runtime.outbox import FileOutbox
 from gateway.settings import QueueSettings
 from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import FakeChannel, async_wait_until, make_incoming

@@ -12,8 +12,8 @@ from gateway.backends.files.backend import FileBackend
 from gateway.cli.backends import wait_for_reply
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.outbox import FileOutbox
 from gateway.runtime.dispatcher import Dispatcher
-from gateway.runtime.outbox import FileOutbox
 from gateway.settings import ChannelProfile, QueueSettings, Settings
 from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import FakeChannel, async_wait_until, make_incoming

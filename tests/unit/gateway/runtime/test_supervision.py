@@ -9,8 +9,8 @@ from gateway import hookimpl
 from gateway.api import ChannelContext, PermanentError, Sink
 from gateway.app import Gateway
 from gateway.home import Home
+from gateway.outbox import FileOutbox
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.outbox import FileOutbox
 from gateway.runtime.supervision import RETRY_MAX_S, ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
 from gateway.telemetry.events import EventLog, read_events

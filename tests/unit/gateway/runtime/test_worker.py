@@ -17,8 +17,8 @@ from gateway.backends.files.answered import AnsweredIndex
 from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
+from gateway.outbox import FileOutbox
 from gateway.payloads import backoff_seconds
-from gateway.runtime.outbox import FileOutbox
 from gateway.runtime.worker import Worker
 from gateway.settings import QueueSettings
 from gateway.spool import queue as queue_module

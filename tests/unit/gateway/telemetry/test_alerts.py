@@ -11,7 +11,7 @@ import pytest
 
 from gateway.home import Home
 from gateway.models import OutgoingPayload
-from gateway.runtime.outbox import FileOutbox
+from gateway.outbox import FileOutbox
 from gateway.settings import Settings
 from gateway.telemetry.alerts import Alerts
 from gateway.telemetry.events import EventLog

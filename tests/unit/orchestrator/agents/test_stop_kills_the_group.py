@@ -23,7 +23,7 @@ import pytest
 from gateway.api import HandlerContext
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.runtime.outbox import FileOutbox
+from gateway.outbox import FileOutbox
 from gateway.settings import ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from gateway.testing import async_wait_until, make_incoming

@@ -13,7 +13,7 @@ import pytest
 from gateway.channelkit.attachments import attachment_folder
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.runtime.outbox import FileOutbox
+from gateway.outbox import FileOutbox
 from gateway.settings import ChatToolsSettings
 from gateway.telemetry.events import EventLog
 from gateway.testing import make_incoming, read_json_files

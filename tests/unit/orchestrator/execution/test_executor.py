@@ -13,7 +13,7 @@ import pytest
 
 from gateway.api import HandlerContext
 from gateway.home import Home
-from gateway.runtime.outbox import outgoing_name
+from gateway.outbox import outgoing_name
 from gateway.settings import ProviderSettings
 from gateway.telemetry.events import read_events
 from gateway.testing import async_wait_until

@@ -16,7 +16,7 @@ from gateway.api import BuiltinProvider, HandlerContext
 from gateway.config.usage import UsageSettings
 from gateway.home import Home
 from gateway.models import IncomingPayload
-from gateway.runtime.outbox import FileOutbox
+from gateway.outbox import FileOutbox
 from gateway.settings import ProviderSettings, QueueSettings, Settings
 from gateway.telemetry.events import EventLog
 from gateway.testing import make_incoming

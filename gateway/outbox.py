@@ -1,4 +1,6 @@
-"""Writes outgoing payloads under their spec-002 names, refusing attachments the conversation may not receive."""
+"""The outbox: where a handled message's replies are stored until they are delivered. Writes outgoing payloads
+under their spec-002 names, refusing attachments the conversation may not receive; FileOutbox keeps them in
+queue/outgoing/, the postgres backend's PgOutbox as rows (gateway/backends/postgres/outbox.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ def outgoing_name(payload: OutgoingPayload, named_by_message_id: Collection[str]
     if payload.channel in named_by_message_id:
         return f"{safe_name(payload.messageId)}.json"
     return f"{safe_name(payload.channel)}_{safe_name(payload.messageId)}_{payload.timestamp}.json"
+
+
+def conversation_of(reply: OutgoingPayload) -> str:
+    """The conversation a reply is delivered in order with: its conversationId, else its sender."""
+    return reply.conversationId or reply.senderId or reply.sender
 
 
 class BaseOutbox(ABC):

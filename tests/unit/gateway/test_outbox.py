@@ -18,8 +18,8 @@ from gateway.channelkit.attachments import (
 )
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.outbox import FileOutbox, outgoing_name
 from gateway.plugin_manager import build_plugin_manager
-from gateway.runtime.outbox import FileOutbox, outgoing_name
 from gateway.telemetry.events import EventLog
 from gateway.testing import make_incoming
 from orchestrator.execution.results import result_reply
