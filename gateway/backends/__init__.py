@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 __all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "QueueView", "Runtime",
            "RuntimeParts", "StorageStatus", "Watch"]
 
-Watch = Callable[[Path, Any, Any], None]
+Watch = Callable[[Path, Callable[[str], None], Callable[[], None]], None]
+"""Watches a folder: `on_name(name)` for each file that appears, `on_rescan()` when events may have been lost
+(gateway/spool/watch.py's OnName and OnRescan)."""
 
 
 @dataclass
