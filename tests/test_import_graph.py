@@ -199,7 +199,6 @@ PLUGIN_BEYOND_CONTRACT = _pairs("""
 BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.processing -> gateway.runtime.worker
     gateway.backends.postgres.dispatcher -> gateway.runtime.sending
-    gateway.backends.postgres.outbound -> gateway.runtime.supervision
 """)  # postgres builds its own runtime (worker, dispatcher, outbox, receipts)
 
 

@@ -25,9 +25,8 @@ if TYPE_CHECKING:
     from gateway.home import Home
     from gateway.models import IncomingPayload, OutgoingPayload
     from gateway.outbox import BaseOutbox
-    from gateway.runtime.supervision import ChannelSupervisor
     from gateway.seams import Channel, Handler
-    from gateway.settings import Settings
+    from gateway.settings import ChannelProfile, Settings
     from gateway.spool.deadletters import DeadLetter
     from gateway.spool.queue import FileQueue
     from gateway.stores import (
@@ -44,11 +43,30 @@ if TYPE_CHECKING:
     from gateway.telemetry.events import EventLog
 
 __all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "QueueView", "Runtime",
-           "RuntimeParts", "StorageStatus", "Watch"]
+           "RuntimeParts", "StorageStatus", "Supervision", "Watch"]
 
 Watch = Callable[[Path, Callable[[str], None], Callable[[], None]], None]
 """Watches a folder: `on_name(name)` for each file that appears, `on_rescan()` when events may have been lost
 (gateway/spool/watch.py's OnName and OnRescan)."""
+
+
+class Supervision(Protocol):
+    """The supervision of a gateway's channels (gateway/runtime/supervision.py ChannelSupervisor), as a runtime
+    starts them: every profile at once (`start_each`), or one at a time under a lease (the postgres backend:
+    `start`, then `running` or `failed`; `show` its state while another process owns it)."""
+
+    channels: list[Channel]
+    """The running channels, which the delivery sends through."""
+    stopping: asyncio.Event
+    """Set first thing when the gateway stops."""
+
+    async def start(self, profile: ChannelProfile) -> Channel: ...
+    def running(self, profile: ChannelProfile, channel: Channel, *, attempt: int,
+                reason: str | None = None) -> None: ...
+    def failed(self, profile: ChannelProfile, exc: BaseException, *, attempt: int) -> float | None: ...
+    def show(self, profile: ChannelProfile, state: str, reason: str | None = None) -> None: ...
+    async def start_each(self, profiles: list[ChannelProfile],
+                         on_started: Callable[[Channel], None] = ...) -> list[Channel]: ...
 
 
 @dataclass
@@ -60,7 +78,7 @@ class RuntimeParts:
     events: EventLog
     queue: FileQueue  # incoming/, on both backends
     role: str  # "run" (channels and processing) or "worker" (processing only)
-    supervisor: ChannelSupervisor
+    supervisor: Supervision
     show_typing: Callable[[IncomingPayload], Callable[[], None] | None]
     """Shows the typing indicator of a message's channel until it is answered; returns the stopper."""
     takes_receipts: Callable[[IncomingPayload], bool]

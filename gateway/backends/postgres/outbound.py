@@ -15,6 +15,7 @@ from contextlib import suppress
 
 from gateway.aio import wait_event
 from gateway.api import Channel
+from gateway.backends import Supervision
 from gateway.backends.postgres.db import dsn_from_settings
 from gateway.backends.postgres.dispatcher import PgDelivery
 from gateway.backends.postgres.errors import database_away
@@ -22,7 +23,6 @@ from gateway.backends.postgres.leases import Leases, channel_lease
 from gateway.channelkit.attachments import extra_file_roots
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home
-from gateway.runtime.supervision import ChannelSupervisor
 from gateway.settings import ChannelProfile, Settings
 from gateway.telemetry.events import EventLog
 
@@ -34,7 +34,7 @@ CHANNEL_STOP_S = 5.0
 class PgOutbound:
     """Leases, the channels `supervisor` starts under them, and the delivery of their replies."""
 
-    def __init__(self, supervisor: ChannelSupervisor, home: Home, settings: Settings, events: EventLog, *,
+    def __init__(self, supervisor: Supervision, home: Home, settings: Settings, events: EventLog, *,
                  holder: str | None = None, dsn: str | None = None):
         self.supervisor = supervisor
         self.settings = settings
