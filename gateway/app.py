@@ -36,6 +36,7 @@ from gateway.runtime.containment import supervise_children
 from gateway.runtime.intake import Intake
 from gateway.runtime.receipts import takes_receipts
 from gateway.runtime.reload import SettingsReload, run_checks
+from gateway.runtime.sending import Sender
 from gateway.runtime.supervision import RETRY_INITIAL_S, RETRY_MAX_S, ChannelSupervisor
 from gateway.runtime.worker import Worker
 from gateway.settings import ChannelProfile, Settings, secret_env_names
@@ -102,7 +103,8 @@ class Gateway:
         parts = RuntimeParts(
             home=home, settings=settings, events=self.events, queue=self.queue, role=role,
             supervisor=self.supervisor, show_typing=self._show_typing, takes_receipts=self._takes_receipts,
-            receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written)
+            receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written,
+            send_loop=functools.partial(Sender, events=self.events, settings=settings.queue))
         self.runtime: Runtime = self.backend.runtime(parts, functools.partial(ComposedRuntime, parts))
         self.intake = Intake(home, self.queue, self.events, wake=self.runtime.wake)  # channels' sink, incoming/ notices
         self._close_event_sink: Callable[[], None] = self.runtime.close_events

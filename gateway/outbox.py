@@ -1,6 +1,8 @@
 """The outbox: where a handled message's replies are stored until they are delivered. Writes outgoing payloads
 under their spec-002 names, refusing attachments the conversation may not receive; FileOutbox keeps them in
-queue/outgoing/, the postgres backend's PgOutbox as rows (gateway/backends/postgres/outbox.py)."""
+queue/outgoing/, the postgres backend's PgOutbox as rows (gateway/backends/postgres/outbox.py). And how the
+delivery loop (gateway/runtime/sending.py) finds the stored replies of one conversation: a `Conversation`
+handing out its `Head`."""
 
 from __future__ import annotations
 
@@ -12,11 +14,16 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.channelkit.attachments import AttachmentPolicy, AttachmentRefused, note_refusals, open_attachment
 from gateway.home import Home, SpareFiles, atomic_write, safe_name
 from gateway.models import OutgoingPayload
 from gateway.telemetry.events import EventLog, now_ms
+
+if TYPE_CHECKING:
+    from gateway.channelkit.delivery import SharedJournal
+    from gateway.seams import Channel
 
 log = logging.getLogger("switchyard.outbox")
 
@@ -32,6 +39,60 @@ def outgoing_name(payload: OutgoingPayload, named_by_message_id: Collection[str]
 def conversation_of(reply: OutgoingPayload) -> str:
     """The conversation a reply is delivered in order with: its conversationId, else its sender."""
     return reply.conversationId or reply.senderId or reply.sender
+
+
+class Head(Protocol):
+    """The oldest unsent reply of a conversation, as its storage holds it."""
+
+    @property
+    def name(self) -> str:
+        """Its spec-002 name (the file's, the row's)."""
+
+    @property
+    def payload(self) -> OutgoingPayload: ...
+
+    @property
+    def channel(self) -> Channel:
+        """The running channel that sends it."""
+
+    @property
+    def attempts(self) -> int:
+        """Its failed attempts so far."""
+
+    @property
+    def journal(self) -> SharedJournal | None:
+        """Where its sent parts are recorded when not in the channel's own DeliveryJournal (SHARED_JOURNAL)."""
+
+    def counts(self, exc: Exception) -> bool:
+        """Whether a failure raised while sending is the platform's (an attempt); else it is the storage's
+        own (e.g. its journal lost the row): raised on, never counted."""
+
+    async def sent(self) -> None:
+        """Records the reply as delivered: it leaves the conversation."""
+
+    async def superseded(self) -> bool:
+        """Whether a later reply of its conversation waits with the same stream: a draft or progress note
+        whose `progressKey`, or a final answer whose `streamKey`, is this reply's `progressKey`."""
+
+    async def retry(self, attempts: int, error: str, delay_s: float) -> None:
+        """Records a failed attempt: the reply stays the head, due again after `delay_s`."""
+
+    async def dead(self, reason: str, attempts: int) -> None:
+        """Keeps the reply as undeliverable with its reason: it leaves the conversation."""
+
+
+class Conversation(Protocol):
+    """One conversation's unsent replies in their storage."""
+
+    async def head(self) -> Head | None:
+        """Its head when it is due; None when none is left (or its head waits in storage, see `wait`)."""
+
+    async def wait(self, delay_s: float) -> bool:
+        """Waits out a retried head's delay in place; False ends the drain instead (the storage
+        starts it again when the head is due)."""
+
+    async def failed(self, exc: Exception) -> bool:
+        """Handles a failure of the storage itself; True tries the head again, False ends the drain."""
 
 
 class BaseOutbox(ABC):

@@ -198,7 +198,6 @@ PLUGIN_BEYOND_CONTRACT = _pairs("""
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
 BACKEND_TO_MACHINERY = _pairs("""
     gateway.backends.postgres.processing -> gateway.runtime.worker
-    gateway.backends.postgres.dispatcher -> gateway.runtime.sending
 """)  # postgres builds its own runtime (worker, dispatcher, outbox, receipts)
 
 

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from gateway.channelkit.attachments import AttachmentPolicy
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.models import IncomingPayload, OutgoingPayload
-    from gateway.outbox import BaseOutbox
+    from gateway.outbox import BaseOutbox, Conversation
     from gateway.seams import Channel, Handler
     from gateway.settings import ChannelProfile, Settings
     from gateway.spool.deadletters import DeadLetter
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from gateway.telemetry.events import EventLog
 
 __all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "QueueView", "Runtime",
-           "RuntimeParts", "StorageStatus", "Supervision", "Watch"]
+           "RuntimeParts", "SendLoop", "StorageStatus", "Supervision", "Watch"]
 
 Watch = Callable[[Path, Callable[[str], None], Callable[[], None]], None]
 """Watches a folder: `on_name(name)` for each file that appears, `on_rescan()` when events may have been lost
@@ -69,6 +70,19 @@ class Supervision(Protocol):
                          on_started: Callable[[Channel], None] = ...) -> list[Channel]: ...
 
 
+class SendLoop(Protocol):
+    """The delivery loop of replies, written once (gateway/runtime/sending.py Sender): a backend's delivery
+    drains each conversation of its storage through it."""
+
+    async def drain(self, conversation: Conversation, stopping: Callable[[], bool]) -> None:
+        """Delivers a conversation's replies, head first, until none is due or `stopping()`."""
+        ...
+
+    def undeliverable(self, name: str, reason: str, attempts: int) -> None:
+        """Logs and emits `outgoing.failed` for a reply its storage now keeps as dead."""
+        ...
+
+
 @dataclass
 class RuntimeParts:
     """What a Gateway gives its backend's runtime: no Gateway, only what the runtime uses of it."""
@@ -89,6 +103,8 @@ class RuntimeParts:
     """The channel types whose replies are `<messageId>.json` (`switchyard_reply_named_by_message_id`)."""
     on_written: Callable[[str, OutgoingPayload], None]
     """Told of each reply the outbox writes as a file, to hand it to the delivery without a re-read."""
+    send_loop: Callable[[AttachmentPolicy], SendLoop]
+    """Makes the delivery loop, sending the attachments `AttachmentPolicy` allows, for a delivery of its own."""
 
 
 class Delivery(Protocol):

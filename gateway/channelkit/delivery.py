@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.api import DeliveryRecord
 from gateway.channelkit.buttons import fits, numbered
 from gateway.channelkit.chunking import split_message
 from gateway.home import Home, atomic_write, remove_old_files, safe_name
 from gateway.models import Button, OutgoingPayload
+from gateway.seams import DeliveryRecord  # below gateway.api (which names the Backend): the outbox names the journal
 from gateway.telemetry import tracing
 
 log = logging.getLogger("switchyard.delivery")

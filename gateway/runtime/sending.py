@@ -13,10 +13,10 @@ conversation supersedes (a newer draft of its key, or the final answer naming it
 recorded as delivered with the reason (event `outgoing.skipped`). A channel's edits of one stream are
 spaced by its `edit_interval_sec`, the final answer's included.
 
-A backend's storage is a `Conversation` (where its head is found, how a retry waits) handing out
-`Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
+A backend's storage is a `Conversation` (gateway/outbox.py: where its head is found, how a retry waits) handing
+out `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
 (gateway/runtime/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py,
-rows.py).
+rows.py); the postgres backend's delivery is given this loop (gateway.backends.RuntimeParts.send_loop).
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from gateway.api import Channel, DeliveryError, PermanentError
 from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
-from gateway.channelkit.delivery import SHARED_JOURNAL, SharedJournal
-from gateway.models import OutgoingPayload
-from gateway.outbox import conversation_of
+from gateway.channelkit.delivery import SHARED_JOURNAL
+from gateway.outbox import Conversation, Head, conversation_of
 from gateway.runtime.uploads import send_with_files
 from gateway.settings import QueueSettings
 from gateway.telemetry import tracing
@@ -59,60 +57,6 @@ def retry_delay(exc: Exception, attempts: int, settings: QueueSettings) -> float
     if isinstance(exc, DeliveryError) and exc.retry_after is not None:
         return float(exc.retry_after)
     return backoff_delay(attempts, settings.backoff_initial_ms, settings.backoff_max_ms, jitter=(0.8, 1.2)) / 1000
-
-
-class Head(Protocol):
-    """The oldest unsent reply of a conversation, as its storage holds it."""
-
-    @property
-    def name(self) -> str:
-        """Its spec-002 name (the file's, the row's)."""
-
-    @property
-    def payload(self) -> OutgoingPayload: ...
-
-    @property
-    def channel(self) -> Channel:
-        """The running channel that sends it."""
-
-    @property
-    def attempts(self) -> int:
-        """Its failed attempts so far."""
-
-    @property
-    def journal(self) -> SharedJournal | None:
-        """Where its sent parts are recorded when not in the channel's own DeliveryJournal (SHARED_JOURNAL)."""
-
-    def counts(self, exc: Exception) -> bool:
-        """Whether a failure raised while sending is the platform's (an attempt); else it is the storage's
-        own (e.g. its journal lost the row): raised on, never counted."""
-
-    async def sent(self) -> None:
-        """Records the reply as delivered: it leaves the conversation."""
-
-    async def superseded(self) -> bool:
-        """Whether a later reply of its conversation waits with the same stream: a draft or progress note
-        whose `progressKey`, or a final answer whose `streamKey`, is this reply's `progressKey`."""
-
-    async def retry(self, attempts: int, error: str, delay_s: float) -> None:
-        """Records a failed attempt: the reply stays the head, due again after `delay_s`."""
-
-    async def dead(self, reason: str, attempts: int) -> None:
-        """Keeps the reply as undeliverable with its reason: it leaves the conversation."""
-
-
-class Conversation(Protocol):
-    """One conversation's unsent replies in their storage."""
-
-    async def head(self) -> Head | None:
-        """Its head when it is due; None when none is left (or its head waits in storage, see `wait`)."""
-
-    async def wait(self, delay_s: float) -> bool:
-        """Waits out a retried head's delay in place; False ends the drain instead (the storage
-        starts it again when the head is due)."""
-
-    async def failed(self, exc: Exception) -> bool:
-        """Handles a failure of the storage itself; True tries the head again, False ends the drain."""
 
 
 def send_attributes(_: Sender, head: Head) -> dict[str, object]:

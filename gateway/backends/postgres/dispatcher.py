@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -32,9 +32,11 @@ from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home, scan_mtimes
 from gateway.models import IncomingPayload, OutgoingPayload
-from gateway.runtime.sending import Sender
 from gateway.settings import QueueSettings
 from gateway.telemetry.events import EventLog
+
+if TYPE_CHECKING:
+    from gateway.backends import SendLoop
 
 log = logging.getLogger("switchyard.pg.delivery")
 
@@ -53,14 +55,15 @@ class PgDelivery:
     """
 
     def __init__(self, home: Home, events: EventLog, settings: QueueSettings, dsn: str, leases: Leases, *,
-                 extra_roots: Sequence[str | os.PathLike[str]] = (), single_profile_types: Collection[str] = ()):
+                 send_loop: Callable[[AttachmentPolicy], SendLoop], extra_roots: Sequence[str | os.PathLike[str]] = (),
+                 single_profile_types: Collection[str] = ()):
         self.home = home
         self.events = events
         self.settings = settings
         self.dsn = dsn
         self.leases = leases
         self.attachments = AttachmentPolicy(home, extra_roots)
-        self.sender = Sender(self.attachments, events, settings)
+        self.sender = send_loop(self.attachments)  # gateway/runtime/sending.py's Sender
         self.single_profile_types = set(single_profile_types)  # rows naming only the type go to its one profile
         self._channels: dict[tuple[str, str], Channel] = {}
         self._active: dict[Key, asyncio.Task[None]] = {}

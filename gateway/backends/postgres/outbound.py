@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import suppress
 
 from gateway.aio import wait_event
 from gateway.api import Channel
-from gateway.backends import Supervision
+from gateway.backends import SendLoop, Supervision
 from gateway.backends.postgres.db import dsn_from_settings
 from gateway.backends.postgres.dispatcher import PgDelivery
 from gateway.backends.postgres.errors import database_away
 from gateway.backends.postgres.leases import Leases, channel_lease
-from gateway.channelkit.attachments import extra_file_roots
+from gateway.channelkit.attachments import AttachmentPolicy, extra_file_roots
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home
 from gateway.settings import ChannelProfile, Settings
@@ -35,7 +36,8 @@ class PgOutbound:
     """Leases, the channels `supervisor` starts under them, and the delivery of their replies."""
 
     def __init__(self, supervisor: Supervision, home: Home, settings: Settings, events: EventLog, *,
-                 holder: str | None = None, dsn: str | None = None):
+                 send_loop: Callable[[AttachmentPolicy], SendLoop], holder: str | None = None,
+                 dsn: str | None = None):
         self.supervisor = supervisor
         self.settings = settings
         self.events = events
@@ -43,7 +45,7 @@ class PgOutbound:
         dsn = dsn if dsn is not None else dsn_from_settings(settings.queue)  # its backend's, when given
         self.leases = Leases(dsn, self.lease_sec, self._lost, holder=holder, on_trouble=self._show_owned)
         types = [profile.type for profile in settings.channels]
-        self.delivery = PgDelivery(home, events, settings.queue, dsn, self.leases,
+        self.delivery = PgDelivery(home, events, settings.queue, dsn, self.leases, send_loop=send_loop,
                                    extra_roots=extra_file_roots(home, settings),
                                    single_profile_types={t for t in types if types.count(t) == 1})
         self._profiles = {channel_lease(p.type, p.id): p for p in settings.channels}

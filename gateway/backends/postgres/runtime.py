@@ -47,7 +47,8 @@ class PostgresRuntime:
         """Takes the free channel leases and starts their channels (a `run`), then processing."""
         parts = self.parts
         if parts.role == "run":  # each profile connected here only while this process owns it
-            self.outbound = PgOutbound(parts.supervisor, parts.home, parts.settings, parts.events, dsn=self.dsn)
+            self.outbound = PgOutbound(parts.supervisor, parts.home, parts.settings, parts.events,
+                                       send_loop=parts.send_loop, dsn=self.dsn)
             await self.outbound.start()
         await self.pg.start(handler, parts.queue, on_start=parts.show_typing)
         if self.outbound is None:

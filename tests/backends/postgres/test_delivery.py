@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from gateway.backends.postgres.dispatcher import PgDelivery
 from gateway.backends.postgres.leases import Leases, channel_lease
 from gateway.backends.postgres.maintenance import prune
 from gateway.home import Home
+from gateway.runtime.sending import Sender
 from gateway.settings import Settings
 from gateway.telemetry.events import EventLog, read_events
 from gateway.testing import async_wait_until
@@ -87,7 +89,9 @@ async def owners_on(base_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         if take:
             taken, _ = await async_wait_until_taken(leases)
             assert taken == holder
-        delivery = PgDelivery(home, EventLog(home.events_file), settings.queue, dsn, leases)
+        events = EventLog(home.events_file)
+        delivery = PgDelivery(home, events, settings.queue, dsn, leases,
+                              send_loop=functools.partial(Sender, events=events, settings=settings.queue))
         channel = RecordingChannel("p", home, holder)
         delivery.start()
         delivery.add_channel(channel)

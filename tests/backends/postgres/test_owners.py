@@ -5,6 +5,7 @@ cannot reach the database stops its channel before anybody else may start it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from gateway.backends.postgres import schema
 from gateway.backends.postgres.outbound import PgOutbound
+from gateway.runtime.sending import Sender
 from gateway.testing import async_wait_until
 from tests.backends.postgres.outbound_kit import CuttableProxy, StubGateway, new_home, settings_for
 
@@ -29,7 +31,9 @@ async def make_outbound(pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     async def make(holder: str, dsn: str = pg_dsn) -> tuple[PgOutbound, StubGateway]:
         monkeypatch.setenv(f"SY_DSN_{holder}", dsn)
         gateway = StubGateway(new_home(tmp_path / holder), settings_for(f"SY_DSN_{holder}", LEASE_SEC), holder)
-        outbound = PgOutbound(gateway.supervisor, gateway.home, gateway.settings, gateway.events, holder=holder)
+        send_loop = functools.partial(Sender, events=gateway.events, settings=gateway.settings.queue)
+        outbound = PgOutbound(gateway.supervisor, gateway.home, gateway.settings, gateway.events,
+                              send_loop=send_loop, holder=holder)
         gateway.channels = await outbound.start()
         made.append((outbound, gateway))
         return outbound, gateway
