@@ -196,9 +196,7 @@ ORCHESTRATOR_TO_BACKEND: set[tuple[str, str]] = set()
 PLUGIN_BEYOND_CONTRACT = _pairs("""
     plugins.heartbeat -> gateway.cli.statuscache
 """)  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
-BACKEND_TO_MACHINERY = _pairs("""
-    gateway.backends.postgres.processing -> gateway.runtime.worker
-""")  # postgres builds its own runtime (worker, dispatcher, outbox, receipts)
+BACKEND_TO_MACHINERY: set[tuple[str, str]] = set()
 
 
 def _in(module: str, package: str) -> bool:

@@ -8,8 +8,8 @@ queue_view is what the dashboard reads, dead_letter what the handler calls for a
 work failed permanently. A backend whose replies are the home's files (files, memory) supplies only its
 `Processing` (the stores the Worker runs on and the steps only it knows: gateway/backends/files/processing.py,
 .../memory/processing.py) and `compose` makes the runtime of it (gateway/runtime/composed.py); postgres builds
-its own (.../postgres/runtime.py). Only annotations name other modules' types, so importing a backend's
-package stays light."""
+its own (.../postgres/runtime.py) of what RuntimeParts gives it: the Worker, the send loop, the channels'
+supervision. Only annotations name other modules' types, so importing a backend's package stays light."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gateway.seams import Channel, Handler
     from gateway.settings import ChannelProfile, Settings
     from gateway.spool.deadletters import DeadLetter
-    from gateway.spool.queue import FileQueue
+    from gateway.spool.queue import Claimed, FileQueue
     from gateway.stores import (
         AnsweredStore,
         Approvals,
@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from gateway.telemetry.events import EventLog
 
 __all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "QueueView", "Runtime",
-           "RuntimeParts", "SendLoop", "StorageStatus", "Supervision", "Watch"]
+           "RuntimeParts", "SendLoop", "StorageStatus", "StoreAnswer", "Supervision", "Watch",
+           "WorkerLoop", "WorkerStores", "MakeWorker"]
 
 Watch = Callable[[Path, Callable[[str], None], Callable[[], None]], None]
 """Watches a folder: `on_name(name)` for each file that appears, `on_rescan()` when events may have been lost
@@ -83,6 +84,41 @@ class SendLoop(Protocol):
         ...
 
 
+StoreAnswer = Callable[["Claimed", "IncomingPayload", "list[OutgoingPayload]"], bool]
+"""Stores a message's replies, its answer and its completion in one step (True: stored; False: it was done
+already); without one the Worker writes each reply, records the answer and completes it in turn."""
+
+
+@dataclass(frozen=True)
+class WorkerStores:
+    """What a Worker (gateway/runtime/worker.py) runs on: the queue it claims from, the answered index, the
+    outbox of the replies, the key locks (None: none; with `sharing`, only once the home is shared), the one
+    step that stores an answer where the storage has one, and what the storage raises while it cannot be
+    written (waited out with backoff, the message kept with its keys)."""
+
+    queue: QueueStore
+    answered: AnsweredStore
+    outbox: BaseOutbox
+    locks: Locks | None = None
+    sharing: HomeSharing | None = None
+    store_answer: StoreAnswer | None = None
+    storage_errors: tuple[type[BaseException], ...] = (OSError,)
+
+
+class WorkerLoop(Protocol):
+    """A running Worker, as a runtime drives it."""
+
+    def wake(self) -> None: ...
+    def request_share(self) -> None: ...
+    def tasks(self) -> list[asyncio.Task[None]]: ...
+    def stats(self) -> dict[str, Any]: ...
+    async def stop(self, grace_s: float) -> None: ...
+
+
+MakeWorker = Callable[[WorkerStores, "Handler"], WorkerLoop]
+"""Makes the Worker of a runtime on its stores, for its handler (the Gateway's, with its events and settings)."""
+
+
 @dataclass
 class RuntimeParts:
     """What a Gateway gives its backend's runtime: no Gateway, only what the runtime uses of it."""
@@ -93,10 +129,8 @@ class RuntimeParts:
     queue: FileQueue  # incoming/, on both backends
     role: str  # "run" (channels and processing) or "worker" (processing only)
     supervisor: Supervision
-    show_typing: Callable[[IncomingPayload], Callable[[], None] | None]
-    """Shows the typing indicator of a message's channel until it is answered; returns the stopper."""
-    takes_receipts: Callable[[IncomingPayload], bool]
-    """Whether the channel a message came from wants "queued" receipts."""
+    worker: MakeWorker
+    """Makes the runtime's Worker on its stores (it shows typing and sends receipts where the channel wants them)."""
     receipt_profiles: Callable[[], list[str]]
     """The profile ids of the running channels that want "queued" receipts."""
     named_by_message_id: Collection[str]

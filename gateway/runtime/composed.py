@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from gateway.backends import WorkerStores
 from gateway.runtime.outgoing import OutgoingFolder
-from gateway.runtime.worker import Worker
 from gateway.spool.folders import FolderView
 
 if TYPE_CHECKING:
     from gateway.api import Handler
-    from gateway.backends import Delivery, Processing, QueueView, RuntimeParts, Watch
+    from gateway.backends import Delivery, Processing, QueueView, RuntimeParts, Watch, WorkerLoop
     from gateway.models import IncomingPayload
 
 
@@ -26,7 +26,7 @@ class ComposedRuntime:
         self.processing = processing
         self.outgoing = OutgoingFolder(parts)
         self.outbox = self.outgoing.outbox
-        self.worker: Worker | None = None
+        self.worker: WorkerLoop | None = None
 
     @property
     def home_mode(self) -> str:
@@ -41,10 +41,9 @@ class ComposedRuntime:
     async def start(self, handler: Handler) -> Delivery | None:
         """Starts the channels (a `run`), the Worker with its receipts, and the dispatcher of the replies."""
         await self.outgoing.start_channels()
-        parts, stores = self.parts, self.processing
-        self.worker = Worker(stores.queue, handler, self.outbox, stores.answered, parts.events, parts.settings.queue,
-                             on_start=parts.show_typing, locks=stores.locks, sharing=stores.sharing,
-                             wants_receipt=parts.takes_receipts)
+        stores = self.processing
+        self.worker = self.parts.worker(WorkerStores(stores.queue, stores.answered, self.outbox, locks=stores.locks,
+                                                     sharing=stores.sharing), handler)
         return self.outgoing.start_delivery()
 
     def watch(self, watch: Watch) -> None:

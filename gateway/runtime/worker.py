@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.aio import finish_or_cancel, wait_event
-from gateway.api import Handler, Outbox
+from gateway.api import Handler
 from gateway.channelkit.edits import edited_bytes
-from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
+from gateway.models import IncomingPayload, UnstorableText
 from gateway.payloads import ordering_keys, parse_payload
 from gateway.runtime.claims import ClaimErrors, quarantine, storage_pause
 from gateway.runtime.keys import KeyScheduler
@@ -23,23 +23,17 @@ from gateway.runtime.receipts import Receipts
 from gateway.settings import QueueSettings
 from gateway.spool.queue import CLAIM_RETRY_S, Claimed
 from gateway.storable import made_safe
-from gateway.stores import AnsweredStore, Locks, QueueStore
 from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 
 if TYPE_CHECKING:
-    from gateway.backends import HomeSharing
+    from gateway.backends import WorkerStores
 
 log = logging.getLogger("switchyard.worker")
 
 MAX_PENDING = 10_000
 LOCK_RETRY_S = 0.05
 T = TypeVar("T")
-
-StoreAnswer = Callable[[Claimed, IncomingPayload, list[OutgoingPayload]], bool]
-"""Stores a message's replies, its answer and its completion in one step (True: stored; False: it was done
-already); without one the Worker writes each reply, records the answer and completes it in turn."""
-
 
 @dataclass
 class _Job:
@@ -51,53 +45,40 @@ class _Job:
 class Worker:
     """Claims messages in order and runs them through the handler, one at a time per ordering key.
 
-    Any QueueStore and AnsweredStore: the file or in-memory backend's (gateway/runtime/composed.py), PostgreSQL's
-    (gateway/backends/postgres/processing.py). Without `sharing` but with `locks`, key locks are on from the start
-    (hosts sharing one queue). `wants_receipt(message)`: whether the message's channel takes "queued" receipts.
-    `storage_errors`: what the queue's storage raises while it cannot be written (waited out with backoff, the
-    message kept with its keys); any other error of its bookkeeping is that message's failure, never the queue's."""
+    On any backend's WorkerStores: the file or in-memory backend's (gateway/runtime/composed.py), PostgreSQL's
+    (gateway/backends/postgres/processing.py); made by the Gateway (gateway.backends.MakeWorker). Without `sharing`
+    but with `locks`, key locks are on from the start (hosts sharing one queue). `on_start(message)` shows typing
+    until it is answered; `wants_receipt(message)`: whether its channel takes "queued" receipts. Any error of a
+    message's bookkeeping but the storage's own (`storage_errors`) is that message's failure, never the queue's."""
 
-    def __init__(
-        self,
-        queue: QueueStore,
-        handler: Handler,
-        outbox: Outbox,
-        answered: AnsweredStore,
-        events: EventLog,
-        settings: QueueSettings,
-        *,
-        on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
-        locks: Locks | None = None,
-        sharing: HomeSharing | None = None,
-        wants_receipt: Callable[[IncomingPayload], bool] | None = None,
-        store_answer: StoreAnswer | None = None,
-        storage_errors: tuple[type[BaseException], ...] = (OSError,),
-    ):
-        self.queue = queue
+    def __init__(self, stores: WorkerStores, handler: Handler, events: EventLog, settings: QueueSettings, *,
+                 on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
+                 wants_receipt: Callable[[IncomingPayload], bool] | None = None):
+        self.queue, self.answered, self.outbox = stores.queue, stores.answered, stores.outbox
         self.handler = handler
-        self.outbox = outbox
-        self.answered = answered
         self.events = events
         self.settings = settings
-        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency, None if sharing else locks)
-        self._locks = locks
-        self._sharing = sharing
+        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency,
+                                                          None if stores.sharing else stores.locks)
+        self._locks = stores.locks
+        self._sharing = stores.sharing
         self._share_requested = False
         self._waiting_logged = False
         self._blocked: set[str] = set()  # keys another process holds, found in this claim pass
         self._contended = False  # a file was left in incoming/ because another process holds its key
         self._claim_errors = ClaimErrors(events)
         self._on_start = on_start
-        self._store_answer = store_answer
-        self._storage_errors = storage_errors
+        self._store_answer = stores.store_answer
+        self._storage_errors = stores.storage_errors
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
-        if hasattr(queue, "pending_edits"):  # an edit of a message claimed here but not started folds into it
-            queue.pending_edits = self.fold_pending
+        if hasattr(self.queue, "pending_edits"):  # an edit of a message claimed here but not started folds into it
+            self.queue.pending_edits = self.fold_pending
         self.processed = 0
         self.receipts = None if wants_receipt is None else Receipts(
-            outbox, events, after_sec=settings.receipt_after_sec, ahead=self.scheduler.ahead_of, wanted=wants_receipt)
+            self.outbox, events, after_sec=settings.receipt_after_sec, ahead=self.scheduler.ahead_of,
+            wanted=wants_receipt)
 
     async def renew_locks(self) -> None:
         """Keeps the locks of long-running messages from expiring (runs until cancelled)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gateway.backends import WorkerStores
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
@@ -151,7 +152,7 @@ async def _through_worker(batch: list[bytes]) -> None:
         answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
         outbox = FileOutbox(home, events, fsync=False)
         queue_settings = QueueSettings(fsync=False, max_payload_bytes=MAX_BYTES)
-        worker = Worker(queue, _Echo(), outbox, answered, events, queue_settings)
+        worker = Worker(WorkerStores(queue, answered, outbox), _Echo(), events, queue_settings)
         queue.open()
         answered.open()
         for index, data in enumerate(batch):

@@ -16,13 +16,14 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 import psycopg
 
 from gateway.aio import wait_event
 from gateway.api import Handler
+from gateway.backends import MakeWorker, WorkerLoop, WorkerStores
 from gateway.backends.postgres import schema
 from gateway.backends.postgres.answered import PgAnswered
 from gateway.backends.postgres.answering import PgAnswering
@@ -35,8 +36,6 @@ from gateway.backends.postgres.pools import message_pool, sync_message_pool
 from gateway.backends.postgres.queue import POLL_S, PgQueue
 from gateway.disk.locks import process_instance
 from gateway.home import Home
-from gateway.models import IncomingPayload
-from gateway.runtime.worker import Worker
 from gateway.settings import Settings, SettingsError
 from gateway.spool.queue import FileQueue
 from gateway.telemetry.events import EventLog, utc_now_iso
@@ -75,7 +74,7 @@ class PgProcessing:
         self.queue = PgQueue(self.shared, holder=self.claimer, lease_s=settings.queue.lease_sec, role=role,
                              files=(home, settings))
         self.intake: Intake | None = None
-        self.worker: Worker | None = None
+        self.worker: WorkerLoop | None = None
         self._pool: Any = None
         self._sync_pool: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -89,8 +88,7 @@ class PgProcessing:
         """How long a silent worker is taken for alive (`queue.lease_sec`)."""
         return self.settings.queue.lease_sec
 
-    async def start(self, handler: Handler, queue: FileQueue,
-                    on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None) -> None:
+    async def start(self, handler: Handler, queue: FileQueue, worker: MakeWorker) -> None:
         """Opens the intake's pools, registers this process, and starts taking in, processing and heartbeats."""
         qs = self.settings.queue
         # autocommit, checked without a round trip (gateway.backends.postgres.pools): a message without attachments
@@ -100,11 +98,11 @@ class PgProcessing:
         # sync connections for the steps that share a transaction with gateway.backends.postgres.files (in threads)
         self._sync_pool = sync_message_pool(self.dsn, min_size=1, max_size=3, timeout=5)
         await asyncio.to_thread(self._sync_pool.open)
-        self.worker = Worker(self.queue, handler, self.outbox, PgAnswered(self.dsn, window_sec=qs.duplicate_window_sec,
-                                                                       pool=self.shared),
-                             self.events, qs, on_start=on_start,
-                             locks=PgLocks(self.dsn, holder=self.claimer, ttl_s=qs.lease_sec, pool=self.shared),
-                             store_answer=PgAnswering(self.queue, self.outbox), storage_errors=STORAGE_ERRORS)
+        answered = PgAnswered(self.dsn, window_sec=qs.duplicate_window_sec, pool=self.shared)
+        locks = PgLocks(self.dsn, holder=self.claimer, ttl_s=qs.lease_sec, pool=self.shared)
+        self.worker = worker(WorkerStores(self.queue, answered, self.outbox, locks=locks,
+                                          store_answer=PgAnswering(self.queue, self.outbox),
+                                          storage_errors=STORAGE_ERRORS), handler)
         self.intake = Intake(queue, self._sync_pool, self.events, home=self.home, settings=self.settings,
                              outbox=self.outbox, async_pool=self._pool, on_database=self._database_state,
                              on_taken=self.worker.wake)
@@ -114,7 +112,7 @@ class PgProcessing:
                        asyncio.create_task(self._sweep(), name="pg-sweep"),
                        asyncio.create_task(self._poll(self.worker), name="pg-poll")]
 
-    async def _poll(self, worker: Worker) -> None:
+    async def _poll(self, worker: WorkerLoop) -> None:
         """Has the Worker look at the table every POLL_S: rows other hosts took in or put back."""
         while not await wait_event(self._stopping, POLL_S):
             worker.wake()

@@ -50,7 +50,7 @@ class PostgresRuntime:
             self.outbound = PgOutbound(parts.supervisor, parts.home, parts.settings, parts.events,
                                        send_loop=parts.send_loop, dsn=self.dsn)
             await self.outbound.start()
-        await self.pg.start(handler, parts.queue, on_start=parts.show_typing)
+        await self.pg.start(handler, parts.queue, parts.worker)
         if self.outbound is None:
             return None
         self.receipts = PgReceipts(self.dsn, self.pg.outbox, parts.events, parts.settings.queue,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import time
@@ -91,10 +92,12 @@ class Rig:
 
     async def start(self) -> None:
         from gateway.backends.postgres.processing import PgProcessing
+        from gateway.runtime.worker import Worker
 
         self.queue.open()
         self.backend = PgProcessing(self.home, self.settings, self.events, role="worker", extra_roots=[])
-        await self.backend.start(self.handler, self.queue)
+        await self.backend.start(self.handler, self.queue, functools.partial(Worker, events=self.events,
+                                                                          settings=self.settings.queue))
 
     def drop(self, payload: IncomingPayload | bytes, name: str | None = None, *, mtime_ns: int | None = None) -> bytes:
         self.dropped += 1

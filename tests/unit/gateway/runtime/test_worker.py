@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.api import PermanentError
+from gateway.backends import WorkerStores
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.disk.locks import LockDirectory
 from gateway.home import Home
@@ -72,8 +73,8 @@ class Harness:
         self.queue = FileQueue(home, fsync=False, max_payload_bytes=settings.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
         outbox = FileOutbox(home, self.events, fsync=False)
-        self.worker = Worker(self.queue, handler, outbox, self.answered, self.events, settings, locks=locks,
-                             wants_receipt=wants_receipt)
+        self.worker = Worker(WorkerStores(self.queue, self.answered, outbox, locks=locks), handler, self.events,
+                             settings, wants_receipt=wants_receipt)
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
