@@ -76,26 +76,36 @@ class Dispatcher:
         return self._channels.get((message.channel, message.profile))
 
     def rescan(self) -> None:
-        """Lists `outgoing/` and schedules every payload not yet known, oldest first."""
+        """Lists `outgoing/` and schedules every payload not yet known, oldest first: by mtime, then by the
+        timestamp the outbox stamped it with (never below the one before: the order it wrote them, which one
+        tick of the file clock does not tell), then by name. Each file is read once, as `notice` does."""
+        if self._stopping:
+            return
         found = scan_mtimes(self.home.outgoing, lambda name: name.endswith(".json") and name not in self._known)
-        for name, _ in sorted(found, key=lambda item: (item[1], item[0])):
-            self.notice(name)
+        backlog = [(mtime, payload, name) for name, mtime in found if (payload := self._read(name)) is not None]
+        for _, payload, name in sorted(backlog, key=lambda item: (item[0], item[1].timestamp, item[2])):
+            self.schedule(name, payload)
 
     def notice(self, name: str) -> None:
         """Schedules one payload file that appeared in `outgoing/`."""
         if self._stopping or name in self._known or not name.endswith(".json"):
             return
+        payload = self._read(name)
+        if payload is not None:
+            self.schedule(name, payload)
+
+    def _read(self, name: str) -> OutgoingPayload | None:
+        """The payload of a file of `outgoing/`; None when it is gone, or invalid (then moved to failed/)."""
         path = self.home.outgoing / name
         try:
-            payload = OutgoingPayload.model_validate(json.loads(path.read_bytes()))
+            return OutgoingPayload.model_validate(json.loads(path.read_bytes()))
         except FileNotFoundError:
-            return
+            return None
         except (ValueError, ValidationError) as exc:
             reason = self.events.redact(f"invalid outgoing payload: {exc}")
             self.dead_letter(name, reason, attempts=0)
             self.sender.undeliverable(name, reason, 0)
-            return
-        self.schedule(name, payload)
+            return None
 
     def schedule(self, name: str, payload: OutgoingPayload) -> None:
         """Schedules a payload already parsed (by `notice`, or handed over by the outbox that wrote it)."""

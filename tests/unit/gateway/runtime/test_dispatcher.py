@@ -7,6 +7,8 @@ import json
 import os
 import time
 
+import pytest
+
 from gateway.api import DeliveryError, PermanentError
 from gateway.channelkit.attachments import AttachmentPolicy, attachment_folder, read_attachment
 from gateway.home import Home
@@ -226,3 +228,21 @@ async def test_replies_after_a_held_head_wait_for_it_and_go_out_once_each_in_ord
     await async_wait_until(lambda: len(channel.sent) >= 4)
     await async_wait_until(lambda: list(home.outgoing.glob("*.json")) == [])
     assert [p.message for p in channel.sent] == ["other", "r1", "r2", "r3"]
+
+
+@pytest.mark.parametrize("named_by_message_id", [(), ("fake",)], ids=["channel_id_timestamp", "message_id"])
+async def test_replies_found_at_start_with_one_mtime_go_out_in_the_order_they_were_written(
+    home: Home, named_by_message_id: tuple[str, ...]
+) -> None:
+    events = EventLog(home.events_file)
+    outbox = FileOutbox(home, events, fsync=False, named_by_message_id=named_by_message_id)
+    written = [outbox.write(_reply(text, messageId=message_id)).name for text, message_id in
+               (("first", "m3"), ("second", "m2"), ("third", "m1"))]  # message ids in the opposite order
+    assert sorted(written) == written[::-1]
+    same = time.time()
+    for name in written:  # within one tick of the file system's clock
+        os.utime(home.outgoing / name, (same, same))
+    channel = FakeChannel()
+    Dispatcher(home, [channel], events, SETTINGS).rescan()  # a restart: the backlog found in outgoing/
+    await async_wait_until(lambda: len(channel.sent) == 3)
+    assert [p.message for p in channel.sent] == ["first", "second", "third"]
