@@ -103,6 +103,9 @@ class WorkerStores:
     sharing: HomeSharing | None = None
     store_answer: StoreAnswer | None = None
     storage_errors: tuple[type[BaseException], ...] = (OSError,)
+    own_receipts: bool = False
+    """True where the backend sends the "queued" receipts itself (postgres: from the database, once across
+    processes): the Worker then sends none."""
 
 
 class WorkerLoop(Protocol):

@@ -76,7 +76,7 @@ class Worker:
         if hasattr(self.queue, "pending_edits"):  # an edit of a message claimed here but not started folds into it
             self.queue.pending_edits = self.fold_pending
         self.processed = 0
-        self.receipts = None if wants_receipt is None else Receipts(
+        self.receipts = None if wants_receipt is None or stores.own_receipts else Receipts(
             self.outbox, events, after_sec=settings.receipt_after_sec, ahead=self.scheduler.ahead_of,
             wanted=wants_receipt)
 
