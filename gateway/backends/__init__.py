@@ -129,7 +129,7 @@ class RuntimeParts:
     home: Home
     settings: Settings
     events: EventLog
-    queue: FileQueue  # incoming/, on both backends
+    queue: FileQueue  # incoming/, the spool every backend takes in from
     role: str  # "run" (channels and processing) or "worker" (processing only)
     supervisor: Supervision
     worker: MakeWorker
