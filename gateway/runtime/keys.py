@@ -43,12 +43,15 @@ class KeyScheduler(Generic[T]):
     keys is a candidate, so adding, starting and finishing cost O(log n) however long a backlog
     is. A cross-process lock (`locks`) is taken when a key starts and kept while more messages of
     that key wait here, so a busy conversation costs two lock-file operations per burst, not per
-    message.
+    message. A lock the storage cannot take or release now (`lock_errors`: a full disk, a database
+    connection ended) leaves its key busy until a later `ready()`, never a message unstarted for good.
     """
 
-    def __init__(self, max_concurrency: int, locks: KeyLocks | None = None):
+    def __init__(self, max_concurrency: int, locks: KeyLocks | None = None, *,
+                 lock_errors: tuple[type[BaseException], ...] = (OSError,)):
         self.max_concurrency = max_concurrency
         self.locks = locks
+        self.lock_errors = lock_errors
         self.running = 0
         self.contended = False  # a key was held by another process at the last `ready()`
         self._queues: dict[str, list[_Pending[T]]] = {}
@@ -123,9 +126,10 @@ class KeyScheduler(Generic[T]):
                 self._queued.discard(id(pending))
                 if not self._startable_in_order(pending):
                     continue
+                blocked.append(pending)  # offered again below unless it starts, whatever `_lock` raises
                 if self._busy.intersection(pending.keys) or not self._lock(pending.keys):
-                    blocked.append(pending)
                     continue
+                blocked.pop()
                 self._drop(pending)
                 self._waiting -= 1
                 self._busy.update(pending.keys)
@@ -157,7 +161,7 @@ class KeyScheduler(Generic[T]):
                 continue
             try:
                 acquired = self.locks.acquire(key)
-            except OSError as exc:  # e.g. a full disk: treat the key as busy and look again shortly
+            except self.lock_errors as exc:  # e.g. a full disk: treat the key as busy and look again shortly
                 if key not in self._lock_errors:
                     log.error("cannot take the lock of %s (retrying): %s", key, exc)
                 self._lock_errors.add(key)
@@ -173,12 +177,17 @@ class KeyScheduler(Generic[T]):
             self._locked.add(key)
         return True
 
+    def lost_locks(self, keys: set[str]) -> None:
+        """Forgets locks that expired while they could not be renewed (another process may hold them now): each
+        is taken again before the next message of its key is claimed or starts here."""
+        self._locked.difference_update(keys)
+
     def _unlock(self, key: str) -> None:
         self._locked.discard(key)
         if self.locks is not None:
             try:
                 self.locks.release(key)
-            except OSError as exc:  # left behind, it expires after its TTL (or with this process)
+            except self.lock_errors as exc:  # left behind, it expires after its TTL (or with this process)
                 log.error("cannot release the lock of %s: %s", key, exc)
 
     def finish(self, keys: tuple[str, ...]) -> None:

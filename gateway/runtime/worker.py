@@ -58,8 +58,8 @@ class Worker:
         self.handler = handler
         self.events = events
         self.settings = settings
-        self.scheduler: KeyScheduler[_Job] = KeyScheduler(settings.max_concurrency,
-                                                          None if stores.sharing else stores.locks)
+        self.scheduler: KeyScheduler[_Job] = KeyScheduler(
+            settings.max_concurrency, None if stores.sharing else stores.locks, lock_errors=stores.storage_errors)
         self._locks = stores.locks
         self._sharing = stores.sharing
         self._share_requested = False
@@ -87,7 +87,11 @@ class Worker:
         while True:
             await asyncio.sleep(self._locks.ttl_s / 3)
             try:
-                self._locks.renew(self.scheduler.locked_keys())
+                keys = self.scheduler.locked_keys()
+                lost = set(keys) - set(self._locks.renew(keys))
+                if lost:  # expired while the storage was away: taken again before their next message
+                    log.warning("lost the locks of %s while they could not be renewed", ", ".join(sorted(lost)))
+                    self.scheduler.lost_locks(lost)
                 if self.scheduler.locks is not None:  # a backstop: a dead process's stale locks swept by others
                     self._recover_dead_workers()
             except self._storage_errors as exc:  # tried again at the next renewal

@@ -99,6 +99,8 @@ class PgQueue:
         self.role = role
         self._pass: _Pass | None = None
         self._handed: set[int] = set()  # rows handed to the Worker as claimed, not yet given back
+        self._requeued: dict[int, tuple[int, str]] = {}  # rows put back for a retry, whose place the Worker holds
+        self._vanished: list[tuple[int, str]] = []
 
     def _run(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
         try:
@@ -191,10 +193,22 @@ class PgQueue:
         return None
 
     def end_pass(self) -> None:
+        if self._pass is not None and self._requeued:
+            self._note_vanished(self._pass.rows)
         self._pass = None
+
+    def _note_vanished(self, rows: list[tuple[Any, ...]]) -> None:
+        """Rows put back here for a retry that the pass read as no longer waiting for this handle (another host
+        took, answered or dead-lettered them while this one's key lock had lapsed): their held places are let go
+        (`take_vanished`), or the Worker would keep their keys' later messages waiting for them for good."""
+        open_here = {int(row[0]) for row in rows if row[3] is None or row[3] == self.holder}
+        read_all, last = len(rows) < SCAN_LIMIT, (int(rows[-1][0]) if rows else 0)
+        for row_id in [r for r in self._requeued if r not in open_here and (read_all or r <= last)]:
+            self._vanished.append(self._requeued.pop(row_id))
 
     def _claimed(self, row_id: int, name: str, payload: Any, attempts: int, errors: Any) -> Claimed:
         self._handed.add(int(row_id))
+        self._requeued.pop(int(row_id), None)
         return Claimed(name, Path("postgres:claimed") / name, bytes(payload), (int(row_id), name), int(attempts),
                        [str(error) for error in errors])
 
@@ -208,7 +222,9 @@ class PgQueue:
         return []  # a claim that fails raises (the database away), and the Worker's pass says so
 
     def take_vanished(self) -> list[tuple[int, str]]:
-        return []  # no index of its own that could go stale
+        """Orders of rows put back here for a retry that another handle has taken since (`_note_vanished`)."""
+        vanished, self._vanished = self._vanished, []
+        return vanished
 
     # --- after the claim --------------------------------------------------------------------
 
@@ -255,6 +271,7 @@ class PgQueue:
         attempts = claimed.attempts + 1
         errors = made_safe([*claimed.errors, error])[-KEPT_ERRORS:]  # an error may quote what no store holds
         self._run(PUT_BACK, (attempts, json.dumps(errors), delay_s, claimed.order[0], self.holder))
+        self._requeued[claimed.order[0]] = (claimed.order[0], claimed.name)
         return attempts
 
     def release(self, claimed: Claimed, delay_s: float) -> None:

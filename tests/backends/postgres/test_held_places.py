@@ -1,0 +1,69 @@
+"""A message put back for a retry keeps its place on the host that ran it (the Worker holds it, so the later
+messages of its keys wait for it there). When another host takes it meanwhile (this one was thought dead, or its
+key lock lapsed while every connection was being ended), the place must be let go: held for good, it kept that
+conversation's later messages claimed here and never started (tests/backends/postgres/test_restart_runs.py)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from gateway.backends.postgres import schema
+from gateway.backends.postgres.db import SharedPool
+from gateway.backends.postgres.queue import PgQueue
+from tests.backends.postgres.test_queue import message
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _queued(dsn: str, count: int) -> None:
+    with psycopg.connect(dsn) as conn:
+        for seq in range(1, count + 1):
+            conn.execute("INSERT INTO switchyard_messages (name, payload, channel, profile, conversation, keys) "
+                         "VALUES (%s, %s, 'console', 'console', 'c', '{}')",
+                         (f"{seq:07d}.json", message(seq, "c").to_json()))
+
+
+def _pass(queue: PgQueue) -> list[tuple[int, str]]:
+    """One claim pass of a Worker that admits nothing new; what it reports vanished."""
+    assert queue.claim_admitted(lambda data: ("conv:c",), lambda keys: False) is None
+    queue.end_pass()
+    return queue.take_vanished()
+
+
+def test_a_retry_another_host_took_is_reported_vanished_once(pg_dsn: str) -> None:
+    schema.migrate(pg_dsn)
+    _queued(pg_dsn, 1)
+    shared = SharedPool(pg_dsn)
+    here, there = PgQueue(shared, holder="here", lease_s=15), PgQueue(shared, holder="there", lease_s=15)
+    try:
+        claimed = here.claim()
+        assert claimed is not None
+        here.requeue(claimed, "the connection was ended", 0.0)
+        assert _pass(here) == [], "still waiting for this host's retry"
+        assert there.claim() is not None
+        assert _pass(here) == [claimed.order]
+        assert _pass(here) == [], "reported once"
+    finally:
+        shared.close()
+
+
+def test_a_retry_answered_elsewhere_is_vanished_and_one_claimed_again_here_is_not(pg_dsn: str) -> None:
+    schema.migrate(pg_dsn)
+    _queued(pg_dsn, 2)
+    shared = SharedPool(pg_dsn)
+    here, there = PgQueue(shared, holder="here", lease_s=15), PgQueue(shared, holder="there", lease_s=15)
+    try:
+        first, second = here.claim(), here.claim()
+        assert first is not None and second is not None
+        here.requeue(first, "failed", 0.0)
+        here.requeue(second, "failed", 0.0)
+        taken = there.claim()
+        assert taken is not None and taken.order == first.order
+        there.complete(taken)
+        again = here.claim_admitted(lambda data: ("conv:c",), lambda keys: True)
+        assert again is not None and again.order == second.order
+        here.end_pass()
+        assert here.take_vanished() == [first.order]
+    finally:
+        shared.close()
