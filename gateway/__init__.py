@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         Outbox,
         PermanentError,
         Sink,
+        StatusCache,
     )
     from gateway.channelkit.access import AccessDecision, AccessPolicy
     from gateway.channelkit.attachments import (
@@ -50,7 +51,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "gateway.channelkit.access": ("AccessDecision", "AccessPolicy"),
     "gateway.api": ("INTAKE_FAILED_REPLY", "Channel", "ChannelContext", "ConfigurationError", "DeliveryError",
                     "DeliveryRecord", "FunctionSpec", "Handler", "HandlerContext", "Outbox", "PermanentError",
-                    "Sink"),
+                    "Sink", "StatusCache"),
     "gateway.channelkit.attachments": ("AttachmentPolicy", "AttachmentRefused", "attachment_folder", "open_attachment",
                             "read_attachment"),
     "gateway.channelkit.audio": ("audio_note", "is_audio", "with_audio"),
@@ -75,7 +76,7 @@ __all__ = [  # the same names as _SOURCES, written out for type checkers and lin
     "replacing_preview",
     "Channel", "ChannelContext", "ChannelProfile", "ConfigurationError", "DeliveryError", "DeliveryRecord", "EventLog",
     "FunctionSpec", "Handler", "HandlerContext", "Home", "INTAKE_FAILED_REPLY", "IncomingPayload", "Outbox",
-    "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink",
+    "Job", "OutgoingPayload", "PermanentError", "ProviderSettings", "Settings", "SettingsError", "Sink", "StatusCache",
     "atomic_write", "hookimpl", "now_ms", "safe_name", "split_send_file_tags", "utc_now_iso", "ChannelOptions",
     "audio_note", "is_audio", "with_audio", "divert_log_lines", "ConversationScope",
 ]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gateway.channelkit.attachments import AttachmentPolicy, AttachmentRefused, attachment_folder, read_attachment
 from gateway.home import Home, safe_name
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gateway.channelkit.pairing import Pairing
 
 log = logging.getLogger("switchyard")
+T = TypeVar("T")
 
 BuiltinProvider = Callable[[str, dict[str, Any]], Awaitable[str]]
 """An in-process provider: `async (prompt, request) -> answer` (from the `switchyard_providers` hook)."""
@@ -71,6 +72,15 @@ class Outbox(Protocol):
     def holds_result(self, run_id: str, run_state: str, *, channel: str, message_id: str) -> bool:
         """Whether it holds (waiting, sent or dead) a reply to `channel`'s message `message_id` carrying
         run `run_id` in `run_state`: a result written just before a crash is then not pushed again."""
+
+
+class StatusCache(Protocol):
+    """What a `switchyard_status` hook may keep between runs of `switchyard status` (the CLI's StatusFileCache,
+    gateway/cli/statuscache.py): a value derived from configuration files, computed again only when
+    settings.yaml, one of `files` or the validating code changed."""
+
+    def remember(self, key: str, compute: Callable[[], T], files: Callable[[], Iterable[Path]] = tuple) -> T:
+        """The value remembered under `key`, or `compute()` (remembered with `files`) when one changed."""
 
 
 @dataclass

@@ -18,9 +18,8 @@ if TYPE_CHECKING:  # annotations only: `switchyard --help` loads this module and
 
     from pydantic import BaseModel
 
-    from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext
+    from gateway.api import BuiltinProvider, Channel, ChannelContext, FunctionSpec, Handler, HandlerContext, StatusCache
     from gateway.backends import Backend, BackendFactory
-    from gateway.cli.statuscache import StatusCache
     from gateway.home import Home
     from gateway.settings import ChannelProfile, Settings
     from gateway.stores import StoreFactory

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 from gateway import hookimpl
 
 if TYPE_CHECKING:
-    from gateway.api import BuiltinProvider, HandlerContext
+    from gateway.api import BuiltinProvider, HandlerContext, StatusCache
     from gateway.backends import Backend
-    from gateway.cli.statuscache import StatusCache
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.stores import StoreFactory

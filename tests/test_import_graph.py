@@ -193,9 +193,7 @@ def _lines(pairs: set[tuple[str, str]]) -> str:
 
 BACKEND_TO_BACKEND: set[tuple[str, str]] = set()
 ORCHESTRATOR_TO_BACKEND: set[tuple[str, str]] = set()
-PLUGIN_BEYOND_CONTRACT = _pairs("""
-    plugins.heartbeat -> gateway.cli.statuscache
-""")  # StatusCache, in an annotation: the contract (gateway.hookspecs) names it too
+PLUGIN_BEYOND_CONTRACT: set[tuple[str, str]] = set()
 BACKEND_TO_MACHINERY: set[tuple[str, str]] = set()
 
 

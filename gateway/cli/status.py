@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from gateway.cli import EXIT_NO_HOME, EXIT_USAGE, not_a_home
 from gateway.cli.backends import failure_text, print_headline, status_record
-from gateway.cli.statuscache import LazySettings, StatusCache, file_digest
+from gateway.cli.statuscache import LazySettings, StatusFileCache, file_digest
 from gateway.cli.tables import print_table, printable
 from gateway.composition import backend_name, open_backend
 from gateway.home import Home
@@ -44,7 +44,7 @@ def cmd_status(args: argparse.Namespace, run: Invocation) -> int:
     neither loaded nor validated. Invalid settings exit 2, as for every command, after the status of what
     their valid sections name (a running gateway keeps its last valid settings). A backend whose storage is
     unreachable (the postgres database) is one line on stderr and exit 2."""
-    cache = StatusCache.load(run.home, run.settings_path)
+    cache = StatusFileCache.load(run.home, run.settings_path)
     problem = cache.remember("settings_problem", lambda: _settings_problem(run))
     plugins = cache.remember("plugins", lambda: list(readable_settings(run).plugins))
     name = cache.remember("backend", lambda: backend_name(readable_settings(run)))
@@ -130,7 +130,7 @@ def read_as_it_is(seen: dict[str, Any]) -> bool:
     return bool(seen.get("file")) and seen.get("sha256") == file_digest(str(seen["file"]))
 
 
-def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusCache,
+def gather_status(home: Home, settings: Settings, pm: pluggy.PluginManager, cache: StatusFileCache,
                   backend: Backend) -> dict[str, Any]:
     """Everything `status` shows: the backend's part (gateway process, queue depths, dead letters; on
     postgres the database and the processes of every host), then the plugin sections (`cache` keeps what

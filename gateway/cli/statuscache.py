@@ -76,7 +76,7 @@ def _identities(paths: Iterable[str | os.PathLike[str]]) -> dict[str, list[int] 
     return {os.fspath(path): identity(path) for path in paths}
 
 
-class StatusCache:
+class StatusFileCache:
     """Values computed from configuration files, each remembered with the files it came from; valid
     (a hit) only when settings.yaml, every remembered file and the validating code are unchanged."""
 
@@ -91,7 +91,7 @@ class StatusCache:
             self._files.update(stored["files"])
 
     @classmethod
-    def load(cls, home: Home, settings_path: Path) -> StatusCache:
+    def load(cls, home: Home, settings_path: Path) -> StatusFileCache:
         """The home's cache for this settings file (empty when missing, corrupt or outdated)."""
         path = home.state / CACHE_NAME
         try:
@@ -101,7 +101,7 @@ class StatusCache:
         return cls(path, settings_path, stored if isinstance(stored, dict) else None)
 
     @classmethod
-    def empty(cls, settings_path: Path) -> StatusCache:
+    def empty(cls, settings_path: Path) -> StatusFileCache:
         """A cache that remembers nothing on disk (for a caller with no home to keep it in)."""
         return cls(None, settings_path)
 

@@ -15,8 +15,7 @@ from gateway import hookimpl, now_ms, safe_name
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from gateway import ChannelContext, ChannelProfile, FunctionSpec, Home, Settings
-    from gateway.cli.statuscache import StatusCache
+    from gateway import ChannelContext, ChannelProfile, FunctionSpec, Home, Settings, StatusCache
     from plugins.heartbeat.channel import HeartbeatChannel
 
 CHANNEL_TYPE = "heartbeat"

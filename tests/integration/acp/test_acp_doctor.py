@@ -9,7 +9,7 @@ import pluggy
 
 import orchestrator.plugin
 from gateway import hookspecs
-from gateway.cli.statuscache import StatusCache
+from gateway.cli.statuscache import StatusFileCache
 from gateway.home import Home
 from gateway.settings import ProviderSettings, Settings
 from orchestrator.agents.doctor import check_adapters, check_providers
@@ -31,13 +31,13 @@ def test_status_says_a_missing_adapter_means_one_shot(home: Home) -> None:
                                 acp_command=["/nowhere/claude-agent-acp"])
     settings = _settings(home, provider)
     [section] = manager.hook.switchyard_status(home=home, settings=settings,
-                                               cache=StatusCache.empty(home.settings_file))
+                                               cache=StatusFileCache.empty(home.settings_file))
     [line] = section["providers"]
     assert line.startswith("provider agent: transport acp: the adapter `/nowhere/claude-agent-acp` is not on PATH: "
                            "messages run the one-shot preset instead")
     settings = _settings(home, fake_provider("claude", binary=sys.executable))
     [section] = manager.hook.switchyard_status(home=home, settings=settings,
-                                               cache=StatusCache.empty(home.settings_file))
+                                               cache=StatusFileCache.empty(home.settings_file))
     assert section["providers"] == []
 
 

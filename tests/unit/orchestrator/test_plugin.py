@@ -14,7 +14,7 @@ import pytest
 import orchestrator.plugin
 from gateway import hookspecs
 from gateway.api import HandlerContext
-from gateway.cli.statuscache import StatusCache
+from gateway.cli.statuscache import StatusFileCache
 from gateway.composition import open_backend
 from gateway.home import Home
 from gateway.settings import Settings
@@ -59,8 +59,8 @@ def test_switchyard_init_writes_the_default_orchestrator_once(home: Home) -> Non
     assert _manager().hook.switchyard_init(home=home, settings=Settings()) == [[]]
 
 
-def _no_cache(home: Home) -> StatusCache:
-    return StatusCache.empty(home.settings_file)
+def _no_cache(home: Home) -> StatusFileCache:
+    return StatusFileCache.empty(home.settings_file)
 
 
 def test_switchyard_status_lists_unfinished_runs(home: Home) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.cli.statuscache import CACHE_NAME, UNTRUSTED, StatusCache, identity
+from gateway.cli.statuscache import CACHE_NAME, UNTRUSTED, StatusFileCache, identity
 
 BROKEN = "agents: {a: {provider: ghost}}\n"  # the default file is longer: padded to its size below
 
@@ -44,12 +44,12 @@ def _same_size(path: Path, text: str) -> str:
 def _computed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The keys status computes (rather than takes from the cache) from now on."""
     computed: list[str] = []
-    remember = StatusCache.remember
+    remember = StatusFileCache.remember
 
-    def counting(self: StatusCache, key: str, compute, files=tuple):  # type: ignore[no-untyped-def]
+    def counting(self: StatusFileCache, key: str, compute, files=tuple):  # type: ignore[no-untyped-def]
         return remember(self, key, lambda: (computed.append(key), compute())[1], files)
 
-    monkeypatch.setattr(StatusCache, "remember", counting)
+    monkeypatch.setattr(StatusFileCache, "remember", counting)
     return computed
 
 
