@@ -103,9 +103,9 @@ class Gateway:
         parts = RuntimeParts(
             home=home, settings=settings, events=self.events, queue=self.queue, role=role,
             supervisor=self.supervisor, worker=functools.partial(
-                Worker, events=self.events, settings=settings.queue, on_start=self._show_typing,
-                wants_receipt=self._takes_receipts),
-            receipt_profiles=self.receipt_profiles, named_by_message_id=named, on_written=self._on_written,
+                Worker, events=self.events, settings=settings.queue, on_start=self._show_typing),
+            wants_receipt=self._takes_receipts, receipt_profiles=self.receipt_profiles, named_by_message_id=named,
+            on_written=self._on_written,
             send_loop=functools.partial(Sender, events=self.events, settings=settings.queue))
         self.runtime: Runtime = self.backend.runtime(parts, functools.partial(ComposedRuntime, parts))
         self.intake = Intake(home, self.queue, self.events, wake=self.runtime.wake)  # channels' sink, incoming/ notices

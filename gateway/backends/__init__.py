@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "QueueView", "Runtime",
            "RuntimeParts", "SendLoop", "StorageStatus", "StoreAnswer", "Supervision", "Watch",
-           "WorkerLoop", "WorkerStores", "MakeWorker"]
+           "WantsReceipt", "WorkerLoop", "WorkerStores", "MakeWorker"]
 
 Watch = Callable[[Path, Callable[[str], None], Callable[[], None]], None]
 """Watches a folder: `on_name(name)` for each file that appears, `on_rescan()` when events may have been lost
@@ -103,9 +103,6 @@ class WorkerStores:
     sharing: HomeSharing | None = None
     store_answer: StoreAnswer | None = None
     storage_errors: tuple[type[BaseException], ...] = (OSError,)
-    own_receipts: bool = False
-    """True where the backend sends the "queued" receipts itself (postgres: from the database, once across
-    processes): the Worker then sends none."""
 
 
 class WorkerLoop(Protocol):
@@ -118,8 +115,17 @@ class WorkerLoop(Protocol):
     async def stop(self, grace_s: float) -> None: ...
 
 
-MakeWorker = Callable[[WorkerStores, "Handler"], WorkerLoop]
-"""Makes the Worker of a runtime on its stores, for its handler (the Gateway's, with its events and settings)."""
+WantsReceipt = Callable[["IncomingPayload"], bool]
+"""Whether the sender of a message waiting behind its conversation is told it is queued (its channel's choice)."""
+
+
+class MakeWorker(Protocol):
+    """Makes the Worker of a runtime on its stores, for its handler (the Gateway's, with its events and settings).
+    The runtime says who sends the "queued" receipts: the Worker, for the messages `wants_receipt` names, or
+    (None) the runtime itself (postgres: from the database, once across processes)."""
+
+    def __call__(self, stores: WorkerStores, handler: Handler, *,
+                 wants_receipt: WantsReceipt | None) -> WorkerLoop: ...
 
 
 @dataclass
@@ -134,6 +140,8 @@ class RuntimeParts:
     supervisor: Supervision
     worker: MakeWorker
     """Makes the runtime's Worker on its stores (it shows typing and sends receipts where the channel wants them)."""
+    wants_receipt: WantsReceipt
+    """Whether a message's channel wants a "queued" receipt (given to a Worker that sends them)."""
     receipt_profiles: Callable[[], list[str]]
     """The profile ids of the running channels that want "queued" receipts."""
     named_by_message_id: Collection[str]

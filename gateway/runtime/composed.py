@@ -43,7 +43,8 @@ class ComposedRuntime:
         await self.outgoing.start_channels()
         stores = self.processing
         self.worker = self.parts.worker(WorkerStores(stores.queue, stores.answered, self.outbox, locks=stores.locks,
-                                                     sharing=stores.sharing), handler)
+                                                     sharing=stores.sharing), handler,
+                                       wants_receipt=self.parts.wants_receipt)
         return self.outgoing.start_delivery()
 
     def watch(self, watch: Watch) -> None:

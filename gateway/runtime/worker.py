@@ -48,7 +48,8 @@ class Worker:
     On any backend's WorkerStores: the file or in-memory backend's (gateway/runtime/composed.py), PostgreSQL's
     (gateway/backends/postgres/processing.py); made by the Gateway (gateway.backends.MakeWorker). Without `sharing`
     but with `locks`, key locks are on from the start (hosts sharing one queue). `on_start(message)` shows typing
-    until it is answered; `wants_receipt(message)`: whether its channel takes "queued" receipts. Any error of a
+    until it is answered; `wants_receipt(message)`: whether its channel takes "queued" receipts (None: the runtime
+    sends them itself, not this Worker). Any error of a
     message's bookkeeping but the storage's own (`storage_errors`) is that message's failure, never the queue's."""
 
     def __init__(self, stores: WorkerStores, handler: Handler, events: EventLog, settings: QueueSettings, *,
@@ -76,7 +77,7 @@ class Worker:
         if hasattr(self.queue, "pending_edits"):  # an edit of a message claimed here but not started folds into it
             self.queue.pending_edits = self.fold_pending
         self.processed = 0
-        self.receipts = None if wants_receipt is None or stores.own_receipts else Receipts(
+        self.receipts = None if wants_receipt is None else Receipts(
             self.outbox, events, after_sec=settings.receipt_after_sec, ahead=self.scheduler.ahead_of,
             wanted=wants_receipt)
 

@@ -102,7 +102,8 @@ class PgProcessing:
         locks = PgLocks(self.dsn, holder=self.claimer, ttl_s=qs.lease_sec, pool=self.shared)
         self.worker = worker(WorkerStores(self.queue, answered, self.outbox, locks=locks,
                                           store_answer=PgAnswering(self.queue, self.outbox),
-                                          storage_errors=STORAGE_ERRORS, own_receipts=True), handler)
+                                          storage_errors=STORAGE_ERRORS), handler,
+                             wants_receipt=None)  # PgReceipts sends them, once across processes
         self.intake = Intake(queue, self._sync_pool, self.events, home=self.home, settings=self.settings,
                              outbox=self.outbox, async_pool=self._pool, on_database=self._database_state,
                              on_taken=self.worker.wake)
