@@ -5,10 +5,10 @@ Here: the Backend (what one opens for a home: its stores, its runtime, facts abo
 runtime a backend builds (`Backend.runtime`), what the Gateway hands it and the steps it runs on it, in this
 order: open, start (channels, processing, delivery), watch, run, wake, stats, prune, stop, release, close;
 queue_view is what the dashboard reads, dead_letter what the handler calls for a message answered before its
-work failed permanently. A backend whose replies are the home's files (files, memory) supplies only its
-`Processing` (the stores the Worker runs on and the steps only it knows: gateway/backends/files/processing.py,
-.../memory/processing.py) and `compose` makes the runtime of it (gateway/runtime/composed.py); postgres builds
-its own (.../postgres/runtime.py) of what RuntimeParts gives it: the Worker, the send loop, the channels'
+work failed permanently. Every backend supplies only its `Processing` (the stores the Worker runs on, its
+replies' side where they are not the home's files, and the steps only it knows: gateway/backends/files/
+processing.py, .../memory/processing.py, .../postgres/processing.py), and `compose` makes the one runtime of it
+(gateway/runtime/composed.py), with the machinery RuntimeParts gives: the Worker, the send loop, the channels'
 supervision. Only annotations name other modules' types, so importing a backend's package stays light."""
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     )
     from gateway.telemetry.events import EventLog
 
-__all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Processing", "QueueView", "Runtime",
-           "RuntimeParts", "SendLoop", "StorageStatus", "StoreAnswer", "Supervision", "Watch",
+__all__ = ["Backend", "BackendFactory", "Compose", "Delivery", "HomeSharing", "Outgoing", "Processing", "QueueView",
+           "Runtime", "RuntimeParts", "SendLoop", "StorageStatus", "StoreAnswer", "Supervision", "Watch",
            "WantsReceipt", "WorkerLoop", "WorkerStores", "MakeWorker"]
 
 Watch = Callable[[Path, Callable[[str], None], Callable[[], None]], None]
@@ -215,42 +215,119 @@ class HomeSharing(Protocol):
     def share(self) -> bool: ...
 
 
-class Processing(Protocol):
-    """What a backend whose replies are the home's files gives the composed runtime: the stores the Worker
-    runs on, and the steps of its own around them (each a no-op where it has none)."""
+class Outgoing(Protocol):
+    """A runtime's replies: the outbox they are stored in and, in a `run`, the channels that send them and the
+    delivery through those (gateway/runtime/outgoing.py OutgoingFolder: the home's queue/outgoing/;
+    gateway/backends/postgres/outgoing.py PgOutgoing: the database's outbox, each channel under its lease)."""
 
     @property
-    def queue(self) -> QueueStore: ...
-    @property
-    def answered(self) -> AnsweredStore: ...
-    @property
-    def locks(self) -> Locks: ...
-    @property
-    def sharing(self) -> HomeSharing | None:
-        """The home's sharing (the file backend) or None: key locks on from the start (hosts share the queue)."""
+    def outbox(self) -> BaseOutbox:
+        """Where the replies are stored."""
         ...
 
     @property
-    def home_mode(self) -> str: ...
+    def sends_receipts(self) -> bool:
+        """True when it tells the senders of messages waiting behind their conversation itself (postgres: from the
+    database, once across processes); else the Worker does."""
+        ...
+
+    async def start_channels(self) -> None:
+        """Starts the channels (a `run`; a `worker` runs none), before processing starts."""
+        ...
+
+    def start_delivery(self) -> Delivery | None:
+        """Starts delivering through the running channels (a `run`; None for a `worker`)."""
+        ...
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """Its loops, started (from the runtime's `run`)."""
+        ...
+
+    async def stop(self) -> None:
+        """Before processing stops: no more receipts (its channels are about to stop)."""
+        ...
+
+    async def release(self) -> None:
+        """After the channels stopped: what it held for them (postgres: their leases)."""
+        ...
+
+    async def prune(self) -> None:
+        """Removes the sent replies kept past their retention (where it keeps them)."""
+        ...
+
+
+class Processing(Protocol):
+    """What a backend gives the one runtime (gateway/runtime/composed.py): the stores the Worker runs on, its
+    replies (`outgoing`: None when they are the home's files) and the steps of its own around them. A backend
+    subclasses it: the steps it has none of are the no-ops written here."""
+
+    @property
+    def home_mode(self) -> str:
+        """How the home is used, shown in `gateway.started` (the file backend: solo or shared)."""
+        ...
+
+    @property
+    def outgoing(self) -> Outgoing | None:
+        """Its replies' side; None: the home's queue/outgoing/ (the runtime's OutgoingFolder)."""
+        return None
+
+    def worker_stores(self, outbox: BaseOutbox) -> WorkerStores:
+        """What the Worker runs on, its replies stored in `outbox`."""
+        ...
+
+    def close_events(self) -> None:
+        """Stops copying the event log where the backend keeps it too (postgres: switchyard_events)."""
+        return None
 
     def open(self) -> None:
         """Before the handler starts: its stores opened, what an earlier process left claimed put back."""
-        ...
+        return None
+
+    async def start(self, worker: WorkerLoop) -> None:
+        """Once the Worker is made: what takes messages in and keeps this process known (postgres: its intake,
+        its heartbeat, a poll of the table), started."""
+        return None
 
     def watch(self, watch: Watch, share_requested: Callable[[], None]) -> None:
         """Watches what it must (the file backend: other processes asking to share the home)."""
-        ...
+        return None
 
     def attach(self, wake: Callable[[], None]) -> None:
         """From `run`: `wake` is called (from any thread) when another host queued a message."""
+        return None
+
+    def take_in(self) -> bool:
+        """Moves what the channels wrote into incoming/ onto its queue (the file backend's queue is incoming/);
+        True when the Worker should look now (False: its intake wakes the Worker once a message is in)."""
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        """Its figures beside the Worker's, for `queue_stats`."""
+        return {}
+
+    async def prune(self) -> None:
+        """Deletes what retention allows from what it keeps (postgres: the shared tables)."""
+        return None
+
+    def stop_intake(self) -> None:
+        """First thing when stopping, before the Worker finishes what it has: no more taking in."""
+        return None
+
+    async def stop(self) -> None:
+        """After the Worker stopped: its loops ended, this process's place given up."""
+        return None
+
+    def queue_view(self) -> QueueView:
+        """The queue as the dashboard reads it."""
         ...
 
-    def take_in(self) -> None:
-        """Moves what the channels wrote into incoming/ onto its queue (the file backend's queue is incoming/)."""
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
+        """gateway.api.LateDeadLetter: into the backend's dead letters."""
         ...
 
-    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Its stores closed (after the runtime stopped)."""
+        return None
 
 
 Compose = Callable[[Processing], Runtime]

@@ -1,20 +1,18 @@
-"""The runtime of a backend whose replies are the home's files (files, memory), composed once of the shared
-machinery on what the backend supplies (gateway.backends.Processing): the Worker with its receipts on the
-backend's queue, answered index and key locks; the replies as the home's files (gateway/runtime/outgoing.py:
-the channels started under supervision, the Dispatcher of queue/outgoing/)."""
+"""The runtime of every backend, composed once of the shared machinery on what the backend supplies
+(gateway.backends.Processing): the Worker on the backend's queue, answered index and key locks, with its
+receipts unless the backend sends them; the replies through the backend's Outgoing, or as the home's files
+(gateway/runtime/outgoing.py: the channels started under supervision, the Dispatcher of queue/outgoing/)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gateway.backends import WorkerStores
 from gateway.runtime.outgoing import OutgoingFolder
-from gateway.spool.folders import FolderView
 
 if TYPE_CHECKING:
     from gateway.api import Handler
-    from gateway.backends import Delivery, Processing, QueueView, RuntimeParts, Watch, WorkerLoop
+    from gateway.backends import Delivery, Outgoing, Processing, QueueView, RuntimeParts, Watch, WorkerLoop
     from gateway.models import IncomingPayload
 
 
@@ -24,7 +22,7 @@ class ComposedRuntime:
     def __init__(self, parts: RuntimeParts, processing: Processing):
         self.parts = parts
         self.processing = processing
-        self.outgoing = OutgoingFolder(parts)
+        self.outgoing: Outgoing = processing.outgoing or OutgoingFolder(parts)
         self.outbox = self.outgoing.outbox
         self.worker: WorkerLoop | None = None
 
@@ -33,18 +31,18 @@ class ComposedRuntime:
         return self.processing.home_mode
 
     def close_events(self) -> None:
-        return None
+        self.processing.close_events()
 
     def open(self) -> None:
         self.processing.open()
 
     async def start(self, handler: Handler) -> Delivery | None:
-        """Starts the channels (a `run`), the Worker with its receipts, and the dispatcher of the replies."""
+        """Starts the channels (a `run`), the Worker with what takes messages in, and the delivery of the replies."""
         await self.outgoing.start_channels()
-        stores = self.processing
-        self.worker = self.parts.worker(WorkerStores(stores.queue, stores.answered, self.outbox, locks=stores.locks,
-                                                     sharing=stores.sharing), handler,
-                                       wants_receipt=self.parts.wants_receipt)
+        wants_receipt = None if self.outgoing.sends_receipts else self.parts.wants_receipt
+        self.worker = self.parts.worker(self.processing.worker_stores(self.outbox), handler,
+                                        wants_receipt=wants_receipt)
+        await self.processing.start(self.worker)
         return self.outgoing.start_delivery()
 
     def watch(self, watch: Watch) -> None:
@@ -64,7 +62,7 @@ class ComposedRuntime:
         self.processing.attach(wake_soon)
         self.processing.take_in()
         assert self.worker is not None
-        return self.worker.tasks()
+        return [*self.worker.tasks(), *self.outgoing.tasks()]
 
     def _wake_worker(self) -> None:
         if self.worker is not None:
@@ -72,28 +70,33 @@ class ComposedRuntime:
 
     def wake(self) -> None:
         """A file appeared in incoming/."""
-        self.processing.take_in()
-        self._wake_worker()
+        if self.processing.take_in():
+            self._wake_worker()
 
     def stats(self) -> dict[str, Any]:
-        return {} if self.worker is None else self.worker.stats()
+        worker = self.worker.stats() if self.worker is not None else {"running": 0, "pending": 0, "processed": 0}
+        return {**worker, **self.processing.stats()}
 
     async def prune(self) -> None:
         await self.outgoing.prune()
+        await self.processing.prune()
 
     async def stop(self, grace_s: float) -> None:
-        """Finishes or requeues the messages in hand."""
+        """Stops the receipts and the intake, then finishes or puts back the messages in hand."""
+        await self.outgoing.stop()
+        self.processing.stop_intake()
         if self.worker is not None:
             await self.worker.stop(grace_s)
+        await self.processing.stop()
 
     async def release(self) -> None:
-        return None
+        await self.outgoing.release()
 
     async def close(self) -> None:
         self.processing.close()
 
     def queue_view(self) -> QueueView:
-        return FolderView(self.parts.home)
+        return self.processing.queue_view()
 
     def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter: into the backend's dead letters."""

@@ -4,6 +4,7 @@ Dispatcher sends each through the channel this process runs for it, and sent one
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,10 @@ if TYPE_CHECKING:
 
 
 class OutgoingFolder:
-    """The outbox of queue/outgoing/ and, in a `run`, the channels and the Dispatcher that deliver it."""
+    """gateway.backends.Outgoing of the home's files: the outbox of queue/outgoing/ and, in a `run`, the channels
+    and the Dispatcher that deliver it; the Worker sends the queued receipts."""
+
+    sends_receipts = False
 
     def __init__(self, parts: RuntimeParts):
         self.parts = parts
@@ -39,6 +43,15 @@ class OutgoingFolder:
             self.dispatcher = Dispatcher(parts.home, parts.supervisor.channels, parts.events, parts.settings.queue,
                                          extra_roots=extra_file_roots(parts.home, parts.settings))
         return self.dispatcher
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return []  # the Dispatcher drains each conversation in a task of its own, as replies come
+
+    async def stop(self) -> None:
+        """Nothing to stop before processing: the Dispatcher stops with the Gateway's delivery."""
+
+    async def release(self) -> None:
+        """Nothing held for the channels."""
 
     def _started_late(self, channel: Channel) -> None:
         """A channel that started on a retry gets its replies too."""

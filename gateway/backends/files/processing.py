@@ -6,19 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.backends import RuntimeParts, Watch
+from gateway.backends import Processing, QueueView, RuntimeParts, Watch, WorkerStores
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.backends.files.latedead import FileLateDeadLetters
 from gateway.backends.files.sharing import SharedHome
 from gateway.disk.locks import LockDirectory, process_name
 from gateway.models import IncomingPayload
+from gateway.outbox import BaseOutbox
+from gateway.spool.folders import FolderView
 
 
-class FileProcessing:
-    """gateway.backends.Processing of the home's folders."""
+class FileProcessing(Processing):
+    """gateway.backends.Processing of the home's folders (its replies: the home's queue/outgoing/)."""
 
     def __init__(self, parts: RuntimeParts, sharing: SharedHome):
         home, qs = parts.home, parts.settings.queue
+        self.home = home
         self.queue = parts.queue
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=qs.duplicate_window_sec,
                                       fsync=qs.fsync)
@@ -31,6 +34,10 @@ class FileProcessing:
     def home_mode(self) -> str:
         return self.sharing.mode
 
+    def worker_stores(self, outbox: BaseOutbox) -> WorkerStores:
+        """incoming/ itself, the answered index, the lock files (taken once the home is shared)."""
+        return WorkerStores(self.queue, self.answered, outbox, locks=self.locks, sharing=self.sharing)
+
     def open(self) -> None:
         """Opens the answered index and takes this process's place on the home (before the handler starts:
         its job locks follow the home's mode from its first recovery on)."""
@@ -42,11 +49,8 @@ class FileProcessing:
         watch(self.sharing.requests, lambda name: share_requested(), share_requested)
         share_requested()
 
-    def attach(self, wake: Callable[[], None]) -> None:
-        """Its queue is incoming/: the Gateway's intake wakes the worker."""
-
-    def take_in(self) -> None:
-        """Nothing to move: the worker claims from incoming/."""
+    def queue_view(self) -> QueueView:
+        return FolderView(self.home)
 
     def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
         """gateway.api.LateDeadLetter: into failed/ (gateway/backends/files/latedead.py)."""

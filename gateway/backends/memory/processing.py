@@ -9,25 +9,25 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gateway.backends import Processing, WorkerStores
 from gateway.backends.memory.queue import MemoryQueue
 from gateway.backends.memory.stores import MemoryAnswered, MemoryLocks
 from gateway.channelkit.edits import to_queue
 from gateway.disk.locks import process_name
 from gateway.models import IncomingPayload
 from gateway.payloads import letter_name, message_identity, parse_payload
+from gateway.spool.folders import FolderView
 
 if TYPE_CHECKING:
-    from gateway.backends import RuntimeParts, Watch
+    from gateway.backends import QueueView, RuntimeParts
     from gateway.backends.memory.state import MemoryState
+    from gateway.outbox import BaseOutbox
 
 _HOSTS = itertools.count(1)
 
 
-class MemoryProcessing:
-    """gateway.backends.Processing of one host on a MemoryState."""
-
-    sharing = None  # hosts share the queue: key locks on from the start
-    home_mode = "memory"
+class MemoryProcessing(Processing):
+    """gateway.backends.Processing of one host on a MemoryState (its replies: the host's home's queue/outgoing/)."""
 
     def __init__(self, parts: RuntimeParts, state: MemoryState):
         self.parts = parts
@@ -38,13 +38,18 @@ class MemoryProcessing:
         self.locks = MemoryLocks(state.locks, holder=self.host, ttl_s=qs.lock_ttl_sec)
         self._watcher: Callable[[], None] | None = None
 
+    @property
+    def home_mode(self) -> str:
+        return "memory"
+
+    def worker_stores(self, outbox: BaseOutbox) -> WorkerStores:
+        """The shared queue, answered index and key locks (on from the start: hosts share the queue)."""
+        return WorkerStores(self.queue, self.answered, outbox, locks=self.locks)
+
     def open(self) -> None:
         """Joins the shared queue; what hosts that stopped left claimed is back in line."""
         for action in self.queue.open():
             self.parts.events.emit("queue.recovered", reason=action)
-
-    def watch(self, watch: Watch, share_requested: Callable[[], None]) -> None:
-        """No home to share: hosts share the state."""
 
     def attach(self, wake: Callable[[], None]) -> None:
         """`wake` is called when any host queues a message."""
@@ -52,7 +57,7 @@ class MemoryProcessing:
         with self.queue.state.lock:
             self.queue.state.watchers.append(wake)
 
-    def take_in(self) -> None:
+    def take_in(self) -> bool:
         """Moves what this host's channels wrote into incoming/ onto the shared queue, oldest first."""
         incoming = self.parts.queue
         while (claimed := incoming.claim()) is not None:
@@ -66,6 +71,10 @@ class MemoryProcessing:
                 self.queue.enqueue(claimed.data if queued is message else queued.to_json(),
                                    hint=claimed.name.removesuffix(".json"), identity=message_identity(queued))
             incoming.complete(claimed)
+        return True
+
+    def queue_view(self) -> QueueView:
+        return FolderView(self.parts.home)
 
     def _parsed(self, data: bytes) -> IncomingPayload | None:
         """A spooled payload as a message (None for one that does not parse: the worker quarantines it,

@@ -15,13 +15,12 @@ from gateway.disk.locks import process_instance
 from gateway.stores import StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
-    from gateway.backends import Compose, RuntimeParts
+    from gateway.backends import Compose, Runtime, RuntimeParts
     from gateway.backends.postgres.approvals import PgApprovals
     from gateway.backends.postgres.deadletters import DeadStore
     from gateway.backends.postgres.locks import PgLocks
     from gateway.backends.postgres.outbox import PgReplies
     from gateway.backends.postgres.pairing import PgPairingStore
-    from gateway.backends.postgres.runtime import PostgresRuntime
     from gateway.home import Home
     from gateway.settings import Settings
 
@@ -91,11 +90,14 @@ class PostgresBackend:
 
         return gather(self.settings.queue, self.dsn, dead_shown=dead_shown, home=self.home)
 
-    def runtime(self, parts: RuntimeParts, compose: Compose) -> PostgresRuntime:
-        """Its own runtime (intake, processing and delivery on the database): `compose` is not used."""
-        from gateway.backends.postgres.runtime import PostgresRuntime
+    def runtime(self, parts: RuntimeParts, compose: Compose) -> Runtime:
+        """The one runtime on its Processing (intake, processing and delivery on the database); every event is
+        also copied into switchyard_events from now on."""
+        from gateway.backends.postgres.events import attach_event_sink
+        from gateway.backends.postgres.processing import PgProcessing
 
-        return PostgresRuntime(parts, self.dsn, self.pool)
+        close_events = attach_event_sink(parts.events, self.dsn)
+        return compose(PgProcessing(parts, pool=self.pool, close_events=close_events))
 
     def store(self, key: StoreKey[StoreT], **options: object) -> StoreT:
         return open_store(self, self._stores, key, **options)

@@ -1,7 +1,7 @@
 """The postgres backend of one process: taking in, processing, and its place in `switchyard_processes`.
 
-Built by the postgres runtime (gateway/backends/postgres/runtime.py): channels still write into
-queue/incoming/, the Intake moves those files into `switchyard_messages`, and the generic Worker
+The backend's gateway.backends.Processing, run by the one runtime (gateway/runtime/composed.py): channels still
+write into queue/incoming/, the Intake moves those files into `switchyard_messages`, and the generic Worker
 (gateway/runtime/worker.py) runs them from there through PgQueue (gateway/backends/postgres/queue.py), its key
 locks in `switchyard_locks` (cross-host), its answers stored at once (gateway/backends/postgres/answering.py),
 `max_concurrency` at a time. The process heartbeats every `lease_sec / 4`; one that stops heartbeating
@@ -16,29 +16,32 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from gateway.aio import wait_event
-from gateway.api import Handler
-from gateway.backends import MakeWorker, WorkerLoop, WorkerStores
+from gateway.backends import Processing, QueueView, RuntimeParts, WorkerLoop, WorkerStores
 from gateway.backends.postgres import schema
 from gateway.backends.postgres.answered import PgAnswered
 from gateway.backends.postgres.answering import PgAnswering
+from gateway.backends.postgres.dashboard import PgQueueView
 from gateway.backends.postgres.db import SharedPool, dsn_from_settings
 from gateway.backends.postgres.errors import database_away
 from gateway.backends.postgres.intake import Intake
+from gateway.backends.postgres.latedead import PgLateDeadLetters
 from gateway.backends.postgres.locks import PgLocks
 from gateway.backends.postgres.outbox import PgOutbox
+from gateway.backends.postgres.outgoing import PgOutgoing
 from gateway.backends.postgres.pools import message_pool, sync_message_pool
 from gateway.backends.postgres.queue import POLL_S, PgQueue
+from gateway.channelkit.attachments import extra_file_roots
 from gateway.disk.locks import process_instance
-from gateway.home import Home
-from gateway.settings import Settings, SettingsError
-from gateway.spool.queue import FileQueue
-from gateway.telemetry.events import EventLog, utc_now_iso
+from gateway.models import IncomingPayload
+from gateway.outbox import BaseOutbox
+from gateway.settings import SettingsError
+from gateway.telemetry.events import utc_now_iso
 from gateway.telemetry.redaction import database_error
 
 log = logging.getLogger("switchyard.pg")
@@ -48,16 +51,19 @@ STORAGE_ERRORS = (OSError, psycopg.OperationalError, psycopg.InterfaceError)
 """What the Worker waits out on PostgreSQL: the database away (and this host's disk refusing)."""
 
 
-class PgProcessing:
-    """Everything one process does with the shared queue, started and stopped by the Gateway."""
+class PgProcessing(Processing):
+    """Everything one process does with the shared queue (its replies: PgOutgoing), run by the one runtime.
+    `close_events` stops copying the event log into switchyard_events (its backend attached it)."""
 
-    def __init__(self, home: Home, settings: Settings, events: EventLog, *, role: str,
-                 extra_roots: list[Any], pool: SharedPool | None = None,
-                 named_by_message_id: Collection[str] = ()):
+    def __init__(self, parts: RuntimeParts, *, pool: SharedPool | None = None,
+                 close_events: Callable[[], None] | None = None):
+        home, settings = parts.home, parts.settings
         self.home = home
         self.settings = settings
-        self.events = events
-        self.role = role
+        self.events = parts.events
+        self.role = parts.role
+        self.spool = parts.queue  # queue/incoming/, which the intake moves into the table
+        self._close_events = close_events
         self.dsn = pool.dsn if pool is not None else dsn_from_settings(settings.queue)
         self.shared = pool or SharedPool(self.dsn)
         try:
@@ -66,12 +72,13 @@ class PgProcessing:
             raise SettingsError(str(exc)) from None
         except Exception as exc:
             raise SettingsError(database_error(exc, self.dsn)) from None
-        self.outbox = PgOutbox(home, events, extra_roots=extra_roots, dsn=self.dsn, pool=self.shared,
-                               named_by_message_id=named_by_message_id)
+        self.outbox = PgOutbox(home, parts.events, extra_roots=extra_file_roots(home, settings), dsn=self.dsn,
+                               pool=self.shared, named_by_message_id=parts.named_by_message_id)
+        self._outgoing = PgOutgoing(self.outbox, self.dsn, parts)
         self.holder = process_instance()
         self.detail: dict[str, Any] = {"database": "connected"}
         self.claimer = f"{self.holder}#{next(_BACKENDS)}"  # its claims and key locks: its own, not its process's
-        self.queue = PgQueue(self.shared, holder=self.claimer, lease_s=settings.queue.lease_sec, role=role,
+        self.queue = PgQueue(self.shared, holder=self.claimer, lease_s=settings.queue.lease_sec, role=self.role,
                              files=(home, settings))
         self.intake: Intake | None = None
         self.worker: WorkerLoop | None = None
@@ -84,13 +91,33 @@ class PgProcessing:
         self._pruned_at: float | None = None  # time.monotonic() of the last prune that reached the database
 
     @property
+    def home_mode(self) -> str:
+        return "database"
+
+    @property
+    def outgoing(self) -> PgOutgoing:
+        return self._outgoing
+
+    @property
     def timeout_s(self) -> float:
         """How long a silent worker is taken for alive (`queue.lease_sec`)."""
         return self.settings.queue.lease_sec
 
-    async def start(self, handler: Handler, queue: FileQueue, worker: MakeWorker) -> None:
-        """Opens the intake's pools, registers this process, and starts taking in, processing and heartbeats."""
+    def worker_stores(self, outbox: BaseOutbox) -> WorkerStores:
+        """PgQueue, the answered identities, key locks in switchyard_locks (on from the start: hosts share the
+        queue), its one-step answer, and the database away as what the Worker waits out."""
         qs = self.settings.queue
+        answered = PgAnswered(self.dsn, window_sec=qs.duplicate_window_sec, pool=self.shared)
+        locks = PgLocks(self.dsn, holder=self.claimer, ttl_s=qs.lease_sec, pool=self.shared)
+        return WorkerStores(self.queue, answered, outbox, locks=locks,
+                            store_answer=PgAnswering(self.queue, self.outbox), storage_errors=STORAGE_ERRORS)
+
+    def close_events(self) -> None:
+        if self._close_events is not None:
+            self._close_events()
+
+    async def start(self, worker: WorkerLoop) -> None:
+        """Opens the intake's pools, registers this process, and starts taking in, its heartbeat and a poll."""
         # autocommit, checked without a round trip (gateway.backends.postgres.pools): a message without attachments
         # is taken in by one statement on the event loop
         self._pool = message_pool(self.dsn, min_size=1, max_size=2, timeout=5)
@@ -98,30 +125,26 @@ class PgProcessing:
         # sync connections for the steps that share a transaction with gateway.backends.postgres.files (in threads)
         self._sync_pool = sync_message_pool(self.dsn, min_size=1, max_size=3, timeout=5)
         await asyncio.to_thread(self._sync_pool.open)
-        answered = PgAnswered(self.dsn, window_sec=qs.duplicate_window_sec, pool=self.shared)
-        locks = PgLocks(self.dsn, holder=self.claimer, ttl_s=qs.lease_sec, pool=self.shared)
-        self.worker = worker(WorkerStores(self.queue, answered, self.outbox, locks=locks,
-                                          store_answer=PgAnswering(self.queue, self.outbox),
-                                          storage_errors=STORAGE_ERRORS), handler,
-                             wants_receipt=None)  # PgReceipts sends them, once across processes
-        self.intake = Intake(queue, self._sync_pool, self.events, home=self.home, settings=self.settings,
+        self.worker = worker
+        self.intake = Intake(self.spool, self._sync_pool, self.events, home=self.home, settings=self.settings,
                              outbox=self.outbox, async_pool=self._pool, on_database=self._database_state,
-                             on_taken=self.worker.wake)
+                             on_taken=worker.wake)
         for action in await asyncio.to_thread(self.queue.open):
             self.events.emit("queue.recovered", reason=action)
-        self._tasks = [asyncio.create_task(self.intake.run(), name="pg-intake"), *self.worker.tasks(),
+        self._tasks = [asyncio.create_task(self.intake.run(), name="pg-intake"),
                        asyncio.create_task(self._sweep(), name="pg-sweep"),
-                       asyncio.create_task(self._poll(self.worker), name="pg-poll")]
+                       asyncio.create_task(self._poll(worker), name="pg-poll")]
 
     async def _poll(self, worker: WorkerLoop) -> None:
         """Has the Worker look at the table every POLL_S: rows other hosts took in or put back."""
         while not await wait_event(self._stopping, POLL_S):
             worker.wake()
 
-    def wake(self) -> None:
-        """A file appeared in incoming/."""
+    def take_in(self) -> bool:
+        """A file appeared in incoming/: the intake moves it into the table and then wakes the Worker."""
         if self.intake is not None:
             self.intake.wake()
+        return False
 
     async def prune(self) -> None:
         """Deletes what retention allows from the shared tables (gateway/backends/postgres/maintenance.py: events,
@@ -152,9 +175,8 @@ class PgProcessing:
             return False
 
     def stats(self) -> dict[str, Any]:
-        """Figures for `queue_stats`."""
-        worker = self.worker.stats() if self.worker is not None else {"running": 0, "pending": 0, "processed": 0}
-        return {**worker, "taken_in": self.intake.taken if self.intake else 0, "database": self.detail.get("database")}
+        """Its figures beside the Worker's, for `queue_stats`."""
+        return {"taken_in": self.intake.taken if self.intake else 0, "database": self.detail.get("database")}
 
     async def _sweep(self) -> None:
         """Keeps this process's row fresh (its claims are its own while it does), with how the database is."""
@@ -197,13 +219,14 @@ class PgProcessing:
 
     # --- stop -------------------------------------------------------------------------------
 
-    async def stop(self, grace_s: float) -> None:
-        """Stops taking in, lets running messages finish for `grace_s` (the rest are put back for anyone)."""
+    def stop_intake(self) -> None:
+        """Stops taking in (the Worker then finishes what it has; the rest is put back for anyone)."""
         self._stopping.set()
         if self.intake is not None:
             self.intake.stop()
-        if self.worker is not None:
-            await self.worker.stop(grace_s)
+
+    async def stop(self) -> None:
+        """After the Worker stopped: its loops ended, this process removed from switchyard_processes."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -215,3 +238,10 @@ class PgProcessing:
             await self._pool.close()
         if self._sync_pool is not None:
             await asyncio.to_thread(self._sync_pool.close)
+
+    def queue_view(self) -> QueueView:
+        return PgQueueView(self.dsn, self.settings.queue, self.home, self.shared)
+
+    def dead_letter(self, message: IncomingPayload, reason: str, errors: list[str]) -> str | None:
+        """gateway.api.LateDeadLetter: its row turned dead (gateway/backends/postgres/latedead.py)."""
+        return PgLateDeadLetters(self.dsn, self.shared).bury(message, reason, errors)

@@ -69,3 +69,34 @@ def rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 __all__ = ["insert_message", "insert_reply", "payload", "pg_home", "rows", "switchyard"]
+
+
+def worker_parts(home: Any, settings: Any, events: Any, queue: Any) -> Any:
+    """The RuntimeParts a `switchyard worker` process gives its runtime (no channels: none is started), for a
+    test that runs the postgres Processing under the one runtime without a Gateway around it."""
+    import functools
+
+    from gateway.backends import RuntimeParts
+    from gateway.runtime.sending import Sender
+    from gateway.runtime.supervision import ChannelSupervisor
+    from gateway.runtime.worker import Worker
+
+    async def no_channel(profile: Any) -> Any:
+        raise AssertionError("a worker starts no channel")
+
+    supervisor = ChannelSupervisor(no_channel, events, on_change=lambda: None, spawn=lambda coroutine, name: None)
+    return RuntimeParts(home=home, settings=settings, events=events, queue=queue, role="worker",
+                        supervisor=supervisor, worker=functools.partial(Worker, events=events, settings=settings.queue),
+                        wants_receipt=lambda message: False, receipt_profiles=list, named_by_message_id=(),
+                        on_written=lambda name, payload: None,
+                        send_loop=functools.partial(Sender, events=events, settings=settings.queue))
+
+
+def pg_runtime(parts: Any) -> tuple[Any, Any]:
+    """(the one runtime, its PgProcessing) on `parts`, as PostgresBackend.runtime composes them (no copy of the
+    events into switchyard_events)."""
+    from gateway.backends.postgres.processing import PgProcessing
+    from gateway.runtime.composed import ComposedRuntime
+
+    processing = PgProcessing(parts)
+    return ComposedRuntime(parts, processing), processing

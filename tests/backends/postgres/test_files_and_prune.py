@@ -18,7 +18,7 @@ from gateway.home import Home
 from gateway.models import IncomingPayload
 from gateway.settings import Settings
 from gateway.telemetry.events import EventLog
-from tests.backends.postgres.helpers import insert_message, insert_reply, payload
+from tests.backends.postgres.helpers import insert_message, insert_reply, payload, worker_parts
 
 
 @pytest.fixture
@@ -190,13 +190,16 @@ def test_prune_removes_the_shared_copies_of_finished_messages_only(
 
 def _backend(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, EventLog]:
     from gateway.backends.postgres.processing import PgProcessing
+    from gateway.spool.queue import FileQueue
 
     schema.migrate(pg_dsn)
     monkeypatch.setenv("SWITCHYARD_DSN", pg_dsn)
     home = Home(tmp_path / "home")
     home.create()
     events = EventLog(home.events_file)
-    return PgProcessing(home, _settings(events_retention_days=2), events, role="worker", extra_roots=[]), events
+    settings = _settings(events_retention_days=2)
+    parts = worker_parts(home, settings, events, FileQueue(home, fsync=False))
+    return PgProcessing(parts), events
 
 
 def _old_event(pg_dsn: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import time
@@ -23,6 +22,7 @@ from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import Settings
 from gateway.spool.queue import FileQueue
 from gateway.telemetry.events import EventLog, read_events
+from tests.backends.postgres.helpers import pg_runtime, worker_parts
 from tests.unit.gateway.runtime.test_worker import UNSTORABLE, UNSTORABLE_IDS, unstorable_payload
 
 pytestmark = pytest.mark.timeout(60)
@@ -91,13 +91,21 @@ class Rig:
         self.dropped = 0
 
     async def start(self) -> None:
-        from gateway.backends.postgres.processing import PgProcessing
-        from gateway.runtime.worker import Worker
-
         self.queue.open()
-        self.backend = PgProcessing(self.home, self.settings, self.events, role="worker", extra_roots=[])
-        await self.backend.start(self.handler, self.queue, functools.partial(Worker, events=self.events,
-                                                                          settings=self.settings.queue))
+        self.runtime, self.backend = pg_runtime(worker_parts(self.home, self.settings, self.events, self.queue))
+        self.runtime.open()
+        await self.runtime.start(self.handler)
+        self.tasks = self.runtime.run()
+
+    async def stop(self, grace_s: float) -> None:
+        if not self.tasks:
+            return  # stopped already
+        await self.runtime.stop(grace_s)
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks = []
+        await self.runtime.close()
 
     def drop(self, payload: IncomingPayload | bytes, name: str | None = None, *, mtime_ns: int | None = None) -> bytes:
         self.dropped += 1
@@ -109,7 +117,7 @@ class Rig:
             os.utime(tmp, ns=(mtime_ns, mtime_ns))
         os.rename(tmp, self.home.incoming / name)
         self.queue.notice(name)
-        self.backend.wake()
+        self.runtime.wake()
         return data
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -148,7 +156,7 @@ async def rig_factory(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPat
 
     yield make
     for rig in made:
-        await rig.backend.stop(1.0)
+        await rig.stop(1.0)
         rig.queue.close()
         rig.events.close()
 
@@ -439,7 +447,7 @@ async def test_a_stop_right_after_the_start_ends_it_at_once(rig_factory: Any) ->
     """SIGTERM right after start: nothing runs, so the stop does not wait out its grace."""
     rig = await rig_factory(ScriptedHandler())
     started = time.monotonic()
-    await rig.backend.stop(5.0)
+    await rig.stop(5.0)
     assert time.monotonic() - started < 2.0, "the stop waited for work that was not there"
     assert rig.rows("SELECT count(*) FROM switchyard_processes") == [(0,)], "its process row left behind"
 
