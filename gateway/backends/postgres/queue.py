@@ -266,31 +266,34 @@ class PgQueue:
         self._run("UPDATE switchyard_messages SET payload = %s WHERE id = %s AND holder = %s",
                   (data, claimed.order[0], self.holder))
 
+    # A row leaves `_handed` only once it was given back: while the Worker tries again to write a message's
+    # end (the database away), a pass must not take the row it still holds for a claim whose answer was lost.
+
     def requeue(self, claimed: Claimed, error: str, delay_s: float) -> int:
-        self._handed.discard(claimed.order[0])  # given back: found again if that fails
         attempts = claimed.attempts + 1
         errors = made_safe([*claimed.errors, error])[-KEPT_ERRORS:]  # an error may quote what no store holds
         self._run(PUT_BACK, (attempts, json.dumps(errors), delay_s, claimed.order[0], self.holder))
+        self._handed.discard(claimed.order[0])
         self._requeued[claimed.order[0]] = (claimed.order[0], claimed.name)
         return attempts
 
     def release(self, claimed: Claimed, delay_s: float) -> None:
-        self._handed.discard(claimed.order[0])  # given back: found again if that fails
         self._run(PUT_BACK, (claimed.attempts, json.dumps(made_safe(claimed.errors)[-KEPT_ERRORS:]), delay_s,
                              claimed.order[0], self.holder))
+        self._handed.discard(claimed.order[0])
 
     def complete(self, claimed: Claimed) -> None:
-        self._handed.discard(claimed.order[0])  # given back: found again if that fails
         self._run("UPDATE switchyard_messages SET state = 'done', holder = NULL, updated_at = now() "
                   "WHERE id = %s AND state NOT IN ('done', 'dead')", (claimed.order[0],))
+        self._handed.discard(claimed.order[0])
 
     def dead_letter(self, claimed: Claimed, reason: str, *, attempts: int | None = None,
                     conversation: str | None = None) -> Path:
         """The row dead with `reason`, its original bytes kept in it (`switchyard dead` shows them)."""
-        self._handed.discard(claimed.order[0])
         errors = made_safe(claimed.errors)[-KEPT_ERRORS:]
         self._run(DEAD, (made_safe(reason), claimed.attempts if attempts is None else attempts, json.dumps(errors),
                          conversation, claimed.order[0]))
+        self._handed.discard(claimed.order[0])
         return Path("postgres:dead") / claimed.name
 
 

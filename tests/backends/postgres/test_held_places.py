@@ -67,3 +67,40 @@ def test_a_retry_answered_elsewhere_is_vanished_and_one_claimed_again_here_is_no
         assert here.take_vanished() == [first.order]
     finally:
         shared.close()
+
+
+class _AwayOnce:
+    """The shared pool, with the next statement's connection ended by the server (the database restarting)."""
+
+    def __init__(self, pool: SharedPool):
+        self.pool, self.away = pool, False
+
+    def lone(self) -> object:
+        if self.away:
+            self.away = False
+            raise psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+        return self.pool.lone()
+
+
+def test_a_row_whose_retry_could_not_be_written_yet_is_not_taken_again_by_its_own_pass(pg_dsn: str) -> None:
+    """The Worker writes a retry again and again while the database is away, the message still in hand: a claim
+    pass meanwhile must leave the row alone (taken again, it ran twice in this Worker's scheduler and left its
+    conversation waiting for good)."""
+    schema.migrate(pg_dsn)
+    _queued(pg_dsn, 1)
+    shared = SharedPool(pg_dsn)
+    queue = PgQueue(shared, holder="here", lease_s=15)
+    try:
+        claimed = queue.claim()
+        assert claimed is not None
+        queue.pool = flaky = _AwayOnce(shared)  # type: ignore[assignment]
+        flaky.away = True
+        with pytest.raises(OSError, match="unreachable"):
+            queue.requeue(claimed, "failed", 0.0)
+        assert queue.claim_admitted(lambda data: ("conv:c",), lambda keys: True) is None, "still in hand"
+        queue.end_pass()
+        queue.requeue(claimed, "failed", 0.0)  # the Worker's next try
+        again = queue.claim_admitted(lambda data: ("conv:c",), lambda keys: True)
+        assert again is not None and again.order == claimed.order and again.attempts == 1
+    finally:
+        shared.close()
