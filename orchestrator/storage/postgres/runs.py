@@ -7,8 +7,8 @@ CTEs: atomic as any statement, one round trip, no `BEGIN`/`COMMIT`): a save carr
 appended for that run since the last one (an event appended after a save waits for the run's next
 save, `events` or `close_events`; a crash may lose such an event, never a state). `durable=False`
 commits with `synchronous_commit` off (set for that statement's transaction only): the promise of the
-file store's unsynced write, losing it in a crash only makes a step run again. Reads are lone
-statements in autocommit too.
+file store's unsynced write, losing it in a crash only makes a step run again. A run's end is always
+committed durably: its result goes out right after it. Reads are lone statements in autocommit too.
 """
 
 from __future__ import annotations
@@ -83,10 +83,13 @@ class PgRunStore(RunStoreBase):
 
     # --- writing ------------------------------------------------------------------------------
 
-    def _write(self, statements: list[tuple[str, Any]], *, durable: bool, runs: Iterable[str] = ()) -> None:
+    def _write(self, statements: list[tuple[str, Any]], *, durable: bool, runs: Iterable[str] = (),
+               ending: bool = False) -> None:
         """Runs `statements` (each writing rows no other of them touches) as one statement: one round trip,
-        atomic, committed with `synchronous_commit` off unless `durable`."""
-        durable = durable and self._fsync
+        atomic, committed with `synchronous_commit` off unless `durable` (and `queue.fsync`) or `ending`: a
+        run's end is committed durably whatever `fsync` says, as its result goes out only after it (lost in a
+        crash of the database, the run would run again on another host and its result go out twice)."""
+        durable = (durable and self._fsync) or ending
         if durable and len(statements) == 1:
             sql, params = statements[0]
         else:
@@ -129,7 +132,7 @@ class PgRunStore(RunStoreBase):
         """Writes the run's row (stamping `updatedAt`) with its pending events; an ended run leaves the
         conversation → run association in the same transaction."""
         run = run.model_copy(update={"updatedAt": utc_now_iso()})
-        self._write(self._save_statements(run), durable=durable, runs=[run.runId])
+        self._write(self._save_statements(run), durable=durable, runs=[run.runId], ending=run.finished)
         return run
 
     def _save_with_event(self, run: RunState, durable: bool, event: str, **fields: Any) -> RunState:
