@@ -25,7 +25,7 @@ from gateway.api import (
     HandlerContext,
     PermanentError,
 )
-from gateway.backends import Delivery, Runtime, RuntimeParts
+from gateway.backends.runtime import Delivery, Runtime, RuntimeParts
 from gateway.composition import open_backend
 from gateway.home import Home, atomic_write, queue_depths
 from gateway.models import IncomingPayload, OutgoingPayload

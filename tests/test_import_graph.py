@@ -214,10 +214,10 @@ def crosses_backends(source: str, target: str) -> bool:
 
 
 def orchestrator_reaches_a_backend(source: str, target: str) -> bool:
-    """The package's own module (`gateway.backends`: the Backend and runtime protocols) is the seam, not a
-    backend."""
+    """The package's own modules (`gateway.backends`: the Backend; `gateway.backends.runtime`: the runtime's
+    protocols) are the seam, not a backend."""
     above_storage = _in(source, "orchestrator") and not _in(source, "orchestrator.storage")
-    in_a_backend = _in(target, "gateway.backends") and target != "gateway.backends"
+    in_a_backend = _in(target, "gateway.backends") and target not in ("gateway.backends", "gateway.backends.runtime")
     return above_storage and (backend_of(target) is not None or in_a_backend)
 
 

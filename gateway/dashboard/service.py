@@ -26,7 +26,8 @@ from gateway.telemetry.events import read_events
 if TYPE_CHECKING:
     import pluggy
 
-    from gateway.backends import Backend, QueueView
+    from gateway.backends import Backend
+    from gateway.backends.runtime import QueueView
     from gateway.home import Home
     from gateway.settings import Settings
     from gateway.telemetry.events import EventLog

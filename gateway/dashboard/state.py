@@ -1,6 +1,6 @@
 """What the dashboard shows: recent activity kept from the event stream (the queue is its backend's
-gateway.backends.QueueView: gateway/spool/folders.py reads the home's folders, gateway/backends/postgres/dashboard.py
-the database)."""
+gateway.backends.runtime.QueueView: gateway/spool/folders.py reads the home's folders,
+gateway/backends/postgres/dashboard.py the database)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The runtime of every backend, composed once of the shared machinery on what the backend supplies
-(gateway.backends.Processing): the Worker on the backend's queue, answered index and key locks, with its
+(gateway.backends.runtime.Processing): the Worker on the backend's queue, answered index and key locks, with its
 receipts unless the backend sends them; the replies through the backend's Outgoing, or as the home's files
 (gateway/runtime/outgoing.py: the channels started under supervision, the Dispatcher of queue/outgoing/)."""
 
@@ -12,12 +12,12 @@ from gateway.runtime.outgoing import OutgoingFolder
 
 if TYPE_CHECKING:
     from gateway.api import Handler
-    from gateway.backends import Delivery, Outgoing, Processing, QueueView, RuntimeParts, Watch, WorkerLoop
+    from gateway.backends.runtime import Delivery, Outgoing, Processing, QueueView, RuntimeParts, Watch, WorkerLoop
     from gateway.models import IncomingPayload
 
 
 class ComposedRuntime:
-    """gateway.backends.Runtime of a Processing: the same worker and delivery whichever backend supplies it."""
+    """gateway.backends.runtime.Runtime of a Processing: the same worker and delivery whichever backend supplies it."""
 
     def __init__(self, parts: RuntimeParts, processing: Processing):
         self.parts = parts

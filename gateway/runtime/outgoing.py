@@ -14,12 +14,12 @@ from gateway.runtime.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
     from gateway.api import Channel
-    from gateway.backends import RuntimeParts
+    from gateway.backends.runtime import RuntimeParts
 
 
 class OutgoingFolder:
-    """gateway.backends.Outgoing of the home's files: the outbox of queue/outgoing/ and, in a `run`, the channels
-    and the Dispatcher that deliver it; the Worker sends the queued receipts."""
+    """gateway.backends.runtime.Outgoing of the home's files: the outbox of queue/outgoing/ and, in a `run`, the
+    channels and the Dispatcher that deliver it; the Worker sends the queued receipts."""
 
     sends_receipts = False
 

@@ -16,7 +16,7 @@ spaced by its `edit_interval_sec`, the final answer's included.
 A backend's storage is a `Conversation` (gateway/outbox.py: where its head is found, how a retry waits) handing
 out `Head`s (how a sent, retried or dead reply is recorded): files in `queue/outgoing/`
 (gateway/runtime/dispatcher.py), rows of `switchyard_outbox` (gateway/backends/postgres/dispatcher.py,
-rows.py); the postgres backend's delivery is given this loop (gateway.backends.RuntimeParts.send_loop).
+rows.py); the postgres backend's delivery is given this loop (gateway.backends.runtime.RuntimeParts.send_loop).
 """
 
 from __future__ import annotations

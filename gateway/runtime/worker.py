@@ -27,7 +27,7 @@ from gateway.telemetry import tracing
 from gateway.telemetry.events import EventLog
 
 if TYPE_CHECKING:
-    from gateway.backends import WorkerStores
+    from gateway.backends.runtime import WorkerStores
 
 log = logging.getLogger("switchyard.worker")
 
@@ -45,12 +45,12 @@ class _Job:
 class Worker:
     """Claims messages in order and runs them through the handler, one at a time per ordering key.
 
-    On any backend's WorkerStores: the file or in-memory backend's (gateway/runtime/composed.py), PostgreSQL's
-    (gateway/backends/postgres/processing.py); made by the Gateway (gateway.backends.MakeWorker). Without `sharing`
-    but with `locks`, key locks are on from the start (hosts sharing one queue). `on_start(message)` shows typing
-    until it is answered; `wants_receipt(message)`: whether its channel takes "queued" receipts (None: the runtime
-    sends them itself, not this Worker). Any error of a
-    message's bookkeeping but the storage's own (`storage_errors`) is that message's failure, never the queue's."""
+    On the WorkerStores any backend's Processing hands the one runtime (gateway/runtime/composed.py); made by the
+    Gateway (gateway.backends.runtime.MakeWorker). Without `sharing` but with `locks`, key locks are on from the
+    start (hosts sharing one queue). `on_start(message)` shows typing until it is answered;
+    `wants_receipt(message)`: whether its channel takes "queued" receipts (None: the runtime sends them itself, not
+    this Worker). Any error of a message's bookkeeping but the storage's own (`storage_errors`) is that message's
+    failure, never the queue's."""
 
     def __init__(self, stores: WorkerStores, handler: Handler, events: EventLog, settings: QueueSettings, *,
                  on_start: Callable[[IncomingPayload], Callable[[], None] | None] | None = None,
@@ -99,7 +99,8 @@ class Worker:
                 log.warning("cannot renew the key locks: %s", exc)
 
     def request_share(self) -> None:
-        """Tells the loop that another process may have asked to share the home (gateway.backends.HomeSharing)."""
+        """Tells the loop that another process may have asked to share the home
+        (gateway.backends.runtime.HomeSharing)."""
         self._share_requested = True
         self.wake()
 

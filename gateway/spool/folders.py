@@ -1,5 +1,5 @@
 """The queue as the home's folders show it: each folder's depth and oldest age, and the dead letters in failed/
-(the dashboard's gateway.backends.QueueView on the file and memory backends; the postgres one adds its rows)."""
+(the dashboard's gateway.backends.runtime.QueueView on the file and memory backends; the postgres one adds its rows)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.backends import WorkerStores
 from gateway.backends.files.answered import AnsweredIndex
+from gateway.backends.runtime import WorkerStores
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload, UnstorableText
 from gateway.outbox import FileOutbox, outgoing_name

@@ -17,8 +17,9 @@ from gateway.stores import Duplicate, StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
     from gateway.approvals import FileApprovals
-    from gateway.backends import BackendFactory, Compose, Runtime, RuntimeParts
+    from gateway.backends import BackendFactory
     from gateway.backends.files.sharing import SharedHome
+    from gateway.backends.runtime import Compose, Runtime, RuntimeParts
     from gateway.channelkit.pairing import Pairing
     from gateway.home import Home
     from gateway.models import IncomingPayload

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.backends import Processing, QueueView, RuntimeParts, Watch, WorkerStores
 from gateway.backends.files.answered import AnsweredIndex
 from gateway.backends.files.latedead import FileLateDeadLetters
 from gateway.backends.files.sharing import SharedHome
+from gateway.backends.runtime import Processing, QueueView, RuntimeParts, Watch, WorkerStores
 from gateway.disk.locks import LockDirectory, process_name
 from gateway.models import IncomingPayload
 from gateway.outbox import BaseOutbox
@@ -17,7 +17,7 @@ from gateway.spool.folders import FolderView
 
 
 class FileProcessing(Processing):
-    """gateway.backends.Processing of the home's folders (its replies: the home's queue/outgoing/)."""
+    """gateway.backends.runtime.Processing of the home's folders (its replies: the home's queue/outgoing/)."""
 
     def __init__(self, parts: RuntimeParts, sharing: SharedHome):
         home, qs = parts.home, parts.settings.queue

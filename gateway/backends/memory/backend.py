@@ -24,8 +24,9 @@ from gateway.payloads import message_identity
 from gateway.stores import Duplicate
 
 if TYPE_CHECKING:
-    from gateway.backends import BackendFactory, Compose, Runtime, RuntimeParts
+    from gateway.backends import BackendFactory
     from gateway.backends.memory.audit import MemoryAuditLog
+    from gateway.backends.runtime import Compose, Runtime, RuntimeParts
     from gateway.home import Home
     from gateway.models import IncomingPayload
     from gateway.settings import Settings

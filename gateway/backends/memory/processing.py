@@ -9,9 +9,9 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gateway.backends import Processing, WorkerStores
 from gateway.backends.memory.queue import MemoryQueue
 from gateway.backends.memory.stores import MemoryAnswered, MemoryLocks
+from gateway.backends.runtime import Processing, WorkerStores
 from gateway.channelkit.edits import to_queue
 from gateway.disk.locks import process_name
 from gateway.models import IncomingPayload
@@ -19,15 +19,16 @@ from gateway.payloads import letter_name, message_identity, parse_payload
 from gateway.spool.folders import FolderView
 
 if TYPE_CHECKING:
-    from gateway.backends import QueueView, RuntimeParts
     from gateway.backends.memory.state import MemoryState
+    from gateway.backends.runtime import QueueView, RuntimeParts
     from gateway.outbox import BaseOutbox
 
 _HOSTS = itertools.count(1)
 
 
 class MemoryProcessing(Processing):
-    """gateway.backends.Processing of one host on a MemoryState (its replies: the host's home's queue/outgoing/)."""
+    """gateway.backends.runtime.Processing of one host on a MemoryState (its replies: the host's home's
+    queue/outgoing/)."""
 
     def __init__(self, parts: RuntimeParts, state: MemoryState):
         self.parts = parts

@@ -15,12 +15,12 @@ from gateway.disk.locks import process_instance
 from gateway.stores import StoreKey, Stores, StoreT
 
 if TYPE_CHECKING:
-    from gateway.backends import Compose, Runtime, RuntimeParts
     from gateway.backends.postgres.approvals import PgApprovals
     from gateway.backends.postgres.deadletters import DeadStore
     from gateway.backends.postgres.locks import PgLocks
     from gateway.backends.postgres.outbox import PgReplies
     from gateway.backends.postgres.pairing import PgPairingStore
+    from gateway.backends.runtime import Compose, Runtime, RuntimeParts
     from gateway.home import Home
     from gateway.settings import Settings
 

@@ -36,7 +36,7 @@ from gateway.settings import QueueSettings
 from gateway.telemetry.events import EventLog
 
 if TYPE_CHECKING:
-    from gateway.backends import SendLoop
+    from gateway.backends.runtime import SendLoop
 
 log = logging.getLogger("switchyard.pg.delivery")
 

@@ -16,11 +16,11 @@ from contextlib import suppress
 
 from gateway.aio import wait_event
 from gateway.api import Channel
-from gateway.backends import SendLoop, Supervision
 from gateway.backends.postgres.db import dsn_from_settings
 from gateway.backends.postgres.dispatcher import PgDelivery
 from gateway.backends.postgres.errors import database_away
 from gateway.backends.postgres.leases import Leases, channel_lease
+from gateway.backends.runtime import SendLoop, Supervision
 from gateway.channelkit.attachments import AttachmentPolicy, extra_file_roots
 from gateway.channelkit.backoff import delay as backoff_delay
 from gateway.home import Home

@@ -1,6 +1,7 @@
-"""The replies of a process on the postgres backend (gateway.backends.Outgoing): rows of `switchyard_outbox`, and
-in a `run` the channels under their leases delivering them (gateway/backends/postgres/outbound.py) and the
-"queued" receipts sent from the database (gateway/backends/postgres/receipts.py), once across processes."""
+"""The replies of a process on the postgres backend (gateway.backends.runtime.Outgoing): rows of
+`switchyard_outbox`, and in a `run` the channels under their leases delivering them
+(gateway/backends/postgres/outbound.py) and the "queued" receipts sent from the database
+(gateway/backends/postgres/receipts.py), once across processes."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from gateway.backends.postgres.outbound import PgOutbound
 from gateway.backends.postgres.receipts import PgReceipts
 
 if TYPE_CHECKING:
-    from gateway.backends import Delivery, RuntimeParts
     from gateway.backends.postgres.outbox import PgOutbox
+    from gateway.backends.runtime import Delivery, RuntimeParts
 
 
 class PgOutgoing:

@@ -1,6 +1,6 @@
 """The postgres backend of one process: taking in, processing, and its place in `switchyard_processes`.
 
-The backend's gateway.backends.Processing, run by the one runtime (gateway/runtime/composed.py): channels still
+The backend's gateway.backends.runtime.Processing, run by the one runtime (gateway/runtime/composed.py): channels still
 write into queue/incoming/, the Intake moves those files into `switchyard_messages`, and the generic Worker
 (gateway/runtime/worker.py) runs them from there through PgQueue (gateway/backends/postgres/queue.py), its key
 locks in `switchyard_locks` (cross-host), its answers stored at once (gateway/backends/postgres/answering.py),
@@ -22,7 +22,6 @@ from typing import Any
 import psycopg
 
 from gateway.aio import wait_event
-from gateway.backends import Processing, QueueView, RuntimeParts, WorkerLoop, WorkerStores
 from gateway.backends.postgres import schema
 from gateway.backends.postgres.answered import PgAnswered
 from gateway.backends.postgres.answering import PgAnswering
@@ -36,6 +35,7 @@ from gateway.backends.postgres.outbox import PgOutbox
 from gateway.backends.postgres.outgoing import PgOutgoing
 from gateway.backends.postgres.pools import message_pool, sync_message_pool
 from gateway.backends.postgres.queue import POLL_S, PgQueue
+from gateway.backends.runtime import Processing, QueueView, RuntimeParts, WorkerLoop, WorkerStores
 from gateway.channelkit.attachments import extra_file_roots
 from gateway.disk.locks import process_instance
 from gateway.models import IncomingPayload

@@ -76,7 +76,7 @@ def worker_parts(home: Any, settings: Any, events: Any, queue: Any) -> Any:
     test that runs the postgres Processing under the one runtime without a Gateway around it."""
     import functools
 
-    from gateway.backends import RuntimeParts
+    from gateway.backends.runtime import RuntimeParts
     from gateway.runtime.sending import Sender
     from gateway.runtime.supervision import ChannelSupervisor
     from gateway.runtime.worker import Worker

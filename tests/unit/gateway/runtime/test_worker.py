@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gateway.api import PermanentError
-from gateway.backends import WorkerStores
 from gateway.backends.files.answered import AnsweredIndex
+from gateway.backends.runtime import WorkerStores
 from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
