@@ -17,6 +17,7 @@ from bench.rig import LIGHT_ORCHESTRATOR, Rig, bench_settings, order_problems, p
 from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.models import OutgoingPayload
+from gateway.runtime.worker import Worker
 from gateway.settings import Settings
 from gateway.spool.queue import FileQueue
 
@@ -36,8 +37,9 @@ async def throughput(root: Path, count: int, conversations: int, *, fsync: bool,
     extra = [NullHandlerPlugin()] if variant == "gateway" else []
     async with Rig(root, settings or bench_settings(fsync=fsync), orchestrator, extra=extra) as rig:
         if variant == "key-locks":  # as on a home shared by several processes
-            assert rig.gateway.worker is not None
-            rig.gateway.worker.scheduler.locks = LockDirectory(rig.home.coordination / "locks", holder="bench")
+            worker = getattr(rig.gateway.runtime, "worker", None)  # the composed runtime's, once started
+            assert isinstance(worker, Worker)
+            worker.scheduler.locks = LockDirectory(rig.home.coordination / "locks", holder="bench")
         channel = rig.channel
         assert channel.sink is not None
         channel.expect(count)

@@ -165,12 +165,6 @@ class Gateway:
         if self.dashboard is not None and await self.dashboard.start():
             self._write_status()
 
-    @property
-    def worker(self) -> Worker | None:
-        """The file (or memory) runtime's Worker (None on postgres or before start)."""
-        worker = getattr(self.runtime, "worker", None)
-        return worker if isinstance(worker, Worker) else None
-
     def _audit_log(self) -> AuditLog | None:
         """The backend's audit log (a settings reload records role changes in it); None where none is kept."""
         try:
