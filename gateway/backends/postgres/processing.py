@@ -81,7 +81,6 @@ class PgProcessing(Processing):
         self.queue = PgQueue(self.shared, holder=self.claimer, lease_s=settings.queue.lease_sec, role=self.role,
                              files=(home, settings))
         self.intake: Intake | None = None
-        self.worker: WorkerLoop | None = None
         self._pool: Any = None
         self._sync_pool: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,7 +124,6 @@ class PgProcessing(Processing):
         # sync connections for the steps that share a transaction with gateway.backends.postgres.files (in threads)
         self._sync_pool = sync_message_pool(self.dsn, min_size=1, max_size=3, timeout=5)
         await asyncio.to_thread(self._sync_pool.open)
-        self.worker = worker
         self.intake = Intake(self.spool, self._sync_pool, self.events, home=self.home, settings=self.settings,
                              outbox=self.outbox, async_pool=self._pool, on_database=self._database_state,
                              on_taken=worker.wake)
