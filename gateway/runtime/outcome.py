@@ -44,6 +44,16 @@ class Done:
                     conversation=message.conversation, replies=len(self.replies),
                     duration_ms=round(duration_s * 1000, 2))
 
+    def run_replies(self) -> list[tuple[str, str, OutgoingPayload]]:
+        """(run id, run state, reply) of each reply carrying a run's result or question (`runState`), which
+        must reach the conversation even when another handle's answer to the message was stored instead."""
+        found = []
+        for reply in self.replies:
+            state = (reply.model_extra or {}).get("runState")
+            if reply.workflowRunId is not None and isinstance(state, str):
+                found.append((reply.workflowRunId, state, reply))
+        return found
+
 
 @dataclass(frozen=True)
 class Retry:

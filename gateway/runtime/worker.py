@@ -344,6 +344,8 @@ class Worker:
                     self._store_answer, job.claimed, job.message, done.replies)):
                 self.processed += 1
                 done.announce(self.events, job.claimed.name, job.message, time.monotonic() - job.started)
+            else:
+                await self._keep_run_results(job, done)
             return
         for reply in done.replies:
             await self._durably(job, "write the reply", functools.partial(self.outbox.write, reply))
@@ -351,6 +353,17 @@ class Worker:
         await self._durably(job, "remove the answered file", functools.partial(self.queue.complete, job.claimed))
         self.processed += 1
         done.announce(self.events, job.claimed.name, job.message, time.monotonic() - job.started)
+
+    async def _keep_run_results(self, job: _Job, done: Done) -> None:
+        """Another handle stored its answer to this message first (its host was taken for dead while only slow,
+        and this one was given the message): this answer is dropped, but not a run's result or question the
+        outbox does not hold. The other answer may be the ack that promises it while the run handed its result
+        to this one's wait (`delivery: reply`), so nobody else would send it; it goes out as a push."""
+        for run_id, state, reply in done.run_replies():
+            if not await self._durably(job, "look for the run's result", functools.partial(
+                    self.outbox.holds_result, run_id, state, channel=reply.channel, message_id=reply.messageId)):
+                log.warning("%s was answered elsewhere first; run %s's result is pushed", job.claimed.name, run_id)
+                await self._durably(job, "write the run's result", functools.partial(self.outbox.write, reply))
 
     async def _requeue(self, job: _Job, retry: Retry) -> None:
         retry.announce(self.events, job.claimed.name, job.message)

@@ -63,6 +63,21 @@ def results(dsn: str) -> list[tuple[str, str]]:
     return [(str(message_id), str(state)) for message_id, state in found]
 
 
+def where_they_are(dsn: str, ids: list[str]) -> str:
+    """What the database holds of each message that got no final result: its queue row, its runs, its replies."""
+    lines = []
+    for message_id in ids:
+        pattern = f"%{message_id}%"
+        queued = rows(dsn, "SELECT name, state, attempts, reason, errors::text FROM switchyard_messages "
+                           "WHERE name LIKE %s", pattern)
+        runs = rows(dsn, "SELECT run_id, state, delivered FROM switchyard_runs WHERE data::text LIKE %s",
+                    pattern)
+        replies = rows(dsn, "SELECT name, state, payload->>'runState' FROM switchyard_outbox "
+                            "WHERE payload->>'messageId' = %s", message_id)
+        lines.append(f"{message_id}: queue {queued} runs {runs} replies {replies}")
+    return "\n".join(lines)
+
+
 def steps_done(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
@@ -85,7 +100,8 @@ def assert_each_answered_once(dsn: str, ids: list[str], hosts: list[Host]) -> No
         for host in hosts:
             host.stop()
     counts = Counter(message_id for message_id, _ in results(dsn))
-    assert set(counts) == set(ids), f"never answered: {sorted(set(ids) - set(counts))[:10]}"
+    missing = sorted(set(ids) - set(counts))
+    assert not missing, f"never answered: {missing[:10]}\n{where_they_are(dsn, missing[:10])}"
     assert max(counts.values()) == 1, f"answered twice: {[m for m, n in counts.items() if n > 1][:10]}"
     assert {state for _, state in results(dsn)} == {"done"}
     stuck = rows(dsn, f"SELECT run_id, state FROM switchyard_runs WHERE state NOT IN {FINAL}")

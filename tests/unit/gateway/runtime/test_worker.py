@@ -14,7 +14,7 @@ import pytest
 
 from gateway.api import PermanentError
 from gateway.backends.files.answered import AnsweredIndex
-from gateway.backends.runtime import WorkerStores
+from gateway.backends.runtime import StoreAnswer, WorkerStores
 from gateway.disk.locks import LockDirectory
 from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
@@ -67,14 +67,16 @@ def settings() -> QueueSettings:
 
 class Harness:
     def __init__(self, home: Home, handler: ScriptedHandler, settings: QueueSettings,
-                 locks: LockDirectory | None = None, wants_receipt: Callable[[IncomingPayload], bool] | None = None):
+                 locks: LockDirectory | None = None, wants_receipt: Callable[[IncomingPayload], bool] | None = None,
+                 store_answer: Callable[[FileQueue], StoreAnswer] | None = None):
         self.home = home
         self.events = EventLog(home.events_file)
         self.queue = FileQueue(home, fsync=False, max_payload_bytes=settings.max_payload_bytes)
         self.answered = AnsweredIndex(home.state / "answered.jsonl", window_sec=3600, fsync=False)
-        outbox = FileOutbox(home, self.events, fsync=False)
-        self.worker = Worker(WorkerStores(self.queue, self.answered, outbox, locks=locks), handler, self.events,
-                             settings, wants_receipt=wants_receipt)
+        self.outbox = FileOutbox(home, self.events, fsync=False)
+        stores = WorkerStores(self.queue, self.answered, self.outbox, locks=locks,
+                              store_answer=store_answer(self.queue) if store_answer else None)
+        self.worker = Worker(stores, handler, self.events, settings, wants_receipt=wants_receipt)
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -106,9 +108,10 @@ async def make_harness(home: Home, settings: QueueSettings) -> AsyncIterator[Cal
     created: list[Harness] = []
 
     async def build(handler: ScriptedHandler | None = None, locks: LockDirectory | None = None,
-                    wants_receipt: Callable[[IncomingPayload], bool] | None = None, **overrides) -> Harness:
+                    wants_receipt: Callable[[IncomingPayload], bool] | None = None,
+                    store_answer: Callable[[FileQueue], StoreAnswer] | None = None, **overrides) -> Harness:
         harness = Harness(home, handler or ScriptedHandler(), settings.model_copy(update=overrides), locks,
-                          wants_receipt)
+                          wants_receipt, store_answer)
         await harness.start()
         created.append(harness)
         return harness
@@ -340,6 +343,50 @@ async def test_a_repeated_message_already_answered_is_skipped(make_harness) -> N
     harness.drop(make_incoming("once", messageId="same"), "2.json")
     await async_wait_until(lambda: "message.duplicate" in harness.event_names())
     assert len(harness.replies()) == 1 and handler.log.count(("start", "once")) == 1
+
+
+class AnsweredElsewhere:
+    """A store_answer that finds the message answered already by another handle (whose host this one took
+    for dead): it stores nothing, as PgAnswering does then, and the claimed file goes as that handle's did."""
+
+    def __init__(self, queue: FileQueue):
+        self.queue = queue
+
+    def __call__(self, claimed, message: IncomingPayload, replies: list[OutgoingPayload]) -> bool:
+        self.queue.complete(claimed)
+        return False
+
+
+def run_result(message: IncomingPayload, state: str = "done") -> OutgoingPayload:
+    return OutgoingPayload.reply_to(message, "the run's answer", agent="helper", timestamp=message.timestamp,
+                                    workflowRunId="r-1", runState=state)
+
+
+class ResultHandler(ScriptedHandler):
+    """Answers with a note and the result of a run the message waited for (as orchestrator/chat/actions.py)."""
+
+    async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
+        return [OutgoingPayload.reply_to(message, "a note", agent="test", timestamp=message.timestamp),
+                run_result(message)]
+
+
+async def test_a_run_result_in_an_answer_stored_elsewhere_first_is_still_sent_once(make_harness) -> None:
+    """The other handle's answer may be the ack that promises the result, which the run handed to this
+    answer: dropped with it, the result would reach nobody (seen with two hosts and connections ended)."""
+    harness = await make_harness(ResultHandler(), store_answer=AnsweredElsewhere)
+    harness.drop(make_incoming("hi", messageId="m1"), "m1.json")
+    await async_wait_until(harness.replies)
+    assert [(r["message"], r.get("runState")) for r in harness.replies()] == [("the run's answer", "done")]
+
+
+async def test_a_run_result_the_outbox_holds_already_is_not_sent_again(make_harness) -> None:
+    harness = await make_harness(ResultHandler(), store_answer=AnsweredElsewhere)
+    message = make_incoming("hi", messageId="m1")
+    harness.outbox.write(run_result(message))  # the other handle's answer was the result
+    harness.drop(message, "m1.json")
+    await async_wait_until(lambda: not any(harness.home.incoming.iterdir()) and not any(
+        harness.home.processing.rglob("*.json")) and harness.worker.stats()["running"] == 0)
+    assert [(r["message"], r.get("runState")) for r in harness.replies()] == [("the run's answer", "done")]
 
 
 def test_backoff_doubles_and_is_capped() -> None:
