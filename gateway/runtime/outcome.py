@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.api import Handler, PermanentError
+from gateway.api import Handler, Outbox, PermanentError
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.payloads import APOLOGY, backoff_seconds
 from gateway.settings import QueueSettings
@@ -53,6 +53,13 @@ class Done:
             if reply.workflowRunId is not None and isinstance(state, str):
                 found.append((reply.workflowRunId, state, reply))
         return found
+
+
+def push_unless_held(outbox: Outbox, run_id: str, state: str, reply: OutgoingPayload) -> None:
+    """Writes `reply`, which carries run `run_id` in `state`, unless the outbox holds such a reply already."""
+    if not outbox.holds_result(run_id, state, channel=reply.channel, message_id=reply.messageId):
+        log.warning("a message was answered elsewhere first; the result of run %s it carried is pushed", run_id)
+        outbox.write(reply)
 
 
 @dataclass(frozen=True)

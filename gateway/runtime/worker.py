@@ -18,7 +18,7 @@ from gateway.models import IncomingPayload, UnstorableText
 from gateway.payloads import ordering_keys, parse_payload
 from gateway.runtime.claims import ClaimErrors, quarantine, storage_pause
 from gateway.runtime.keys import KeyScheduler
-from gateway.runtime.outcome import Dead, Done, Retry, dead, handled
+from gateway.runtime.outcome import Dead, Done, Retry, dead, handled, push_unless_held
 from gateway.runtime.receipts import Receipts
 from gateway.settings import QueueSettings
 from gateway.spool.queue import CLAIM_RETRY_S, Claimed
@@ -355,15 +355,12 @@ class Worker:
         done.announce(self.events, job.claimed.name, job.message, time.monotonic() - job.started)
 
     async def _keep_run_results(self, job: _Job, done: Done) -> None:
-        """Another handle stored its answer to this message first (its host was taken for dead while only slow,
-        and this one was given the message): this answer is dropped, but not a run's result or question the
-        outbox does not hold. The other answer may be the ack that promises it while the run handed its result
-        to this one's wait (`delivery: reply`), so nobody else would send it; it goes out as a push."""
-        for run_id, state, reply in done.run_replies():
-            if not await self._durably(job, "look for the run's result", functools.partial(
-                    self.outbox.holds_result, run_id, state, channel=reply.channel, message_id=reply.messageId)):
-                log.warning("%s was answered elsewhere first; run %s's result is pushed", job.claimed.name, run_id)
-                await self._durably(job, "write the run's result", functools.partial(self.outbox.write, reply))
+        """Another handle (whose host was taken for dead while only slow) stored its answer first: this one is
+        dropped, but not a run's result or question the outbox lacks: the other answer may be the ack that
+        promises it while the run handed it to this one's wait (`delivery: reply`). It goes out as a push."""
+        for run_id, state, reply in done.run_replies():  # tried again whole: a write whose answer was lost is seen
+            await self._durably(job, "push the run's result", functools.partial(push_unless_held, self.outbox,
+                                                                                run_id, state, reply))
 
     async def _requeue(self, job: _Job, retry: Retry) -> None:
         retry.announce(self.events, job.claimed.name, job.message)
