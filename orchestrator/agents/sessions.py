@@ -223,8 +223,9 @@ class SessionStore:
         self.records.update((scope,), change)
         return found
 
-    def count_turn(self, scope: str, words: str, seed: Record | None = None) -> None:
-        """Counts one answered message in the conversation's current session (the first one's words kept).
+    def count_turns(self, scope: str, words: list[str], seed: Record | None = None) -> None:
+        """Counts answered messages (`words`: each one's text, oldest first) in the conversation's current
+        session (the first one's words kept).
 
         The count is what `/sessions` and `switchyard sessions list` show to tell sessions apart; nothing
         decides by it. So it is written less firmly than `/new`, `/resume` and `attach` (`durable=False`):
@@ -237,12 +238,13 @@ class SessionStore:
             index = index or _first_index(scope, seed)
             for entry in index["sessions"]:
                 if int(entry["number"]) == int(index.get("current", 1)):
-                    entry["turns"] = int(entry.get("turns", 0)) + 1
-                    entry["firstWords"] = entry.get("firstWords") or first_words(words)
+                    entry["turns"] = int(entry.get("turns", 0)) + len(words)
+                    entry["firstWords"] = entry.get("firstWords") or first_words(words[0])
                     entry["lastAt"] = utc_now_iso()
             return index
 
-        self.records.update((scope,), change, durable=False)
+        if words:
+            self.records.update((scope,), change, durable=False)
 
     def attach(self, scope: str, key: str, session_id: str, seed: Record | None = None) -> int:
         """Adds a CLI session started elsewhere (at a terminal) as the conversation's next session, continued

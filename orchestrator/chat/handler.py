@@ -188,6 +188,7 @@ class Orchestrator:
         await self._executor.stop()
         await self._runner.close()  # live agent sessions: no adapter process outlives the handler
         await self.chat_tools.stop()
+        await self._conversations.close()  # the counts kept in memory
         await asyncio.to_thread(self._selector.close)
 
     async def handle(self, message: IncomingPayload) -> list[OutgoingPayload]:
@@ -330,7 +331,7 @@ class Orchestrator:
         except TurnStopped:  # the selector or diagnostics agent: `/stop`'s reply says so; this message is done
             return None
         if answer is not None:
-            await asyncio.to_thread(self._count, message)  # a write to the session index: off the event loop
+            await self._conversations.count(ConversationScope.of(message).key, message.message)
             self._selector.remember(message, loaded, answer.message)
         return answer
 
@@ -348,13 +349,6 @@ class Orchestrator:
                                                    active.summary() if active else None)
             return await self._selector.decide(request, loaded, turn=ConversationScope.of(message).key,
                                                payer=payer, reserved=BEFORE_SELECTOR if selector_turn else ())
-
-    def _count(self, message: IncomingPayload) -> None:
-        """Counts an answered message in its conversation's current session (what `/sessions` lists)."""
-        try:
-            self._conversations.count(ConversationScope.of(message).key, message.message)
-        except Exception as exc:  # (OSError, a database error): the action ran; a retry would run it again
-            log.warning("could not count the message in its conversation's session: %s", exc)
 
 
 def _replies(answer: OutgoingPayload | None) -> list[OutgoingPayload]:

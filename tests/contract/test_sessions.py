@@ -51,7 +51,7 @@ def test_a_conversation_numbers_its_sessions_and_any_handle_switches_between_the
     host, other_host = backend.sessions(), backend.sessions()
     first = host.session("claude", host.current(ALICE), assigns_ids=True)
     host.save("claude", host.current(ALICE), first.id)
-    host.count_turn(ALICE, "my name is Alice and I like tea")
+    host.count_turns(ALICE, ["my name is Alice and I like tea"])
     assert other_host.start_new(ALICE) == 2
     assert host.current(ALICE) != ALICE and other_host.current(BOB) == BOB, "Bob's conversation never moves"
     fresh = host.session("claude", host.current(ALICE), assigns_ids=True)
