@@ -26,11 +26,11 @@ from gateway.aio import finish_or_cancel, wait_event
 from gateway.api import Channel
 from gateway.backends.postgres.errors import database_away
 from gateway.backends.postgres.leases import Leases, channel_lease
-from gateway.backends.postgres.outgoing_files import take_in_file
+from gateway.backends.postgres.outgoing_files import oldest_first, take_in_file
 from gateway.backends.postgres.rows import Key, LeaseLost, OutboxRows, RowHead, RowJournal
 from gateway.channelkit.attachments import AttachmentPolicy
 from gateway.channelkit.backoff import delay as backoff_delay
-from gateway.home import Home, scan_mtimes
+from gateway.home import Home
 from gateway.models import IncomingPayload, OutgoingPayload
 from gateway.settings import QueueSettings
 from gateway.telemetry.events import EventLog
@@ -109,10 +109,15 @@ class PgDelivery:
             self._spawn(self._take_in_file(name))
 
     def rescan(self) -> None:
-        """Takes every file waiting in `queue/outgoing/` into the table, oldest first."""
-        found = scan_mtimes(self.home.outgoing, lambda name: name.endswith(".json"))
-        for name, _ in sorted(found, key=lambda item: (item[1], item[0])):
-            self.notice(name)
+        """Takes every file waiting in `queue/outgoing/` into the table, oldest first and one after the other
+        (`oldest_first`): taken in side by side, two replies of one conversation could get their rows, and so
+        their order of delivery, the other way round."""
+        if not self._stopping.is_set():
+            self._spawn(self._take_in_files(oldest_first(self.home)))
+
+    async def _take_in_files(self, names: list[str]) -> None:
+        for name in names:
+            await self._take_in_file(name)
 
     def schedule(self, name: str, payload: OutgoingPayload) -> None:
         """A FileOutbox wrote a reply into `queue/outgoing/`: take it into the table."""

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gateway.backends.postgres.errors import worth_waiting
 from gateway.channelkit.backoff import delay as backoff_delay
-from gateway.home import Home
+from gateway.home import Home, scan_mtimes
 from gateway.models import OutgoingPayload
 from gateway.spool.deadletters import move_to_failed
 from gateway.storable import made_safe
@@ -25,6 +25,24 @@ RECONNECT_MAX_S = 10.0
 INSERT = ("INSERT INTO switchyard_outbox (name, channel, profile, conversation, payload) "
           "VALUES (%s, %s, %s, %s, %s::jsonb) ON CONFLICT (name) DO NOTHING RETURNING id")
 SAME = "SELECT payload = %s::jsonb FROM switchyard_outbox WHERE name = %s"
+
+
+def oldest_first(home: Home) -> list[str]:
+    """The payload files waiting in `queue/outgoing/`, oldest first, as the file backend sends them
+    (gateway/runtime/dispatcher.py): by mtime, then by the timestamp the outbox stamped each with (the order it
+    wrote them, which one tick of the file clock does not tell), then by name."""
+    found = scan_mtimes(home.outgoing, lambda name: name.endswith(".json"))
+    keyed = [(mtime, _stamp(home.outgoing / name), name) for name, mtime in found]
+    return [name for _, _, name in sorted(keyed)]
+
+
+def _stamp(path: Path) -> int:
+    """The payload's `timestamp`; 0 for a file that cannot be read as one (taking it in sends it to failed/)."""
+    try:
+        stamp = json.loads(path.read_bytes()).get("timestamp")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return stamp if isinstance(stamp, int) else 0
 
 
 async def take_in_file(home: Home, name: str, pool: Any, events: EventLog, *, fsync: bool,

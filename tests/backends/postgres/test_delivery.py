@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,6 +265,26 @@ async def test_a_file_dropped_into_outgoing_is_taken_into_the_table_and_delivere
     await async_wait_until(lambda: owner.channel.texts() == ["from a file"], 10)
     assert not path.exists()
     assert [r["name"] for r in rows(pg_dsn)] == ["fake_m1_1.json"]
+
+
+async def test_files_written_within_one_tick_are_taken_in_and_sent_in_the_order_they_were_written(
+        make_owner: MakeOwner, pg_dsn: str) -> None:
+    """After a restart (or an overflow of the folder's watch) the files of outgoing/ are taken in by a rescan:
+    three parts of one reply with one mtime go out in the order their timestamps say, not by name."""
+    owner = await make_owner("A")
+    from gateway.models import OutgoingPayload
+
+    written = [("z", 1), ("a", 2), ("m", 3)]  # names sort a, m, z; the outbox wrote z, a, m
+    for message_id, stamp in written:
+        payload = OutgoingPayload(channel=CHANNEL, channelProfileId="p", conversationId="conv-t", timestamp=stamp,
+                                  messageId=message_id, message=f"part {stamp}", sender="switchyard",
+                                  senderId="switchyard")
+        path = owner.home.outgoing / f"fake_{message_id}_{stamp}.json"
+        path.write_bytes(payload.to_json())
+        os.utime(path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    owner.delivery.rescan()
+    await async_wait_until(lambda: len(owner.channel.texts("conv-t")) == 3, 10)
+    assert owner.channel.texts("conv-t") == ["part 1", "part 2", "part 3"]
 
 
 async def test_a_dropped_file_the_database_refuses_goes_to_failed_and_the_next_one_is_delivered(
