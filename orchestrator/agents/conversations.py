@@ -53,7 +53,7 @@ class ConversationSessions:
     def answer(self, command: str, text: str, scope: str) -> str:
         """The reply to a session command (`command` one of SESSION_COMMANDS) of the conversation `scope`."""
         with self._writing:
-            self._write(scope, self._taken(scope))
+            self._write_kept(scope)
             if command == "/new":
                 return self._new(scope)
             if command == "/sessions":
@@ -88,7 +88,7 @@ class ConversationSessions:
             scopes = list(self._pending)
         for scope in scopes:
             with self._writing:
-                self._write(scope, self._taken(scope))
+                self._write_kept(scope)
 
     async def close(self) -> None:
         """Writes the counts kept in memory (at the handler's stop)."""
@@ -98,9 +98,11 @@ class ConversationSessions:
         await asyncio.gather(*self._flushes, return_exceptions=True)
         await asyncio.to_thread(self.flush)
 
-    def _taken(self, scope: str) -> list[str]:
+    def _write_kept(self, scope: str) -> None:
+        """Writes the counts of `scope` kept in memory (the caller holds `_writing`)."""
         with self._holding:
-            return self._pending.pop(scope, [])
+            texts = self._pending.pop(scope, [])
+        self._write(scope, texts)
 
     def _write(self, scope: str, texts: list[str], *, seeded: bool = False) -> None:
         try:
@@ -111,7 +113,7 @@ class ConversationSessions:
     def attach(self, scope: str, key: str, session_id: str) -> int:
         """Makes a CLI session started elsewhere the conversation's next and current session; its number."""
         with self._writing:
-            self._write(scope, self._taken(scope))
+            self._write_kept(scope)
             leaving = self._sessions.current_number(scope)
             number = self._sessions.attach(scope, key, session_id, self._history.seed(scope))
             self._history.switch(scope, leaving, number)
